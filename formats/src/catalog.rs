@@ -1,0 +1,180 @@
+//! The tensor model every plugin produces: named objects made of parts,
+//! each part a dtype, a shape and a payload that says where its bytes are.
+//!
+//! A plugin's `open` builds a [`Catalog`] from metadata only; no tensor
+//! bytes are touched until a caller asks for them.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::limits::Limits;
+use crate::store::Store;
+
+/// A metadata value: the union of what the formats can say (JSON in
+/// safetensors, typed KV in GGUF, CBOR in `.zt`, HDF5 attributes).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    /// No value.
+    Null,
+    /// A boolean.
+    Bool(bool),
+    /// A signed integer.
+    Int(i64),
+    /// An unsigned integer too large for `i64`.
+    UInt(u64),
+    /// A float.
+    Float(f64),
+    /// A string.
+    Str(String),
+    /// Raw bytes.
+    Bytes(Vec<u8>),
+    /// A list.
+    List(Vec<Value>),
+    /// A map with string keys, in file order.
+    Map(Vec<(String, Value)>),
+}
+
+impl Value {
+    /// Convert to JSON (bytes become a list of numbers).
+    pub fn to_json(&self) -> serde_json::Value {
+        use serde_json::Value as J;
+        match self {
+            Value::Null => J::Null,
+            Value::Bool(b) => J::Bool(*b),
+            Value::Int(i) => J::from(*i),
+            Value::UInt(u) => J::from(*u),
+            Value::Float(f) => serde_json::Number::from_f64(*f)
+                .map(J::Number)
+                .unwrap_or(J::Null),
+            Value::Str(s) => J::String(s.clone()),
+            Value::Bytes(b) => J::Array(b.iter().map(|&x| J::from(x)).collect()),
+            Value::List(l) => J::Array(l.iter().map(Value::to_json).collect()),
+            Value::Map(m) => J::Object(m.iter().map(|(k, v)| (k.clone(), v.to_json())).collect()),
+        }
+    }
+}
+
+/// Attributes of a file or an object, in file order.
+pub type Attributes = Vec<(String, Value)>;
+
+/// Something that can produce a part's bytes when they are not a plain
+/// little-endian range of a file: compressed zip entries, big-endian data,
+/// typed protobuf fields, chunked HDF5 datasets.
+///
+/// Implementations hold the `Arc<Store>`s they read from, so a decoder stays
+/// valid however sources are merged.
+pub trait Decode: Send + Sync + fmt::Debug {
+    /// Produce exactly `decoded_len` bytes, never allocating more than
+    /// `limits` allow.
+    fn decode(&self, limits: &Limits) -> Result<Vec<u8>>;
+    /// A short description for listings (`"deflate"`, `"byteswap"`).
+    fn describe(&self) -> &'static str;
+}
+
+/// Where a part's bytes are.
+#[derive(Debug, Clone)]
+pub enum Payload {
+    /// Raw little-endian bytes `[offset, offset + len)` of a file.
+    Stored {
+        /// The file.
+        store: Arc<Store>,
+        /// Absolute byte offset in the file.
+        offset: u64,
+        /// Length in bytes.
+        len: u64,
+    },
+    /// Bytes produced on demand.
+    Decoded {
+        /// How to produce them.
+        decoder: Arc<dyn Decode>,
+        /// How many bytes the decoder yields.
+        decoded_len: u64,
+    },
+}
+
+impl Payload {
+    /// Length of the payload's bytes (decoded length for decoded payloads).
+    pub fn len(&self) -> u64 {
+        match self {
+            Payload::Stored { len, .. } => *len,
+            Payload::Decoded { decoded_len, .. } => *decoded_len,
+        }
+    }
+
+    /// True if the payload holds no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// One typed array inside an object. A dense tensor has a single part
+/// named `"data"`; quantized and sparse layouts have several.
+#[derive(Debug, Clone)]
+pub struct Part {
+    /// Part name (`"data"`, `"scales"`, `"values"`, ...).
+    pub name: String,
+    /// Element type.
+    pub dtype: DType,
+    /// Shape in elements, row-major order of dimensions.
+    pub shape: Vec<u64>,
+    /// Element strides over the payload bytes; `None` means C-contiguous.
+    /// Strides are non-negative; they describe how the stored bytes map to
+    /// the logical array (Fortran order, PyTorch views).
+    pub strides: Option<Vec<i64>>,
+    /// Where the bytes are.
+    pub payload: Payload,
+}
+
+/// A named tensor: a shape, a layout that says how its parts combine, the
+/// parts, and attributes.
+#[derive(Debug, Clone)]
+pub struct Object {
+    /// Tensor name.
+    pub name: String,
+    /// Logical shape.
+    pub shape: Vec<u64>,
+    /// `"dense"` or a profile id (`"gguf.q4_0/1"`, `"zt.sparse_csr/1"`).
+    pub layout: String,
+    /// The parts, in file order.
+    pub parts: Vec<Part>,
+    /// Per-object attributes.
+    pub attributes: Attributes,
+}
+
+impl Object {
+    /// A dense object with one part `"data"`.
+    pub fn dense(
+        name: impl Into<String>,
+        dtype: DType,
+        shape: Vec<u64>,
+        payload: Payload,
+    ) -> Object {
+        Object {
+            name: name.into(),
+            shape: shape.clone(),
+            layout: "dense".into(),
+            parts: vec![Part {
+                name: "data".into(),
+                dtype,
+                shape,
+                strides: None,
+                payload,
+            }],
+            attributes: Vec::new(),
+        }
+    }
+}
+
+/// What one plugin found in one file: the objects and file-level attributes.
+#[derive(Debug, Default)]
+pub struct Catalog {
+    /// Objects in file order.
+    pub objects: Vec<Object>,
+    /// File-level attributes (safetensors `__metadata__`, GGUF KV, ...).
+    pub attributes: Attributes,
+    /// Extra stores the plugin opened besides the primary one (external
+    /// data files, shards), so the source lists them as its files.
+    pub extra_stores: Vec<Arc<Store>>,
+}

@@ -1,0 +1,303 @@
+//! One error type for every plugin: a variant per reason, each carrying the
+//! context a user needs to find the problem (file, tensor, byte offset).
+//!
+//! Tests match on the variant, never on the message text.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// Result alias used across the crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Where in a file an error was found. Every field is optional because the
+/// same reason can arise with or without a tensor in play.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Context {
+    /// The file being read.
+    pub file: Option<PathBuf>,
+    /// The tensor (object) name, when the problem belongs to one.
+    pub tensor: Option<String>,
+    /// Byte offset in the file where the bad structure sits.
+    pub offset: Option<u64>,
+}
+
+impl Context {
+    /// Context naming a file only.
+    pub fn file(path: impl AsRef<Path>) -> Self {
+        Context {
+            file: Some(path.as_ref().to_path_buf()),
+            ..Context::default()
+        }
+    }
+
+    /// The same context, naming a tensor.
+    pub fn tensor(mut self, name: impl Into<String>) -> Self {
+        self.tensor = Some(name.into());
+        self
+    }
+
+    /// The same context, naming a byte offset.
+    pub fn at(mut self, offset: u64) -> Self {
+        self.offset = Some(offset);
+        self
+    }
+}
+
+impl fmt::Display for Context {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut sep = "";
+        if let Some(file) = &self.file {
+            write!(f, "{}", file.display())?;
+            sep = ", ";
+        }
+        if let Some(tensor) = &self.tensor {
+            write!(f, "{sep}tensor {tensor:?}")?;
+            sep = ", ";
+        }
+        if let Some(offset) = self.offset {
+            write!(f, "{sep}offset {offset}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Every way reading or writing a tensor file can fail.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An operating-system error (open, read, map, write).
+    #[error("{ctx}: {source}")]
+    Io {
+        /// Where it happened.
+        ctx: Context,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file does not exist.
+    #[error("{ctx}: no such file")]
+    NotFound {
+        /// The missing file.
+        ctx: Context,
+    },
+    /// No registered format recognises the file's structure.
+    #[error("{ctx}: not a recognised tensor file")]
+    UnknownFormat {
+        /// The file.
+        ctx: Context,
+    },
+    /// The format was recognised but zt has no reader for it yet.
+    #[error("{ctx}: format {format} is recognised but not readable yet")]
+    Unreadable {
+        /// The file.
+        ctx: Context,
+        /// The detected format.
+        format: &'static str,
+    },
+    /// The file ends before a structure it declares.
+    #[error("{ctx}: truncated: {what} needs {needed} bytes, {available} available")]
+    Truncated {
+        /// Where.
+        ctx: Context,
+        /// The structure that did not fit.
+        what: &'static str,
+        /// Bytes it needs.
+        needed: u64,
+        /// Bytes the file has there.
+        available: u64,
+    },
+    /// A header, manifest or metadata block is malformed.
+    #[error("{ctx}: malformed header: {reason}")]
+    Header {
+        /// Where.
+        ctx: Context,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A dtype string or code that the format or zt does not know.
+    #[error("{ctx}: unsupported dtype {dtype:?}")]
+    UnsupportedDType {
+        /// Where.
+        ctx: Context,
+        /// The dtype as the file spelled it.
+        dtype: String,
+    },
+    /// Arithmetic on declared sizes overflowed (shape product, byte size, offset + length).
+    #[error("{ctx}: size overflow computing {what}")]
+    Overflow {
+        /// Where.
+        ctx: Context,
+        /// The quantity being computed.
+        what: &'static str,
+    },
+    /// A tensor's byte range is inconsistent with its shape and dtype, lies
+    /// outside the file, or overlaps / leaves gaps against its neighbours.
+    #[error("{ctx}: bad data range: {reason}")]
+    Range {
+        /// Where.
+        ctx: Context,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Two tensors share a name (within one file or across merged files).
+    #[error("{ctx}: duplicate tensor name")]
+    DuplicateName {
+        /// Where (the tensor names the duplicate).
+        ctx: Context,
+    },
+    /// A configured limit would be exceeded.
+    #[error("{ctx}: limit exceeded: {limit} is {value}, the limit is {max}")]
+    Limit {
+        /// Where.
+        ctx: Context,
+        /// Which limit (the `Limits` field name).
+        limit: &'static str,
+        /// The value the file asked for.
+        value: u64,
+        /// The configured maximum.
+        max: u64,
+    },
+    /// Compressed data failed to decode or decoded to the wrong length.
+    #[error("{ctx}: decode failed: {reason}")]
+    Decode {
+        /// Where.
+        ctx: Context,
+        /// What went wrong.
+        reason: String,
+    },
+    /// The tensor cannot be served the way it was asked for (for example a
+    /// zero-copy `map` of a compressed or unaligned tensor).
+    #[error("{ctx}: unsupported: {reason}")]
+    Unsupported {
+        /// Where.
+        ctx: Context,
+        /// Why.
+        reason: String,
+    },
+    /// A tensor name that the source does not hold.
+    #[error("{ctx}: no tensor named {name:?}")]
+    NoSuchTensor {
+        /// Where.
+        ctx: Context,
+        /// The name asked for.
+        name: String,
+    },
+    /// A sharded checkpoint's index disagrees with its shards.
+    #[error("{ctx}: shard index mismatch: {reason}")]
+    Index {
+        /// The index file.
+        ctx: Context,
+        /// What disagrees.
+        reason: String,
+    },
+    /// A value cannot be written in the requested format.
+    #[error("{ctx}: cannot write: {reason}")]
+    Write {
+        /// The destination.
+        ctx: Context,
+        /// Why.
+        reason: String,
+    },
+}
+
+impl Error {
+    /// The context of this error.
+    pub fn context(&self) -> &Context {
+        match self {
+            Error::Io { ctx, .. }
+            | Error::NotFound { ctx }
+            | Error::UnknownFormat { ctx }
+            | Error::Unreadable { ctx, .. }
+            | Error::Truncated { ctx, .. }
+            | Error::Header { ctx, .. }
+            | Error::UnsupportedDType { ctx, .. }
+            | Error::Overflow { ctx, .. }
+            | Error::Range { ctx, .. }
+            | Error::DuplicateName { ctx }
+            | Error::Limit { ctx, .. }
+            | Error::Decode { ctx, .. }
+            | Error::Unsupported { ctx, .. }
+            | Error::NoSuchTensor { ctx, .. }
+            | Error::Index { ctx, .. }
+            | Error::Write { ctx, .. } => ctx,
+        }
+    }
+
+    fn context_mut(&mut self) -> &mut Context {
+        match self {
+            Error::Io { ctx, .. }
+            | Error::NotFound { ctx }
+            | Error::UnknownFormat { ctx }
+            | Error::Unreadable { ctx, .. }
+            | Error::Truncated { ctx, .. }
+            | Error::Header { ctx, .. }
+            | Error::UnsupportedDType { ctx, .. }
+            | Error::Overflow { ctx, .. }
+            | Error::Range { ctx, .. }
+            | Error::DuplicateName { ctx }
+            | Error::Limit { ctx, .. }
+            | Error::Decode { ctx, .. }
+            | Error::Unsupported { ctx, .. }
+            | Error::NoSuchTensor { ctx, .. }
+            | Error::Index { ctx, .. }
+            | Error::Write { ctx, .. } => ctx,
+        }
+    }
+
+    /// Fill in the file name if the error does not name one yet. Plugins
+    /// parse byte slices and need not know the path; `Source` adds it.
+    pub fn in_file(mut self, path: &Path) -> Self {
+        let ctx = self.context_mut();
+        if ctx.file.is_none() {
+            ctx.file = Some(path.to_path_buf());
+        }
+        self
+    }
+
+    /// Fill in the tensor name if the error does not name one yet.
+    pub fn in_tensor(mut self, name: &str) -> Self {
+        let ctx = self.context_mut();
+        if ctx.tensor.is_none() {
+            ctx.tensor = Some(name.to_string());
+        }
+        self
+    }
+
+    /// An I/O error about `path`, mapping "not found" to [`Error::NotFound`].
+    pub fn io(path: &Path, source: std::io::Error) -> Self {
+        if source.kind() == std::io::ErrorKind::NotFound {
+            Error::NotFound {
+                ctx: Context::file(path),
+            }
+        } else {
+            Error::Io {
+                ctx: Context::file(path),
+                source,
+            }
+        }
+    }
+
+    /// Shorthand for a malformed header.
+    pub fn header(ctx: Context, reason: impl Into<String>) -> Self {
+        Error::Header {
+            ctx,
+            reason: reason.into(),
+        }
+    }
+
+    /// Shorthand for a bad data range.
+    pub fn range(ctx: Context, reason: impl Into<String>) -> Self {
+        Error::Range {
+            ctx,
+            reason: reason.into(),
+        }
+    }
+
+    /// True if the input file was at fault (as opposed to the OS or the caller).
+    pub fn is_format_error(&self) -> bool {
+        !matches!(
+            self,
+            Error::Io { .. } | Error::NotFound { .. } | Error::NoSuchTensor { .. }
+        )
+    }
+}

@@ -1,0 +1,5 @@
+//! One plugin per file. Register a new one in [`crate::format::registry`].
+
+pub mod detect_only;
+pub mod npy;
+pub mod safetensors;

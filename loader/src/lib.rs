@@ -1,0 +1,1 @@
+//! Stateless sampler and step-ordered DataLoader. Filled by the loader issue.
