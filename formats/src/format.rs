@@ -61,17 +61,18 @@ pub trait Format: Send + Sync + 'static {
     fn open(&self, input: &OpenInput<'_>) -> Result<Catalog>;
 }
 
-/// Every format zt knows, in detection order: formats with strong
-/// signatures first, the protobuf-shaped ONNX last.
+/// Every format zt knows, in detection order: formats with magic numbers
+/// first (PyTorch zips before npz), then safetensors (a length prefix and a
+/// JSON object), then the protobuf-shaped ONNX, which has no magic at all.
 pub fn registry() -> &'static [&'static dyn Format] {
     &[
         &formats::detect_only::Zt,
-        &formats::safetensors::Safetensors,
-        &formats::npy::Npy,
-        &formats::npy::Npz,
-        &formats::detect_only::Pt,
         &formats::detect_only::Gguf,
         &formats::detect_only::Hdf5,
+        &formats::npy::Npy,
+        &formats::detect_only::Pt,
+        &formats::npy::Npz,
+        &formats::safetensors::Safetensors,
         &formats::detect_only::Onnx,
     ]
 }

@@ -42,6 +42,11 @@ pub mod source;
 pub mod store;
 pub mod write;
 
+/// The README's Rust example, compiled and run as a doctest.
+#[doc = include_str!("../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
+
 pub use catalog::{Attributes, Catalog, Decode, Object, Part, Payload, Value};
 pub use dtype::DType;
 pub use error::{Context, Error, Result};

@@ -95,6 +95,15 @@ impl Store {
         matches!(self.backing, Backing::Mapped(_))
     }
 
+    /// Address and length of the whole mapping, for callers that check
+    /// where a zero-copy view points (tests, diagnostics).
+    pub fn mapping(&self) -> Option<(usize, usize)> {
+        match &self.backing {
+            Backing::Mapped(map) => Some((map.as_ptr() as usize, map.len())),
+            Backing::Positional(_) => None,
+        }
+    }
+
     /// A context naming this store's file.
     pub fn ctx(&self) -> Context {
         Context::file(&self.path)

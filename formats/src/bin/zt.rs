@@ -1,1 +1,195 @@
-fn main() {}
+//! The `zt` command line tool.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use serde_json::json;
+use zt::{Source, Value};
+
+#[derive(Parser)]
+#[command(name = "zt", version, about = "Inspect tensor files of every format")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// List tensors: name, dtype, shape, bytes, offset.
+    Ls {
+        /// Files (several are read as one source; a shard index opens every shard).
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Summarise files: format, tensor count, total bytes, attributes.
+    Info {
+        /// Files, each summarised on its own.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the detected format of a file.
+    Detect {
+        /// The file.
+        file: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Ls { files, json } => ls(&files, json),
+        Command::Info { files, json } => info(&files, json),
+        Command::Detect { file } => zt::detect(&file).map(|f| println!("{f}")),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("zt: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// One row per part: `(name, dtype, shape, bytes, offset or "-")`.
+fn rows(source: &Source) -> Vec<[String; 5]> {
+    let mut rows = Vec::new();
+    for t in source.tensors() {
+        for p in t.parts() {
+            let name = if t.object().parts.len() == 1 {
+                t.name().to_string()
+            } else {
+                format!("{}:{}", t.name(), p.name())
+            };
+            let offset = p.locate().map_or("-".to_string(), |l| l.offset.to_string());
+            rows.push([
+                name,
+                p.dtype().to_string(),
+                format!("{:?}", p.shape()),
+                p.nbytes().to_string(),
+                offset,
+            ]);
+        }
+    }
+    rows
+}
+
+fn ls(files: &[PathBuf], as_json: bool) -> zt::Result<()> {
+    let source = Source::open_all(files)?;
+    if as_json {
+        let list: Vec<_> = source
+            .tensors()
+            .map(|t| {
+                let parts: Vec<_> = t
+                    .parts()
+                    .map(|p| {
+                        let loc = p.locate();
+                        json!({
+                            "name": p.name(), "dtype": p.dtype().name(), "shape": p.shape(),
+                            "nbytes": p.nbytes(),
+                            "file": loc.as_ref().map(|l| l.path.display().to_string()),
+                            "offset": loc.as_ref().map(|l| l.offset),
+                            "zero_copy": p.caps().map,
+                        })
+                    })
+                    .collect();
+                json!({"name": t.name(), "shape": t.shape(), "layout": t.layout(), "parts": parts})
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&list).expect("JSON"));
+        return Ok(());
+    }
+    let header = ["NAME", "DTYPE", "SHAPE", "BYTES", "OFFSET"].map(String::from);
+    let rows = rows(&source);
+    let mut widths = header.clone().map(|h| h.len());
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.len());
+        }
+    }
+    for row in std::iter::once(&header).chain(&rows) {
+        let line: Vec<String> = row
+            .iter()
+            .zip(widths)
+            .enumerate()
+            .map(|(i, (cell, w))| {
+                if i >= 3 {
+                    format!("{cell:>w$}")
+                } else {
+                    format!("{cell:<w$}")
+                }
+            })
+            .collect();
+        println!("{}", line.join("  ").trim_end());
+    }
+    Ok(())
+}
+
+fn value_text(v: &Value) -> String {
+    match v {
+        Value::Str(s) => s.clone(),
+        other => other.to_json().to_string(),
+    }
+}
+
+fn info(files: &[PathBuf], as_json: bool) -> zt::Result<()> {
+    let mut out = Vec::new();
+    for file in files {
+        let source = Source::open(file)?;
+        let zero_copy = source
+            .tensors()
+            .flat_map(|t| t.parts())
+            .filter(|p| p.caps().map)
+            .count();
+        if as_json {
+            let attrs: serde_json::Map<_, _> = source
+                .attributes()
+                .iter()
+                .map(|(k, v)| (k.clone(), v.to_json()))
+                .collect();
+            out.push(json!({
+                "file": file.display().to_string(), "format": source.format(),
+                "tensors": source.len(), "bytes": source.total_bytes(),
+                "zero_copy_parts": zero_copy, "attributes": attrs,
+            }));
+            continue;
+        }
+        println!("{}", file.display());
+        println!("  format      {}", source.format());
+        println!("  tensors     {}", source.len());
+        println!("  bytes       {}", source.total_bytes());
+        println!(
+            "  zero-copy   {zero_copy} of {} parts",
+            source
+                .tensors()
+                .map(|t| t.object().parts.len())
+                .sum::<usize>()
+        );
+        if !source.attributes().is_empty() {
+            println!("  attributes");
+            for (k, v) in source.attributes() {
+                let mut text = value_text(v);
+                if text.len() > 120 {
+                    let cut = text
+                        .char_indices()
+                        .map(|(i, _)| i)
+                        .take_while(|&i| i <= 117)
+                        .last();
+                    text.truncate(cut.unwrap_or(0));
+                    text.push_str("...");
+                }
+                println!("    {k} = {text}");
+            }
+        }
+    }
+    if as_json {
+        println!("{}", serde_json::to_string_pretty(&out).expect("JSON"));
+    }
+    Ok(())
+}

@@ -135,7 +135,9 @@ impl Format for Safetensors {
             return false;
         };
         let n = u64::from_le_bytes(len_bytes.try_into().unwrap_or([0; 8]));
-        if n < 2 || n > MAX_HEADER || n.saturating_add(8) > probe.len {
+        // A header length past the end of the file is still recognised, so
+        // a truncated download gets "truncated", not "unknown format".
+        if !(2..=MAX_HEADER).contains(&n) {
             return false;
         }
         // The header must open a JSON object (leading whitespace allowed, as

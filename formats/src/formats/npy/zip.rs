@@ -1,0 +1,643 @@
+//! The small part of zip that `.npz` needs: reading the central directory
+//! (zip64 included) and locating each member's data, and writing a stored
+//! archive the way numpy's `_savez` does.
+//!
+//! Every count, offset and length is checked against the file and the
+//! [`Limits`] before anything is allocated for it, and members may not
+//! overlap each other or the central directory (overlapping members are
+//! how non-recursive zip bombs multiply their output).
+
+use std::io::{self, Write};
+
+use crate::error::{Context, Error, Result};
+use crate::limits::Limits;
+use crate::store::Store;
+
+const LOCAL_SIG: u32 = 0x0403_4b50;
+const CENTRAL_SIG: u32 = 0x0201_4b50;
+const EOCD_SIG: u32 = 0x0605_4b50;
+const EOCD64_SIG: u32 = 0x0606_4b50;
+const LOCATOR_SIG: u32 = 0x0706_4b50;
+
+const LOCAL_LEN: u64 = 30;
+const CENTRAL_LEN: usize = 46;
+const EOCD_LEN: u64 = 22;
+const EOCD64_LEN: u64 = 56;
+const LOCATOR_LEN: u64 = 20;
+/// The end record plus the longest comment it can carry.
+const EOCD_SEARCH: u64 = EOCD_LEN + 0xFFFF;
+
+/// The zip64 extended-information extra field.
+const ZIP64_EXTRA: u16 = 0x0001;
+/// General-purpose flag: the member is encrypted.
+const FLAG_ENCRYPTED: u16 = 0x0001;
+/// General-purpose flag: strong encryption.
+const FLAG_STRONG_ENCRYPTION: u16 = 0x0040;
+/// General-purpose flag: the name is UTF-8 (otherwise code page 437).
+const FLAG_UTF8: u16 = 0x0800;
+
+/// Python's `zipfile` switches to zip64 fields past this (`ZIP64_LIMIT`).
+const ZIP64_LIMIT: u64 = (1 << 31) - 1;
+/// ... and past this many members (`ZIP_FILECOUNT_LIMIT`).
+const FILECOUNT_LIMIT: u64 = 0xFFFF;
+/// Version 4.5: zip64.
+const ZIP64_VERSION: u16 = 45;
+/// Version made by: 4.5 on Unix (3), as CPython on Linux writes it.
+const MADE_BY: u16 = (3 << 8) | ZIP64_VERSION;
+/// `-rw-------` in the high half, as `ZipFile.open(..., "w")` sets it.
+const EXTERNAL_ATTR: u32 = 0o600 << 16;
+/// MS-DOS date of 1980-01-01, the earliest; a fixed timestamp keeps written
+/// files reproducible.
+const DOS_DATE: u16 = (1 << 5) | 1;
+
+/// One member of the archive, as the central directory and its local
+/// header describe it.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    /// The name, decoded (UTF-8 or code page 437 per the flags).
+    pub name: String,
+    /// General-purpose flags.
+    pub flags: u16,
+    /// Compression method (0 stored, 8 deflate).
+    pub method: u16,
+    /// CRC-32 of the uncompressed bytes.
+    pub crc: u32,
+    /// Compressed size.
+    pub compressed: u64,
+    /// Uncompressed size.
+    pub uncompressed: u64,
+    /// Offset of the local header.
+    pub local_offset: u64,
+    /// Offset of the member's (compressed) data, after the local header.
+    pub data_start: u64,
+}
+
+impl Entry {
+    /// True if the member is encrypted (we never decrypt).
+    pub fn encrypted(&self) -> bool {
+        self.flags & (FLAG_ENCRYPTED | FLAG_STRONG_ENCRYPTION) != 0
+    }
+}
+
+fn u16_at(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([b[at], b[at + 1]])
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+/// Where the central directory is and how many entries it declares.
+#[derive(Debug)]
+struct Directory {
+    count: u64,
+    offset: u64,
+    size: u64,
+    /// Where the directory must end: the zip64 end record or the end record.
+    limit: u64,
+}
+
+/// Read every entry of the archive in `store`, with data offsets resolved
+/// from the local headers and overlaps refused.
+pub fn read_entries(store: &Store, ctx: &Context, limits: &Limits) -> Result<Vec<Entry>> {
+    let dir = find_directory(store, ctx)?;
+    Limits::check(ctx, "entries", dir.count, limits.entries)?;
+    limits.check_header(ctx, dir.size)?;
+    let end = dir.offset.checked_add(dir.size).ok_or(Error::Overflow {
+        ctx: ctx.clone(),
+        what: "central directory end",
+    })?;
+    if end > dir.limit {
+        return Err(Error::range(
+            ctx.clone().at(dir.offset),
+            format!(
+                "central directory [{}, {end}) runs past its end record at {}",
+                dir.offset, dir.limit
+            ),
+        ));
+    }
+    // Each entry takes at least 46 bytes; a count the directory cannot hold
+    // is refused before anything is allocated for it.
+    if dir.count.saturating_mul(CENTRAL_LEN as u64) > dir.size {
+        return Err(Error::header(
+            ctx.clone().at(dir.offset),
+            format!(
+                "a central directory of {} bytes cannot hold {} entries",
+                dir.size, dir.count
+            ),
+        ));
+    }
+    let bytes = store.read(dir.offset, dir.size)?;
+    let mut entries = Vec::with_capacity(dir.count as usize);
+    let mut at = 0usize;
+    for _ in 0..dir.count {
+        let (entry, next) = central_entry(ctx, &bytes, at, dir.offset, limits)?;
+        entries.push(entry);
+        at = next;
+    }
+    if at as u64 != dir.size {
+        return Err(Error::header(
+            ctx.clone().at(dir.offset + at as u64),
+            format!(
+                "{} entries end at byte {at} of a {}-byte central directory",
+                dir.count, dir.size
+            ),
+        ));
+    }
+    for entry in &mut entries {
+        entry.data_start = local_data_start(store, ctx, entry, dir.offset)?;
+    }
+    check_overlaps(ctx, &entries)?;
+    Ok(entries)
+}
+
+/// Find the end of central directory record (searching back over a
+/// possible comment) and, when a zip64 locator precedes it, the zip64 end
+/// record.
+fn find_directory(store: &Store, ctx: &Context) -> Result<Directory> {
+    let len = store.len();
+    if len < EOCD_LEN {
+        return Err(Error::Truncated {
+            ctx: ctx.clone(),
+            what: "zip end of central directory",
+            needed: EOCD_LEN,
+            available: len,
+        });
+    }
+    let tail_start = len.saturating_sub(EOCD_SEARCH);
+    let tail = store.read(tail_start, len - tail_start)?;
+    // The last signature whose record and comment fit in the file.
+    let found = (0..=tail.len() - EOCD_LEN as usize).rev().find(|&i| {
+        u32_at(&tail, i) == EOCD_SIG
+            && i + EOCD_LEN as usize + usize::from(u16_at(&tail, i + 20)) <= tail.len()
+    });
+    let Some(i) = found else {
+        return Err(Error::header(
+            ctx.clone(),
+            "no zip end of central directory record",
+        ));
+    };
+    let eocd = &tail[i..i + EOCD_LEN as usize];
+    let eocd_pos = tail_start + i as u64;
+    if u16_at(eocd, 4) != 0 || u16_at(eocd, 6) != 0 {
+        return Err(Error::Unsupported {
+            ctx: ctx.clone().at(eocd_pos),
+            reason: "multi-disk zip archives".into(),
+        });
+    }
+    if eocd_pos >= LOCATOR_LEN {
+        let locator = store.read(eocd_pos - LOCATOR_LEN, LOCATOR_LEN)?;
+        if u32_at(&locator, 0) == LOCATOR_SIG {
+            return zip64_directory(store, ctx, &locator, eocd_pos - LOCATOR_LEN);
+        }
+    }
+    Ok(Directory {
+        count: u64::from(u16_at(eocd, 10)),
+        size: u64::from(u32_at(eocd, 12)),
+        offset: u64::from(u32_at(eocd, 16)),
+        limit: eocd_pos,
+    })
+}
+
+/// Read the zip64 end record the locator at `locator_pos` points to.
+fn zip64_directory(
+    store: &Store,
+    ctx: &Context,
+    locator: &[u8],
+    locator_pos: u64,
+) -> Result<Directory> {
+    let record_pos = u64_at(locator, 8);
+    if u32_at(locator, 4) != 0 || u32_at(locator, 16) > 1 {
+        return Err(Error::Unsupported {
+            ctx: ctx.clone().at(locator_pos),
+            reason: "multi-disk zip64 archives".into(),
+        });
+    }
+    if record_pos
+        .checked_add(EOCD64_LEN)
+        .is_none_or(|end| end > locator_pos)
+    {
+        return Err(Error::range(
+            ctx.clone().at(locator_pos),
+            format!("zip64 end record offset {record_pos} is not before its locator"),
+        ));
+    }
+    let record = store.read(record_pos, EOCD64_LEN)?;
+    if u32_at(&record, 0) != EOCD64_SIG {
+        return Err(Error::header(
+            ctx.clone().at(record_pos),
+            "no zip64 end of central directory record where the locator points",
+        ));
+    }
+    if u32_at(&record, 16) != 0 || u32_at(&record, 20) != 0 {
+        return Err(Error::Unsupported {
+            ctx: ctx.clone().at(record_pos),
+            reason: "multi-disk zip64 archives".into(),
+        });
+    }
+    Ok(Directory {
+        count: u64_at(&record, 32),
+        size: u64_at(&record, 40),
+        offset: u64_at(&record, 48),
+        limit: record_pos,
+    })
+}
+
+/// Parse the central directory entry at `at`; returns it and the offset of
+/// the next one.
+fn central_entry(
+    ctx: &Context,
+    dir: &[u8],
+    at: usize,
+    dir_offset: u64,
+    limits: &Limits,
+) -> Result<(Entry, usize)> {
+    let ectx = ctx.clone().at(dir_offset + at as u64);
+    let fixed = dir
+        .get(at..at + CENTRAL_LEN)
+        .ok_or_else(|| Error::Truncated {
+            ctx: ectx.clone(),
+            what: "zip central directory entry",
+            needed: CENTRAL_LEN as u64,
+            available: (dir.len() - at) as u64,
+        })?;
+    if u32_at(fixed, 0) != CENTRAL_SIG {
+        return Err(Error::header(ectx, "bad central directory entry signature"));
+    }
+    let name_len = usize::from(u16_at(fixed, 28));
+    let extra_len = usize::from(u16_at(fixed, 30));
+    let comment_len = usize::from(u16_at(fixed, 32));
+    Limits::check(&ectx, "string_bytes", name_len as u64, limits.string_bytes)?;
+    let name_at = at + CENTRAL_LEN;
+    let next = name_at + name_len + extra_len + comment_len;
+    if next > dir.len() {
+        return Err(Error::Truncated {
+            ctx: ectx,
+            what: "zip central directory entry",
+            needed: (next - at) as u64,
+            available: (dir.len() - at) as u64,
+        });
+    }
+    let flags = u16_at(fixed, 8);
+    let raw_name = &dir[name_at..name_at + name_len];
+    let name = decode_name(&ectx, raw_name, flags)?;
+    let extra = &dir[name_at + name_len..name_at + name_len + extra_len];
+    let mut entry = Entry {
+        name,
+        flags,
+        method: u16_at(fixed, 10),
+        crc: u32_at(fixed, 16),
+        compressed: u64::from(u32_at(fixed, 20)),
+        uncompressed: u64::from(u32_at(fixed, 24)),
+        local_offset: u64::from(u32_at(fixed, 42)),
+        data_start: 0,
+    };
+    apply_zip64_extra(&ectx, &mut entry, extra, u16_at(fixed, 34))?;
+    Ok((entry, next))
+}
+
+/// Replace the 32-bit fields saturated at `0xFFFFFFFF` with their 64-bit
+/// values from the zip64 extra field, which holds only those, in the order
+/// uncompressed size, compressed size, local header offset, disk.
+fn apply_zip64_extra(ctx: &Context, entry: &mut Entry, extra: &[u8], disk: u16) -> Result<()> {
+    let mut wanted: Vec<&mut u64> = [
+        &mut entry.uncompressed,
+        &mut entry.compressed,
+        &mut entry.local_offset,
+    ]
+    .into_iter()
+    .filter(|v| **v == 0xFFFF_FFFF)
+    .collect();
+    let disk_in_extra = disk == 0xFFFF;
+    if disk != 0 && !disk_in_extra {
+        return Err(Error::Unsupported {
+            ctx: ctx.clone(),
+            reason: "multi-disk zip archives".into(),
+        });
+    }
+    if wanted.is_empty() {
+        return Ok(());
+    }
+    let data = find_extra(ctx, extra, ZIP64_EXTRA)?.ok_or_else(|| {
+        Error::header(
+            ctx.clone(),
+            format!(
+                "member {:?} has saturated sizes but no zip64 extra field",
+                entry.name
+            ),
+        )
+    })?;
+    if data.len() < wanted.len() * 8 {
+        return Err(Error::header(
+            ctx.clone(),
+            format!("member {:?} has a short zip64 extra field", entry.name),
+        ));
+    }
+    for (i, slot) in wanted.iter_mut().enumerate() {
+        **slot = u64_at(data, i * 8);
+    }
+    Ok(())
+}
+
+/// The data of the extra block with `id`, if present.
+fn find_extra<'a>(ctx: &Context, mut extra: &'a [u8], id: u16) -> Result<Option<&'a [u8]>> {
+    while !extra.is_empty() {
+        if extra.len() < 4 {
+            return Err(Error::header(ctx.clone(), "truncated zip extra field"));
+        }
+        let (block_id, size) = (u16_at(extra, 0), usize::from(u16_at(extra, 2)));
+        let data = extra
+            .get(4..4 + size)
+            .ok_or_else(|| Error::header(ctx.clone(), "zip extra block runs past its field"))?;
+        if block_id == id {
+            return Ok(Some(data));
+        }
+        extra = &extra[4 + size..];
+    }
+    Ok(None)
+}
+
+/// Code page 437, bytes 0x80-0xFF, as Python's `zipfile` decodes names
+/// without the UTF-8 flag.
+const CP437_HIGH: &str = "ÇüéâäàåçêëèïîìÄÅÉæÆôöòûùÿÖÜ¢£¥₧ƒáíóúñÑªº¿⌐¬½¼¡«»░▒▓│┤╡╢╖╕╣║╗╝╜╛┐└┴┬├─┼╞╟╚╔╩╦╠═╬╧╨╤╥╙╘╒╓╫╪┘┌█▄▌▐▀αßΓπΣσµτΦΘΩδ∞φε∩≡±≥≤⌠⌡÷≈°∙·√ⁿ²■\u{a0}";
+
+fn decode_name(ctx: &Context, raw: &[u8], flags: u16) -> Result<String> {
+    if flags & FLAG_UTF8 != 0 {
+        return String::from_utf8(raw.to_vec())
+            .map_err(|_| Error::header(ctx.clone(), "member name is not UTF-8"));
+    }
+    Ok(raw
+        .iter()
+        .map(|&b| match b {
+            0..=0x7F => char::from(b),
+            _ => CP437_HIGH
+                .chars()
+                .nth(usize::from(b - 0x80))
+                .expect("128 chars"),
+        })
+        .collect())
+}
+
+/// Read the member's local header and return where its data starts. The
+/// local extra field may differ from the central one (numpy's local headers
+/// carry a zip64 field the central directory omits), so the offset comes
+/// from here. The header and data must lie before the central directory.
+fn local_data_start(store: &Store, ctx: &Context, entry: &Entry, dir_offset: u64) -> Result<u64> {
+    let ectx = ctx.clone().at(entry.local_offset);
+    let fits = |end: Option<u64>, what: &str| match end {
+        Some(end) if end <= dir_offset => Ok(end),
+        _ => Err(Error::range(
+            ectx.clone(),
+            format!(
+                "member {:?}: {what} runs into the central directory at {dir_offset}",
+                entry.name
+            ),
+        )),
+    };
+    fits(entry.local_offset.checked_add(LOCAL_LEN), "local header")?;
+    let local = store.read(entry.local_offset, LOCAL_LEN)?;
+    if u32_at(&local, 0) != LOCAL_SIG {
+        return Err(Error::header(
+            ectx,
+            format!("member {:?}: bad local header signature", entry.name),
+        ));
+    }
+    let name_len = u64::from(u16_at(&local, 26));
+    let extra_len = u64::from(u16_at(&local, 28));
+    let name_start = entry.local_offset + LOCAL_LEN;
+    let data_start = fits(name_start.checked_add(name_len + extra_len), "local header")?;
+    let local_name = store.read(name_start, name_len)?;
+    let local_name = decode_name(&ectx, &local_name, u16_at(&local, 6))?;
+    if local_name != entry.name {
+        // Python's zipfile refuses this too: the two names must agree.
+        return Err(Error::header(
+            ectx,
+            format!(
+                "member {:?}: the local header names it {local_name:?}",
+                entry.name
+            ),
+        ));
+    }
+    fits(data_start.checked_add(entry.compressed), "data")?;
+    Ok(data_start)
+}
+
+/// Refuse members whose byte ranges (local header through data) overlap.
+fn check_overlaps(ctx: &Context, entries: &[Entry]) -> Result<()> {
+    let mut spans: Vec<(u64, u64, &str)> = entries
+        .iter()
+        .map(|e| (e.local_offset, e.data_start + e.compressed, e.name.as_str()))
+        .collect();
+    spans.sort_unstable();
+    for pair in spans.windows(2) {
+        let ((_, end, a), (start, _, b)) = (pair[0], pair[1]);
+        if start < end {
+            return Err(Error::range(
+                ctx.clone().at(start),
+                format!("zip members {a:?} and {b:?} overlap"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// One stored member to write: its name and its bytes in pieces (the npy
+/// header, then the array data), with their CRC-32.
+pub struct Member<'a> {
+    /// Name in the archive.
+    pub name: String,
+    /// The bytes, concatenated in order.
+    pub parts: [&'a [u8]; 2],
+    /// CRC-32 of the concatenated bytes.
+    pub crc: u32,
+}
+
+impl Member<'_> {
+    fn size(&self) -> u64 {
+        self.parts.iter().map(|p| p.len() as u64).sum()
+    }
+
+    fn flags(&self) -> u16 {
+        if self.name.is_ascii() {
+            0
+        } else {
+            FLAG_UTF8
+        }
+    }
+}
+
+/// Write an uncompressed archive as numpy's `_savez` does: each local
+/// header with `0xFFFFFFFF` sizes and a zip64 extra field (`force_zip64`),
+/// the central directory with zip64 fields only where a value needs them,
+/// and a zip64 end record only when the count, size or offset needs it.
+pub fn write_stored<W: Write>(w: &mut W, members: &[Member<'_>]) -> io::Result<()> {
+    let mut offset = 0u64;
+    let mut offsets = Vec::with_capacity(members.len());
+    for m in members {
+        offsets.push(offset);
+        let size = m.size();
+        let mut local = Vec::with_capacity(LOCAL_LEN as usize + m.name.len() + 20);
+        put32(&mut local, LOCAL_SIG);
+        put16(&mut local, ZIP64_VERSION);
+        put16(&mut local, m.flags());
+        put16(&mut local, 0); // stored
+        put16(&mut local, 0); // time 00:00:00
+        put16(&mut local, DOS_DATE);
+        put32(&mut local, m.crc);
+        put32(&mut local, 0xFFFF_FFFF);
+        put32(&mut local, 0xFFFF_FFFF);
+        put16(&mut local, m.name.len() as u16);
+        put16(&mut local, 20);
+        local.extend_from_slice(m.name.as_bytes());
+        put16(&mut local, ZIP64_EXTRA);
+        put16(&mut local, 16);
+        put64(&mut local, size);
+        put64(&mut local, size);
+        w.write_all(&local)?;
+        for part in m.parts {
+            w.write_all(part)?;
+        }
+        offset += local.len() as u64 + size;
+    }
+    let dir_offset = offset;
+    let mut dir_size = 0u64;
+    for (m, &local_offset) in members.iter().zip(&offsets) {
+        let entry = central_record(m, local_offset);
+        w.write_all(&entry)?;
+        dir_size += entry.len() as u64;
+    }
+    let count = members.len() as u64;
+    let needs_zip64 = count > FILECOUNT_LIMIT || dir_offset > ZIP64_LIMIT || dir_size > ZIP64_LIMIT;
+    let mut end = Vec::with_capacity(98);
+    if needs_zip64 {
+        let record_pos = dir_offset + dir_size;
+        put32(&mut end, EOCD64_SIG);
+        put64(&mut end, EOCD64_LEN - 12);
+        put16(&mut end, ZIP64_VERSION);
+        put16(&mut end, ZIP64_VERSION);
+        put32(&mut end, 0);
+        put32(&mut end, 0);
+        put64(&mut end, count);
+        put64(&mut end, count);
+        put64(&mut end, dir_size);
+        put64(&mut end, dir_offset);
+        put32(&mut end, LOCATOR_SIG);
+        put32(&mut end, 0);
+        put64(&mut end, record_pos);
+        put32(&mut end, 1);
+    }
+    put32(&mut end, EOCD_SIG);
+    put16(&mut end, 0);
+    put16(&mut end, 0);
+    put16(&mut end, count.min(FILECOUNT_LIMIT) as u16);
+    put16(&mut end, count.min(FILECOUNT_LIMIT) as u16);
+    put32(&mut end, dir_size.min(0xFFFF_FFFF) as u32);
+    put32(&mut end, dir_offset.min(0xFFFF_FFFF) as u32);
+    put16(&mut end, 0);
+    w.write_all(&end)
+}
+
+/// A central directory record as `ZipFile._write_end_record` builds it.
+fn central_record(m: &Member<'_>, local_offset: u64) -> Vec<u8> {
+    let size = m.size();
+    let mut zip64 = Vec::new();
+    let mut size32 = size as u32;
+    if size > ZIP64_LIMIT {
+        zip64.extend([size, size]);
+        size32 = 0xFFFF_FFFF;
+    }
+    let mut offset32 = local_offset as u32;
+    if local_offset > ZIP64_LIMIT {
+        zip64.push(local_offset);
+        offset32 = 0xFFFF_FFFF;
+    }
+    let extra_len = if zip64.is_empty() {
+        0
+    } else {
+        4 + 8 * zip64.len()
+    };
+    let mut r = Vec::with_capacity(CENTRAL_LEN + m.name.len() + extra_len);
+    put32(&mut r, CENTRAL_SIG);
+    put16(&mut r, MADE_BY);
+    put16(&mut r, ZIP64_VERSION);
+    put16(&mut r, m.flags());
+    put16(&mut r, 0); // stored
+    put16(&mut r, 0);
+    put16(&mut r, DOS_DATE);
+    put32(&mut r, m.crc);
+    put32(&mut r, size32);
+    put32(&mut r, size32);
+    put16(&mut r, m.name.len() as u16);
+    put16(&mut r, extra_len as u16);
+    put16(&mut r, 0); // comment
+    put16(&mut r, 0); // disk
+    put16(&mut r, 0); // internal attributes
+    put32(&mut r, EXTERNAL_ATTR);
+    put32(&mut r, offset32);
+    r.extend_from_slice(m.name.as_bytes());
+    if !zip64.is_empty() {
+        put16(&mut r, ZIP64_EXTRA);
+        put16(&mut r, (8 * zip64.len()) as u16);
+        for v in zip64 {
+            put64(&mut r, v);
+        }
+    }
+    r
+}
+
+fn put16(v: &mut Vec<u8>, x: u16) {
+    v.extend_from_slice(&x.to_le_bytes());
+}
+
+fn put32(v: &mut Vec<u8>, x: u32) {
+    v.extend_from_slice(&x.to_le_bytes());
+}
+
+fn put64(v: &mut Vec<u8>, x: u64) {
+    v.extend_from_slice(&x.to_le_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cp437_table() {
+        assert_eq!(CP437_HIGH.chars().count(), 128);
+        let ctx = Context::default();
+        assert_eq!(decode_name(&ctx, b"a\x80\xff", 0).unwrap(), "aÇ\u{a0}");
+        assert_eq!(decode_name(&ctx, "é".as_bytes(), FLAG_UTF8).unwrap(), "é");
+        assert!(decode_name(&ctx, b"\xff", FLAG_UTF8).is_err());
+    }
+
+    #[test]
+    fn central_record_switches_to_zip64() {
+        let data = [0u8; 4];
+        let m = Member {
+            name: "a.npy".into(),
+            parts: [&data, &[]],
+            crc: 0,
+        };
+        assert_eq!(central_record(&m, 0).len(), CENTRAL_LEN + 5);
+        let big = central_record(&m, 1 << 32);
+        assert_eq!(big.len(), CENTRAL_LEN + 5 + 12);
+        assert_eq!(u32_at(&big, 42), 0xFFFF_FFFF);
+        let mut entry = Entry {
+            name: "a.npy".into(),
+            flags: 0,
+            method: 0,
+            crc: 0,
+            compressed: 4,
+            uncompressed: 4,
+            local_offset: 0xFFFF_FFFF,
+            data_start: 0,
+        };
+        let ctx = Context::default();
+        apply_zip64_extra(&ctx, &mut entry, &big[CENTRAL_LEN + 5..], 0).unwrap();
+        assert_eq!(entry.local_offset, 1 << 32);
+    }
+}

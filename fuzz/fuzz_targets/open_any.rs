@@ -1,0 +1,49 @@
+//! Open any bytes as a tensor file and read every tensor: errors are fine,
+//! panics, aborts and runaway allocations are not.
+//!
+//! `cargo +nightly fuzz run open_any`
+
+#![no_main]
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use libfuzzer_sys::fuzz_target;
+use zt::OpenOptions;
+
+/// Detection also looks at the extension (an empty zip is an npz only by
+/// name), so the input length picks one without changing the bytes.
+const EXTENSIONS: [&str; 4] = ["bin", "npy", "npz", "safetensors"];
+
+/// One scratch directory per fuzzing process.
+fn scratch() -> &'static PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("zt-fuzz-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("scratch directory");
+        dir
+    })
+}
+
+fn read_all(options: &OpenOptions, path: &std::path::Path) {
+    if let Ok(source) = options.open(path) {
+        for tensor in source.tensors() {
+            let _ = tensor.data().and_then(|p| p.bytes().map(|b| b.len()));
+        }
+    }
+}
+
+fuzz_target!(|data: &[u8]| {
+    let ext = EXTENSIONS[data.len() % EXTENSIONS.len()];
+    let path = scratch().join(format!("input.{ext}"));
+    std::fs::write(&path, data).expect("write input");
+    // Default limits: what a user gets is what must hold up.
+    for map in [true, false] {
+        let options = OpenOptions {
+            map,
+            ..OpenOptions::default()
+        };
+        read_all(&options, &path);
+    }
+    let _ = std::fs::remove_file(&path);
+});

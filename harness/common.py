@@ -1,0 +1,125 @@
+"""Measurement helpers shared by every benchmark: a bench directory on real
+storage, cold-cache eviction, interleaved runs, medians with spread."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import platform
+import statistics
+import subprocess
+import time
+from typing import Callable
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "results"
+
+
+def bench_dir(name: str) -> pathlib.Path:
+    """A scratch directory on real storage (refuses tmpfs: it would measure RAM)."""
+    base = pathlib.Path(os.environ.get("ZT_BENCH_DIR", ROOT / "work-bench"))
+    path = base / name
+    path.mkdir(parents=True, exist_ok=True)
+    fs = filesystem_of(path)
+    if fs in ("tmpfs", "ramfs"):
+        raise SystemExit(f"{path} is on {fs}; set ZT_BENCH_DIR to a directory on a real disk")
+    return path
+
+
+def filesystem_of(path: pathlib.Path) -> str:
+    out = subprocess.run(["stat", "-f", "-c", "%T", os.fspath(path)], capture_output=True, text=True)
+    return out.stdout.strip() or "unknown"
+
+
+def drop_cache(path: pathlib.Path) -> None:
+    """Evict a file's pages from the page cache (cold read)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def digest(arr: np.ndarray) -> int:
+    """Touch every byte of an array and fold it to a number, so a reader
+    that skips bytes is caught and the work cannot be optimised away."""
+    flat = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
+    head = flat[: flat.size - flat.size % 8].view(np.uint64)
+    acc = int(np.bitwise_xor.reduce(head)) if head.size else 0
+    for b in flat[head.size * 8 :]:
+        acc ^= int(b)
+    return acc
+
+
+def interleaved(cases: dict[str, Callable[[], object]], runs: int, warmup: int = 1, before: Callable[[], None] | None = None):
+    """Run every case `runs` times, alternating A B C A B C ... so machine
+    drift hits all of them equally. Returns {name: [seconds, ...]} and the
+    value each case returned (for correctness checks)."""
+    times: dict[str, list[float]] = {name: [] for name in cases}
+    values: dict[str, object] = {}
+    for i in range(warmup + runs):
+        for name, fn in cases.items():
+            if before:
+                before()
+            t0 = time.perf_counter()
+            values[name] = fn()
+            elapsed = time.perf_counter() - t0
+            if i >= warmup:
+                times[name].append(elapsed)
+    return times, values
+
+
+def summary(samples: list[float]) -> tuple[float, float, float]:
+    """Median and the interquartile range (q1, q3)."""
+    if len(samples) == 1:
+        return samples[0], samples[0], samples[0]
+    q = statistics.quantiles(samples, n=4, method="inclusive")
+    return statistics.median(samples), q[0], q[2]
+
+
+def machine() -> dict:
+    """The machine a table was measured on."""
+    info = {"python": platform.python_version(), "kernel": platform.release(), "cores": os.cpu_count()}
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                info["cpu"] = line.split(":", 1)[1].strip()
+                break
+        for line in open("/proc/meminfo"):
+            if line.startswith("MemTotal"):
+                info["memory_gib"] = round(int(line.split()[1]) / 2**20, 1)
+                break
+    except OSError:
+        pass
+    return info
+
+
+def versions(*modules: str) -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for m in modules:
+        try:
+            out[m] = version(m)
+        except PackageNotFoundError:
+            out[m] = "missing"
+    return out
+
+
+def write_result(stem: str, markdown: str, raw: dict) -> pathlib.Path:
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"{stem}.md").write_text(markdown)
+    (RESULTS / f"{stem}.json").write_text(json.dumps(raw, indent=1))
+    return RESULTS / f"{stem}.md"
+
+
+def fmt_time(seconds: float) -> str:
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.0f} µs"
+    if seconds < 1:
+        return f"{seconds * 1e3:.1f} ms"
+    return f"{seconds:.2f} s"

@@ -1,0 +1,174 @@
+//! `ArrayView`: an object exposing numpy's `__array_interface__` over a
+//! tensor's bytes, which numpy turns into an array whose `base` is this
+//! object. That keeps the mapping (or the owned buffer) alive for as long as
+//! any array views it, without depending on numpy's C API (so the wheel is
+//! abi3 and numpy-version independent).
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
+
+use zt::dtype::DType;
+
+/// What keeps an array's memory alive.
+pub enum Keep {
+    /// A view of a mapping owned by the source.
+    Mapped(#[allow(dead_code)] Arc<zt::Source>),
+    /// An owned buffer (decoded or copied bytes).
+    Owned(#[allow(dead_code)] Vec<u8>),
+}
+
+/// Array memory plus its numpy description.
+#[pyclass(frozen, module = "zt._zt")]
+pub struct ArrayView {
+    _keep: Keep,
+    address: usize,
+    typestr: &'static str,
+    shape: Vec<u64>,
+    /// Byte strides; `None` for C order.
+    strides: Option<Vec<i64>>,
+    readonly: bool,
+}
+
+/// The numpy typestr of the scalar numpy holds a dtype in. ML float types
+/// are exposed as same-width unsigned integers and re-viewed in Python as
+/// `ml_dtypes` types.
+pub fn typestr(dtype: DType) -> &'static str {
+    match dtype {
+        DType::F64 => "<f8",
+        DType::F32 => "<f4",
+        DType::F16 => "<f2",
+        DType::BF16 => "<u2",
+        DType::I64 => "<i8",
+        DType::I32 => "<i4",
+        DType::I16 => "<i2",
+        DType::I8 => "|i1",
+        DType::U64 => "<u8",
+        DType::U32 => "<u4",
+        DType::U16 => "<u2",
+        DType::Bool => "|b1",
+        DType::Complex64 => "<c8",
+        DType::Complex128 => "<c16",
+        _ => "|u1",
+    }
+}
+
+impl ArrayView {
+    /// Describe `part`'s bytes for numpy.
+    pub fn for_part(
+        source: Arc<zt::Source>,
+        part: &zt::PartRef<'_>,
+        copy: bool,
+    ) -> zt::Result<Self> {
+        let dtype = part.dtype();
+        // Sub-byte packed types: hand out the raw bytes; Python unpacks them.
+        let Some(size) = dtype.size() else {
+            let bytes = part.bytes()?;
+            return Ok(Self::from_bytes(
+                source,
+                bytes,
+                copy,
+                vec![part.nbytes()],
+                None,
+                "|u1",
+            ));
+        };
+        let byte_strides =
+            |strides: Vec<i64>| strides.into_iter().map(|s| s * size as i64).collect();
+        if !copy && part.caps().map {
+            let bytes = part.map()?;
+            let strides = (!part.is_contiguous()).then(|| byte_strides(part.strides()));
+            return Ok(ArrayView {
+                address: bytes.as_ptr() as usize,
+                _keep: Keep::Mapped(source),
+                typestr: typestr(dtype),
+                shape: part.shape().to_vec(),
+                strides,
+                readonly: true,
+            });
+        }
+        if copy {
+            // A copy is always C order and writable.
+            let bytes = part.bytes()?.into_owned();
+            return Ok(Self::owned(
+                bytes,
+                typestr(dtype),
+                part.shape().to_vec(),
+                None,
+            ));
+        }
+        // Not mappable (decoded, unaligned, positional): owned storage bytes
+        // with the stored strides, so no materialization happens twice.
+        let storage = part.storage_bytes()?.into_owned();
+        let strides = (!part.is_contiguous()).then(|| byte_strides(part.strides()));
+        Ok(Self::owned(
+            storage,
+            typestr(dtype),
+            part.shape().to_vec(),
+            strides,
+        ))
+    }
+
+    fn from_bytes(
+        source: Arc<zt::Source>,
+        bytes: Cow<'_, [u8]>,
+        copy: bool,
+        shape: Vec<u64>,
+        strides: Option<Vec<i64>>,
+        typestr: &'static str,
+    ) -> Self {
+        match bytes {
+            Cow::Borrowed(b) if !copy => ArrayView {
+                address: b.as_ptr() as usize,
+                _keep: Keep::Mapped(source),
+                typestr,
+                shape,
+                strides,
+                readonly: true,
+            },
+            other => Self::owned(other.into_owned(), typestr, shape, strides),
+        }
+    }
+
+    fn owned(
+        bytes: Vec<u8>,
+        typestr: &'static str,
+        shape: Vec<u64>,
+        strides: Option<Vec<i64>>,
+    ) -> Self {
+        ArrayView {
+            address: bytes.as_ptr() as usize,
+            _keep: Keep::Owned(bytes),
+            typestr,
+            shape,
+            strides,
+            readonly: false,
+        }
+    }
+}
+
+#[pymethods]
+impl ArrayView {
+    /// numpy's array interface, version 3.
+    #[getter]
+    fn __array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let dict = PyDict::new(py);
+        dict.set_item("version", 3)?;
+        dict.set_item("shape", PyTuple::new(py, &self.shape)?)?;
+        dict.set_item("typestr", self.typestr)?;
+        dict.set_item("data", (self.address, self.readonly))?;
+        match &self.strides {
+            Some(s) => dict.set_item("strides", PyTuple::new(py, s)?)?,
+            None => dict.set_item("strides", py.None())?,
+        }
+        Ok(dict)
+    }
+
+    /// True if the memory is a read-only view of a mapped file.
+    #[getter]
+    fn readonly(&self) -> bool {
+        self.readonly
+    }
+}

@@ -1,0 +1,301 @@
+//! The native `Source` and `Tensor` classes.
+
+use std::sync::{Arc, RwLock};
+
+use pyo3::exceptions::{PyKeyError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyTuple};
+
+use crate::array::ArrayView;
+use crate::{attributes_to_py, to_py_err};
+
+/// An opened set of tensor files. `close()` drops this handle's reference;
+/// arrays and tensors handed out keep the mapping alive until they go.
+#[pyclass(frozen, module = "zt._zt")]
+pub struct Source {
+    inner: RwLock<Option<Arc<zt::Source>>>,
+}
+
+impl Source {
+    pub fn new(source: zt::Source) -> Self {
+        Source {
+            inner: RwLock::new(Some(Arc::new(source))),
+        }
+    }
+
+    fn get(&self) -> PyResult<Arc<zt::Source>> {
+        let guard = self.inner.read().unwrap_or_else(|e| e.into_inner());
+        guard
+            .clone()
+            .ok_or_else(|| PyValueError::new_err("the source is closed"))
+    }
+}
+
+#[pymethods]
+impl Source {
+    /// Tensor names in file order.
+    fn names(&self) -> PyResult<Vec<String>> {
+        Ok(self.get()?.names().map(str::to_owned).collect())
+    }
+
+    fn __len__(&self) -> PyResult<usize> {
+        Ok(self.get()?.len())
+    }
+
+    fn __contains__(&self, name: &str) -> PyResult<bool> {
+        Ok(self.get()?.position(name).is_some())
+    }
+
+    /// The tensor called `name` (KeyError if absent).
+    fn tensor(&self, name: &str) -> PyResult<Tensor> {
+        let source = self.get()?;
+        let index = source
+            .position(name)
+            .ok_or_else(|| PyKeyError::new_err(name.to_string()))?;
+        Ok(Tensor {
+            source,
+            index,
+            part: None,
+        })
+    }
+
+    /// The detected format.
+    #[getter]
+    fn format(&self) -> PyResult<&'static str> {
+        Ok(self.get()?.format())
+    }
+
+    /// The files this source reads.
+    #[getter]
+    fn files(&self) -> PyResult<Vec<String>> {
+        Ok(self
+            .get()?
+            .files()
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect())
+    }
+
+    /// File-level attributes.
+    #[getter]
+    fn attributes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        attributes_to_py(py, self.get()?.attributes())
+    }
+
+    /// Total payload bytes.
+    #[getter]
+    fn nbytes(&self) -> PyResult<u64> {
+        Ok(self.get()?.total_bytes())
+    }
+
+    /// True once `close()` was called.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.inner
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_none()
+    }
+
+    /// Drop this handle's reference to the files.
+    fn close(&self) {
+        self.inner.write().unwrap_or_else(|e| e.into_inner()).take();
+    }
+}
+
+/// One tensor, or one part of a multi-part tensor.
+#[pyclass(frozen, module = "zt._zt")]
+pub struct Tensor {
+    source: Arc<zt::Source>,
+    index: usize,
+    /// `None`: the tensor itself (resolves to its only part when it has one).
+    part: Option<usize>,
+}
+
+impl Tensor {
+    fn tensor(&self) -> zt::Tensor<'_> {
+        self.source
+            .tensor_at(self.index)
+            .expect("index from the same source")
+    }
+
+    /// The part this handle reads: the chosen one, or the only one.
+    pub(crate) fn part_ref(&self) -> PyResult<zt::PartRef<'_>> {
+        let tensor = self.tensor();
+        match self.part {
+            Some(i) => Ok(tensor
+                .parts()
+                .nth(i)
+                .expect("part index from the same object")),
+            None => tensor.data().map_err(to_py_err),
+        }
+    }
+
+    pub(crate) fn source(&self) -> &Arc<zt::Source> {
+        &self.source
+    }
+}
+
+#[pymethods]
+impl Tensor {
+    /// Tensor name.
+    #[getter]
+    fn name(&self) -> &str {
+        self.tensor().name()
+    }
+
+    /// Shape as a tuple (the part's shape for a part handle).
+    #[getter]
+    fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        let shape = match self.part {
+            Some(_) => self.part_ref()?.shape(),
+            None => self.tensor().shape(),
+        };
+        PyTuple::new(py, shape)
+    }
+
+    /// Element type name (`"f32"`, `"bf16"`, ...).
+    #[getter]
+    fn dtype(&self) -> PyResult<&'static str> {
+        Ok(self.part_ref()?.dtype().name())
+    }
+
+    /// Layout (`"dense"` or a profile id).
+    #[getter]
+    fn layout(&self) -> &str {
+        self.tensor().layout()
+    }
+
+    /// Part names.
+    #[getter]
+    fn parts(&self) -> Vec<String> {
+        self.tensor().parts().map(|p| p.name().to_owned()).collect()
+    }
+
+    /// Payload bytes (all parts for a tensor handle).
+    #[getter]
+    fn nbytes(&self) -> PyResult<u64> {
+        Ok(match self.part {
+            Some(_) => self.part_ref()?.nbytes(),
+            None => self.tensor().nbytes(),
+        })
+    }
+
+    /// Element strides over the stored bytes.
+    #[getter]
+    fn strides(&self) -> PyResult<Vec<i64>> {
+        Ok(self.part_ref()?.strides())
+    }
+
+    /// Per-tensor attributes.
+    #[getter]
+    fn attributes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        attributes_to_py(py, self.tensor().attributes())
+    }
+
+    /// Capabilities as a dict: map, locate, evict, verify, alignment.
+    #[getter]
+    fn caps<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let caps = self.part_ref()?.caps();
+        let dict = PyDict::new(py);
+        dict.set_item("map", caps.map)?;
+        dict.set_item("locate", caps.locate)?;
+        dict.set_item("evict", caps.evict)?;
+        dict.set_item("verify", caps.verify)?;
+        dict.set_item("alignment", caps.alignment)?;
+        Ok(dict)
+    }
+
+    /// `(path, offset, nbytes)` of the raw bytes, or None when decoded.
+    #[getter]
+    fn location(&self) -> PyResult<Option<(String, u64, u64)>> {
+        Ok(self
+            .part_ref()?
+            .locate()
+            .map(|l| (l.path.display().to_string(), l.offset, l.nbytes)))
+    }
+
+    /// A handle on one part of a multi-part tensor.
+    fn part(&self, name: &str) -> PyResult<Tensor> {
+        let index = self
+            .tensor()
+            .parts()
+            .position(|p| p.name() == name)
+            .ok_or_else(|| PyKeyError::new_err(format!("no part {name:?}")))?;
+        Ok(Tensor {
+            source: Arc::clone(&self.source),
+            index: self.index,
+            part: Some(index),
+        })
+    }
+
+    /// The elements in C order as bytes.
+    fn tobytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        let part = self.part_ref()?;
+        let bytes = py.detach(|| part.bytes()).map_err(to_py_err)?;
+        Ok(PyBytes::new(py, &bytes))
+    }
+
+    /// Ask the kernel to read the bytes ahead.
+    fn prefetch(&self, py: Python<'_>) -> PyResult<()> {
+        let part = self.part_ref()?;
+        py.detach(|| part.prefetch()).map_err(to_py_err)
+    }
+
+    /// Drop the tensor's own pages from memory; returns the bytes dropped.
+    fn evict(&self, py: Python<'_>) -> PyResult<u64> {
+        let part = self.part_ref()?;
+        py.detach(|| part.evict()).map_err(to_py_err)
+    }
+
+    /// An object exposing `__array_interface__` over the bytes: a read-only
+    /// view of the mapping when possible and `copy` is false, an owned
+    /// buffer otherwise (C order when `copy` is true). Sub-byte packed types
+    /// come back as their raw bytes.
+    #[pyo3(signature = (copy = false))]
+    fn _array(&self, py: Python<'_>, copy: bool) -> PyResult<ArrayView> {
+        let part = self.part_ref()?;
+        py.detach(|| ArrayView::for_part(Arc::clone(&self.source), &part, copy))
+            .map_err(to_py_err)
+    }
+
+    /// `(address, length)` of the mapping that holds this tensor, for tests
+    /// that check a view really points into it.
+    fn _mapping(&self) -> PyResult<Option<(usize, usize)>> {
+        Ok(match self.part_ref()?.payload() {
+            zt::Payload::Stored { store, .. } => store.mapping(),
+            zt::Payload::Decoded { .. } => None,
+        })
+    }
+
+    #[pyo3(signature = (*, stream = None, max_version = None, dl_device = None, copy = None))]
+    fn __dlpack__<'py>(
+        &self,
+        py: Python<'py>,
+        stream: Option<Bound<'py, PyAny>>,
+        max_version: Option<(u32, u32)>,
+        dl_device: Option<(i32, i32)>,
+        copy: Option<bool>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let _ = stream; // CPU only: there is no stream to synchronise with.
+        crate::dlpack::export(py, self, max_version, dl_device, copy)
+    }
+
+    fn __dlpack_device__(&self) -> (i32, i32) {
+        (crate::dlpack::DEVICE_CPU, 0)
+    }
+
+    fn __repr__(&self) -> PyResult<String> {
+        let part = self.part_ref();
+        let dtype = part
+            .as_ref()
+            .map(|p| p.dtype().name())
+            .unwrap_or("multi-part");
+        Ok(format!(
+            "Tensor({:?}, {} {:?})",
+            self.tensor().name(),
+            dtype,
+            self.tensor().shape()
+        ))
+    }
+}

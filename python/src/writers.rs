@@ -1,0 +1,106 @@
+//! Writers called by `zt.numpy.save_file` and friends.
+//!
+//! The Python side hands over each array as `(name, dtype, shape, address,
+//! nbytes)`, where the address is a C-contiguous numpy buffer that the
+//! caller keeps alive for the duration of the call. That lets the write
+//! run without the GIL and without copying every tensor into `bytes` first.
+
+use std::path::PathBuf;
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+use zt::dtype::DType;
+use zt::TensorIn;
+
+use crate::to_py_err;
+
+/// One array as the Python wrapper describes it.
+type RawTensor = (String, String, Vec<u64>, usize, usize);
+
+/// Validated descriptions whose data slices borrow the caller's buffers.
+struct Borrowed {
+    names: Vec<String>,
+    dtypes: Vec<DType>,
+    shapes: Vec<Vec<u64>>,
+    spans: Vec<(usize, usize)>,
+}
+
+impl Borrowed {
+    fn new(tensors: Vec<RawTensor>) -> PyResult<Self> {
+        let mut out = Borrowed {
+            names: Vec::new(),
+            dtypes: Vec::new(),
+            shapes: Vec::new(),
+            spans: Vec::new(),
+        };
+        for (name, dtype, shape, address, nbytes) in tensors {
+            let dtype = DType::from_name(&dtype).ok_or_else(|| {
+                PyValueError::new_err(format!("unknown dtype {dtype:?} for {name:?}"))
+            })?;
+            if address == 0 && nbytes != 0 {
+                return Err(PyValueError::new_err(format!("null buffer for {name:?}")));
+            }
+            out.names.push(name);
+            out.dtypes.push(dtype);
+            out.shapes.push(shape);
+            out.spans.push((address, nbytes));
+        }
+        Ok(out)
+    }
+
+    /// The tensors as `TensorIn`s.
+    ///
+    /// SAFETY (upheld by the caller, `zt/_write.py`): every address points to
+    /// `nbytes` readable bytes of a numpy array that stays alive, and is not
+    /// resized, until the write returns.
+    fn tensors(&self) -> Vec<TensorIn<'_>> {
+        (0..self.names.len())
+            .map(|i| {
+                let (address, nbytes) = self.spans[i];
+                let data: &[u8] = if nbytes == 0 {
+                    &[]
+                } else {
+                    // SAFETY: see the method documentation.
+                    unsafe { std::slice::from_raw_parts(address as *const u8, nbytes) }
+                };
+                TensorIn {
+                    name: &self.names[i],
+                    dtype: self.dtypes[i],
+                    shape: &self.shapes[i],
+                    data,
+                }
+            })
+            .collect()
+    }
+}
+
+/// Write a safetensors file; returns the bytes written.
+#[pyfunction]
+#[pyo3(signature = (path, tensors, metadata = Vec::new()))]
+pub fn write_safetensors(
+    py: Python<'_>,
+    path: PathBuf,
+    tensors: Vec<RawTensor>,
+    metadata: Vec<(String, String)>,
+) -> PyResult<u64> {
+    let borrowed = Borrowed::new(tensors)?;
+    py.detach(|| zt::formats::safetensors::write(&path, &borrowed.tensors(), &metadata))
+        .map_err(to_py_err)
+}
+
+/// Write one array as `.npy`; returns the bytes written.
+#[pyfunction]
+pub fn write_npy(py: Python<'_>, path: PathBuf, tensor: RawTensor) -> PyResult<u64> {
+    let borrowed = Borrowed::new(vec![tensor])?;
+    py.detach(|| zt::formats::npy::write_npy(&path, &borrowed.tensors()[0]))
+        .map_err(to_py_err)
+}
+
+/// Write arrays as an uncompressed `.npz`; returns the bytes written.
+#[pyfunction]
+pub fn write_npz(py: Python<'_>, path: PathBuf, tensors: Vec<RawTensor>) -> PyResult<u64> {
+    let borrowed = Borrowed::new(tensors)?;
+    py.detach(|| zt::formats::npy::write_npz(&path, &borrowed.tensors()))
+        .map_err(to_py_err)
+}

@@ -1,0 +1,116 @@
+"""zt: every tensor file format through one memory-mapped API.
+
+>>> import zt
+>>> with zt.open("model.safetensors") as src:          # doctest: +SKIP
+...     w = src["embed.weight"].numpy()                 # zero-copy, read-only
+
+``zt.open`` reads safetensors, NumPy ``.npy``/``.npz`` (and, as their readers
+land, PyTorch, GGUF, ONNX, HDF5 and ``.zt``). Tensors are views of the
+memory-mapped file where the bytes allow it, decoded on demand where they do
+not; ``Tensor.caps`` says which.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from typing import Any, Union
+
+from . import _zt
+from ._tensor import Tensor
+from ._zt import FormatError, page_size
+
+__all__ = ["FormatError", "Source", "Tensor", "detect", "open", "page_size", "numpy", "torch"]
+__version__ = _zt.__version__
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+class Source(Mapping):
+    """Opened tensor files: a read-only mapping from name to :class:`Tensor`.
+
+    Use it as a context manager or call :meth:`close`. Arrays taken from it
+    stay valid after it is closed: they keep the file mapping alive.
+    """
+
+    def __init__(self, native: _zt.Source):
+        self._native = native
+
+    def __getitem__(self, name: str) -> Tensor:
+        return Tensor(self._native.tensor(name))
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._native.names())
+
+    def __len__(self) -> int:
+        return len(self._native)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name in self._native
+
+    def keys(self):  # noqa: D102 - Mapping.keys, kept in file order
+        return self._native.names()
+
+    @property
+    def format(self) -> str:
+        """The detected format: ``"safetensors"``, ``"npz"``, ... or ``"mixed"``."""
+        return self._native.format
+
+    @property
+    def files(self) -> list[str]:
+        """The files this source reads."""
+        return self._native.files
+
+    @property
+    def attributes(self) -> dict[str, Any]:
+        """File-level metadata (safetensors ``__metadata__``, GGUF KV, ...)."""
+        return self._native.attributes
+
+    @property
+    def nbytes(self) -> int:
+        """Total payload bytes of every tensor."""
+        return self._native.nbytes
+
+    @property
+    def closed(self) -> bool:
+        return self._native.closed
+
+    def close(self) -> None:
+        """Release this handle. Arrays already taken remain valid."""
+        self._native.close()
+
+    def __enter__(self) -> "Source":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        if self.closed:
+            return "<zt.Source closed>"
+        return f"<zt.Source {self.format} {len(self)} tensors from {self.files}>"
+
+
+def open(paths: PathLike | list[PathLike], *, map: bool = True, limits: dict | None = None) -> Source:  # noqa: A001
+    """Open a tensor file, several files as one source, or a shard index.
+
+    ``paths`` may be one path, a list of paths (a name found in two files is
+    an error), or a Hugging Face ``*.index.json``. ``map=False`` reads with
+    positional I/O instead of memory-mapping. ``limits`` overrides fields of
+    the resource limits (``header_bytes``, ``tensors``, ``rank``,
+    ``decoded_bytes``, ``total_decoded_bytes``, ...).
+    """
+    if isinstance(paths, (str, bytes, os.PathLike)):
+        paths = [paths]
+    return Source(_zt.open([os.fspath(p) for p in paths], map, limits))
+
+
+def detect(path: PathLike) -> str:
+    """The format of a file, recognised by its structure: one of
+    ``"safetensors"``, ``"pt"``, ``"gguf"``, ``"npy"``, ``"npz"``,
+    ``"onnx"``, ``"h5"``, ``"zt"``."""
+    return _zt.detect(os.fspath(path))
+
+
+from . import numpy  # noqa: E402  (submodules use the names above)
+from . import torch  # noqa: E402

@@ -1,0 +1,118 @@
+"""The Python face of a tensor: numpy, DLPack and byte access."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from . import _zt
+
+# dtypes numpy has no builtin for; the native side hands out same-width
+# unsigned integers, re-viewed here as the ml_dtypes type.
+_ML_DTYPES = {
+    "bf16": ml_dtypes.bfloat16,
+    "f8_e4m3fn": ml_dtypes.float8_e4m3fn,
+    "f8_e5m2": ml_dtypes.float8_e5m2,
+    "f8_e4m3fnuz": ml_dtypes.float8_e4m3fnuz,
+    "f8_e5m2fnuz": ml_dtypes.float8_e5m2fnuz,
+    "f8_e8m0": ml_dtypes.float8_e8m0fnu,
+}
+
+
+def numpy_dtype(name: str) -> np.dtype:
+    """The numpy dtype zt uses for a zt dtype name."""
+    if name in _ML_DTYPES:
+        return np.dtype(_ML_DTYPES[name])
+    if name == "f4_e2m1":
+        return np.dtype(ml_dtypes.float4_e2m1fn)
+    return np.dtype(
+        {
+            "f64": "<f8", "f32": "<f4", "f16": "<f2",
+            "i64": "<i8", "i32": "<i4", "i16": "<i2", "i8": "i1",
+            "u64": "<u8", "u32": "<u4", "u16": "<u2", "u8": "u1",
+            "bool": "?", "complex64": "<c8", "complex128": "<c16",
+        }.get(name, "u1")
+    )
+
+
+def _unpack_f4(packed: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """Two fp4 codes per byte, low nibble first -> one ml_dtypes fp4 per byte."""
+    count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    codes = np.empty(packed.size * 2, dtype=np.uint8)
+    codes[0::2] = packed & 0x0F
+    codes[1::2] = packed >> 4
+    return codes[:count].view(ml_dtypes.float4_e2m1fn).reshape(shape)
+
+
+class Tensor:
+    """One tensor (or one part of a multi-part tensor) of a :class:`zt.Source`."""
+
+    __slots__ = ("_native",)
+
+    def __init__(self, native: _zt.Tensor):
+        self._native = native
+
+    name = property(lambda self: self._native.name, doc="Tensor name.")
+    shape = property(lambda self: tuple(self._native.shape), doc="Shape as a tuple.")
+    dtype = property(lambda self: self._native.dtype, doc='Element type name ("f32", "bf16", ...).')
+    layout = property(lambda self: self._native.layout, doc='"dense" or a profile id.')
+    parts = property(lambda self: self._native.parts, doc="Part names.")
+    nbytes = property(lambda self: self._native.nbytes, doc="Payload bytes.")
+    caps = property(lambda self: self._native.caps, doc="Capabilities: map, locate, evict, verify, alignment.")
+    location = property(lambda self: self._native.location, doc="(path, offset, nbytes) or None.")
+    attributes = property(lambda self: self._native.attributes, doc="Per-tensor attributes.")
+    strides = property(lambda self: tuple(self._native.strides), doc="Element strides over the stored bytes.")
+
+    def part(self, name: str) -> "Tensor":
+        """One part of a multi-part tensor."""
+        return Tensor(self._native.part(name))
+
+    def numpy(self, copy: bool = False) -> np.ndarray:
+        """The tensor as a numpy array.
+
+        ``copy=False``: a read-only view of the mapped file when the bytes are
+        stored raw and aligned (``caps["map"]``), otherwise a decoded array.
+        ``copy=True``: always a fresh, writable, C-ordered array.
+        """
+        view = self._native._array(copy)
+        arr = np.asarray(view)
+        name = self._native.dtype
+        if name in _ML_DTYPES:
+            arr = arr.view(_ML_DTYPES[name])
+        elif name == "f4_e2m1":
+            arr = _unpack_f4(arr, self.shape)
+        return arr
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        arr = self.numpy(copy=bool(copy))
+        if dtype is not None and np.dtype(dtype) != arr.dtype:
+            arr = arr.astype(dtype)
+        return arr
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        return self._native.__dlpack__(stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return self._native.__dlpack_device__()
+
+    def tobytes(self) -> bytes:
+        """The elements in C order as bytes."""
+        return self._native.tobytes()
+
+    def prefetch(self) -> None:
+        """Ask the kernel to read this tensor's pages ahead."""
+        self._native.prefetch()
+
+    def evict(self) -> int:
+        """Drop this tensor's own pages from memory; returns bytes dropped."""
+        return self._native.evict()
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a rank-0 tensor")
+        return self.shape[0]
+
+    def __repr__(self) -> str:
+        return f"<zt.Tensor {self.name!r} {self.dtype} {list(self.shape)} {self.layout}>"

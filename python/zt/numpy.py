@@ -1,0 +1,33 @@
+"""safetensors-shaped helpers over numpy arrays.
+
+>>> zt.numpy.save_file({"w": np.ones((2, 2), np.float32)}, "m.safetensors")  # doctest: +SKIP
+>>> zt.numpy.load_file("m.safetensors")["w"]                                  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+
+from . import _write
+
+
+def load_file(path, copy: bool = False) -> dict[str, np.ndarray]:
+    """Every tensor of a file (any readable format) as numpy arrays.
+
+    ``copy=False`` returns read-only views of the mapped file where the
+    bytes allow it; ``copy=True`` returns independent writable arrays.
+    """
+    import zt
+
+    with zt.open(path) as source:
+        return {name: source[name].numpy(copy=copy) for name in source}
+
+
+def save_file(tensors: Mapping[str, np.ndarray], path, metadata: Mapping[str, str] | None = None) -> int:
+    """Write arrays to ``path``; the extension picks the format
+    (``.safetensors``, ``.npz``, or ``.npy`` for a single array).
+    ``metadata`` (str -> str) is stored by safetensors only. The file is
+    written beside ``path`` and renamed into place. Returns bytes written."""
+    return _write.save(tensors, path, metadata)

@@ -1,0 +1,61 @@
+"""safetensors-shaped helpers over torch tensors. torch is imported lazily:
+the zt package does not depend on it."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Mapping
+
+import numpy as np
+
+from . import _write
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError as e:  # pragma: no cover - exercised only without torch
+        raise ImportError("zt.torch needs PyTorch installed") from e
+    return torch
+
+
+def _to_torch(torch, arr: np.ndarray):
+    """numpy (incl. ml_dtypes) -> torch without copying where possible."""
+    special = {"bfloat16": torch.bfloat16, "float8_e4m3fn": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2}
+    name = arr.dtype.name
+    with warnings.catch_warnings():
+        # Read-only views of a mapping: torch warns that it cannot mark them read-only.
+        warnings.simplefilter("ignore", UserWarning)
+        if name in special:
+            width = {1: np.uint8, 2: np.int16}[arr.dtype.itemsize]
+            return torch.from_numpy(arr.view(width)).view(special[name])
+        return torch.from_numpy(arr)
+
+
+def load_file(path, device: str = "cpu", copy: bool = True) -> dict:
+    """Every tensor of a file as torch tensors. ``copy=False`` shares the
+    read-only mapping (writing to such a tensor is an error)."""
+    import zt
+
+    torch = _torch()
+    with zt.open(path) as source:
+        out = {name: _to_torch(torch, source[name].numpy(copy=copy)) for name in source}
+    return {k: v.to(device) for k, v in out.items()} if device != "cpu" else out
+
+
+def save_file(tensors: Mapping[str, object], path, metadata: Mapping[str, str] | None = None) -> int:
+    """Write torch tensors; the extension picks the format."""
+    torch = _torch()
+    import ml_dtypes
+
+    special = {torch.bfloat16: ml_dtypes.bfloat16, torch.float8_e4m3fn: ml_dtypes.float8_e4m3fn,
+               torch.float8_e5m2: ml_dtypes.float8_e5m2}
+    arrays = {}
+    for name, t in tensors.items():
+        t = t.detach().cpu().contiguous()
+        if t.dtype in special:
+            width = {1: torch.uint8, 2: torch.int16}[t.element_size()]
+            arrays[name] = t.view(width).numpy().view(special[t.dtype])
+        else:
+            arrays[name] = t.numpy()
+    return _write.save(arrays, path, metadata)

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Run every test: formatting and lints, the Rust tests (unit, integration,
+# doc), and the Python tests (which compare zt against the reference
+# libraries and run the README's examples). Sets up first if needed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+export PATH="$(pwd)/.venv/bin:$PATH"
+
+echo "==> cargo fmt / clippy"
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+echo "==> ruff"
+ruff check python/zt tests harness
+echo "==> cargo test"
+cargo test --workspace --quiet
+echo "==> pytest"
+python -m pytest -q tests

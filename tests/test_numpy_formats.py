@@ -1,0 +1,179 @@
+""".npy and .npz files written by numpy itself, read back through zt and
+compared bit for bit."""
+
+from __future__ import annotations
+
+import io
+import zipfile
+
+import numpy as np
+import pytest
+
+import zt
+
+RNG = np.random.default_rng(1)
+
+DTYPES = ["<f8", "<f4", "<f2", "<i8", "<i4", "<i2", "|i1", "<u8", "<u4", "<u2", "|u1", "|b1", "<c8", "<c16"]
+ZT_NAMES = {
+    "f8": "f64", "f4": "f32", "f2": "f16", "i8": "i64", "i4": "i32", "i2": "i16", "i1": "i8",
+    "u8": "u64", "u4": "u32", "u2": "u16", "u1": "u8", "b1": "bool", "c8": "complex64", "c16": "complex128",
+}
+
+
+def sample(dtype: str, shape) -> np.ndarray:
+    dt = np.dtype(dtype)
+    if dt.kind == "b":
+        return RNG.integers(0, 2, size=shape).astype(dt)
+    if dt.kind in "iu":
+        info = np.iinfo(dt)
+        return RNG.integers(info.min, info.max, size=shape, endpoint=True, dtype=dt.newbyteorder("=")).astype(dt)
+    if dt.kind == "c":
+        return (RNG.standard_normal(shape) + 1j * RNG.standard_normal(shape)).astype(dt)
+    return RNG.standard_normal(shape).astype(dt)
+
+
+def assert_same(t: zt.Tensor, want: np.ndarray) -> None:
+    got = t.numpy()
+    assert got.shape == want.shape
+    little = want.dtype.newbyteorder("<") if want.dtype.byteorder == ">" else want.dtype
+    assert got.dtype == little
+    np.testing.assert_array_equal(got, want)
+    assert t.tobytes() == np.ascontiguousarray(want).astype(want.dtype.newbyteorder("<")).tobytes()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(3, 4), (), (0,), (2, 3, 5)])
+def test_npy_every_dtype(tmp, dtype, shape):
+    want = sample(dtype, shape)
+    path = tmp / "a.npy"
+    np.save(path, want)
+    assert zt.detect(path) == "npy"
+    with zt.open(path) as src:
+        (t,) = src.values()
+        assert t.dtype == ZT_NAMES[dtype[1:]]
+        assert_same(t, want)
+
+
+@pytest.mark.parametrize("version", [(1, 0), (2, 0), (3, 0)])
+def test_npy_format_versions(tmp, version):
+    want = sample("<f4", (7, 3))
+    path = tmp / "v.npy"
+    with open(path, "wb") as f:
+        np.lib.format.write_array(f, want, version=version)
+    with zt.open(path) as src:
+        assert_same(src["v"], want)
+
+
+def test_npy_fortran_order_has_strides_not_transposed_data(tmp):
+    want = np.asfortranarray(sample("<f4", (3, 5)))
+    path = tmp / "f.npy"
+    np.save(path, want)
+    with zt.open(path) as src:
+        t = src["f"]
+        got = t.numpy()
+        np.testing.assert_array_equal(got, want)
+        assert got.flags.f_contiguous and not got.flags.c_contiguous
+        assert t.caps["map"]  # still zero-copy: the strides describe the stored order
+        assert t.tobytes() == np.ascontiguousarray(want).tobytes()  # C order on request
+        assert t.numpy(copy=True).flags.c_contiguous
+
+
+@pytest.mark.parametrize("dtype", [">f4", ">i8", ">c16", ">u2"])
+def test_npy_big_endian_is_swapped_never_mapped(tmp, dtype):
+    want = sample(dtype, (4, 3))
+    path = tmp / "be.npy"
+    np.save(path, want)
+    with zt.open(path) as src:
+        t = src["be"]
+        assert t.caps["map"] is False
+        np.testing.assert_array_equal(t.numpy(), want)
+        assert t.numpy().dtype.byteorder in "<="
+
+
+def test_npy_big_endian_fortran(tmp):
+    want = np.asfortranarray(sample(">f8", (3, 4)))
+    path = tmp / "bf.npy"
+    np.save(path, want)
+    with zt.open(path) as src:
+        np.testing.assert_array_equal(src["bf"].numpy(), want)
+        np.testing.assert_array_equal(np.frombuffer(src["bf"].tobytes(), "<f8").reshape(3, 4), want)
+
+
+def test_object_arrays_are_refused(tmp):
+    path = tmp / "o.npy"
+    np.save(path, np.array([{"a": 1}, None], dtype=object), allow_pickle=True)
+    with pytest.raises(zt.FormatError, match="dtype"):
+        zt.open(path)
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+def test_npz_stored_and_deflated(tmp, compressed):
+    arrays = {f"x{d[1:]}": sample(d, (5, 6)) for d in DTYPES}
+    arrays["scalar"] = sample("<f8", ())
+    arrays["empty"] = sample("<i4", (0, 3))
+    arrays["fortran"] = np.asfortranarray(sample("<f4", (4, 6)))
+    arrays["bigendian"] = sample(">i4", (3,))
+    arrays["nested/name"] = sample("<u2", (2,))
+    path = tmp / "a.npz"
+    (np.savez_compressed if compressed else np.savez)(path, **arrays)
+    assert zt.detect(path) == "npz"
+    reference = np.load(path)
+    with zt.open(path) as src:
+        assert sorted(src) == sorted(reference.files)
+        for name, want in arrays.items():
+            t = src[name]
+            np.testing.assert_array_equal(t.numpy(), reference[name])
+            if compressed:
+                assert t.caps["map"] is False and t.location is None
+    ours = zt.numpy.load_file(path)
+    for name in arrays:
+        np.testing.assert_array_equal(ours[name], reference[name])
+
+
+def test_npz_positional_names(tmp):
+    path = tmp / "p.npz"
+    np.savez(path, np.arange(3), np.ones((2, 2)))
+    with zt.open(path) as src:
+        assert sorted(src) == ["arr_0", "arr_1"]
+
+
+def test_npz_large_member_zip64(tmp):
+    # numpy forces zip64 local headers on every member; a 5 MiB member
+    # exercises the extra-field path with real sizes.
+    want = sample("<f4", (1280, 1024))
+    path = tmp / "big.npz"
+    np.savez(path, big=want)
+    with zt.open(path) as src:
+        np.testing.assert_array_equal(src["big"].numpy(), want)
+
+
+def test_zt_writes_npz_and_npy_numpy_reads(tmp):
+    arrays = {"a": sample("<f4", (3, 4)), "b": sample("|b1", ()), "c": sample("<c8", (2,))}
+    zt.numpy.save_file(arrays, tmp / "o.npz")
+    ref = np.load(tmp / "o.npz")
+    for k, v in arrays.items():
+        np.testing.assert_array_equal(ref[k], v)
+        assert ref[k].dtype == v.dtype
+    zt.numpy.save_file({"x": arrays["a"]}, tmp / "o.npy")
+    np.testing.assert_array_equal(np.load(tmp / "o.npy"), arrays["a"])
+
+
+def test_deflate_bomb_fails_cleanly(tmp):
+    # A member that declares a small array but inflates to 64 MiB of zeros.
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f4", "fortran_order": False, "shape": (4,)})
+    payload = header.getvalue() + b"\0" * (64 << 20)
+    path = tmp / "bomb.npz"
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as z:
+        z.writestr("x.npy", payload)
+    with pytest.raises(zt.FormatError):
+        src = zt.open(path)
+        src["x"].numpy()
+    # And a member that honestly declares a huge size is refused by the limits.
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f4", "fortran_order": False, "shape": (16 << 20,)})
+    path2 = tmp / "huge.npz"
+    with zipfile.ZipFile(path2, "w", compression=zipfile.ZIP_DEFLATED) as z:
+        z.writestr("x.npy", header.getvalue() + b"\0" * (64 << 20))
+    with pytest.raises(zt.FormatError, match="limit"):
+        zt.open(path2, limits={"decoded_bytes": 1 << 20})

@@ -1,0 +1,92 @@
+"""The README's Python and shell examples, run as written; and the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+
+import numpy as np
+import pytest
+import safetensors.numpy
+
+from conftest import ROOT
+
+
+def blocks(lang: str) -> list[str]:
+    text = (ROOT / "README.md").read_text()
+    return re.findall(rf"```{lang}\n(.*?)```", text, flags=re.S)
+
+
+def test_readme_python_and_shell_examples(tmp, zt_cli, monkeypatch):
+    monkeypatch.chdir(tmp)
+    python = blocks("python")
+    assert python, "README has no Python example"
+    for code in python:
+        exec(compile(code, "README.md", "exec"), {"__name__": "readme"})
+    shell = [b for b in blocks("sh") if "zt " in b and "scripts/" not in b]
+    assert shell, "README has no CLI example"
+    for block in shell:
+        for line in block.splitlines():
+            command = line.split("#", 1)[0].strip()
+            if not command:
+                continue
+            args = command.split()
+            assert args[0] == "zt"
+            out = subprocess.run([zt_cli, *args[1:]], capture_output=True, text=True)
+            assert out.returncode == 0, (command, out.stderr)
+            expected = line.split("#", 1)[1].strip() if "#" in line else ""
+            if args[1] == "detect":
+                assert out.stdout.strip() == expected
+
+
+def test_quick_start_has_exactly_two_commands():
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Quick start", 1)[1]
+    first = re.search(r"```sh\n(.*?)```", section, flags=re.S).group(1)
+    commands = [c for c in first.splitlines() if c.strip() and not c.strip().startswith("#")]
+    assert commands == ["bash scripts/demo.sh", "bash scripts/test.sh"]
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "bash scripts/test.sh" in ci
+
+
+@pytest.fixture
+def model(tmp):
+    path = tmp / "m.safetensors"
+    safetensors.numpy.save_file(
+        {"a.weight": np.zeros((2, 3), np.float32), "b": np.arange(4, dtype=np.int8)}, path, metadata={"k": "v"}
+    )
+    return path
+
+
+def run(cli, *args):
+    return subprocess.run([cli, *map(os.fspath, args)], capture_output=True, text=True)
+
+
+def test_cli_ls_table_and_json(zt_cli, model):
+    out = run(zt_cli, "ls", model)
+    assert out.returncode == 0
+    lines = out.stdout.splitlines()
+    assert lines[0].split() == ["NAME", "DTYPE", "SHAPE", "BYTES", "OFFSET"]
+    assert any(line.startswith("a.weight") and "f32" in line and "24" in line for line in lines)
+    listing = json.loads(run(zt_cli, "ls", "--json", model).stdout)
+    by_name = {t["name"]: t for t in listing}
+    assert by_name["b"]["shape"] == [4] and by_name["b"]["parts"][0]["dtype"] == "i8"
+    assert by_name["a.weight"]["parts"][0]["nbytes"] == 24
+
+
+def test_cli_info_and_detect(zt_cli, model):
+    info = json.loads(run(zt_cli, "info", "--json", model).stdout)[0]
+    assert info["format"] == "safetensors" and info["tensors"] == 2 and info["bytes"] == 28
+    assert info["attributes"] == {"k": "v"}
+    assert run(zt_cli, "detect", model).stdout.strip() == "safetensors"
+
+
+def test_cli_errors_are_clear(zt_cli, tmp):
+    bad = tmp / "bad.safetensors"
+    bad.write_bytes(b"\xff" * 64)
+    out = run(zt_cli, "ls", bad)
+    assert out.returncode == 2 and "bad.safetensors" in out.stderr
+    out = run(zt_cli, "info", tmp / "missing.npz")
+    assert out.returncode == 2 and "no such file" in out.stderr
