@@ -55,7 +55,9 @@ def digest(arr: np.ndarray) -> int:
     return acc
 
 
-def interleaved(cases: dict[str, Callable[[], object]], runs: int, warmup: int = 1, before: Callable[[], None] | None = None):
+def interleaved(
+    cases: dict[str, Callable[[], object]], runs: int, warmup: int = 1, before: Callable[[], None] | None = None
+):
     """Run every case `runs` times, alternating A B C A B C ... so machine
     drift hits all of them equally. Returns {name: [seconds, ...]} and the
     value each case returned (for correctness checks)."""
@@ -85,16 +87,14 @@ def machine() -> dict:
     """The machine a table was measured on."""
     info = {"python": platform.python_version(), "kernel": platform.release(), "cores": os.cpu_count()}
     try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                info["cpu"] = line.split(":", 1)[1].strip()
-                break
-        for line in open("/proc/meminfo"):
-            if line.startswith("MemTotal"):
-                info["memory_gib"] = round(int(line.split()[1]) / 2**20, 1)
-                break
+        cpuinfo = pathlib.Path("/proc/cpuinfo").read_text().splitlines()
+        meminfo = pathlib.Path("/proc/meminfo").read_text().splitlines()
     except OSError:
-        pass
+        return info
+    info["cpu"] = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), "unknown")
+    for line in meminfo:
+        if line.startswith("MemTotal"):
+            info["memory_gib"] = round(int(line.split()[1]) / 2**20, 1)
     return info
 
 

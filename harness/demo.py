@@ -40,8 +40,10 @@ def main() -> None:
             for name, want in model.items():
                 got = src[name].numpy()
                 assert got.dtype == want.dtype and got.shape == want.shape and got.tobytes() == want.tobytes(), name
-            print(f"zt.open({path.name}): format={src.format}, {len(src)} tensors, {src.nbytes:,} bytes, "
-                  f"{zero_copy} zero-copy, every tensor bit-exact")
+            print(
+                f"zt.open({path.name}): format={src.format}, {len(src)} tensors, {src.nbytes:,} bytes, "
+                f"{zero_copy} zero-copy, every tensor bit-exact"
+            )
 
     cli = shutil.which("zt") or os.fspath(common.ROOT / "target" / "release" / "zt")
     print(f"\n$ zt info {st_path.name}")

@@ -24,7 +24,9 @@ from . import common
 
 def make_many(path, count: int) -> None:
     rng = np.random.default_rng(0)
-    safetensors.numpy.save_file({f"layer.{i}.w": rng.standard_normal(64).astype(np.float32) for i in range(count)}, path)
+    safetensors.numpy.save_file(
+        {f"layer.{i}.w": rng.standard_normal(64).astype(np.float32) for i in range(count)}, path
+    )
 
 
 def make_big(path, size_mb: int) -> dict[str, int]:
@@ -59,12 +61,19 @@ def open_reference(path) -> int:
 
 
 def table(title: str, times: dict[str, list[float]], peer: str, nbytes: int | None) -> str:
-    rows = [f"### {title}", "", "| reader | median | IQR | " + ("GiB/s | " if nbytes else "") + f"vs {peer} |", "|---|---|---|" + ("---|" if nbytes else "") + "---|"]
+    rows = [
+        f"### {title}",
+        "",
+        "| reader | median | IQR | " + ("GiB/s | " if nbytes else "") + f"vs {peer} |",
+        "|---|---|---|" + ("---|" if nbytes else "") + "---|",
+    ]
     peer_median = common.summary(times[peer])[0]
     for name, samples in times.items():
         med, q1, q3 = common.summary(samples)
         rate = f"{nbytes / med / 2**30:.2f} | " if nbytes else ""
-        rows.append(f"| {name} | {common.fmt_time(med)} | {common.fmt_time(q1)} – {common.fmt_time(q3)} | {rate}{peer_median / med:.2f}× |")
+        rows.append(
+            f"| {name} | {common.fmt_time(med)} | {common.fmt_time(q1)} – {common.fmt_time(q3)} | {rate}{peer_median / med:.2f}× |"
+        )
     return "\n".join(rows) + "\n"
 
 
@@ -76,7 +85,9 @@ def run(tensors: int, size_mb: int, runs: int, cold: bool = True, stem: str | No
     want = make_big(big, size_mb)
     nbytes = big.stat().st_size
 
-    open_times, values = common.interleaved({"zt.open": lambda: open_zt(many), "safetensors.safe_open": lambda: open_reference(many)}, runs)
+    open_times, values = common.interleaved(
+        {"zt.open": lambda: open_zt(many), "safetensors.safe_open": lambda: open_reference(many)}, runs
+    )
     assert values["zt.open"] == values["safetensors.safe_open"] == tensors
     readers = {
         "zt zero-copy": lambda: read_zt(big, False),
@@ -87,15 +98,31 @@ def run(tensors: int, size_mb: int, runs: int, cold: bool = True, stem: str | No
     for name, got in values.items():
         assert got == want, f"{name} read wrong bytes"
     md = [f"## safetensors read: zt vs safetensors {common.versions('safetensors')['safetensors']}", ""]
-    md.append(f"Files on {common.filesystem_of(work)} at `{work}`; {runs} interleaved runs after one warm-up; every byte digested.\n")
+    md.append(
+        f"Files on {common.filesystem_of(work)} at `{work}`; {runs} interleaved runs after one warm-up; every byte digested.\n"
+    )
     md.append(table(f"Open latency, {tensors:,} tensors (metadata only)", open_times, "safetensors.safe_open", None))
-    md.append(table(f"Read every byte of {nbytes / 2**30:.2f} GiB, warm cache", warm, "safetensors.numpy.load_file", nbytes))
-    raw = {"machine": common.machine(), "versions": common.versions("zt", "safetensors", "numpy"), "open": open_times, "warm": warm}
+    md.append(
+        table(f"Read every byte of {nbytes / 2**30:.2f} GiB, warm cache", warm, "safetensors.numpy.load_file", nbytes)
+    )
+    raw = {
+        "machine": common.machine(),
+        "versions": common.versions("zt", "safetensors", "numpy"),
+        "open": open_times,
+        "warm": warm,
+    }
     if cold:
         cold_times, values = common.interleaved(readers, runs, warmup=0, before=lambda: common.drop_cache(big))
         for name, got in values.items():
             assert got == want, f"{name} read wrong bytes"
-        md.append(table(f"Read every byte of {nbytes / 2**30:.2f} GiB, cold cache (posix_fadvise DONTNEED)", cold_times, "safetensors.numpy.load_file", nbytes))
+        md.append(
+            table(
+                f"Read every byte of {nbytes / 2**30:.2f} GiB, cold cache (posix_fadvise DONTNEED)",
+                cold_times,
+                "safetensors.numpy.load_file",
+                nbytes,
+            )
+        )
         raw["cold"] = cold_times
     md.append(f"Machine: {common.machine()}\n")
     text = "\n".join(md)

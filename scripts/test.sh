@@ -12,6 +12,7 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 echo "==> ruff"
 ruff check python/zt tests harness
+ruff format --check python/zt tests harness
 echo "==> cargo test"
 cargo test --workspace --quiet
 echo "==> pytest"

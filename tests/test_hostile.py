@@ -40,10 +40,14 @@ CASES = {
     "offsets reversed": lambda p: st_file(p, {"a": entry(offsets=(8, 0))}, b"\0" * 8),
     "unknown dtype": lambda p: st_file(p, {"a": entry(dtype="F128")}, b"\0" * 8),
     "metadata not strings": lambda p: st_file(p, {"__metadata__": {"a": 1}}),
-    "duplicate names": lambda p: st_file(p, b'{"a":' + json.dumps(entry()).encode() + b',"a":' + json.dumps(entry()).encode() + b"}", b"\0" * 8),
+    "duplicate names": lambda p: st_file(
+        p, b'{"a":' + json.dumps(entry()).encode() + b',"a":' + json.dumps(entry()).encode() + b"}", b"\0" * 8
+    ),
     "odd fp4 count": lambda p: st_file(p, {"a": entry(dtype="F4", shape=(3,), offsets=(0, 2))}, b"\0" * 2),
     "rank over the limit": lambda p: st_file(p, {"a": entry(shape=[1] * 100, offsets=(0, 4))}, b"\0" * 4),
-    "npy truncated": lambda p: p.write_bytes(b"\x93NUMPY\x01\x00\x76\x00{'descr': '<f4', 'fortran_order': False, 'shape': (100,), }" + b" " * 60 + b"\n"),
+    "npy truncated": lambda p: p.write_bytes(
+        b"\x93NUMPY\x01\x00\x76\x00{'descr': '<f4', 'fortran_order': False, 'shape': (100,), }" + b" " * 60 + b"\n"
+    ),
     "npy header is not a dict": lambda p: p.write_bytes(b"\x93NUMPY\x01\x00\x0a\x00[1, 2, 3]\n"),
 }
 

@@ -15,8 +15,20 @@ RNG = np.random.default_rng(1)
 
 DTYPES = ["<f8", "<f4", "<f2", "<i8", "<i4", "<i2", "|i1", "<u8", "<u4", "<u2", "|u1", "|b1", "<c8", "<c16"]
 ZT_NAMES = {
-    "f8": "f64", "f4": "f32", "f2": "f16", "i8": "i64", "i4": "i32", "i2": "i16", "i1": "i8",
-    "u8": "u64", "u4": "u32", "u2": "u16", "u1": "u8", "b1": "bool", "c8": "complex64", "c16": "complex128",
+    "f8": "f64",
+    "f4": "f32",
+    "f2": "f16",
+    "i8": "i64",
+    "i4": "i32",
+    "i2": "i16",
+    "i1": "i8",
+    "u8": "u64",
+    "u4": "u32",
+    "u2": "u16",
+    "u1": "u8",
+    "b1": "bool",
+    "c8": "complex64",
+    "c16": "complex128",
 }
 
 
@@ -120,7 +132,7 @@ def test_npz_stored_and_deflated(tmp, compressed):
     reference = np.load(path)
     with zt.open(path) as src:
         assert sorted(src) == sorted(reference.files)
-        for name, want in arrays.items():
+        for name in arrays:
             t = src[name]
             np.testing.assert_array_equal(t.numpy(), reference[name])
             if compressed:

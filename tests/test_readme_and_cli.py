@@ -10,7 +10,6 @@ import subprocess
 import numpy as np
 import pytest
 import safetensors.numpy
-
 from conftest import ROOT
 
 

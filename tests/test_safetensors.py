@@ -18,9 +18,17 @@ RNG = np.random.default_rng(0)
 
 # Every dtype the safetensors format defines that numpy can hold, with the zt name.
 NUMPY_DTYPES = {
-    "f64": np.float64, "f32": np.float32, "f16": np.float16,
-    "i64": np.int64, "i32": np.int32, "i16": np.int16, "i8": np.int8,
-    "u64": np.uint64, "u32": np.uint32, "u16": np.uint16, "u8": np.uint8,
+    "f64": np.float64,
+    "f32": np.float32,
+    "f16": np.float16,
+    "i64": np.int64,
+    "i32": np.int32,
+    "i16": np.int16,
+    "i8": np.int8,
+    "u64": np.uint64,
+    "u32": np.uint32,
+    "u16": np.uint16,
+    "u8": np.uint8,
     "bool": np.bool_,
 }
 # dtypes written through safetensors.serialize from raw bytes, as torch would write them.

@@ -4,6 +4,7 @@
 //! A plugin's `open` builds a [`Catalog`] from metadata only; no tensor
 //! bytes are touched until a caller asks for them.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 
@@ -114,7 +115,7 @@ impl Payload {
 #[derive(Debug, Clone)]
 pub struct Part {
     /// Part name (`"data"`, `"scales"`, `"values"`, ...).
-    pub name: String,
+    pub name: Cow<'static, str>,
     /// Element type.
     pub dtype: DType,
     /// Shape in elements, row-major order of dimensions.
@@ -136,7 +137,7 @@ pub struct Object {
     /// Logical shape.
     pub shape: Vec<u64>,
     /// `"dense"` or a profile id (`"gguf.q4_0/1"`, `"zt.sparse_csr/1"`).
-    pub layout: String,
+    pub layout: Cow<'static, str>,
     /// The parts, in file order.
     pub parts: Vec<Part>,
     /// Per-object attributes.

@@ -250,18 +250,24 @@ impl Source {
         let mut occupancy: HashMap<usize, Vec<(u64, u64)>> = HashMap::new();
         let mut decoded_total: u64 = 0;
         for (i, object) in catalog.objects.iter().enumerate() {
-            let octx = ctx.clone().tensor(&object.name);
+            // Context is built only on failure: open latency on files with
+            // many tensors is dominated by per-tensor allocations.
+            let name_it = |e: Error| e.in_file(store.path()).in_tensor(&object.name);
             if index.insert(object.name.clone(), i).is_some() {
-                return Err(Error::DuplicateName { ctx: octx });
+                return Err(name_it(Error::DuplicateName {
+                    ctx: Context::default(),
+                }));
             }
-            limits.check_rank(&octx, object.shape.len())?;
+            limits
+                .check_rank(&Context::default(), object.shape.len())
+                .map_err(name_it)?;
             for part in &object.parts {
-                validate_part(&octx, part, &limits)?;
+                validate_part(part, &limits).map_err(name_it)?;
                 match &part.payload {
                     Payload::Stored { store, offset, len } => {
                         store
                             .check_range(*offset, *len, "tensor data")
-                            .map_err(|e| e.in_tensor(&object.name))?;
+                            .map_err(name_it)?;
                         occupancy
                             .entry(store_key(store))
                             .or_default()
@@ -433,7 +439,8 @@ impl Source {
 
 /// Check a part against its payload: rank, element count, byte size, and
 /// (for strided parts) that every element lies inside the payload.
-fn validate_part(ctx: &Context, part: &Part, limits: &Limits) -> Result<()> {
+fn validate_part(part: &Part, limits: &Limits) -> Result<()> {
+    let ctx = &Context::default();
     limits.check_rank(ctx, part.shape.len())?;
     let elements = num_elements(&part.shape).ok_or(Error::Overflow {
         ctx: ctx.clone(),
@@ -560,7 +567,7 @@ impl<'a> Tensor<'a> {
                 reason: format!(
                     "layout {} has parts {:?}; pick one",
                     self.object.layout,
-                    parts.iter().map(|p| p.name.as_str()).collect::<Vec<_>>()
+                    parts.iter().map(|p| p.name.as_ref()).collect::<Vec<_>>()
                 ),
             }),
         }

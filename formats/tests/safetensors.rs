@@ -155,9 +155,27 @@ fn hostile_headers() {
     // under it, `Limits::header_bytes` applies.
     let p = write_raw(d, "huge.safetensors", "{}", &[], Some(200_000_000));
     assert!(matches!(open_err(&p), Error::UnknownFormat { .. }));
-    let p = write_raw(d, "limit.safetensors", &format!("{{}}{}", " ".repeat(4094)), &[], None);
-    let tight = OpenOptions { limits: Limits { header_bytes: 1024, ..Limits::default() }, map: true };
-    assert!(matches!(tight.open(&p), Err(Error::Limit { limit: "header_bytes", .. })));
+    let p = write_raw(
+        d,
+        "limit.safetensors",
+        &format!("{{}}{}", " ".repeat(4094)),
+        &[],
+        None,
+    );
+    let tight = OpenOptions {
+        limits: Limits {
+            header_bytes: 1024,
+            ..Limits::default()
+        },
+        map: true,
+    };
+    assert!(matches!(
+        tight.open(&p),
+        Err(Error::Limit {
+            limit: "header_bytes",
+            ..
+        })
+    ));
 
     let p = write_raw(d, "notjson.safetensors", "{nope", &[], None);
     assert!(matches!(open_err(&p), Error::Header { .. }));

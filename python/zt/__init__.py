@@ -79,7 +79,7 @@ class Source(Mapping):
         """Release this handle. Arrays already taken remain valid."""
         self._native.close()
 
-    def __enter__(self) -> "Source":
+    def __enter__(self) -> Source:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -112,5 +112,4 @@ def detect(path: PathLike) -> str:
     return _zt.detect(os.fspath(path))
 
 
-from . import numpy  # noqa: E402  (submodules use the names above)
-from . import torch  # noqa: E402
+from . import numpy, torch  # noqa: E402  (the submodules import the names above)

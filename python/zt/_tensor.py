@@ -29,10 +29,20 @@ def numpy_dtype(name: str) -> np.dtype:
         return np.dtype(ml_dtypes.float4_e2m1fn)
     return np.dtype(
         {
-            "f64": "<f8", "f32": "<f4", "f16": "<f2",
-            "i64": "<i8", "i32": "<i4", "i16": "<i2", "i8": "i1",
-            "u64": "<u8", "u32": "<u4", "u16": "<u2", "u8": "u1",
-            "bool": "?", "complex64": "<c8", "complex128": "<c16",
+            "f64": "<f8",
+            "f32": "<f4",
+            "f16": "<f2",
+            "i64": "<i8",
+            "i32": "<i4",
+            "i16": "<i2",
+            "i8": "i1",
+            "u64": "<u8",
+            "u32": "<u4",
+            "u16": "<u2",
+            "u8": "u1",
+            "bool": "?",
+            "complex64": "<c8",
+            "complex128": "<c16",
         }.get(name, "u1")
     )
 
@@ -65,7 +75,7 @@ class Tensor:
     attributes = property(lambda self: self._native.attributes, doc="Per-tensor attributes.")
     strides = property(lambda self: tuple(self._native.strides), doc="Element strides over the stored bytes.")
 
-    def part(self, name: str) -> "Tensor":
+    def part(self, name: str) -> Tensor:
         """One part of a multi-part tensor."""
         return Tensor(self._native.part(name))
 

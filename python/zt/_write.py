@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Mapping
+from collections.abc import Mapping
 
 import ml_dtypes
 import numpy as np
@@ -11,10 +11,20 @@ import numpy as np
 from . import _zt
 
 _BY_NUMPY = {
-    np.dtype("<f8"): "f64", np.dtype("<f4"): "f32", np.dtype("<f2"): "f16",
-    np.dtype("<i8"): "i64", np.dtype("<i4"): "i32", np.dtype("<i2"): "i16", np.dtype("i1"): "i8",
-    np.dtype("<u8"): "u64", np.dtype("<u4"): "u32", np.dtype("<u2"): "u16", np.dtype("u1"): "u8",
-    np.dtype("?"): "bool", np.dtype("<c8"): "complex64", np.dtype("<c16"): "complex128",
+    np.dtype("<f8"): "f64",
+    np.dtype("<f4"): "f32",
+    np.dtype("<f2"): "f16",
+    np.dtype("<i8"): "i64",
+    np.dtype("<i4"): "i32",
+    np.dtype("<i2"): "i16",
+    np.dtype("i1"): "i8",
+    np.dtype("<u8"): "u64",
+    np.dtype("<u4"): "u32",
+    np.dtype("<u2"): "u16",
+    np.dtype("u1"): "u8",
+    np.dtype("?"): "bool",
+    np.dtype("<c8"): "complex64",
+    np.dtype("<c16"): "complex128",
     np.dtype(ml_dtypes.bfloat16): "bf16",
     np.dtype(ml_dtypes.float8_e4m3fn): "f8_e4m3fn",
     np.dtype(ml_dtypes.float8_e5m2): "f8_e5m2",

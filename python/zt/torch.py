@@ -4,7 +4,7 @@ the zt package does not depend on it."""
 from __future__ import annotations
 
 import warnings
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -48,8 +48,11 @@ def save_file(tensors: Mapping[str, object], path, metadata: Mapping[str, str] |
     torch = _torch()
     import ml_dtypes
 
-    special = {torch.bfloat16: ml_dtypes.bfloat16, torch.float8_e4m3fn: ml_dtypes.float8_e4m3fn,
-               torch.float8_e5m2: ml_dtypes.float8_e5m2}
+    special = {
+        torch.bfloat16: ml_dtypes.bfloat16,
+        torch.float8_e4m3fn: ml_dtypes.float8_e4m3fn,
+        torch.float8_e5m2: ml_dtypes.float8_e5m2,
+    }
     arrays = {}
     for name, t in tensors.items():
         t = t.detach().cpu().contiguous()

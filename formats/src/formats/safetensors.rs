@@ -8,6 +8,7 @@
 //! Stricter than the crate in one place: a duplicate tensor name is an error
 //! even when the two entries agree (the README forbids duplicates).
 
+use std::borrow::Cow;
 use std::fmt;
 use std::io::Write;
 use std::path::Path;
@@ -87,38 +88,56 @@ pub fn dtype_to_str(d: DType) -> Option<&'static str> {
     })
 }
 
-/// The header's entries in file order, keeping duplicates so we can refuse them.
-struct Entries(Vec<(String, serde_json::Value)>);
+/// One tensor entry as the header declares it.
+#[derive(Deserialize)]
+struct Info<'a> {
+    #[serde(borrow)]
+    dtype: Cow<'a, str>,
+    shape: Vec<u64>,
+    data_offsets: (u64, u64),
+}
 
-impl<'de> Deserialize<'de> for Entries {
+/// The parsed header: `__metadata__` and the tensor entries in file order.
+/// Parsed straight into typed entries (no intermediate JSON tree) because
+/// open latency on files with many tensors is dominated by allocation.
+/// Duplicate names are kept here and refused by `Source`.
+#[derive(Default)]
+struct Header<'a> {
+    metadata: Option<serde_json::Map<String, serde_json::Value>>,
+    entries: Vec<(String, Info<'a>)>,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Header<'a> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Entries;
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = Header<'a>;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a JSON object")
+                f.write_str("a JSON object of tensor entries")
             }
             fn visit_map<A: MapAccess<'de>>(
                 self,
                 mut map: A,
-            ) -> std::result::Result<Entries, A::Error> {
-                let mut out = Vec::new();
-                while let Some(entry) = map.next_entry::<String, serde_json::Value>()? {
-                    out.push(entry);
+            ) -> std::result::Result<Header<'a>, A::Error> {
+                let mut header = Header::default();
+                while let Some(name) = map.next_key::<String>()? {
+                    if name == "__metadata__" {
+                        if header.metadata.is_some() {
+                            return Err(serde::de::Error::custom("duplicate __metadata__"));
+                        }
+                        header.metadata = Some(map.next_value()?);
+                    } else {
+                        let info = map.next_value::<Info>().map_err(|e| {
+                            serde::de::Error::custom(format_args!("tensor {name:?}: {e}"))
+                        })?;
+                        header.entries.push((name, info));
+                    }
                 }
-                Ok(Entries(out))
+                Ok(header)
             }
         }
-        d.deserialize_map(V)
+        d.deserialize_map(V(std::marker::PhantomData))
     }
-}
-
-/// One tensor entry as the header declares it.
-#[derive(Deserialize)]
-struct Info {
-    dtype: String,
-    shape: Vec<u64>,
-    data_offsets: (u64, u64),
 }
 
 impl Format for Safetensors {
@@ -179,77 +198,34 @@ impl Format for Safetensors {
         let header = store.read(8, n)?;
         let text = std::str::from_utf8(&header)
             .map_err(|e| Error::header(ctx.clone().at(8), format!("header is not UTF-8: {e}")))?;
-        let Entries(entries) = serde_json::from_str(text).map_err(|e| {
-            Error::header(
-                ctx.clone().at(8),
-                format!("header is not a JSON object: {e}"),
-            )
-        })?;
+        let Header { metadata, entries } = serde_json::from_str(text)
+            .map_err(|e| Error::header(ctx.clone().at(8), format!("bad JSON header: {e}")))?;
         input.limits.check_tensors(&ctx, entries.len() as u64)?;
+        let attributes = match metadata {
+            Some(map) => parse_metadata(map).map_err(|e| e.in_file(store.path()))?,
+            None => Vec::new(),
+        };
 
-        let mut attributes = Vec::new();
-        let mut tensors: Vec<(String, DType, Vec<u64>, u64, u64)> =
-            Vec::with_capacity(entries.len());
-        let mut seen = std::collections::HashSet::with_capacity(entries.len());
-        for (name, value) in entries {
-            if !seen.insert(name.clone()) {
-                return Err(Error::DuplicateName {
-                    ctx: ctx.clone().tensor(&name),
-                });
-            }
-            if name == "__metadata__" {
-                attributes = parse_metadata(&ctx, value)?;
-                continue;
-            }
-            let tctx = ctx.clone().tensor(&name);
-            let info: Info = serde_json::from_value(value)
-                .map_err(|e| Error::header(tctx.clone(), format!("bad tensor entry: {e}")))?;
-            let dtype = dtype_from_str(&info.dtype).ok_or_else(|| Error::UnsupportedDType {
-                ctx: tctx.clone(),
-                dtype: info.dtype.clone(),
-            })?;
-            input.limits.check_rank(&tctx, info.shape.len())?;
-            let (begin, end) = info.data_offsets;
-            if end < begin {
-                return Err(Error::range(
-                    tctx,
-                    format!("data_offsets [{begin}, {end}] end before they begin"),
-                ));
-            }
-            let elements = num_elements(&info.shape).ok_or(Error::Overflow {
-                ctx: tctx.clone(),
-                what: "element count",
-            })?;
-            let bits = elements.checked_mul(dtype.bits()).ok_or(Error::Overflow {
-                ctx: tctx.clone(),
-                what: "bit size",
-            })?;
-            if bits % 8 != 0 {
-                return Err(Error::range(
-                    tctx,
-                    format!("{elements} x {dtype} is not a whole number of bytes"),
-                ));
-            }
-            if bits / 8 != end - begin {
-                return Err(Error::range(
-                    tctx,
-                    format!(
-                        "shape {:?} of {dtype} needs {} bytes, data_offsets span {}",
-                        info.shape,
-                        bits / 8,
-                        end - begin
-                    ),
-                ));
-            }
+        let mut tensors = Vec::with_capacity(entries.len());
+        for (name, info) in entries {
+            let (dtype, begin, end) = check_entry(&info, input.limits)
+                .map_err(|e| e.in_file(store.path()).in_tensor(&name))?;
             tensors.push((name, dtype, info.shape, begin, end));
         }
 
         // The offsets must tile the buffer: sorted, each starting where the
         // previous ended, the last ending at end of file.
-        tensors.sort_by_key(|t| (t.3, t.4));
+        tensors.sort_unstable_by_key(|t| (t.3, t.4));
         let mut cursor = 0u64;
-        for t in &tensors {
+        for (i, t) in tensors.iter().enumerate() {
             if t.3 != cursor {
+                // Two entries with one name and one range sort next to each
+                // other; name that rather than the overlap it causes.
+                if i > 0 && tensors[i - 1].0 == t.0 {
+                    return Err(Error::DuplicateName {
+                        ctx: ctx.clone().tensor(&t.0),
+                    });
+                }
                 let what = if t.3 < cursor {
                     "overlaps the previous tensor"
                 } else {
@@ -295,16 +271,57 @@ impl Format for Safetensors {
     }
 }
 
+/// Check one entry's dtype, rank and byte size; returns the dtype and the
+/// data offsets. Errors carry no context: the caller adds file and tensor.
+fn check_entry(info: &Info<'_>, limits: &Limits) -> Result<(DType, u64, u64)> {
+    let ctx = Context::default();
+    let dtype = dtype_from_str(&info.dtype).ok_or_else(|| Error::UnsupportedDType {
+        ctx: ctx.clone(),
+        dtype: info.dtype.to_string(),
+    })?;
+    limits.check_rank(&ctx, info.shape.len())?;
+    let (begin, end) = info.data_offsets;
+    if end < begin {
+        return Err(Error::range(
+            ctx,
+            format!("data_offsets [{begin}, {end}] end before they begin"),
+        ));
+    }
+    let elements = num_elements(&info.shape).ok_or(Error::Overflow {
+        ctx: ctx.clone(),
+        what: "element count",
+    })?;
+    let bits = elements.checked_mul(dtype.bits()).ok_or(Error::Overflow {
+        ctx: ctx.clone(),
+        what: "bit size",
+    })?;
+    if bits % 8 != 0 {
+        return Err(Error::range(
+            ctx,
+            format!("{elements} x {dtype} is not a whole number of bytes"),
+        ));
+    }
+    if bits / 8 != end - begin {
+        return Err(Error::range(
+            ctx,
+            format!(
+                "shape {:?} of {dtype} needs {} bytes, data_offsets span {}",
+                info.shape,
+                bits / 8,
+                end - begin
+            ),
+        ));
+    }
+    Ok((dtype, begin, end))
+}
+
 /// safetensors' `__metadata__` is a string-to-string map and nothing else.
-fn parse_metadata(ctx: &Context, value: serde_json::Value) -> Result<Vec<(String, Value)>> {
-    let serde_json::Value::Object(map) = value else {
-        return Err(Error::header(ctx.clone(), "__metadata__ is not an object"));
-    };
+fn parse_metadata(map: serde_json::Map<String, serde_json::Value>) -> Result<Vec<(String, Value)>> {
     map.into_iter()
         .map(|(k, v)| match v {
             serde_json::Value::String(s) => Ok((k, Value::Str(s))),
             other => Err(Error::header(
-                ctx.clone(),
+                Context::default(),
                 format!("__metadata__[{k:?}] is {other}, not a string"),
             )),
         })
