@@ -2,12 +2,14 @@
 //! `publish`, which builds a file beside its destination and renames it into
 //! place so that an error or a crash never leaves a partial file there.
 
+use std::borrow::Cow;
 use std::fs::File;
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 
 use crate::dtype::{num_elements, DType};
 use crate::error::{Context, Error, Result};
+use crate::source::Source;
 
 /// A tensor handed to a writer: C-order little-endian bytes.
 #[derive(Debug, Clone, Copy)]
@@ -99,6 +101,139 @@ pub fn publish(
     std::fs::rename(&partial.tmp, &partial.dest).map_err(|e| Error::io(path, e))?;
     partial.done = true;
     Ok(written)
+}
+
+/// Where a `.zt` writer places blobs (other writers ignore it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Align {
+    /// Canonical zTensor placement (64 KiB, byte-reproducible output).
+    Canonical,
+    /// Large tensors at 64 KiB, small ones at the 4 KiB floor.
+    Auto,
+    /// Every blob at a multiple of this power of two (at least 4096).
+    Bytes(u64),
+}
+
+/// Options a writer receives. A writer refuses options it cannot honour
+/// rather than ignoring them silently.
+#[derive(Debug, Clone, Default)]
+pub struct WriteOptions {
+    /// Blob placement (`.zt`); `None` is the writer's default.
+    pub align: Option<Align>,
+    /// zstd compression level for writers that compress; `None` is raw.
+    pub compression: Option<i32>,
+}
+
+/// A format zt can write: the mirror image of [`crate::Format`].
+pub trait FormatWriter: Send + Sync + 'static {
+    /// Format name (`"safetensors"`).
+    fn name(&self) -> &'static str;
+    /// Extensions that select this writer, lowercase, without the dot.
+    fn extensions(&self) -> &'static [&'static str];
+    /// Write every tensor of `source` to `path` (built beside it and renamed
+    /// into place). Returns the bytes written.
+    fn write(&self, source: &Source, path: &Path, options: &WriteOptions) -> Result<u64>;
+}
+
+/// Every format zt can write.
+pub fn writers() -> &'static [&'static dyn FormatWriter] {
+    &[
+        &crate::formats::safetensors::SafetensorsWriter,
+        &crate::formats::npy::NpzWriter,
+        &crate::formats::npy::NpyWriter,
+    ]
+}
+
+/// The writer whose extension `path` has.
+pub fn writer_for(path: &Path) -> Result<&'static dyn FormatWriter> {
+    let ext = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase)
+        .unwrap_or_default();
+    writers()
+        .iter()
+        .copied()
+        .find(|w| w.extensions().contains(&ext.as_str()))
+        .ok_or_else(|| {
+            let known: Vec<&str> = writers()
+                .iter()
+                .flat_map(|w| w.extensions().iter().copied())
+                .collect();
+            Error::Write {
+                ctx: Context::file(path),
+                reason: format!(
+                    "no writer for extension {ext:?} (zt writes {})",
+                    known.join(", ")
+                ),
+            }
+        })
+}
+
+/// Write every tensor of `source` to `path`, in the format its extension names.
+pub fn convert(source: &Source, path: &Path, options: &WriteOptions) -> Result<u64> {
+    writer_for(path)?.write(source, path, options)
+}
+
+/// A dense tensor of a source, its bytes borrowed from the mapping when
+/// they are raw there and decoded otherwise.
+#[derive(Debug)]
+pub struct DenseTensor<'a> {
+    /// Name.
+    pub name: &'a str,
+    /// Element type.
+    pub dtype: DType,
+    /// Shape.
+    pub shape: &'a [u64],
+    /// C-order bytes.
+    pub data: Cow<'a, [u8]>,
+}
+
+impl DenseTensor<'_> {
+    /// The tensor as a writer input.
+    pub fn input(&self) -> TensorIn<'_> {
+        TensorIn {
+            name: self.name,
+            dtype: self.dtype,
+            shape: self.shape,
+            data: &self.data,
+        }
+    }
+}
+
+/// Every tensor of `source`, for writers of formats that hold only dense
+/// tensors. Mapped tensors are borrowed, not copied; a tensor of another
+/// layout is an error naming it.
+pub fn dense_tensors<'a>(source: &'a Source, path: &Path) -> Result<Vec<DenseTensor<'a>>> {
+    source
+        .tensors()
+        .map(|t| {
+            if t.layout() != "dense" {
+                return Err(Error::Write {
+                    ctx: Context::file(path).tensor(t.name()),
+                    reason: format!("layout {} has no equivalent in this format", t.layout()),
+                });
+            }
+            let part = t.data()?;
+            Ok(DenseTensor {
+                name: t.name(),
+                dtype: part.dtype(),
+                shape: part.shape(),
+                data: part.bytes()?,
+            })
+        })
+        .collect()
+}
+
+/// Refuse options that a format without alignment or compression cannot honour.
+pub fn refuse_zt_options(name: &str, path: &Path, options: &WriteOptions) -> Result<()> {
+    if options.align.is_some() || options.compression.is_some() {
+        return Err(Error::Write {
+            ctx: Context::file(path),
+            reason: format!("{name} files have no alignment or compression options"),
+        });
+    }
+    Ok(())
 }
 
 #[cfg(test)]

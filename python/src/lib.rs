@@ -117,6 +117,39 @@ fn detect(py: Python<'_>, path: PathBuf) -> PyResult<&'static str> {
     py.detach(|| zt::detect(&path)).map_err(to_py_err)
 }
 
+/// Convert files (read as one source) to `dst`, whose extension picks the
+/// format. `align` is None, "canonical", "auto" or an int; `compression` a
+/// zstd level. Returns the bytes written.
+#[pyfunction]
+#[pyo3(signature = (sources, dst, align = None, compression = None))]
+fn convert(
+    py: Python<'_>,
+    sources: Vec<PathBuf>,
+    dst: PathBuf,
+    align: Option<Bound<'_, PyAny>>,
+    compression: Option<i32>,
+) -> PyResult<u64> {
+    let align = match align {
+        None => None,
+        Some(a) => match a.extract::<String>() {
+            Ok(s) if s == "canonical" => Some(zt::Align::Canonical),
+            Ok(s) if s == "auto" => Some(zt::Align::Auto),
+            Ok(s) => {
+                return Err(PyValueError::new_err(format!(
+                    "align={s:?}: expected None, 'canonical', 'auto' or an int"
+                )))
+            }
+            Err(_) => Some(zt::Align::Bytes(a.extract::<u64>()?)),
+        },
+    };
+    let options = zt::WriteOptions { align, compression };
+    py.detach(|| {
+        let source = zt::Source::open_all(&sources)?;
+        zt::convert(&source, &dst, &options)
+    })
+    .map_err(to_py_err)
+}
+
 /// The operating system's page size.
 #[pyfunction]
 fn page_size() -> u64 {
@@ -129,6 +162,7 @@ fn _zt(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(open, m)?)?;
     m.add_function(wrap_pyfunction!(detect, m)?)?;
     m.add_function(wrap_pyfunction!(page_size, m)?)?;
+    m.add_function(wrap_pyfunction!(convert, m)?)?;
     m.add_function(wrap_pyfunction!(writers::write_safetensors, m)?)?;
     m.add_function(wrap_pyfunction!(writers::write_npy, m)?)?;
     m.add_function(wrap_pyfunction!(writers::write_npz, m)?)?;

@@ -20,7 +20,7 @@ from . import _zt
 from ._tensor import Tensor
 from ._zt import FormatError, page_size
 
-__all__ = ["FormatError", "Source", "Tensor", "detect", "open", "page_size", "numpy", "torch"]
+__all__ = ["FormatError", "Source", "Tensor", "convert", "detect", "open", "page_size", "numpy", "torch"]
 __version__ = _zt.__version__
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -103,6 +103,18 @@ def open(paths: PathLike | list[PathLike], *, map: bool = True, limits: dict | N
     if isinstance(paths, (str, bytes, os.PathLike)):
         paths = [paths]
     return Source(_zt.open([os.fspath(p) for p in paths], map, limits))
+
+
+def convert(
+    src: PathLike | list[PathLike], dst: PathLike, *, align: str | int | None = None, compression: int | None = None
+) -> int:
+    """Convert a file (or several, read as one source) to ``dst``; the
+    extension of ``dst`` picks the format. ``align`` and ``compression``
+    apply to ``.zt`` output. The output is written beside ``dst`` and renamed
+    into place. Returns the bytes written."""
+    if isinstance(src, (str, bytes, os.PathLike)):
+        src = [src]
+    return _zt.convert([os.fspath(p) for p in src], os.fspath(dst), align, compression)
 
 
 def detect(path: PathLike) -> str:

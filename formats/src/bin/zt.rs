@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use serde_json::json;
-use zt::{Source, Value};
+use zt::{Align, Source, Value, WriteOptions};
 
 #[derive(Parser)]
 #[command(name = "zt", version, about = "Inspect tensor files of every format")]
@@ -34,6 +34,18 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Convert files (read as one source) to the format OUT's extension names.
+    Convert {
+        /// Input files, then the output path last.
+        #[arg(required = true, num_args = 2..)]
+        paths: Vec<PathBuf>,
+        /// Blob placement for .zt: canonical, auto, or a power of two >= 4096.
+        #[arg(long)]
+        align: Option<String>,
+        /// Compression for .zt: zstd or zstd:LEVEL.
+        #[arg(long)]
+        compress: Option<String>,
+    },
     /// Print the detected format of a file.
     Detect {
         /// The file.
@@ -46,6 +58,15 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Ls { files, json } => ls(&files, json),
         Command::Info { files, json } => info(&files, json),
+        Command::Convert {
+            mut paths,
+            align,
+            compress,
+        } => {
+            let out = paths.pop().expect("clap requires two paths");
+            write_options(align.as_deref(), compress.as_deref())
+                .and_then(|options| convert(&paths, &out, &options))
+        }
         Command::Detect { file } => zt::detect(&file).map(|f| println!("{f}")),
     };
     match result {
@@ -128,6 +149,49 @@ fn ls(files: &[PathBuf], as_json: bool) -> zt::Result<()> {
             .collect();
         println!("{}", line.join("  ").trim_end());
     }
+    Ok(())
+}
+
+/// Parse `--align` and `--compress`.
+fn write_options(align: Option<&str>, compress: Option<&str>) -> zt::Result<WriteOptions> {
+    let bad = |reason: String| zt::Error::Write {
+        ctx: zt::Context::default(),
+        reason,
+    };
+    let align = match align {
+        None => None,
+        Some("canonical") => Some(Align::Canonical),
+        Some("auto") => Some(Align::Auto),
+        Some(n) => Some(Align::Bytes(n.parse().map_err(|_| {
+            bad(format!(
+                "--align {n:?}: expected canonical, auto or a number"
+            ))
+        })?)),
+    };
+    let compression = match compress {
+        None => None,
+        Some("zstd") => Some(3),
+        Some(spec) => match spec.strip_prefix("zstd:").and_then(|l| l.parse().ok()) {
+            Some(level) => Some(level),
+            None => {
+                return Err(bad(format!(
+                    "--compress {spec:?}: expected zstd or zstd:LEVEL"
+                )))
+            }
+        },
+    };
+    Ok(WriteOptions { align, compression })
+}
+
+fn convert(inputs: &[PathBuf], out: &std::path::Path, options: &WriteOptions) -> zt::Result<()> {
+    let source = Source::open_all(inputs)?;
+    let written = zt::convert(&source, out, options)?;
+    println!(
+        "{}: {} tensors, {written} bytes ({})",
+        out.display(),
+        source.len(),
+        zt::writer_for(out)?.name()
+    );
     Ok(())
 }
 

@@ -22,7 +22,10 @@ use crate::dtype::{num_elements, DType};
 use crate::error::{Context, Error, Result};
 use crate::format::{Format, OpenInput, Probe};
 use crate::limits::Limits;
-use crate::write::{publish, TensorIn};
+use crate::source::Source;
+use crate::write::{
+    dense_tensors, publish, refuse_zt_options, FormatWriter, TensorIn, WriteOptions,
+};
 
 /// The safetensors plugin.
 pub struct Safetensors;
@@ -412,4 +415,34 @@ pub fn write(path: &Path, tensors: &[TensorIn<'_>], metadata: &[(String, String)
         }
         Ok(())
     })
+}
+
+/// The safetensors [`FormatWriter`]: dense tensors, and file attributes
+/// that are all strings as `__metadata__`.
+pub struct SafetensorsWriter;
+
+impl FormatWriter for SafetensorsWriter {
+    fn name(&self) -> &'static str {
+        "safetensors"
+    }
+
+    fn extensions(&self) -> &'static [&'static str] {
+        &["safetensors"]
+    }
+
+    fn write(&self, source: &Source, path: &Path, options: &WriteOptions) -> Result<u64> {
+        refuse_zt_options("safetensors", path, options)?;
+        let tensors = dense_tensors(source, path)?;
+        let inputs: Vec<TensorIn<'_>> = tensors.iter().map(|t| t.input()).collect();
+        // Only string attributes fit `__metadata__`; others are not carried.
+        let metadata: Vec<(String, String)> = source
+            .attributes()
+            .iter()
+            .filter_map(|(k, v)| match v {
+                Value::Str(s) => Some((k.clone(), s.clone())),
+                _ => None,
+            })
+            .collect();
+        write(path, &inputs, &metadata)
+    }
 }

@@ -23,8 +23,11 @@ use crate::dtype::{f_strides, num_elements};
 use crate::error::{Context, Error, Result};
 use crate::format::{Format, OpenInput, Probe};
 use crate::limits::Limits;
+use crate::source::Source;
 use crate::store::Store;
-use crate::write::{publish, TensorIn};
+use crate::write::{
+    dense_tensors, publish, refuse_zt_options, FormatWriter, TensorIn, WriteOptions,
+};
 
 pub use header::{descr_for, parse_descr};
 
@@ -574,6 +577,54 @@ pub fn write_npz(path: &Path, tensors: &[TensorIn<'_>]) -> Result<u64> {
         })
         .collect();
     publish(path, |w| zip::write_stored(w, &members))
+}
+
+/// The `.npz` [`FormatWriter`] (uncompressed, as `np.savez` writes).
+pub struct NpzWriter;
+
+/// The `.npy` [`FormatWriter`]: a source holding exactly one dense tensor.
+pub struct NpyWriter;
+
+impl FormatWriter for NpzWriter {
+    fn name(&self) -> &'static str {
+        "npz"
+    }
+
+    fn extensions(&self) -> &'static [&'static str] {
+        &["npz"]
+    }
+
+    fn write(&self, source: &Source, path: &Path, options: &WriteOptions) -> Result<u64> {
+        refuse_zt_options("npz", path, options)?;
+        let tensors = dense_tensors(source, path)?;
+        let inputs: Vec<TensorIn<'_>> = tensors.iter().map(|t| t.input()).collect();
+        write_npz(path, &inputs)
+    }
+}
+
+impl FormatWriter for NpyWriter {
+    fn name(&self) -> &'static str {
+        "npy"
+    }
+
+    fn extensions(&self) -> &'static [&'static str] {
+        &["npy"]
+    }
+
+    fn write(&self, source: &Source, path: &Path, options: &WriteOptions) -> Result<u64> {
+        refuse_zt_options("npy", path, options)?;
+        let tensors = dense_tensors(source, path)?;
+        match tensors.as_slice() {
+            [one] => write_npy(path, &one.input()),
+            many => Err(Error::Write {
+                ctx: Context::file(path),
+                reason: format!(
+                    ".npy holds exactly one array; the source has {}",
+                    many.len()
+                ),
+            }),
+        }
+    }
 }
 
 #[cfg(test)]

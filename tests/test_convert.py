@@ -1,0 +1,68 @@
+"""zt.convert and `zt convert` between the formats zt writes, checked with
+the reference readers."""
+
+from __future__ import annotations
+
+import subprocess
+
+import ml_dtypes
+import numpy as np
+import pytest
+import safetensors.numpy
+
+import zt
+
+
+def test_convert_safetensors_to_npz_and_back(tmp):
+    arrays = {
+        "w": np.arange(12, dtype=np.float32).reshape(3, 4),
+        "b": np.array([True, False]),
+        "s": np.array(2.5, np.float64),
+    }
+    safetensors.numpy.save_file(arrays, tmp / "a.safetensors", metadata={"k": "v"})
+    zt.convert(tmp / "a.safetensors", tmp / "b.npz")
+    ref = np.load(tmp / "b.npz")
+    for k, v in arrays.items():
+        np.testing.assert_array_equal(ref[k], v)
+        assert ref[k].dtype == v.dtype
+    zt.convert(tmp / "b.npz", tmp / "c.safetensors")
+    back = safetensors.numpy.load_file(tmp / "c.safetensors")
+    for k, v in arrays.items():
+        assert back[k].tobytes() == v.tobytes()
+
+
+def test_convert_materializes_fortran_and_big_endian(tmp):
+    np.save(tmp / "f.npy", np.asfortranarray(np.arange(6, dtype=">i4").reshape(2, 3)))
+    zt.convert(tmp / "f.npy", tmp / "f.safetensors")
+    got = safetensors.numpy.load_file(tmp / "f.safetensors")["f"]
+    np.testing.assert_array_equal(got, np.arange(6).reshape(2, 3))
+
+
+def test_convert_keeps_ml_dtypes(tmp):
+    arrays = {"h": np.linspace(-1, 1, 8, dtype=np.float32).astype(ml_dtypes.bfloat16)}
+    zt.numpy.save_file(arrays, tmp / "a.safetensors")
+    with pytest.raises(zt.FormatError, match="bf16"):
+        zt.convert(tmp / "a.safetensors", tmp / "a.npz")  # npy has no bf16 descr
+    assert not (tmp / "a.npz").exists()
+
+
+def test_convert_refuses_what_it_cannot_honour(tmp):
+    safetensors.numpy.save_file({"a": np.zeros(2, np.float32), "b": np.ones(2)}, tmp / "a.safetensors")
+    with pytest.raises(zt.FormatError, match="no writer"):
+        zt.convert(tmp / "a.safetensors", tmp / "a.unknown")
+    with pytest.raises(zt.FormatError, match="exactly one"):
+        zt.convert(tmp / "a.safetensors", tmp / "a.npy")
+    with pytest.raises(zt.FormatError, match="alignment"):
+        zt.convert(tmp / "a.safetensors", tmp / "b.safetensors", align="auto")
+    assert sorted(p.name for p in tmp.iterdir()) == ["a.safetensors"]
+
+
+def test_cli_convert(tmp, zt_cli):
+    safetensors.numpy.save_file({"a": np.arange(5, dtype=np.int16)}, tmp / "a.safetensors")
+    out = subprocess.run([zt_cli, "convert", tmp / "a.safetensors", tmp / "a.npz"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    np.testing.assert_array_equal(np.load(tmp / "a.npz")["a"], np.arange(5))
+    out = subprocess.run(
+        [zt_cli, "convert", tmp / "a.safetensors", tmp / "x.npz", "--compress", "zstd"], capture_output=True, text=True
+    )
+    assert out.returncode == 2 and "compression" in out.stderr
