@@ -2,4 +2,5 @@
 
 pub mod detect_only;
 pub mod npy;
+pub mod pt;
 pub mod safetensors;
