@@ -186,7 +186,7 @@ impl TorchInterp {
             return Err(malformed(vm, "storage persistent id (no storage class)"));
         };
         let kind = match (module, class) {
-            ("torch", "UntypedStorage") => StorageType::Untyped,
+            ("torch" | "torch.storage", "UntypedStorage") => StorageType::Untyped,
             ("torch" | "torch.cuda", name) => match storage_class(name) {
                 Some(Ok(d)) => StorageType::Typed(d),
                 Some(Err(_)) => {
@@ -464,6 +464,7 @@ pub fn find_tensors(vm: &Vm, root: Id, root_name: &str) -> Result<Found> {
         limits: vm.limits(),
         steps: 0,
         on_path: HashSet::new(),
+        empty: HashSet::new(),
         names: HashSet::new(),
         found: Found::default(),
         root_name,
@@ -478,6 +479,10 @@ struct Walker<'a> {
     limits: &'a Limits,
     steps: u64,
     on_path: HashSet<Id>,
+    /// Containers already walked that hold no tensor: a memo can reference
+    /// one from many places (a pickle that doubles a tuple each step is a
+    /// tree of 2^n paths), and walking it again would find nothing again.
+    empty: HashSet<Id>,
     names: HashSet<String>,
     found: Found,
     root_name: &'a str,
@@ -533,11 +538,15 @@ impl Walker<'_> {
     /// Walk a container once per path: a container that (through the memo)
     /// contains itself is not entered again.
     fn container(&mut self, id: Id, f: impl FnOnce(&mut Self) -> Result<()>) -> Result<()> {
-        if !self.on_path.insert(id) {
+        if self.empty.contains(&id) || !self.on_path.insert(id) {
             return Ok(());
         }
+        let before = self.found.tensors.len();
         let r = f(self);
         self.on_path.remove(&id);
+        if r.is_ok() && self.found.tensors.len() == before {
+            self.empty.insert(id);
+        }
         r
     }
 

@@ -206,7 +206,9 @@ impl Pickler {
         self.out.push(b'(');
         self.out.push(b'(');
         self.str("storage");
-        self.global("torch", class);
+        // `torch.save` spells the untyped class by its defining module.
+        let module = if class == "UntypedStorage" { "torch.storage" } else { "torch" };
+        self.global(module, class);
         self.str(&key.to_string());
         self.str("cpu");
         self.int(numel as i64);
