@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import zt
-from tests import pt_attacks as atk
+import pt_attacks as atk
 
 NAMES = sorted(atk.payloads("m"))
 
