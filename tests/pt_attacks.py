@@ -109,7 +109,13 @@ def payloads(marker: str) -> dict[str, tuple[bytes, str]]:
         "OBJ": (b"(" + g("os", "system") + s(cmd) + b"o", "inert"),
         "nested pickle": (nested_pickle(marker), "inert"),
         "_rebuild_from_type_v2 of os.system": (
-            g("torch._tensor", "_rebuild_from_type_v2") + b"(" + g("os", "system") + g("builtins", "object") + b"(" + s(cmd) + b"t}tR",
+            g("torch._tensor", "_rebuild_from_type_v2")
+            + b"("
+            + g("os", "system")
+            + g("builtins", "object")
+            + b"("
+            + s(cmd)
+            + b"t}tR",
             "inert",
         ),
         "storage class os.system": (
@@ -197,7 +203,9 @@ def overlapping_zip(path) -> None:
     def local(name: str, data: bytes) -> bytes:
         crc = zlib.crc32(data)
         n = name.encode()
-        return struct.pack("<IHHHHHIIIHH", 0x04034B50, 20, 0, 0, 0, 0x21, crc, len(data), len(data), len(n), 0) + n + data
+        return (
+            struct.pack("<IHHHHHIIIHH", 0x04034B50, 20, 0, 0, 0, 0x21, crc, len(data), len(data), len(n), 0) + n + data
+        )
 
     inner = local("archive/data/1", W_BYTES)
     for name, data in [("archive/data.pkl", pkl), ("archive/data/0", inner + W_BYTES)]:
@@ -210,7 +218,24 @@ def overlapping_zip(path) -> None:
     for name, off, data in entries:
         n = name.encode()
         cd += struct.pack(
-            "<IHHHHHHIIIHHHHHII", 0x02014B50, 20, 20, 0, 0, 0, 0x21, zlib.crc32(data), len(data), len(data), len(n), 0, 0, 0, 0, 0, off
+            "<IHHHHHHIIIHHHHHII",
+            0x02014B50,
+            20,
+            20,
+            0,
+            0,
+            0,
+            0x21,
+            zlib.crc32(data),
+            len(data),
+            len(data),
+            len(n),
+            0,
+            0,
+            0,
+            0,
+            0,
+            off,
         )
         cd += n
     end = struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, len(entries), len(entries), len(cd), len(out), 0)

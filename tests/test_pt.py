@@ -164,3 +164,17 @@ def test_convert_to_pt(tmp):
     with zt.open(tmp / "views.safetensors") as out:
         for name, want in MANIFEST["views.pt"]["tensors"].items():
             assert sha(out[name].tobytes()) == want["sha256"]
+
+
+@pytest.mark.parametrize("protocol", [2, 4])
+def test_numpy_scalars_are_read_as_data(tmp, protocol):
+    import pt_attacks as atk
+
+    values = {"acc": np.float64(0.875), "n": np.int32(-7), "big": np.uint16(65000), "ok": np.bool_(True)}
+    items = b"".join(atk.s(k) + atk.reduce_payload(v, protocol) for k, v in values.items())
+    atk.zip_checkpoint(tmp / "np.pt", b"\x80\x02}(" + atk.s("w") + atk.tensor() + items + b"u.")
+    with zt.open(tmp / "np.pt") as src:
+        assert list(src) == ["w"]
+        attrs = src.attributes
+        assert attrs["acc"] == 0.875 and attrs["n"] == -7 and attrs["big"] == 65000 and attrs["ok"] is True
+        assert any(g.endswith("multiarray.scalar") for g in attrs["pt.globals"])

@@ -9,10 +9,10 @@ import subprocess
 import sys
 
 import numpy as np
+import pt_attacks as atk
 import pytest
 
 import zt
-import pt_attacks as atk
 
 NAMES = sorted(atk.payloads("m"))
 

@@ -92,7 +92,10 @@ fn transposed_views_keep_their_strides() {
     let part = src.tensor("w").unwrap().data().unwrap();
     assert_eq!(part.strides(), vec![1, 2]);
     assert!(!part.is_contiguous());
-    let c: Vec<u8> = [1.0f32, 3.0, 2.0, 4.0].iter().flat_map(|x| x.to_le_bytes()).collect();
+    let c: Vec<u8> = [1.0f32, 3.0, 2.0, 4.0]
+        .iter()
+        .flat_map(|x| x.to_le_bytes())
+        .collect();
     assert_eq!(&part.bytes().unwrap()[..], &c[..]);
 }
 
@@ -102,7 +105,10 @@ fn lying_storage_sizes_are_range_errors() {
     let path = dir.path().join("lie.pt");
     for numel in [3, 5, i32::MAX] {
         archive(&path, &state_dict(&tensor(numel, 0, &[3], &[1])), &W);
-        assert!(matches!(Source::open(&path), Err(Error::Range { .. })), "{numel}");
+        assert!(
+            matches!(Source::open(&path), Err(Error::Range { .. })),
+            "{numel}"
+        );
     }
 }
 
@@ -120,24 +126,50 @@ fn strides_past_the_storage_are_range_errors() {
 fn hostile_pickles_fail_by_variant() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("h.pt");
-    let cases: Vec<(Vec<u8>, fn(&Error) -> bool)> = vec![
-        (b"\x80\x02}(".to_vec(), |e| matches!(e, Error::Truncated { .. })),
-        (b"\x80\x02\xff.".to_vec(), |e| matches!(e, Error::Header { .. })),
-        (b"\x80\x02h\x07.".to_vec(), |e| matches!(e, Error::Header { .. })),
-        (b"\x80\x02]Ns.".to_vec(), |e| matches!(e, Error::Header { .. })),
-        (b"\x80\x02)Na.".to_vec(), |e| matches!(e, Error::Header { .. })),
+    type Case = (Vec<u8>, fn(&Error) -> bool);
+    let cases: Vec<Case> = vec![
+        (b"\x80\x02}(".to_vec(), |e| {
+            matches!(e, Error::Truncated { .. })
+        }),
+        (b"\x80\x02\xff.".to_vec(), |e| {
+            matches!(e, Error::Header { .. })
+        }),
+        (b"\x80\x02h\x07.".to_vec(), |e| {
+            matches!(e, Error::Header { .. })
+        }),
+        (b"\x80\x02]Ns.".to_vec(), |e| {
+            matches!(e, Error::Header { .. })
+        }),
+        (b"\x80\x02)Na.".to_vec(), |e| {
+            matches!(e, Error::Header { .. })
+        }),
         (
             [b"\x80\x02".as_slice(), &[b'('; 2_000_000], b"."].concat(),
-            |e| matches!(e, Error::Limit { limit: "pickle_stack", .. }),
+            |e| {
+                matches!(
+                    e,
+                    Error::Limit {
+                        limit: "pickle_stack",
+                        ..
+                    }
+                )
+            },
         ),
         (
             state_dict(&[&[b']'; 5000][..], &[b'a'; 4999]].concat()),
-            |e| matches!(e, Error::Limit { limit: "pickle_depth", .. }),
+            |e| {
+                matches!(
+                    e,
+                    Error::Limit {
+                        limit: "pickle_depth",
+                        ..
+                    }
+                )
+            },
         ),
-        (
-            state_dict(b"ctorch._utils\n_rebuild_qtensor\n)R"),
-            |e| matches!(e, Error::Unsupported { .. }),
-        ),
+        (state_dict(b"ctorch._utils\n_rebuild_qtensor\n)R"), |e| {
+            matches!(e, Error::Unsupported { .. })
+        }),
         (
             state_dict(b"ctorch._utils\n_rebuild_tensor_v3\n((Xstorage\0\0\0\0"),
             |e| matches!(e, Error::Truncated { .. } | Error::Header { .. }),
@@ -182,7 +214,10 @@ fn memo_doubling_is_walked_once() {
     };
     assert!(matches!(
         open_with(&path, limits),
-        Err(Error::Limit { limit: "tensors", .. })
+        Err(Error::Limit {
+            limit: "tensors",
+            ..
+        })
     ));
 }
 
@@ -231,7 +266,10 @@ fn writer_round_trips_every_torch_dtype() {
         .collect();
     zt::formats::pt::write(&path, &inputs).unwrap();
     let src = Source::open(&path).unwrap();
-    assert_eq!(src.names().collect::<Vec<_>>(), names.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(
+        src.names().collect::<Vec<_>>(),
+        names.iter().map(String::as_str).collect::<Vec<_>>()
+    );
     for (t, want) in src.tensors().zip(&inputs) {
         let part = t.data().unwrap();
         assert_eq!(part.dtype(), want.dtype);
@@ -255,4 +293,52 @@ fn writer_round_trips_every_torch_dtype() {
         zt::formats::pt::write(&path, &[fp4]),
         Err(Error::Write { .. })
     ));
+}
+
+/// Every torch-made fixture's pickle, truncated at every length and with
+/// every byte replaced by a few values: the machine and the tensor search
+/// return an error or a value, never panic.
+#[test]
+fn mutated_fixture_pickles_never_panic() {
+    use zt::formats::pt::pickle::Vm;
+    use zt::formats::pt::rebuild::{find_tensors, TorchInterp};
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/pt");
+    let limits = Limits {
+        pickle_ops: 1 << 14,
+        ..Limits::default()
+    };
+    let ctx = zt::Context::default();
+    let mut checked = 0;
+    for file in ["checkpoint.pt", "protocol4.pt", "nested.pt"] {
+        let store = zt::Store::open(dir.join(file)).unwrap();
+        let entries = zt::zip::read_entries(&store, &ctx, &limits).unwrap();
+        let pkl = entries
+            .iter()
+            .find(|e| e.name.ends_with("/data.pkl"))
+            .unwrap();
+        let bytes = zt::zip::member_bytes(&store, &ctx, pkl, &limits, ("pickle_bytes", 1 << 20))
+            .unwrap()
+            .into_owned();
+        let run = |data: &[u8]| {
+            let mut vm = Vm::new(ctx.clone(), &limits);
+            let mut interp = TorchInterp::default();
+            if let Ok((root, _)) = vm.run(data, 0, &mut interp) {
+                let _ = find_tensors(&vm, root, "root");
+            }
+        };
+        for len in 0..bytes.len() {
+            run(&bytes[..len]);
+        }
+        let mut data = bytes.clone();
+        for i in 0..data.len() {
+            let original = data[i];
+            for v in [0x00, 0xff, original.wrapping_add(1)] {
+                data[i] = v;
+                run(&data);
+                checked += 1;
+            }
+            data[i] = original;
+        }
+    }
+    assert!(checked > 1_000, "{checked}");
 }

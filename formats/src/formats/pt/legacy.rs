@@ -33,7 +33,10 @@ pub fn open(input: &OpenInput<'_>) -> Result<Catalog> {
     };
     let (magic, pos) = vm.run(&data, 0, &mut interp)?;
     if !matches!(vm.get(magic), Node::BigInt(b) if **b == MAGIC) {
-        return Err(Error::header(ctx, "legacy checkpoint without torch's magic number"));
+        return Err(Error::header(
+            ctx,
+            "legacy checkpoint without torch's magic number",
+        ));
     }
     let (version, pos) = vm.run(&data, pos, &mut interp)?;
     if vm.int(version) != Some(PROTOCOL_VERSION) {
@@ -44,9 +47,9 @@ pub fn open(input: &OpenInput<'_>) -> Result<Catalog> {
     }
     let (sys_info, pos) = vm.run(&data, pos, &mut interp)?;
     if let Node::Dict(items) = vm.get(sys_info) {
-        let big = items
-            .iter()
-            .any(|&(k, v)| vm.str(k) == Some("little_endian") && matches!(vm.get(v), Node::Bool(false)));
+        let big = items.iter().any(|&(k, v)| {
+            vm.str(k) == Some("little_endian") && matches!(vm.get(v), Node::Bool(false))
+        });
         if big {
             return Err(Error::Unsupported {
                 ctx,
@@ -104,10 +107,19 @@ pub fn open(input: &OpenInput<'_>) -> Result<Catalog> {
         store.check_range(at + 8, len, "legacy storage")?;
         Limits::check(&ctx, "entries", records.len() as u64 + 1, limits.entries)?;
         if records
-            .insert(key.clone(), Record::Stored { offset: at + 8, len })
+            .insert(
+                key.clone(),
+                Record::Stored {
+                    offset: at + 8,
+                    len,
+                },
+            )
             .is_some()
         {
-            return Err(Error::header(ctx.clone(), format!("storage {key:?} is listed twice")));
+            return Err(Error::header(
+                ctx.clone(),
+                format!("storage {key:?} is listed twice"),
+            ));
         }
         at = at + 8 + len;
     }
@@ -120,8 +132,9 @@ pub fn open(input: &OpenInput<'_>) -> Result<Catalog> {
         ),
     ];
     catalog(store, found, attributes, |key| {
-        records.get(key).cloned().ok_or_else(|| {
-            Error::header(ctx.clone(), format!("no storage data for key {key:?}"))
-        })
+        records
+            .get(key)
+            .cloned()
+            .ok_or_else(|| Error::header(ctx.clone(), format!("no storage data for key {key:?}")))
     })
 }

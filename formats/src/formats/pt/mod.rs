@@ -45,7 +45,9 @@ const LEGACY_MAGIC: &[u8] = b"\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19";
 fn is_legacy(head: &[u8]) -> bool {
     match head {
         [0x80, 2 | 3, rest @ ..] => rest.starts_with(LEGACY_MAGIC),
-        [0x80, 4 | 5, 0x95, rest @ ..] => rest.get(8..).is_some_and(|r| r.starts_with(LEGACY_MAGIC)),
+        [0x80, 4 | 5, 0x95, rest @ ..] => {
+            rest.get(8..).is_some_and(|r| r.starts_with(LEGACY_MAGIC))
+        }
         _ => false,
     }
 }
@@ -167,7 +169,10 @@ fn object(
         .checked_add(window_len)
         .is_none_or(|end| end > declared)
     {
-        return Err(Error::range(ctx.clone(), "storage view outside its storage"));
+        return Err(Error::range(
+            ctx.clone(),
+            "storage view outside its storage",
+        ));
     }
     let elem = t.dtype.size().ok_or_else(|| Error::UnsupportedDType {
         ctx: ctx.clone(),
@@ -183,7 +188,9 @@ fn object(
             .shape
             .iter()
             .zip(&t.stride)
-            .try_fold(0u64, |acc, (&d, &s)| acc.checked_add((d - 1).checked_mul(s as u64)?))
+            .try_fold(0u64, |acc, (&d, &s)| {
+                acc.checked_add((d - 1).checked_mul(s as u64)?)
+            })
             .ok_or(overflow("stride extent"))?;
         let reach = t
             .offset
@@ -200,7 +207,11 @@ fn object(
                 ),
             ));
         }
-        let len = if contiguous { numel * elem } else { (last + 1) * elem };
+        let len = if contiguous {
+            numel * elem
+        } else {
+            (last + 1) * elem
+        };
         (window_start + t.offset * elem, len)
     };
     let payload = match rec {

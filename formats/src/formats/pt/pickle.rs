@@ -187,14 +187,24 @@ impl<'l> Vm<'l> {
     /// Add a node, counting it against `pickle_objects`.
     pub fn push_node(&mut self, node: Node) -> Result<Id> {
         let n = self.nodes.len() as u64;
-        Limits::check(&self.ctx, "pickle_objects", n + 1, self.limits.pickle_objects)?;
+        Limits::check(
+            &self.ctx,
+            "pickle_objects",
+            n + 1,
+            self.limits.pickle_objects,
+        )?;
         self.nodes.push(node);
         Ok(n as Id)
     }
 
     /// Run one pickle from `data[start..]` to its `STOP`. Returns the
     /// unpickled value and the offset just past the `STOP`.
-    pub fn run(&mut self, data: &[u8], start: usize, hooks: &mut dyn Interpret) -> Result<(Id, usize)> {
+    pub fn run(
+        &mut self,
+        data: &[u8],
+        start: usize,
+        hooks: &mut dyn Interpret,
+    ) -> Result<(Id, usize)> {
         let mut run = Run {
             data,
             pos: start,
@@ -334,7 +344,9 @@ impl<'d> Run<'d> {
 
     fn le(&mut self, vm: &Vm, n: u64, what: &'static str) -> Result<u64> {
         let b = self.take(vm, n, what)?;
-        Ok(b.iter().rev().fold(0u64, |acc, &x| (acc << 8) | u64::from(x)))
+        Ok(b.iter()
+            .rev()
+            .fold(0u64, |acc, &x| (acc << 8) | u64::from(x)))
     }
 
     /// A `\n`-terminated line (protocol 0 arguments), without the newline.
@@ -564,8 +576,8 @@ impl<'d> Run<'d> {
                 }
                 op::UNICODE => {
                     let line = self.line(vm, "UNICODE")?;
-                    let s = raw_unicode_escape(line)
-                        .ok_or_else(|| self.err(vm, at, "bad UNICODE"))?;
+                    let s =
+                        raw_unicode_escape(line).ok_or_else(|| self.err(vm, at, "bad UNICODE"))?;
                     self.push_new(vm, Node::Str(s))?;
                 }
                 op::EMPTY_LIST => self.push_new(vm, Node::List(Vec::new()))?,

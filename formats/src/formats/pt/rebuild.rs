@@ -223,7 +223,9 @@ impl TorchInterp {
                 storage.view = Some((bytes(offset)?, bytes(size)?));
             }
         }
-        Ok(Outcome::Node(Node::Torch(Box::new(Torch::Storage(storage)))))
+        Ok(Outcome::Node(Node::Torch(Box::new(Torch::Storage(
+            storage,
+        )))))
     }
 
     /// `_rebuild_tensor` (v1), `_v2` and `_v3`.
@@ -398,6 +400,9 @@ impl TorchInterp {
                 None if a.is_empty() => Outcome::Node(Node::Set(Vec::new())),
                 None => Outcome::Inert,
             }),
+            ("numpy.core.multiarray" | "numpy._core.multiarray", "scalar") => {
+                Ok(numpy_scalar(vm, a).map_or(Outcome::Inert, Outcome::Node))
+            }
             ("torch", "Size") => Ok(match a.first().and_then(|&l| vm.items(l)) {
                 Some(items) => Outcome::Node(Node::Tuple(items.into())),
                 None => Outcome::Inert,
@@ -414,6 +419,58 @@ impl TorchInterp {
             _ => Ok(Outcome::Inert),
         }
     }
+}
+
+/// A numpy scalar (`numpy.core.multiarray.scalar(dtype, raw)`) as the
+/// number it holds, read as data from its dtype's type string and byte
+/// order; other scalar kinds stay inert.
+fn numpy_scalar(vm: &Vm, args: &[Id]) -> Option<Node> {
+    let [dtype, raw, ..] = args else {
+        return None;
+    };
+    let Node::Call(call) = vm.get(*dtype) else {
+        return None;
+    };
+    if !matches!(vm.global(call.callable), Some((_, "dtype"))) {
+        return None;
+    }
+    let code = vm.str(*vm.tuple(call.args?)?.first()?)?;
+    // BUILD state (version, byte order, ...): '>' is big-endian.
+    let big = call
+        .state
+        .and_then(|s| vm.tuple(s))
+        .and_then(|t| t.get(1))
+        .and_then(|&o| vm.str(o))
+        == Some(">");
+    let Node::Bytes(bytes) = vm.get(*raw) else {
+        return None;
+    };
+    let mut b = bytes.to_vec();
+    if big {
+        b.reverse();
+    }
+    let le = |n: usize| -> Option<[u8; 8]> {
+        let mut out = [0u8; 8];
+        (b.len() == n).then(|| out[..n].copy_from_slice(&b))?;
+        Some(out)
+    };
+    let signed = |n: usize| -> Option<i64> {
+        let v = u64::from_le_bytes(le(n)?);
+        let shift = 64 - 8 * n as u32;
+        Some(((v << shift) as i64) >> shift)
+    };
+    Some(match code {
+        "f8" => Node::Float(f64::from_le_bytes(le(8)?)),
+        "f4" => Node::Float(f64::from(f32::from_le_bytes(le(4)?[..4].try_into().ok()?))),
+        "i8" | "i4" | "i2" | "i1" => Node::Int(signed(code[1..].parse().ok()?)?),
+        "u4" | "u2" | "u1" => Node::Int(u64::from_le_bytes(le(code[1..].parse().ok()?)?) as i64),
+        "u8" => match u64::from_le_bytes(le(8)?) {
+            v if v <= i64::MAX as u64 => Node::Int(v as i64),
+            _ => return None,
+        },
+        "b1" => Node::Bool(*b.first()? != 0),
+        _ => return None,
+    })
 }
 
 /// `OrderedDict()` or `OrderedDict([(k, v), ...])` as a dict; anything
@@ -495,7 +552,12 @@ impl Walker<'_> {
 
     fn walk(&mut self, id: Id, path: &mut String, depth: usize) -> Result<()> {
         self.steps += 1;
-        Limits::check(&self.ctx(), "pickle_ops", self.steps, self.limits.pickle_ops)?;
+        Limits::check(
+            &self.ctx(),
+            "pickle_ops",
+            self.steps,
+            self.limits.pickle_ops,
+        )?;
         Limits::check(
             &self.ctx(),
             "pickle_depth",
@@ -641,7 +703,11 @@ impl Walker<'_> {
     }
 
     fn refusal(&self, path: &str, r: &Refusal) -> Error {
-        let name = if path.is_empty() { self.root_name } else { path };
+        let name = if path.is_empty() {
+            self.root_name
+        } else {
+            path
+        };
         let ctx = self.ctx().tensor(name);
         match &r.dtype {
             Some(dtype) => Error::UnsupportedDType {

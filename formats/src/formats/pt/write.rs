@@ -11,7 +11,9 @@ use std::path::Path;
 use crate::dtype::{c_strides, DType};
 use crate::error::{Context, Error, Result};
 use crate::source::Source;
-use crate::write::{dense_tensors, publish, refuse_zt_options, FormatWriter, TensorIn, WriteOptions};
+use crate::write::{
+    dense_tensors, publish, refuse_zt_options, FormatWriter, TensorIn, WriteOptions,
+};
 use crate::zip::{write_stored_aligned, Member};
 
 /// The folder every record sits in (what `torch.save` uses for buffers).
@@ -207,7 +209,11 @@ impl Pickler {
         self.out.push(b'(');
         self.str("storage");
         // `torch.save` spells the untyped class by its defining module.
-        let module = if class == "UntypedStorage" { "torch.storage" } else { "torch" };
+        let module = if class == "UntypedStorage" {
+            "torch.storage"
+        } else {
+            "torch"
+        };
         self.global(module, class);
         self.str(&key.to_string());
         self.str("cpu");

@@ -82,7 +82,10 @@ pub fn open(input: &OpenInput<'_>) -> Result<Catalog> {
     catalog(store, found, attributes, |key| {
         let name = format!("data/{key}");
         let entry = record(&name).ok_or_else(|| {
-            Error::header(ctx.clone(), format!("no {root}/{name} record for storage {key:?}"))
+            Error::header(
+                ctx.clone(),
+                format!("no {root}/{name} record for storage {key:?}"),
+            )
         })?;
         if entry.encrypted() {
             return Err(Error::Unsupported {
