@@ -178,3 +178,24 @@ def test_numpy_scalars_are_read_as_data(tmp, protocol):
         attrs = src.attributes
         assert attrs["acc"] == 0.875 and attrs["n"] == -7 and attrs["big"] == 65000 and attrs["ok"] is True
         assert any(g.endswith("multiarray.scalar") for g in attrs["pt.globals"])
+
+
+@pytest.mark.parametrize("name", READABLE)
+def test_positional_reads_match(name):
+    """map=False: the same bytes through positional reads."""
+    expected = MANIFEST[name]["tensors"]
+    with zt.open(DATA / name, map=False) as src:
+        for tname, want in expected.items():
+            assert sha(src[tname].tobytes()) == want["sha256"], tname
+            assert not src[tname].caps["map"]
+
+
+def test_cli_lists_a_checkpoint(zt_cli):
+    import subprocess
+
+    out = subprocess.run([zt_cli, "ls", str(DATA / "checkpoint.pt")], capture_output=True, text=True, check=True)
+    assert "optimizer.state.0.exp_avg" in out.stdout
+    assert (
+        subprocess.run([zt_cli, "detect", str(DATA / "legacy.pt")], capture_output=True, text=True).stdout.strip()
+        == "pt"
+    )
