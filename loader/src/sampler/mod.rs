@@ -67,9 +67,9 @@ pub struct Plan {
     world_size: u64,
     /// Indices in one global batch: `batch_size`, except CYCLIC over fewer
     /// records than one batch, which emits each record once (`length`).
+    global_len: u64,
+    /// Indices this rank takes per step (`global_len / world_size`).
     batch_len: u64,
-    /// Indices this rank takes per step (`batch_len / world_size`).
-    local_len: u64,
     /// Where this rank's slice starts inside the global batch.
     local_start: u64,
     /// CYCLIC: full batches per cycle (at least 1).
@@ -88,7 +88,7 @@ impl Plan {
         if batch_size == 0 {
             return Err(Error::ZeroBatchSize);
         }
-        let batch_len = match mode {
+        let global_len = match mode {
             Mode::Cyclic => batch_size.min(length),
             Mode::Sequential | Mode::Iid => batch_size,
         };
@@ -103,8 +103,8 @@ impl Plan {
             seed,
             rank: 0,
             world_size: 1,
-            batch_len,
-            local_len: batch_len,
+            global_len,
+            batch_len: global_len,
             local_start: 0,
             steps_per_cycle,
             iid_key: iid::seed_key(seed),
@@ -113,7 +113,7 @@ impl Plan {
 
     /// The same stream, restricted to rank `rank` of `world_size`: every rank
     /// computes the same global batch and keeps the contiguous slice
-    /// `[rank * n, (rank + 1) * n)` with `n = batch_len / world_size`, so the
+    /// `[rank * n, (rank + 1) * n)` with `n = global_len / world_size`, so the
     /// ranks' slices are disjoint and together are exactly the global batch.
     ///
     /// The global batch must split evenly ([`Error::UnevenShard`] otherwise);
@@ -125,25 +125,25 @@ impl Plan {
         if rank >= world_size {
             return Err(Error::RankOutOfRange { rank, world_size });
         }
-        if self.batch_len % world_size != 0 {
-            let hint = if self.batch_len < self.batch_size {
+        if self.global_len % world_size != 0 {
+            let hint = if self.global_len < self.batch_size {
                 " (a CYCLIC sampler over fewer records than one batch emits `length` indices per step, \
                  so length must be divisible by world_size too)"
             } else {
                 ""
             };
             return Err(Error::UnevenShard {
-                batch_len: self.batch_len,
+                batch_len: self.global_len,
                 world_size,
                 hint,
             });
         }
-        let local_len = self.batch_len / world_size;
+        let batch_len = self.global_len / world_size;
         Ok(Plan {
             rank,
             world_size,
-            local_len,
-            local_start: rank * local_len, // < batch_len, cannot overflow
+            batch_len,
+            local_start: rank * batch_len, // < global_len, cannot overflow
             ..self
         })
     }
@@ -182,12 +182,12 @@ impl Plan {
     /// plan over fewer records than one batch (as loaderx returns a short
     /// batch there).
     pub fn global_batch_len(&self) -> u64 {
-        self.batch_len
+        self.global_len
     }
 
     /// Indices this rank receives per step: the length [`Plan::fill`] wants.
     pub fn batch_len(&self) -> u64 {
-        self.local_len
+        self.batch_len
     }
 
     /// CYCLIC: steps per cycle (`max(length / batch_size, 1)`); `None` in the
@@ -201,9 +201,9 @@ impl Plan {
     /// always gives the same indices, on any thread, in any order of calls.
     /// Costs O(batch_len) for any `step` (no replay).
     pub fn fill(&self, step: u64, out: &mut [u64]) -> Result<()> {
-        if out.len() as u64 != self.local_len {
+        if out.len() as u64 != self.batch_len {
             return Err(Error::BufferLength {
-                expected: self.local_len,
+                expected: self.batch_len,
                 got: out.len() as u64,
             });
         }
@@ -244,7 +244,7 @@ impl Plan {
     fn fill_cyclic(&self, step: u64, out: &mut [u64]) {
         let cycle = step / self.steps_per_cycle;
         // (step mod spc) * B <= usable_len - B < length, and local_start + j
-        // stays below batch_len, so positions stay below length: no overflow.
+        // stays below global_len, so positions stay below length: no overflow.
         let first = (step % self.steps_per_cycle) * self.batch_size + self.local_start;
         let permutation = Permutation::for_cycle(self.seed, cycle, self.length);
         for (position, slot) in (first..).zip(out.iter_mut()) {
@@ -293,9 +293,9 @@ impl Sampler {
     /// from another sampler). Refuses a plan whose per-rank batch could not
     /// be held in one buffer on this machine.
     pub fn from_plan(plan: Plan) -> Result<Sampler> {
-        let bytes = plan.local_len.checked_mul(8);
+        let bytes = plan.batch_len.checked_mul(8);
         if bytes.is_none_or(|b| b > isize::MAX as u64) {
-            return Err(Error::BatchTooLarge(plan.local_len));
+            return Err(Error::BatchTooLarge(plan.batch_len));
         }
         Ok(Sampler {
             plan,
@@ -333,8 +333,10 @@ impl Sampler {
     /// The indices of the current step, in a buffer the sampler reuses (valid
     /// until the next `&mut self` call); advances the step. After step
     /// `u64::MAX` the counter wraps to 0.
+    // Not `Iterator::next`: an Iterator cannot lend a buffer it reuses.
+    #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> &[u64] {
-        let len = self.plan.local_len as usize; // checked addressable in from_plan
+        let len = self.plan.batch_len as usize; // checked addressable in from_plan
         if self.buffer.len() != len {
             self.buffer = vec![0; len];
         }
