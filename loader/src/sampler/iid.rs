@@ -42,10 +42,23 @@ pub(crate) fn step_key(seed_key: u64, step: u64) -> u64 {
     finalize(seed_key.wrapping_add(step.wrapping_add(1).wrapping_mul(GOLDEN)))
 }
 
-/// The raw 64-bit word at position `i` under `key`.
+/// The Weyl counter of position `i`: `(i + 1) * GOLDEN`. Consecutive
+/// positions differ by `GOLDEN`, so a batch steps it with one addition.
 #[inline(always)]
-fn word(key: u64, i: u64) -> u64 {
-    finalize(key ^ i.wrapping_add(1).wrapping_mul(GOLDEN))
+pub(crate) fn counter(i: u64) -> u64 {
+    i.wrapping_add(1).wrapping_mul(GOLDEN)
+}
+
+/// The counter of the position after the one whose counter is `c`.
+#[inline(always)]
+pub(crate) fn next_counter(c: u64) -> u64 {
+    c.wrapping_add(GOLDEN)
+}
+
+/// The raw 64-bit word of the position whose counter is `c`, under `key`.
+#[inline(always)]
+fn word(key: u64, c: u64) -> u64 {
+    finalize(key ^ c)
 }
 
 /// The key for rejection attempt `attempt >= 1` at any position.
@@ -54,15 +67,16 @@ fn retry_key(key: u64, attempt: u64) -> u64 {
     finalize(key ^ attempt.wrapping_mul(RETRY_KEY))
 }
 
-/// A uniform draw from `[0, n)` (`n >= 1`) for position `i` under `key`:
+/// A uniform draw from `[0, n)` (`n >= 1`) for the position whose counter
+/// (see [`counter`]) is `c`, under `key`:
 /// Lemire's nearly divisionless method. `m = x * n` as a 128-bit product; its
 /// high half is the candidate, and the low half tells whether `x` fell in the
 /// `2^64 mod n` values that would over-represent some candidates.
 #[inline(always)]
-pub(crate) fn below(key: u64, i: u64, n: u64) -> u64 {
-    let m = u128::from(word(key, i)) * u128::from(n);
+pub(crate) fn below(key: u64, c: u64, n: u64) -> u64 {
+    let m = u128::from(word(key, c)) * u128::from(n);
     if (m as u64) < n {
-        return below_slow(key, i, n, m);
+        return below_slow(key, c, n, m);
     }
     (m >> 64) as u64
 }
@@ -70,12 +84,12 @@ pub(crate) fn below(key: u64, i: u64, n: u64) -> u64 {
 /// The rare path of [`below`]: compute the threshold and redraw while the low
 /// half is under it.
 #[cold]
-fn below_slow(key: u64, i: u64, n: u64, mut m: u128) -> u64 {
+fn below_slow(key: u64, c: u64, n: u64, mut m: u128) -> u64 {
     let threshold = n.wrapping_neg() % n; // (2^64 - n) mod n == 2^64 mod n
     let mut attempt = 0u64;
     while (m as u64) < threshold {
         attempt += 1;
-        m = u128::from(word(retry_key(key, attempt), i)) * u128::from(n);
+        m = u128::from(word(retry_key(key, attempt), c)) * u128::from(n);
     }
     (m >> 64) as u64
 }
@@ -89,10 +103,10 @@ mod tests {
         for n in [1, 2, 3, 7, 1000, (1 << 63) + 1, u64::MAX] {
             let key = step_key(seed_key(1), 5);
             for i in 0..2000 {
-                assert!(below(key, i, n) < n, "n={n}");
+                assert!(below(key, counter(i), n) < n, "n={n}");
             }
         }
-        assert!((0..100).all(|i| below(123, i, 1) == 0));
+        assert!((0..100).all(|i| below(123, counter(i), 1) == 0));
     }
 
     #[test]
@@ -116,8 +130,8 @@ mod tests {
         for s in 0..(draws / 100) {
             let key = step_key(seed_key(77), s);
             for i in 0..100 {
-                counts[(below(key, i, n) % 3) as usize] += 1;
-                let raw = ((u128::from(word(key, i)) * u128::from(n)) >> 64) as u64;
+                counts[(below(key, counter(i), n) % 3) as usize] += 1;
+                let raw = ((u128::from(word(key, counter(i))) * u128::from(n)) >> 64) as u64;
                 biased[(raw % 3) as usize] += 1;
             }
         }
@@ -138,8 +152,8 @@ mod tests {
     fn heavy_rejection_is_deterministic() {
         let n = (1u64 << 63) + 1;
         let key = step_key(seed_key(3), 0);
-        let first: Vec<u64> = (0..1000).map(|i| below(key, i, n)).collect();
-        let again: Vec<u64> = (0..1000).map(|i| below(key, i, n)).collect();
+        let first: Vec<u64> = (0..1000).map(|i| below(key, counter(i), n)).collect();
+        let again: Vec<u64> = (0..1000).map(|i| below(key, counter(i), n)).collect();
         assert_eq!(first, again);
         assert!(first.iter().all(|&v| v < n));
         // About half land in the upper half of [0, n).

@@ -234,8 +234,10 @@ impl Plan {
     /// Uniform draws keyed by `(seed, step, global position)`.
     fn fill_iid(&self, step: u64, out: &mut [u64]) {
         let key = iid::step_key(self.iid_key, step);
-        for (j, slot) in (self.local_start..).zip(out.iter_mut()) {
-            *slot = iid::below(key, j, self.length);
+        let mut counter = iid::counter(self.local_start);
+        for slot in out.iter_mut() {
+            *slot = iid::below(key, counter, self.length);
+            counter = iid::next_counter(counter);
         }
     }
 
