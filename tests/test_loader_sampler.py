@@ -329,6 +329,28 @@ def test_concurrent_next_draws_distinct_steps() -> None:
     assert sorted(got) == sorted(tuple(s.batch(k).tolist()) for k in range(800))
 
 
+def test_concurrent_next_with_separate_out_buffers() -> None:
+    """Threads lending different `out` arrays each get every batch written
+    into their own array (the cached address never crosses threads)."""
+    s = Sampler(10**6, 32, IID, 4, rank=0, world_size=1)
+    got: list[tuple[int, ...]] = []
+    lock = threading.Lock()
+
+    def worker() -> None:
+        out = np.full(32, -1, np.int64)
+        for _ in range(300):
+            s.next(out)
+            with lock:
+                got.append(tuple(out.tolist()))
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(got) == sorted(tuple(s.batch(k).tolist()) for k in range(1200))
+
+
 def test_arguments_and_errors() -> None:
     with pytest.raises(ValueError, match="length must be in 1..2"):
         Sampler(0, 4, IID)

@@ -351,6 +351,21 @@ fn errors_are_exact() {
 }
 
 #[test]
+fn sharding_keeps_the_step_and_slices_the_batch() {
+    let mut whole = Sampler::new(1000, 12, Mode::Iid, 5).unwrap();
+    let mut s = Sampler::new(1000, 12, Mode::Iid, 5).unwrap();
+    s.seek(40);
+    let mut s = s.sharded(2, 3).unwrap();
+    assert_eq!(
+        (s.step(), s.plan().batch_len(), s.plan().global_batch_len()),
+        (40, 4, 12)
+    );
+    assert_eq!((s.plan().rank(), s.plan().world_size()), (2, 3));
+    whole.seek(40);
+    assert_eq!(s.next(), &whole.next()[8..12]);
+}
+
+#[test]
 fn next_into_and_batch_agree_with_next() {
     for mode in [Mode::Sequential, Mode::Iid, Mode::Cyclic] {
         let mut a = Sampler::new(1000, 32, mode, 9).unwrap();

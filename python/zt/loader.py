@@ -134,9 +134,10 @@ class Sampler:
         self._len: int = self._native.batch_len
         self._dtype = np.dtype(np.int64) if length <= 1 << 63 else np.dtype(np.uint64)
         self._shape = (self._len,)
-        # The last `out` array checked, and its data address (see `next`).
-        self._out: np.ndarray | None = None
-        self._out_address = 0
+        # The last `out` array checked and its data address, as one tuple so
+        # that threads passing different arrays never pair one array with
+        # another's address (see `next`).
+        self._borrowed: tuple[np.ndarray | None, int] = (None, 0)
 
     # -- drawing --------------------------------------------------------------
 
@@ -157,9 +158,10 @@ class Sampler:
             raise RuntimeError("Sampler is closed")
         if out is None:
             return _frombuffer(native.next_bytes(), self._dtype)
-        if out is not self._out:
-            self._adopt(out)
-        native.next_into(self._out_address, self._len)
+        held, address = self._borrowed
+        if out is not held:
+            address = self._adopt(out)
+        native.next_into(address, self._len)
         return out
 
     def batch(self, step: int, out: np.ndarray | None = None) -> np.ndarray:
@@ -169,13 +171,15 @@ class Sampler:
         native = self._native_or_raise()
         if out is None:
             return _frombuffer(native.batch_bytes(step), self._dtype)
-        if out is not self._out:
-            self._adopt(out)
-        native.batch_into(step, self._out_address, self._len)
+        held, address = self._borrowed
+        if out is not held:
+            address = self._adopt(out)
+        native.batch_into(step, address, self._len)
         return out
 
-    def _adopt(self, out: np.ndarray) -> None:
-        """Validate a new ``out`` and cache its data address.
+    def _adopt(self, out: np.ndarray) -> int:
+        """Validate a new ``out``, cache it with its data address, and return
+        the address.
 
         Checking once is enough for memory safety: nothing done to an array
         in place (changing its shape, dtype, strides or flags) changes which
@@ -189,8 +193,9 @@ class Sampler:
             raise ValueError(f"out must have shape {self._shape}, got {out.shape}")
         if not out.flags.c_contiguous or not out.flags.writeable:
             raise ValueError("out must be C-contiguous and writeable")
-        self._out = out
-        self._out_address = out.ctypes.data
+        address = out.ctypes.data
+        self._borrowed = (out, address)
+        return address
 
     # -- position ---------------------------------------------------------------
 
@@ -281,7 +286,7 @@ class Sampler:
     def close(self) -> None:
         """Release the native sampler; later draws raise ``RuntimeError``."""
         self._native = None
-        self._out = None
+        self._borrowed = (None, 0)
 
     def __enter__(self) -> Sampler:
         return self
