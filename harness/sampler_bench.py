@@ -8,12 +8,13 @@ table gives the median time per batch, its interquartile range, and the
 speed relative to numpy. zt and loaderx CYCLIC run in lockstep from the same
 seed, and their batches are compared: they must be identical.
 
-    python -m harness.sampler_bench --runs 21
+    python -m harness.sampler_bench --runs 201 --budget 50000
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Callable
 
 import numpy as np
@@ -82,7 +83,14 @@ def run(space: int, batches: list[int], runs: int, budget: int, stem: str | None
         f"Index space {space:,}; each sample draws `calls` consecutive batches (≈{budget:,} indices); "
         f"{runs} interleaved samples per case after one warm-up; median and IQR of the time per batch.\n",
     ]
-    raw: dict = {"machine": common.machine(), "versions": common.versions("zt", "loaderx", "numpy"), "space": space}
+    load = os.getloadavg()[0]
+    md.append(f"1-minute load average at the start: {load:.1f} on {os.cpu_count()} cores (a shared machine).\n")
+    raw: dict = {
+        "machine": common.machine(),
+        "versions": common.versions("zt", "loaderx", "numpy"),
+        "space": space,
+        "load_average": load,
+    }
     for batch in batches:
         calls = max(20, budget // batch)
         times, values = common.interleaved(cases(space, batch, calls), runs)
@@ -102,8 +110,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--space", type=int, default=1_000_000)
     ap.add_argument("--batches", type=int, nargs="+", default=[256, 1024, 8192])
-    ap.add_argument("--runs", type=int, default=21)
-    ap.add_argument("--budget", type=int, default=1_000_000, help="indices drawn per sample")
+    ap.add_argument("--runs", type=int, default=201)
+    ap.add_argument("--budget", type=int, default=50_000, help="indices drawn per sample")
     args = ap.parse_args()
     print(run(args.space, args.batches, args.runs, args.budget))
 
