@@ -53,14 +53,18 @@
 //!   `(step * B mod 2^64) mod length`; zloader uses `(step * B) mod length` in
 //!   128-bit arithmetic. They differ only when `step * B >= 2^64`.
 //! * SEQUENTIAL `next`: loaderx computes `cursor + i` and `cursor + B` in 64
-//!   bits (`cursor < length`), which wraps when `length + B > 2^64`; zloader
-//!   never wraps. So for `length + B <= 2^64`, stepping with `next` from step 0
-//!   agrees forever; beyond that the streams part where loaderx wrapped.
+//!   bits (`cursor < length`), which can wrap only when `length + B > 2^64`
+//!   (a batch crossing the end of a ring of almost 2^64 indices); zloader
+//!   never wraps. So for `length + B <= 2^64`, stepping with `next` agrees
+//!   for every step below 2^64; beyond that the streams part at the first
+//!   batch where loaderx wrapped.
+//! * Both modes: zloader's step counter is a `u64` that wraps to 0 after
+//!   `u64::MAX`; loaderx's SEQUENTIAL cursor and CYCLIC cycle counter keep
+//!   going. Only a `seek` to within a few steps of `u64::MAX` can reach this.
 //! * CYCLIC has no overflow in loaderx (positions stay below `length`, the
 //!   Feistel half-width is at most 32 bits, its multiplications are intended
-//!   to wrap). The one divergence is past the end of the step counter: zloader's
-//!   step is a `u64` that wraps to 0 after `u64::MAX`, while loaderx's cycle
-//!   counter keeps counting when the last cycle has more than one step.
+//!   to wrap), so every step `0..=u64::MAX` agrees, for every length up to
+//!   `2^64 - 1`.
 //! * IID is deliberately *not* loaderx's stream: loaderx draws from one
 //!   stateful `Sfc64` generator (so its `seek` replays `step * B` draws);
 //!   zloader's IID is counter-based. Both are uniform and unbiased.

@@ -26,8 +26,9 @@ Modes (loaderx's names and values):
 SEQUENTIAL and CYCLIC produce exactly loaderx 2.3.8's index streams for the
 same ``(length, batch_size, seed)``, except where loaderx's 64-bit arithmetic
 wraps (SEQUENTIAL with ``step * batch_size >= 2**64`` or ``length +
-batch_size > 2**64``), where zt computes the exact value. IID is not
-loaderx's stream: it is counter-based so that seeking costs nothing.
+batch_size > 2**64``), where zt computes the exact value, and after step
+``2**64 - 1``, where zt's step counter wraps to 0. IID is not loaderx's
+stream: it is counter-based so that seeking costs nothing.
 
 Sharding: with ``rank``/``world_size`` (default: the ``RANK`` and
 ``WORLD_SIZE`` environment variables torchrun sets, else 0 and 1), every
