@@ -1,14 +1,17 @@
 """Per-batch cost of drawing indices: zt.loader.Sampler against
 numpy.random.default_rng().integers and loaderx 2.3.8's Sampler.
 
-For each batch size, every case draws `calls` consecutive batches from a
-space of `--space` indices per sample, and the samples of all cases are
-interleaved (A B C ... A B C ...) so machine drift hits them equally. The
-table gives the median time per batch, its interquartile range, and the
-speed relative to numpy. zt and loaderx CYCLIC run in lockstep from the same
-seed, and their batches are compared: they must be identical.
+For each batch size, every case draws `calls` consecutive batches (about
+`budget` indices) per run, and the runs of all cases are interleaved
+(A B C ... A B C ...) so machine drift hits them equally. Many short runs
+rather than a few long ones, because on a shared machine a long run is
+almost always preempted. The tables give the median time per run and its
+interquartile range, the time per batch and per index, and the speed
+relative to numpy. zt and loaderx CYCLIC run in lockstep from the same seed
+and their batches are compared: they must be identical.
 
     python -m harness.sampler_bench --runs 201 --budget 50000
+    python -m harness --only sampler
 """
 
 from __future__ import annotations
@@ -22,11 +25,13 @@ from loaderx.zsampler import Sampler as LoaderxSampler
 
 from zt.loader import CYCLIC, IID, Sampler
 
-from . import common
+from . import common, report
+
+NUMPY = "numpy default_rng().integers"
 
 
 def repeat(draw: Callable[[], np.ndarray], calls: int) -> Callable[[], int]:
-    """A sample: `calls` draws; returns a digest of the last batch so the
+    """One run: `calls` draws; returns a digest of the last batch so the
     work cannot be skipped and the batches can be compared."""
 
     def sample() -> int:
@@ -48,7 +53,7 @@ def cases(space: int, batch: int, calls: int) -> dict[str, Callable[[], int]]:
     out = np.empty(batch, np.int64)
     out_cyclic = np.empty(batch, np.int64)
     return {
-        "numpy default_rng().integers": repeat(lambda: rng.integers(0, space, batch), calls),
+        NUMPY: repeat(lambda: rng.integers(0, space, batch), calls),
         "zt IID next()": repeat(zt_iid.next, calls),
         "zt IID next(out)": repeat(lambda: zt_iid_out.next(out), calls),
         "loaderx IID next() (borrowed)": repeat(lx_iid.next, calls),
@@ -57,53 +62,39 @@ def cases(space: int, batch: int, calls: int) -> dict[str, Callable[[], int]]:
     }
 
 
-def table(batch: int, times: dict[str, list[float]], calls: int) -> str:
-    peer = "numpy default_rng().integers"
-    peer_median = common.summary(times[peer])[0]
-    rows = [
-        f"### batch {batch}",
-        "",
-        "| sampler | median per batch | IQR | ns per index | vs numpy |",
-        "|---|---|---|---|---|",
-    ]
-    for name, samples in times.items():
-        per = [s / calls for s in samples]
-        med, q1, q3 = common.summary(per)
-        rows.append(
-            f"| {name} | {med * 1e6:.2f} µs | {q1 * 1e6:.2f} – {q3 * 1e6:.2f} µs | "
-            f"{med / batch * 1e9:.2f} | {peer_median / calls / med:.2f}× |"
-        )
-    return "\n".join(rows) + "\n"
-
-
-def run(space: int, batches: list[int], runs: int, budget: int, stem: str | None = "sampler") -> str:
-    md = [
-        f"## Sampler: zt.loader vs numpy {np.__version__} and loaderx {common.versions('loaderx')['loaderx']}",
-        "",
-        f"Index space {space:,}; each sample draws `calls` consecutive batches (≈{budget:,} indices); "
-        f"{runs} interleaved samples per case after one warm-up; median and IQR of the time per batch.\n",
-    ]
-    load = os.getloadavg()[0]
-    md.append(f"1-minute load average at the start: {load:.1f} on {os.cpu_count()} cores (a shared machine).\n")
-    raw: dict = {
-        "machine": common.machine(),
-        "versions": common.versions("zt", "loaderx", "numpy"),
-        "space": space,
-        "load_average": load,
-    }
+def run(space: int, batches: list[int], runs: int, budget: int) -> list[report.Result]:
+    results = []
     for batch in batches:
         calls = max(20, budget // batch)
         times, values = common.interleaved(cases(space, batch, calls), runs)
         assert values["zt CYCLIC next(out)"] == values["loaderx CYCLIC next() (borrowed)"], "CYCLIC streams differ"
-        md.append(f"{calls} calls per sample.\n")
-        md.append(table(batch, times, calls))
-        raw[str(batch)] = {"calls": calls, "seconds_per_sample": times}
-    md.append(f"Machine: {common.machine()}\n")
-    md.append("Command: `python -m harness.sampler_bench " + f"--space {space} --runs {runs} --budget {budget}`\n")
-    text = "\n".join(md)
-    if stem:
-        common.write_result(stem, text, raw)
-    return text
+        extra = {}
+        for case, samples in times.items():
+            median = common.summary(samples)[0] / calls
+            extra[case] = {"per batch": f"{median * 1e6:.2f} µs", "ns per index": f"{median / batch * 1e9:.2f}"}
+        results.append(
+            report.Result(
+                "sampler",
+                f"Batch {batch:,}, space {space:,}, {calls:,} batches per run",
+                times,
+                peer=NUMPY,
+                extra=extra,
+                notes=["zt and loaderx CYCLIC batches compared after every run: identical."],
+            )
+        )
+    return results
+
+
+def header(runs: int) -> str:
+    v = common.versions("numpy", "loaderx")
+    load = os.getloadavg()[0]
+    return (
+        "## Drawing batch indices: zt.loader.Sampler against numpy and loaderx\n\n"
+        f"numpy {v['numpy']}, loaderx {v['loaderx']}. {runs} interleaved runs per case after one warm-up; "
+        "median and IQR of the time per run (per batch and per index beside it). `next()` returns a fresh "
+        "array, `next(out)` fills the caller's; loaderx's `next()` returns a view of its reusable buffer. "
+        f"1-minute load average at the start: {load:.1f} on {os.cpu_count()} cores."
+    )
 
 
 def main() -> None:
@@ -111,9 +102,10 @@ def main() -> None:
     ap.add_argument("--space", type=int, default=1_000_000)
     ap.add_argument("--batches", type=int, nargs="+", default=[256, 1024, 8192])
     ap.add_argument("--runs", type=int, default=201)
-    ap.add_argument("--budget", type=int, default=50_000, help="indices drawn per sample")
+    ap.add_argument("--budget", type=int, default=50_000, help="indices drawn per run")
     args = ap.parse_args()
-    print(run(args.space, args.batches, args.runs, args.budget))
+    results = run(args.space, args.batches, args.runs, args.budget)
+    print(report.save(results, "sampler", header(args.runs)).read_text())
 
 
 if __name__ == "__main__":
