@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from . import common, read_bench, report, write_bench
+from . import common, read_bench, report, sampler_bench, write_bench
 
 # name -> (quick settings, full settings, runner, header)
 COMPARISONS = {
@@ -28,6 +28,12 @@ COMPARISONS = {
         dict(size_mb=512, runs=3),
         write_bench.run,
         write_bench.header,
+    ),
+    "sampler": (
+        dict(space=1_000_000, batches=[256, 1024, 8192], runs=31, budget=20_000),
+        dict(space=1_000_000, batches=[256, 1024, 8192], runs=201, budget=50_000),
+        sampler_bench.run,
+        sampler_bench.header,
     ),
 }
 
