@@ -44,6 +44,27 @@ def drop_cache(path: pathlib.Path) -> None:
         os.close(fd)
 
 
+def cached_fraction(path: pathlib.Path) -> float:
+    """Fraction of a file's pages in the page cache (mincore), to check that a
+    cold-cache run really starts cold."""
+    import ctypes
+    import mmap
+
+    size = os.path.getsize(path)
+    if size == 0:
+        return 0.0
+    libc = ctypes.CDLL(None, use_errno=True)
+    pages = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
+    vec = (ctypes.c_ubyte * pages)()
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        view = np.frombuffer(m, np.uint8)  # only to learn the mapping's address
+        rc = libc.mincore(ctypes.c_void_p(view.ctypes.data), ctypes.c_size_t(size), vec)
+        del view
+    if rc != 0:
+        raise OSError(ctypes.get_errno(), "mincore failed")
+    return float((np.frombuffer(vec, np.uint8) & 1).mean())
+
+
 def digest(arr: np.ndarray) -> int:
     """Touch every byte of an array and fold it to a number, so a reader
     that skips bytes is caught and the work cannot be optimised away."""

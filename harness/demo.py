@@ -10,13 +10,15 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 
 import numpy as np
 import safetensors.numpy
 
 import zt
 
-from . import common, read_bench
+from . import common
+from .__main__ import main as harness_main
 
 
 def main() -> None:
@@ -52,8 +54,9 @@ def main() -> None:
     out = subprocess.run([cli, "ls", os.fspath(npz_path)], check=True, capture_output=True, text=True).stdout
     print("\n".join(out.splitlines()[:6]))
 
-    print("\nQuick read comparison (small sizes; the full run is `python -m harness.read_bench`):\n")
-    print(read_bench.run(tensors=2000, size_mb=128, runs=3, cold=True, stem=None))
+    print("\nQuick benchmark tables (small sizes, few runs; `python -m harness` runs the full suite):\n")
+    sys.argv = ["harness", "--quick"]
+    harness_main()
 
 
 if __name__ == "__main__":

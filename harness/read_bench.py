@@ -1,9 +1,10 @@
-"""Read safetensors through zt against the reference library.
+"""Read safetensors and npz through zt against each format's own library.
 
-Two measurements, each interleaved run by run with its peers:
+Measured, each case interleaved run by run with its peers:
   * open latency of a file with many small tensors (metadata only);
-  * reading every byte of a large file: zt zero-copy, zt copy, and
-    safetensors.numpy.load_file, warm and cold cache.
+  * reading every byte of a large file: zt zero-copy, zt copy, and the
+    reference reader, warm and cold cache (cold: posix_fadvise DONTNEED,
+    checked with mincore).
 Every read is checked against a digest of the bytes written.
 
     python -m harness.read_bench --tensors 10000 --size-mb 1024 --runs 5
@@ -19,7 +20,7 @@ import safetensors.numpy
 
 import zt
 
-from . import common
+from . import common, report
 
 
 def make_many(path, count: int) -> None:
@@ -29,16 +30,15 @@ def make_many(path, count: int) -> None:
     )
 
 
-def make_big(path, size_mb: int) -> dict[str, int]:
-    """fp16 matrices of ~64 MiB each adding up to size_mb. Returns digests."""
+def big_arrays(size_mb: int) -> dict[str, np.ndarray]:
+    """fp16 matrices of up to 64 MiB each adding up to size_mb (synthetic: random bits)."""
     rng = np.random.default_rng(1)
     per = min(64, size_mb)
-    arrays = {}
-    for i in range(max(1, size_mb // per)):
-        rows = per * (1 << 20) // 2 // 4096
-        arrays[f"block.{i}.weight"] = rng.integers(0, 1 << 16, size=(rows, 4096), dtype=np.uint16).view(np.float16)
-    safetensors.numpy.save_file(arrays, path)
-    return {k: common.digest(v) for k, v in arrays.items()}
+    rows = per * (1 << 20) // 2 // 4096
+    return {
+        f"block.{i}.weight": rng.integers(0, 1 << 16, size=(rows, 4096), dtype=np.uint16).view(np.float16)
+        for i in range(max(1, size_mb // per))
+    }
 
 
 def read_zt(path, copy: bool) -> dict[str, int]:
@@ -46,8 +46,13 @@ def read_zt(path, copy: bool) -> dict[str, int]:
         return {name: common.digest(src[name].numpy(copy=copy)) for name in src}
 
 
-def read_reference(path) -> dict[str, int]:
+def read_safetensors(path) -> dict[str, int]:
     return {k: common.digest(v) for k, v in safetensors.numpy.load_file(path).items()}
+
+
+def read_npz(path) -> dict[str, int]:
+    with np.load(path) as f:
+        return {k: common.digest(f[k]) for k in f.files}
 
 
 def open_zt(path) -> int:
@@ -55,80 +60,77 @@ def open_zt(path) -> int:
         return len(src)
 
 
-def open_reference(path) -> int:
+def open_safetensors(path) -> int:
     with safetensors.safe_open(path, "numpy") as f:
         return len(f.keys())
 
 
-def table(title: str, times: dict[str, list[float]], peer: str, nbytes: int | None) -> str:
-    rows = [
-        f"### {title}",
-        "",
-        "| reader | median | IQR | " + ("GiB/s | " if nbytes else "") + f"vs {peer} |",
-        "|---|---|---|" + ("---|" if nbytes else "") + "---|",
-    ]
-    peer_median = common.summary(times[peer])[0]
-    for name, samples in times.items():
-        med, q1, q3 = common.summary(samples)
-        rate = f"{nbytes / med / 2**30:.2f} | " if nbytes else ""
-        rows.append(
-            f"| {name} | {common.fmt_time(med)} | {common.fmt_time(q1)} – {common.fmt_time(q3)} | {rate}{peer_median / med:.2f}× |"
-        )
-    return "\n".join(rows) + "\n"
-
-
-def run(tensors: int, size_mb: int, runs: int, cold: bool = True, stem: str | None = "read_safetensors") -> str:
-    work = common.bench_dir("read_safetensors")
-    many, big = work / f"many-{tensors}.safetensors", work / f"big-{size_mb}.safetensors"
-    if not many.exists():
-        make_many(many, tensors)
-    want = make_big(big, size_mb)
-    nbytes = big.stat().st_size
-
-    open_times, values = common.interleaved(
-        {"zt.open": lambda: open_zt(many), "safetensors.safe_open": lambda: open_reference(many)}, runs
-    )
-    assert values["zt.open"] == values["safetensors.safe_open"] == tensors
-    readers = {
-        "zt zero-copy": lambda: read_zt(big, False),
-        "zt copy": lambda: read_zt(big, True),
-        "safetensors.numpy.load_file": lambda: read_reference(big),
+def read_cases(path, peer_name: str, peer, want: dict[str, int], runs: int, cold: bool) -> dict[str, list[float]]:
+    cases = {
+        "zt zero-copy": lambda: read_zt(path, False),
+        "zt copy": lambda: read_zt(path, True),
+        peer_name: lambda: peer(path),
     }
-    warm, values = common.interleaved(readers, runs)
+    before = None
+    if cold:
+
+        def before():
+            common.drop_cache(path)
+            assert common.cached_fraction(path) < 0.05, "the page cache kept the file"
+
+    times, values = common.interleaved(cases, runs, warmup=0 if cold else 1, before=before)
     for name, got in values.items():
         assert got == want, f"{name} read wrong bytes"
-    md = [f"## safetensors read: zt vs safetensors {common.versions('safetensors')['safetensors']}", ""]
-    md.append(
-        f"Files on {common.filesystem_of(work)} at `{work}`; {runs} interleaved runs after one warm-up; every byte digested.\n"
+    return times
+
+
+def run(tensors: int, size_mb: int, runs: int, cold: bool = True) -> list[report.Result]:
+    work = common.bench_dir("read")
+    many = work / f"many-{tensors}.safetensors"
+    if not many.exists():
+        make_many(many, tensors)
+    arrays = big_arrays(size_mb)
+    want = {k: common.digest(v) for k, v in arrays.items()}
+    st_path, npz_path = work / f"big-{size_mb}.safetensors", work / f"big-{size_mb}.npz"
+    safetensors.numpy.save_file(arrays, st_path)
+    np.savez(npz_path, **arrays)
+    nbytes = sum(a.nbytes for a in arrays.values())
+    del arrays
+
+    open_times, values = common.interleaved(
+        {"zt.open": lambda: open_zt(many), "safetensors.safe_open": lambda: open_safetensors(many)}, runs
     )
-    md.append(table(f"Open latency, {tensors:,} tensors (metadata only)", open_times, "safetensors.safe_open", None))
-    md.append(
-        table(f"Read every byte of {nbytes / 2**30:.2f} GiB, warm cache", warm, "safetensors.numpy.load_file", nbytes)
-    )
-    raw = {
-        "machine": common.machine(),
-        "versions": common.versions("zt", "safetensors", "numpy"),
-        "open": open_times,
-        "warm": warm,
-    }
-    if cold:
-        cold_times, values = common.interleaved(readers, runs, warmup=0, before=lambda: common.drop_cache(big))
-        for name, got in values.items():
-            assert got == want, f"{name} read wrong bytes"
-        md.append(
-            table(
-                f"Read every byte of {nbytes / 2**30:.2f} GiB, cold cache (posix_fadvise DONTNEED)",
-                cold_times,
-                "safetensors.numpy.load_file",
-                nbytes,
-            )
+    assert values["zt.open"] == values["safetensors.safe_open"] == tensors
+    gib = f"{nbytes / 2**30:.2f} GiB"
+    results = [
+        report.Result(
+            "read", f"Open latency, {tensors:,} tensors (metadata only)", open_times, peer="safetensors.safe_open"
         )
-        raw["cold"] = cold_times
-    md.append(f"Machine: {common.machine()}\n")
-    text = "\n".join(md)
-    if stem:
-        common.write_result(stem, text, raw)
-    return text
+    ]
+    temps = ["warm"] + (["cold"] if cold else [])
+    for fmt, path, peer_name, peer in (
+        ("safetensors", st_path, "safetensors.numpy.load_file", read_safetensors),
+        ("npz (stored)", npz_path, "numpy.load", read_npz),
+    ):
+        for temp in temps:
+            times = read_cases(path, peer_name, peer, want, runs, cold=temp == "cold")
+            results.append(
+                report.Result(
+                    "read", f"Read every byte of {gib} {fmt}, {temp} cache", times, peer=peer_name, nbytes=nbytes
+                )
+            )
+    return results
+
+
+def header(runs: int) -> str:
+    work = common.bench_dir("read")
+    v = common.versions("safetensors", "numpy")
+    return (
+        "## Reading safetensors and npz: zt against each format's own library\n\n"
+        f"safetensors {v['safetensors']}, numpy {v['numpy']}. Files on {common.filesystem_of(work)} at `{work}`; "
+        f"{runs} interleaved runs (after one warm-up for warm cache); every byte digested and checked. "
+        "Cold cache: `posix_fadvise(DONTNEED)` before each run, checked with `mincore`. Data: synthetic fp16 matrices."
+    )
 
 
 def main() -> None:
@@ -138,7 +140,8 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--no-cold", action="store_true")
     args = ap.parse_args()
-    print(run(args.tensors, args.size_mb, args.runs, cold=not args.no_cold))
+    results = run(args.tensors, args.size_mb, args.runs, cold=not args.no_cold)
+    print((report.save(results, "read", header(args.runs))).read_text())
 
 
 if __name__ == "__main__":

@@ -20,8 +20,7 @@ import torch
 
 import zt
 
-from . import common
-from .read_bench import table
+from . import common, report
 
 
 def make_many(path, count: int) -> None:
@@ -64,7 +63,7 @@ def open_torch(path) -> int:
 PEER = "torch.load(mmap=True, weights_only=True)"
 
 
-def run(tensors: int, size_mb: int, runs: int, cold: bool = True, stem: str | None = "read_pt") -> str:
+def run(tensors: int, size_mb: int, runs: int, cold: bool = True) -> list[report.Result]:
     torch.set_num_threads(1)
     work = common.bench_dir("read_pt")
     many, big = work / f"many-{tensors}.pt", work / f"big-{size_mb}.pt"
@@ -75,45 +74,30 @@ def run(tensors: int, size_mb: int, runs: int, cold: bool = True, stem: str | No
 
     open_times, values = common.interleaved({"zt.open": lambda: open_zt(many), PEER: lambda: open_torch(many)}, runs)
     assert values["zt.open"] == values[PEER] == tensors
+    results = [report.Result("read_pt", f"Open latency, {tensors:,} tensors (metadata only)", open_times, peer=PEER)]
     readers = {
         "zt zero-copy": lambda: read_zt(big, False),
         "zt copy": lambda: read_zt(big, True),
         PEER: lambda: read_torch(big),
     }
-    warm, values = common.interleaved(readers, runs)
-    for name, got in values.items():
-        assert got == want, f"{name} read wrong bytes"
-    md = [f"## PyTorch checkpoint read: zt vs torch {common.versions('torch')['torch']}", ""]
-    md.append(
-        f"Files written by `torch.save` on {common.filesystem_of(work)} at `{work}`; {runs} interleaved runs "
-        "after one warm-up; every byte digested.\n"
-    )
-    md.append(table(f"Open latency, {tensors:,} tensors (metadata only)", open_times, PEER, None))
-    md.append(table(f"Read every byte of {nbytes / 2**30:.2f} GiB, warm cache", warm, PEER, nbytes))
-    raw = {
-        "machine": common.machine(),
-        "versions": common.versions("zt", "torch", "numpy"),
-        "open": open_times,
-        "warm": warm,
-    }
-    if cold:
-        cold_times, values = common.interleaved(readers, runs, warmup=0, before=lambda: common.drop_cache(big))
+    for temp in ["warm"] + (["cold"] if cold else []):
+        before = (lambda: common.drop_cache(big)) if temp == "cold" else None
+        times, values = common.interleaved(readers, runs, warmup=int(temp == "warm"), before=before)
         for name, got in values.items():
             assert got == want, f"{name} read wrong bytes"
-        md.append(
-            table(
-                f"Read every byte of {nbytes / 2**30:.2f} GiB, cold cache (posix_fadvise DONTNEED)",
-                cold_times,
-                PEER,
-                nbytes,
-            )
-        )
-        raw["cold"] = cold_times
-    md.append(f"Machine: {common.machine()}\n")
-    text = "\n".join(md)
-    if stem:
-        common.write_result(stem, text, raw)
-    return text
+        title = f"Read every byte of a {nbytes / 2**30:.2f} GiB checkpoint, {temp} cache"
+        results.append(report.Result("read_pt", title, times, peer=PEER, nbytes=nbytes))
+    return results
+
+
+def header(runs: int) -> str:
+    work = common.bench_dir("read_pt")
+    return (
+        f"## Reading PyTorch checkpoints: zt against torch {common.versions('torch')['torch']}\n\n"
+        f"Files written by `torch.save` (fp16 matrices of 64 MiB) on {common.filesystem_of(work)} at `{work}`; "
+        f"{runs} interleaved runs (after one warm-up for warm cache); every byte digested and checked. "
+        "Cold cache: `posix_fadvise(DONTNEED)` before each run. torch runs on one thread."
+    )
 
 
 def main() -> None:
@@ -123,7 +107,15 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--no-cold", action="store_true")
     args = ap.parse_args()
-    print(run(args.tensors, args.size_mb, args.runs, cold=not args.no_cold))
+    results = run(args.tensors, args.size_mb, args.runs, cold=not args.no_cold)
+    try:
+        import matplotlib  # noqa: F401
+
+        plot = True
+    except ImportError:
+        plot = False
+    path = report.save(results, "read_pt", header(args.runs), plot=plot)
+    print(path.read_text())
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@
 
 #![deny(missing_docs)]
 
+pub mod buffer;
 pub mod catalog;
 pub mod dtype;
 pub mod error;

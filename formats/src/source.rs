@@ -800,7 +800,7 @@ impl<'a> PartRef<'a> {
 /// validated against `storage` when the source was built.
 pub fn materialize(storage: &[u8], shape: &[u64], strides: &[i64], size: usize) -> Vec<u8> {
     let n = num_elements(shape).unwrap_or(0) as usize;
-    let mut out = Vec::with_capacity(n * size);
+    let mut out = crate::buffer::with_capacity(n * size);
     if n == 0 {
         return out;
     }

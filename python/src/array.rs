@@ -91,7 +91,7 @@ impl ArrayView {
         }
         if copy {
             // A copy is always C order and writable.
-            let bytes = part.bytes()?.into_owned();
+            let bytes = zt::buffer::own(part.bytes()?);
             return Ok(Self::owned(
                 bytes,
                 typestr(dtype),
@@ -101,7 +101,7 @@ impl ArrayView {
         }
         // Not mappable (decoded, unaligned, positional): owned storage bytes
         // with the stored strides, so no materialization happens twice.
-        let storage = part.storage_bytes()?.into_owned();
+        let storage = zt::buffer::own(part.storage_bytes()?);
         let strides = (!part.is_contiguous()).then(|| byte_strides(part.strides()));
         Ok(Self::owned(
             storage,
@@ -128,7 +128,7 @@ impl ArrayView {
                 strides,
                 readonly: true,
             },
-            other => Self::owned(other.into_owned(), typestr, shape, strides),
+            other => Self::owned(zt::buffer::own(other), typestr, shape, strides),
         }
     }
 

@@ -209,7 +209,7 @@ pub fn export<'py>(
         )
     } else {
         let bytes = py
-            .detach(|| part.bytes().map(|b| b.into_owned()))
+            .detach(|| part.bytes().map(zt::buffer::own))
             .map_err(to_py_err)?;
         let data = bytes.as_ptr() as *mut c_void;
         (

@@ -13,6 +13,7 @@ use pyo3::types::{PyBytes, PyDict, PyList};
 
 mod array;
 mod dlpack;
+mod loader;
 mod tensor;
 mod writers;
 
@@ -176,6 +177,7 @@ fn _zt(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<tensor::Source>()?;
     m.add_class::<tensor::Tensor>()?;
     m.add_class::<array::ArrayView>()?;
+    m.add_class::<loader::Sampler>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -1,0 +1,65 @@
+"""Run the benchmark suite and write results/.
+
+    python -m harness            # full sizes (minutes to tens of minutes)
+    python -m harness --quick    # small sizes, few runs: under three minutes
+    python -m harness --only read
+
+Each comparison writes results/<name>.md (tables), .json (every run) and PNG
+plots; `--readme` then refreshes the README's headline tables from them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from . import common, read_bench, report, sampler_bench, write_bench
+
+# name -> (quick settings, full settings, runner, header)
+COMPARISONS = {
+    "read": (
+        dict(tensors=2000, size_mb=128, runs=3),
+        dict(tensors=10_000, size_mb=1024, runs=5),
+        read_bench.run,
+        read_bench.header,
+    ),
+    "write": (
+        dict(size_mb=64, runs=3),
+        dict(size_mb=512, runs=3),
+        write_bench.run,
+        write_bench.header,
+    ),
+    "sampler": (
+        dict(space=1_000_000, batches=[256, 1024, 8192], runs=31, budget=20_000),
+        dict(space=1_000_000, batches=[256, 1024, 8192], runs=201, budget=50_000),
+        sampler_bench.run,
+        sampler_bench.header,
+    ),
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="small sizes and few runs")
+    ap.add_argument("--only", nargs="*", choices=sorted(COMPARISONS), help="run only these comparisons")
+    ap.add_argument("--readme", action="store_true", help="refresh the README's headline tables")
+    ap.add_argument("--out", default=None, help="suffix for result files (default: '-quick' with --quick)")
+    args = ap.parse_args()
+    suffix = args.out if args.out is not None else ("-quick" if args.quick else "")
+    for name in args.only or COMPARISONS:
+        quick, full, run, header = COMPARISONS[name]
+        settings = quick if args.quick else full
+        t0 = time.perf_counter()
+        results = run(**settings)
+        path = report.save(results, name + suffix, header(settings["runs"]), plot=not args.quick)
+        print(path.read_text())
+        print(f"[{name}: {time.perf_counter() - t0:.0f} s, written to {path.relative_to(common.ROOT)}]\n")
+    if args.readme and not args.quick:
+        readme = common.ROOT / "README.md"
+        for name in args.only or COMPARISONS:
+            for i in range(8):
+                report.update_readme(readme, name, i)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,125 @@
+"""One comparison's result: samples per case, rendered as a Markdown table,
+raw JSON (every run, not only medians) and a PNG plot with interquartile
+error bars. The README's headline tables are generated from these files."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+import re
+
+from . import common
+
+
+@dataclasses.dataclass
+class Result:
+    """Timings of several cases measured side by side in one run."""
+
+    name: str  # file stem under results/
+    title: str
+    samples: dict[str, list[float]]  # case -> seconds per run
+    peer: str | None = None  # ratios are "peer median / case median"
+    nbytes: int | None = None  # bytes moved per run, for GiB/s
+    notes: list[str] = dataclasses.field(default_factory=list)
+    extra: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)  # case -> column -> text
+
+    def rows(self) -> list[dict[str, str]]:
+        out = []
+        peer_median = common.summary(self.samples[self.peer])[0] if self.peer in self.samples else None
+        for case, runs in self.samples.items():
+            if not runs:
+                out.append({"case": case, "median": "missing", **self.extra.get(case, {})})
+                continue
+            med, q1, q3 = common.summary(runs)
+            row = {
+                "case": case,
+                "median": common.fmt_time(med),
+                "IQR": f"{common.fmt_time(q1)} – {common.fmt_time(q3)}",
+            }
+            if self.nbytes:
+                row["GiB/s"] = f"{self.nbytes / med / 2**30:.2f}"
+            if peer_median:
+                row[f"vs {self.peer}"] = f"{peer_median / med:.2f}×"
+            row.update(self.extra.get(case, {}))
+            out.append(row)
+        return out
+
+    def markdown(self) -> str:
+        rows = self.rows()
+        columns = list(dict.fromkeys(k for r in rows for k in r))
+        lines = [f"### {self.title}", ""]
+        lines.append("| " + " | ".join(columns) + " |")
+        lines.append("|" + "---|" * len(columns))
+        for r in rows:
+            lines.append("| " + " | ".join(r.get(c, "") for c in columns) + " |")
+        lines.extend(["", *self.notes])
+        return "\n".join(lines).rstrip() + "\n"
+
+    def plot(self, path: pathlib.Path) -> None:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        cases = [c for c, runs in self.samples.items() if runs]
+        stats = [common.summary(self.samples[c]) for c in cases]
+        if self.nbytes:
+            # Throughput: higher is better; IQR bounds swap under 1/x.
+            values = [self.nbytes / m / 2**30 for m, _, _ in stats]
+            low = [v - self.nbytes / q3 / 2**30 for v, (_, _, q3) in zip(values, stats)]
+            high = [self.nbytes / q1 / 2**30 - v for v, (_, q1, _) in zip(values, stats)]
+            label = "GiB/s (median, IQR)"
+        else:
+            values = [m * 1e3 for m, _, _ in stats]
+            low = [(m - q1) * 1e3 for m, q1, _ in stats]
+            high = [(q3 - m) * 1e3 for m, _, q3 in stats]
+            label = "ms (median, IQR)"
+        fig, ax = plt.subplots(figsize=(7, 0.5 + 0.45 * len(cases)))
+        ax.barh(cases, values, xerr=[low, high], color="#4c72b0", capsize=3)
+        ax.invert_yaxis()
+        ax.set_xlabel(label)
+        ax.set_title(self.title, fontsize=10)
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+
+
+def save(results: list[Result], stem: str, header: str, plot: bool = True) -> pathlib.Path:
+    """Write results/<stem>.md (tables), .json (every run) and one PNG per table."""
+    common.RESULTS.mkdir(exist_ok=True)
+    parts = [header.rstrip() + "\n"]
+    raw = {"machine": common.machine(), "results": []}
+    for i, r in enumerate(results):
+        parts.append(r.markdown())
+        raw["results"].append(dataclasses.asdict(r))
+        if plot:
+            png = f"{stem}-{i}.png" if len(results) > 1 else f"{stem}.png"
+            r.plot(common.RESULTS / png)
+            parts.append(f"![{r.title}]({png})\n")
+    parts.append(f"Machine: {machine_line()}\n")
+    md = common.RESULTS / f"{stem}.md"
+    md.write_text("\n".join(parts))
+    (common.RESULTS / f"{stem}.json").write_text(json.dumps(raw, indent=1))
+    return md
+
+
+def machine_line() -> str:
+    m = common.machine()
+    return f"{m.get('cpu', '?')}, {m.get('cores')} cores, {m.get('memory_gib')} GiB, Linux {m.get('kernel')}, Python {m.get('python')}"
+
+
+def update_readme(readme: pathlib.Path, stem: str, table_index: int = 0) -> bool:
+    """Replace the text between `<!-- results:STEM -->` and `<!-- /results -->`
+    in the README with the table from results/STEM.md. Returns True if found."""
+    text = readme.read_text()
+    source = (common.RESULTS / f"{stem}.md").read_text()
+    tables = re.findall(r"(### .*?\n\n(?:\|.*\n)+)", source)
+    if len(tables) <= table_index:
+        return False
+    pattern = re.compile(rf"(<!-- results:{re.escape(stem)}:{table_index} -->\n)(.*?)(<!-- /results -->)", re.S)
+    if not pattern.search(text):
+        return False
+    text = pattern.sub(lambda m: m.group(1) + tables[table_index] + m.group(3), text)
+    readme.write_text(text)
+    return True

@@ -1,0 +1,115 @@
+"""Write throughput and file size for three workloads (zTensor's):
+  large  -- a few big matrices;
+  mixed  -- realistic transformer shapes of several sizes;
+  small  -- ~50k tensors of 10 KiB each (at 512 MiB).
+Each writer writes the same arrays; runs are interleaved, the output removed
+and `sync`ed outside the timed region. No writer here fsyncs inside the timed
+region unless noted. Data: synthetic random bits (the seed's workloads are
+synthetic).
+
+    python -m harness.write_bench --size-mb 512 --runs 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Callable
+
+import numpy as np
+import safetensors.numpy
+
+import zt
+
+from . import common, report
+
+
+def workload(kind: str, size_mb: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(2)
+    total = size_mb << 20
+    shapes: list[tuple[int, ...]] = []
+    if kind == "large":
+        per = max(total // 8, 1 << 20)
+        shapes = [(per // 4 // 4096, 4096)] * max(1, total // per)
+    elif kind == "mixed":
+        cycle = [(2048, 2048), (512, 2048), (8192, 2048), (2048, 8192), (2048,), (2048,)]
+        used, i = 0, 0
+        while used < total:
+            shapes.append(cycle[i % len(cycle)])
+            used += int(np.prod(shapes[-1])) * 4
+            i += 1
+    elif kind == "small":
+        shapes = [(2560,)] * (total // 10240)  # 10 KiB of f32 each
+    else:
+        raise ValueError(kind)
+    return {
+        f"t{i:06d}": rng.integers(0, 1 << 32, size=s, dtype=np.uint32).view(np.float32) for i, s in enumerate(shapes)
+    }
+
+
+def writers() -> dict[str, tuple[str, Callable[[dict, str], None] | None]]:
+    """name -> (extension, write function or None when the peer is missing)."""
+    return {
+        "zt → safetensors": (".safetensors", lambda a, p: zt.numpy.save_file(a, p)),
+        "safetensors.numpy.save_file": (".safetensors", lambda a, p: safetensors.numpy.save_file(a, p)),
+        "zt → npz": (".npz", lambda a, p: zt.numpy.save_file(a, p)),
+        "numpy.savez": (".npz", lambda a, p: np.savez(p, **a)),
+    }
+
+
+def measure(kind: str, arrays: dict[str, np.ndarray], runs: int) -> report.Result:
+    """Every available writer on one workload, interleaved."""
+    work = common.bench_dir("write")
+    payload = sum(a.nbytes for a in arrays.values())
+    sizes: dict[str, int] = {}
+
+    def case(name: str, ext: str, fn):
+        path = work / f"{kind}-{name.split()[0].replace('.', '_')}{ext}"
+
+        def go():
+            fn(arrays, os.fspath(path))
+            sizes[name] = path.stat().st_size
+
+        return go
+
+    def clean():
+        for p in work.glob(f"{kind}-*"):
+            p.unlink()
+        os.sync()
+
+    cases = {name: case(name, ext, fn) for name, (ext, fn) in writers().items() if fn}
+    times, _ = common.interleaved(cases, runs, warmup=1, before=clean)
+    clean()
+    for name, (_, fn) in writers().items():
+        if fn is None:
+            times[name] = []  # reported as missing, never silently dropped
+    extra = {n: {"size ÷ payload": f"{sizes[n] / payload:.3f}"} for n in sizes}
+    title = f"Write {kind}: {len(arrays):,} tensors, {payload / 2**20:.0f} MiB"
+    return report.Result("write", title, times, peer="safetensors.numpy.save_file", nbytes=payload, extra=extra)
+
+
+def run(size_mb: int, runs: int, kinds=("large", "mixed", "small")) -> list[report.Result]:
+    return [measure(kind, workload(kind, size_mb), runs) for kind in kinds]
+
+
+def header(runs: int) -> str:
+    work = common.bench_dir("write")
+    v = common.versions("safetensors", "numpy")
+    return (
+        "## Writing: zt's writers against each format's own library\n\n"
+        f"safetensors {v['safetensors']}, numpy {v['numpy']}. Files on {common.filesystem_of(work)}; {runs} interleaved "
+        "runs after one warm-up; the previous output is deleted and `sync`ed outside the timed region; no writer "
+        "fsyncs (zt renames a finished file into place). Throughput is payload bytes per second."
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--size-mb", type=int, default=512)
+    ap.add_argument("--runs", type=int, default=3)
+    args = ap.parse_args()
+    print(report.save(run(args.size_mb, args.runs), "write", header(args.runs)).read_text())
+
+
+if __name__ == "__main__":
+    main()

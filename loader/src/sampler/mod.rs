@@ -1,0 +1,371 @@
+//! The stateless batch sampler: which record indices step `s` of a training
+//! run reads, as a pure function of `(seed, s)`.
+//!
+//! [`Plan`] is the immutable description (length, batch size, mode, seed,
+//! shard) and computes any step's batch with [`Plan::fill`]; it is `Copy`,
+//! `Send` and `Sync`, so DataLoader workers each take a copy and compute the
+//! batches of the steps they claim without sharing any state. [`Sampler`]
+//! adds a step counter and a reusable buffer for the common "next batch"
+//! loop. See the crate documentation for the three modes and for how the
+//! streams relate to loaderx 2.3.8.
+
+mod iid;
+mod shuffle;
+
+use crate::error::{Error, Result};
+use shuffle::Permutation;
+
+/// How a sampler walks the index space `[0, length)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Mode {
+    /// A sliding window over the ring `0, 1, ..., length-1, 0, 1, ...`:
+    /// step `s` reads `(s * batch_size + i) mod length` for `i < batch_size`.
+    Sequential = 0,
+    /// Independent uniform draws with replacement.
+    Iid = 1,
+    /// Without replacement: each cycle walks a fresh permutation of
+    /// `[0, length)` in order, one batch at a time, and drops the
+    /// `length mod batch_size` positions that do not fill a batch.
+    Cyclic = 2,
+}
+
+impl Mode {
+    /// The loaderx name of the mode (`"SEQUENTIAL"`, `"IID"`, `"CYCLIC"`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Sequential => "SEQUENTIAL",
+            Mode::Iid => "IID",
+            Mode::Cyclic => "CYCLIC",
+        }
+    }
+}
+
+impl TryFrom<u64> for Mode {
+    type Error = Error;
+
+    /// loaderx's numbering: SEQUENTIAL = 0, IID = 1, CYCLIC = 2.
+    fn try_from(value: u64) -> Result<Mode> {
+        match value {
+            0 => Ok(Mode::Sequential),
+            1 => Ok(Mode::Iid),
+            2 => Ok(Mode::Cyclic),
+            other => Err(Error::UnknownMode(other)),
+        }
+    }
+}
+
+/// Everything that decides the index stream, and the arithmetic derived from
+/// it once. Two equal plans produce identical batches at every step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Plan {
+    length: u64,
+    batch_size: u64,
+    mode: Mode,
+    seed: u64,
+    rank: u64,
+    world_size: u64,
+    /// Indices in one global batch: `batch_size`, except CYCLIC over fewer
+    /// records than one batch, which emits each record once (`length`).
+    global_len: u64,
+    /// Indices this rank takes per step (`global_len / world_size`).
+    batch_len: u64,
+    /// Where this rank's slice starts inside the global batch.
+    local_start: u64,
+    /// CYCLIC: full batches per cycle (at least 1).
+    steps_per_cycle: u64,
+    /// IID: the per-seed key every step key derives from.
+    iid_key: u64,
+}
+
+impl Plan {
+    /// An unsharded plan (rank 0 of 1). `length` and `batch_size` must be at
+    /// least 1; any `u64` seed is valid.
+    pub fn new(length: u64, batch_size: u64, mode: Mode, seed: u64) -> Result<Plan> {
+        if length == 0 {
+            return Err(Error::ZeroLength);
+        }
+        if batch_size == 0 {
+            return Err(Error::ZeroBatchSize);
+        }
+        let global_len = match mode {
+            Mode::Cyclic => batch_size.min(length),
+            Mode::Sequential | Mode::Iid => batch_size,
+        };
+        // loaderx: usable_len = floor(length / B) * B (or length when
+        // length < B), steps_per_cycle = max(usable_len / B, 1), which is
+        // max(length / B, 1).
+        let steps_per_cycle = (length / batch_size).max(1);
+        Ok(Plan {
+            length,
+            batch_size,
+            mode,
+            seed,
+            rank: 0,
+            world_size: 1,
+            global_len,
+            batch_len: global_len,
+            local_start: 0,
+            steps_per_cycle,
+            iid_key: iid::seed_key(seed),
+        })
+    }
+
+    /// The same stream, restricted to rank `rank` of `world_size`: every rank
+    /// computes the same global batch and keeps the contiguous slice
+    /// `[rank * n, (rank + 1) * n)` with `n = global_len / world_size`, so the
+    /// ranks' slices are disjoint and together are exactly the global batch.
+    ///
+    /// The global batch must split evenly ([`Error::UnevenShard`] otherwise);
+    /// see [`Error::UnevenShard`] for why that is refused instead of defined.
+    pub fn shard(self, rank: u64, world_size: u64) -> Result<Plan> {
+        if world_size == 0 {
+            return Err(Error::ZeroWorldSize);
+        }
+        if rank >= world_size {
+            return Err(Error::RankOutOfRange { rank, world_size });
+        }
+        if self.global_len % world_size != 0 {
+            let hint = if self.global_len < self.batch_size {
+                " (a CYCLIC sampler over fewer records than one batch emits `length` indices per step, \
+                 so length must be divisible by world_size too)"
+            } else {
+                ""
+            };
+            return Err(Error::UnevenShard {
+                batch_len: self.global_len,
+                world_size,
+                hint,
+            });
+        }
+        let batch_len = self.global_len / world_size;
+        Ok(Plan {
+            rank,
+            world_size,
+            batch_len,
+            local_start: rank * batch_len, // < global_len, cannot overflow
+            ..self
+        })
+    }
+
+    /// Records in the index space.
+    pub fn length(&self) -> u64 {
+        self.length
+    }
+
+    /// The batch size the plan was made with (global, before sharding).
+    pub fn batch_size(&self) -> u64 {
+        self.batch_size
+    }
+
+    /// The sampling mode.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// The seed.
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// This plan's rank.
+    pub fn rank(&self) -> u64 {
+        self.rank
+    }
+
+    /// The number of ranks the global batch is split over.
+    pub fn world_size(&self) -> u64 {
+        self.world_size
+    }
+
+    /// Indices in one global batch: `batch_size`, or `length` for a CYCLIC
+    /// plan over fewer records than one batch (as loaderx returns a short
+    /// batch there).
+    pub fn global_batch_len(&self) -> u64 {
+        self.global_len
+    }
+
+    /// Indices this rank receives per step: the length [`Plan::fill`] wants.
+    pub fn batch_len(&self) -> u64 {
+        self.batch_len
+    }
+
+    /// CYCLIC: steps per cycle (`max(length / batch_size, 1)`); `None` in the
+    /// other modes.
+    pub fn steps_per_cycle(&self) -> Option<u64> {
+        (self.mode == Mode::Cyclic).then_some(self.steps_per_cycle)
+    }
+
+    /// Write this rank's indices of step `step` into `out`, which must hold
+    /// exactly [`Plan::batch_len`] elements. Pure: the same `(plan, step)`
+    /// always gives the same indices, on any thread, in any order of calls.
+    /// Costs O(batch_len) for any `step` (no replay).
+    pub fn fill(&self, step: u64, out: &mut [u64]) -> Result<()> {
+        if out.len() as u64 != self.batch_len {
+            return Err(Error::BufferLength {
+                expected: self.batch_len,
+                got: out.len() as u64,
+            });
+        }
+        match self.mode {
+            Mode::Sequential => self.fill_sequential(step, out),
+            Mode::Iid => self.fill_iid(step, out),
+            Mode::Cyclic => self.fill_cyclic(step, out),
+        }
+        Ok(())
+    }
+
+    /// `(step * B + local_start + j) mod length`, with the product taken in
+    /// 128 bits: loaderx computes `step *% B` (wrapping at 2^64) and
+    /// `cursor + i` in 64 bits, which this does not (see the crate docs).
+    fn fill_sequential(&self, step: u64, out: &mut [u64]) {
+        let first = (u128::from(step) * u128::from(self.batch_size) + u128::from(self.local_start))
+            % u128::from(self.length);
+        let mut index = first as u64; // < length, fits
+        for slot in out {
+            *slot = index;
+            index += 1; // index < length <= u64::MAX, so this cannot overflow
+            if index == self.length {
+                index = 0;
+            }
+        }
+    }
+
+    /// Uniform draws keyed by `(seed, step, global position)`.
+    fn fill_iid(&self, step: u64, out: &mut [u64]) {
+        let key = iid::step_key(self.iid_key, step);
+        let mut counter = iid::counter(self.local_start);
+        for slot in out.iter_mut() {
+            *slot = iid::below(key, counter, self.length);
+            counter = iid::next_counter(counter);
+        }
+    }
+
+    /// Positions `[(step mod spc) * B + local_start, ...)` of cycle
+    /// `step / spc`'s permutation, as loaderx's `seek` + `next` compute them.
+    fn fill_cyclic(&self, step: u64, out: &mut [u64]) {
+        let cycle = step / self.steps_per_cycle;
+        // (step mod spc) * B <= usable_len - B < length, and local_start + j
+        // stays below global_len, so positions stay below length: no overflow.
+        let first = (step % self.steps_per_cycle) * self.batch_size + self.local_start;
+        let permutation = Permutation::for_cycle(self.seed, cycle, self.length);
+        for (position, slot) in (first..).zip(out.iter_mut()) {
+            *slot = permutation.apply(position);
+        }
+    }
+}
+
+/// A [`Plan`] with a step counter and a reusable output buffer: the
+/// "give me the next batch" interface.
+///
+/// `next()` lends its internal buffer (`&[u64]`, valid until the next call
+/// that takes `&mut self`), so a training loop allocates nothing per step;
+/// copy the slice to keep it. [`Sampler::next_into`] fills a caller's buffer
+/// instead, and [`Sampler::batch`] computes any step without touching the
+/// counter.
+///
+/// ```
+/// use zloader::{Mode, Sampler};
+/// let mut s = Sampler::new(10, 4, Mode::Sequential, 0)?;
+/// assert_eq!(s.next(), &[0, 1, 2, 3]);
+/// assert_eq!(s.next(), &[4, 5, 6, 7]);
+/// assert_eq!(s.next(), &[8, 9, 0, 1]);   // the index space is a ring
+/// s.seek(1);                              // O(1) in every mode
+/// assert_eq!(s.next(), &[4, 5, 6, 7]);
+/// let mut out = [0u64; 4];
+/// s.batch(2, &mut out)?;                  // pure: any step, counter untouched
+/// assert_eq!(out, [8, 9, 0, 1]);
+/// assert_eq!(s.step(), 2);
+/// # Ok::<(), zloader::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct Sampler {
+    plan: Plan,
+    step: u64,
+    buffer: Vec<u64>,
+}
+
+impl Sampler {
+    /// An unsharded sampler at step 0 (see [`Plan::new`]).
+    pub fn new(length: u64, batch_size: u64, mode: Mode, seed: u64) -> Result<Sampler> {
+        Sampler::from_plan(Plan::new(length, batch_size, mode, seed)?)
+    }
+
+    /// A sampler at step 0 over `plan` (for sharded plans, or plans copied
+    /// from another sampler). Refuses a plan whose per-rank batch could not
+    /// be held in one buffer on this machine.
+    pub fn from_plan(plan: Plan) -> Result<Sampler> {
+        let bytes = plan.batch_len.checked_mul(8);
+        if bytes.is_none_or(|b| b > isize::MAX as u64) {
+            return Err(Error::BatchTooLarge(plan.batch_len));
+        }
+        Ok(Sampler {
+            plan,
+            step: 0,
+            buffer: Vec::new(), // allocated on the first `next`
+        })
+    }
+
+    /// This sampler restricted to rank `rank` of `world_size` (see
+    /// [`Plan::shard`]); the step counter is kept.
+    pub fn sharded(self, rank: u64, world_size: u64) -> Result<Sampler> {
+        let step = self.step;
+        let mut sampler = Sampler::from_plan(self.plan.shard(rank, world_size)?)?;
+        sampler.step = step;
+        Ok(sampler)
+    }
+
+    /// The immutable description of the stream; copy it to compute batches on
+    /// other threads.
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    /// The step the next call to [`Sampler::next`] draws.
+    pub fn step(&self) -> u64 {
+        self.step
+    }
+
+    /// Make `step` the next step drawn. O(1) in every mode: nothing is
+    /// replayed, since every batch is a function of `(seed, step)`.
+    pub fn seek(&mut self, step: u64) {
+        self.step = step;
+    }
+
+    /// The indices of the current step, in a buffer the sampler reuses (valid
+    /// until the next `&mut self` call); advances the step. After step
+    /// `u64::MAX` the counter wraps to 0.
+    // Not `Iterator::next`: an Iterator cannot lend a buffer it reuses.
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> &[u64] {
+        let len = self.plan.batch_len as usize; // checked addressable in from_plan
+        if self.buffer.len() != len {
+            self.buffer = vec![0; len];
+        }
+        let step = self.advance();
+        self.plan
+            .fill(step, &mut self.buffer)
+            .expect("the buffer has the plan's batch length");
+        &self.buffer
+    }
+
+    /// Fill `out` with the current step's indices and advance; returns the
+    /// step that was drawn. `out` must hold exactly [`Plan::batch_len`]
+    /// indices (the counter is not advanced on error).
+    pub fn next_into(&mut self, out: &mut [u64]) -> Result<u64> {
+        self.plan.fill(self.step, out)?;
+        Ok(self.advance())
+    }
+
+    /// Any step's indices into `out`, leaving the counter alone (see
+    /// [`Plan::fill`]).
+    pub fn batch(&self, step: u64, out: &mut [u64]) -> Result<()> {
+        self.plan.fill(step, out)
+    }
+
+    fn advance(&mut self) -> u64 {
+        let step = self.step;
+        self.step = step.wrapping_add(1);
+        step
+    }
+}

@@ -1,0 +1,185 @@
+//! `zt._zt.Sampler`: the native half of `zt.loader.Sampler`.
+//!
+//! A frozen class over an immutable [`zloader::Plan`] and an atomic step
+//! counter, so it is thread-safe without a lock: concurrent `next_*` calls
+//! each draw a distinct step. Batches come back either as a fresh
+//! `bytearray` (which the Python side views as an int64 array without a
+//! copy) or written into a caller's buffer given by address, the same
+//! address-passing contract as the writers (`writers.rs`).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyByteArray;
+
+use zloader::{Mode, Plan};
+
+/// Batches at least this long are filled with the GIL released: below it,
+/// releasing and re-taking the GIL costs more than the fill.
+const DETACH_AT: usize = 1 << 15;
+
+fn to_py_err(e: zloader::Error) -> PyErr {
+    PyValueError::new_err(e.to_string())
+}
+
+/// The sampler state shared by every thread that uses one Python object.
+#[pyclass(frozen, module = "zt._zt")]
+pub struct Sampler {
+    plan: Plan,
+    step: AtomicU64,
+}
+
+impl Sampler {
+    fn len(&self) -> usize {
+        self.plan.batch_len() as usize // addressable: checked in `new`
+    }
+
+    /// Fill `out` (exactly one rank's batch) for `step`.
+    fn fill(&self, py: Python<'_>, step: u64, out: &mut [u64]) -> PyResult<()> {
+        if out.len() >= DETACH_AT {
+            py.detach(|| self.plan.fill(step, out))
+        } else {
+            self.plan.fill(step, out)
+        }
+        .map_err(to_py_err)
+    }
+
+    /// A new bytearray holding `step`'s batch in native-endian u64s.
+    fn fresh<'py>(&self, py: Python<'py>, step: u64) -> PyResult<Bound<'py, PyByteArray>> {
+        let len = self.len();
+        PyByteArray::new_with(py, len * 8, |bytes| {
+            // SAFETY: every bit pattern is a valid u64.
+            let (head, words, tail) = unsafe { bytes.align_to_mut::<u64>() };
+            if head.is_empty() && tail.is_empty() {
+                return self.fill(py, step, words);
+            }
+            // An allocator that did not align the buffer for u64: fill
+            // aside and copy the bytes in.
+            let mut aside = vec![0u64; len];
+            self.fill(py, step, &mut aside)?;
+            for (chunk, word) in bytes.chunks_exact_mut(8).zip(&aside) {
+                chunk.copy_from_slice(&word.to_ne_bytes());
+            }
+            Ok(())
+        })
+    }
+
+    /// The caller's buffer at `address` as one rank's batch, after checking
+    /// its length and alignment.
+    ///
+    /// SAFETY (upheld by the caller, `zt/loader.py`): `address` is the data
+    /// of a C-contiguous, writable numpy array of `len` 8-byte integers that
+    /// the caller keeps alive, and does not resize, until the fill returns.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn borrow_address(&self, address: usize, len: usize) -> PyResult<&mut [u64]> {
+        if len != self.len() {
+            return Err(to_py_err(zloader::Error::BufferLength {
+                expected: self.plan.batch_len(),
+                got: len as u64,
+            }));
+        }
+        if address == 0 || !(address as *const u64).is_aligned() {
+            return Err(PyValueError::new_err(
+                "the output buffer must be a non-null address aligned for 8-byte integers",
+            ));
+        }
+        // SAFETY: see above.
+        Ok(unsafe { std::slice::from_raw_parts_mut(address as *mut u64, len) })
+    }
+
+    fn advance(&self) -> u64 {
+        self.step.fetch_add(1, Ordering::Relaxed) // wraps after u64::MAX, as documented
+    }
+}
+
+#[pymethods]
+impl Sampler {
+    /// Argument ranges are checked by `zt/loader.py` with loaderx's messages;
+    /// the checks here back them up.
+    #[new]
+    fn new(
+        length: u64,
+        batch_size: u64,
+        mode: u64,
+        seed: u64,
+        rank: u64,
+        world_size: u64,
+    ) -> PyResult<Self> {
+        let mode = Mode::try_from(mode).map_err(to_py_err)?;
+        let plan = Plan::new(length, batch_size, mode, seed)
+            .and_then(|p| p.shard(rank, world_size))
+            .map_err(to_py_err)?;
+        // The same check as `zloader::Sampler::from_plan`, and a bytearray
+        // length must fit a Py_ssize_t.
+        if plan
+            .batch_len()
+            .checked_mul(8)
+            .is_none_or(|b| b > isize::MAX as u64)
+        {
+            return Err(to_py_err(zloader::Error::BatchTooLarge(plan.batch_len())));
+        }
+        Ok(Sampler {
+            plan,
+            step: AtomicU64::new(0),
+        })
+    }
+
+    /// The current step's batch in a new bytearray; advances the step.
+    fn next_bytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyByteArray>> {
+        let step = self.advance();
+        self.fresh(py, step)
+    }
+
+    /// Fill the buffer at `address` (`len` u64s) with the current step's
+    /// batch; advances the step and returns the step drawn.
+    fn next_into(&self, py: Python<'_>, address: usize, len: usize) -> PyResult<u64> {
+        // SAFETY: the contract of `borrow_address`, upheld by `zt/loader.py`.
+        // Checked before the step is taken, so a bad buffer consumes no step.
+        let out = unsafe { self.borrow_address(address, len)? };
+        let step = self.advance();
+        self.fill(py, step, out)?;
+        Ok(step)
+    }
+
+    /// Any step's batch in a new bytearray (the counter is untouched).
+    fn batch_bytes<'py>(&self, py: Python<'py>, step: u64) -> PyResult<Bound<'py, PyByteArray>> {
+        self.fresh(py, step)
+    }
+
+    /// Any step's batch into the buffer at `address` (the counter is untouched).
+    fn batch_into(&self, py: Python<'_>, step: u64, address: usize, len: usize) -> PyResult<()> {
+        // SAFETY: the contract of `borrow_address`, upheld by `zt/loader.py`.
+        let out = unsafe { self.borrow_address(address, len)? };
+        self.fill(py, step, out)
+    }
+
+    /// Make `step` the next step drawn.
+    fn seek(&self, step: u64) {
+        self.step.store(step, Ordering::Relaxed);
+    }
+
+    /// The step the next draw returns.
+    #[getter]
+    fn step(&self) -> u64 {
+        self.step.load(Ordering::Relaxed)
+    }
+
+    /// Indices per rank and step.
+    #[getter]
+    fn batch_len(&self) -> u64 {
+        self.plan.batch_len()
+    }
+
+    /// Indices in one global batch (before sharding).
+    #[getter]
+    fn global_batch_len(&self) -> u64 {
+        self.plan.global_batch_len()
+    }
+
+    /// CYCLIC: steps per cycle; None otherwise.
+    #[getter]
+    fn steps_per_cycle(&self) -> Option<u64> {
+        self.plan.steps_per_cycle()
+    }
+}
