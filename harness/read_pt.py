@@ -80,8 +80,13 @@ def run(tensors: int, size_mb: int, runs: int, cold: bool = True) -> list[report
         "zt copy": lambda: read_zt(big, True),
         PEER: lambda: read_torch(big),
     }
+
+    def drop():
+        common.drop_cache(big)
+        assert common.cached_fraction(big) < 0.05, "the page cache kept the file"
+
     for temp in ["warm"] + (["cold"] if cold else []):
-        before = (lambda: common.drop_cache(big)) if temp == "cold" else None
+        before = drop if temp == "cold" else None
         times, values = common.interleaved(readers, runs, warmup=int(temp == "warm"), before=before)
         for name, got in values.items():
             assert got == want, f"{name} read wrong bytes"
