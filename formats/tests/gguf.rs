@@ -787,3 +787,49 @@ fn dense_sources_convert_with_metadata() {
     assert_eq!(back.tensor("w").unwrap().shape(), &[2, 3]);
     assert_eq!(bytes_of(&back, "w").unwrap(), data);
 }
+
+#[test]
+fn positional_reads_agree_with_the_mapping() {
+    let (n, kvs) = every_kv(false);
+    let q: Vec<u8> = (0..18).collect();
+    let tensors = [
+        f32_tensor("w", vec![3, 2], 0, false),
+        T {
+            name: "q",
+            dims: vec![32],
+            ty: 2,
+            offset: 32,
+            data: q,
+        },
+    ];
+    let dir = Dir::new();
+    let path = dir.file("m.gguf", &file(false, 3, n, &kvs, &tensors, 32));
+    let mapped = Source::open(&path).unwrap();
+    let positional = OpenOptions {
+        map: false,
+        ..OpenOptions::default()
+    }
+    .open(&path)
+    .unwrap();
+    assert_eq!(mapped.attributes(), positional.attributes());
+    for name in ["w", "q"] {
+        assert_eq!(
+            bytes_of(&mapped, name).unwrap(),
+            bytes_of(&positional, name).unwrap()
+        );
+        assert!(!positional.tensor(name).unwrap().data().unwrap().caps().map);
+    }
+    // A header larger than the first positional read (1 MiB) grows the buffer.
+    let mut kv = Bytes::new(false);
+    let long = "x".repeat(3 << 20);
+    kv.str("k.long").u32(8).str(&long);
+    let path = dir.file("long.gguf", &file(false, 3, 1, &kv.buf, &tensors[..1], 32));
+    let positional = OpenOptions {
+        map: false,
+        ..OpenOptions::default()
+    }
+    .open(&path)
+    .unwrap();
+    assert_eq!(attr(&positional, "k.long"), &Value::Str(long));
+    assert_eq!(bytes_of(&positional, "w").unwrap(), tensors[0].data);
+}
