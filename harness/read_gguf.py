@@ -12,6 +12,7 @@ with many tensors and a tokenizer-sized vocabulary (metadata only).
 from __future__ import annotations
 
 import argparse
+import os
 
 import gguf
 import numpy as np
@@ -28,13 +29,14 @@ def make_big(path, size_mb: int) -> dict[str, int]:
     w = gguf.GGUFWriter(path, "llama")
     digests = {}
     for i in range(max(1, size_mb // per)):
-        rows = per * (1 << 20) // 2 // 4096
         if i % 2 == 0:
+            rows = per * (1 << 20) // 2 // 4096
             arr = rng.integers(0, 1 << 16, size=(rows, 4096), dtype=np.uint16).view(np.float16)
             w.add_tensor(f"blk.{i}.weight", arr)
         else:
             # Q8_0 rows of 4096 elements: 128 blocks of 34 bytes each, with
             # finite f16 scales.
+            rows = per * (1 << 20) // (128 * 34)
             arr = rng.integers(0, 256, size=(rows, 128, 34), dtype=np.uint8)
             arr[..., :2] = (
                 (rng.standard_normal((rows, 128)) * 0.01).astype(np.float16).view(np.uint8).reshape(rows, 128, 2)
@@ -152,7 +154,7 @@ def run(size_mb: int, runs: int, tensors: int, vocab: int, cold: bool = True, st
             )
         )
         raw["cold"] = cold_times
-    md.append(f"Machine: {common.machine()}\n")
+    md.append(f"Machine: {common.machine()}; load average at the end: {os.getloadavg()}\n")
     text = "\n".join(md)
     if stem:
         common.write_result(stem, text, raw)
@@ -164,7 +166,7 @@ def main() -> None:
     ap.add_argument("--size-mb", type=int, default=1024)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--tensors", type=int, default=1_000)
-    ap.add_argument("--vocab", type=int, default=128_000)
+    ap.add_argument("--vocab", type=int, default=32_000)
     ap.add_argument("--no-cold", action="store_true")
     args = ap.parse_args()
     print(run(args.size_mb, args.runs, args.tensors, args.vocab, cold=not args.no_cold))
