@@ -6,7 +6,7 @@ gguf.GGUFReader (which memory-maps too), warm and cold cache. Every read is
 checked against a digest of the bytes written. Also times opening a file
 with many tensors and a tokenizer-sized vocabulary (metadata only).
 
-    python -m harness.read_gguf --size-mb 1024 --runs 5
+    python -m harness.read_gguf --size-mb 1024 --runs 5     (or: python -m harness --only gguf)
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import numpy as np
 
 import zt
 
-from . import common
+from . import common, read_bench, report
 
 
 def make_big(path, size_mb: int) -> dict[str, int]:
@@ -65,11 +65,6 @@ def make_many(path, count: int, vocab: int) -> None:
     w.close()
 
 
-def read_zt(path, copy: bool) -> dict[str, int]:
-    with zt.open(path) as src:
-        return {name: common.digest(src[name].numpy(copy=copy)) for name in src}
-
-
 def read_reference(path) -> dict[str, int]:
     reader = gguf.GGUFReader(path)
     return {t.name: common.digest(t.data) for t in reader.tensors}
@@ -85,24 +80,7 @@ def open_reference(path) -> int:
     return len(reader.tensors) + len(reader.fields["tokenizer.ggml.tokens"].data)
 
 
-def table(title: str, times: dict[str, list[float]], peer: str, nbytes: int | None) -> str:
-    rows = [
-        f"### {title}",
-        "",
-        "| reader | median | IQR | " + ("GiB/s | " if nbytes else "") + f"vs {peer} |",
-        "|---|---|---|" + ("---|" if nbytes else "") + "---|",
-    ]
-    peer_median = common.summary(times[peer])[0]
-    for name, samples in times.items():
-        med, q1, q3 = common.summary(samples)
-        rate = f"{nbytes / med / 2**30:.2f} | " if nbytes else ""
-        rows.append(
-            f"| {name} | {common.fmt_time(med)} | {common.fmt_time(q1)} – {common.fmt_time(q3)} | {rate}{peer_median / med:.2f}× |"
-        )
-    return "\n".join(rows) + "\n"
-
-
-def run(size_mb: int, runs: int, tensors: int, vocab: int, cold: bool = True, stem: str | None = "read_gguf") -> str:
+def run(size_mb: int, runs: int, tensors: int, vocab: int, cold: bool = True) -> list[report.Result]:
     work = common.bench_dir("read_gguf")
     big, many = work / f"big-{size_mb}.gguf", work / f"many-{tensors}-{vocab}.gguf"
     want = make_big(big, size_mb)
@@ -114,51 +92,33 @@ def run(size_mb: int, runs: int, tensors: int, vocab: int, cold: bool = True, st
         {"zt.open": lambda: open_zt(many), "gguf.GGUFReader": lambda: open_reference(many)}, runs
     )
     assert values["zt.open"] == values["gguf.GGUFReader"] == tensors + vocab
-    readers = {
-        "zt zero-copy": lambda: read_zt(big, False),
-        "zt copy": lambda: read_zt(big, True),
-        "gguf.GGUFReader": lambda: read_reference(big),
-    }
-    warm, values = common.interleaved(readers, runs)
-    for name, got in values.items():
-        assert got == want, f"{name} read wrong bytes"
-    md = [f"## GGUF read: zt vs gguf {common.versions('gguf')['gguf']}", ""]
-    md.append(
-        f"Files on {common.filesystem_of(work)} at `{work}`; {runs} interleaved runs after one warm-up; every byte digested.\n"
-    )
-    md.append(
-        table(
+    results = [
+        report.Result(
+            "gguf",
             f"Open latency, {tensors:,} tensors + {vocab:,}-token vocabulary (metadata only)",
             open_times,
-            "gguf.GGUFReader",
-            None,
+            peer="gguf.GGUFReader",
         )
+    ]
+    for temp in ["warm"] + (["cold"] if cold else []):
+        times = read_bench.read_cases(big, "gguf.GGUFReader", read_reference, want, runs, cold=temp == "cold")
+        title = f"Read every byte of {nbytes / 2**30:.2f} GiB GGUF (f16 + Q8_0), {temp} cache"
+        results.append(report.Result("gguf", title, times, peer="gguf.GGUFReader", nbytes=nbytes))
+    results[-1].notes.append(f"Load average at the end: {os.getloadavg()} (the machine is shared).")
+    return results
+
+
+def header(runs: int) -> str:
+    work = common.bench_dir("read_gguf")
+    v = common.versions("gguf", "numpy")
+    return (
+        "## Reading GGUF: zt against gguf-py's GGUFReader\n\n"
+        f"gguf {v['gguf']}, numpy {v['numpy']}. Files on {common.filesystem_of(work)} at `{work}`; "
+        f"{runs} interleaved runs (after one warm-up for warm cache); every byte digested and checked. "
+        "Both readers memory-map the file; `zt copy` copies each tensor into fresh memory. "
+        "Cold cache: `posix_fadvise(DONTNEED)` before each run, checked with `mincore`. "
+        "Data: synthetic f16 matrices and Q8_0 blocks, half each."
     )
-    md.append(table(f"Read every byte of {nbytes / 2**30:.2f} GiB, warm cache", warm, "gguf.GGUFReader", nbytes))
-    raw = {
-        "machine": common.machine(),
-        "versions": common.versions("zt", "gguf", "numpy"),
-        "open": open_times,
-        "warm": warm,
-    }
-    if cold:
-        cold_times, values = common.interleaved(readers, runs, warmup=0, before=lambda: common.drop_cache(big))
-        for name, got in values.items():
-            assert got == want, f"{name} read wrong bytes"
-        md.append(
-            table(
-                f"Read every byte of {nbytes / 2**30:.2f} GiB, cold cache (posix_fadvise DONTNEED)",
-                cold_times,
-                "gguf.GGUFReader",
-                nbytes,
-            )
-        )
-        raw["cold"] = cold_times
-    md.append(f"Machine: {common.machine()}; load average at the end: {os.getloadavg()}\n")
-    text = "\n".join(md)
-    if stem:
-        common.write_result(stem, text, raw)
-    return text
 
 
 def main() -> None:
@@ -169,7 +129,8 @@ def main() -> None:
     ap.add_argument("--vocab", type=int, default=32_000)
     ap.add_argument("--no-cold", action="store_true")
     args = ap.parse_args()
-    print(run(args.size_mb, args.runs, args.tensors, args.vocab, cold=not args.no_cold))
+    results = run(args.size_mb, args.runs, args.tensors, args.vocab, cold=not args.no_cold)
+    print(report.save(results, "gguf", header(args.runs)).read_text())
 
 
 if __name__ == "__main__":
