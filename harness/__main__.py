@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from . import common, read_bench, report, sampler_bench, write_bench
+from . import common, read_bench, read_gguf, report, sampler_bench, write_bench
 
 # name -> (quick settings, full settings, runner, header)
 COMPARISONS = {
@@ -28,6 +28,12 @@ COMPARISONS = {
         dict(size_mb=512, runs=3),
         write_bench.run,
         write_bench.header,
+    ),
+    "gguf": (
+        dict(size_mb=128, runs=3, tensors=200, vocab=4_000),
+        dict(size_mb=1024, runs=5, tensors=1_000, vocab=32_000),
+        read_gguf.run,
+        read_gguf.header,
     ),
     "sampler": (
         dict(space=1_000_000, batches=[256, 1024, 8192], runs=31, budget=20_000),

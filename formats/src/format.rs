@@ -67,7 +67,7 @@ pub trait Format: Send + Sync + 'static {
 pub fn registry() -> &'static [&'static dyn Format] {
     &[
         &formats::detect_only::Zt,
-        &formats::detect_only::Gguf,
+        &formats::gguf::Gguf,
         &formats::detect_only::Hdf5,
         &formats::npy::Npy,
         &formats::pt::Pt,

@@ -142,6 +142,7 @@ pub fn writers() -> &'static [&'static dyn FormatWriter] {
         &crate::formats::npy::NpzWriter,
         &crate::formats::npy::NpyWriter,
         &crate::formats::pt::PtWriter,
+        &crate::formats::gguf::GgufWriter,
     ]
 }
 

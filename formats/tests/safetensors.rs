@@ -392,7 +392,7 @@ fn detect_is_structural() {
     // Eight plausible length bytes followed by no JSON object is nothing.
     let p = write_raw(d, "x.safetensors", "[1,2,3]", &[], None);
     assert!(matches!(zt::detect(&p), Err(Error::UnknownFormat { .. })));
-    // Magic numbers of formats not read yet are recognised.
+    // Other formats' structures are recognised.
     let p = d.join("m.gguf");
     let mut gguf = b"GGUF".to_vec();
     gguf.extend_from_slice(&3u32.to_le_bytes());
@@ -400,8 +400,5 @@ fn detect_is_structural() {
     gguf.extend_from_slice(&0u64.to_le_bytes());
     std::fs::write(&p, &gguf).unwrap();
     assert_eq!(zt::detect(&p).unwrap(), "gguf");
-    assert!(matches!(
-        Source::open(&p),
-        Err(Error::Unreadable { format: "gguf", .. })
-    ));
+    assert_eq!(Source::open(&p).unwrap().len(), 0);
 }

@@ -132,6 +132,12 @@ impl ArrayView {
         }
     }
 
+    /// An owned, writable f32 array of `shape` (dequantized values).
+    pub fn from_f32(values: Vec<f32>, shape: Vec<u64>) -> Self {
+        let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        Self::owned(bytes, "<f4", shape, None)
+    }
+
     fn owned(
         bytes: Vec<u8>,
         typestr: &'static str,

@@ -259,6 +259,17 @@ impl Tensor {
             .map_err(to_py_err)
     }
 
+    /// The tensor's values as f32 (GGUF block types, and dense f32 / f16 /
+    /// bf16 tensors), in its logical shape.
+    fn _dequantize(&self, py: Python<'_>) -> PyResult<ArrayView> {
+        let tensor = self.tensor();
+        let limits = self.source.limits();
+        let values = py
+            .detach(|| zt::formats::gguf::dequantize_with(&tensor, limits))
+            .map_err(to_py_err)?;
+        Ok(ArrayView::from_f32(values, tensor.shape().to_vec()))
+    }
+
     /// `(address, length)` of the mapping that holds this tensor, for tests
     /// that check a view really points into it.
     fn _mapping(&self) -> PyResult<Option<(usize, usize)>> {

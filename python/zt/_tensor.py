@@ -95,6 +95,16 @@ class Tensor:
             arr = _unpack_f4(arr, self.shape)
         return arr
 
+    def dequantize(self) -> np.ndarray:
+        """The values as a writable float32 array of the tensor's shape.
+
+        For GGUF block types (``layout`` ``gguf.q4_0/1`` ... ``gguf.q6_k/1``:
+        Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K-Q6_K), bit for bit what
+        ``gguf.quants.dequantize`` returns; dense f32/f16/bf16 tensors are
+        converted. Other types raise ``zt.FormatError``.
+        """
+        return np.asarray(self._native._dequantize())
+
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         arr = self.numpy(copy=bool(copy))
         if dtype is not None and np.dtype(dtype) != arr.dtype:

@@ -13,16 +13,24 @@ import numpy as np
 from . import _write
 
 
-def load_file(path, copy: bool = False) -> dict[str, np.ndarray]:
+def load_file(path, copy: bool = False, dequantize: bool = False) -> dict[str, np.ndarray]:
     """Every tensor of a file (any readable format) as numpy arrays.
 
     ``copy=False`` returns read-only views of the mapped file where the
     bytes allow it; ``copy=True`` returns independent writable arrays.
+    ``dequantize=True`` turns GGUF block-quantized tensors into float32
+    arrays of their logical shape (see :meth:`zt.Tensor.dequantize`);
+    without it they come back as their raw block bytes (uint8).
     """
     import zt
 
+    def load(t):
+        if dequantize and t.layout.startswith("gguf."):
+            return t.dequantize()
+        return t.numpy(copy=copy)
+
     with zt.open(path) as source:
-        return {name: source[name].numpy(copy=copy) for name in source}
+        return {name: load(source[name]) for name in source}
 
 
 def save_file(tensors: Mapping[str, np.ndarray], path, metadata: Mapping[str, str] | None = None) -> int:

@@ -51,44 +51,6 @@ impl Format for Zt {
     }
 }
 
-/// GGUF: `GGUF`, a version of 1-3 in either byte order, and tensor / KV
-/// counts that could fit in the file.
-pub struct Gguf;
-
-impl Format for Gguf {
-    fn name(&self) -> &'static str {
-        "gguf"
-    }
-    fn extensions(&self) -> &'static [&'static str] {
-        &["gguf"]
-    }
-    fn sniff(&self, p: &Probe<'_>) -> bool {
-        if !p.head.starts_with(b"GGUF") {
-            return false;
-        }
-        let Some(v) = u32_le(p.head, 4) else {
-            return false;
-        };
-        let big_endian = !(1..=3).contains(&v);
-        let version = if big_endian { v.swap_bytes() } else { v };
-        if !(1..=3).contains(&version) {
-            return false;
-        }
-        if version == 1 {
-            return true;
-        }
-        let read = |at| u64_le(p.head, at).map(|x| if big_endian { x.swap_bytes() } else { x });
-        match (read(8), read(16)) {
-            // Each tensor info and each KV pair takes at least 8 bytes.
-            (Some(tensors), Some(kvs)) => tensors.saturating_add(kvs).saturating_mul(8) <= p.len,
-            _ => false,
-        }
-    }
-    fn open(&self, input: &OpenInput<'_>) -> Result<Catalog> {
-        unreadable(input, "gguf")
-    }
-}
-
 /// HDF5: the signature at 0 or at a userblock boundary (512, 1024, ...),
 /// followed by a superblock version 0-3.
 pub struct Hdf5;

@@ -1,6 +1,7 @@
 //! One plugin per file. Register a new one in [`crate::format::registry`].
 
 pub mod detect_only;
+pub mod gguf;
 pub mod npy;
 pub mod pt;
 pub mod safetensors;
