@@ -38,6 +38,8 @@ DTYPES = [
     ml_dtypes.float8_e5m2fnuz,
     ml_dtypes.float8_e8m0fnu,
     ml_dtypes.float4_e2m1fn,
+    ml_dtypes.int4,
+    ml_dtypes.uint4,
 ]
 PACKED_6BIT = [ml_dtypes.float6_e2m3fn, ml_dtypes.float6_e3m2fn]
 
@@ -46,6 +48,9 @@ def sample(dtype, shape) -> np.ndarray:
     dt = np.dtype(dtype)
     if dt.kind == "b":
         return RNG.integers(0, 2, size=shape).astype(dt)
+    if dtype in (ml_dtypes.int4, ml_dtypes.uint4):
+        info = ml_dtypes.iinfo(dtype)
+        return RNG.integers(int(info.min), int(info.max), size=shape, endpoint=True).astype(dt)
     if dt.kind in "iu":
         info = np.iinfo(dt)
         return RNG.integers(info.min, info.max, size=shape, endpoint=True, dtype=dt)

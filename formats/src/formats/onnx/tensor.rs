@@ -65,8 +65,8 @@ pub fn dtype_of(data_type: u64) -> std::result::Result<DType, String> {
         28 => DType::F6E3M2,
         0 => return Err("onnx UNDEFINED (data_type 0)".into()),
         STRING => return Err("onnx STRING: string tensors are not read by zt".into()),
-        21 => return Err("onnx UINT4: zt has no 4-bit integer dtype".into()),
-        22 => return Err("onnx INT4: zt has no 4-bit integer dtype".into()),
+        21 => DType::U4,
+        22 => DType::I4,
         25 => return Err("onnx UINT2: zt has no 2-bit integer dtype".into()),
         26 => return Err("onnx INT2: zt has no 2-bit integer dtype".into()),
         other => return Err(format!("onnx data_type {other}")),
@@ -105,7 +105,9 @@ fn typed_field(dtype: DType, elements: u64) -> Option<(u64, Conv, u64)> {
         DType::I32 => (INT32_DATA, Conv::Low(4), elements),
         DType::I16 | DType::U16 | DType::F16 | DType::BF16 => (INT32_DATA, Conv::Low(2), elements),
         // Two 4-bit elements per entry, already packed into its low byte.
-        DType::F4E2M1 => (INT32_DATA, Conv::Low(1), elements.div_ceil(2)),
+        DType::F4E2M1 | DType::I4 | DType::U4 => {
+            (INT32_DATA, Conv::Low(1), elements.div_ceil(2))
+        }
         DType::F6E2M3 | DType::F6E3M2 => (INT32_DATA, Conv::Six, elements),
         _ => (INT32_DATA, Conv::Low(1), elements),
     })
