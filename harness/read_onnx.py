@@ -90,7 +90,10 @@ def run(size_mb: int, embedded_mb: int, runs: int, cold: bool = True, stem: str 
         check(values, want)
         md.append(
             table(
-                f"External data, {nbytes / 2**30:.2f} GiB, cold cache (posix_fadvise DONTNEED)", cold_times, peer, nbytes
+                f"External data, {nbytes / 2**30:.2f} GiB, cold cache (posix_fadvise DONTNEED)",
+                cold_times,
+                peer,
+                nbytes,
             )
         )
         raw["external_cold"] = cold_times

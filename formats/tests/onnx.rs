@@ -194,13 +194,21 @@ fn external_data_is_mapped_from_the_data_file() {
     let mut blob = vec![0u8; 4096];
     blob.extend(&data);
     dir.file("w.bin", &blob);
-    let file = model(&graph(&[initializer(&external("w", "w.bin", 4096, Some(8)))]));
+    let file = model(&graph(&[initializer(&external(
+        "w",
+        "w.bin",
+        4096,
+        Some(8),
+    ))]));
     let source = open_bytes(&dir, &file).unwrap();
     assert_eq!(source.files().len(), 2);
     let part = source.tensor("w").unwrap().data().unwrap();
     assert!(part.caps().map);
     assert_eq!(part.map().unwrap(), &data[..]);
-    assert_eq!(part.locate().unwrap().path, dir.path().join("w.bin").canonicalize().unwrap());
+    assert_eq!(
+        part.locate().unwrap().path,
+        dir.path().join("w.bin").canonicalize().unwrap()
+    );
 }
 
 fn external(name: &str, location: &str, offset: u64, length: Option<u64>) -> Vec<u8> {
@@ -227,7 +235,10 @@ fn a_length_that_lies_is_truncated() {
     lie.extend(varint(200));
     lie.extend(raw_tensor("w", 2, &[1], &[1]));
     let file = model(&lie);
-    assert!(matches!(open_bytes(&dir, &file), Err(Error::Truncated { .. })));
+    assert!(matches!(
+        open_bytes(&dir, &file),
+        Err(Error::Truncated { .. })
+    ));
     // At the top level the sniff already refuses it; the plugin says why.
     let mut top = fv(1, 9);
     top.extend(varint(7 << 3 | 2));
@@ -241,11 +252,17 @@ fn a_truncated_varint_is_truncated() {
     let dir = Dir::new();
     // The graph ends inside a tag's varint.
     let file = model(&[0x80, 0x80]);
-    assert!(matches!(open_bytes(&dir, &file), Err(Error::Truncated { .. })));
+    assert!(matches!(
+        open_bytes(&dir, &file),
+        Err(Error::Truncated { .. })
+    ));
     // A packed int32_data chunk that ends inside a varint.
     let t = cat(&[tensor_head("i", 6, &[1]), fl(5, &[0x81])]);
     let file = model(&graph(&[initializer(&t)]));
-    assert!(matches!(open_bytes(&dir, &file), Err(Error::Truncated { .. })));
+    assert!(matches!(
+        open_bytes(&dir, &file),
+        Err(Error::Truncated { .. })
+    ));
 }
 
 #[test]
@@ -258,7 +275,12 @@ fn a_field_past_the_end_of_file_is_truncated() {
     t.extend(varint(64));
     t.extend(f32s(&[1.0]));
     let init = cat(&[varint(5 << 3 | 2), varint(t.len() as u64 + 60), t]);
-    let file = cat(&[fv(1, 9), varint(7 << 3 | 2), varint(init.len() as u64 + 60), init]);
+    let file = cat(&[
+        fv(1, 9),
+        varint(7 << 3 | 2),
+        varint(init.len() as u64 + 60),
+        init,
+    ]);
     let path = dir.file("m.onnx", &file);
     assert!(matches!(plugin_open(&path), Err(Error::Truncated { .. })));
 }
@@ -272,12 +294,21 @@ fn external_paths_that_escape_are_refused() {
     std::os::unix::fs::symlink(&secret, model_dir.join("link.bin")).unwrap();
     std::fs::create_dir(model_dir.join("sub")).unwrap();
     let absolute = secret.to_str().unwrap().to_string();
-    for location in ["../secret.bin", absolute.as_str(), "link.bin", "sub/../../secret.bin", "sub"] {
+    for location in [
+        "../secret.bin",
+        absolute.as_str(),
+        "link.bin",
+        "sub/../../secret.bin",
+        "sub",
+    ] {
         let file = model(&graph(&[initializer(&external("w", location, 0, Some(8)))]));
         let path = model_dir.join("m.onnx");
         std::fs::write(&path, file).unwrap();
         let got = Source::open(&path);
-        assert!(matches!(got, Err(Error::Header { .. })), "{location}: {got:?}");
+        assert!(
+            matches!(got, Err(Error::Header { .. })),
+            "{location}: {got:?}"
+        );
     }
 }
 
@@ -286,7 +317,9 @@ fn external_ranges_past_the_data_file_are_truncated() {
     let dir = Dir::new();
     dir.file("w.bin", &f32s(&[1.0, 2.0, 3.0]));
     for (offset, length) in [(8, Some(8)), (16, None), (u64::MAX - 2, Some(8))] {
-        let file = model(&graph(&[initializer(&external("w", "w.bin", offset, length))]));
+        let file = model(&graph(&[initializer(&external(
+            "w", "w.bin", offset, length,
+        ))]));
         let got = open_bytes(&dir, &file);
         assert!(
             matches!(got, Err(Error::Truncated { .. } | Error::Overflow { .. })),
@@ -297,8 +330,16 @@ fn external_ranges_past_the_data_file_are_truncated() {
     let file = model(&graph(&[initializer(&external("w", "w.bin", 0, Some(12)))]));
     assert!(matches!(open_bytes(&dir, &file), Err(Error::Range { .. })));
     // A missing data file.
-    let file = model(&graph(&[initializer(&external("w", "nope.bin", 0, Some(8)))]));
-    assert!(matches!(open_bytes(&dir, &file), Err(Error::NotFound { .. })));
+    let file = model(&graph(&[initializer(&external(
+        "w",
+        "nope.bin",
+        0,
+        Some(8),
+    ))]));
+    assert!(matches!(
+        open_bytes(&dir, &file),
+        Err(Error::NotFound { .. })
+    ));
 }
 
 #[test]
@@ -315,7 +356,10 @@ fn nesting_deeper_than_the_limit_is_refused() {
         ..Limits::default()
     };
     let got = OpenOptions { limits, map: true }.open(&path);
-    assert!(matches!(got, Err(Error::Limit { limit: "depth", .. })), "{got:?}");
+    assert!(
+        matches!(got, Err(Error::Limit { limit: "depth", .. })),
+        "{got:?}"
+    );
     let source = Source::open(&path).unwrap();
     assert_eq!(source.len(), 1);
     assert!(source.names().next().unwrap().ends_with("/body/w"));
@@ -328,7 +372,10 @@ fn strings_and_types_without_a_zt_dtype_are_refused() {
         let t = cat(&[tensor_head("s", code, &[1]), fl(6, b"x")]);
         let file = model(&graph(&[initializer(&t)]));
         let got = open_bytes(&dir, &file);
-        assert!(matches!(got, Err(Error::UnsupportedDType { .. })), "{code}: {got:?}");
+        assert!(
+            matches!(got, Err(Error::UnsupportedDType { .. })),
+            "{code}: {got:?}"
+        );
     }
 }
 
@@ -370,7 +417,13 @@ fn too_many_tensors_or_dims_hit_the_limits() {
         ..Limits::default()
     };
     let got = OpenOptions { limits, map: true }.open(&path);
-    assert!(matches!(got, Err(Error::Limit { limit: "tensors", .. })));
+    assert!(matches!(
+        got,
+        Err(Error::Limit {
+            limit: "tensors",
+            ..
+        })
+    ));
     let deep = raw_tensor("w", 2, &[1; 100], &[1]);
     let file = model(&graph(&[initializer(&deep)]));
     let got = open_bytes(&dir, &file);
@@ -382,21 +435,32 @@ fn duplicate_names_in_one_scope_are_refused() {
     let dir = Dir::new();
     let t = initializer(&raw_tensor("w", 2, &[1], &[1]));
     let file = model(&graph(&[t.clone(), t]));
-    assert!(matches!(open_bytes(&dir, &file), Err(Error::DuplicateName { .. })));
+    assert!(matches!(
+        open_bytes(&dir, &file),
+        Err(Error::DuplicateName { .. })
+    ));
 }
 
 #[test]
 fn sparse_linear_indices_outside_the_shape_fail_on_read() {
     let dir = Dir::new();
     let values = raw_tensor("sp", 1, &[2], &f32s(&[1.0, 2.0]));
-    let indices = raw_tensor("i", 7, &[2], &cat(&[5i64.to_le_bytes().to_vec(), 99i64.to_le_bytes().to_vec()]));
+    let indices = raw_tensor(
+        "i",
+        7,
+        &[2],
+        &cat(&[5i64.to_le_bytes().to_vec(), 99i64.to_le_bytes().to_vec()]),
+    );
     let dims: Vec<u8> = cat(&[varint(2), varint(3)]);
     let sparse = cat(&[fl(1, &values), fl(2, &indices), fl(3, &dims)]);
     let file = model(&graph(&[fl(15, &sparse)]));
     let source = open_bytes(&dir, &file).unwrap();
     let t = source.tensor("sp").unwrap();
     assert_eq!(t.layout(), "zt.sparse_coo/1");
-    assert_eq!(&t.part("values").unwrap().bytes().unwrap()[..], &f32s(&[1.0, 2.0])[..]);
+    assert_eq!(
+        &t.part("values").unwrap().bytes().unwrap()[..],
+        &f32s(&[1.0, 2.0])[..]
+    );
     let coords = t.part("coords").unwrap();
     assert!(matches!(coords.bytes(), Err(Error::Decode { .. })));
 }
@@ -409,7 +473,10 @@ fn the_sniff_wants_model_proto_fields() {
     // A field number ModelProto does not have, or the wrong wire type.
     for bad in [fv(9, 1), fl(1, b"x"), vec![0x08], b"hello world".to_vec()] {
         let got = zt::detect(dir.file("b.bin", &bad));
-        assert!(matches!(got, Err(Error::UnknownFormat { .. })), "{bad:?}: {got:?}");
+        assert!(
+            matches!(got, Err(Error::UnknownFormat { .. })),
+            "{bad:?}: {got:?}"
+        );
     }
 }
 
@@ -425,7 +492,12 @@ fn external_data_beyond_two_gib_reads() {
     use std::os::unix::fs::FileExt;
     let data = f32s(&[7.0, 8.0]);
     file.write_at(&data, offset).unwrap();
-    let m = model(&graph(&[initializer(&external("w", "big.bin", offset, Some(8)))]));
+    let m = model(&graph(&[initializer(&external(
+        "w",
+        "big.bin",
+        offset,
+        Some(8),
+    ))]));
     let source = open_bytes(&dir, &m).unwrap();
     let part = source.tensor("w").unwrap().data().unwrap();
     assert_eq!(part.locate().unwrap().offset, offset);

@@ -69,7 +69,10 @@ impl Externals {
             get(key)
                 .map(|v| {
                     v.trim().parse::<u64>().map_err(|_| {
-                        Error::header(ctx.clone(), format!("external data {key} {v:?} is not a number"))
+                        Error::header(
+                            ctx.clone(),
+                            format!("external data {key} {v:?} is not a number"),
+                        )
                     })
                 })
                 .transpose()
@@ -81,12 +84,15 @@ impl Externals {
         // Like onnx: no `length` means "to the end of the file".
         let length = match length {
             Some(n) => n,
-            None => store.len().checked_sub(offset).ok_or_else(|| Error::Truncated {
-                ctx: ctx.clone(),
-                what: "external data",
-                needed: offset,
-                available: store.len(),
-            })?,
+            None => store
+                .len()
+                .checked_sub(offset)
+                .ok_or_else(|| Error::Truncated {
+                    ctx: ctx.clone(),
+                    what: "external data",
+                    needed: offset,
+                    available: store.len(),
+                })?,
         };
         store
             .check_range(offset, length, "external data")
@@ -123,14 +129,19 @@ impl Externals {
             return Err(escape("leaves the model directory"));
         }
         if self.canonical_dir.is_none() {
-            let dir = self.dir.canonicalize().map_err(|e| Error::io(&self.dir, e))?;
+            let dir = self
+                .dir
+                .canonicalize()
+                .map_err(|e| Error::io(&self.dir, e))?;
             self.canonical_dir = Some(dir);
         }
         let dir = self.canonical_dir.as_deref().expect("set above");
         let joined = self.dir.join(rel);
         let resolved = joined.canonicalize().map_err(|e| Error::io(&joined, e))?;
         if !resolved.starts_with(dir) {
-            return Err(escape("resolves (through a symlink) outside the model directory"));
+            return Err(escape(
+                "resolves (through a symlink) outside the model directory",
+            ));
         }
         if let Some(store) = self.opened.get(&resolved) {
             return Ok(Arc::clone(store));

@@ -209,9 +209,11 @@ impl Walker<'_> {
         while let Some(f) = r.next_field()? {
             match f.number {
                 model::IR_VERSION => set(&mut attrs, "ir_version", Value::Int(f.varint()? as i64)),
-                model::PRODUCER_NAME => {
-                    set(&mut attrs, "producer_name", Value::Str(f.lossy_string(max)?))
-                }
+                model::PRODUCER_NAME => set(
+                    &mut attrs,
+                    "producer_name",
+                    Value::Str(f.lossy_string(max)?),
+                ),
                 model::PRODUCER_VERSION => set(
                     &mut attrs,
                     "producer_version",
@@ -221,7 +223,9 @@ impl Walker<'_> {
                 model::MODEL_VERSION => {
                     set(&mut attrs, "model_version", Value::Int(f.varint()? as i64))
                 }
-                model::DOC_STRING => set(&mut attrs, "doc_string", Value::Str(f.lossy_string(max)?)),
+                model::DOC_STRING => {
+                    set(&mut attrs, "doc_string", Value::Str(f.lossy_string(max)?))
+                }
                 model::GRAPH => self.graph(f.message()?, "", 1)?,
                 model::OPSET_IMPORT => {
                     self.check_entries(f.at, opsets.len() + 1)?;
@@ -469,7 +473,10 @@ impl Walker<'_> {
         }
         let ctx = Context::default().at(f.at);
         let (Some(values), Some(indices)) = (values, indices) else {
-            return Err(Error::header(ctx, "sparse tensor without values or indices"));
+            return Err(Error::header(
+                ctx,
+                "sparse tensor without values or indices",
+            ));
         };
         let name = name(&values);
         self.sparse_object(name, values, indices, dims, origin)
@@ -518,13 +525,12 @@ impl Walker<'_> {
             },
             // [nnz] linear indices: split into coordinates on demand.
             [n] if *n == nnz => {
-                let len = nnz
-                    .checked_mul(rank)
-                    .and_then(|n| n.checked_mul(8))
-                    .ok_or(Error::Overflow {
+                let len = nnz.checked_mul(rank).and_then(|n| n.checked_mul(8)).ok_or(
+                    Error::Overflow {
                         ctx: ctx.clone(),
                         what: "sparse coordinates",
-                    })?;
+                    },
+                )?;
                 self.limits.check_decoded(&ctx, len)?;
                 Part {
                     name: "coords".into(),
@@ -544,7 +550,9 @@ impl Walker<'_> {
             other => {
                 return Err(Error::header(
                     ctx,
-                    format!("sparse indices dims {other:?} fit neither [{nnz}] nor [{nnz}, {rank}]"),
+                    format!(
+                        "sparse indices dims {other:?} fit neither [{nnz}] nor [{nnz}, {rank}]"
+                    ),
                 ))
             }
         };
@@ -582,10 +590,7 @@ struct NodeScope<'a> {
 }
 
 /// Bytes of a payload, borrowed or decoded.
-fn payload_bytes<'a>(
-    payload: &'a Payload,
-    limits: &Limits,
-) -> Result<std::borrow::Cow<'a, [u8]>> {
+fn payload_bytes<'a>(payload: &'a Payload, limits: &Limits) -> Result<std::borrow::Cow<'a, [u8]>> {
     match payload {
         Payload::Stored { store, offset, len } => store.read(*offset, *len),
         Payload::Decoded { decoder, .. } => Ok(decoder.decode(limits)?.into()),

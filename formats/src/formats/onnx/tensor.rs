@@ -105,9 +105,7 @@ fn typed_field(dtype: DType, elements: u64) -> Option<(u64, Conv, u64)> {
         DType::I32 => (INT32_DATA, Conv::Low(4), elements),
         DType::I16 | DType::U16 | DType::F16 | DType::BF16 => (INT32_DATA, Conv::Low(2), elements),
         // Two 4-bit elements per entry, already packed into its low byte.
-        DType::F4E2M1 | DType::I4 | DType::U4 => {
-            (INT32_DATA, Conv::Low(1), elements.div_ceil(2))
-        }
+        DType::F4E2M1 | DType::I4 | DType::U4 => (INT32_DATA, Conv::Low(1), elements.div_ceil(2)),
         DType::F6E2M3 | DType::F6E3M2 => (INT32_DATA, Conv::Six, elements),
         _ => (INT32_DATA, Conv::Low(1), elements),
     })
@@ -167,7 +165,10 @@ impl TensorInfo {
                     self.dims.push(d);
                     Ok(())
                 } else {
-                    Err(Error::header(ctx, format!("negative dimension {}", d as i64)))
+                    Err(Error::header(
+                        ctx,
+                        format!("negative dimension {}", d as i64),
+                    ))
                 }
             })?,
             DATA_TYPE => self.data_type = f.varint()?,
@@ -181,7 +182,12 @@ impl TensorInfo {
             DATA_LOCATION => self.location = f.varint()?,
             EXTERNAL_DATA => {
                 let ctx = Context::default().at(f.at);
-                Limits::check(&ctx, "entries", self.external.len() as u64 + 1, limits.entries)?;
+                Limits::check(
+                    &ctx,
+                    "entries",
+                    self.external.len() as u64 + 1,
+                    limits.entries,
+                )?;
                 self.external.push(string_entry(f, limits)?);
             }
             FLOAT_DATA | DOUBLE_DATA => {
@@ -196,7 +202,10 @@ impl TensorInfo {
                     _ => {
                         return Err(Error::header(
                             Context::default().at(f.at),
-                            format!("field {} is not packed or single {width}-byte values", f.number),
+                            format!(
+                                "field {} is not packed or single {width}-byte values",
+                                f.number
+                            ),
                         ))
                     }
                 };
@@ -262,7 +271,14 @@ impl TensorInfo {
         let nbytes = dtype.nbytes(elements).ok_or_else(overflow)?;
         if self.location == 1 {
             let (store, offset) = ext.resolve(&self.external, nbytes, &ctx)?;
-            return Ok((dtype, Payload::Stored { store, offset, len: nbytes }));
+            return Ok((
+                dtype,
+                Payload::Stored {
+                    store,
+                    offset,
+                    len: nbytes,
+                },
+            ));
         }
         if let Some((offset, len)) = self.raw {
             if len != nbytes {
@@ -430,7 +446,12 @@ mod tests {
         p.finish(&mut out);
         assert_eq!(
             out,
-            vec![x0 | ((x1 & 3) << 6), (x1 >> 2) | ((x2 & 0xf) << 4), (x2 >> 4) | (x3 << 2), 1]
+            vec![
+                x0 | ((x1 & 3) << 6),
+                (x1 >> 2) | ((x2 & 0xf) << 4),
+                (x2 >> 4) | (x3 << 2),
+                1
+            ]
         );
         assert_eq!(out.len() as u64, DType::F6E2M3.nbytes(5).unwrap());
     }
