@@ -503,3 +503,28 @@ fn external_data_beyond_two_gib_reads() {
     assert_eq!(part.locate().unwrap().offset, offset);
     assert_eq!(part.map().unwrap(), &data[..]);
 }
+
+#[test]
+fn positional_stores_read_the_same_bytes() {
+    let dir = Dir::new();
+    let data = f32s(&[1.5, 2.5]);
+    dir.file("w.bin", &data);
+    let typed = cat(&[tensor_head("t", 1, &[2]), fl(4, &data)]);
+    let file = model(&graph(&[
+        initializer(&external("e", "w.bin", 0, Some(8))),
+        initializer(&raw_tensor("r", 1, &[2], &data)),
+        initializer(&typed),
+    ]));
+    let path = dir.file("m.onnx", &file);
+    let source = OpenOptions {
+        limits: Limits::default(),
+        map: false,
+    }
+    .open(&path)
+    .unwrap();
+    for name in ["e", "r", "t"] {
+        let part = source.tensor(name).unwrap().data().unwrap();
+        assert!(!part.caps().map);
+        assert_eq!(&part.bytes().unwrap()[..], &data[..], "{name}");
+    }
+}
