@@ -22,8 +22,9 @@ from onnx import helper, numpy_helper
 
 import zt
 
-from . import common
-from .read_bench import table
+from . import common, report
+
+PEER = "onnx.load + to_array"
 
 
 def make(path, size_mb: int, external: bool) -> dict[str, int]:
@@ -55,7 +56,7 @@ def readers(path):
     return {
         "zt zero-copy": lambda: read_zt(path, False),
         "zt copy": lambda: read_zt(path, True),
-        "onnx.load + to_array": lambda: read_reference(path),
+        PEER: lambda: read_reference(path),
     }
 
 
@@ -64,54 +65,50 @@ def check(values: dict, want: dict) -> None:
         assert got == want, f"{name} read wrong bytes"
 
 
-def run(size_mb: int, embedded_mb: int, runs: int, cold: bool = True, stem: str | None = "read_onnx") -> str:
+def run(size_mb: int, embedded_mb: int, runs: int, cold: bool = True) -> list[report.Result]:
     work = common.bench_dir("read_onnx")
     ext = work / f"ext-{size_mb}.onnx"
     want = make(ext, size_mb, external=True)
     data = work / (ext.name + ".data")
     nbytes = data.stat().st_size
-    peer = "onnx.load + to_array"
+    gib = f"{nbytes / 2**30:.2f} GiB"
+    results = []
+    temps = ["warm"] + (["cold"] if cold else [])
+    for temp in temps:
+        before = None
+        if temp == "cold":
 
-    warm, values = common.interleaved(readers(ext), runs)
-    check(values, want)
-    md = [f"## ONNX read: zt vs onnx {common.versions('onnx')['onnx']}", ""]
-    md.append(
-        f"Files on {common.filesystem_of(work)} at `{work}`; {runs} interleaved runs after one warm-up; every byte digested.\n"
-    )
-    md.append(table(f"External data, {nbytes / 2**30:.2f} GiB, warm cache", warm, peer, nbytes))
-    raw = {"machine": common.machine(), "versions": common.versions("zt", "onnx", "numpy"), "external_warm": warm}
-    if cold:
+            def before():
+                for path in (ext, data):
+                    common.drop_cache(path)
+                assert common.cached_fraction(data) < 0.05, "the page cache kept the file"
 
-        def drop() -> None:
-            common.drop_cache(ext)
-            common.drop_cache(data)
-
-        cold_times, values = common.interleaved(readers(ext), runs, warmup=0, before=drop)
+        times, values = common.interleaved(readers(ext), runs, warmup=0 if before else 1, before=before)
         check(values, want)
-        md.append(
-            table(
-                f"External data, {nbytes / 2**30:.2f} GiB, cold cache (posix_fadvise DONTNEED)",
-                cold_times,
-                peer,
-                nbytes,
-            )
+        results.append(
+            report.Result("read_onnx", f"External data, {gib}, {temp} cache", times, peer=PEER, nbytes=nbytes)
         )
-        raw["external_cold"] = cold_times
     if embedded_mb:
         emb = work / f"emb-{embedded_mb}.onnx"
         want = make(emb, embedded_mb, external=False)
         size = emb.stat().st_size
         times, values = common.interleaved(readers(emb), runs)
         check(values, want)
-        md.append(
-            table(f"Weights inside the protobuf (raw_data), {size / 2**30:.2f} GiB, warm cache", times, peer, size)
-        )
-        raw["embedded_warm"] = times
-    md.append(f"Machine: {common.machine()}\n")
-    text = "\n".join(md)
-    if stem:
-        common.write_result(stem, text, raw)
-    return text
+        title = f"Weights inside the protobuf (raw_data), {size / 2**30:.2f} GiB, warm cache"
+        results.append(report.Result("read_onnx", title, times, peer=PEER, nbytes=size))
+    return results
+
+
+def header(runs: int) -> str:
+    work = common.bench_dir("read_onnx")
+    v = common.versions("onnx", "numpy")
+    return (
+        "## Reading ONNX: zt against `onnx.load` + `numpy_helper.to_array`\n\n"
+        f"onnx {v['onnx']}, numpy {v['numpy']}. Models written by `onnx.save_model`; files on "
+        f"{common.filesystem_of(work)} at `{work}`; {runs} interleaved runs (after one warm-up for warm cache); "
+        "every byte digested and checked. Cold cache: `posix_fadvise(DONTNEED)` on the model and its data file "
+        "before each run, checked with `mincore`. Data: synthetic fp16 matrices."
+    )
 
 
 def main() -> None:
@@ -121,7 +118,8 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--no-cold", action="store_true")
     args = ap.parse_args()
-    print(run(args.size_mb, args.embedded_mb, args.runs, cold=not args.no_cold))
+    results = run(args.size_mb, args.embedded_mb, args.runs, cold=not args.no_cold)
+    print(report.save(results, "read_onnx", header(args.runs)).read_text())
 
 
 if __name__ == "__main__":
