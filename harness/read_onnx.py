@@ -37,7 +37,10 @@ def make(path, size_mb: int, external: bool) -> dict[str, int]:
         arrays[f"block.{i}.weight"] = rng.integers(0, 1 << 16, size=(rows, 4096), dtype=np.uint16).view(np.float16)
     graph = helper.make_graph([], "g", [], [], initializer=[numpy_helper.from_array(a, n) for n, a in arrays.items()])
     model = helper.make_model(graph, producer_name="zt-bench")
-    kwargs = {"save_as_external_data": True, "location": path.name + ".data", "size_threshold": 0} if external else {}
+    data = path.with_name(path.name + ".data")
+    # onnx appends to an existing data file: start from none.
+    data.unlink(missing_ok=True)
+    kwargs = {"save_as_external_data": True, "location": data.name, "size_threshold": 0} if external else {}
     onnx.save_model(model, os.fspath(path), **kwargs)
     return {k: common.digest(v) for k, v in arrays.items()}
 
@@ -71,6 +74,7 @@ def run(size_mb: int, embedded_mb: int, runs: int, cold: bool = True) -> list[re
     want = make(ext, size_mb, external=True)
     data = work / (ext.name + ".data")
     nbytes = data.stat().st_size
+    assert nbytes == size_mb << 20, "the data file holds exactly the tensors"
     gib = f"{nbytes / 2**30:.2f} GiB"
     results = []
     temps = ["warm"] + (["cold"] if cold else [])
