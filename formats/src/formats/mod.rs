@@ -3,4 +3,5 @@
 pub mod detect_only;
 pub mod gguf;
 pub mod npy;
+pub mod onnx;
 pub mod safetensors;
