@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from . import common, read_bench, read_gguf, report, sampler_bench, write_bench
+from . import common, read_bench, read_gguf, read_onnx, report, sampler_bench, write_bench
 
 # name -> (quick settings, full settings, runner, header)
 COMPARISONS = {
@@ -22,6 +22,12 @@ COMPARISONS = {
         dict(tensors=10_000, size_mb=1024, runs=5),
         read_bench.run,
         read_bench.header,
+    ),
+    "read_onnx": (
+        dict(size_mb=64, embedded_mb=16, runs=3),
+        dict(size_mb=1024, embedded_mb=256, runs=5),
+        read_onnx.run,
+        read_onnx.header,
     ),
     "write": (
         dict(size_mb=64, runs=3),

@@ -56,6 +56,12 @@ pub enum DType {
     Complex64,
     /// Complex of two f64 (logical over f64).
     Complex128,
+    /// Signed 4-bit integer, two per byte, low nibble first (logical over u8;
+    /// ONNX INT4).
+    I4,
+    /// Unsigned 4-bit integer, two per byte, low nibble first (logical over
+    /// u8; ONNX UINT4).
+    U4,
 }
 
 /// The families a dtype belongs to, for consumers that build their own
@@ -78,7 +84,7 @@ pub enum Kind {
 
 impl DType {
     /// Every dtype, in declaration order.
-    pub const ALL: [DType; 23] = [
+    pub const ALL: [DType; 25] = [
         DType::F64,
         DType::F32,
         DType::F16,
@@ -102,6 +108,8 @@ impl DType {
         DType::F6E3M2,
         DType::Complex64,
         DType::Complex128,
+        DType::I4,
+        DType::U4,
     ];
 
     /// The zTensor name (`"f32"`, `"bf16"`, `"f8_e4m3fn"`, ...).
@@ -130,6 +138,8 @@ impl DType {
             DType::F6E3M2 => "f6_e3m2",
             DType::Complex64 => "complex64",
             DType::Complex128 => "complex128",
+            DType::I4 => "i4",
+            DType::U4 => "u4",
         }
     }
 
@@ -145,7 +155,7 @@ impl DType {
             DType::Complex128 => 128,
             DType::F32 | DType::I32 | DType::U32 => 32,
             DType::F16 | DType::BF16 | DType::I16 | DType::U16 => 16,
-            DType::F4E2M1 => 4,
+            DType::F4E2M1 | DType::I4 | DType::U4 => 4,
             DType::F6E2M3 | DType::F6E3M2 => 6,
             _ => 8,
         }
@@ -174,7 +184,9 @@ impl DType {
             | DType::F8E8M0
             | DType::F4E2M1
             | DType::F6E2M3
-            | DType::F6E3M2 => DType::U8,
+            | DType::F6E3M2
+            | DType::I4
+            | DType::U4 => DType::U8,
             DType::Complex64 => DType::F32,
             DType::Complex128 => DType::F64,
             other => other,
@@ -190,8 +202,8 @@ impl DType {
     pub fn kind(self) -> Kind {
         match self {
             DType::F64 | DType::F32 | DType::F16 => Kind::Float,
-            DType::I64 | DType::I32 | DType::I16 | DType::I8 => Kind::Int,
-            DType::U64 | DType::U32 | DType::U16 | DType::U8 => Kind::UInt,
+            DType::I64 | DType::I32 | DType::I16 | DType::I8 | DType::I4 => Kind::Int,
+            DType::U64 | DType::U32 | DType::U16 | DType::U8 | DType::U4 => Kind::UInt,
             DType::Bool => Kind::Bool,
             DType::Complex64 | DType::Complex128 => Kind::Complex,
             _ => Kind::MlFloat,
@@ -260,6 +272,8 @@ mod tests {
     #[test]
     fn sizes() {
         assert_eq!(DType::F4E2M1.nbytes(3), Some(2));
+        assert_eq!(DType::I4.nbytes(3), Some(2));
+        assert_eq!(DType::U4.storage(), DType::U8);
         assert_eq!(DType::F6E2M3.nbytes(4), Some(3));
         assert_eq!(DType::Complex64.nbytes(2), Some(16));
         assert_eq!(DType::Complex64.alignment(), 4);

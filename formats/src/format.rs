@@ -73,7 +73,7 @@ pub fn registry() -> &'static [&'static dyn Format] {
         &formats::pt::Pt,
         &formats::npy::Npz,
         &formats::safetensors::Safetensors,
-        &formats::detect_only::Onnx,
+        &formats::onnx::Onnx,
     ]
 }
 

@@ -108,6 +108,8 @@ fn dl_dtype(dtype: DType) -> DLDataType {
         DType::F6E2M3 => (15, 6),
         DType::F6E3M2 => (16, 6),
         DType::F4E2M1 => (17, 4),
+        DType::I4 => (0, 4),
+        DType::U4 => (1, 4),
         _ => (1, 8),
     };
     DLDataType {

@@ -25,8 +25,8 @@ def numpy_dtype(name: str) -> np.dtype:
     """The numpy dtype zt uses for a zt dtype name."""
     if name in _ML_DTYPES:
         return np.dtype(_ML_DTYPES[name])
-    if name == "f4_e2m1":
-        return np.dtype(ml_dtypes.float4_e2m1fn)
+    if name in _NIBBLES:
+        return np.dtype(_NIBBLES[name])
     return np.dtype(
         {
             "f64": "<f8",
@@ -47,13 +47,18 @@ def numpy_dtype(name: str) -> np.dtype:
     )
 
 
-def _unpack_f4(packed: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    """Two fp4 codes per byte, low nibble first -> one ml_dtypes fp4 per byte."""
+# 4-bit types, stored two per byte (low nibble first), unpacked here to one
+# ml_dtypes element per byte.
+_NIBBLES = {"f4_e2m1": ml_dtypes.float4_e2m1fn, "i4": ml_dtypes.int4, "u4": ml_dtypes.uint4}
+
+
+def _unpack_nibbles(packed: np.ndarray, shape: tuple[int, ...], dtype) -> np.ndarray:
+    """Two 4-bit codes per byte, low nibble first -> one ml_dtypes element per byte."""
     count = int(np.prod(shape, dtype=np.int64)) if shape else 1
     codes = np.empty(packed.size * 2, dtype=np.uint8)
     codes[0::2] = packed & 0x0F
     codes[1::2] = packed >> 4
-    return codes[:count].view(ml_dtypes.float4_e2m1fn).reshape(shape)
+    return codes[:count].view(dtype).reshape(shape)
 
 
 class Tensor:
@@ -91,8 +96,8 @@ class Tensor:
         name = self._native.dtype
         if name in _ML_DTYPES:
             arr = arr.view(_ML_DTYPES[name])
-        elif name == "f4_e2m1":
-            arr = _unpack_f4(arr, self.shape)
+        elif name in _NIBBLES:
+            arr = _unpack_nibbles(arr, self.shape, _NIBBLES[name])
         return arr
 
     def dequantize(self) -> np.ndarray:

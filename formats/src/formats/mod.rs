@@ -3,5 +3,6 @@
 pub mod detect_only;
 pub mod gguf;
 pub mod npy;
+pub mod onnx;
 pub mod pt;
 pub mod safetensors;

@@ -87,7 +87,7 @@ pub fn dtype_to_str(d: DType) -> Option<&'static str> {
         DType::F6E2M3 => "F6_E2M3",
         DType::F6E3M2 => "F6_E3M2",
         DType::Complex64 => "C64",
-        DType::Complex128 => return None,
+        DType::Complex128 | DType::I4 | DType::U4 => return None,
     })
 }
 
