@@ -16,4 +16,11 @@ ruff format --check python/zt tests harness
 echo "==> cargo test"
 cargo test --workspace --quiet
 echo "==> pytest"
-python -m pytest -q tests
+python -m pytest -q tests --ignore=tests/torch
+echo "==> pytest: the PyTorch suite (tests/torch)"
+torch_pin=$(sed -n 's/^torch==//p' requirements-torch.txt)
+if ! python -c "import sys, torch; sys.exit(torch.__version__.split('+')[0] != '$torch_pin')" 2>/dev/null; then
+  echo "==> installing torch $torch_pin (requirements-torch.txt, large download)"
+  python -m pip install --quiet -r requirements-torch.txt
+fi
+python -m pytest -q tests/torch

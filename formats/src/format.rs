@@ -70,7 +70,7 @@ pub fn registry() -> &'static [&'static dyn Format] {
         &formats::gguf::Gguf,
         &formats::detect_only::Hdf5,
         &formats::npy::Npy,
-        &formats::detect_only::Pt,
+        &formats::pt::Pt,
         &formats::npy::Npz,
         &formats::safetensors::Safetensors,
         &formats::onnx::Onnx,

@@ -42,6 +42,7 @@ pub mod limits;
 pub mod source;
 pub mod store;
 pub mod write;
+pub mod zip;
 
 /// The README's Rust example, compiled and run as a doctest.
 #[doc = include_str!("../../README.md")]

@@ -30,6 +30,19 @@ pub struct Limits {
     pub entries: u64,
     /// Deepest nesting of metadata values.
     pub depth: usize,
+    /// Largest pickle stream (a PyTorch `data.pkl`, or one legacy pickle), in bytes.
+    pub pickle_bytes: u64,
+    /// Most pickle opcodes executed, and most nodes visited while searching
+    /// the unpickled object for tensors.
+    pub pickle_ops: u64,
+    /// Most objects one pickle may build (each costs memory even when small).
+    pub pickle_objects: u64,
+    /// Most entries in a pickle's memo.
+    pub pickle_memo: u64,
+    /// Deepest pickle stack (values plus marks).
+    pub pickle_stack: u64,
+    /// Deepest nesting of containers in an unpickled object.
+    pub pickle_depth: usize,
 }
 
 impl Default for Limits {
@@ -44,6 +57,14 @@ impl Default for Limits {
             string_bytes: 16 << 20,
             entries: 1 << 24,
             depth: 64,
+            // A 10,000-tensor state dict pickles to about 1 MB; the caps
+            // leave room for checkpoints that also pickle large Python data.
+            pickle_bytes: 1 << 30,
+            pickle_ops: 1 << 28,
+            pickle_objects: 1 << 24,
+            pickle_memo: 1 << 24,
+            pickle_stack: 1 << 20,
+            pickle_depth: 256,
         }
     }
 }

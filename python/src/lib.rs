@@ -84,6 +84,12 @@ fn limits_from_py(limits: Option<&Bound<'_, PyDict>>) -> PyResult<zt::Limits> {
             "string_bytes" => out.string_bytes = value,
             "entries" => out.entries = value,
             "depth" => out.depth = value as usize,
+            "pickle_bytes" => out.pickle_bytes = value,
+            "pickle_ops" => out.pickle_ops = value,
+            "pickle_objects" => out.pickle_objects = value,
+            "pickle_memo" => out.pickle_memo = value,
+            "pickle_stack" => out.pickle_stack = value,
+            "pickle_depth" => out.pickle_depth = value as usize,
             other => return Err(PyValueError::new_err(format!("unknown limit {other:?}"))),
         }
     }
@@ -167,6 +173,7 @@ fn _zt(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(writers::write_safetensors, m)?)?;
     m.add_function(wrap_pyfunction!(writers::write_npy, m)?)?;
     m.add_function(wrap_pyfunction!(writers::write_npz, m)?)?;
+    m.add_function(wrap_pyfunction!(writers::write_pt, m)?)?;
     m.add_class::<tensor::Source>()?;
     m.add_class::<tensor::Tensor>()?;
     m.add_class::<array::ArrayView>()?;

@@ -104,3 +104,12 @@ pub fn write_npz(py: Python<'_>, path: PathBuf, tensors: Vec<RawTensor>) -> PyRe
     py.detach(|| zt::formats::npy::write_npz(&path, &borrowed.tensors()))
         .map_err(to_py_err)
 }
+
+/// Write arrays as a PyTorch zip checkpoint (a state dict that
+/// `torch.load(weights_only=True)` reads); returns the bytes written.
+#[pyfunction]
+pub fn write_pt(py: Python<'_>, path: PathBuf, tensors: Vec<RawTensor>) -> PyResult<u64> {
+    let borrowed = Borrowed::new(tensors)?;
+    py.detach(|| zt::formats::pt::write(&path, &borrowed.tensors()))
+        .map_err(to_py_err)
+}

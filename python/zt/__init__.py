@@ -4,8 +4,9 @@
 >>> with zt.open("model.safetensors") as src:          # doctest: +SKIP
 ...     w = src["embed.weight"].numpy()                 # zero-copy, read-only
 
-``zt.open`` reads safetensors, NumPy ``.npy``/``.npz`` (and, as their readers
-land, PyTorch, GGUF, ONNX, HDF5 and ``.zt``). Tensors are views of the
+``zt.open`` reads safetensors, NumPy ``.npy``/``.npz``, PyTorch checkpoints
+(without running their pickles) and, as their readers land, GGUF, ONNX,
+HDF5 and ``.zt``. Tensors are views of the
 memory-mapped file where the bytes allow it, decoded on demand where they do
 not; ``Tensor.caps`` says which.
 """
@@ -98,7 +99,9 @@ def open(paths: PathLike | list[PathLike], *, map: bool = True, limits: dict | N
     an error), or a Hugging Face ``*.index.json``. ``map=False`` reads with
     positional I/O instead of memory-mapping. ``limits`` overrides fields of
     the resource limits (``header_bytes``, ``tensors``, ``rank``,
-    ``decoded_bytes``, ``total_decoded_bytes``, ...).
+    ``decoded_bytes``, ``total_decoded_bytes``, ..., and for PyTorch pickles
+    ``pickle_bytes``, ``pickle_ops``, ``pickle_objects``, ``pickle_memo``,
+    ``pickle_stack``, ``pickle_depth``).
     """
     if isinstance(paths, (str, bytes, os.PathLike)):
         paths = [paths]

@@ -87,11 +87,13 @@ def save(tensors: Mapping[str, np.ndarray], path, metadata: Mapping[str, str] | 
         written = _zt.write_safetensors(path, described, meta)
     elif ext == ".npz":
         written = _zt.write_npz(path, described)
+    elif ext in (".pt", ".pth", ".bin"):
+        written = _zt.write_pt(path, described)
     elif ext == ".npy":
         if len(described) != 1:
             raise ValueError(f".npy holds exactly one array, got {len(described)}")
         written = _zt.write_npy(path, described[0])
     else:
-        raise ValueError(f"cannot write {path!r}: zt writes .safetensors, .npz and .npy")
+        raise ValueError(f"cannot write {path!r}: zt writes .safetensors, .npz, .npy and .pt/.pth/.bin")
     del keep_alive  # the buffers had to outlive the native call
     return written

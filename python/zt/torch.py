@@ -21,7 +21,14 @@ def _torch():
 
 def _to_torch(torch, arr: np.ndarray):
     """numpy (incl. ml_dtypes) -> torch without copying where possible."""
-    special = {"bfloat16": torch.bfloat16, "float8_e4m3fn": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2}
+    special = {
+        "bfloat16": torch.bfloat16,
+        "float8_e4m3fn": torch.float8_e4m3fn,
+        "float8_e5m2": torch.float8_e5m2,
+        "float8_e4m3fnuz": torch.float8_e4m3fnuz,
+        "float8_e5m2fnuz": torch.float8_e5m2fnuz,
+        "float8_e8m0fnu": torch.float8_e8m0fnu,
+    }
     name = arr.dtype.name
     with warnings.catch_warnings():
         # Read-only views of a mapping: torch warns that it cannot mark them read-only.
@@ -52,6 +59,9 @@ def save_file(tensors: Mapping[str, object], path, metadata: Mapping[str, str] |
         torch.bfloat16: ml_dtypes.bfloat16,
         torch.float8_e4m3fn: ml_dtypes.float8_e4m3fn,
         torch.float8_e5m2: ml_dtypes.float8_e5m2,
+        torch.float8_e4m3fnuz: ml_dtypes.float8_e4m3fnuz,
+        torch.float8_e5m2fnuz: ml_dtypes.float8_e5m2fnuz,
+        torch.float8_e8m0fnu: ml_dtypes.float8_e8m0fnu,
     }
     arrays = {}
     for name, t in tensors.items():

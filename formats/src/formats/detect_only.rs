@@ -51,42 +51,6 @@ impl Format for Zt {
     }
 }
 
-/// PyTorch checkpoints: a zip whose entries include `<dir>/data.pkl`, or the
-/// legacy pickle stream that starts with torch's magic number.
-pub struct Pt;
-
-/// `PROTO 2`, `LONG1` of 10 bytes, then torch's magic 0x1950a86a20f9469cfc6c.
-const PT_LEGACY_MAGIC: &[u8] = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19";
-
-impl Format for Pt {
-    fn name(&self) -> &'static str {
-        "pt"
-    }
-    fn extensions(&self) -> &'static [&'static str] {
-        &["pt", "pth", "bin", "ckpt"]
-    }
-    fn sniff(&self, p: &Probe<'_>) -> bool {
-        if p.head.starts_with(PT_LEGACY_MAGIC) {
-            return true;
-        }
-        if !p.head.starts_with(b"PK\x03\x04") {
-            return false;
-        }
-        // torch writes `<dir>/data.pkl` as the first record; check the first
-        // local header's name, then the central directory in the tail.
-        let name_len = p
-            .head
-            .get(26..28)
-            .map(|b| u16::from_le_bytes([b[0], b[1]]) as usize);
-        let first = name_len.and_then(|n| p.head.get(30..30 + n));
-        let is_pkl = |name: &[u8]| name == b"data.pkl" || name.ends_with(b"/data.pkl");
-        first.is_some_and(is_pkl) || p.tail.windows(9).any(|w| w == b"/data.pkl")
-    }
-    fn open(&self, input: &OpenInput<'_>) -> Result<Catalog> {
-        unreadable(input, "pt")
-    }
-}
-
 /// HDF5: the signature at 0 or at a userblock boundary (512, 1024, ...),
 /// followed by a superblock version 0-3.
 pub struct Hdf5;

@@ -4,4 +4,5 @@ pub mod detect_only;
 pub mod gguf;
 pub mod npy;
 pub mod onnx;
+pub mod pt;
 pub mod safetensors;

@@ -6,13 +6,13 @@
 //! on demand. Object, string, datetime and structured arrays are refused:
 //! object arrays are pickles and are never loaded.
 //!
-//! `.npz` is a zip of `.npy` members (read in `zip.rs`). Stored members are
+//! `.npz` is a zip of `.npy` members (read by [`crate::zip`]). Stored members are
 //! file ranges like a lone `.npy`; deflated members are inflated on demand,
 //! never past the size their header declares, and checked against the
 //! CRC-32 in the central directory.
 
 mod header;
-mod zip;
+use crate::zip;
 
 use std::io::{self, Read, Write};
 use std::path::Path;

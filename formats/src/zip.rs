@@ -1,13 +1,15 @@
-//! The small part of zip that `.npz` needs: reading the central directory
-//! (zip64 included) and locating each member's data, and writing a stored
-//! archive the way numpy's `_savez` does.
+//! The small part of zip that `.npz` and PyTorch checkpoints need: reading
+//! the central directory (zip64 included), locating each member's data,
+//! inflating deflated members within the limits, and writing a stored
+//! archive the way numpy's `_savez` does (optionally with each member's
+//! data aligned, the way `torch.save` pads its records).
 //!
 //! Every count, offset and length is checked against the file and the
 //! [`Limits`] before anything is allocated for it, and members may not
 //! overlap each other or the central directory (overlapping members are
 //! how non-recursive zip bombs multiply their output).
 
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 
 use crate::error::{Context, Error, Result};
 use crate::limits::Limits;
@@ -445,6 +447,111 @@ fn check_overlaps(ctx: &Context, entries: &[Entry]) -> Result<()> {
     Ok(())
 }
 
+/// The bytes of `entry`: the stored range itself (borrowed when the
+/// store is mapped), or the deflated data inflated to exactly its declared
+/// size, never past [`Limits::decoded_bytes`], with its CRC-32 checked.
+/// `max` bounds the result further (callers pass a tighter limit for
+/// metadata members such as a pickle).
+pub fn member_bytes<'s>(
+    store: &'s Store,
+    ctx: &Context,
+    entry: &Entry,
+    limits: &Limits,
+    max: (&'static str, u64),
+) -> Result<std::borrow::Cow<'s, [u8]>> {
+    let ectx = ctx.clone().at(entry.local_offset);
+    if entry.encrypted() {
+        return Err(Error::Unsupported {
+            ctx: ectx,
+            reason: format!("member {:?} is encrypted", entry.name),
+        });
+    }
+    Limits::check(&ectx, max.0, entry.uncompressed, max.1)?;
+    match entry.method {
+        0 => {
+            if entry.compressed != entry.uncompressed {
+                return Err(Error::header(
+                    ectx,
+                    format!(
+                        "stored member {:?} declares {} compressed and {} uncompressed bytes",
+                        entry.name, entry.compressed, entry.uncompressed
+                    ),
+                ));
+            }
+            store.read(entry.data_start, entry.compressed)
+        }
+        8 => {
+            limits.check_decoded(&ectx, entry.uncompressed)?;
+            let raw = store.read(entry.data_start, entry.compressed)?;
+            let out = inflate_exact(&ectx, &entry.name, &raw, entry.uncompressed)?;
+            let actual = crc32fast::hash(&out);
+            if actual != entry.crc {
+                return Err(Error::Decode {
+                    ctx: ectx,
+                    reason: format!(
+                        "member {:?}: CRC-32 {actual:#010x} does not match the directory's {:#010x}",
+                        entry.name, entry.crc
+                    ),
+                });
+            }
+            Ok(std::borrow::Cow::Owned(out))
+        }
+        method => Err(Error::Unsupported {
+            ctx: ectx,
+            reason: format!(
+                "member {:?} uses zip compression method {method}; only stored (0) and deflate (8) are read",
+                entry.name
+            ),
+        }),
+    }
+}
+
+/// Inflate `raw` to exactly `len` bytes. The buffer grows with what the
+/// stream really yields (doubling from at most 4x the input), so a member
+/// that declares a huge size but inflates to little costs little, and one
+/// that inflates past `len` is refused without allocating for it.
+fn inflate_exact(ctx: &Context, name: &str, raw: &[u8], len: u64) -> Result<Vec<u8>> {
+    let fail = |reason: String| Error::Decode {
+        ctx: ctx.clone(),
+        reason: format!("member {name:?}: {reason}"),
+    };
+    let len = usize::try_from(len).map_err(|_| Error::Overflow {
+        ctx: ctx.clone(),
+        what: "decoded size",
+    })?;
+    let mut inflater = flate2::read::DeflateDecoder::new(raw);
+    let first = raw.len().saturating_mul(4).max(1 << 16);
+    let mut out: Vec<u8> = Vec::new();
+    let mut filled = 0;
+    while filled < len {
+        if filled == out.len() {
+            let grow = if out.is_empty() { first } else { out.len() };
+            let grow = grow.min(len - out.len());
+            out.reserve_exact(grow);
+            out.resize(filled + grow, 0);
+        }
+        match inflater.read(&mut out[filled..]) {
+            Ok(0) => {
+                return Err(fail(format!(
+                    "deflate stream ends after {filled} of {len} bytes"
+                )))
+            }
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(fail(format!("deflate: {e}"))),
+        }
+    }
+    let mut probe = [0u8; 1];
+    loop {
+        match inflater.read(&mut probe) {
+            Ok(0) => return Ok(out),
+            Ok(_) => return Err(fail(format!("inflates past its declared {len} bytes"))),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(fail(format!("deflate: {e}"))),
+        }
+    }
+}
+
 /// One stored member to write: its name and its bytes in pieces (the npy
 /// header, then the array data), with their CRC-32.
 pub struct Member<'a> {
@@ -475,6 +582,21 @@ impl Member<'_> {
 /// the central directory with zip64 fields only where a value needs them,
 /// and a zip64 end record only when the count, size or offset needs it.
 pub fn write_stored<W: Write>(w: &mut W, members: &[Member<'_>]) -> io::Result<()> {
+    write_stored_aligned(w, members, 1)
+}
+
+/// The extra block `torch.save` pads local headers with (`'F' 'B'`, then
+/// a length and that many `'Z'`s) so each record's data is aligned.
+const PAD_EXTRA: u16 = u16::from_le_bytes(*b"FB");
+
+/// [`write_stored`], with each member's data starting at a multiple of
+/// `align` bytes (a power of two; 1 for no padding), as `torch.save`
+/// aligns its records to 64 bytes so that they can be mapped in place.
+pub fn write_stored_aligned<W: Write>(
+    w: &mut W,
+    members: &[Member<'_>],
+    align: u64,
+) -> io::Result<()> {
     let mut offset = 0u64;
     let mut offsets = Vec::with_capacity(members.len());
     for m in members {
@@ -490,13 +612,27 @@ pub fn write_stored<W: Write>(w: &mut W, members: &[Member<'_>]) -> io::Result<(
         put32(&mut local, m.crc);
         put32(&mut local, 0xFFFF_FFFF);
         put32(&mut local, 0xFFFF_FFFF);
+        // The data would start after the fixed header, the name and the
+        // 20-byte zip64 block; a padding block (4 bytes + pad) moves it to
+        // the next multiple of `align`.
+        let unpadded = offset + LOCAL_LEN + m.name.len() as u64 + 20;
+        let pad = if align > 1 {
+            4 + (align - (unpadded + 4) % align) % align
+        } else {
+            0
+        };
         put16(&mut local, m.name.len() as u16);
-        put16(&mut local, 20);
+        put16(&mut local, 20 + pad as u16);
         local.extend_from_slice(m.name.as_bytes());
         put16(&mut local, ZIP64_EXTRA);
         put16(&mut local, 16);
         put64(&mut local, size);
         put64(&mut local, size);
+        if pad > 0 {
+            put16(&mut local, PAD_EXTRA);
+            put16(&mut local, (pad - 4) as u16);
+            local.resize(local.len() + (pad - 4) as usize, b'Z');
+        }
         w.write_all(&local)?;
         for part in m.parts {
             w.write_all(part)?;
