@@ -42,7 +42,7 @@ fn decode(
     let n = num_elements(&space.dims).unwrap_or(u64::MAX);
     r.tick(n)?;
     let size = ty.size();
-    let need = n.checked_mul(size).unwrap_or(u64::MAX);
+    let need = n.saturating_mul(size);
     let c = Cursor::new(&a.data, 0, r.geo, "attribute data");
     if (a.data.len() as u64) < need {
         return Err(c.bad(format!(

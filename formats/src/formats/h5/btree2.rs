@@ -43,7 +43,7 @@ pub fn records(r: &Reader<'_>, addr: u64, types: &[u8]) -> Result<(u8, Vec<Vec<u
     c.skip(2)?; // split and merge percents
     let root = c.addr()?;
     let root_nrec = u64::from(c.u16()?);
-    let total = c.len()?;
+    let total = c.length()?;
     c.checksum(0)?;
     Limits::check(&c.ctx(), "entries", total, r.limits.entries)?;
     r.tick(total)?;

@@ -48,6 +48,11 @@ impl Grid {
             .collect()
     }
 
+    /// True if `offsets` is a multiple of the chunk dimensions.
+    fn aligned(&self, offsets: &[u64]) -> bool {
+        offsets.iter().zip(&self.chunk).all(|(o, c)| o % c == 0)
+    }
+
     /// True if a chunk starting at `offsets` overlaps the current extent.
     fn inside(&self, offsets: &[u64]) -> bool {
         offsets.len() == self.dims.len() && offsets.iter().zip(&self.dims).all(|(o, d)| o < d)
@@ -129,6 +134,15 @@ pub fn entries(
         ChunkIndex::BTreeV2 => btree2_chunks(r, addr, grid)?,
     };
     out.retain(|e| grid.inside(&e.offsets));
+    // Each grid position is decoded once: a hostile index that lists a
+    // chunk many times (or at positions between grid points) cannot
+    // multiply the work beyond the dataset's own size.
+    if let Some(e) = out.iter().find(|e| !grid.aligned(&e.offsets)) {
+        let c = r.cursor(&[], e.addr, "chunk index");
+        return Err(c.bad(format!("chunk at {:?} is not on the chunk grid", e.offsets)));
+    }
+    out.sort_unstable_by(|a, b| a.offsets.cmp(&b.offsets));
+    out.dedup_by(|a, b| a.offsets == b.offsets);
     Ok(out)
 }
 
@@ -201,7 +215,7 @@ fn bit(bitmap: &[u8], i: u64) -> bool {
         .is_some_and(|b| b & (0x80 >> (i % 8)) != 0)
 }
 
-fn fixed_array(r: &Reader<'_>, addr: u64, grid: &Grid) -> Result<Vec<(u64, (u64, u32, u64))>> {
+fn fixed_array(r: &Reader<'_>, addr: u64, grid: &Grid) -> Result<Vec<(u64, Element)>> {
     let so = r.geo.offset_size;
     let head = r.block(
         addr,
@@ -213,7 +227,7 @@ fn fixed_array(r: &Reader<'_>, addr: u64, grid: &Grid) -> Result<Vec<(u64, (u64,
     c.skip(2)?; // version, client id
     let elem_size = usize::from(c.u8()?);
     let page_bits = c.u8()?;
-    let n = c.len()?;
+    let n = c.length()?;
     let block = c.addr()?;
     c.checksum(0)?;
     let size_len = size_len(&c, grid, elem_size, so)?;
@@ -297,8 +311,8 @@ fn extensible_array(r: &Reader<'_>, addr: u64, grid: &Grid) -> Result<Vec<(u64, 
     let sblk_min_ptrs = u64::from(c.u8()?);
     let page_bits = u32::from(c.u8()?);
     c.skip(4 * sl)?; // super/data block counts and sizes
-    let max_index = c.len()?;
-    c.len()?; // elements realized
+    let max_index = c.length()?;
+    c.length()?; // elements realized
     let iblock = c.addr()?;
     c.checksum(0)?;
     let size_len = size_len(&c, grid, elem_size, so)?;
@@ -316,7 +330,7 @@ fn extensible_array(r: &Reader<'_>, addr: u64, grid: &Grid) -> Result<Vec<(u64, 
     let (mut start_idx, mut start_dblk) = (0u64, 0u64);
     for u in 0..nsblks {
         let ndblks = 1u64 << (u / 2).min(63);
-        let dblk_nelmts = (1u64 << ((u + 1) / 2).min(63)).saturating_mul(dblk_min);
+        let dblk_nelmts = (1u64 << u.div_ceil(2).min(63)).saturating_mul(dblk_min);
         info.push(SuperInfo {
             ndblks,
             dblk_nelmts,

@@ -2,6 +2,7 @@
 //! members), global heap collections (`GCOL`, variable-length strings) and
 //! fractal heaps (`FRHP`, links and attributes of dense groups).
 
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 
 use crate::error::Result;
@@ -19,8 +20,8 @@ pub fn local(r: &Reader<'_>, addr: u64) -> Result<Vec<u8>> {
         return Err(c.bad(format!("unknown version {version}")));
     }
     c.skip(3)?;
-    let size = c.len()?;
-    c.len()?; // free list
+    let size = c.length()?;
+    c.length()?; // free list
     let data = c.addr()?.ok_or_else(|| c.bad("undefined data segment"))?;
     Ok(r.block(data, size, "local heap data")?.into_owned())
 }
@@ -49,11 +50,10 @@ pub struct GlobalHeaps {
 impl GlobalHeaps {
     /// Object `index` of the collection at `addr`.
     pub fn object(&mut self, r: &Reader<'_>, addr: u64, index: u32) -> Result<&[u8]> {
-        if !self.collections.contains_key(&addr) {
-            let objects = read_collection(r, addr)?;
-            self.collections.insert(addr, objects);
-        }
-        let objects = &self.collections[&addr];
+        let objects = match self.collections.entry(addr) {
+            Entry::Occupied(o) => o.into_mut(),
+            Entry::Vacant(v) => v.insert(read_collection(r, addr)?),
+        };
         let found = u16::try_from(index).ok().and_then(|i| objects.get(&i));
         match found {
             Some(bytes) => Ok(bytes),
@@ -75,7 +75,7 @@ fn read_collection(r: &Reader<'_>, addr: u64) -> Result<HashMap<u16, Vec<u8>>> {
         return Err(c.bad(format!("unknown version {version}")));
     }
     c.skip(3)?;
-    let size = c.len()?;
+    let size = c.length()?;
     let buf = r.block(addr, size, "global heap")?;
     let mut c = r.cursor(&buf, addr, "global heap");
     c.skip(8 + sl)?;
@@ -84,7 +84,7 @@ fn read_collection(r: &Reader<'_>, addr: u64) -> Result<HashMap<u16, Vec<u8>>> {
         r.tick(1)?;
         let index = c.u16()?;
         c.skip(6)?; // reference count, reserved
-        let len = c.len()?;
+        let len = c.length()?;
         if index == 0 {
             break; // free space runs to the end of the collection
         }
@@ -144,15 +144,15 @@ impl FractalHeap {
         let filters_len = c.u16()?;
         let flags = c.u8()?;
         let max_managed = u64::from(c.u32()?);
-        c.len()?; // next huge ID
+        c.length()?; // next huge ID
         c.addr()?; // huge object B-tree
-        c.len()?; // free space
+        c.length()?; // free space
         c.addr()?; // free space manager
         c.skip(4 * sl as usize)?; // managed space, allocated, iterator offset, object count
         c.skip(4 * sl as usize)?; // huge and tiny sizes and counts
         let width = u64::from(c.u16()?);
-        let start = c.len()?;
-        let max_direct = c.len()?;
+        let start = c.length()?;
+        let max_direct = c.length()?;
         let max_heap_bits = c.u16()?;
         c.u16()?; // starting rows
         let root = c.addr()?;

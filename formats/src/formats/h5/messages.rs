@@ -73,9 +73,9 @@ pub fn dataspace(c: &mut Cursor<'_>, max_rank: usize) -> Result<Dataspace> {
             max: max_rank as u64,
         });
     }
-    let dims = (0..rank).map(|_| c.len()).collect::<Result<Vec<_>>>()?;
+    let dims = (0..rank).map(|_| c.length()).collect::<Result<Vec<_>>>()?;
     let max = if flags & 1 != 0 {
-        Some((0..rank).map(|_| c.len()).collect::<Result<Vec<_>>>()?)
+        Some((0..rank).map(|_| c.length()).collect::<Result<Vec<_>>>()?)
     } else {
         None
     };
@@ -614,7 +614,7 @@ fn layout_v3(c: &mut Cursor<'_>, version: u8, max_rank: usize) -> Result<Layout>
         }
         1 => {
             let addr = c.addr()?;
-            let size = c.len()?;
+            let size = c.length()?;
             Ok(Layout::Contiguous { addr, size })
         }
         2 if version == 3 => {
@@ -638,7 +638,7 @@ fn layout_v3(c: &mut Cursor<'_>, version: u8, max_rank: usize) -> Result<Layout>
             let index = match c.u8()? {
                 1 => {
                     let filtered = if flags & 0x02 != 0 {
-                        Some((c.len()?, c.u32()?))
+                        Some((c.length()?, c.u32()?))
                     } else {
                         None
                     };

@@ -142,7 +142,7 @@ fn push(
         CONTINUATION => {
             let mut c = Cursor::new(data, at, r.geo, "continuation message");
             let addr = c.addr()?.ok_or_else(|| c.bad("undefined address"))?;
-            let len = c.len()?;
+            let len = c.length()?;
             pending.push((addr, len));
         }
         _ => out.push(Message {

@@ -247,7 +247,7 @@ impl<'b> Cursor<'b> {
     }
 
     /// A length field.
-    pub fn len(&mut self) -> Result<u64> {
+    pub fn length(&mut self) -> Result<u64> {
         self.uint(self.geo.length_size)
     }
 
