@@ -32,9 +32,9 @@ def numeric_datasets(f) -> list[str]:
     names = []
 
     def visit(name, obj):
-        if isinstance(obj, h5py.Dataset) and (obj.dtype.kind in "iufcb" or obj.dtype == bool):
-            if obj.shape is not None:
-                names.append(name)
+        numeric = isinstance(obj, h5py.Dataset) and obj.dtype.kind in "iufcb"
+        if numeric and obj.shape is not None:
+            names.append(name)
 
     f.visititems(visit)
     return names

@@ -127,6 +127,42 @@ fn contiguous_offset_past_eof_is_truncated() {
 }
 
 #[test]
+fn chunk_address_past_eof_fails_when_read_not_when_opened() {
+    let mut bytes = fixture("earliest.h5");
+    // The chunk B-tree (node type 1): child 0 follows the header, the two
+    // sibling addresses and key 0 (size, mask, two 8-byte offsets).
+    let at = find(&bytes, b"TREE")
+        .into_iter()
+        .find(|&at| bytes[at + 4] == 1)
+        .unwrap();
+    let child = at + 8 + 16 + 24;
+    bytes[child..child + 8].copy_from_slice(&(1u64 << 40).to_le_bytes());
+    let dir = Dir::new();
+    let path = dir.file("chunk-eof.h5", &bytes);
+    let source = Source::open(&path).unwrap();
+    let err = source
+        .tensor("z")
+        .unwrap()
+        .data()
+        .unwrap()
+        .bytes()
+        .unwrap_err();
+    assert!(matches!(err, Error::Truncated { .. }), "{err}");
+    // Other tensors still read.
+    assert_eq!(
+        source
+            .tensor("a/b/x")
+            .unwrap()
+            .data()
+            .unwrap()
+            .bytes()
+            .unwrap()
+            .len(),
+        64
+    );
+}
+
+#[test]
 fn chunk_inflating_past_its_size_fails_to_decode() {
     let mut bytes = fixture("earliest.h5");
     // Layout v3 chunked: 3, 2, dimensionality 2, B-tree address, then the

@@ -4,8 +4,8 @@
 >>> with zt.open("model.safetensors") as src:          # doctest: +SKIP
 ...     w = src["embed.weight"].numpy()                 # zero-copy, read-only
 
-``zt.open`` reads safetensors, NumPy ``.npy``/``.npz`` (and, as their readers
-land, PyTorch, GGUF, ONNX, HDF5 and ``.zt``). Tensors are views of the
+``zt.open`` reads safetensors, NumPy ``.npy``/``.npz``, HDF5 (and, as their
+readers land, PyTorch, GGUF, ONNX and ``.zt``). Tensors are views of the
 memory-mapped file where the bytes allow it, decoded on demand where they do
 not; ``Tensor.caps`` says which.
 """

@@ -130,10 +130,11 @@ pub fn unshuffle(data: &[u8], size: usize) -> Vec<u8> {
     }
     let n = data.len() / size;
     let mut out = vec![0u8; data.len()];
-    for j in 0..size {
-        let plane = &data[j * n..(j + 1) * n];
-        for (i, &b) in plane.iter().enumerate() {
-            out[i * size + j] = b;
+    let planes: Vec<&[u8]> = data[..n * size].chunks_exact(n).collect();
+    // Write each element whole (sequential stores, `size` read streams).
+    for (i, element) in out[..n * size].chunks_exact_mut(size).enumerate() {
+        for (b, plane) in element.iter_mut().zip(&planes) {
+            *b = plane[i];
         }
     }
     out[n * size..].copy_from_slice(&data[n * size..]);
