@@ -371,36 +371,35 @@ fn extensible_array(r: &Reader<'_>, addr: u64, grid: &Grid) -> Result<Vec<(u64, 
                        first: u64,
                        nelmts: u64,
                        out: &mut Vec<(u64, Element)>,
-                       pages: Option<&[bool]>|
+                       pages: Option<(&[u8], u64)>|
      -> Result<()> {
         r.tick(1)?;
         let page = 1u64 << page_bits;
         let prefix = 4 + 2 + so as u64 + arr_off as u64;
-        if nelmts <= page || pages.is_none() {
-            let buf = r.block(at, prefix + nelmts * esz + 4, "extensible array data block")?;
+        let Some((bitmap, base)) = pages.filter(|_| nelmts > page) else {
+            let len = nelmts.saturating_mul(esz).saturating_add(prefix + 4);
+            let buf = r.block(at, len, "extensible array data block")?;
             let mut c = r.cursor(&buf, at, "extensible array data block");
             c.sig(b"EADB")?;
             c.skip(prefix as usize - 4)?;
             for k in 0..nelmts {
                 if let Some(e) = element(&mut c, grid, size_len)? {
-                    if first + k < max_index {
-                        out.push((first + k, e));
+                    if first.saturating_add(k) < max_index {
+                        out.push((first.saturating_add(k), e));
                     }
                 }
             }
             return c.checksum(0);
-        }
-        let pages = pages.unwrap_or(&[]);
-        let mut page_at = at + prefix + 4;
-        for (p, &init) in pages.iter().enumerate() {
-            let p = p as u64;
-            let len = page * esz + 4;
-            if init {
+        };
+        let mut page_at = at.saturating_add(prefix + 4);
+        for p in 0..nelmts / page {
+            let len = page.saturating_mul(esz).saturating_add(4);
+            if bit(bitmap, base.saturating_add(p)) {
                 let buf = r.block(page_at, len, "extensible array page")?;
                 let mut c = r.cursor(&buf, page_at, "extensible array page");
                 for k in 0..page {
                     if let Some(e) = element(&mut c, grid, size_len)? {
-                        let i = first + p * page + k;
+                        let i = first.saturating_add(p * page + k);
                         if i < max_index {
                             out.push((i, e));
                         }
@@ -422,13 +421,8 @@ fn extensible_array(r: &Reader<'_>, addr: u64, grid: &Grid) -> Result<Vec<(u64, 
             for d in 0..s.ndblks {
                 let slot = (s.start_dblk + d) as usize;
                 if let Some(Some(at)) = dblocks.get(slot) {
-                    read_dblock(
-                        *at,
-                        first + d * s.dblk_nelmts,
-                        s.dblk_nelmts,
-                        &mut out,
-                        None,
-                    )?;
+                    let start = first.saturating_add(d.saturating_mul(s.dblk_nelmts));
+                    read_dblock(*at, start, s.dblk_nelmts, &mut out, None)?;
                 }
             }
             continue;
@@ -442,8 +436,10 @@ fn extensible_array(r: &Reader<'_>, addr: u64, grid: &Grid) -> Result<Vec<(u64, 
         let npages = if paged { s.dblk_nelmts / page } else { 0 };
         // One page-initialised bitmap per data block, each whole bytes.
         let per_dblock = npages.div_ceil(8);
-        let bitmap_len = s.ndblks * per_dblock;
-        let len = 4 + 2 + so as u64 + arr_off as u64 + bitmap_len + s.ndblks * so as u64 + 4;
+        let bitmap_len = s.ndblks.saturating_mul(per_dblock);
+        let len = (4 + 2 + so as u64 + arr_off as u64 + 4)
+            .saturating_add(bitmap_len)
+            .saturating_add(s.ndblks.saturating_mul(so as u64));
         let buf = r.block(*sb, len, "extensible array secondary block")?;
         let mut c = r.cursor(&buf, *sb, "extensible array secondary block");
         c.sig(b"EASB")?;
@@ -456,18 +452,10 @@ fn extensible_array(r: &Reader<'_>, addr: u64, grid: &Grid) -> Result<Vec<(u64, 
         for (d, at) in addrs.iter().enumerate() {
             let d = d as u64;
             if let Some(at) = at {
-                let pages: Option<Vec<bool>> = paged.then(|| {
-                    (0..npages)
-                        .map(|p| bit(&bitmap, d * per_dblock * 8 + p))
-                        .collect()
-                });
-                read_dblock(
-                    *at,
-                    first + d * s.dblk_nelmts,
-                    s.dblk_nelmts,
-                    &mut out,
-                    pages.as_deref(),
-                )?;
+                // Data block d's bits start at its own byte boundary.
+                let pages = paged.then(|| (bitmap.as_slice(), d * per_dblock * 8));
+                let start = first.saturating_add(d.saturating_mul(s.dblk_nelmts));
+                read_dblock(*at, start, s.dblk_nelmts, &mut out, pages)?;
             }
         }
     }

@@ -176,7 +176,8 @@ pub fn build(r: &Reader<'_>, store: &Arc<Store>, name: &str, msgs: &[Message]) -
             }
         }
         Layout::Chunked { chunk, index, addr } => {
-            if chunk.len() != shape.len() {
+            // Chunked storage needs rank 1 or more (the chunk grid).
+            if chunk.is_empty() || chunk.len() != shape.len() {
                 return Err(Error::header(
                     ctx,
                     format!(
