@@ -302,3 +302,15 @@ def test_cli_lists_h5(tmp, zt_cli):
         f["a/b"] = np.ones((2, 3), np.float32)
     out = subprocess.run([zt_cli, "ls", str(path)], capture_output=True, text=True, check=True).stdout
     assert "a/b" in out
+
+
+def test_extensible_array_paged_data_blocks(tmp):
+    # Past ~131k chunks an extensible array's data blocks hold more than
+    # 1024 elements and are split into pages with an init bitmap.
+    path = tmp / "paged.h5"
+    with h5py.File(path, "w", libver="latest") as f:
+        d = f.create_dataset("u1", data=sample("u1", (140_000,)), chunks=(1,), maxshape=(None,))
+        d[135_000:135_010] = 0  # rewrite a few: still one chunk each
+        e = f.create_dataset("sparse", shape=(140_000,), dtype="<u2", chunks=(1,), maxshape=(None,), fillvalue=9)
+        e[139_990:] = 5  # only the last page of the last data block is written
+    assert_matches_h5py(path, ["u1", "sparse"])

@@ -434,9 +434,9 @@ fn extensible_array(r: &Reader<'_>, addr: u64, grid: &Grid) -> Result<Vec<(u64, 
         let page = 1u64 << page_bits;
         let paged = s.dblk_nelmts > page;
         let npages = if paged { s.dblk_nelmts / page } else { 0 };
-        // One page-initialised bitmap per data block, each whole bytes.
-        let per_dblock = npages.div_ceil(8);
-        let bitmap_len = s.ndblks.saturating_mul(per_dblock);
+        // One bit per page of every data block, in data block order
+        // (checked against files HDF5 2.0 writes).
+        let bitmap_len = s.ndblks.saturating_mul(npages).div_ceil(8);
         let len = (4 + 2 + so as u64 + arr_off as u64 + 4)
             .saturating_add(bitmap_len)
             .saturating_add(s.ndblks.saturating_mul(so as u64));
@@ -452,8 +452,7 @@ fn extensible_array(r: &Reader<'_>, addr: u64, grid: &Grid) -> Result<Vec<(u64, 
         for (d, at) in addrs.iter().enumerate() {
             let d = d as u64;
             if let Some(at) = at {
-                // Data block d's bits start at its own byte boundary.
-                let pages = paged.then(|| (bitmap.as_slice(), d * per_dblock * 8));
+                let pages = paged.then(|| (bitmap.as_slice(), d * npages));
                 let start = first.saturating_add(d.saturating_mul(s.dblk_nelmts));
                 read_dblock(*at, start, s.dblk_nelmts, &mut out, pages)?;
             }
