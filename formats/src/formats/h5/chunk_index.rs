@@ -434,9 +434,10 @@ fn extensible_array(r: &Reader<'_>, addr: u64, grid: &Grid) -> Result<Vec<(u64, 
         let page = 1u64 << page_bits;
         let paged = s.dblk_nelmts > page;
         let npages = if paged { s.dblk_nelmts / page } else { 0 };
-        // One bit per page of every data block, in data block order
-        // (checked against files HDF5 2.0 writes).
-        let bitmap_len = s.ndblks.saturating_mul(npages).div_ceil(8);
+        // The library sizes the bitmap as whole bytes per data block but
+        // numbers the bits in one run (data block d, page p: d * npages + p),
+        // as files written by HDF5 2.0 show.
+        let bitmap_len = s.ndblks.saturating_mul(npages.div_ceil(8));
         let len = (4 + 2 + so as u64 + arr_off as u64 + 4)
             .saturating_add(bitmap_len)
             .saturating_add(s.ndblks.saturating_mul(so as u64));
