@@ -309,8 +309,10 @@ def test_extensible_array_paged_data_blocks(tmp):
     # 1024 elements and are split into pages with an init bitmap.
     path = tmp / "paged.h5"
     with h5py.File(path, "w", libver="latest") as f:
-        d = f.create_dataset("u1", data=sample("u1", (140_000,)), chunks=(1,), maxshape=(None,))
-        d[135_000:135_010] = 0  # rewrite a few: still one chunk each
         e = f.create_dataset("sparse", shape=(140_000,), dtype="<u2", chunks=(1,), maxshape=(None,), fillvalue=9)
-        e[139_990:] = 5  # only the last page of the last data block is written
-    assert_matches_h5py(path, ["u1", "sparse"])
+        # A few chunks in early blocks, in a paged block's second page, and
+        # in the last page of the last data block; everything else is fill.
+        e[:20] = np.arange(20)
+        e[132_500:132_520] = 7
+        e[139_990:] = 5
+    assert_matches_h5py(path, ["sparse"])
