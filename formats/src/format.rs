@@ -68,7 +68,7 @@ pub fn registry() -> &'static [&'static dyn Format] {
     &[
         &formats::detect_only::Zt,
         &formats::gguf::Gguf,
-        &formats::detect_only::Hdf5,
+        &formats::h5::Hdf5,
         &formats::npy::Npy,
         &formats::pt::Pt,
         &formats::npy::Npz,

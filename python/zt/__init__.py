@@ -5,8 +5,8 @@
 ...     w = src["embed.weight"].numpy()                 # zero-copy, read-only
 
 ``zt.open`` reads safetensors, NumPy ``.npy``/``.npz``, PyTorch checkpoints
-(without running their pickles) and, as their readers land, GGUF, ONNX,
-HDF5 and ``.zt``. Tensors are views of the
+(without running their pickles), GGUF, ONNX, HDF5 (and, when its reader
+lands, ``.zt``). Tensors are views of the
 memory-mapped file where the bytes allow it, decoded on demand where they do
 not; ``Tensor.caps`` says which.
 """

@@ -50,32 +50,3 @@ impl Format for Zt {
         unreadable(input, "zt")
     }
 }
-
-/// HDF5: the signature at 0 or at a userblock boundary (512, 1024, ...),
-/// followed by a superblock version 0-3.
-pub struct Hdf5;
-
-const HDF5_SIGNATURE: &[u8; 8] = b"\x89HDF\r\n\x1a\n";
-
-impl Format for Hdf5 {
-    fn name(&self) -> &'static str {
-        "h5"
-    }
-    fn extensions(&self) -> &'static [&'static str] {
-        &["h5", "hdf5", "keras"]
-    }
-    fn sniff(&self, p: &Probe<'_>) -> bool {
-        let mut at = 0usize;
-        loop {
-            match p.head.get(at..at + 9) {
-                Some(b) if &b[..8] == HDF5_SIGNATURE => return b[8] <= 3,
-                Some(_) => {}
-                None => return false,
-            }
-            at = if at == 0 { 512 } else { at * 2 };
-        }
-    }
-    fn open(&self, input: &OpenInput<'_>) -> Result<Catalog> {
-        unreadable(input, "h5")
-    }
-}

@@ -2,6 +2,7 @@
 
 pub mod detect_only;
 pub mod gguf;
+pub mod h5;
 pub mod npy;
 pub mod onnx;
 pub mod pt;

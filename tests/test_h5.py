@@ -1,0 +1,318 @@
+"""HDF5 files written by h5py at test time, read back through zt (which
+does not use libhdf5) and compared bit for bit with h5py's `f[k][()]`."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import zt
+
+h5py = pytest.importorskip("h5py")
+
+RNG = np.random.default_rng(7)
+LIBVERS = ["earliest", "latest"]
+NUMERIC = ["i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "f2", "f4", "f8"]
+
+
+def sample(dtype, shape) -> np.ndarray:
+    dt = np.dtype(dtype)
+    if dt.kind == "b":
+        return RNG.integers(0, 2, size=shape).astype(dt)
+    if dt.kind in "iu":
+        info = np.iinfo(dt)
+        return RNG.integers(info.min, info.max, size=shape, endpoint=True, dtype=dt.newbyteorder("=")).astype(dt)
+    if dt.kind == "c":
+        return (RNG.standard_normal(shape) + 1j * RNG.standard_normal(shape)).astype(dt)
+    return RNG.standard_normal(shape).astype(dt)
+
+
+def numeric_datasets(f) -> list[str]:
+    """Every dataset h5py can read as a number array, each object once."""
+    names = []
+
+    def visit(name, obj):
+        numeric = isinstance(obj, h5py.Dataset) and obj.dtype.kind in "iufcb"
+        if numeric and obj.shape is not None:
+            names.append(name)
+
+    f.visititems(visit)
+    return names
+
+
+def assert_matches_h5py(path, expect_names=None) -> zt.Source:
+    """Every numeric dataset of the file reads through zt exactly as h5py reads it."""
+    src = zt.open(path)
+    with h5py.File(path, "r") as f:
+        names = numeric_datasets(f)
+        assert sorted(src.keys()) == sorted(names)
+        if expect_names is not None:
+            assert sorted(names) == sorted(expect_names)
+        for name in names:
+            want = f[name][()]
+            want = np.asarray(want)
+            got = src[name].numpy()
+            assert got.shape == want.shape, name
+            little = want.dtype.newbyteorder("<") if want.dtype.byteorder == ">" else want.dtype
+            assert got.dtype == little, name
+            assert got.tobytes() == np.ascontiguousarray(want).astype(little).tobytes(), name
+    return src
+
+
+def plain(value):
+    """An h5py attribute value as zt reports it."""
+    if isinstance(value, np.ndarray):
+        return [plain(v) for v in value.reshape(-1)]
+    if isinstance(value, (bytes, np.bytes_)):
+        return value.decode()
+    if isinstance(value, np.bool_):
+        return bool(value)
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):
+        return float(value)
+    if isinstance(value, np.complexfloating):
+        return [float(value.real), float(value.imag)]
+    return value
+
+
+@pytest.mark.parametrize("libver", LIBVERS)
+def test_every_number_type_contiguous(tmp, libver):
+    path = tmp / "types.h5"
+    with h5py.File(path, "w", libver=libver) as f:
+        for code in NUMERIC:
+            for order in "<>":
+                f[f"{order == '<' and 'le' or 'be'}/{code}"] = sample(order + code, (3, 5))
+        f["bool"] = sample("?", (4, 4))
+        f["c8"] = sample("<c8", (6,))
+        f["c16"] = sample("<c16", (2, 3))
+        f["be/c8"] = sample(">c8", (5,))
+        f["scalar"] = np.float64(2.5)
+        f["empty"] = np.zeros((0, 3), np.float32)
+    src = assert_matches_h5py(path)
+    assert src.format == "h5"
+    assert zt.detect(path) == "h5"
+    assert src["bool"].dtype == "bool"
+    assert src["c16"].dtype == "complex128"
+    assert src["be/f4"].dtype == "f32"
+    # Little-endian contiguous data is a stored range of the file, a view of
+    # the mapping wherever HDF5 happened to align it; big-endian is decoded.
+    for code in NUMERIC:
+        t = src[f"le/{code}"]
+        path_, offset, nbytes = t.location
+        assert nbytes == t.nbytes
+        assert t.caps["map"] == (offset % np.dtype(code).itemsize == 0)
+        # Multi-byte big-endian data is swapped on read; bytes need no swap.
+        assert (src[f"be/{code}"].location is None) == (np.dtype(code).itemsize > 1)
+    assert not src["le/i1"].numpy().flags.writeable
+    # Positional reads (no mapping) give the same bytes.
+    with zt.open(path, map=False) as flat, h5py.File(path, "r") as f:
+        for name in flat:
+            want = np.asarray(f[name][()])
+            assert flat[name].numpy().tobytes() == want.astype(want.dtype.newbyteorder("<")).tobytes()
+
+
+@pytest.mark.parametrize("libver", LIBVERS)
+def test_compact_layout(tmp, libver):
+    path = tmp / "compact.h5"
+    want = sample("<i4", (5, 7))
+    with h5py.File(path, "w", libver=libver) as f:
+        space = h5py.h5s.create_simple(want.shape)
+        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        dcpl.set_layout(h5py.h5d.COMPACT)
+        ds = h5py.h5d.create(f.id, b"compact", h5py.h5t.py_create(want.dtype), space, dcpl=dcpl)
+        ds.write(h5py.h5s.ALL, h5py.h5s.ALL, want)
+        big = sample(">f8", (9,))
+        space = h5py.h5s.create_simple(big.shape)
+        ds = h5py.h5d.create(f.id, b"compact_be", h5py.h5t.py_create(big.dtype), space, dcpl=dcpl)
+        ds.write(h5py.h5s.ALL, h5py.h5s.ALL, big)
+    assert_matches_h5py(path, ["compact", "compact_be"])
+
+
+FILTERS = {
+    "plain": {},
+    "gzip": {"compression": "gzip", "compression_opts": 6},
+    "shuffle_gzip": {"compression": "gzip", "shuffle": True},
+    "lzf": {"compression": "lzf"},
+    "shuffle_lzf": {"compression": "lzf", "shuffle": True},
+    "fletcher32": {"fletcher32": True},
+    "all": {"compression": "gzip", "shuffle": True, "fletcher32": True},
+}
+
+
+@pytest.mark.parametrize("libver", LIBVERS)
+@pytest.mark.parametrize("filters", list(FILTERS))
+def test_chunked_filters_and_edges(tmp, libver, filters):
+    path = tmp / "chunked.h5"
+    opts = FILTERS[filters]
+    with h5py.File(path, "w", libver=libver) as f:
+        # Partial edge chunks in every dimension.
+        f.create_dataset("f4", data=sample("<f4", (37, 23)), chunks=(8, 5), **opts)
+        f.create_dataset("i2_3d", data=sample("<i2", (5, 6, 7)), chunks=(2, 4, 3), **opts)
+        f.create_dataset("be_f8", data=sample(">f8", (50,)), chunks=(16,), **opts)
+        f.create_dataset("u1_odd", data=sample("u1", (33,)), chunks=(7,), **opts)
+        f.create_dataset("c8", data=sample("<c8", (10, 3)), chunks=(4, 2), **opts)
+        f.create_dataset("bool", data=sample("?", (21,)), chunks=(8,), **opts)
+        # One chunk covering the whole dataset (single-chunk index in v4).
+        f.create_dataset("single", data=sample("<f4", (4, 4)), chunks=(4, 4), **opts)
+        # Extensible (one unlimited dimension) and v2 B-tree (two) indexes.
+        f.create_dataset("ext", data=sample("<f4", (30, 6)), chunks=(4, 4), maxshape=(None, 6), **opts)
+        f.create_dataset("ext2", data=sample("<i8", (5, 40)), chunks=(2, 3), maxshape=(5, None), **opts)
+        f.create_dataset("bt2", data=sample("<f4", (9, 11)), chunks=(2, 3), maxshape=(None, None), **opts)
+        # Many chunks: paged fixed arrays, several extensible-array blocks.
+        f.create_dataset("many", data=sample("<u2", (3000,)), chunks=(2,), **opts)
+        f.create_dataset("many_ext", data=sample("<u2", (3000,)), chunks=(2,), maxshape=(None,), **opts)
+    assert_matches_h5py(path)
+
+
+@pytest.mark.parametrize("libver", LIBVERS)
+def test_fill_values_for_missing_chunks(tmp, libver):
+    path = tmp / "fill.h5"
+    with h5py.File(path, "w", libver=libver) as f:
+        d = f.create_dataset("f4", shape=(20, 20), dtype="<f4", chunks=(4, 4), fillvalue=7.5, compression="gzip")
+        d[2:9, 3:5] = 1.25
+        e = f.create_dataset("i4", shape=(50,), dtype=">i4", chunks=(8,), fillvalue=-3, maxshape=(None,))
+        e[10:12] = 9
+        f.create_dataset("never", shape=(6, 2), dtype="<f8", chunks=(2, 2), fillvalue=0.5)
+        f.create_dataset("never_contig", shape=(5,), dtype="<i2", fillvalue=4)
+        f.create_dataset("zero_fill", shape=(5, 5), dtype="<f4", chunks=(2, 2))
+    assert_matches_h5py(path)
+
+
+def test_implicit_chunk_index(tmp):
+    path = tmp / "implicit.h5"
+    want = sample("<f4", (10, 9))
+    with h5py.File(path, "w", libver="latest") as f:
+        space = h5py.h5s.create_simple(want.shape)
+        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        dcpl.set_chunk((4, 4))
+        dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
+        ds = h5py.h5d.create(f.id, b"implicit", h5py.h5t.py_create(want.dtype), space, dcpl=dcpl)
+        ds.write(h5py.h5s.ALL, h5py.h5s.ALL, want)
+    assert_matches_h5py(path, ["implicit"])
+
+
+@pytest.mark.parametrize("libver", LIBVERS)
+def test_nested_groups_many_members_and_attributes(tmp, libver):
+    path = tmp / "groups.h5"
+    with h5py.File(path, "w", libver=libver) as f:
+        f.attrs["title"] = "nested"
+        f.attrs["version"] = np.int64(3)
+        f.attrs["scale"] = np.float32(0.5)
+        f.attrs["shape"] = np.array([3, 4], np.int32)
+        f.attrs["names"] = np.array([b"a", b"bc"], dtype="S3")
+        f.attrs["vlen"] = ["x", "yz"]
+        f.attrs["flag"] = np.bool_(True)
+        f.attrs["z"] = np.complex64(1 + 2j)
+        for i in range(40):  # past the compact-link limit: dense storage when latest
+            g = f.require_group(f"g{i % 3}/sub{i}")
+            g.attrs["index"] = i
+            g[f"w{i}"] = sample("<f4", (i % 4 + 1, 2))
+        d = f["g0/sub0/w0"]
+        for i in range(12):  # past the compact-attribute limit
+            d.attrs[f"a{i:02d}"] = np.arange(i + 1, dtype=np.int16)
+    src = assert_matches_h5py(path)
+    assert len(src) == 40
+    with h5py.File(path, "r") as f:
+        for k, v in f.attrs.items():
+            assert src.attributes[k] == plain(v), k
+        assert src.attributes["g1/sub1/index"] == 1
+        attrs = dict(src["g0/sub0/w0"].attributes)
+        for k, v in f["g0/sub0/w0"].attrs.items():
+            assert attrs[k] == plain(v), k
+
+
+@pytest.mark.parametrize("libver", LIBVERS)
+def test_keras_style_weights(tmp, libver):
+    path = tmp / "model.h5"
+    layers = {"dense": [(8, 4), (4,)], "dense_1": [(4, 2), (2,)], "batch_normalization": [(2,)] * 4}
+    with h5py.File(path, "w", libver=libver) as f:
+        f.attrs["backend"] = "tensorflow"
+        f.attrs["keras_version"] = "2.15.0"
+        f.attrs["model_config"] = '{"class_name": "Sequential"}'
+        mw = f.create_group("model_weights")
+        mw.attrs["layer_names"] = [name.encode() for name in layers]
+        mw.attrs["backend"] = b"tensorflow"
+        for layer, shapes in layers.items():
+            g = mw.create_group(layer)
+            names = [f"{layer}/{w}:0" for w in ("kernel", "bias", "gamma", "beta")[: len(shapes)]]
+            g.attrs["weight_names"] = np.array([n.encode() for n in names])
+            for name, shape in zip(names, shapes):
+                g.create_dataset(name, data=sample("<f4", shape))
+    src = assert_matches_h5py(path)
+    assert "model_weights/dense/dense/kernel:0" in src
+    assert src["model_weights/dense/dense/kernel:0"].shape == (8, 4)
+    assert src.attributes["model_weights/layer_names"] == list(layers)
+    assert src.attributes["model_weights/dense/weight_names"] == ["dense/kernel:0", "dense/bias:0"]
+    assert src.attributes["keras_version"] == "2.15.0"
+
+
+@pytest.mark.parametrize("userblock", [512, 1024, 4096])
+def test_userblock(tmp, userblock):
+    path = tmp / "ub.h5"
+    with h5py.File(path, "w", userblock_size=userblock) as f:
+        f["x"] = sample("<f4", (10, 10))
+        f.create_dataset("z", data=sample("<i8", (100,)), chunks=(7,), compression="gzip")
+    with open(path, "r+b") as fh:
+        fh.write(b"user block text")
+    assert zt.detect(path) == "h5"
+    assert_matches_h5py(path, ["x", "z"])
+
+
+def test_links_strings_and_compounds_are_reported_not_read(tmp):
+    path = tmp / "links.h5"
+    other = tmp / "other.h5"
+    with h5py.File(other, "w") as f:
+        f["secret"] = np.arange(3)
+    with h5py.File(path, "w") as f:
+        f["data/x"] = sample("<f4", (3,))
+        f["soft"] = h5py.SoftLink("/data/x")
+        f["ext"] = h5py.ExternalLink(other.name, "/secret")
+        f["alias"] = f["data/x"]  # a second hard link: listed once
+        f["data/loop"] = f["/"]  # a hard link back to the root: a cycle
+        f["text"] = np.array([b"abc", b"de"])
+        f["vtext"] = h5py.string_dtype()
+        f.create_dataset("vstr", data=["a", "bb"], dtype=h5py.string_dtype())
+        f["pairs"] = np.zeros(3, dtype=[("a", "<i4"), ("b", "<f8")])
+    src = zt.open(path)
+    assert list(src.keys()) in (["alias"], ["data/x"])
+    links = {e["name"]: e for e in src.attributes["h5.links"]}
+    assert links["soft"]["kind"] == "soft" and links["soft"]["target"] == "/data/x"
+    assert links["ext"]["kind"] == "external" and links["ext"]["file"] == "other.h5"
+    skipped = {e["name"] for e in src.attributes["h5.skipped"]}
+    assert {"text", "vstr", "pairs"} <= skipped
+
+
+def test_unknown_filter_fails_only_that_dataset(tmp):
+    path = tmp / "filter.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("ok", data=np.arange(10, dtype="<f4"), chunks=(5,), compression="gzip")
+        f.create_dataset("scaled", data=np.arange(10, dtype="<i4"), chunks=(5,), scaleoffset=0)
+    src = zt.open(path)
+    np.testing.assert_array_equal(src["ok"].numpy(), np.arange(10, dtype="<f4"))
+    with pytest.raises(zt.FormatError, match="filter id 6"):
+        src["scaled"].numpy()
+
+
+def test_cli_lists_h5(tmp, zt_cli):
+    import subprocess
+
+    path = tmp / "cli.h5"
+    with h5py.File(path, "w") as f:
+        f["a/b"] = np.ones((2, 3), np.float32)
+    out = subprocess.run([zt_cli, "ls", str(path)], capture_output=True, text=True, check=True).stdout
+    assert "a/b" in out
+
+
+def test_extensible_array_paged_data_blocks(tmp):
+    # Past ~131k chunks an extensible array's data blocks hold more than
+    # 1024 elements and are split into pages with an init bitmap.
+    path = tmp / "paged.h5"
+    with h5py.File(path, "w", libver="latest") as f:
+        e = f.create_dataset("sparse", shape=(140_000,), dtype="<u2", chunks=(1,), maxshape=(None,), fillvalue=9)
+        # A few chunks in early blocks, in a paged block's second page, and
+        # in the last page of the last data block; everything else is fill.
+        e[:20] = np.arange(20)
+        e[132_500:132_520] = 7
+        e[139_990:] = 5
+    assert_matches_h5py(path, ["sparse"])
