@@ -15,6 +15,7 @@ mod array;
 mod dlpack;
 mod tensor;
 mod writers;
+mod zrecord;
 
 pyo3::create_exception!(
     zt,
@@ -169,6 +170,7 @@ fn _zt(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<tensor::Source>()?;
     m.add_class::<tensor::Tensor>()?;
     m.add_class::<array::ArrayView>()?;
+    zrecord::register(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }
