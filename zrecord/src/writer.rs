@@ -279,6 +279,10 @@ impl Writer {
             return Err(Error::invalid("shapes must hold ndim dimensions per record"));
         }
         for (i, payload) in payloads.iter().enumerate() {
+            // The layout stores only non-empty records (loaderx refuses them).
+            if payload.is_empty() {
+                return Err(Error::RecordSize { index: i, len: 0 });
+            }
             let elements = shapes[i * ndim..(i + 1) * ndim]
                 .iter()
                 .try_fold(1u64, |a, &d| a.checked_mul(d));
