@@ -67,7 +67,13 @@ def test_dense_round_trip(tmp, codec, shards):
         assert len(w) == 120
     with Dense.open(tmp / "s") as r:
         assert (len(r), r.dtype, r.item_shape, r.ndim, r.codec, r.data_shards) == (
-            120, np.dtype(np.uint8), (3, 6, 5), 3, codec, shards)
+            120,
+            np.dtype(np.uint8),
+            (3, 6, 5),
+            3,
+            codec,
+            shards,
+        )
         assert np.array_equal(r[:], x)
         assert np.array_equal(r[7], x[7])
         assert np.array_equal(r[[9, 0, 9]], x[[9, 0, 9]])

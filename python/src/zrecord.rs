@@ -75,7 +75,7 @@ unsafe fn borrowed_u64<'a>(address: usize, count: usize) -> PyResult<&'a [u64]> 
     if count == 0 {
         return Ok(&[]);
     }
-    if address == 0 || address % std::mem::align_of::<u64>() != 0 {
+    if address == 0 || !address.is_multiple_of(std::mem::align_of::<u64>()) {
         return Err(PyValueError::new_err("index array must be aligned uint64"));
     }
     Ok(std::slice::from_raw_parts(address as *const u64, count))
@@ -113,7 +113,11 @@ pub struct RecordWriter {
 }
 
 impl RecordWriter {
-    fn with<T: Send>(&self, py: Python<'_>, f: impl FnOnce(&mut Writer) -> zrecord::Result<T> + Send) -> PyResult<T> {
+    fn with<T: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&mut Writer) -> zrecord::Result<T> + Send,
+    ) -> PyResult<T> {
         py.detach(|| {
             let mut guard = self.inner.lock().unwrap_or_else(|e| e.into_inner());
             match guard.as_mut() {
@@ -141,16 +145,28 @@ impl RecordWriter {
         dict_bytes: Option<Vec<u8>>,
         level: Option<i32>,
     ) -> PyResult<Self> {
-        let codec = Codec::from_name(codec).ok_or_else(|| PyValueError::new_err(format!("unknown codec {codec:?}")))?;
+        let codec = Codec::from_name(codec)
+            .ok_or_else(|| PyValueError::new_err(format!("unknown codec {codec:?}")))?;
         let schema = match (item_shape, ndim) {
             (Some(shape), None) => Schema::dense(dtype, &shape),
             (None, Some(ndim)) => Schema::ragged(dtype, ndim),
             _ => return Err(PyValueError::new_err("give item_shape or ndim")),
         }
         .map_err(to_py)?;
-        let options = CreateOptions { codec, data_shards, dict: dict_bytes, level };
-        let writer = py.detach(|| Writer::create(&path, &schema, &options)).map_err(to_py)?;
-        Ok(RecordWriter { inner: Mutex::new(Some(writer)), codec, data_shards })
+        let options = CreateOptions {
+            codec,
+            data_shards,
+            dict: dict_bytes,
+            level,
+        };
+        let writer = py
+            .detach(|| Writer::create(&path, &schema, &options))
+            .map_err(to_py)?;
+        Ok(RecordWriter {
+            inner: Mutex::new(Some(writer)),
+            codec,
+            data_shards,
+        })
     }
 
     /// Append whole Dense rows from a C-contiguous buffer.
@@ -162,18 +178,34 @@ impl RecordWriter {
 
     /// Append Ragged records: payloads end to end in one buffer, their byte
     /// sizes and their shapes (`count * ndim` uint64).
-    fn append_ragged(&self, py: Python<'_>, values: (usize, usize), sizes: usize, shapes: usize, count: usize) -> PyResult<u64> {
+    fn append_ragged(
+        &self,
+        py: Python<'_>,
+        values: (usize, usize),
+        sizes: usize,
+        shapes: usize,
+        count: usize,
+    ) -> PyResult<u64> {
         // SAFETY: see `borrowed`.
         let src = unsafe { borrowed(values.0, values.1)? };
         let sizes = unsafe { borrowed_u64(sizes, count)? };
         self.with(py, |w| {
             let ndim = w.schema().ndim();
-            let shapes = unsafe { borrowed_u64(shapes, count * ndim).map_err(|e| Error::Invalid { reason: e.to_string() })? };
+            let shapes = unsafe {
+                borrowed_u64(shapes, count * ndim).map_err(|e| Error::Invalid {
+                    reason: e.to_string(),
+                })?
+            };
             let mut payloads = Vec::with_capacity(count);
             let mut at = 0usize;
             for &size in sizes {
-                let end = usize::try_from(size).ok().and_then(|s| at.checked_add(s)).filter(|&e| e <= src.len());
-                let end = end.ok_or_else(|| Error::Invalid { reason: "sizes pass the values buffer".into() })?;
+                let end = usize::try_from(size)
+                    .ok()
+                    .and_then(|s| at.checked_add(s))
+                    .filter(|&e| e <= src.len());
+                let end = end.ok_or_else(|| Error::Invalid {
+                    reason: "sizes pass the values buffer".into(),
+                })?;
                 payloads.push(&src[at..end]);
                 at = end;
             }
@@ -184,7 +216,10 @@ impl RecordWriter {
     /// Records appended so far.
     fn __len__(&self) -> PyResult<usize> {
         let guard = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        guard.as_ref().map(|w| w.len() as usize).ok_or_else(|| PyRuntimeError::new_err("Container is closed"))
+        guard
+            .as_ref()
+            .map(|w| w.len() as usize)
+            .ok_or_else(|| PyRuntimeError::new_err("Container is closed"))
     }
 
     /// The codec name.
@@ -202,7 +237,10 @@ impl RecordWriter {
     /// True once closed or discarded.
     #[getter]
     fn closed(&self) -> bool {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner()).is_none()
+        self.inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_none()
     }
 
     /// Publish the store (waits for a running append). Idempotent.
@@ -232,7 +270,9 @@ pub struct RecordReader {
 impl RecordReader {
     fn get(&self) -> PyResult<Arc<Reader>> {
         let guard = self.inner.read().unwrap_or_else(|e| e.into_inner());
-        guard.clone().ok_or_else(|| PyRuntimeError::new_err("Container is closed"))
+        guard
+            .clone()
+            .ok_or_else(|| PyRuntimeError::new_err("Container is closed"))
     }
 }
 
@@ -242,7 +282,9 @@ impl RecordReader {
     #[staticmethod]
     fn open(py: Python<'_>, path: PathBuf, dense: bool) -> PyResult<Self> {
         let reader = py.detach(|| Reader::open(&path, dense)).map_err(to_py)?;
-        Ok(RecordReader { inner: RwLock::new(Some(Arc::new(reader))) })
+        Ok(RecordReader {
+            inner: RwLock::new(Some(Arc::new(reader))),
+        })
     }
 
     /// `(dtype, ndim, item_shape or None)`.
@@ -276,7 +318,10 @@ impl RecordReader {
     /// True once closed.
     #[getter]
     fn closed(&self) -> bool {
-        self.inner.read().unwrap_or_else(|e| e.into_inner()).is_none()
+        self.inner
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_none()
     }
 
     /// The raw `dict.zr` bytes are not kept; this says if the store has one.
@@ -285,7 +330,14 @@ impl RecordReader {
     }
 
     /// Gather Dense rows for `count` uint64 indices into a C-contiguous buffer.
-    fn gather_dense(&self, py: Python<'_>, idxs: usize, count: usize, dst: usize, nbytes: usize) -> PyResult<()> {
+    fn gather_dense(
+        &self,
+        py: Python<'_>,
+        idxs: usize,
+        count: usize,
+        dst: usize,
+        nbytes: usize,
+    ) -> PyResult<()> {
         let reader = self.get()?;
         // SAFETY: see `borrowed`.
         let idxs = unsafe { borrowed_u64(idxs, count)? };
@@ -294,15 +346,32 @@ impl RecordReader {
     }
 
     /// Gather Ragged records: `(values u8, offsets u64[n+1] in bytes, shapes u64[n, ndim])`.
-    fn gather_ragged(&self, py: Python<'_>, idxs: usize, count: usize) -> PyResult<(RecordBuffer, RecordBuffer, RecordBuffer)> {
+    fn gather_ragged(
+        &self,
+        py: Python<'_>,
+        idxs: usize,
+        count: usize,
+    ) -> PyResult<(RecordBuffer, RecordBuffer, RecordBuffer)> {
         let reader = self.get()?;
         let ndim = reader.schema().ndim();
         // SAFETY: see `borrowed`.
         let idxs = unsafe { borrowed_u64(idxs, count)? };
         let batch = py.detach(|| reader.gather_ragged(idxs)).map_err(to_py)?;
-        let values = RecordBuffer { words: batch.words, typestr: "|u1", shape: vec![batch.len] };
-        let offsets = RecordBuffer { typestr: "<u8", shape: vec![batch.offsets.len()], words: batch.offsets };
-        let shapes = RecordBuffer { typestr: "<u8", shape: vec![count, ndim], words: batch.shapes };
+        let values = RecordBuffer {
+            words: batch.words,
+            typestr: "|u1",
+            shape: vec![batch.len],
+        };
+        let offsets = RecordBuffer {
+            typestr: "<u8",
+            shape: vec![batch.offsets.len()],
+            words: batch.offsets,
+        };
+        let shapes = RecordBuffer {
+            typestr: "<u8",
+            shape: vec![count, ndim],
+            words: batch.shapes,
+        };
         Ok((values, offsets, shapes))
     }
 
@@ -314,10 +383,17 @@ impl RecordReader {
 
 /// Train a zstd dictionary of at most `dict_bytes` on samples end to end.
 #[pyfunction]
-pub fn train_dict<'py>(py: Python<'py>, samples: (usize, usize), sizes: Vec<usize>, dict_bytes: usize) -> PyResult<Bound<'py, PyBytes>> {
+pub fn train_dict<'py>(
+    py: Python<'py>,
+    samples: (usize, usize),
+    sizes: Vec<usize>,
+    dict_bytes: usize,
+) -> PyResult<Bound<'py, PyBytes>> {
     // SAFETY: see `borrowed`.
     let samples = unsafe { borrowed(samples.0, samples.1)? };
-    let dict = py.detach(|| zrecord::train_dict(samples, &sizes, dict_bytes)).map_err(to_py)?;
+    let dict = py
+        .detach(|| zrecord::train_dict(samples, &sizes, dict_bytes))
+        .map_err(to_py)?;
     Ok(PyBytes::new(py, &dict))
 }
 

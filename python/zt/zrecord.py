@@ -327,29 +327,38 @@ class Ragged(_Base):
         """Append an iterable of arrays as one batch (validated as a whole
         before anything is written)."""
         writer = self._require(True)
-        arrays = []
-        for record in records:
-            if not isinstance(record, np.ndarray):
-                raise TypeError("ragged records must be numpy arrays")
-            if record.dtype != self.dtype:
-                raise ValueError(f"ragged record dtype {record.dtype} != store dtype {self.dtype}")
-            if record.ndim != self.ndim:
-                raise ValueError(f"ragged record ndim {record.ndim} != store ndim {self.ndim}")
-            if record.size == 0:
-                raise ValueError("empty records are not stored — a record must be non-empty")
-            if record.nbytes + 8 * self.ndim > MAX_RECORD_LEN:
-                raise ValueError(
-                    f"encoded record of {record.nbytes + 8 * self.ndim} bytes exceeds the "
-                    f"{MAX_RECORD_LEN} byte record limit"
-                )
-            arrays.append(record)
+        arrays = records if type(records) is list else list(records)
         if not arrays:
             raise ValueError("append needs at least one record")
-        values = np.concatenate([a.reshape(-1) for a in arrays]) if len(arrays) > 1 else arrays[0].reshape(-1).copy()
-        values = np.ascontiguousarray(values)
-        sizes = np.fromiter((a.nbytes for a in arrays), dtype=np.uint64, count=len(arrays))
-        shapes = np.array([a.shape for a in arrays], dtype=np.uint64).reshape(len(arrays), self.ndim)
-        writer.append_ragged((_address(values), values.nbytes), _address(sizes), _address(shapes), len(arrays))
+        # Validate with one set per property instead of a branchy loop per
+        # record: the per-record Python cost is what bounds ragged writes.
+        if {type(a) for a in arrays} != {np.ndarray}:
+            raise TypeError("ragged records must be numpy arrays")
+        dtypes = {a.dtype for a in arrays}
+        if dtypes != {self.dtype}:
+            other = next(d for d in dtypes if d != self.dtype)
+            raise ValueError(f"ragged record dtype {other} != store dtype {self.dtype}")
+        ndims = {a.ndim for a in arrays}
+        if ndims != {self.ndim}:
+            other = next(n for n in ndims if n != self.ndim)
+            raise ValueError(f"ragged record ndim {other} != store ndim {self.ndim}")
+        count = len(arrays)
+        sizes = np.fromiter([a.nbytes for a in arrays], dtype=np.uint64, count=count)
+        if not sizes.all():
+            raise ValueError("empty records are not stored — a record must be non-empty")
+        limit = MAX_RECORD_LEN - 8 * self.ndim
+        if int(sizes.max()) > limit:
+            raise ValueError(
+                f"encoded record of {int(sizes.max()) + 8 * self.ndim} bytes exceeds the "
+                f"{MAX_RECORD_LEN} byte record limit"
+            )
+        if self.ndim == 1:
+            values = np.concatenate(arrays) if count > 1 else np.ascontiguousarray(arrays[0])
+            shapes = sizes // np.uint64(self.dtype.itemsize)
+        else:
+            values = np.concatenate([a.reshape(-1) for a in arrays])
+            shapes = np.array([a.shape for a in arrays], dtype=np.uint64).reshape(count, self.ndim)
+        writer.append_ragged((_address(values), values.nbytes), _address(sizes), _address(shapes), count)
 
     def gather_packed(self, idxs):
         """One native pass: ``(values, offsets, shapes)`` where ``values`` is
@@ -369,10 +378,7 @@ class Ragged(_Base):
             return []
         values, offsets, shapes = self._packed(reader, idxs)
         bounds = offsets.tolist()
-        return [
-            values[a:b].reshape(s)
-            for a, b, s in zip(bounds[:-1], bounds[1:], map(tuple, shapes.tolist()))
-        ]
+        return [values[a:b].reshape(s) for a, b, s in zip(bounds[:-1], bounds[1:], map(tuple, shapes.tolist()))]
 
 
 def _sample_count(total, item_bytes, sample_budget):

@@ -135,10 +135,16 @@ impl Encoder {
     /// An encoder for `codec`; `dict` is required for `ZstdDict` only.
     /// `level` overrides the codec's default zstd level.
     pub fn new(codec: Codec, dict: Option<&[u8]>, level: Option<i32>) -> Result<Encoder> {
-        let level = level.unwrap_or(if codec == Codec::ZstdDict { DICT_LEVEL } else { ZSTD_LEVEL });
+        let level = level.unwrap_or(if codec == Codec::ZstdDict {
+            DICT_LEVEL
+        } else {
+            ZSTD_LEVEL
+        });
         let (min, max) = (zstd_safe::min_c_level(), zstd_safe::max_c_level());
         if !(min..=max).contains(&level) {
-            return Err(Error::invalid(format!("zstd level {level} is outside {min}..={max}")));
+            return Err(Error::invalid(format!(
+                "zstd level {level} is outside {min}..={max}"
+            )));
         }
         let cdict = match (codec, dict) {
             (Codec::ZstdDict, Some(d)) if !d.is_empty() => Some(CDict::create(d, level)),
@@ -150,7 +156,11 @@ impl Encoder {
             (_, Some(_)) => return Err(Error::invalid("dict_bytes requires codec='zstd_dict'")),
             _ => None,
         };
-        Ok(Encoder { codec, level, cdict })
+        Ok(Encoder {
+            codec,
+            level,
+            cdict,
+        })
     }
 
     /// The codec.
@@ -160,7 +170,12 @@ impl Encoder {
 
     /// Append one frame holding `parts` (concatenated) to `out`; returns its
     /// length. `scratch` joins multi-part records for the one-shot API.
-    pub fn encode(&self, parts: &[&[u8]], scratch: &mut Vec<u8>, out: &mut Vec<u8>) -> Result<usize> {
+    pub fn encode(
+        &self,
+        parts: &[&[u8]],
+        scratch: &mut Vec<u8>,
+        out: &mut Vec<u8>,
+    ) -> Result<usize> {
         let src: &[u8] = if parts.len() == 1 {
             parts[0]
         } else {
@@ -177,18 +192,24 @@ impl Encoder {
             let mut slot = cell.borrow_mut();
             let cctx = slot.get_or_insert_with(CCtx::create);
             cctx.reset(zstd_safe::ResetDirective::SessionAndParameters)
-                .map_err(|c| Error::Zstd { reason: zstd_err(c) })?;
+                .map_err(|c| Error::Zstd {
+                    reason: zstd_err(c),
+                })?;
             let result = match &self.cdict {
                 // One-shot with the digested dictionary; no reference to it
                 // outlives the call.
                 Some(cdict) => cctx.compress_using_cdict(&mut tail, src, cdict),
                 None => {
                     cctx.set_parameter(CParameter::CompressionLevel(self.level))
-                        .map_err(|c| Error::Zstd { reason: zstd_err(c) })?;
+                        .map_err(|c| Error::Zstd {
+                            reason: zstd_err(c),
+                        })?;
                     cctx.compress2(&mut tail, src)
                 }
             };
-            result.map_err(|c| Error::Zstd { reason: zstd_err(c) })
+            result.map_err(|c| Error::Zstd {
+                reason: zstd_err(c),
+            })
         })?;
         Ok(out.len() - start)
     }
@@ -249,7 +270,9 @@ impl Decoder {
 pub fn train_dict(samples: &[u8], sizes: &[usize], dict_bytes: usize) -> Result<Vec<u8>> {
     let total = sizes.iter().try_fold(0usize, |a, &s| a.checked_add(s));
     if total != Some(samples.len()) {
-        return Err(Error::invalid("sample sizes do not add up to the sample bytes"));
+        return Err(Error::invalid(
+            "sample sizes do not add up to the sample bytes",
+        ));
     }
     if sizes.is_empty() || dict_bytes == 0 {
         return Err(Error::DictTraining {

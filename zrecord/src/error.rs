@@ -82,7 +82,9 @@ pub enum Error {
         value: u8,
     },
     /// A tail slot at or beyond the shard count is nonzero.
-    #[error("{path}: invalid or unsupported zrecord store format: inactive tail slot {slot} is {tail}")]
+    #[error(
+        "{path}: invalid or unsupported zrecord store format: inactive tail slot {slot} is {tail}"
+    )]
     InactiveTail {
         /// `meta.zr`.
         path: PathBuf,
@@ -130,7 +132,9 @@ pub enum Error {
         need: u64,
     },
     /// A `zstd_dict` store without `dict.zr`, or an empty one.
-    #[error("{path}: invalid or unsupported zrecord store format: zstd_dict store without a dictionary")]
+    #[error(
+        "{path}: invalid or unsupported zrecord store format: zstd_dict store without a dictionary"
+    )]
     MissingDict {
         /// The store directory.
         path: PathBuf,

@@ -9,7 +9,11 @@ use std::os::unix::io::AsRawFd;
 /// Try to take a shared or exclusive `flock` without waiting. `Ok(false)`
 /// means another open file description holds a conflicting lock.
 pub fn try_lock(file: &File, exclusive: bool) -> io::Result<bool> {
-    let op = if exclusive { libc::LOCK_EX } else { libc::LOCK_SH } | libc::LOCK_NB;
+    let op = if exclusive {
+        libc::LOCK_EX
+    } else {
+        libc::LOCK_SH
+    } | libc::LOCK_NB;
     loop {
         // SAFETY: flock on a valid, owned descriptor.
         if unsafe { libc::flock(file.as_raw_fd(), op) } == 0 {
@@ -53,7 +57,14 @@ pub fn write_all_vectored_at(file: &File, bufs: &[&[u8]], mut offset: u64) -> io
         let off = libc::off_t::try_from(offset)
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "offset too large"))?;
         // SAFETY: every iovec points into a live borrowed slice.
-        let n = unsafe { libc::pwritev(file.as_raw_fd(), iov.as_ptr(), iov.len() as libc::c_int, off) };
+        let n = unsafe {
+            libc::pwritev(
+                file.as_raw_fd(),
+                iov.as_ptr(),
+                iov.len() as libc::c_int,
+                off,
+            )
+        };
         if n < 0 {
             let err = io::Error::last_os_error();
             if err.kind() == io::ErrorKind::Interrupted {

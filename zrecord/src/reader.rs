@@ -19,7 +19,7 @@ use crate::writer::build_dir;
 
 /// Below this many bytes a gather runs on the calling thread: handing work
 /// to the pool costs more than it saves.
-const PARALLEL_BYTES: u64 = 256 << 10;
+const PARALLEL_BYTES: u64 = 1 << 20;
 
 /// An opened store (read-only, shared lock held until dropped).
 pub struct Reader {
@@ -80,11 +80,16 @@ fn check_files(dest: &Path, header: &Header) -> Result<(Vec<File>, Option<Vec<u8
         let name = entry.map_err(|e| Error::io(dest, e))?.file_name();
         let name = name.to_string_lossy();
         if let Some(rest) = name.strip_prefix("data_") {
-            let expected = rest
-                .strip_suffix(".zr")
-                .and_then(|n| n.parse::<usize>().ok().filter(|&n| n < shards && format!("data_{n}.zr") == name));
+            let expected = rest.strip_suffix(".zr").and_then(|n| {
+                n.parse::<usize>()
+                    .ok()
+                    .filter(|&n| n < shards && format!("data_{n}.zr") == name)
+            });
             if expected.is_none() {
-                return Err(Error::UnexpectedShard { path: dest.into(), name: name.into_owned() });
+                return Err(Error::UnexpectedShard {
+                    path: dest.into(),
+                    name: name.into_owned(),
+                });
             }
         }
     }
@@ -94,7 +99,10 @@ fn check_files(dest: &Path, header: &Header) -> Result<(Vec<File>, Option<Vec<u8
         let file = match File::open(&path) {
             Ok(f) => f,
             Err(e) if e.kind() == ErrorKind::NotFound => {
-                return Err(Error::MissingShard { path: dest.into(), shard: s })
+                return Err(Error::MissingShard {
+                    path: dest.into(),
+                    shard: s,
+                })
             }
             Err(e) => return Err(Error::io(path, e)),
         };
@@ -112,8 +120,12 @@ fn check_files(dest: &Path, header: &Header) -> Result<(Vec<File>, Option<Vec<u8
     };
     match (header.codec, &dict) {
         (Codec::ZstdDict, None) => return Err(Error::MissingDict { path: dest.into() }),
-        (Codec::ZstdDict, Some(d)) if d.is_empty() => return Err(Error::MissingDict { path: dest.into() }),
-        (Codec::Raw | Codec::Zstd, Some(_)) => return Err(Error::UnexpectedDict { path: dest.into() }),
+        (Codec::ZstdDict, Some(d)) if d.is_empty() => {
+            return Err(Error::MissingDict { path: dest.into() })
+        }
+        (Codec::Raw | Codec::Zstd, Some(_)) => {
+            return Err(Error::UnexpectedDict { path: dest.into() })
+        }
         _ => {}
     }
     Ok((files, dict))
@@ -126,7 +138,8 @@ fn map(file: &File, offset: u64, len: u64, path: &Path) -> Result<Option<Mmap>> 
     let len = usize::try_from(len).map_err(|_| Error::Full { path: path.into() })?;
     // SAFETY: the store is immutable once published and we hold a shared
     // lock that keeps zt and loaderx writers away; lengths were checked.
-    let m = unsafe { MmapOptions::new().offset(offset).len(len).map(file) }.map_err(|e| Error::io(path, e))?;
+    let m = unsafe { MmapOptions::new().offset(offset).len(len).map(file) }
+        .map_err(|e| Error::io(path, e))?;
     Ok(Some(m))
 }
 
@@ -151,7 +164,8 @@ impl Reader {
         }
         let meta_len = meta.metadata().map_err(|e| Error::io(&meta_path, e))?.len();
         let mut page = vec![0u8; PAGE.min(meta_len as usize)];
-        meta.read_exact(&mut page).map_err(|e| Error::io(&meta_path, e))?;
+        meta.read_exact(&mut page)
+            .map_err(|e| Error::io(&meta_path, e))?;
         let header = Header::decode(&page, meta_len, &meta_path)?;
         let (files, dict) = check_files(&dest, &header)?;
         let schema = match dense {
@@ -167,7 +181,15 @@ impl Reader {
             .map(|(s, (f, &tail))| map(f, 0, tail, &dest.join(format!("data_{s}.zr"))))
             .collect::<Result<Vec<_>>>()?;
         let decoder = Decoder::new(header.codec, dict.as_deref());
-        Ok(Reader { path: dest, _meta: meta, header, schema, locs, shards, decoder })
+        Ok(Reader {
+            path: dest,
+            _meta: meta,
+            header,
+            schema,
+            locs,
+            shards,
+            decoder,
+        })
     }
 
     /// Number of records.
@@ -219,8 +241,14 @@ impl Reader {
         let at = index as usize * LOC;
         let loc = RecordLoc::decode(&locs[at..at + LOC]);
         let shard = (index % self.header.data_shards as u64) as usize;
-        let bad = |reason| Error::BadLoc { path: self.path.clone(), index, reason };
-        let end = loc.check(self.header.codec, self.header.tails[shard]).map_err(bad)?;
+        let bad = |reason| Error::BadLoc {
+            path: self.path.clone(),
+            index,
+            reason,
+        };
+        let end = loc
+            .check(self.header.codec, self.header.tails[shard])
+            .map_err(bad)?;
         let data = self.shards[shard].as_deref().unwrap_or(&[]);
         Ok((loc, &data[loc.offset as usize..end as usize]))
     }
@@ -228,7 +256,9 @@ impl Reader {
     /// The logical length of each record (what a Ragged gather allocates).
     pub fn record_lengths(&self, idxs: &[u64]) -> Result<Vec<u64>> {
         self.check_indices(idxs)?;
-        idxs.iter().map(|&i| Ok(u64::from(self.frame(i)?.0.logic))).collect()
+        idxs.iter()
+            .map(|&i| Ok(u64::from(self.frame(i)?.0.logic)))
+            .collect()
     }
 
     /// Gather fixed-width records into `dst` (`idxs.len() * row` bytes).
@@ -237,7 +267,9 @@ impl Reader {
     pub fn gather_dense(&self, idxs: &[u64], dst: &mut [u8]) -> Result<()> {
         let row = match self.schema.geometry {
             Geometry::Dense { .. } => self.schema.row_bytes().unwrap_or(0) as usize,
-            Geometry::Ragged { .. } => return Err(Error::invalid("gather_dense on a ragged store")),
+            Geometry::Ragged { .. } => {
+                return Err(Error::invalid("gather_dense on a ragged store"))
+            }
         };
         if Some(dst.len()) != idxs.len().checked_mul(row) {
             return Err(Error::invalid("destination is not one row per index"));
@@ -263,7 +295,11 @@ impl Reader {
         while j < idxs.len() {
             let (loc, frame) = self.frame(idxs[j])?;
             if loc.logic as usize != row {
-                return Err(Error::BadLoc { path: self.path.clone(), index: idxs[j], reason: "record width differs from the schema's row" });
+                return Err(Error::BadLoc {
+                    path: self.path.clone(),
+                    index: idxs[j],
+                    reason: "record width differs from the schema's row",
+                });
             }
             if self.header.codec == Codec::Raw {
                 // Extend the run while the next record follows this one in
@@ -286,7 +322,11 @@ impl Reader {
             } else {
                 self.decoder
                     .decode(frame, &mut dst[j * row..(j + 1) * row])
-                    .map_err(|reason| Error::Decode { path: self.path.clone(), index: idxs[j], reason })?;
+                    .map_err(|reason| Error::Decode {
+                        path: self.path.clone(),
+                        index: idxs[j],
+                        reason,
+                    })?;
                 j += 1;
             }
         }
@@ -309,30 +349,50 @@ impl Reader {
             let (loc, _) = self.frame(i)?;
             let logic = loc.logic as usize;
             if logic <= prefix {
-                return Err(Error::Decode { path: self.path.clone(), index: i, reason: "corrupt ragged record shape header".into() });
+                return Err(Error::Decode {
+                    path: self.path.clone(),
+                    index: i,
+                    reason: "corrupt ragged record shape header".into(),
+                });
             }
             total += (logic - prefix) as u64;
             offsets.push(total);
         }
-        let len = usize::try_from(total).map_err(|_| Error::invalid("gathered records exceed the addressable buffer"))?;
+        let len = usize::try_from(total)
+            .map_err(|_| Error::invalid("gathered records exceed the addressable buffer"))?;
         let mut words = vec![0u64; len.div_ceil(8)];
         let mut shapes = vec![0u64; idxs.len() * ndim];
         {
             // SAFETY: `words` holds len.div_ceil(8) * 8 >= len bytes.
-            let values = unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr() as *mut u8, len) };
+            let values =
+                unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr() as *mut u8, len) };
             let threads = rayon::current_num_threads().max(1);
             if total < PARALLEL_BYTES || threads == 1 || idxs.len() < 2 {
                 self.fill_ragged(idxs, &offsets, values, &mut shapes, ndim)?;
             } else {
                 let per = idxs.len().div_ceil(threads * 4).max(1);
                 let blocks = split_blocks(idxs, &offsets, values, &mut shapes, ndim, per);
-                blocks.into_par_iter().try_for_each(|(i, o, v, s)| self.fill_ragged(i, o, v, s, ndim))?;
+                blocks
+                    .into_par_iter()
+                    .try_for_each(|(i, o, v, s)| self.fill_ragged(i, o, v, s, ndim))?;
             }
         }
-        Ok(RaggedBatch { words, len, offsets, shapes })
+        Ok(RaggedBatch {
+            words,
+            len,
+            offsets,
+            shapes,
+        })
     }
 
-    fn fill_ragged(&self, idxs: &[u64], offsets: &[u64], values: &mut [u8], shapes: &mut [u64], ndim: usize) -> Result<()> {
+    fn fill_ragged(
+        &self,
+        idxs: &[u64],
+        offsets: &[u64],
+        values: &mut [u8],
+        shapes: &mut [u64],
+        ndim: usize,
+    ) -> Result<()> {
         let base = offsets[0];
         let prefix = ndim * 8;
         let mut scratch = Vec::new();
@@ -344,7 +404,11 @@ impl Reader {
                 scratch.resize(loc.logic as usize, 0);
                 self.decoder
                     .decode(frame, &mut scratch)
-                    .map_err(|reason| Error::Decode { path: self.path.clone(), index: i, reason })?;
+                    .map_err(|reason| Error::Decode {
+                        path: self.path.clone(),
+                        index: i,
+                        reason,
+                    })?;
                 &scratch
             };
             let shape = &mut shapes[j * ndim..(j + 1) * ndim];
@@ -355,7 +419,11 @@ impl Reader {
             let elements = shape.iter().try_fold(1u64, |a, &d| a.checked_mul(d));
             let expect = elements.and_then(|e| e.checked_mul(self.schema.itemsize as u64));
             if expect != Some(payload.len() as u64) {
-                return Err(Error::Decode { path: self.path.clone(), index: i, reason: "corrupt ragged record shape".into() });
+                return Err(Error::Decode {
+                    path: self.path.clone(),
+                    index: i,
+                    reason: "corrupt ragged record shape".into(),
+                });
             }
             let at = (offsets[j] - base) as usize;
             values[at..at + payload.len()].copy_from_slice(payload);
@@ -368,7 +436,14 @@ type Block<'a> = (&'a [u64], &'a [u64], &'a mut [u8], &'a mut [u64]);
 
 /// Split a Ragged gather into blocks of `per` records with their own
 /// slices of the output, so blocks fill in parallel without sharing.
-fn split_blocks<'a>(idxs: &'a [u64], offsets: &'a [u64], mut values: &'a mut [u8], mut shapes: &'a mut [u64], ndim: usize, per: usize) -> Vec<Block<'a>> {
+fn split_blocks<'a>(
+    idxs: &'a [u64],
+    offsets: &'a [u64],
+    mut values: &'a mut [u8],
+    mut shapes: &'a mut [u64],
+    ndim: usize,
+    per: usize,
+) -> Vec<Block<'a>> {
     let mut blocks = Vec::new();
     let mut start = 0;
     while start < idxs.len() {

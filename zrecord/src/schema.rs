@@ -84,7 +84,8 @@ impl Schema {
             path: Default::default(),
             reason,
         };
-        let itemsize = itemsize(dtype).ok_or_else(|| bad(format!("unsupported dtype {dtype:?}")))?;
+        let itemsize =
+            itemsize(dtype).ok_or_else(|| bad(format!("unsupported dtype {dtype:?}")))?;
         match &geometry {
             Geometry::Dense { item_shape } if item_shape.len() >= MAX_NDIM => {
                 return Err(bad(format!("item_shape rank must be below {MAX_NDIM}")))
@@ -266,7 +267,10 @@ impl<'a> Cursor<'a> {
     }
 
     fn be(&mut self, n: usize) -> Result<u64, &'static str> {
-        Ok(self.take(n)?.iter().fold(0u64, |a, &b| (a << 8) | u64::from(b)))
+        Ok(self
+            .take(n)?
+            .iter()
+            .fold(0u64, |a, &b| (a << 8) | u64::from(b)))
     }
 
     fn str_len(&mut self, tag: u8) -> Result<Option<usize>, &'static str> {
@@ -295,7 +299,7 @@ impl<'a> Cursor<'a> {
             0xce => self.be(4)?,
             0xcf => self.be(8)?,
             // Signed forms holding a non-negative value are still integers.
-            0xd0 | 0xd1 | 0xd2 | 0xd3 => {
+            0xd0..=0xd3 => {
                 let n = 1usize << (tag - 0xd0);
                 let raw = self.be(n)?;
                 let shift = 64 - 8 * n as u32;
@@ -332,7 +336,10 @@ impl<'a> Cursor<'a> {
         let mut items = Vec::with_capacity(n);
         for _ in 0..n {
             let tag = self.byte()?;
-            items.push(self.uint(tag)?.ok_or("array element is not a non-negative integer")?);
+            items.push(
+                self.uint(tag)?
+                    .ok_or("array element is not a non-negative integer")?,
+            );
         }
         Ok(Value::Array(items))
     }

@@ -26,6 +26,9 @@ use crate::schema::{Geometry, Schema};
 const WINDOW_RECORDS: usize = 4096;
 /// Most logical bytes per window: bounds the encoded bytes held at once.
 const WINDOW_BYTES: u64 = 64 << 20;
+/// Raw records at least this large (on average in a chunk) are written
+/// with one iovec each instead of being packed into a chunk buffer.
+const SCATTER_MIN_RECORD: u64 = 16 << 10;
 /// A shard-local chunk closes at this many logical bytes.
 const CHUNK_BYTES: u64 = 1 << 20;
 
@@ -55,7 +58,10 @@ impl Default for CreateOptions {
 
 /// The hidden sibling a store at `dest` is built in.
 pub fn build_dir(dest: &Path) -> PathBuf {
-    let name = dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = dest
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     dest.with_file_name(format!(".{name}.zrbuild"))
 }
 
@@ -76,8 +82,15 @@ pub struct Writer {
 /// A batch of records as the writer sees it: Dense rows of one source
 /// buffer, or Ragged payloads each with its shape prefix.
 enum Batch<'a> {
-    Dense { src: &'a [u8], row: usize },
-    Ragged { payloads: &'a [&'a [u8]], prefixes: &'a [u8], prefix: usize },
+    Dense {
+        src: &'a [u8],
+        row: usize,
+    },
+    Ragged {
+        payloads: &'a [&'a [u8]],
+        prefixes: &'a [u8],
+        prefix: usize,
+    },
 }
 
 impl Batch<'_> {
@@ -92,9 +105,11 @@ impl Batch<'_> {
     fn parts(&self, i: usize) -> [&[u8]; 2] {
         match self {
             Batch::Dense { src, row } => [&[], &src[i * row..(i + 1) * row]],
-            Batch::Ragged { payloads, prefixes, prefix } => {
-                [&prefixes[i * prefix..(i + 1) * prefix], payloads[i]]
-            }
+            Batch::Ragged {
+                payloads,
+                prefixes,
+                prefix,
+            } => [&prefixes[i * prefix..(i + 1) * prefix], payloads[i]],
         }
     }
 
@@ -175,10 +190,16 @@ fn claim_build_dir(dest: &Path, build: &Path) -> Result<(File, PathBuf)> {
 impl Writer {
     /// Start a new store at `dest` (which must not exist, or be an empty
     /// directory). Missing parent directories are created.
-    pub fn create(dest: impl AsRef<Path>, schema: &Schema, options: &CreateOptions) -> Result<Writer> {
+    pub fn create(
+        dest: impl AsRef<Path>,
+        schema: &Schema,
+        options: &CreateOptions,
+    ) -> Result<Writer> {
         let dest = dest.as_ref().to_path_buf();
         if options.data_shards == 0 || options.data_shards > MAX_SHARDS {
-            return Err(Error::invalid(format!("data_shards must be between 1 and {MAX_SHARDS}")));
+            return Err(Error::invalid(format!(
+                "data_shards must be between 1 and {MAX_SHARDS}"
+            )));
         }
         let encoder = Encoder::new(options.codec, options.dict.as_deref(), options.level)?;
         refuse_existing(&dest)?;
@@ -232,7 +253,9 @@ impl Writer {
         }
         .encode();
         let path = self.build.join("meta.zr");
-        self.meta.write_all_at(&page, 0).map_err(|e| Error::io(path, e))
+        self.meta
+            .write_all_at(&page, 0)
+            .map_err(|e| Error::io(path, e))
     }
 
     /// Records appended so far.
@@ -260,10 +283,15 @@ impl Writer {
     pub fn append_dense(&mut self, src: &[u8]) -> Result<u64> {
         let row = match self.schema.geometry {
             Geometry::Dense { .. } => self.schema.row_bytes().unwrap_or(0) as usize,
-            Geometry::Ragged { .. } => return Err(Error::invalid("append_dense on a ragged store")),
+            Geometry::Ragged { .. } => {
+                return Err(Error::invalid("append_dense on a ragged store"))
+            }
         };
-        if row == 0 || src.len() % row != 0 {
-            return Err(Error::invalid(format!("{} bytes are not whole {row}-byte rows", src.len())));
+        if row == 0 || !src.len().is_multiple_of(row) {
+            return Err(Error::invalid(format!(
+                "{} bytes are not whole {row}-byte rows",
+                src.len()
+            )));
         }
         self.append(&Batch::Dense { src, row })
     }
@@ -276,7 +304,9 @@ impl Writer {
             Geometry::Dense { .. } => return Err(Error::invalid("append_ragged on a dense store")),
         };
         if Some(shapes.len()) != payloads.len().checked_mul(ndim) {
-            return Err(Error::invalid("shapes must hold ndim dimensions per record"));
+            return Err(Error::invalid(
+                "shapes must hold ndim dimensions per record",
+            ));
         }
         for (i, payload) in payloads.iter().enumerate() {
             // The layout stores only non-empty records (loaderx refuses them).
@@ -288,7 +318,9 @@ impl Writer {
                 .try_fold(1u64, |a, &d| a.checked_mul(d));
             let expect = elements.and_then(|e| e.checked_mul(self.schema.itemsize as u64));
             if expect != Some(payload.len() as u64) {
-                return Err(Error::invalid(format!("record {i}: shape does not match its bytes")));
+                return Err(Error::invalid(format!(
+                    "record {i}: shape does not match its bytes"
+                )));
             }
         }
         let prefixes: Vec<u8> = shapes.iter().flat_map(|d| d.to_le_bytes()).collect();
@@ -312,7 +344,9 @@ impl Writer {
             }
         }
         let first = self.length;
-        let full = || Error::Full { path: self.dest.clone() };
+        let full = || Error::Full {
+            path: self.dest.clone(),
+        };
         let new_len = first.checked_add(n as u64).ok_or_else(full)?;
         loc_table_end(new_len).ok_or_else(full)?;
         // Tails advance only when every window has landed; bytes past the
@@ -322,7 +356,10 @@ impl Writer {
         while start < n {
             let mut end = start;
             let mut bytes = 0u64;
-            while end < n && end - start < WINDOW_RECORDS && (end == start || bytes + batch.logic(end) <= WINDOW_BYTES) {
+            while end < n
+                && end - start < WINDOW_RECORDS
+                && (end == start || bytes + batch.logic(end) <= WINDOW_BYTES)
+            {
                 bytes += batch.logic(end);
                 end += 1;
             }
@@ -341,7 +378,13 @@ impl Writer {
         for shard in 0..s {
             let lead = (first + range.start as u64) % s as u64;
             let mut p = range.start + (shard + s - lead as usize) % s;
-            let mut chunk = Chunk { shard, positions: Vec::new(), data: None, phys: Vec::new(), base: 0 };
+            let mut chunk = Chunk {
+                shard,
+                positions: Vec::new(),
+                data: None,
+                phys: Vec::new(),
+                base: 0,
+            };
             let mut bytes = 0;
             while p < range.end {
                 chunk.positions.push(p);
@@ -349,7 +392,13 @@ impl Writer {
                 if bytes >= CHUNK_BYTES {
                     chunks.push(std::mem::replace(
                         &mut chunk,
-                        Chunk { shard, positions: Vec::new(), data: None, phys: Vec::new(), base: 0 },
+                        Chunk {
+                            shard,
+                            positions: Vec::new(),
+                            data: None,
+                            phys: Vec::new(),
+                            base: 0,
+                        },
                     ));
                     bytes = 0;
                 }
@@ -364,16 +413,41 @@ impl Writer {
 
     fn encode_chunk(&self, batch: &Batch<'_>, chunk: &mut Chunk) -> Result<()> {
         if self.encoder.codec() == Codec::Raw {
-            chunk.phys = chunk.positions.iter().map(|&p| batch.logic(p) as u32).collect();
+            chunk.phys = chunk
+                .positions
+                .iter()
+                .map(|&p| batch.logic(p) as u32)
+                .collect();
+            let bytes: u64 = chunk.phys.iter().map(|&p| u64::from(p)).sum();
+            // Large records go to the kernel straight from the caller's
+            // buffers; small ones are packed first, since one iovec per
+            // small record costs more than the copy.
+            if bytes / chunk.positions.len() as u64 >= SCATTER_MIN_RECORD {
+                return Ok(());
+            }
+            let mut out = Vec::with_capacity(bytes as usize);
+            for &p in &chunk.positions {
+                for part in batch.parts(p) {
+                    out.extend_from_slice(part);
+                }
+            }
+            chunk.data = Some(out);
             return Ok(());
         }
         let mut out = Vec::new();
         let mut scratch = Vec::new();
         for &p in &chunk.positions {
             let parts = batch.parts(p);
-            let parts: &[&[u8]] = if parts[0].is_empty() { &parts[1..] } else { &parts };
+            let parts: &[&[u8]] = if parts[0].is_empty() {
+                &parts[1..]
+            } else {
+                &parts
+            };
             let n = self.encoder.encode(parts, &mut scratch, &mut out)?;
-            let n = u32::try_from(n).map_err(|_| Error::RecordSize { index: p, len: n as u64 })?;
+            let n = u32::try_from(n).map_err(|_| Error::RecordSize {
+                index: p,
+                len: n as u64,
+            })?;
             chunk.phys.push(n);
         }
         chunk.data = Some(out);
@@ -397,9 +471,17 @@ impl Writer {
         }
     }
 
-    fn write_window(&self, batch: &Batch<'_>, range: std::ops::Range<usize>, first: u64, tails: &mut [u64]) -> Result<()> {
+    fn write_window(
+        &self,
+        batch: &Batch<'_>,
+        range: std::ops::Range<usize>,
+        first: u64,
+        tails: &mut [u64],
+    ) -> Result<()> {
         let mut chunks = self.plan(batch, range.clone(), first);
-        chunks.par_iter_mut().try_for_each(|c| self.encode_chunk(batch, c))?;
+        chunks
+            .par_iter_mut()
+            .try_for_each(|c| self.encode_chunk(batch, c))?;
         // Offsets follow logical order within each shard, so a store's
         // bytes do not depend on thread timing.
         let mut locs = vec![0u8; range.len() * LOC];
@@ -407,14 +489,22 @@ impl Writer {
             chunk.base = tails[chunk.shard];
             let mut offset = chunk.base;
             for (&p, &phys) in chunk.positions.iter().zip(&chunk.phys) {
-                let loc = RecordLoc { offset, phys, logic: batch.logic(p) as u32 };
+                let loc = RecordLoc {
+                    offset,
+                    phys,
+                    logic: batch.logic(p) as u32,
+                };
                 let at = (p - range.start) * LOC;
                 loc.encode_into(&mut locs[at..at + LOC]);
-                offset = offset.checked_add(u64::from(phys)).ok_or(Error::Full { path: self.dest.clone() })?;
+                offset = offset.checked_add(u64::from(phys)).ok_or(Error::Full {
+                    path: self.dest.clone(),
+                })?;
             }
             tails[chunk.shard] = offset;
         }
-        chunks.par_iter().try_for_each(|c| self.write_chunk(batch, c))?;
+        chunks
+            .par_iter()
+            .try_for_each(|c| self.write_chunk(batch, c))?;
         let at = PAGE as u64 + (first + range.start as u64) * LOC as u64;
         self.meta
             .write_all_at(&locs, at)
@@ -431,16 +521,23 @@ impl Writer {
 
     fn finish(&mut self) -> Result<()> {
         for (s, (file, &tail)) in self.shards.iter().zip(&self.tails).enumerate() {
-            file.set_len(tail).map_err(|e| Error::io(self.build.join(format!("data_{s}.zr")), e))?;
+            file.set_len(tail)
+                .map_err(|e| Error::io(self.build.join(format!("data_{s}.zr")), e))?;
         }
-        let meta_len = loc_table_end(self.length).ok_or(Error::Full { path: self.dest.clone() })?;
-        self.meta.set_len(meta_len).map_err(|e| Error::io(self.build.join("meta.zr"), e))?;
+        let meta_len = loc_table_end(self.length).ok_or(Error::Full {
+            path: self.dest.clone(),
+        })?;
+        self.meta
+            .set_len(meta_len)
+            .map_err(|e| Error::io(self.build.join("meta.zr"), e))?;
         self.write_page()?;
         // rename(2) replaces an empty directory and refuses a non-empty one,
         // so a store that appeared meanwhile is never overwritten.
         fs::rename(&self.build, &self.dest).map_err(|e| match e.raw_os_error() {
             Some(libc::ENOTEMPTY) | Some(libc::EEXIST) | Some(libc::ENOTDIR) => {
-                Error::AlreadyExists { path: self.dest.clone() }
+                Error::AlreadyExists {
+                    path: self.dest.clone(),
+                }
             }
             _ => Error::io(&self.dest, e),
         })
