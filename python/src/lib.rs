@@ -16,6 +16,7 @@ mod dlpack;
 mod loader;
 mod tensor;
 mod writers;
+mod zrecord;
 
 pyo3::create_exception!(
     zt,
@@ -171,6 +172,7 @@ fn _zt(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<tensor::Tensor>()?;
     m.add_class::<array::ArrayView>()?;
     m.add_class::<loader::Sampler>()?;
+    zrecord::register(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }
