@@ -12,6 +12,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 
 mod array;
+mod dataloader;
 mod dlpack;
 mod loader;
 mod tensor;
@@ -173,6 +174,8 @@ fn _zt(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<array::ArrayView>()?;
     m.add_class::<loader::Sampler>()?;
     zrecord::register(m)?;
+    m.add_class::<dataloader::DataLoaderCore>()?;
+    m.add_class::<dataloader::LoaderBuffer>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -20,7 +20,19 @@ from . import _zt
 from ._tensor import Tensor
 from ._zt import FormatError, page_size
 
-__all__ = ["FormatError", "Source", "Tensor", "convert", "detect", "open", "page_size", "loader", "numpy", "torch", "zrecord"]
+__all__ = [
+    "FormatError",
+    "Source",
+    "Tensor",
+    "convert",
+    "detect",
+    "open",
+    "page_size",
+    "loader",
+    "numpy",
+    "torch",
+    "zrecord",
+]
 __version__ = _zt.__version__
 
 PathLike = Union[str, "os.PathLike[str]"]
