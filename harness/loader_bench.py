@@ -58,7 +58,7 @@ def prepare(records: int) -> dict:
                 n = min(256, records - start)
                 # Gradients plus noise, like loaderx's synthetic vision data.
                 block = np.arange(224, dtype=np.uint8)[None, None, None, :] + rng.integers(0, 8, (n, *SHAPE), np.uint8)
-                block += np.arange(start, start + n, dtype=np.uint8)[:, None, None, None]
+                block += (np.arange(start, start + n) % 256).astype(np.uint8)[:, None, None, None]
                 ds.append(block)
                 mm[start : start + n] = block
         mm.flush()

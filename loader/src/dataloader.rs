@@ -434,7 +434,11 @@ impl<T: Send + 'static> Shared<T> {
         !st.closed
     }
 
-    fn gather(&self, step: u64, indices: &mut [u64]) -> std::result::Result<Vec<Column>, GatherError> {
+    fn gather(
+        &self,
+        step: u64,
+        indices: &mut [u64],
+    ) -> std::result::Result<Vec<Column>, GatherError> {
         let lease = Lease::new(&self.pool);
         let fail = |stream: &Stream, source| GatherError {
             stream: stream.name.clone(),

@@ -86,6 +86,6 @@ pub mod dataloader;
 mod error;
 pub mod sampler;
 
-pub use error::{Error, Result};
 pub use dataloader::{Batch, Column, DataLoader, GatherError, Stream};
+pub use error::{Error, Result};
 pub use sampler::{Mode, Plan, Sampler};

@@ -59,7 +59,13 @@ fn ids(batch: &Batch) -> Vec<u64> {
         .collect()
 }
 
-fn run(reader: &Arc<Reader>, plan: Plan, workers: usize, start: u64, steps: usize) -> Vec<Vec<u64>> {
+fn run(
+    reader: &Arc<Reader>,
+    plan: Plan,
+    workers: usize,
+    start: u64,
+    steps: usize,
+) -> Vec<Vec<u64>> {
     let dl = DataLoader::plain(stream(reader), config(plan, workers, 3, start)).unwrap();
     let out = (0..steps)
         .map(|_| {
@@ -87,7 +93,11 @@ fn order_matches_plan_for_any_worker_count_and_resume() {
             })
             .collect();
         for workers in [1, 2, 4] {
-            assert_eq!(run(&reader, plan, workers, 0, 25), expected, "{mode:?} x{workers}");
+            assert_eq!(
+                run(&reader, plan, workers, 0, 25),
+                expected,
+                "{mode:?} x{workers}"
+            );
         }
         assert_eq!(run(&reader, plan, 3, 10, 15), expected[10..]);
     }
@@ -156,7 +166,10 @@ fn a_bad_record_fails_its_step_only() {
     assert_eq!(ids(&dl.next().unwrap().unwrap()), [4, 5, 6, 7]);
     let err: GatherError = dl.next().unwrap().err().unwrap();
     assert_eq!((err.stream.as_str(), err.step), ("d", 2));
-    assert!(matches!(err.source, zrecord::Error::Decode { index: 9, .. }), "{err}");
+    assert!(
+        matches!(err.source, zrecord::Error::Decode { index: 9, .. }),
+        "{err}"
+    );
     assert_eq!(ids(&dl.next().unwrap().unwrap()), [12, 13, 14, 15]);
 }
 
@@ -198,9 +211,18 @@ fn bad_settings_are_refused() {
     let reader = dense_store(dir.path());
     let plan = Plan::new(N, 20, Mode::Cyclic, 1).unwrap();
     let err = |r: Result<DataLoader<_>, Error>| r.err().unwrap();
-    assert_eq!(err(DataLoader::plain(vec![], config(plan, 1, 1, 0))), Error::NoStreams);
-    assert_eq!(err(DataLoader::plain(stream(&reader), config(plan, 0, 1, 0))), Error::ZeroWorkers);
-    assert_eq!(err(DataLoader::plain(stream(&reader), config(plan, 1, 0, 0))), Error::ZeroPrefetch);
+    assert_eq!(
+        err(DataLoader::plain(vec![], config(plan, 1, 1, 0))),
+        Error::NoStreams
+    );
+    assert_eq!(
+        err(DataLoader::plain(stream(&reader), config(plan, 0, 1, 0))),
+        Error::ZeroWorkers
+    );
+    assert_eq!(
+        err(DataLoader::plain(stream(&reader), config(plan, 1, 0, 0))),
+        Error::ZeroPrefetch
+    );
     let other = Plan::new(N + 1, 20, Mode::Cyclic, 1).unwrap();
     assert!(matches!(
         err(DataLoader::plain(stream(&reader), config(other, 1, 1, 0))),

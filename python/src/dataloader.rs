@@ -103,10 +103,18 @@ fn columns_to_py<'py>(
                 let offsets_len = batch.offsets.len();
                 let offsets = buffer(batch.offsets, "<u8", vec![offsets_len]);
                 let shapes = buffer(batch.shapes, "<u8", vec![n, *ndim]);
-                let parts = (Py::new(py, values)?, Py::new(py, offsets)?, Py::new(py, shapes)?);
+                let parts = (
+                    Py::new(py, values)?,
+                    Py::new(py, offsets)?,
+                    Py::new(py, shapes)?,
+                );
                 list.append(parts)?;
             }
-            _ => return Err(PyRuntimeError::new_err("batch column does not match its stream")),
+            _ => {
+                return Err(PyRuntimeError::new_err(
+                    "batch column does not match its stream",
+                ))
+            }
         }
     }
     Ok(list)
@@ -168,7 +176,12 @@ impl DataLoaderCore {
             return Err(PyValueError::new_err("one name per stream path"));
         }
         let readers = py
-            .detach(|| paths.iter().map(Reader::open_any).collect::<zrecord::Result<Vec<_>>>())
+            .detach(|| {
+                paths
+                    .iter()
+                    .map(Reader::open_any)
+                    .collect::<zrecord::Result<Vec<_>>>()
+            })
             .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
         let streams: Vec<Stream> = names
             .into_iter()
@@ -202,12 +215,15 @@ impl DataLoaderCore {
                         Ok(b) => b.step,
                         Err(e) => e.step,
                     };
-                    Item::Done(step, Python::attach(|py| {
-                        let batch = batch.map_err(|e| gather_error(py, e))?;
-                        let step = batch.step;
-                        let columns = columns_to_py(py, &layout, batch)?;
-                        finish.call1(py, (step, columns))
-                    }))
+                    Item::Done(
+                        step,
+                        Python::attach(|py| {
+                            let batch = batch.map_err(|e| gather_error(py, e))?;
+                            let step = batch.step;
+                            let columns = columns_to_py(py, &layout, batch)?;
+                            finish.call1(py, (step, columns))
+                        }),
+                    )
                 })
             }
         }
