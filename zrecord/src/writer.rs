@@ -13,6 +13,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::ErrorKind;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use rayon::prelude::*;
 
@@ -23,7 +24,7 @@ use crate::layout::{loc_table_end, Header, RecordLoc, LOC, MAX_RECORD, MAX_SHARD
 use crate::schema::{Geometry, Schema};
 
 /// Most records encoded and written per window (one RecordLoc write each).
-const WINDOW_RECORDS: usize = 4096;
+const WINDOW_RECORDS: usize = 32768;
 /// Most logical bytes per window: bounds the encoded bytes held at once.
 const WINDOW_BYTES: u64 = 64 << 20;
 /// Raw records at least this large (on average in a chunk) are written
@@ -77,7 +78,14 @@ pub struct Writer {
     schema: Schema,
     schema_bytes: Vec<u8>,
     published: bool,
+    /// Chunk buffers kept between windows: fresh allocations of this size
+    /// are page-faulted in on every append, which costs as much as the copy.
+    pool: Mutex<Vec<Vec<u8>>>,
 }
+
+/// Most chunk buffers the pool keeps, and the largest it keeps.
+const POOL_BUFFERS: usize = 64;
+const POOL_BUFFER_BYTES: usize = 4 << 20;
 
 /// A batch of records as the writer sees it: Dense rows of one source
 /// buffer, or Ragged payloads each with its shape prefix.
@@ -219,6 +227,7 @@ impl Writer {
             schema: schema.clone(),
             schema_bytes: schema.encode(),
             published: false,
+            pool: Mutex::new(Vec::new()),
         };
         // From here on, Drop removes the build if anything fails.
         writer.populate(options)?;
@@ -425,7 +434,8 @@ impl Writer {
             if bytes / chunk.positions.len() as u64 >= SCATTER_MIN_RECORD {
                 return Ok(());
             }
-            let mut out = Vec::with_capacity(bytes as usize);
+            let mut out = self.take_buffer();
+            out.reserve(bytes as usize);
             for &p in &chunk.positions {
                 for part in batch.parts(p) {
                     out.extend_from_slice(part);
@@ -434,7 +444,7 @@ impl Writer {
             chunk.data = Some(out);
             return Ok(());
         }
-        let mut out = Vec::new();
+        let mut out = self.take_buffer();
         let mut scratch = Vec::new();
         for &p in &chunk.positions {
             let parts = batch.parts(p);
@@ -452,6 +462,21 @@ impl Writer {
         }
         chunk.data = Some(out);
         Ok(())
+    }
+
+    fn take_buffer(&self) -> Vec<u8> {
+        let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+        pool.pop().unwrap_or_default()
+    }
+
+    fn give_buffer(&self, mut buf: Vec<u8>) {
+        if buf.capacity() <= POOL_BUFFER_BYTES {
+            buf.clear();
+            let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+            if pool.len() < POOL_BUFFERS {
+                pool.push(buf);
+            }
+        }
     }
 
     fn write_chunk(&self, batch: &Batch<'_>, chunk: &Chunk) -> Result<()> {
@@ -479,9 +504,18 @@ impl Writer {
         tails: &mut [u64],
     ) -> Result<()> {
         let mut chunks = self.plan(batch, range.clone(), first);
-        chunks
-            .par_iter_mut()
-            .try_for_each(|c| self.encode_chunk(batch, c))?;
+        let raw = self.encoder.codec() == Codec::Raw;
+        if !raw {
+            chunks
+                .par_iter_mut()
+                .try_for_each(|c| self.encode_chunk(batch, c))?;
+        } else {
+            // Raw sizes are known up front: offsets are planned first and each
+            // chunk is packed and written in the same parallel pass.
+            for c in &mut chunks {
+                c.phys = c.positions.iter().map(|&p| batch.logic(p) as u32).collect();
+            }
+        }
         // Offsets follow logical order within each shard, so a store's
         // bytes do not depend on thread timing.
         let mut locs = vec![0u8; range.len() * LOC];
@@ -502,9 +536,16 @@ impl Writer {
             }
             tails[chunk.shard] = offset;
         }
-        chunks
-            .par_iter()
-            .try_for_each(|c| self.write_chunk(batch, c))?;
+        chunks.par_iter_mut().try_for_each(|c| {
+            if raw {
+                self.encode_chunk(batch, c)?;
+            }
+            let written = self.write_chunk(batch, c);
+            if let Some(buf) = c.data.take() {
+                self.give_buffer(buf);
+            }
+            written
+        })?;
         let at = PAGE as u64 + (first + range.start as u64) * LOC as u64;
         self.meta
             .write_all_at(&locs, at)

@@ -483,3 +483,29 @@ fn meta_page_parser_rejects_garbage_without_panicking() {
         Err(Error::Schema { .. })
     ));
 }
+
+#[test]
+fn appends_cross_window_boundaries() {
+    // More records than one 32768-record append window, in every codec.
+    let dir = tempfile::tempdir().unwrap();
+    let n = 70_000usize;
+    let data: Vec<u8> = (0..n as u32).flat_map(|i| i.to_le_bytes()).collect();
+    for codec in [Codec::Raw, Codec::Zstd] {
+        let path = dir.path().join(format!("w-{codec:?}"));
+        let schema = Schema::dense("<u4", &[]).unwrap();
+        let opts = CreateOptions {
+            codec,
+            data_shards: 3,
+            ..CreateOptions::default()
+        };
+        let mut w = Writer::create(&path, &schema, &opts).unwrap();
+        w.append_dense(&data[..4 * 5]).unwrap();
+        w.append_dense(&data[4 * 5..]).unwrap();
+        w.close().unwrap();
+        let r = Reader::open(&path, true).unwrap();
+        let all: Vec<u64> = (0..n as u64).collect();
+        let mut out = vec![0u8; data.len()];
+        r.gather_dense(&all, &mut out).unwrap();
+        assert_eq!(out, data);
+    }
+}
