@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from . import common, read_bench, read_gguf, read_onnx, report, sampler_bench, write_bench
+from . import common, loader_bench, read_bench, read_gguf, read_onnx, report, sampler_bench, write_bench
 
 # name -> (quick settings, full settings, runner, header)
 COMPARISONS = {
@@ -46,6 +46,12 @@ COMPARISONS = {
         dict(space=1_000_000, batches=[256, 1024, 8192], runs=201, budget=50_000),
         sampler_bench.run,
         sampler_bench.header,
+    ),
+    "loader": (
+        dict(records=600, batches=40, runs=3),
+        dict(records=2500, batches=200, runs=5),
+        loader_bench.run,
+        loader_bench.header,
     ),
 }
 

@@ -52,6 +52,38 @@ pub enum Error {
         /// The caller's buffer length.
         got: u64,
     },
+    /// A DataLoader needs at least one stream.
+    #[error("need at least one stream")]
+    NoStreams,
+    /// Streams loaded together must hold the same number of records.
+    #[error("all streams must hold the same number of records, got {first:?}: {first_len}, {other:?}: {other_len}")]
+    StreamLengths {
+        /// The first stream.
+        first: String,
+        /// Its record count.
+        first_len: u64,
+        /// A stream whose count differs.
+        other: String,
+        /// That count.
+        other_len: u64,
+    },
+    /// The index plan covers a different number of records than the streams.
+    #[error("the sampler covers {plan} records but the streams hold {streams}")]
+    PlanLength {
+        /// The plan's length.
+        plan: u64,
+        /// The streams' length.
+        streams: u64,
+    },
+    /// A DataLoader needs at least one worker thread.
+    #[error("workers must be positive")]
+    ZeroWorkers,
+    /// A DataLoader needs room for at least one batch ahead.
+    #[error("prefetch must be positive")]
+    ZeroPrefetch,
+    /// The operating system refused to start a worker thread.
+    #[error("could not start a loader thread: {0}")]
+    Spawn(String),
 }
 
 /// `Result` with this crate's [`Error`].

@@ -82,8 +82,10 @@
 //! ([`Error::UnevenShard`]): data-parallel steps need equal per-rank batches.
 #![deny(missing_docs)]
 
+pub mod dataloader;
 mod error;
 pub mod sampler;
 
+pub use dataloader::{Batch, Column, DataLoader, GatherError, Stream};
 pub use error::{Error, Result};
 pub use sampler::{Mode, Plan, Sampler};

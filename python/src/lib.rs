@@ -12,10 +12,12 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 
 mod array;
+mod dataloader;
 mod dlpack;
 mod loader;
 mod tensor;
 mod writers;
+mod zrecord;
 
 pyo3::create_exception!(
     zt,
@@ -178,6 +180,9 @@ fn _zt(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<tensor::Tensor>()?;
     m.add_class::<array::ArrayView>()?;
     m.add_class::<loader::Sampler>()?;
+    zrecord::register(m)?;
+    m.add_class::<dataloader::DataLoaderCore>()?;
+    m.add_class::<dataloader::LoaderBuffer>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

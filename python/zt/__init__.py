@@ -21,7 +21,19 @@ from . import _zt
 from ._tensor import Tensor
 from ._zt import FormatError, page_size
 
-__all__ = ["FormatError", "Source", "Tensor", "convert", "detect", "open", "page_size", "loader", "numpy", "torch"]
+__all__ = [
+    "FormatError",
+    "Source",
+    "Tensor",
+    "convert",
+    "detect",
+    "open",
+    "page_size",
+    "loader",
+    "numpy",
+    "torch",
+    "zrecord",
+]
 __version__ = _zt.__version__
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -127,4 +139,4 @@ def detect(path: PathLike) -> str:
     return _zt.detect(os.fspath(path))
 
 
-from . import loader, numpy, torch  # noqa: E402  (the submodules import the names above)
+from . import loader, numpy, torch, zrecord  # noqa: E402  (the submodules import the names above)

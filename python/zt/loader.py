@@ -43,6 +43,7 @@ from __future__ import annotations
 import enum
 import operator
 import os
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -52,7 +53,7 @@ from . import _zt
 
 _frombuffer = np.frombuffer
 
-__all__ = ["CYCLIC", "IID", "SEQUENTIAL", "Mode", "Sampler"]
+__all__ = ["CYCLIC", "IID", "SEQUENTIAL", "DataLoader", "Mode", "Sampler"]
 
 _U64_MAX = (1 << 64) - 1
 
@@ -307,4 +308,268 @@ class Sampler:
         return (
             f"<zt.loader.Sampler length={c['length']} batch_size={c['batch_size']} "
             f"mode={Mode(c['mode']).name} seed={c['seed']}{shard} {state}>"
+        )
+
+
+# -- DataLoader ------------------------------------------------------------------
+
+
+def _positive(name: str, value: Any) -> int:
+    """loaderx's check for worker and prefetch counts (bool refused)."""
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be an integer")
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an integer") from None
+    if value < 1:
+        raise ValueError(f"{name} must be positive")
+    return value
+
+
+def _column_builder(stream: Any, packed: bool):
+    """The function turning one native column into the value a batch holds."""
+    from .zrecord import Dense
+
+    if isinstance(stream, Dense):
+        return np.asarray
+    dtype = stream.dtype
+    itemsize = np.uint64(dtype.itemsize)
+
+    def ragged(parts):
+        values, offsets, shapes = (np.asarray(p) for p in parts)
+        values = values.view(dtype)
+        offsets = offsets // itemsize
+        if packed:
+            return values, offsets, shapes
+        bounds = offsets.tolist()
+        return [values[a:b].reshape(s) for a, b, s in zip(bounds[:-1], bounds[1:], map(tuple, shapes.tolist()))]
+
+    return ragged
+
+
+def _assembler(names: list[str], builders: list):
+    """The function turning a native column list into the batch dict."""
+    pairs = list(zip(names, builders))
+
+    def assemble(columns):
+        return {name: build(column) for (name, build), column in zip(pairs, columns)}
+
+    return assemble
+
+
+def _transformer(assemble, transform):
+    """What a worker thread calls: assemble the batch, run the transform, and
+    note the step on an exception (its traceback is kept)."""
+
+    def finish(step, columns):
+        try:
+            return transform(assemble(columns))
+        except BaseException as exc:
+            exc.add_note(f"raised by the zt.loader.DataLoader transform at step {step}")
+            raise
+
+    return finish
+
+
+class DataLoader:
+    """Endless, step-ordered batches gathered from zrecord streams.
+
+    ``streams`` maps names to opened :class:`zt.zrecord.Dense` /
+    :class:`zt.zrecord.Ragged` readers of equal length. Step ``s``'s batch is
+    ``{name: values}`` gathered at :class:`Sampler`'s indices for step ``s``
+    (the same indices for every stream): a ``(n, *item_shape)`` array for a
+    Dense stream, a list of arrays for a Ragged one (or, with
+    ``packed=True``, the ``(values, offsets, shapes)`` of
+    :meth:`zt.zrecord.Ragged.gather_packed`). Every array is owned by the
+    batch: keeping one keeps its memory, and nothing reuses it until it is
+    dropped.
+
+    ``workers`` native threads claim steps, gather without the GIL and hand
+    batches over in step order, so the sequence is the same for any number of
+    workers; at most ``prefetch`` batches are built or waiting ahead of the
+    consumer. ``transform(batch)`` (optional) runs on the worker threads, and
+    may run concurrently; its result is what ``next()`` returns, and an
+    exception it raises is raised by ``next()`` at that step, with its
+    traceback. A stream that fails (a corrupt record) raises
+    ``zt.zrecord.ZrecordError`` at the step that hit it, naming the stream,
+    the store and the record; the loader then goes on with the next step.
+
+    Resume: :meth:`state_dict` / :meth:`load_state_dict` and :meth:`seek`
+    (or ``start_step``) give exactly the batches the original run gave from
+    that step on. ``rank`` / ``world_size`` shard each global batch as
+    :class:`Sampler` does. :meth:`close` stops the workers; it is safe from
+    the consumer, another thread or a transform.
+    """
+
+    def __init__(
+        self,
+        streams: dict[str, Any],
+        batch_size: int = 256,
+        mode: int = CYCLIC,
+        seed: int = 42,
+        workers: int = 4,
+        prefetch: int = 4,
+        transform: Any = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+        start_step: int = 0,
+        *,
+        packed: bool = False,
+    ):
+        from .zrecord import Dense, Ragged
+
+        self._core = None
+        self.streams = dict(streams)
+        if not self.streams:
+            raise ValueError("need at least one stream")
+        invalid = [
+            name
+            for name, ds in self.streams.items()
+            if not isinstance(ds, (Dense, Ragged)) or getattr(ds, "_reader", None) is None or ds.closed
+        ]
+        if invalid:
+            raise ValueError(f"DataLoader streams must be opened for reading: {invalid}")
+        lengths = {name: len(ds) for name, ds in self.streams.items()}
+        if len(set(lengths.values())) != 1:
+            raise ValueError(f"all streams must hold the same number of records, got {lengths}")
+        length = next(iter(lengths.values()))
+        self._workers = _positive("workers", workers)
+        self._prefetch = _positive("prefetch", prefetch)
+        if transform is not None and not callable(transform):
+            raise TypeError(f"transform must be callable, got {type(transform).__name__}")
+        # The Sampler validates the index settings with its messages and gives
+        # the state dict; the workers compute the same batches natively.
+        self.sampler = Sampler(length, batch_size, mode, seed, rank, world_size)
+        self._transform = transform
+        names = list(self.streams)
+        self._assemble = _assembler(names, [_column_builder(self.streams[n], packed) for n in names])
+        self._paths = [os.fspath(self.streams[n].path) for n in names]
+        self._names = names
+        self._lock = threading.Lock()
+        self._closed = False
+        self._core = self._start(_u64("start_step", start_step, 0))
+
+    def _start(self, step: int):
+        s = self.sampler
+        finish = None if self._transform is None else _transformer(self._assemble, self._transform)
+        return _zt.DataLoaderCore(
+            self._paths,
+            self._names,
+            s.batch_size,
+            int(s.mode),
+            s.seed,
+            s.rank,
+            s.world_size,
+            self._workers,
+            self._prefetch,
+            step,
+            finish,
+        )
+
+    # -- iteration ------------------------------------------------------------------
+
+    def __iter__(self) -> DataLoader:
+        return self
+
+    def __next__(self):
+        core = self._core
+        if core is None or self._closed:
+            raise StopIteration
+        item = core.next()
+        if item is None:
+            raise StopIteration
+        _step, transformed, value = item
+        return value if transformed else self._assemble(value)
+
+    def next(self):
+        """The next step's batch (``StopIteration`` once closed)."""
+        return self.__next__()
+
+    def __len__(self):
+        raise TypeError("Eternal loader has no length.")
+
+    # -- position ---------------------------------------------------------------------
+
+    @property
+    def step(self) -> int:
+        """The step the next ``next()`` returns."""
+        core = self._core
+        if core is None:
+            raise RuntimeError("DataLoader is closed")
+        return core.position
+
+    def seek(self, step: int) -> None:
+        """Make ``step`` the next step returned: the workers restart there and
+        batches already prefetched are dropped."""
+        step = _u64("step", step, 0)
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("DataLoader is closed")
+            old, self._core = self._core, None
+            old.close()
+            self._core = self._start(step)
+
+    def state_dict(self) -> dict[str, int]:
+        """The sampler settings and the next step (JSON-friendly)."""
+        return {**self.sampler.state_dict(), "step": self.step}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        """Resume from :meth:`state_dict` (refused if the sampler settings differ)."""
+        check = Sampler(self.sampler.length, self.sampler.batch_size, self.sampler.mode, self.sampler.seed, 0, 1)
+        check.load_state_dict(state)  # raises on missing keys or different settings
+        self.seek(state["step"])
+
+    # -- diagnostics -----------------------------------------------------------------
+
+    @property
+    def live_batches(self) -> int:
+        """Batches whose buffers are alive now (in flight, waiting or held by you)."""
+        core = self._core
+        return 0 if core is None else core.live_batches
+
+    @property
+    def peak_batches(self) -> int:
+        """The most batches alive at once since the last start or seek."""
+        core = self._core
+        return 0 if core is None else core.peak_batches
+
+    @property
+    def workers(self) -> int:
+        return self._workers
+
+    @property
+    def prefetch(self) -> int:
+        return self._prefetch
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """Stop the workers and wait for them (a transform calling this skips
+        its own thread). Streams belong to the caller and stay open."""
+        self._closed = True
+        core = self._core
+        if core is not None:
+            core.close()
+
+    def __enter__(self) -> DataLoader:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        core = getattr(self, "_core", None)
+        if core is not None:
+            core.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"step={self.step}"
+        return (
+            f"<zt.loader.DataLoader streams={self._names} batch_size={self.sampler.batch_size} "
+            f"mode={self.sampler.mode.name} workers={self._workers} prefetch={self._prefetch} {state}>"
         )

@@ -1,1 +1,47 @@
-//! Dense and Ragged record stores on the loaderx 2.3 layout. Filled by the zrecord issue.
+//! Dense and Ragged record stores on the loaderx 2.3 on-disk layout.
+//!
+//! A store is a directory: `meta.zr` (a 4096-byte header page and a table
+//! of 16-byte RecordLocs), `data_0.zr … data_{S-1}.zr` (record `i` in shard
+//! `i % S`) and, for dictionary stores, `dict.zr`. Stores built here open in
+//! loaderx 2.3 and the other way round; see [`layout`] for the bytes.
+//!
+//! What differs from loaderx is the engine: builds are published atomically
+//! ([`Writer::close`] renames a finished build onto the destination; a
+//! dropped or killed writer publishes nothing), appends and gathers run in
+//! parallel, the RecordLoc table and shards are memory-mapped, adjacent
+//! records are copied in one go, and Ragged gathers return values, offsets
+//! and shapes from one pass.
+//!
+//! ```
+//! use zrecord::{CreateOptions, Codec, Reader, Schema, Writer};
+//! let dir = tempfile::tempdir().unwrap();
+//! let path = dir.path().join("tokens");
+//! let schema = Schema::dense("<i4", &[4]).unwrap();
+//! let options = CreateOptions { codec: Codec::Zstd, ..CreateOptions::default() };
+//! let mut writer = Writer::create(&path, &schema, &options)?;
+//! let rows: Vec<u8> = (0..40i32).flat_map(|x| x.to_le_bytes()).collect();
+//! writer.append_dense(&rows)?;
+//! writer.close()?;
+//!
+//! let reader = Reader::open(&path, true)?;
+//! let mut out = vec![0u8; 2 * 16];
+//! reader.gather_dense(&[9, 0], &mut out)?;
+//! assert_eq!(&out[..16], &rows[9 * 16..10 * 16]);
+//! # Ok::<(), zrecord::Error>(())
+//! ```
+
+#![deny(missing_docs)]
+
+pub mod codec;
+pub mod error;
+mod fsio;
+pub mod layout;
+pub mod reader;
+pub mod schema;
+pub mod writer;
+
+pub use codec::{train_dict, Codec, DictTier, DICT_TIERS};
+pub use error::{Error, Result};
+pub use reader::{RaggedBatch, Reader};
+pub use schema::{Geometry, Schema};
+pub use writer::{CreateOptions, Writer};

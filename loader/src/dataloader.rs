@@ -1,0 +1,482 @@
+//! The step-ordered DataLoader: worker threads gather zrecord streams at the
+//! indices [`Plan::fill`] gives for each step and deliver the batches in
+//! step order through a bounded reorder buffer.
+//!
+//! * **Claiming.** A worker takes the next step from an atomic counter. It
+//!   may start gathering step `s` only while `s < next + prefetch`, where
+//!   `next` is the step the consumer receives next, so at most `prefetch`
+//!   batches are being built or waiting at any time (plus the ones the
+//!   consumer holds). Waiting is on a condition variable, never a poll.
+//! * **Ordering.** Finished batches go into a map keyed by step; the consumer
+//!   takes exactly `next`, so the output is the same for any number of
+//!   workers, and restarting at step `k` ([`DataLoader::new`] with
+//!   `start_step = k`) gives exactly the batches a run reaching `k` saw.
+//! * **Buffers.** Dense columns are taken from a per-stream free-list and go
+//!   back to it when the last user drops them, so a steady run stops
+//!   allocating. [`DataLoader::live_batches`] counts batches whose buffers
+//!   are still alive anywhere (in flight, waiting, or held by the consumer).
+//! * **Finishing.** A caller-supplied `finish` function turns each gathered
+//!   batch (or its error) into the delivered item on the worker thread; the
+//!   Python binding runs the user's transform there.
+//! * **Closing.** [`DataLoader::shutdown`] wakes everyone and hands back the
+//!   undelivered items; [`DataLoader::join`] waits for the workers (skipping
+//!   the calling thread, so a `finish` may close its own loader). Buffers are
+//!   owned by the batches, so closing never frees memory a batch still uses.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::{JoinHandle, ThreadId};
+
+use zrecord::{Geometry, RaggedBatch, Reader};
+
+use crate::error::{Error, Result};
+use crate::sampler::Plan;
+
+/// One named, opened store the loader gathers from.
+#[derive(Clone)]
+pub struct Stream {
+    /// The name batches use for this stream's column.
+    pub name: String,
+    /// The opened store.
+    pub reader: Arc<Reader>,
+}
+
+/// A stream failed to gather a step: which stream, which step, and the
+/// store's own error (which names the store and, for a bad record, its index).
+#[derive(Debug, thiserror::Error)]
+#[error("stream {stream:?} failed at step {step}: {source}")]
+pub struct GatherError {
+    /// The stream's name.
+    pub stream: String,
+    /// The step being gathered.
+    pub step: u64,
+    /// The store's error.
+    #[source]
+    pub source: zrecord::Error,
+}
+
+/// Counts live batches and keeps the Dense free-lists.
+struct Pool {
+    /// Per stream: spare Dense buffers (u64 words, so any dtype is aligned).
+    free: Vec<Mutex<Vec<Vec<u64>>>>,
+    /// Spare buffers kept per stream; more are freed.
+    keep: usize,
+    live: AtomicUsize,
+    peak: AtomicUsize,
+}
+
+impl Pool {
+    fn take(&self, stream: usize, bytes: usize) -> Vec<u64> {
+        let words = bytes.div_ceil(8);
+        let spare = lock(&self.free[stream]).pop();
+        match spare {
+            Some(v) if v.len() == words => v,
+            _ => vec![0u64; words],
+        }
+    }
+
+    fn give(&self, stream: usize, words: Vec<u64>) {
+        let mut free = lock(&self.free[stream]);
+        if free.len() < self.keep {
+            free.push(words);
+        }
+    }
+}
+
+/// Alive while any column of one batch is alive: the live-batch count.
+struct Lease {
+    pool: Arc<Pool>,
+}
+
+impl Lease {
+    fn new(pool: &Arc<Pool>) -> Arc<Lease> {
+        let now = pool.live.fetch_add(1, Ordering::SeqCst) + 1;
+        pool.peak.fetch_max(now, Ordering::SeqCst);
+        Arc::new(Lease { pool: pool.clone() })
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.pool.live.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A Dense column: `rows * row_bytes` bytes, returned to the free-list on drop.
+pub struct DenseColumn {
+    words: Vec<u64>,
+    len: usize,
+    stream: usize,
+    lease: Arc<Lease>,
+}
+
+impl DenseColumn {
+    /// The gathered rows, end to end.
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: `words` holds at least `len` initialized bytes.
+        unsafe { std::slice::from_raw_parts(self.words.as_ptr() as *const u8, self.len) }
+    }
+
+    /// The buffer's address (aligned for 8-byte elements), for handing the
+    /// memory to numpy while this column is kept alive.
+    pub fn as_ptr(&self) -> *const u8 {
+        self.words.as_ptr() as *const u8
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `bytes`; every byte pattern is a valid u64.
+        unsafe { std::slice::from_raw_parts_mut(self.words.as_mut_ptr() as *mut u8, self.len) }
+    }
+}
+
+impl Drop for DenseColumn {
+    fn drop(&mut self) {
+        let words = std::mem::take(&mut self.words);
+        self.lease.pool.give(self.stream, words);
+    }
+}
+
+/// A Ragged column: the store's packed gather plus the batch's lease.
+pub struct RaggedColumn {
+    /// Values end to end, byte offsets and shapes.
+    pub batch: RaggedBatch,
+    lease: Arc<Lease>,
+}
+
+impl RaggedColumn {
+    /// A handle that keeps this batch counted as live (see
+    /// [`DataLoader::live_batches`]) after `batch` is moved out.
+    pub fn lease(&self) -> BatchLease {
+        BatchLease(self.lease.clone())
+    }
+}
+
+/// Keeps one batch counted as live while it exists.
+#[derive(Clone)]
+pub struct BatchLease(#[allow(dead_code)] Arc<Lease>);
+
+/// One stream's part of a batch.
+pub enum Column {
+    /// Fixed-shape rows.
+    Dense(DenseColumn),
+    /// Variable-shape records.
+    Ragged(RaggedColumn),
+}
+
+/// Every stream gathered at one step's indices.
+pub struct Batch {
+    /// The step.
+    pub step: u64,
+    /// The record indices, the same for every stream.
+    pub indices: Vec<u64>,
+    /// One column per stream, in the loader's stream order.
+    pub columns: Vec<Column>,
+}
+
+/// The loader's settings (the index plan carries the sampler's).
+#[derive(Clone, Copy, Debug)]
+pub struct Config {
+    /// Which indices each step reads (already sharded for this rank).
+    pub plan: Plan,
+    /// Worker threads (>= 1).
+    pub workers: usize,
+    /// Batches built or waiting ahead of the consumer (>= 1).
+    pub prefetch: usize,
+    /// The first step delivered.
+    pub start_step: u64,
+}
+
+type Finish<T> = dyn Fn(std::result::Result<Batch, GatherError>) -> T + Send + Sync;
+
+struct State<T> {
+    /// The step the consumer receives next.
+    next: u64,
+    /// Finished steps not yet delivered.
+    done: BTreeMap<u64, T>,
+    closed: bool,
+}
+
+struct Shared<T> {
+    streams: Vec<Stream>,
+    plan: Plan,
+    prefetch: u64,
+    claim: AtomicU64,
+    state: Mutex<State<T>>,
+    /// Signalled when step `next` is finished, or on close.
+    ready: Condvar,
+    /// Signalled when `next` advances (the window moves), or on close.
+    space: Condvar,
+    pool: Arc<Pool>,
+    finish: Box<Finish<T>>,
+}
+
+/// A running loader delivering items of type `T` (whatever `finish` makes of
+/// each batch) in step order.
+pub struct DataLoader<T: Send + 'static> {
+    shared: Arc<Shared<T>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    thread_ids: Vec<ThreadId>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panicking worker must not wedge the others: the state stays consistent
+    // at every unlock, so a poisoned lock is still usable.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Check that the streams can be loaded together: at least one, equal
+/// lengths, and the plan's length equal to theirs.
+pub fn check_streams(streams: &[Stream], plan: &Plan) -> Result<()> {
+    let first = streams.first().ok_or(Error::NoStreams)?;
+    let length = first.reader.len();
+    if let Some(other) = streams.iter().find(|s| s.reader.len() != length) {
+        return Err(Error::StreamLengths {
+            first: first.name.clone(),
+            first_len: length,
+            other: other.name.clone(),
+            other_len: other.reader.len(),
+        });
+    }
+    if plan.length() != length {
+        return Err(Error::PlanLength {
+            plan: plan.length(),
+            streams: length,
+        });
+    }
+    Ok(())
+}
+
+impl DataLoader<std::result::Result<Batch, GatherError>> {
+    /// A loader that delivers the gathered batches (or their errors) as they are.
+    pub fn plain(streams: Vec<Stream>, config: Config) -> Result<Self> {
+        DataLoader::new(streams, config, |batch| batch)
+    }
+}
+
+impl<T: Send + 'static> DataLoader<T> {
+    /// Start `config.workers` threads gathering from `config.start_step` on;
+    /// each batch goes through `finish` on its worker thread.
+    pub fn new(
+        streams: Vec<Stream>,
+        config: Config,
+        finish: impl Fn(std::result::Result<Batch, GatherError>) -> T + Send + Sync + 'static,
+    ) -> Result<Self> {
+        check_streams(&streams, &config.plan)?;
+        if config.workers == 0 {
+            return Err(Error::ZeroWorkers);
+        }
+        if config.prefetch == 0 {
+            return Err(Error::ZeroPrefetch);
+        }
+        let pool = Arc::new(Pool {
+            free: streams.iter().map(|_| Mutex::new(Vec::new())).collect(),
+            keep: config.prefetch + config.workers,
+            live: AtomicUsize::new(0),
+            peak: AtomicUsize::new(0),
+        });
+        let shared = Arc::new(Shared {
+            streams,
+            plan: config.plan,
+            prefetch: config.prefetch as u64,
+            claim: AtomicU64::new(config.start_step),
+            state: Mutex::new(State {
+                next: config.start_step,
+                done: BTreeMap::new(),
+                closed: false,
+            }),
+            ready: Condvar::new(),
+            space: Condvar::new(),
+            pool,
+            finish: Box::new(finish),
+        });
+        let mut threads = Vec::with_capacity(config.workers);
+        for i in 0..config.workers {
+            let worker = shared.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("zloader-{i}"))
+                .spawn(move || worker.work());
+            match spawned {
+                Ok(handle) => threads.push(handle),
+                Err(e) => {
+                    // Roll back the threads already started.
+                    let loader = DataLoader {
+                        shared,
+                        thread_ids: threads.iter().map(|t| t.thread().id()).collect(),
+                        threads: Mutex::new(threads),
+                    };
+                    drop(loader.shutdown());
+                    loader.join();
+                    return Err(Error::Spawn(e.to_string()));
+                }
+            }
+        }
+        Ok(DataLoader {
+            shared,
+            thread_ids: threads.iter().map(|t| t.thread().id()).collect(),
+            threads: Mutex::new(threads),
+        })
+    }
+
+    /// The next step's item, waiting for it; `None` once closed.
+    pub fn next(&self) -> Option<T> {
+        let sh = &*self.shared;
+        let mut st = lock(&sh.state);
+        loop {
+            if st.closed {
+                return None;
+            }
+            let step = st.next;
+            if let Some(item) = st.done.remove(&step) {
+                st.next = step.wrapping_add(1);
+                sh.space.notify_all();
+                return Some(item);
+            }
+            st = sh.ready.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// The step [`DataLoader::next`] delivers next.
+    pub fn position(&self) -> u64 {
+        lock(&self.shared.state).next
+    }
+
+    /// Batches whose buffers are alive now: being gathered, waiting, or
+    /// still held by the consumer.
+    pub fn live_batches(&self) -> usize {
+        self.shared.pool.live.load(Ordering::SeqCst)
+    }
+
+    /// The most batches alive at once since the loader started.
+    pub fn peak_batches(&self) -> usize {
+        self.shared.pool.peak.load(Ordering::SeqCst)
+    }
+
+    /// True once [`DataLoader::shutdown`] ran.
+    pub fn is_closed(&self) -> bool {
+        lock(&self.shared.state).closed
+    }
+
+    /// Stop: wake the consumer and every worker, and hand back the finished
+    /// items nobody received (so the caller chooses where they are dropped).
+    /// Workers finish the batch in hand and exit; safe from any thread.
+    pub fn shutdown(&self) -> Vec<T> {
+        let sh = &*self.shared;
+        let mut st = lock(&sh.state);
+        st.closed = true;
+        let left = std::mem::take(&mut st.done).into_values().collect();
+        drop(st);
+        sh.ready.notify_all();
+        sh.space.notify_all();
+        left
+    }
+
+    /// Wait for every worker to exit, except the calling thread when it is a
+    /// worker (a `finish` closing its own loader). Call after `shutdown`.
+    pub fn join(&self) {
+        let me = std::thread::current().id();
+        let threads = std::mem::take(&mut *lock(&self.threads));
+        for t in threads {
+            if t.thread().id() != me {
+                let _ = t.join(); // a panicked worker has nothing left to report
+            }
+        }
+    }
+
+    /// True when the calling thread is one of this loader's workers.
+    pub fn on_worker_thread(&self) -> bool {
+        self.thread_ids.contains(&std::thread::current().id())
+    }
+}
+
+impl<T: Send + 'static> Drop for DataLoader<T> {
+    /// Stops the workers without waiting for them (they exit after the batch
+    /// in hand); call [`DataLoader::shutdown`] and [`DataLoader::join`] to wait.
+    fn drop(&mut self) {
+        drop(self.shutdown());
+    }
+}
+
+impl<T: Send + 'static> Shared<T> {
+    fn work(&self) {
+        let n = self.plan.batch_len() as usize; // addressable: checked by the plan's users
+        loop {
+            let step = self.claim.fetch_add(1, Ordering::SeqCst);
+            if !self.wait_for_window(step) {
+                return;
+            }
+            let mut indices = vec![0u64; n];
+            let batch = self.gather(step, &mut indices).map(|columns| Batch {
+                step,
+                indices,
+                columns,
+            });
+            let item = (self.finish)(batch);
+            let mut st = lock(&self.state);
+            if st.closed {
+                return; // `item` is dropped here, after the lock is released
+            }
+            st.done.insert(step, item);
+            let wake = st.next == step;
+            drop(st);
+            if wake {
+                self.ready.notify_all();
+            }
+        }
+    }
+
+    /// Wait until `step` is inside the prefetch window; false once closed.
+    fn wait_for_window(&self, step: u64) -> bool {
+        let mut st = lock(&self.state);
+        while !st.closed && step.wrapping_sub(st.next) >= self.prefetch {
+            st = self.space.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+        !st.closed
+    }
+
+    fn gather(
+        &self,
+        step: u64,
+        indices: &mut [u64],
+    ) -> std::result::Result<Vec<Column>, GatherError> {
+        let lease = Lease::new(&self.pool);
+        let fail = |stream: &Stream, source| GatherError {
+            stream: stream.name.clone(),
+            step,
+            source,
+        };
+        if let Err(e) = self.plan.fill(step, indices) {
+            // Cannot happen: the buffer is the plan's own batch length.
+            let source = zrecord::Error::Invalid {
+                reason: e.to_string(),
+            };
+            return Err(fail(&self.streams[0], source));
+        }
+        let mut columns = Vec::with_capacity(self.streams.len());
+        for (i, stream) in self.streams.iter().enumerate() {
+            let reader = &stream.reader;
+            let column = match &reader.schema().geometry {
+                Geometry::Dense { .. } => {
+                    let row = reader.schema().row_bytes().unwrap_or(0) as usize;
+                    let len = row.saturating_mul(indices.len());
+                    let mut col = DenseColumn {
+                        words: self.pool.take(i, len),
+                        len,
+                        stream: i,
+                        lease: lease.clone(),
+                    };
+                    reader
+                        .gather_dense(indices, col.bytes_mut())
+                        .map_err(|e| fail(stream, e))?;
+                    Column::Dense(col)
+                }
+                Geometry::Ragged { .. } => Column::Ragged(RaggedColumn {
+                    batch: reader.gather_ragged(indices).map_err(|e| fail(stream, e))?,
+                    lease: lease.clone(),
+                }),
+            };
+            columns.push(column);
+        }
+        Ok(columns)
+    }
+}

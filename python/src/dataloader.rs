@@ -1,0 +1,290 @@
+//! `zt._zt.DataLoaderCore`: the native half of `zt.loader.DataLoader`.
+//!
+//! Worker threads are [`zloader::DataLoader`]'s. Without a transform they
+//! never touch the GIL: the consumer's `next()` waits with the GIL released
+//! and turns the batch into Python objects at hand-off. With a transform,
+//! the worker attaches to the interpreter, builds the batch's Python form
+//! and calls `finish(step, columns)` (zt/loader.py's wrapper around the
+//! user's transform); the result or the exception (with its traceback) is
+//! what the consumer receives at that step.
+//!
+//! Columns cross as [`LoaderBuffer`]s: owned buffers exposed through
+//! `__array_interface__`, so a numpy array made from one keeps it (and the
+//! batch's memory) alive for as long as the array lives.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PyTuple};
+
+use zloader::dataloader::{BatchLease, Column, Config, DenseColumn};
+use zloader::{Batch, DataLoader, GatherError, Mode, Plan, Stream};
+use zrecord::{Geometry, Reader};
+
+/// What a worker hands over: the raw batch (no transform) or the
+/// transform's outcome.
+enum Item {
+    Raw(Result<Batch, GatherError>),
+    Done(u64, PyResult<Py<PyAny>>),
+}
+
+/// The memory behind one array of a batch.
+enum Owner {
+    Dense(DenseColumn),
+    Words(Vec<u64>),
+}
+
+/// One owned array of a batch, read by numpy through the array interface.
+#[pyclass(frozen, module = "zt._zt")]
+pub struct LoaderBuffer {
+    owner: Owner,
+    typestr: String,
+    shape: Vec<usize>,
+    /// Keeps the batch counted as live while this buffer is (Ragged
+    /// offsets and shapes belong to the same batch as its values).
+    _batch: Option<BatchLease>,
+}
+
+#[pymethods]
+impl LoaderBuffer {
+    /// numpy's array interface, version 3 (writable, C order).
+    #[getter]
+    fn __array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let address = match &self.owner {
+            Owner::Dense(c) => c.as_ptr() as usize,
+            Owner::Words(w) => w.as_ptr() as usize,
+        };
+        let dict = PyDict::new(py);
+        dict.set_item("version", 3)?;
+        dict.set_item("shape", PyTuple::new(py, &self.shape)?)?;
+        dict.set_item("typestr", &self.typestr)?;
+        dict.set_item("data", (address, false))?;
+        dict.set_item("strides", py.None())?;
+        Ok(dict)
+    }
+}
+
+/// The Python form of a batch's columns: a Dense column is one buffer of
+/// shape `(n, *item_shape)`; a Ragged column is `(values u8, offsets u64
+/// (bytes), shapes u64[n, ndim])`.
+fn columns_to_py<'py>(
+    py: Python<'py>,
+    streams: &[Stream],
+    batch: Batch,
+) -> PyResult<Bound<'py, PyList>> {
+    let n = batch.indices.len();
+    let list = PyList::empty(py);
+    for (stream, column) in streams.iter().zip(batch.columns) {
+        let schema = stream.reader.schema();
+        match (column, &schema.geometry) {
+            (Column::Dense(c), Geometry::Dense { item_shape }) => {
+                let mut shape = vec![n];
+                shape.extend(item_shape.iter().map(|&d| d as usize));
+                let buf = LoaderBuffer {
+                    owner: Owner::Dense(c),
+                    typestr: schema.dtype.clone(),
+                    shape,
+                    _batch: None,
+                };
+                list.append(Py::new(py, buf)?)?;
+            }
+            (Column::Ragged(r), Geometry::Ragged { ndim }) => {
+                let keep = r.lease();
+                let batch = r.batch;
+                let buffer = |words, typestr: &str, shape| LoaderBuffer {
+                    owner: Owner::Words(words),
+                    typestr: typestr.into(),
+                    shape,
+                    _batch: Some(keep.clone()),
+                };
+                let values = buffer(batch.words, "|u1", vec![batch.len]);
+                let offsets_len = batch.offsets.len();
+                let offsets = buffer(batch.offsets, "<u8", vec![offsets_len]);
+                let shapes = buffer(batch.shapes, "<u8", vec![n, *ndim]);
+                let parts = (
+                    Py::new(py, values)?,
+                    Py::new(py, offsets)?,
+                    Py::new(py, shapes)?,
+                );
+                list.append(parts)?;
+            }
+            _ => {
+                return Err(PyRuntimeError::new_err(
+                    "batch column does not match its stream",
+                ))
+            }
+        }
+    }
+    Ok(list)
+}
+
+/// The exception for a stream that failed at a step: zrecord's
+/// `ZrecordError` (with loaderx's `code`) naming stream, step, store and record.
+fn gather_error(py: Python<'_>, e: GatherError) -> PyErr {
+    let code = e.source.code();
+    let message = e.to_string();
+    let made = py
+        .import("zt._zt")
+        .and_then(|m| m.getattr("ZrecordError"))
+        .and_then(|t| t.call1((message.clone(),)));
+    match made {
+        Ok(exc) => {
+            let _ = exc.setattr("code", code);
+            let _ = exc.setattr("step", e.step);
+            let _ = exc.setattr("stream", e.stream);
+            PyErr::from_value(exc)
+        }
+        Err(_) => PyRuntimeError::new_err(message),
+    }
+}
+
+fn to_py_err(e: zloader::Error) -> PyErr {
+    PyValueError::new_err(e.to_string())
+}
+
+/// The running native loader.
+#[pyclass(frozen, module = "zt._zt")]
+pub struct DataLoaderCore {
+    inner: DataLoader<Item>,
+    streams: Arc<Vec<Stream>>,
+}
+
+#[pymethods]
+impl DataLoaderCore {
+    /// Open every stream's store by path and start the workers. Arguments
+    /// are validated by zt/loader.py; the checks here back them up.
+    #[new]
+    #[pyo3(signature = (paths, names, batch_size, mode, seed, rank, world_size, workers, prefetch, start_step, finish=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        paths: Vec<PathBuf>,
+        names: Vec<String>,
+        batch_size: u64,
+        mode: u64,
+        seed: u64,
+        rank: u64,
+        world_size: u64,
+        workers: usize,
+        prefetch: usize,
+        start_step: u64,
+        finish: Option<Py<PyAny>>,
+    ) -> PyResult<Self> {
+        if paths.len() != names.len() {
+            return Err(PyValueError::new_err("one name per stream path"));
+        }
+        let readers = py
+            .detach(|| {
+                paths
+                    .iter()
+                    .map(Reader::open_any)
+                    .collect::<zrecord::Result<Vec<_>>>()
+            })
+            .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+        let streams: Vec<Stream> = names
+            .into_iter()
+            .zip(readers)
+            .map(|(name, r)| Stream {
+                name,
+                reader: Arc::new(r),
+            })
+            .collect();
+        let length = streams.first().map_or(0, |s| s.reader.len());
+        let mode = Mode::try_from(mode).map_err(to_py_err)?;
+        let plan = Plan::new(length, batch_size, mode, seed)
+            .and_then(|p| p.shard(rank, world_size))
+            .map_err(to_py_err)?;
+        if usize::try_from(plan.batch_len()).is_err() {
+            return Err(to_py_err(zloader::Error::BatchTooLarge(plan.batch_len())));
+        }
+        let config = Config {
+            plan,
+            workers,
+            prefetch,
+            start_step,
+        };
+        let streams = Arc::new(streams);
+        let inner = match finish {
+            None => DataLoader::new(streams.to_vec(), config, Item::Raw),
+            Some(finish) => {
+                let layout = streams.clone();
+                DataLoader::new(streams.to_vec(), config, move |batch| {
+                    let step = match &batch {
+                        Ok(b) => b.step,
+                        Err(e) => e.step,
+                    };
+                    Item::Done(
+                        step,
+                        Python::attach(|py| {
+                            let batch = batch.map_err(|e| gather_error(py, e))?;
+                            let step = batch.step;
+                            let columns = columns_to_py(py, &layout, batch)?;
+                            finish.call1(py, (step, columns))
+                        }),
+                    )
+                })
+            }
+        }
+        .map_err(to_py_err)?;
+        Ok(DataLoaderCore { inner, streams })
+    }
+
+    /// The next step's `(step, transformed, value)`; `None` once closed.
+    /// `value` is the transform's result, or the raw columns.
+    fn next<'py>(&self, py: Python<'py>) -> PyResult<Option<(u64, bool, Bound<'py, PyAny>)>> {
+        let item = py.detach(|| self.inner.next());
+        match item {
+            None => Ok(None),
+            Some(Item::Done(step, result)) => Ok(Some((step, true, result?.into_bound(py)))),
+            Some(Item::Raw(batch)) => {
+                let batch = batch.map_err(|e| gather_error(py, e))?;
+                let step = batch.step;
+                let columns = columns_to_py(py, &self.streams, batch)?;
+                Ok(Some((step, false, columns.into_any())))
+            }
+        }
+    }
+
+    /// The step `next()` delivers next.
+    #[getter]
+    fn position(&self) -> u64 {
+        self.inner.position()
+    }
+
+    /// Batches whose buffers are alive (in flight, waiting or held).
+    #[getter]
+    fn live_batches(&self) -> usize {
+        self.inner.live_batches()
+    }
+
+    /// The most batches alive at once so far.
+    #[getter]
+    fn peak_batches(&self) -> usize {
+        self.inner.peak_batches()
+    }
+
+    /// True once closed.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.inner.is_closed()
+    }
+
+    /// Stop the workers and wait for them (except the calling thread when a
+    /// transform closes its own loader). Undelivered batches are dropped here
+    /// with the GIL held; the wait runs with it released, so a transform
+    /// that is waiting for the GIL can finish.
+    fn close(&self, py: Python<'_>) {
+        drop(self.inner.shutdown());
+        py.detach(|| self.inner.join());
+    }
+}
+
+impl Drop for DataLoaderCore {
+    fn drop(&mut self) {
+        // The workers exit after their batch in hand; without the join they
+        // never wait on a GIL this thread may hold.
+        drop(self.inner.shutdown());
+    }
+}

@@ -1,0 +1,456 @@
+"""Dense and Ragged record stores on the loaderx 2.3 layout, loaderx-shaped.
+
+A store is an ordered, immutable sequence of records with ids ``0..N-1`` in
+append order. ``create`` returns an append-only container, ``open`` a
+read-only one; ``close`` publishes a created store. Stores move freely
+between zt and loaderx 2.3 (same bytes on disk).
+
+>>> import numpy as np
+>>> from zt.zrecord import Dense
+>>> with Dense.create("rows", np.float32, (4,), codec="zstd") as ds:   # doctest: +SKIP
+...     ds.append(np.ones((10, 4), np.float32))
+>>> with Dense.open("rows") as ds:                                       # doctest: +SKIP
+...     batch = ds[[3, 1, 4]]                                           # (3, 4) float32
+
+Unlike loaderx, a build happens beside the destination and is renamed into
+place by ``close()``: an exception inside ``with create(...)`` (or a killed
+process) publishes nothing. Gathers release the GIL and run in parallel;
+``close()`` during a gather is safe (the gather keeps the store alive).
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import os
+from pathlib import Path
+
+import numpy as np
+
+from . import _zt
+from ._zt import ZrecordError
+
+__all__ = ["DICT_TIERS", "Dense", "Ragged", "ZrecordError", "train_dict"]
+
+CODECS = ("raw", "zstd", "zstd_dict")
+MAX_DATA_SHARDS = 255
+MAX_RECORD_LEN = 1 << 31
+MAX_SCHEMA_LEN = 4096 - (16 + 255 * 8)
+DICT_TIERS = {name: {"dict_bytes": d, "sample_budget": s} for name, (d, s) in _zt.dict_tiers().items()}
+DEFAULT_TIER = "balanced"
+
+_NUMPY_MAX_NDIMS = 64 if int(np.__version__.split(".", 1)[0]) >= 2 else 32
+_MAX_INTP = np.iinfo(np.intp).max
+
+
+def _validate_dtype(dtype):
+    if dtype.fields is not None:
+        raise ValueError("structured dtypes are not supported")
+    if dtype.subdtype is not None:
+        raise ValueError("subarray dtypes are not supported; put dimensions in the shape")
+    if dtype.metadata is not None:
+        raise ValueError("dtype metadata is not supported")
+    if dtype.hasobject:
+        raise ValueError("object dtypes cannot be persisted")
+    if dtype.itemsize == 0:
+        raise ValueError("zero-itemsize dtypes cannot be persisted")
+    return dtype
+
+
+def _validate_shape(value):
+    try:
+        dimensions = tuple(value)
+    except TypeError:
+        raise ValueError("item_shape must be an iterable of integers") from None
+    shape = []
+    for dimension in dimensions:
+        if isinstance(dimension, (bool, np.bool_)):
+            raise ValueError("item_shape dimensions must be integers")
+        try:
+            dimension = operator.index(dimension)
+        except TypeError:
+            raise ValueError("item_shape dimensions must be integers") from None
+        if dimension < 0:
+            raise ValueError("item_shape dimensions must be non-negative")
+        shape.append(dimension)
+    if len(shape) >= _NUMPY_MAX_NDIMS:
+        raise ValueError(f"item_shape rank must be below NumPy's {_NUMPY_MAX_NDIMS}-dimension limit")
+    return tuple(shape)
+
+
+def _validate_ndim(value):
+    if isinstance(value, (bool, np.bool_)):
+        raise ValueError("ndim must be an integer")
+    try:
+        ndim = operator.index(value)
+    except TypeError:
+        raise ValueError("ndim must be an integer") from None
+    if ndim < 1 or ndim > _NUMPY_MAX_NDIMS:
+        raise ValueError(f"ndim must be between 1 and NumPy's {_NUMPY_MAX_NDIMS}-dimension limit")
+    return ndim
+
+
+def _validate_data_shards(value):
+    if isinstance(value, (bool, np.bool_)):
+        raise ValueError("data_shards must be an integer")
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise ValueError("data_shards must be an integer") from None
+    if not 1 <= value <= MAX_DATA_SHARDS:
+        raise ValueError(f"data_shards must be between 1 and {MAX_DATA_SHARDS}")
+    return value
+
+
+def _check_codec(codec, dict_bytes):
+    if not isinstance(codec, str) or codec not in CODECS:
+        raise ValueError(f"unknown codec {codec!r}, expected one of {sorted(CODECS)}")
+    if codec == "zstd_dict" and not dict_bytes:
+        raise ValueError("creating a zstd_dict store requires non-empty dict_bytes from train_dict")
+    if codec != "zstd_dict" and dict_bytes is not None:
+        raise ValueError("dict_bytes requires codec='zstd_dict'")
+    return None if dict_bytes is None else bytes(dict_bytes)
+
+
+def _address(array: np.ndarray) -> int:
+    return array.__array_interface__["data"][0]
+
+
+class _Base:
+    """Lifecycle, indexing and schema common to both geometries."""
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError(f"use {type(self).__name__}.open(...) or {type(self).__name__}.create(...)")
+
+    # -- construction -------------------------------------------------------
+
+    def _open(self, path, dense):
+        self.path = Path(path)
+        self._writer = None
+        self._reader = _zt.RecordReader.open(os.fspath(self.path), dense)
+        try:
+            dtype, ndim, item_shape = self._reader.schema()
+            self.dtype = _validate_dtype(np.dtype(dtype))
+            self.ndim = ndim
+            if dense:
+                self.item_shape = tuple(item_shape)
+                self._row_bytes = math.prod(self.item_shape) * self.dtype.itemsize
+            self.codec = self._reader.codec
+            self.data_shards = self._reader.data_shards
+        except BaseException:
+            self._reader.close()
+            raise
+
+    def _create(self, path, dtype, item_shape, ndim, codec, dict_bytes, data_shards, level):
+        dict_bytes = _check_codec(codec, dict_bytes)
+        self.path = Path(path)
+        self.dtype = _validate_dtype(np.dtype(dtype))
+        self.codec = codec
+        self.data_shards = _validate_data_shards(data_shards)
+        self._reader = None
+        if level is not None and (isinstance(level, bool) or not isinstance(level, int) or codec == "raw"):
+            raise ValueError("level must be an int and needs a zstd codec")
+        if item_shape is not None:
+            self.item_shape = _validate_shape(item_shape)
+            self.ndim = len(self.item_shape)
+            self._row_bytes = math.prod(self.item_shape) * self.dtype.itemsize
+            if self._row_bytes <= 0 or self._row_bytes > MAX_RECORD_LEN:
+                raise ValueError(f"dense record width {self._row_bytes} is outside the native limit")
+        else:
+            self.ndim = _validate_ndim(ndim)
+        self._writer = _zt.RecordWriter.create(
+            os.fspath(self.path),
+            self.dtype.str,
+            None if item_shape is None else list(self.item_shape),
+            None if item_shape is not None else self.ndim,
+            codec,
+            self.data_shards,
+            dict_bytes,
+            level,
+        )
+
+    # -- lifecycle ----------------------------------------------------------
+
+    def _require(self, writable):
+        handle = self._writer if writable else self._reader
+        if handle is None or handle.closed:
+            other = self._reader if writable else self._writer
+            if other is not None and not other.closed:
+                operation = "append" if writable else "read"
+                source = "create" if writable else "open"
+                raise RuntimeError(f"{operation} requires a container returned by {source}()")
+            raise RuntimeError("Container is closed")
+        return handle
+
+    def __len__(self):
+        handle = self._writer if self._writer is not None else self._reader
+        if handle is None or handle.closed:
+            raise RuntimeError("Container is closed")
+        return len(handle)
+
+    @property
+    def closed(self) -> bool:
+        handle = self._writer if self._writer is not None else self._reader
+        return handle is None or handle.closed
+
+    def has_dict(self):
+        """True if the store uses a zstd dictionary."""
+        return self.codec == "zstd_dict"
+
+    def close(self):
+        """Publish a created store (rename into place), or release a reader.
+        Idempotent. Waits for a running append; a running gather keeps the
+        store open until it returns."""
+        if getattr(self, "_writer", None) is not None:
+            self._writer.close()
+        if getattr(self, "_reader", None) is not None:
+            self._reader.close()
+
+    def discard(self):
+        """Abandon a store being created: nothing is published."""
+        if getattr(self, "_writer", None) is not None:
+            self._writer.discard()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc_val, exc_tb):
+        # An exception inside `with create(...)` discards the build rather
+        # than publishing a partial store.
+        if exc_type is not None:
+            self.discard()
+        self.close()
+
+    # -- indexing -----------------------------------------------------------
+
+    def _idxs(self, idx):
+        length = len(self._reader)
+        if isinstance(idx, (bool, np.bool_)):
+            raise TypeError("a boolean scalar is not a record index or mask")
+        if isinstance(idx, slice):
+            if (idx.start is not None and idx.start < 0) or (idx.stop is not None and idx.stop < 0):
+                raise IndexError("negative record indices are not supported")
+            idxs = np.arange(*idx.indices(length), dtype=np.uint64)
+        elif type(idx) is np.ndarray and idx.dtype == np.uint64 and idx.flags.c_contiguous:
+            idxs = idx
+        else:
+            # Any container form is a record set: ds[0, 5, 2] gathers 0, 5, 2.
+            idxs = np.asarray([idx] if isinstance(idx, (int, np.integer)) else idx)
+            if idxs.dtype == np.bool_:
+                if idxs.ndim != 1 or idxs.size != length:
+                    raise IndexError(f"boolean mask must be one-dimensional with length {length}")
+                idxs = np.flatnonzero(idxs)
+            elif idxs.size and not np.issubdtype(idxs.dtype, np.integer):
+                raise TypeError("indices must be integers or a bool mask")
+            if idxs.size and np.issubdtype(idxs.dtype, np.signedinteger) and idxs.min() < 0:
+                raise IndexError("negative record indices are not supported")
+            idxs = np.ascontiguousarray(idxs, dtype=np.uint64).reshape(-1)
+        if idxs.size and idxs.max() >= length:
+            raise IndexError(f"record index out of range for container of length {length}")
+        return idxs
+
+    def __getitem__(self, idx):
+        """``ds[i]`` is one record; a list, tuple, ndarray, slice or bool mask
+        is a record set (a gather)."""
+        values = self.__getitems__(idx)
+        return values[0] if isinstance(idx, (int, np.integer)) else values
+
+    def __getitems__(self, idxs):
+        reader = self._require(False)
+        return self._gather(reader, self._idxs(idxs))
+
+
+class Dense(_Base):
+    """A fixed-shape sequence: one ``item_shape`` row per record. Reads
+    return ``ndarray`` of shape ``(n, *item_shape)``."""
+
+    @classmethod
+    def open(cls, path):
+        """Open an existing dense store for reading."""
+        self = cls.__new__(cls)
+        self._open(path, True)
+        return self
+
+    @classmethod
+    def create(cls, path, dtype, item_shape, *, codec="raw", dict_bytes=None, data_shards=4, level=None):
+        """Create a new append-only dense store with an explicit schema.
+        ``level`` overrides the zstd level (default 3, or 15 for ``zstd_dict``;
+        loaderx 2.3.8 uses 3 for both)."""
+        self = cls.__new__(cls)
+        self._create(path, dtype, item_shape, None, codec, dict_bytes, data_shards, level)
+        return self
+
+    def append(self, records):
+        """Append one ``(batch, *item_shape)`` array (synchronous, GIL released)."""
+        writer = self._require(True)
+        batch = records
+        if not isinstance(batch, np.ndarray):
+            raise TypeError("dense append requires a numpy array")
+        if batch.ndim == 0:
+            batch = batch.reshape(1)
+        if batch.dtype != self.dtype:
+            raise ValueError(f"dense append dtype {batch.dtype} != store dtype {self.dtype}")
+        if batch.ndim != len(self.item_shape) + 1 or batch.shape[1:] != self.item_shape:
+            raise ValueError(f"dense append shape {batch.shape} != (batch, *{self.item_shape})")
+        if len(batch) == 0:
+            raise ValueError("append needs at least one record")
+        src = np.ascontiguousarray(batch)
+        writer.append_dense(_address(src), src.nbytes)
+
+    def _gather(self, reader, idxs):
+        values = np.empty((idxs.size, *self.item_shape), dtype=self.dtype)
+        reader.gather_dense(_address(idxs), idxs.size, _address(values), values.nbytes)
+        return values
+
+
+class Ragged(_Base):
+    """A sequence whose records keep their own shapes (fixed rank ``ndim``).
+    Reads return a list of arrays that view one shared buffer per batch;
+    :meth:`gather_packed` returns that buffer with offsets and shapes."""
+
+    @classmethod
+    def open(cls, path):
+        """Open an existing ragged store for reading."""
+        self = cls.__new__(cls)
+        self._open(path, False)
+        return self
+
+    @classmethod
+    def create(cls, path, dtype, ndim, *, codec="raw", dict_bytes=None, data_shards=4, level=None):
+        """Create a ragged store with an explicit dtype and record rank
+        (``level`` as in :meth:`Dense.create`)."""
+        self = cls.__new__(cls)
+        self._create(path, dtype, None, ndim, codec, dict_bytes, data_shards, level)
+        return self
+
+    def append(self, records):
+        """Append an iterable of arrays as one batch (validated as a whole
+        before anything is written)."""
+        writer = self._require(True)
+        arrays = records if type(records) is list else list(records)
+        if not arrays:
+            raise ValueError("append needs at least one record")
+        # Validate with one set per property instead of a branchy loop per
+        # record: the per-record Python cost is what bounds ragged writes.
+        if {type(a) for a in arrays} != {np.ndarray}:
+            raise TypeError("ragged records must be numpy arrays")
+        dtypes = {a.dtype for a in arrays}
+        if dtypes != {self.dtype}:
+            other = next(d for d in dtypes if d != self.dtype)
+            raise ValueError(f"ragged record dtype {other} != store dtype {self.dtype}")
+        ndims = {a.ndim for a in arrays}
+        if ndims != {self.ndim}:
+            other = next(n for n in ndims if n != self.ndim)
+            raise ValueError(f"ragged record ndim {other} != store ndim {self.ndim}")
+        count = len(arrays)
+        sizes = np.fromiter([a.nbytes for a in arrays], dtype=np.uint64, count=count)
+        if not sizes.all():
+            raise ValueError("empty records are not stored — a record must be non-empty")
+        limit = MAX_RECORD_LEN - 8 * self.ndim
+        if int(sizes.max()) > limit:
+            raise ValueError(
+                f"encoded record of {int(sizes.max()) + 8 * self.ndim} bytes exceeds the "
+                f"{MAX_RECORD_LEN} byte record limit"
+            )
+        if self.ndim == 1:
+            values = np.concatenate(arrays) if count > 1 else np.ascontiguousarray(arrays[0])
+            shapes = sizes // np.uint64(self.dtype.itemsize)
+        else:
+            values = np.concatenate([a.reshape(-1) for a in arrays])
+            shapes = np.array([a.shape for a in arrays], dtype=np.uint64).reshape(count, self.ndim)
+        writer.append_ragged((_address(values), values.nbytes), _address(sizes), _address(shapes), count)
+
+    def gather_packed(self, idxs):
+        """One native pass: ``(values, offsets, shapes)`` where ``values`` is
+        every record's elements end to end (1-D, store dtype), ``offsets`` the
+        ``n + 1`` element offsets and ``shapes`` an ``(n, ndim)`` uint64 array."""
+        reader = self._require(False)
+        return self._packed(reader, self._idxs(idxs))
+
+    def _packed(self, reader, idxs):
+        values, offsets, shapes = reader.gather_ragged(_address(idxs), idxs.size)
+        values = np.asarray(values).view(self.dtype)
+        offsets = np.asarray(offsets) // np.uint64(self.dtype.itemsize)
+        return values, offsets, np.asarray(shapes)
+
+    def _gather(self, reader, idxs):
+        if idxs.size == 0:
+            return []
+        values, offsets, shapes = self._packed(reader, idxs)
+        bounds = offsets.tolist()
+        return [values[a:b].reshape(s) for a, b, s in zip(bounds[:-1], bounds[1:], map(tuple, shapes.tolist()))]
+
+
+def _sample_count(total, item_bytes, sample_budget):
+    return min(total, max(1, sample_budget // max(item_bytes, 1)))
+
+
+def _pack_samples(source, budget):
+    """Training samples (bytes end to end) and their sizes, within `budget`."""
+    if isinstance(source, np.ndarray):
+        if len(source) == 0:
+            raise ValueError("cannot train a zstd dictionary on an empty array")
+        if source.dtype.hasobject:
+            raise ValueError("object arrays cannot train a zstd dictionary")
+        item = math.prod(source.shape[1:]) * source.dtype.itemsize
+        if item == 0:
+            raise ValueError("zero-byte records cannot train a zstd dictionary")
+        if item > budget:
+            raise ValueError("one training record exceeds the sample budget")
+        k = _sample_count(len(source), item, budget)
+        idx = np.unique(np.linspace(0, len(source) - 1, k).astype(np.int64))
+        sample = np.ascontiguousarray(source[idx])
+        return sample.reshape(-1).view(np.uint8), [item] * len(sample)
+    if isinstance(source, (Dense, Ragged)):
+        try:
+            source._require(False)
+        except RuntimeError:
+            raise ValueError("train_dict requires an opened read-only container") from None
+        n = len(source)
+        if n == 0:
+            raise ValueError("cannot train a zstd dictionary on an empty store")
+        if isinstance(source, Dense):
+            item = source._row_bytes
+            if item > budget:
+                raise ValueError("one training record exceeds the sample budget")
+            idx = np.unique(np.linspace(0, n - 1, _sample_count(n, item, budget)).astype(np.uint64))
+            sample = source[idx]
+            return sample.reshape(-1).view(np.uint8), [item] * len(sample)
+        preview = source[np.arange(min(n, 32), dtype=np.uint64)]
+        item = int(np.mean([r.nbytes for r in preview])) or 1
+        idx = np.unique(np.linspace(0, n - 1, _sample_count(n, item, budget)).astype(np.uint64))
+        source = source[idx]
+    chunks, sizes, total = [], [], 0
+    for record in source:
+        b = bytes(record) if isinstance(record, (bytes, bytearray)) else np.ascontiguousarray(record).tobytes()
+        if not b:
+            raise ValueError("zero-byte records cannot train a zstd dictionary")
+        if len(b) > budget - total:
+            if not chunks:
+                raise ValueError("one training record exceeds the sample budget")
+            break
+        chunks.append(b)
+        sizes.append(len(b))
+        total += len(b)
+        if total == budget:
+            break
+    if not chunks:
+        raise ValueError("train_dict needs at least one record")
+    return np.frombuffer(b"".join(chunks), dtype=np.uint8), sizes
+
+
+def train_dict(source, tier=None, *, path=None):
+    """Train a zstd dictionary for ``codec="zstd_dict"`` on ``source``: an
+    ndarray of records, an opened Dense/Ragged store or an iterable of
+    records. ``tier`` is one of :data:`DICT_TIERS` (default ``"balanced"``);
+    ``path`` also writes the dictionary to a file."""
+    tier = DEFAULT_TIER if tier is None else tier
+    if tier not in DICT_TIERS:
+        raise ValueError(f"unknown dictionary tier {tier!r}, expected one of {sorted(DICT_TIERS)}")
+    spec = DICT_TIERS[tier]
+    samples, sizes = _pack_samples(source, spec["sample_budget"])
+    samples = np.ascontiguousarray(samples)
+    d = _zt.train_dict((_address(samples), samples.nbytes), sizes, spec["dict_bytes"])
+    if path is not None:
+        Path(path).write_bytes(d)
+    return d

@@ -1,0 +1,550 @@
+"""zt.zrecord against loaderx 2.3.8: round trips, interop both ways (values
+and, where the layout is deterministic, bytes), every corruption loaderx
+rejects, locks across processes, crash safety and concurrency."""
+
+from __future__ import annotations
+
+import filecmp
+import os
+import signal
+import struct
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import numpy as np
+import pytest
+from loaderx.utils import train_dict as lx_train_dict
+from loaderx.zrecord import Dense as LxDense
+from loaderx.zrecord import Ragged as LxRagged
+from loaderx.zrecord import ZrecordError as LxError
+
+from zt.zrecord import DICT_TIERS, Dense, Ragged, ZrecordError, train_dict
+
+CODECS = ["raw", "zstd", "zstd_dict"]
+SHARDS = [1, 3, 4]
+
+
+def images(n=120, seed=0):
+    rng = np.random.default_rng(seed)
+    base = np.arange(3 * 6 * 5, dtype=np.uint8).reshape(3, 6, 5)
+    return (base[None] + rng.integers(0, 4, (n, 3, 6, 5))).astype(np.uint8)
+
+
+def records(n=150, seed=1, dtype=np.int32):
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, 50, (int(rng.integers(1, 9)), 3)).astype(dtype) for _ in range(n)]
+
+
+def same_records(got, want):
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape and np.array_equal(g, w)
+
+
+def files(path):
+    return sorted(os.listdir(path))
+
+
+def frames(store):
+    """The meta.zr page and every record's stored frame, in record order.
+    loaderx 2.3.8 compresses in parallel and appends frames in completion
+    order, so its shard files can differ between two builds of the same data;
+    what must match is the page and each record's frame."""
+    meta = (store / "meta.zr").read_bytes()
+    page, locs = meta[:4096], meta[4096:]
+    count = sum(1 for f in files(store) if f.startswith("data_"))
+    shards = [(store / f"data_{i}.zr").read_bytes() for i in range(count)]
+    out = []
+    for i in range(len(locs) // 16):
+        offset, phys, _logic = struct.unpack_from("<QII", locs, 16 * i)
+        out.append(shards[i % len(shards)][offset : offset + phys])
+    return page, out
+
+
+def assert_same_store(a, b):
+    """Same files, byte-identical where the build order allows, and the
+    same page and frames always."""
+    assert files(a) == files(b)
+    assert frames(a) == frames(b)
+    if (a / "dict.zr").exists():
+        assert filecmp.cmp(a / "dict.zr", b / "dict.zr", shallow=False)
+
+
+# ---- round trips --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("codec", CODECS)
+@pytest.mark.parametrize("shards", SHARDS)
+def test_dense_round_trip(tmp, codec, shards):
+    x = images()
+    d = train_dict(x, "fast") if codec == "zstd_dict" else None
+    with Dense.create(tmp / "s", np.uint8, (3, 6, 5), codec=codec, dict_bytes=d, data_shards=shards) as w:
+        w.append(x[:50])
+        w.append(x[50:])
+        assert len(w) == 120
+    with Dense.open(tmp / "s") as r:
+        assert (len(r), r.dtype, r.item_shape, r.ndim, r.codec, r.data_shards) == (
+            120,
+            np.dtype(np.uint8),
+            (3, 6, 5),
+            3,
+            codec,
+            shards,
+        )
+        assert np.array_equal(r[:], x)
+        assert np.array_equal(r[7], x[7])
+        assert np.array_equal(r[[9, 0, 9]], x[[9, 0, 9]])
+        assert np.array_equal(r[3, 1, 2], x[[3, 1, 2]])
+        assert np.array_equal(r[np.array([119, 4], np.int64)], x[[119, 4]])
+        assert np.array_equal(r[10:40:3], x[10:40:3])
+        mask = np.arange(120) % 7 == 0
+        assert np.array_equal(r[mask], x[mask])
+        assert r[[]].shape == (0, 3, 6, 5)
+
+
+@pytest.mark.parametrize("codec", CODECS)
+@pytest.mark.parametrize("shards", SHARDS)
+def test_ragged_round_trip(tmp, codec, shards):
+    recs = records()
+    d = train_dict(recs, "fast") if codec == "zstd_dict" else None
+    with Ragged.create(tmp / "s", np.int32, 2, codec=codec, dict_bytes=d, data_shards=shards) as w:
+        w.append(recs[:10])
+        w.append(iter(recs[10:]))
+    with Ragged.open(tmp / "s") as r:
+        assert (len(r), r.dtype, r.ndim, r.codec) == (150, np.dtype(np.int32), 2, codec)
+        same_records(r[:], recs)
+        same_records([r[5]], [recs[5]])
+        same_records(r[[149, 0, 3]], [recs[149], recs[0], recs[3]])
+        values, offsets, shapes = r.gather_packed([2, 1])
+        assert np.array_equal(values, np.concatenate([recs[2].ravel(), recs[1].ravel()]))
+        assert offsets.tolist() == [0, recs[2].size, recs[2].size + recs[1].size]
+        assert shapes.tolist() == [list(recs[2].shape), list(recs[1].shape)]
+        assert r[[]] == []
+
+
+def test_scalars_and_other_dtypes(tmp):
+    x = np.arange(10, dtype=np.float64)
+    with Dense.create(tmp / "s", np.float64, ()) as w:
+        w.append(x)
+    with Dense.open(tmp / "s") as r:
+        assert r.item_shape == () and np.array_equal(r[:], x) and r[3] == 3.0
+    y = np.array([[1 + 2j, 3j]] * 4, dtype=">c16")
+    with Dense.create(tmp / "c", ">c16", (2,), codec="zstd") as w:
+        w.append(y)
+    with Dense.open(tmp / "c") as r:
+        assert r.dtype == np.dtype(">c16") and np.array_equal(r[:], y)
+
+
+# ---- interop with loaderx 2.3.8 ------------------------------------------------
+
+
+@pytest.mark.parametrize("codec", ["raw", "zstd", "zstd_dict"])
+@pytest.mark.parametrize("shards", [1, 4])
+def test_dense_interop_and_identical_bytes(tmp, codec, shards):
+    x = images(200)
+    d = lx_train_dict(x) if codec == "zstd_dict" else None
+    # loaderx 2.3.8 compresses dictionary stores at level 3: match it to compare bytes.
+    level = 3 if codec == "zstd_dict" else None
+    with LxDense.create(tmp / "lx", np.uint8, (3, 6, 5), codec=codec, dict_bytes=d, data_shards=shards) as w:
+        w.append(x[:77])
+        w.append(x[77:])
+    with Dense.create(tmp / "zt", np.uint8, (3, 6, 5), codec=codec, dict_bytes=d, data_shards=shards, level=level) as w:
+        w.append(x[:77])
+        w.append(x[77:])
+    assert_same_store(tmp / "lx", tmp / "zt")
+    with Dense.open(tmp / "lx") as r:
+        assert np.array_equal(r[:], x)
+    with LxDense.open(tmp / "zt") as r:
+        assert np.array_equal(r[np.arange(200)], x)
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_ragged_interop_and_identical_bytes(tmp, codec):
+    recs = records(300)
+    d = lx_train_dict(recs) if codec == "zstd_dict" else None
+    level = 3 if codec == "zstd_dict" else None
+    with LxRagged.create(tmp / "lx", np.int32, 2, codec=codec, dict_bytes=d) as w:
+        w.append(recs)
+    with Ragged.create(tmp / "zt", np.int32, 2, codec=codec, dict_bytes=d, level=level) as w:
+        w.append(recs)
+    assert_same_store(tmp / "lx", tmp / "zt")
+    with Ragged.open(tmp / "lx") as r:
+        same_records(r[:], recs)
+    with LxRagged.open(tmp / "zt") as r:
+        same_records(r[np.arange(300)], recs)
+
+
+def test_default_dict_level_store_opens_in_loaderx(tmp):
+    x = images(200)
+    d = train_dict(x)
+    with Dense.create(tmp / "zt", np.uint8, (3, 6, 5), codec="zstd_dict", dict_bytes=d) as w:
+        w.append(x)
+    with LxDense.open(tmp / "zt") as r:
+        assert np.array_equal(r[np.arange(200)], x)
+
+
+def test_fast_tier_trains_the_loaderx_dictionary():
+    x = images(400)
+    assert train_dict(x, "fast") == lx_train_dict(x)
+    recs = records(500)
+    assert train_dict(recs, "fast") == lx_train_dict(recs)
+
+
+def test_train_dict_sources_and_tiers(tmp):
+    assert set(DICT_TIERS) == {"fast", "balanced", "max"}
+    assert DICT_TIERS["balanced"] == {"dict_bytes": 128 << 10, "sample_budget": 16 << 20}
+    x = images(300)
+    with Dense.create(tmp / "d", np.uint8, (3, 6, 5)) as w:
+        w.append(x)
+    recs = records(300)
+    with Ragged.create(tmp / "r", np.int32, 2) as w:
+        w.append(recs)
+    with Dense.open(tmp / "d") as dense, Ragged.open(tmp / "r") as ragged:
+        for source in (x, dense, ragged, iter(recs), [r.tobytes() for r in recs]):
+            d = train_dict(source, "fast")
+            assert 0 < len(d) <= 32 << 10
+    assert len(train_dict(x, "max", path=tmp / "dict.bin")) <= 1 << 20
+    assert (tmp / "dict.bin").read_bytes() == train_dict(x, "max")
+    with pytest.raises(ValueError):
+        train_dict(x, "huge")
+    with pytest.raises(ValueError):
+        train_dict(x[:0])
+
+
+# ---- corruption: loaderx and zt both refuse -------------------------------------
+
+
+def poke(path, at, data):
+    with open(path / "meta.zr", "r+b") as f:
+        f.seek(at)
+        f.write(data)
+
+
+def truncate(name, size):
+    def f(path):
+        os.truncate(path / name, size)
+
+    return f
+
+
+CORRUPTIONS = {
+    "truncated meta": truncate("meta.zr", 4095),
+    "schema length 0": lambda p: poke(p, 8, struct.pack("<H", 0)),
+    "schema length 2041": lambda p: poke(p, 8, struct.pack("<H", 2041)),
+    "zero shards": lambda p: poke(p, 10, b"\0"),
+    "unknown codec": lambda p: poke(p, 11, b"\x07"),
+    "reserved byte": lambda p: poke(p, 13, b"\x01"),
+    "inactive tail": lambda p: poke(p, 16 + 8 * 9, struct.pack("<Q", 1)),
+    "short loc table": truncate("meta.zr", 4096 + 16 * 99),
+    "short data file": truncate("data_1.zr", 10),
+    "missing shard": lambda p: os.remove(p / "data_2.zr"),
+    "extra shard": lambda p: (p / "data_3.zr").write_bytes(b""),
+    "unexpected dict": lambda p: (p / "dict.zr").write_bytes(b"dict"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CORRUPTIONS))
+def test_corruption_rejected_like_loaderx(tmp, name):
+    x = images(100)
+    with LxDense.create(tmp / "s", np.uint8, (3, 6, 5), codec="zstd", data_shards=3) as w:
+        w.append(x)
+    CORRUPTIONS[name](tmp / "s")
+    with pytest.raises(LxError) as lx:
+        LxDense.open(tmp / "s")
+    assert lx.value.code == -8
+    with pytest.raises(ZrecordError) as ours:
+        Dense.open(tmp / "s")
+    assert ours.value.code == -8
+
+
+def test_missing_dict_rejected_like_loaderx(tmp):
+    x = images(100)
+    with LxDense.create(tmp / "s", np.uint8, (3, 6, 5), codec="zstd_dict", dict_bytes=lx_train_dict(x)) as w:
+        w.append(x)
+    os.remove(tmp / "s" / "dict.zr")
+    with pytest.raises(LxError):
+        LxDense.open(tmp / "s")
+    with pytest.raises(ZrecordError) as ours:
+        Dense.open(tmp / "s")
+    assert ours.value.code == -8
+
+
+def test_out_of_frontier_loc_rejected_on_read(tmp):
+    x = images(10)
+    with LxDense.create(tmp / "s", np.uint8, (3, 6, 5), codec="raw", data_shards=1) as w:
+        w.append(x)
+    poke(tmp / "s", 4096 + 16 * 2, struct.pack("<Q", 1 << 20))
+    with LxDense.open(tmp / "s") as r, pytest.raises(LxError):
+        r[2]
+    with Dense.open(tmp / "s") as r:
+        assert np.array_equal(r[1], x[1])
+        with pytest.raises(ZrecordError) as e:
+            r[2]
+        assert e.value.code == -8
+
+
+def test_geometry_mismatch_and_missing_store(tmp):
+    with LxDense.create(tmp / "d", np.uint8, (2,), codec="raw") as w:
+        w.append(np.zeros((3, 2), np.uint8))
+    with pytest.raises(ValueError):
+        Ragged.open(tmp / "d")
+    with pytest.raises(FileNotFoundError):
+        Dense.open(tmp / "nothing")
+
+
+# ---- API contract --------------------------------------------------------------
+
+
+def test_api_errors(tmp):
+    with pytest.raises(TypeError):
+        Dense()
+    with pytest.raises(ValueError):
+        Dense.create(tmp / "a", np.uint8, (2,), codec="lz4")
+    with pytest.raises(ValueError):
+        Dense.create(tmp / "a", np.uint8, (2,), codec="zstd_dict")
+    with pytest.raises(ValueError):
+        Dense.create(tmp / "a", np.uint8, (2,), codec="zstd", dict_bytes=b"x")
+    with pytest.raises(ValueError):
+        Dense.create(tmp / "a", object, (2,))
+    with pytest.raises(ValueError):
+        Dense.create(tmp / "a", [("a", "i4")], (2,))
+    with pytest.raises(ValueError):
+        Dense.create(tmp / "a", np.uint8, (0,))
+    with pytest.raises(ValueError):
+        Ragged.create(tmp / "a", np.uint8, 0)
+    with pytest.raises(ValueError):
+        Dense.create(tmp / "a", np.uint8, (2,), data_shards=256)
+    w = Dense.create(tmp / "a", np.uint8, (2,))
+    with pytest.raises(ValueError):
+        w.append(np.zeros((3, 2), np.int8))
+    with pytest.raises(ValueError):
+        w.append(np.zeros((3, 3), np.uint8))
+    with pytest.raises(ValueError):
+        w.append(np.zeros((0, 2), np.uint8))
+    with pytest.raises(RuntimeError, match="read requires"):
+        w[0]
+    w.append(np.zeros((3, 2), np.uint8)[:, ::-1])
+    w.close()
+    w.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        len(w)
+    r = Dense.open(tmp / "a")
+    with pytest.raises(RuntimeError, match="append requires"):
+        r.append(np.zeros((1, 2), np.uint8))
+    with pytest.raises(IndexError):
+        r[3]
+    with pytest.raises(IndexError):
+        r[-1]
+    with pytest.raises(IndexError):
+        r[np.array([True])]
+    with pytest.raises(TypeError):
+        r[True]
+    with pytest.raises(TypeError):
+        r[[0.5]]
+    r.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        r[0]
+    g = Ragged.create(tmp / "g", np.int32, 1)
+    with pytest.raises(ValueError, match="empty records"):
+        g.append([np.ones(2, np.int32), np.ones(0, np.int32)])
+    with pytest.raises(ValueError):
+        g.append([np.ones((2, 2), np.int32)])
+    with pytest.raises(TypeError):
+        g.append([[1, 2]])
+    with pytest.raises(ValueError):
+        g.append([])
+    assert len(g) == 0
+    g.close()
+
+
+# ---- publish, crash safety, locks ---------------------------------------------
+
+
+def test_exception_inside_create_publishes_nothing(tmp):
+    with pytest.raises(KeyError):
+        with Dense.create(tmp / "s", np.uint8, (2,)) as w:
+            w.append(np.ones((5, 2), np.uint8))
+            raise KeyError("boom")
+    assert not (tmp / "s").exists()
+    assert os.listdir(tmp) == []
+    with pytest.raises(FileNotFoundError):
+        Dense.open(tmp / "s")
+
+
+def test_nothing_visible_until_close(tmp):
+    w = Dense.create(tmp / "s", np.uint8, (2,))
+    w.append(np.ones((5, 2), np.uint8))
+    assert not (tmp / "s").exists()
+    with pytest.raises(ZrecordError) as e:
+        Dense.open(tmp / "s")
+    assert e.value.code == -13
+    w.close()
+    with Dense.open(tmp / "s") as r:
+        assert len(r) == 5
+
+
+def run_child(code, *args):
+    return subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code), *map(str, args)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
+HOLD_ZT_READER = """
+    import sys
+    from zt.zrecord import Dense
+    r = Dense.open(sys.argv[1]); print("ready", flush=True); sys.stdin.read()
+"""
+HOLD_LX_WRITER = """
+    import sys, numpy as np
+    from loaderx.zrecord import Dense
+    w = Dense.create(sys.argv[1], np.uint8, (2,), codec="raw")
+    w.append(np.ones((3, 2), np.uint8)); print("ready", flush=True); sys.stdin.read(); w.close()
+"""
+HOLD_ZT_WRITER = """
+    import sys, numpy as np
+    from zt.zrecord import Dense
+    w = Dense.create(sys.argv[1], np.uint8, (2,))
+    w.append(np.ones((3, 2), np.uint8)); print("ready", flush=True); sys.stdin.read(); w.close()
+"""
+
+
+def hold(code, path):
+    child = run_child(code, path)
+    assert child.stdout.readline().strip() == "ready"
+    return child
+
+
+def release(child):
+    child.stdin.close()
+    assert child.wait(30) == 0
+
+
+def test_lock_modes_across_processes(tmp):
+    with Dense.create(tmp / "s", np.uint8, (2,)) as w:
+        w.append(np.ones((3, 2), np.uint8))
+    reader = hold(HOLD_ZT_READER, tmp / "s")
+    try:
+        with Dense.open(tmp / "s") as r:  # readers share
+            assert len(r) == 3
+        with pytest.raises(ZrecordError) as e:
+            Dense.create(tmp / "s", np.uint8, (2,))
+        assert e.value.code == -13
+        with pytest.raises(LxError) as e:
+            LxDense.create(tmp / "s", np.uint8, (2,), codec="raw")
+        assert e.value.code == -13
+    finally:
+        release(reader)
+    with pytest.raises(ZrecordError) as e:
+        Dense.create(tmp / "s", np.uint8, (2,))
+    assert e.value.code == -12
+
+    writer = hold(HOLD_LX_WRITER, tmp / "lx")
+    try:
+        with pytest.raises(ZrecordError) as e:
+            Dense.open(tmp / "lx")
+        assert e.value.code == -13
+    finally:
+        release(writer)
+    with Dense.open(tmp / "lx") as r:
+        assert len(r) == 3
+
+    writer = hold(HOLD_ZT_WRITER, tmp / "zt")
+    try:
+        with pytest.raises(ZrecordError) as e:
+            Dense.open(tmp / "zt")
+        assert e.value.code == -13
+        with pytest.raises(ZrecordError) as e:
+            Dense.create(tmp / "zt", np.uint8, (2,))
+        assert e.value.code == -13
+    finally:
+        release(writer)
+    with LxDense.open(tmp / "zt") as r:
+        assert len(r) == 3
+
+
+KILLED_WRITER = """
+    import sys, numpy as np
+    from zt.zrecord import Dense
+    w = Dense.create(sys.argv[1], np.uint8, (64,), codec="zstd")
+    x = np.ones((1000, 64), np.uint8)
+    print("ready", flush=True)
+    while True:
+        w.append(x)
+"""
+
+
+def test_kill_9_during_build_leaves_nothing(tmp):
+    child = run_child(KILLED_WRITER, tmp / "s")
+    assert child.stdout.readline().strip() == "ready"
+    time.sleep(0.5)
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait(30)
+    assert not (tmp / "s").exists()
+    with pytest.raises(FileNotFoundError):
+        Dense.open(tmp / "s")
+    with pytest.raises(FileNotFoundError):
+        LxDense.open(tmp / "s")
+    # The dead writer's build is cleared by the next create.
+    with Dense.create(tmp / "s", np.uint8, (64,)) as w:
+        w.append(np.zeros((2, 64), np.uint8))
+    assert os.listdir(tmp) == ["s"]
+
+
+# ---- concurrency ---------------------------------------------------------------
+
+
+def test_concurrent_gathers_and_close_during_gather(tmp):
+    x = np.random.default_rng(2).integers(0, 255, (400, 64, 64), dtype=np.uint8)
+    with Dense.create(tmp / "s", np.uint8, (64, 64), codec="zstd") as w:
+        w.append(x)
+    r = Dense.open(tmp / "s")
+    errors = []
+    closed_reads = []
+
+    def work(seed):
+        rng = np.random.default_rng(seed)
+        for _ in range(30):
+            idx = rng.integers(0, 400, 64)
+            try:
+                got = r[idx]
+            except RuntimeError:
+                closed_reads.append(seed)
+                return
+            if not np.array_equal(got, x[idx]):
+                errors.append(seed)
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(8)]
+    for t in threads:
+        t.start()
+    time.sleep(0.05)
+    r.close()  # never frees the mapping under a running gather
+    for t in threads:
+        t.join()
+    assert errors == []
+    with pytest.raises(RuntimeError, match="closed"):
+        r[0]
+
+
+def test_concurrent_appends_serialize(tmp):
+    w = Dense.create(tmp / "s", np.int64, (4,))
+    blocks = [np.full((100, 4), i, np.int64) for i in range(8)]
+    threads = [threading.Thread(target=w.append, args=(b,)) for b in blocks]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    w.close()
+    with Dense.open(tmp / "s") as r:
+        got = r[:]
+    assert len(got) == 800
+    # Each append lands as one contiguous block of 100 records.
+    firsts = sorted(int(got[i, 0]) for i in range(0, 800, 100))
+    assert firsts == list(range(8))
+    for i in range(0, 800, 100):
+        assert (got[i : i + 100] == got[i, 0]).all()

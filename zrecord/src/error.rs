@@ -1,0 +1,252 @@
+//! The zrecord error type: one variant per failure reason, each with the
+//! store path (and where it matters the record) so a message names the
+//! problem. Tests match the variant, never the text.
+//!
+//! [`Error::code`] maps every variant onto loaderx's numeric error codes, so
+//! the Python layer can raise the same `ZrecordError(code)` loaderx raises.
+
+use std::io;
+use std::path::PathBuf;
+
+/// Result alias used across the crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong creating, appending to or reading a store.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// No store at the path (no `meta.zr`).
+    #[error("{path}: store not found")]
+    NotFound {
+        /// The store directory.
+        path: PathBuf,
+    },
+    /// `create` found a store (or other files) at the destination.
+    #[error("{path}: store already exists")]
+    AlreadyExists {
+        /// The store directory.
+        path: PathBuf,
+    },
+    /// Another handle (in this or another process) holds a conflicting lock.
+    #[error("{path}: store is busy (already open by another native handle or process)")]
+    Busy {
+        /// The store directory.
+        path: PathBuf,
+    },
+    /// The operating system refused a read, write, rename or lock.
+    #[error("{path}: file I/O failed: {source}")]
+    Io {
+        /// The file involved.
+        path: PathBuf,
+        /// The underlying error.
+        source: io::Error,
+    },
+    /// `meta.zr` is shorter than its 4096-byte static page.
+    #[error("{path}: invalid or unsupported zrecord store format: meta.zr is {len} bytes, shorter than the 4096-byte page")]
+    ShortPage {
+        /// `meta.zr`.
+        path: PathBuf,
+        /// Its length.
+        len: u64,
+    },
+    /// The header's codec byte is not 0 (raw), 1 (zstd) or 2 (zstd_dict).
+    #[error("{path}: invalid or unsupported zrecord store format: unknown codec tag {tag}")]
+    UnknownCodec {
+        /// `meta.zr`.
+        path: PathBuf,
+        /// The codec byte.
+        tag: u8,
+    },
+    /// `schema_length` is outside 1..=2040.
+    #[error("{path}: invalid or unsupported zrecord store format: schema length {len} is outside 1..=2040")]
+    SchemaLength {
+        /// `meta.zr`.
+        path: PathBuf,
+        /// The header's schema length.
+        len: u16,
+    },
+    /// The header says zero data shards.
+    #[error("{path}: invalid or unsupported zrecord store format: zero data shards")]
+    NoShards {
+        /// `meta.zr`.
+        path: PathBuf,
+    },
+    /// A reserved header byte is not zero.
+    #[error("{path}: invalid or unsupported zrecord store format: reserved header byte {index} is {value}")]
+    Reserved {
+        /// `meta.zr`.
+        path: PathBuf,
+        /// Which of the four reserved bytes.
+        index: usize,
+        /// Its value.
+        value: u8,
+    },
+    /// A tail slot at or beyond the shard count is nonzero.
+    #[error(
+        "{path}: invalid or unsupported zrecord store format: inactive tail slot {slot} is {tail}"
+    )]
+    InactiveTail {
+        /// `meta.zr`.
+        path: PathBuf,
+        /// The slot.
+        slot: usize,
+        /// Its value.
+        tail: u64,
+    },
+    /// An expected `data_N.zr` is missing.
+    #[error("{path}: invalid or unsupported zrecord store format: data shard {shard} is missing")]
+    MissingShard {
+        /// The store directory.
+        path: PathBuf,
+        /// The shard number.
+        shard: usize,
+    },
+    /// A `data_*` file that the shard count does not account for.
+    #[error("{path}: invalid or unsupported zrecord store format: unexpected file {name:?}")]
+    UnexpectedShard {
+        /// The store directory.
+        path: PathBuf,
+        /// The file name.
+        name: String,
+    },
+    /// A data shard is shorter than the tail the header publishes for it.
+    #[error("{path}: invalid or unsupported zrecord store format: {len} bytes, shorter than its published tail {tail}")]
+    ShortShard {
+        /// The shard file.
+        path: PathBuf,
+        /// Its length.
+        len: u64,
+        /// The published tail.
+        tail: u64,
+    },
+    /// `meta.zr` is shorter than the page plus one RecordLoc per record.
+    #[error("{path}: invalid or unsupported zrecord store format: meta.zr is {len} bytes, {records} records need {need}")]
+    ShortLocTable {
+        /// `meta.zr`.
+        path: PathBuf,
+        /// Its length.
+        len: u64,
+        /// The published record count.
+        records: u64,
+        /// The bytes those records need (saturated at u64::MAX).
+        need: u64,
+    },
+    /// A `zstd_dict` store without `dict.zr`, or an empty one.
+    #[error(
+        "{path}: invalid or unsupported zrecord store format: zstd_dict store without a dictionary"
+    )]
+    MissingDict {
+        /// The store directory.
+        path: PathBuf,
+    },
+    /// A raw or zstd store with a `dict.zr`.
+    #[error("{path}: invalid or unsupported zrecord store format: dict.zr in a store whose codec uses no dictionary")]
+    UnexpectedDict {
+        /// The store directory.
+        path: PathBuf,
+    },
+    /// The MsgPack schema does not decode or does not fit the geometry.
+    #[error("{path}: invalid schema: {reason}")]
+    Schema {
+        /// `meta.zr` (empty when validating a schema on its own).
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A RecordLoc is inconsistent (lengths, codec or shard frontier).
+    #[error("{path}: invalid or unsupported zrecord store format: record {index}: {reason}")]
+    BadLoc {
+        /// The store directory.
+        path: PathBuf,
+        /// The record.
+        index: u64,
+        /// What is wrong.
+        reason: &'static str,
+    },
+    /// A stored record failed to decode (zstd error, wrong length, bad shape).
+    #[error("{path}: stored record failed to decode: record {index}: {reason}")]
+    Decode {
+        /// The store directory.
+        path: PathBuf,
+        /// The record.
+        index: u64,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A record index at or beyond the store length.
+    #[error("record index {index} out of range for container of length {len}")]
+    OutOfRange {
+        /// The index asked for.
+        index: u64,
+        /// The store length.
+        len: u64,
+    },
+    /// A record is empty or larger than the 2^31-byte record limit.
+    #[error("record {index} has {len} bytes; records must hold 1..=2147483648 bytes")]
+    RecordSize {
+        /// Position in the batch.
+        index: usize,
+        /// Its encoded length.
+        len: u64,
+    },
+    /// A caller's argument is inconsistent (buffer sizes, shapes, counts).
+    #[error("invalid argument: {reason}")]
+    Invalid {
+        /// What is wrong.
+        reason: String,
+    },
+    /// The record count or a shard would pass what the layout can address.
+    #[error("{path}: store is full")]
+    Full {
+        /// The store directory.
+        path: PathBuf,
+    },
+    /// zstd failed to compress or to train a dictionary.
+    #[error("zstd: {reason}")]
+    Zstd {
+        /// zstd's error text.
+        reason: String,
+    },
+    /// Dictionary training failed (too few or too small samples).
+    #[error("zstd dictionary training failed (too few or too small samples): {reason}")]
+    DictTraining {
+        /// zstd's error text.
+        reason: String,
+    },
+}
+
+impl Error {
+    /// loaderx's numeric code for this error (`loaderx/_store.py` `_ERRORS`).
+    pub fn code(&self) -> i32 {
+        match self {
+            Error::Io { .. } => -2,
+            Error::RecordSize { .. } => -4,
+            Error::Full { .. } => -5,
+            Error::Decode { .. } | Error::Zstd { .. } => -7,
+            Error::DictTraining { .. } => -9,
+            Error::NotFound { .. } => -11,
+            Error::AlreadyExists { .. } => -12,
+            Error::Busy { .. } => -13,
+            Error::Invalid { .. } | Error::OutOfRange { .. } => -6,
+            _ => -8,
+        }
+    }
+
+    /// True for the "invalid or unsupported zrecord store format" family.
+    pub fn is_format(&self) -> bool {
+        self.code() == -8
+    }
+
+    pub(crate) fn io(path: impl Into<PathBuf>, source: io::Error) -> Self {
+        Error::Io {
+            path: path.into(),
+            source,
+        }
+    }
+
+    pub(crate) fn invalid(reason: impl Into<String>) -> Self {
+        Error::Invalid {
+            reason: reason.into(),
+        }
+    }
+}

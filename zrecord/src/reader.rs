@@ -1,0 +1,460 @@
+//! Reading a published store: every open-time check loaderx makes, the
+//! RecordLoc table and the shards memory-mapped (a store is immutable once
+//! published), and parallel gathers that copy or decode each record
+//! straight into the caller's buffer.
+
+use std::fs::{self, File};
+use std::io::{ErrorKind, Read};
+use std::path::{Path, PathBuf};
+
+use memmap2::{Mmap, MmapOptions};
+use rayon::prelude::*;
+
+use crate::codec::{Codec, Decoder};
+use crate::error::{Error, Result};
+use crate::fsio::try_lock;
+use crate::layout::{Header, RecordLoc, LOC, PAGE};
+use crate::schema::{Geometry, Schema};
+use crate::writer::build_dir;
+
+/// Below this many bytes a gather runs on the calling thread: handing work
+/// to the pool costs more than it saves.
+const PARALLEL_BYTES: u64 = 1 << 20;
+
+/// An opened store (read-only, shared lock held until dropped).
+pub struct Reader {
+    path: PathBuf,
+    _meta: File,
+    header: Header,
+    schema: Schema,
+    /// `meta.zr` from the first RecordLoc on (`None` for an empty store).
+    locs: Option<Mmap>,
+    /// Each shard mapped up to its committed tail (`None` when empty).
+    shards: Vec<Option<Mmap>>,
+    decoder: Decoder,
+}
+
+/// A Ragged gather: payloads end to end, their byte offsets and shapes.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct RaggedBatch {
+    /// Payload bytes of every record, end to end. Stored in u64 words so the
+    /// buffer is aligned for any element type; `len` bytes are valid.
+    pub words: Vec<u64>,
+    /// Valid bytes in `words`.
+    pub len: usize,
+    /// `n + 1` byte offsets of the records in the payload buffer.
+    pub offsets: Vec<u64>,
+    /// `n * ndim` dimensions.
+    pub shapes: Vec<u64>,
+}
+
+impl RaggedBatch {
+    /// The payload bytes.
+    pub fn values(&self) -> &[u8] {
+        // SAFETY: `words` holds at least `len` initialized bytes.
+        unsafe { std::slice::from_raw_parts(self.words.as_ptr() as *const u8, self.len) }
+    }
+}
+
+fn open_meta(dest: &Path) -> Result<File> {
+    let meta = dest.join("meta.zr");
+    match File::open(&meta) {
+        Ok(f) => Ok(f),
+        Err(e) if e.kind() == ErrorKind::NotFound => {
+            // A store being built beside its destination is busy, not absent.
+            if let Ok(f) = File::open(build_dir(dest).join("meta.zr")) {
+                if !try_lock(&f, false).unwrap_or(true) {
+                    return Err(Error::Busy { path: dest.into() });
+                }
+            }
+            Err(Error::NotFound { path: dest.into() })
+        }
+        Err(e) => Err(Error::io(meta, e)),
+    }
+}
+
+/// Check the directory holds exactly the shards the header names.
+fn check_files(dest: &Path, header: &Header) -> Result<(Vec<File>, Option<Vec<u8>>)> {
+    let shards = header.data_shards as usize;
+    for entry in fs::read_dir(dest).map_err(|e| Error::io(dest, e))? {
+        let name = entry.map_err(|e| Error::io(dest, e))?.file_name();
+        let name = name.to_string_lossy();
+        if let Some(rest) = name.strip_prefix("data_") {
+            let expected = rest.strip_suffix(".zr").and_then(|n| {
+                n.parse::<usize>()
+                    .ok()
+                    .filter(|&n| n < shards && format!("data_{n}.zr") == name)
+            });
+            if expected.is_none() {
+                return Err(Error::UnexpectedShard {
+                    path: dest.into(),
+                    name: name.into_owned(),
+                });
+            }
+        }
+    }
+    let mut files = Vec::with_capacity(shards);
+    for (s, &tail) in header.tails.iter().enumerate() {
+        let path = dest.join(format!("data_{s}.zr"));
+        let file = match File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                return Err(Error::MissingShard {
+                    path: dest.into(),
+                    shard: s,
+                })
+            }
+            Err(e) => return Err(Error::io(path, e)),
+        };
+        let len = file.metadata().map_err(|e| Error::io(&path, e))?.len();
+        if len < tail {
+            return Err(Error::ShortShard { path, len, tail });
+        }
+        files.push(file);
+    }
+    let dict_path = dest.join("dict.zr");
+    let dict = match fs::read(&dict_path) {
+        Ok(d) => Some(d),
+        Err(e) if e.kind() == ErrorKind::NotFound => None,
+        Err(e) => return Err(Error::io(dict_path, e)),
+    };
+    match (header.codec, &dict) {
+        (Codec::ZstdDict, None) => return Err(Error::MissingDict { path: dest.into() }),
+        (Codec::ZstdDict, Some(d)) if d.is_empty() => {
+            return Err(Error::MissingDict { path: dest.into() })
+        }
+        (Codec::Raw | Codec::Zstd, Some(_)) => {
+            return Err(Error::UnexpectedDict { path: dest.into() })
+        }
+        _ => {}
+    }
+    Ok((files, dict))
+}
+
+fn map(file: &File, offset: u64, len: u64, path: &Path) -> Result<Option<Mmap>> {
+    if len == 0 {
+        return Ok(None);
+    }
+    let len = usize::try_from(len).map_err(|_| Error::Full { path: path.into() })?;
+    // SAFETY: the store is immutable once published and we hold a shared
+    // lock that keeps zt and loaderx writers away; lengths were checked.
+    let m = unsafe { MmapOptions::new().offset(offset).len(len).map(file) }
+        .map_err(|e| Error::io(path, e))?;
+    Ok(Some(m))
+}
+
+impl Reader {
+    /// Open the store at `path`, whose schema must be Dense (`dense`) or
+    /// Ragged.
+    pub fn open(path: impl AsRef<Path>, dense: bool) -> Result<Reader> {
+        Self::open_with(path, Some(dense))
+    }
+
+    /// Open whatever geometry the store holds.
+    pub fn open_any(path: impl AsRef<Path>) -> Result<Reader> {
+        Self::open_with(path, None)
+    }
+
+    fn open_with(path: impl AsRef<Path>, dense: Option<bool>) -> Result<Reader> {
+        let dest = path.as_ref().to_path_buf();
+        let meta_path = dest.join("meta.zr");
+        let mut meta = open_meta(&dest)?;
+        if !try_lock(&meta, false).map_err(|e| Error::io(&meta_path, e))? {
+            return Err(Error::Busy { path: dest });
+        }
+        let meta_len = meta.metadata().map_err(|e| Error::io(&meta_path, e))?.len();
+        let mut page = vec![0u8; PAGE.min(meta_len as usize)];
+        meta.read_exact(&mut page)
+            .map_err(|e| Error::io(&meta_path, e))?;
+        let header = Header::decode(&page, meta_len, &meta_path)?;
+        let (files, dict) = check_files(&dest, &header)?;
+        let schema = match dense {
+            Some(dense) => Schema::decode(&header.schema, dense, &meta_path)?,
+            None => Schema::decode(&header.schema, true, &meta_path)
+                .or_else(|_| Schema::decode(&header.schema, false, &meta_path))?,
+        };
+        let locs = map(&meta, PAGE as u64, header.length * LOC as u64, &meta_path)?;
+        let shards = files
+            .iter()
+            .zip(&header.tails)
+            .enumerate()
+            .map(|(s, (f, &tail))| map(f, 0, tail, &dest.join(format!("data_{s}.zr"))))
+            .collect::<Result<Vec<_>>>()?;
+        let decoder = Decoder::new(header.codec, dict.as_deref());
+        Ok(Reader {
+            path: dest,
+            _meta: meta,
+            header,
+            schema,
+            locs,
+            shards,
+            decoder,
+        })
+    }
+
+    /// Number of records.
+    pub fn len(&self) -> u64 {
+        self.header.length
+    }
+
+    /// True for a store without records.
+    pub fn is_empty(&self) -> bool {
+        self.header.length == 0
+    }
+
+    /// The codec.
+    pub fn codec(&self) -> Codec {
+        self.header.codec
+    }
+
+    /// Number of data shards.
+    pub fn data_shards(&self) -> usize {
+        self.header.data_shards as usize
+    }
+
+    /// The schema.
+    pub fn schema(&self) -> &Schema {
+        &self.schema
+    }
+
+    /// The header (length, tails, codec, schema bytes).
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+
+    /// The store directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn check_indices(&self, idxs: &[u64]) -> Result<()> {
+        let len = self.len();
+        match idxs.iter().find(|&&i| i >= len) {
+            Some(&index) => Err(Error::OutOfRange { index, len }),
+            None => Ok(()),
+        }
+    }
+
+    /// Record `index`'s location and stored frame, validated.
+    fn frame(&self, index: u64) -> Result<(RecordLoc, &[u8])> {
+        let locs = self.locs.as_deref().unwrap_or(&[]);
+        let at = index as usize * LOC;
+        let loc = RecordLoc::decode(&locs[at..at + LOC]);
+        let shard = (index % self.header.data_shards as u64) as usize;
+        let bad = |reason| Error::BadLoc {
+            path: self.path.clone(),
+            index,
+            reason,
+        };
+        let end = loc
+            .check(self.header.codec, self.header.tails[shard])
+            .map_err(bad)?;
+        let data = self.shards[shard].as_deref().unwrap_or(&[]);
+        Ok((loc, &data[loc.offset as usize..end as usize]))
+    }
+
+    /// The logical length of each record (what a Ragged gather allocates).
+    pub fn record_lengths(&self, idxs: &[u64]) -> Result<Vec<u64>> {
+        self.check_indices(idxs)?;
+        idxs.iter()
+            .map(|&i| Ok(u64::from(self.frame(i)?.0.logic)))
+            .collect()
+    }
+
+    /// Gather fixed-width records into `dst` (`idxs.len() * row` bytes).
+    /// Runs of records that sit back to back in one shard and in `dst` are
+    /// copied in one go.
+    pub fn gather_dense(&self, idxs: &[u64], dst: &mut [u8]) -> Result<()> {
+        let row = match self.schema.geometry {
+            Geometry::Dense { .. } => self.schema.row_bytes().unwrap_or(0) as usize,
+            Geometry::Ragged { .. } => {
+                return Err(Error::invalid("gather_dense on a ragged store"))
+            }
+        };
+        if Some(dst.len()) != idxs.len().checked_mul(row) {
+            return Err(Error::invalid("destination is not one row per index"));
+        }
+        self.check_indices(idxs)?;
+        if idxs.is_empty() {
+            return Ok(());
+        }
+        let total = dst.len() as u64;
+        let threads = rayon::current_num_threads().max(1);
+        if total < PARALLEL_BYTES || threads == 1 {
+            return self.gather_rows(idxs, dst, row);
+        }
+        // Contiguous blocks, a few per thread so uneven records even out.
+        let per = idxs.len().div_ceil(threads * 4).max(1);
+        dst.par_chunks_mut(per * row)
+            .zip(idxs.par_chunks(per))
+            .try_for_each(|(d, i)| self.gather_rows(i, d, row))
+    }
+
+    fn gather_rows(&self, idxs: &[u64], dst: &mut [u8], row: usize) -> Result<()> {
+        let mut j = 0;
+        while j < idxs.len() {
+            let (loc, frame) = self.frame(idxs[j])?;
+            if loc.logic as usize != row {
+                return Err(Error::BadLoc {
+                    path: self.path.clone(),
+                    index: idxs[j],
+                    reason: "record width differs from the schema's row",
+                });
+            }
+            if self.header.codec == Codec::Raw {
+                // Extend the run while the next record follows this one in
+                // the same shard (one shard, consecutive ids) or (S shards)
+                // continues the shard's bytes.
+                let mut k = j + 1;
+                let mut end = loc.offset + loc.phys as u64;
+                let shard = idxs[j] % self.header.data_shards as u64;
+                while k < idxs.len() && idxs[k] % self.header.data_shards as u64 == shard {
+                    let (next, _) = self.frame(idxs[k])?;
+                    if next.offset != end || next.logic as usize != row {
+                        break;
+                    }
+                    end += next.phys as u64;
+                    k += 1;
+                }
+                let data = self.shards[shard as usize].as_deref().unwrap_or(&[]);
+                dst[j * row..k * row].copy_from_slice(&data[loc.offset as usize..end as usize]);
+                j = k;
+            } else {
+                self.decoder
+                    .decode(frame, &mut dst[j * row..(j + 1) * row])
+                    .map_err(|reason| Error::Decode {
+                        path: self.path.clone(),
+                        index: idxs[j],
+                        reason,
+                    })?;
+                j += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Gather Ragged records in one pass: payloads end to end, byte offsets
+    /// and shapes, every shape prefix checked against its payload.
+    pub fn gather_ragged(&self, idxs: &[u64]) -> Result<RaggedBatch> {
+        let ndim = match self.schema.geometry {
+            Geometry::Ragged { ndim } => ndim,
+            Geometry::Dense { .. } => return Err(Error::invalid("gather_ragged on a dense store")),
+        };
+        self.check_indices(idxs)?;
+        let prefix = ndim * 8;
+        let mut offsets = Vec::with_capacity(idxs.len() + 1);
+        offsets.push(0u64);
+        let mut total = 0u64;
+        for &i in idxs {
+            let (loc, _) = self.frame(i)?;
+            let logic = loc.logic as usize;
+            if logic <= prefix {
+                return Err(Error::Decode {
+                    path: self.path.clone(),
+                    index: i,
+                    reason: "corrupt ragged record shape header".into(),
+                });
+            }
+            total += (logic - prefix) as u64;
+            offsets.push(total);
+        }
+        let len = usize::try_from(total)
+            .map_err(|_| Error::invalid("gathered records exceed the addressable buffer"))?;
+        let mut words = vec![0u64; len.div_ceil(8)];
+        let mut shapes = vec![0u64; idxs.len() * ndim];
+        {
+            // SAFETY: `words` holds len.div_ceil(8) * 8 >= len bytes.
+            let values =
+                unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr() as *mut u8, len) };
+            let threads = rayon::current_num_threads().max(1);
+            if total < PARALLEL_BYTES || threads == 1 || idxs.len() < 2 {
+                self.fill_ragged(idxs, &offsets, values, &mut shapes, ndim)?;
+            } else {
+                let per = idxs.len().div_ceil(threads * 4).max(1);
+                let blocks = split_blocks(idxs, &offsets, values, &mut shapes, ndim, per);
+                blocks
+                    .into_par_iter()
+                    .try_for_each(|(i, o, v, s)| self.fill_ragged(i, o, v, s, ndim))?;
+            }
+        }
+        Ok(RaggedBatch {
+            words,
+            len,
+            offsets,
+            shapes,
+        })
+    }
+
+    fn fill_ragged(
+        &self,
+        idxs: &[u64],
+        offsets: &[u64],
+        values: &mut [u8],
+        shapes: &mut [u64],
+        ndim: usize,
+    ) -> Result<()> {
+        let base = offsets[0];
+        let prefix = ndim * 8;
+        let mut scratch = Vec::new();
+        for (j, &i) in idxs.iter().enumerate() {
+            let (loc, frame) = self.frame(i)?;
+            let record: &[u8] = if self.header.codec == Codec::Raw {
+                frame
+            } else {
+                scratch.resize(loc.logic as usize, 0);
+                self.decoder
+                    .decode(frame, &mut scratch)
+                    .map_err(|reason| Error::Decode {
+                        path: self.path.clone(),
+                        index: i,
+                        reason,
+                    })?;
+                &scratch
+            };
+            let shape = &mut shapes[j * ndim..(j + 1) * ndim];
+            for (d, b) in shape.iter_mut().zip(record[..prefix].chunks_exact(8)) {
+                *d = u64::from_le_bytes(b.try_into().expect("8 bytes"));
+            }
+            let payload = &record[prefix..];
+            let elements = shape.iter().try_fold(1u64, |a, &d| a.checked_mul(d));
+            let expect = elements.and_then(|e| e.checked_mul(self.schema.itemsize as u64));
+            if expect != Some(payload.len() as u64) {
+                return Err(Error::Decode {
+                    path: self.path.clone(),
+                    index: i,
+                    reason: "corrupt ragged record shape".into(),
+                });
+            }
+            let at = (offsets[j] - base) as usize;
+            values[at..at + payload.len()].copy_from_slice(payload);
+        }
+        Ok(())
+    }
+}
+
+type Block<'a> = (&'a [u64], &'a [u64], &'a mut [u8], &'a mut [u64]);
+
+/// Split a Ragged gather into blocks of `per` records with their own
+/// slices of the output, so blocks fill in parallel without sharing.
+fn split_blocks<'a>(
+    idxs: &'a [u64],
+    offsets: &'a [u64],
+    mut values: &'a mut [u8],
+    mut shapes: &'a mut [u64],
+    ndim: usize,
+    per: usize,
+) -> Vec<Block<'a>> {
+    let mut blocks = Vec::new();
+    let mut start = 0;
+    while start < idxs.len() {
+        let end = (start + per).min(idxs.len());
+        let bytes = (offsets[end] - offsets[start]) as usize;
+        let (v, rest_v) = std::mem::take(&mut values).split_at_mut(bytes);
+        let (s, rest_s) = std::mem::take(&mut shapes).split_at_mut((end - start) * ndim);
+        values = rest_v;
+        shapes = rest_s;
+        blocks.push((&idxs[start..end], &offsets[start..=end], v, s));
+        start = end;
+    }
+    blocks
+}
