@@ -141,6 +141,7 @@ pub fn writers() -> &'static [&'static dyn FormatWriter] {
         &crate::formats::safetensors::SafetensorsWriter,
         &crate::formats::npy::NpzWriter,
         &crate::formats::npy::NpyWriter,
+        &crate::formats::zt::ZtWriter,
     ]
 }
 

@@ -20,7 +20,22 @@ from . import _zt
 from ._tensor import Tensor
 from ._zt import FormatError, page_size
 
-__all__ = ["FormatError", "Source", "Tensor", "convert", "detect", "open", "page_size", "numpy", "torch"]
+__all__ = [
+    "FormatError",
+    "Sink",
+    "Source",
+    "Tensor",
+    "Writer",
+    "canonical_violations",
+    "content_id",
+    "convert",
+    "detect",
+    "open",
+    "page_size",
+    "verify",
+    "numpy",
+    "torch",
+]
 __version__ = _zt.__version__
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -125,3 +140,4 @@ def detect(path: PathLike) -> str:
 
 
 from . import numpy, torch  # noqa: E402  (the submodules import the names above)
+from ._zt_writer import Sink, Writer, canonical_violations, content_id, verify  # noqa: E402

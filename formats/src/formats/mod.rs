@@ -3,3 +3,4 @@
 pub mod detect_only;
 pub mod npy;
 pub mod safetensors;
+pub mod zt;
