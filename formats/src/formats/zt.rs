@@ -16,14 +16,6 @@ pub struct Zt;
 /// The zTensor v2 magic.
 pub const ZT_MAGIC: &[u8; 8] = MAGIC;
 
-fn u32_le(b: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
-}
-
-fn u64_le(b: &[u8], at: usize) -> Option<u64> {
-    Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
-}
-
 impl Format for Zt {
     fn name(&self) -> &'static str {
         "zt"
@@ -33,18 +25,14 @@ impl Format for Zt {
         &["zt"]
     }
 
-    /// The magic at both ends and a footer whose manifest range lies inside
-    /// the file.
+    /// The magic at both ends. A `.zt` file with the magic at only one end
+    /// (or too short for a footer) is still claimed, so that opening it
+    /// reports what is wrong with it instead of "unknown format"; every
+    /// footer rule is checked by `open` with a precise error.
     fn sniff(&self, p: &Probe<'_>) -> bool {
-        if p.len < 48 || !p.head.starts_with(ZT_MAGIC) || !p.tail.ends_with(ZT_MAGIC) {
-            return false;
-        }
-        let f = &p.tail[p.tail.len() - 40..];
-        let (Some(off), Some(len), Some(version)) = (u64_le(f, 0), u64_le(f, 8), u32_le(f, 24))
-        else {
-            return false;
-        };
-        version == 2 && off.checked_add(len).is_some_and(|end| end <= p.len - 40)
+        let head = p.head.starts_with(ZT_MAGIC);
+        let tail = p.len >= 48 && p.tail.ends_with(ZT_MAGIC);
+        (head && tail) || (p.extension == "zt" && (head || tail))
     }
 
     fn open(&self, input: &OpenInput<'_>) -> Result<Catalog> {
