@@ -72,6 +72,15 @@ pub trait Decode: Send + Sync + fmt::Debug {
     fn decode(&self, limits: &Limits) -> Result<Vec<u8>>;
     /// A short description for listings (`"deflate"`, `"byteswap"`).
     fn describe(&self) -> &'static str;
+    /// Bytes `[start, start + len)` of the decoded stream. The default
+    /// decodes everything and slices; decoders that can seek (zstd
+    /// seekable frames) decode only what the range needs. The caller has
+    /// checked the range against the decoded length.
+    fn decode_range(&self, start: u64, len: u64, limits: &Limits) -> Result<Vec<u8>> {
+        let all = self.decode(limits)?;
+        let end = start.saturating_add(len).min(all.len() as u64) as usize;
+        Ok(all[(start as usize).min(end)..end].to_vec())
+    }
 }
 
 /// Where a part's bytes are.

@@ -763,6 +763,40 @@ impl<'a> PartRef<'a> {
         }
     }
 
+    /// Bytes `[start, start + len)` of the stored (decoded) stream, for
+    /// reading a slice of a tensor: borrowed from the mapping when raw, and
+    /// for seekable encodings only the frames the range touches are decoded.
+    pub fn storage_range(&self, start: u64, len: u64) -> Result<Cow<'a, [u8]>> {
+        let total = self.part.payload.len();
+        let end = start
+            .checked_add(len)
+            .filter(|&e| e <= total)
+            .ok_or_else(|| {
+                Error::range(
+                    self.ctx(),
+                    format!("range {start}+{len} is outside the part's {total} bytes"),
+                )
+            })?;
+        match &self.part.payload {
+            Payload::Stored { store, offset, .. } => store
+                .read(offset + start, end - start)
+                .map_err(|e| e.in_tensor(&self.object.name)),
+            Payload::Decoded { decoder, .. } => {
+                self.source.limits.check_decoded(&self.ctx(), len)?;
+                let bytes = decoder
+                    .decode_range(start, len, &self.source.limits)
+                    .map_err(|e| e.in_tensor(&self.object.name))?;
+                if bytes.len() as u64 != len {
+                    return Err(Error::Decode {
+                        ctx: self.ctx(),
+                        reason: format!("range decoded to {} bytes, expected {len}", bytes.len()),
+                    });
+                }
+                Ok(Cow::Owned(bytes))
+            }
+        }
+    }
+
     /// The elements in C order: borrowed when the stored bytes already are,
     /// materialized from strides or decoded otherwise.
     pub fn bytes(&self) -> Result<Cow<'a, [u8]>> {

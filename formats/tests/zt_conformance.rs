@@ -60,16 +60,26 @@ fn part(dtype: &str, offset: u64, len: u64) -> Vec<(&'static str, Cbor)> {
     vec![("dtype", text(dtype)), ("blob", uints(&[offset, len]))]
 }
 
-fn object(shape: &[u64], layout: &str, parts: Vec<(&str, Vec<(&'static str, Cbor)>)>) -> Vec<(&'static str, Cbor)> {
+fn object(
+    shape: &[u64],
+    layout: &str,
+    parts: Vec<(&str, Vec<(&'static str, Cbor)>)>,
+) -> Vec<(&'static str, Cbor)> {
     vec![
         ("shape", uints(shape)),
         ("layout", text(layout)),
-        ("parts", Cbor::map(parts.into_iter().map(|(n, p)| (n, Cbor::map(p))))),
+        (
+            "parts",
+            Cbor::map(parts.into_iter().map(|(n, p)| (n, Cbor::map(p)))),
+        ),
     ]
 }
 
 fn root(objects: Vec<(&str, Vec<(&'static str, Cbor)>)>) -> Vec<(&'static str, Cbor)> {
-    vec![("objects", Cbor::map(objects.into_iter().map(|(n, o)| (n, Cbor::map(o)))))]
+    vec![(
+        "objects",
+        Cbor::map(objects.into_iter().map(|(n, o)| (n, Cbor::map(o)))),
+    )]
 }
 
 /// Assemble a file: magic, blobs at their offsets, the manifest bytes at
@@ -115,7 +125,10 @@ fn f32s(v: &[f32]) -> Vec<u8> {
 fn dense_with(extra: Vec<(&'static str, Cbor)>, data: &[u8], shape: &[u64]) -> Vec<u8> {
     let mut p = part("f32", 4096, data.len() as u64);
     p.extend(extra);
-    file(&[(4096, data)], root(vec![("w", object(shape, "dense", vec![("data", p)]))]))
+    file(
+        &[(4096, data)],
+        root(vec![("w", object(shape, "dense", vec![("data", p)]))]),
+    )
 }
 
 /// Replace the manifest of a valid file with raw bytes.
@@ -126,63 +139,203 @@ fn raw_manifest(manifest: &[u8]) -> Vec<u8> {
 fn cases() -> Vec<Case> {
     let w = f32s(&[1.0, 2.0, 3.0, 4.0]);
     let mut v = Vec::new();
-    let mut add = |name, rule, bytes, expect| v.push(Case { name, rule, bytes, expect });
+    let mut add = |name, rule, bytes, expect| {
+        v.push(Case {
+            name,
+            rule,
+            bytes,
+            expect,
+        })
+    };
 
     // ---- valid files
-    add("valid_dense", "§5.1 dense", dense_with(vec![], &w, &[2, 2]), Expect::Valid(vec![("w", w.clone())]));
-    add("valid_empty", "§3.2 objects may be empty", file(&[], root(vec![])), Expect::Valid(vec![]));
-    add("valid_scalar", "§3.3 empty shape is a scalar", dense_with(vec![], &w[..4], &[]), Expect::Valid(vec![("w", w[..4].to_vec())]));
-    add("valid_unknown_keys", "§3.1 unknown keys are ignored", dense_with(vec![("future", Cbor::map([("x", Cbor::UInt(1))]))], &w, &[4]), Expect::Valid(vec![("w", w.clone())]));
+    add(
+        "valid_dense",
+        "§5.1 dense",
+        dense_with(vec![], &w, &[2, 2]),
+        Expect::Valid(vec![("w", w.clone())]),
+    );
+    add(
+        "valid_empty",
+        "§3.2 objects may be empty",
+        file(&[], root(vec![])),
+        Expect::Valid(vec![]),
+    );
+    add(
+        "valid_scalar",
+        "§3.3 empty shape is a scalar",
+        dense_with(vec![], &w[..4], &[]),
+        Expect::Valid(vec![("w", w[..4].to_vec())]),
+    );
+    add(
+        "valid_unknown_keys",
+        "§3.1 unknown keys are ignored",
+        dense_with(
+            vec![("future", Cbor::map([("x", Cbor::UInt(1))]))],
+            &w,
+            &[4],
+        ),
+        Expect::Valid(vec![("w", w.clone())]),
+    );
     {
         let r = root(vec![
-            ("a", object(&[4], "dense", vec![("data", part("f32", 4096, 16))])),
-            ("b", object(&[2, 2], "dense", vec![("data", part("f32", 4096, 16))])),
-            ("z", object(&[0], "dense", vec![("data", part("f32", 8192, 0))])),
+            (
+                "a",
+                object(&[4], "dense", vec![("data", part("f32", 4096, 16))]),
+            ),
+            (
+                "b",
+                object(&[2, 2], "dense", vec![("data", part("f32", 4096, 16))]),
+            ),
+            (
+                "z",
+                object(&[0], "dense", vec![("data", part("f32", 8192, 0))]),
+            ),
         ]);
-        add("valid_identical_refs", "§2.4 identical references are tied weights", file(&[(4096, &w)], r), Expect::Valid(vec![("a", w.clone()), ("b", w.clone()), ("z", vec![])]));
+        add(
+            "valid_identical_refs",
+            "§2.4 identical references are tied weights",
+            file(&[(4096, &w)], r),
+            Expect::Valid(vec![("a", w.clone()), ("b", w.clone()), ("z", vec![])]),
+        );
     }
     {
         let mut p = part("f32", 4096, 16);
         p.push(("digest", text(&format!("xxh3:{:016x}", xxh3(&w)))));
         let mut bad = part("f32", 4096, 16);
         bad.push(("digest", text("xxh3:0000000000000000")));
-        add("valid_digest", "§3.4 digest over decoded bytes", file(&[(4096, &w)], root(vec![("w", object(&[4], "dense", vec![("data", p)]))])), Expect::Valid(vec![("w", w.clone())]));
-        add("valid_unknown_digest_algorithm", "§3.4 unregistered algorithms are left unverified", dense_with(vec![("digest", text("blake3:00ff"))], &w, &[4]), Expect::Valid(vec![("w", w.clone())]));
-        add("verify_digest_mismatch", "§6.1 content rung", file(&[(4096, &w)], root(vec![("w", object(&[4], "dense", vec![("data", bad)]))])), Expect::ReadReject("w", "Integrity"));
+        add(
+            "valid_digest",
+            "§3.4 digest over decoded bytes",
+            file(
+                &[(4096, &w)],
+                root(vec![("w", object(&[4], "dense", vec![("data", p)]))]),
+            ),
+            Expect::Valid(vec![("w", w.clone())]),
+        );
+        add(
+            "valid_unknown_digest_algorithm",
+            "§3.4 unregistered algorithms are left unverified",
+            dense_with(vec![("digest", text("blake3:00ff"))], &w, &[4]),
+            Expect::Valid(vec![("w", w.clone())]),
+        );
+        add(
+            "verify_digest_mismatch",
+            "§6.1 content rung",
+            file(
+                &[(4096, &w)],
+                root(vec![("w", object(&[4], "dense", vec![("data", bad)]))]),
+            ),
+            Expect::ReadReject("w", "Integrity"),
+        );
     }
     {
         let mut p = part("u8", 4096, 3);
         p.push(("type", text("bool")));
-        add("valid_bool", "Appendix A bool over u8", file(&[(4096, &[1, 0, 1])], root(vec![("m", object(&[3], "dense", vec![("data", p)]))])), Expect::Valid(vec![("m", vec![1, 0, 1])]));
+        add(
+            "valid_bool",
+            "Appendix A bool over u8",
+            file(
+                &[(4096, &[1, 0, 1])],
+                root(vec![("m", object(&[3], "dense", vec![("data", p)]))]),
+            ),
+            Expect::Valid(vec![("m", vec![1, 0, 1])]),
+        );
         let mut p = part("u8", 4096, 2);
         p.push(("type", text("f4_e2m1")));
-        add("valid_f4_packed", "Appendix A f4_e2m1 is ceil(n/2) bytes", file(&[(4096, &[0x21, 0x03])], root(vec![("q", object(&[3], "dense", vec![("data", p)]))])), Expect::Valid(vec![("q", vec![0x21, 0x03])]));
+        add(
+            "valid_f4_packed",
+            "Appendix A f4_e2m1 is ceil(n/2) bytes",
+            file(
+                &[(4096, &[0x21, 0x03])],
+                root(vec![("q", object(&[3], "dense", vec![("data", p)]))]),
+            ),
+            Expect::Valid(vec![("q", vec![0x21, 0x03])]),
+        );
     }
-    add("valid_unknown_layout", "§5.2 unknown layouts are structural", file(&[(4096, &w)], root(vec![("x", object(&[7], "vendor.thing/1", vec![("blob", part("u32", 4096, 16))]))])), Expect::Valid(vec![("x", w.clone())]));
+    add(
+        "valid_unknown_layout",
+        "§5.2 unknown layouts are structural",
+        file(
+            &[(4096, &w)],
+            root(vec![(
+                "x",
+                object(
+                    &[7],
+                    "vendor.thing/1",
+                    vec![("blob", part("u32", 4096, 16))],
+                ),
+            )]),
+        ),
+        Expect::Valid(vec![("x", w.clone())]),
+    );
     {
         let enc = zt::zt::encoding::encode(&w, 3).unwrap();
         let mut p = part("f32", 4096, enc.len() as u64);
         p.push(("encoding", text("zt.zstd-seekable/1")));
         p.push(("decoded_length", Cbor::UInt(16)));
-        add("valid_zstd_seekable", "zt.zstd-seekable/1", file(&[(4096, &enc)], root(vec![("w", object(&[4], "dense", vec![("data", p)]))])), Expect::Valid(vec![("w", w.clone())]));
+        add(
+            "valid_zstd_seekable",
+            "zt.zstd-seekable/1",
+            file(
+                &[(4096, &enc)],
+                root(vec![("w", object(&[4], "dense", vec![("data", p)]))]),
+            ),
+            Expect::Valid(vec![("w", w.clone())]),
+        );
         let mut lie = part("f32", 4096, enc.len() as u64);
         lie.push(("encoding", text("zt.zstd-seekable/1")));
         lie.push(("decoded_length", Cbor::UInt(1 << 40)));
-        add("reject_zstd_decoded_length_huge", "§8.1 decompression limits, checked before decoding", file(&[(4096, &enc)], root(vec![("w", object(&[1 << 38], "dense", vec![("data", lie)]))])), Expect::Reject("Limit"));
+        add(
+            "reject_zstd_decoded_length_huge",
+            "§8.1 decompression limits, checked before decoding",
+            file(
+                &[(4096, &enc)],
+                root(vec![(
+                    "w",
+                    object(&[1 << 38], "dense", vec![("data", lie)]),
+                )]),
+            ),
+            Expect::Reject("Limit"),
+        );
         let mut lie = part("f32", 4096, enc.len() as u64);
         lie.push(("encoding", text("zt.zstd-seekable/1")));
         lie.push(("decoded_length", Cbor::UInt(32)));
-        add("reject_zstd_decoded_length_lie", "§3.4 decoded output is exactly decoded_length", file(&[(4096, &enc)], root(vec![("w", object(&[8], "dense", vec![("data", lie)]))])), Expect::ReadReject("w", "Decode"));
+        add(
+            "reject_zstd_decoded_length_lie",
+            "§3.4 decoded output is exactly decoded_length",
+            file(
+                &[(4096, &enc)],
+                root(vec![("w", object(&[8], "dense", vec![("data", lie)]))]),
+            ),
+            Expect::ReadReject("w", "Decode"),
+        );
         let mut nock = part("f32", 4096, 0);
         let frame = zstd::bulk::compress(&w, 3).unwrap(); // no checksum, no seek table
         nock[1] = ("blob", uints(&[4096, frame.len() as u64]));
         nock.push(("encoding", text("zt.zstd-seekable/1")));
         nock.push(("decoded_length", Cbor::UInt(16)));
-        add("reject_zstd_not_seekable", "zt.zstd-seekable/1 seek table", file(&[(4096, &frame)], root(vec![("w", object(&[4], "dense", vec![("data", nock)]))])), Expect::ReadReject("w", "Decode"));
+        add(
+            "reject_zstd_not_seekable",
+            "zt.zstd-seekable/1 seek table",
+            file(
+                &[(4096, &frame)],
+                root(vec![("w", object(&[4], "dense", vec![("data", nock)]))]),
+            ),
+            Expect::ReadReject("w", "Decode"),
+        );
         let mut unk = part("f32", 4096, 16);
         unk.push(("encoding", text("vendor.lz/1")));
         unk.push(("decoded_length", Cbor::UInt(16)));
-        add("reject_unknown_encoding_decode", "§5.3 unknown encodings are refused on decode", file(&[(4096, &w)], root(vec![("w", object(&[4], "dense", vec![("data", unk)]))])), Expect::ReadReject("w", "Unsupported"));
+        add(
+            "reject_unknown_encoding_decode",
+            "§5.3 unknown encodings are refused on decode",
+            file(
+                &[(4096, &w)],
+                root(vec![("w", object(&[4], "dense", vec![("data", unk)]))]),
+            ),
+            Expect::ReadReject("w", "Unsupported"),
+        );
     }
     {
         let values = f32s(&[1.0, 2.0]);
@@ -191,20 +344,78 @@ fn cases() -> Vec<Case> {
         let csr = |ptr_len: u64, rank: &[u64]| {
             file(
                 &[(4096, &values), (8192, &indices), (12288, &indptr)],
-                root(vec![("s", object(rank, "zt.sparse_csr/1", vec![
-                    ("values", part("f32", 4096, 8)),
-                    ("indices", part("u32", 8192, 8)),
-                    ("indptr", part("u32", 12288, ptr_len)),
-                ]))]),
+                root(vec![(
+                    "s",
+                    object(
+                        rank,
+                        "zt.sparse_csr/1",
+                        vec![
+                            ("values", part("f32", 4096, 8)),
+                            ("indices", part("u32", 8192, 8)),
+                            ("indptr", part("u32", 12288, ptr_len)),
+                        ],
+                    ),
+                )]),
             )
         };
-        add("valid_sparse_csr", "zt.sparse_csr/1", csr(12, &[2, 4]), Expect::Valid(vec![]));
-        add("reject_csr_indptr_size", "zt.sparse_csr/1 indptr = (R+1) x width", csr(8, &[2, 4]), Expect::Reject("Range"));
-        add("reject_csr_rank", "zt.sparse_csr/1 rank 2", csr(12, &[2, 4, 1]), Expect::Reject("Header"));
-        let coo = file(&[(4096, &values), (8192, &indices)], root(vec![("c", object(&[4], "zt.sparse_coo/1", vec![("values", part("f32", 4096, 8)), ("coords", part("u32", 8192, 8))]))]));
-        add("valid_sparse_coo", "zt.sparse_coo/1", coo, Expect::Valid(vec![]));
-        let coo_bad = file(&[(4096, &values), (8192, &indices)], root(vec![("c", object(&[4], "zt.sparse_coo/1", vec![("values", part("f32", 4096, 8)), ("coords", part("f32", 8192, 8))]))]));
-        add("reject_coo_coords_dtype", "zt.sparse_coo/1 coords u32/u64", coo_bad, Expect::Reject("Header"));
+        add(
+            "valid_sparse_csr",
+            "zt.sparse_csr/1",
+            csr(12, &[2, 4]),
+            Expect::Valid(vec![]),
+        );
+        add(
+            "reject_csr_indptr_size",
+            "zt.sparse_csr/1 indptr = (R+1) x width",
+            csr(8, &[2, 4]),
+            Expect::Reject("Range"),
+        );
+        add(
+            "reject_csr_rank",
+            "zt.sparse_csr/1 rank 2",
+            csr(12, &[2, 4, 1]),
+            Expect::Reject("Header"),
+        );
+        let coo = file(
+            &[(4096, &values), (8192, &indices)],
+            root(vec![(
+                "c",
+                object(
+                    &[4],
+                    "zt.sparse_coo/1",
+                    vec![
+                        ("values", part("f32", 4096, 8)),
+                        ("coords", part("u32", 8192, 8)),
+                    ],
+                ),
+            )]),
+        );
+        add(
+            "valid_sparse_coo",
+            "zt.sparse_coo/1",
+            coo,
+            Expect::Valid(vec![]),
+        );
+        let coo_bad = file(
+            &[(4096, &values), (8192, &indices)],
+            root(vec![(
+                "c",
+                object(
+                    &[4],
+                    "zt.sparse_coo/1",
+                    vec![
+                        ("values", part("f32", 4096, 8)),
+                        ("coords", part("f32", 8192, 8)),
+                    ],
+                ),
+            )]),
+        );
+        add(
+            "reject_coo_coords_dtype",
+            "zt.sparse_coo/1 coords u32/u64",
+            coo_bad,
+            Expect::Reject("Header"),
+        );
     }
     {
         let mx = |block: u64, scale_type: &str| {
@@ -213,85 +424,297 @@ fn cases() -> Vec<Case> {
             let mut d = part("u8", 4096, 32);
             d.push(("type", text("f8_e4m3fn")));
             let mut o = object(&[32], "zt.mx/1", vec![("data", d), ("scales", s)]);
-            o.push(("attributes", Cbor::map([("block_size", Cbor::UInt(block)), ("scale_form", text("e8m0_exponent"))])));
+            o.push((
+                "attributes",
+                Cbor::map([
+                    ("block_size", Cbor::UInt(block)),
+                    ("scale_form", text("e8m0_exponent")),
+                ]),
+            ));
             file(&[(4096, &[0u8; 32]), (8192, &[127])], root(vec![("m", o)]))
         };
-        add("valid_mx", "zt.mx/1", mx(32, "f8_e8m0"), Expect::Valid(vec![]));
-        add("reject_mx_block_size", "zt.mx/1 block_size divides shape[axis]", mx(5, "f8_e8m0"), Expect::Reject("Header"));
-        add("reject_mx_scale_type", "zt.mx/1 scales are f8_e8m0", mx(32, "f8_e5m2"), Expect::Reject("Header"));
+        add(
+            "valid_mx",
+            "zt.mx/1",
+            mx(32, "f8_e8m0"),
+            Expect::Valid(vec![]),
+        );
+        add(
+            "reject_mx_block_size",
+            "zt.mx/1 block_size divides shape[axis]",
+            mx(5, "f8_e8m0"),
+            Expect::Reject("Header"),
+        );
+        add(
+            "reject_mx_scale_type",
+            "zt.mx/1 scales are f8_e8m0",
+            mx(32, "f8_e5m2"),
+            Expect::Reject("Header"),
+        );
         let qg = |per_word: u64| {
-            let mut o = object(&[8, 8], "zt.quant_group/1", vec![("data", part("u32", 4096, 32)), ("scales", part("f16", 8192, 16))]);
-            o.push(("attributes", Cbor::map([
-                ("bits", Cbor::UInt(4)), ("group_size", Cbor::UInt(8)), ("axis", Cbor::UInt(1)),
-                ("packing", Cbor::map([("word", text("u32")), ("order", text("lsb_first")), ("per_word", Cbor::UInt(per_word))])),
-                ("scale_form", text("f16_factors")),
-                ("zero_point", Cbor::map([("form", text("implied")), ("value", Cbor::UInt(8))])),
-            ])));
-            file(&[(4096, &[0u8; 32]), (8192, &[0u8; 16])], root(vec![("q", o)]))
+            let mut o = object(
+                &[8, 8],
+                "zt.quant_group/1",
+                vec![
+                    ("data", part("u32", 4096, 32)),
+                    ("scales", part("f16", 8192, 16)),
+                ],
+            );
+            o.push((
+                "attributes",
+                Cbor::map([
+                    ("bits", Cbor::UInt(4)),
+                    ("group_size", Cbor::UInt(8)),
+                    ("axis", Cbor::UInt(1)),
+                    (
+                        "packing",
+                        Cbor::map([
+                            ("word", text("u32")),
+                            ("order", text("lsb_first")),
+                            ("per_word", Cbor::UInt(per_word)),
+                        ]),
+                    ),
+                    ("scale_form", text("f16_factors")),
+                    (
+                        "zero_point",
+                        Cbor::map([("form", text("implied")), ("value", Cbor::UInt(8))]),
+                    ),
+                ]),
+            ));
+            file(
+                &[(4096, &[0u8; 32]), (8192, &[0u8; 16])],
+                root(vec![("q", o)]),
+            )
         };
-        add("valid_quant_group", "zt.quant_group/1 (bias-8 int4)", qg(8), Expect::Valid(vec![]));
-        add("reject_quant_group_per_word", "zt.quant_group/1 per_word = 8 x width / bits", qg(4), Expect::Reject("Header"));
+        add(
+            "valid_quant_group",
+            "zt.quant_group/1 (bias-8 int4)",
+            qg(8),
+            Expect::Valid(vec![]),
+        );
+        add(
+            "reject_quant_group_per_word",
+            "zt.quant_group/1 per_word = 8 x width / bits",
+            qg(4),
+            Expect::Reject("Header"),
+        );
         let gguf = |bb: u64| {
-            let mut o = object(&[2, 32], "gguf.q8_0/1", vec![("data", part("u8", 4096, 68))]);
-            o.push(("attributes", Cbor::map([("elems_per_block", Cbor::UInt(32)), ("block_bytes", Cbor::UInt(bb))])));
+            let mut o = object(
+                &[2, 32],
+                "gguf.q8_0/1",
+                vec![("data", part("u8", 4096, 68))],
+            );
+            o.push((
+                "attributes",
+                Cbor::map([
+                    ("elems_per_block", Cbor::UInt(32)),
+                    ("block_bytes", Cbor::UInt(bb)),
+                ]),
+            ));
             file(&[(4096, &[0u8; 68])], root(vec![("g", o)]))
         };
-        add("valid_gguf_q8_0", "gguf.<type>/1", gguf(34), Expect::Valid(vec![("g", vec![0u8; 68])]));
-        add("reject_gguf_size", "gguf.<type>/1 blocks x block_bytes", gguf(33), Expect::Reject("Range"));
+        add(
+            "valid_gguf_q8_0",
+            "gguf.<type>/1",
+            gguf(34),
+            Expect::Valid(vec![("g", vec![0u8; 68])]),
+        );
+        add(
+            "reject_gguf_size",
+            "gguf.<type>/1 blocks x block_bytes",
+            gguf(33),
+            Expect::Reject("Range"),
+        );
     }
 
     // ---- container (L0)
-    add("reject_short_file", "§2.1 at least 48 bytes", MAGIC.to_vec(), Expect::Reject("Truncated"));
+    add(
+        "reject_short_file",
+        "§2.1 at least 48 bytes",
+        MAGIC.to_vec(),
+        Expect::Reject("Truncated"),
+    );
     {
         let mut b = dense_with(vec![], &w, &[4]);
         b[0] = b'X';
-        add("reject_leading_magic", "§2.2 magic at offset 0", b, Expect::Reject("Header"));
+        add(
+            "reject_leading_magic",
+            "§2.2 magic at offset 0",
+            b,
+            Expect::Reject("Header"),
+        );
         let mut b = dense_with(vec![], &w, &[4]);
         let n = b.len();
         b[n - 16] = 3;
-        add("reject_version", "§2.3 version 2", b, Expect::Reject("Header"));
+        add(
+            "reject_version",
+            "§2.3 version 2",
+            b,
+            Expect::Reject("Header"),
+        );
         let mut b = dense_with(vec![], &w, &[4]);
         let n = b.len();
         b[n - 20] ^= 1; // manifest_hash
-        add("reject_manifest_hash", "§2.3 XXH3-64 of the manifest", b, Expect::Reject("Integrity"));
+        add(
+            "reject_manifest_hash",
+            "§2.3 XXH3-64 of the manifest",
+            b,
+            Expect::Reject("Integrity"),
+        );
         let m = encode(&Cbor::map(root(vec![])));
-        add("reject_manifest_unaligned", "§2.4 the manifest is a blob", assemble(&[], &m, Some(4100)), Expect::Reject("Range"));
-        add("reject_manifest_below_floor", "§2.4 offset >= 4096", assemble(&[], &m, Some(8)), Expect::Reject("Range"));
+        add(
+            "reject_manifest_unaligned",
+            "§2.4 the manifest is a blob",
+            assemble(&[], &m, Some(4100)),
+            Expect::Reject("Range"),
+        );
+        add(
+            "reject_manifest_below_floor",
+            "§2.4 offset >= 4096",
+            assemble(&[], &m, Some(8)),
+            Expect::Reject("Range"),
+        );
         let mut b = assemble(&[], &m, None);
         let n = b.len();
         b[n - 32..n - 24].copy_from_slice(&(1u64 << 31).to_le_bytes());
-        add("reject_manifest_over_cap", "§3.1 manifest over 1 GiB, before reading it", b, Expect::Reject("Limit"));
+        add(
+            "reject_manifest_over_cap",
+            "§3.1 manifest over 1 GiB, before reading it",
+            b,
+            Expect::Reject("Limit"),
+        );
         let mut b = assemble(&[], &m, None);
         let n = b.len();
         b[n - 32..n - 24].copy_from_slice(&(m.len() as u64 + 1).to_le_bytes());
-        add("reject_manifest_past_footer", "§2.4 blobs end before the footer", b, Expect::Reject("Range"));
+        add(
+            "reject_manifest_past_footer",
+            "§2.4 blobs end before the footer",
+            b,
+            Expect::Reject("Range"),
+        );
         let mut b = dense_with(vec![], &w, &[4]);
         b.push(0);
-        add("reject_footer_not_at_eof", "§2.5 the footer is at EOF", b, Expect::Reject("Header"));
+        add(
+            "reject_footer_not_at_eof",
+            "§2.5 the footer is at EOF",
+            b,
+            Expect::Reject("Header"),
+        );
     }
     {
         let data_shard = {
             let mut b = MAGIC.to_vec();
-            b.extend_from_slice(&Footer { manifest_offset: 0, manifest_length: 0, manifest_hash: 0, version: 2 }.encode());
+            b.extend_from_slice(
+                &Footer {
+                    manifest_offset: 0,
+                    manifest_length: 0,
+                    manifest_hash: 0,
+                    version: 2,
+                }
+                .encode(),
+            );
             b
         };
-        add("valid_data_shard", "§7.2 a data shard has no manifest", data_shard, Expect::Valid(vec![]));
+        add(
+            "valid_data_shard",
+            "§7.2 a data shard has no manifest",
+            data_shard,
+            Expect::Valid(vec![]),
+        );
     }
-    add("reject_blob_unaligned", "§2.4 offset % 4096", file(&[(4100, &w)], root(vec![("w", object(&[4], "dense", vec![("data", part("f32", 4100, 16))]))])), Expect::Reject("Range"));
-    add("reject_blob_below_floor", "§2.4 offset >= 4096", file(&[], root(vec![("w", object(&[4], "dense", vec![("data", part("f32", 0, 16))]))])), Expect::Reject("Range"));
-    add("reject_zero_length_unaligned", "§2.4 zero-length blobs still align", file(&[], root(vec![("w", object(&[0], "dense", vec![("data", part("f32", 4097, 0))]))])), Expect::Reject("Range"));
-    add("reject_blob_past_data", "§2.4 offset + length <= size - 40", file(&[(4096, &w)], root(vec![("w", object(&[1 << 20], "dense", vec![("data", part("f32", 4096, 1 << 22))]))])), Expect::Reject("Range"));
-    add("reject_blob_overflow", "§2.4 offset + length overflows", file(&[(4096, &w)], root(vec![("w", object(&[4], "dense", vec![("data", part("f32", 4096, u64::MAX))]))])), Expect::Reject("Overflow"));
+    add(
+        "reject_blob_unaligned",
+        "§2.4 offset % 4096",
+        file(
+            &[(4100, &w)],
+            root(vec![(
+                "w",
+                object(&[4], "dense", vec![("data", part("f32", 4100, 16))]),
+            )]),
+        ),
+        Expect::Reject("Range"),
+    );
+    add(
+        "reject_blob_below_floor",
+        "§2.4 offset >= 4096",
+        file(
+            &[],
+            root(vec![(
+                "w",
+                object(&[4], "dense", vec![("data", part("f32", 0, 16))]),
+            )]),
+        ),
+        Expect::Reject("Range"),
+    );
+    add(
+        "reject_zero_length_unaligned",
+        "§2.4 zero-length blobs still align",
+        file(
+            &[],
+            root(vec![(
+                "w",
+                object(&[0], "dense", vec![("data", part("f32", 4097, 0))]),
+            )]),
+        ),
+        Expect::Reject("Range"),
+    );
+    add(
+        "reject_blob_past_data",
+        "§2.4 offset + length <= size - 40",
+        file(
+            &[(4096, &w)],
+            root(vec![(
+                "w",
+                object(
+                    &[1 << 20],
+                    "dense",
+                    vec![("data", part("f32", 4096, 1 << 22))],
+                ),
+            )]),
+        ),
+        Expect::Reject("Range"),
+    );
+    add(
+        "reject_blob_overflow",
+        "§2.4 offset + length overflows",
+        file(
+            &[(4096, &w)],
+            root(vec![(
+                "w",
+                object(&[4], "dense", vec![("data", part("f32", 4096, u64::MAX))]),
+            )]),
+        ),
+        Expect::Reject("Overflow"),
+    );
     {
         let r = root(vec![
-            ("a", object(&[4], "dense", vec![("data", part("f32", 4096, 16))])),
-            ("b", object(&[2], "dense", vec![("data", part("f32", 4096, 8))])),
+            (
+                "a",
+                object(&[4], "dense", vec![("data", part("f32", 4096, 16))]),
+            ),
+            (
+                "b",
+                object(&[2], "dense", vec![("data", part("f32", 4096, 8))]),
+            ),
         ]);
-        add("reject_partial_overlap", "§2.4 identical or disjoint", file(&[(4096, &w)], r), Expect::Reject("Range"));
+        add(
+            "reject_partial_overlap",
+            "§2.4 identical or disjoint",
+            file(&[(4096, &w)], r),
+            Expect::Reject("Range"),
+        );
         let m_at = 8192u64;
-        let r = root(vec![("a", object(&[4], "dense", vec![("data", part("f32", m_at, 16))]))]);
+        let r = root(vec![(
+            "a",
+            object(&[4], "dense", vec![("data", part("f32", m_at, 16))]),
+        )]);
         let m = encode(&Cbor::map(r));
-        add("reject_overlaps_manifest", "§2.4 the manifest blob is a reference too", assemble(&[(4096, &w)], &m, Some(m_at)), Expect::Reject("Range"));
+        add(
+            "reject_overlaps_manifest",
+            "§2.4 the manifest blob is a reference too",
+            assemble(&[(4096, &w)], &m, Some(m_at)),
+            Expect::Reject("Range"),
+        );
     }
 
     // ---- manifest encoding (§3.1)
@@ -299,20 +722,40 @@ fn cases() -> Vec<Case> {
     {
         let mut m = empty.clone();
         m.splice(0..1, [0xb8, 0x01]);
-        add("reject_cbor_non_shortest", "§3.1 shortest heads", raw_manifest(&m), Expect::Reject("Header"));
+        add(
+            "reject_cbor_non_shortest",
+            "§3.1 shortest heads",
+            raw_manifest(&m),
+            Expect::Reject("Header"),
+        );
         let mut m = vec![0xbf];
         m.extend_from_slice(&empty[1..]);
         m.push(0xff);
-        add("reject_cbor_indefinite", "§3.1 definite lengths", raw_manifest(&m), Expect::Reject("Header"));
+        add(
+            "reject_cbor_indefinite",
+            "§3.1 definite lengths",
+            raw_manifest(&m),
+            Expect::Reject("Header"),
+        );
         let mut m = vec![0xa2, 0x6a];
         m.extend_from_slice(b"attributes");
         m.push(0xa0);
         m.extend_from_slice(&empty[1..]);
-        add("reject_cbor_unsorted", "§3.1 bytewise key order", raw_manifest(&m), Expect::Reject("Header"));
+        add(
+            "reject_cbor_unsorted",
+            "§3.1 bytewise key order",
+            raw_manifest(&m),
+            Expect::Reject("Header"),
+        );
         let mut m = vec![0xa2];
         m.extend_from_slice(&empty[1..]);
         m.extend_from_slice(&empty[1..]);
-        add("reject_cbor_duplicate_key", "§3.1 no duplicate keys", raw_manifest(&m), Expect::Reject("Header"));
+        add(
+            "reject_cbor_duplicate_key",
+            "§3.1 no duplicate keys",
+            raw_manifest(&m),
+            Expect::Reject("Header"),
+        );
         let attr = |value: &[u8]| {
             let mut m = vec![0xa2];
             m.extend_from_slice(&empty[1..]);
@@ -322,63 +765,300 @@ fn cases() -> Vec<Case> {
             m.extend_from_slice(value);
             raw_manifest(&m)
         };
-        add("valid_attribute_half", "§3.1 shortest float", attr(&[0xf9, 0x3c, 0x00]), Expect::Valid(vec![]));
-        add("reject_cbor_tag", "§3.1 no tags", attr(&[0xc1, 0x00]), Expect::Reject("Header"));
-        add("reject_cbor_nan_payload", "§3.1 NaN is f9 7e00", attr(&[0xf9, 0x7e, 0x01]), Expect::Reject("Header"));
-        add("reject_cbor_wide_float", "§3.1 floats no wider than needed", attr(&[0xfa, 0x3f, 0x80, 0, 0]), Expect::Reject("Header"));
-        add("reject_cbor_undefined", "§3.1 permitted simple values", attr(&[0xf7]), Expect::Reject("Header"));
+        add(
+            "valid_attribute_half",
+            "§3.1 shortest float",
+            attr(&[0xf9, 0x3c, 0x00]),
+            Expect::Valid(vec![]),
+        );
+        add(
+            "reject_cbor_tag",
+            "§3.1 no tags",
+            attr(&[0xc1, 0x00]),
+            Expect::Reject("Header"),
+        );
+        add(
+            "reject_cbor_nan_payload",
+            "§3.1 NaN is f9 7e00",
+            attr(&[0xf9, 0x7e, 0x01]),
+            Expect::Reject("Header"),
+        );
+        add(
+            "reject_cbor_wide_float",
+            "§3.1 floats no wider than needed",
+            attr(&[0xfa, 0x3f, 0x80, 0, 0]),
+            Expect::Reject("Header"),
+        );
+        add(
+            "reject_cbor_undefined",
+            "§3.1 permitted simple values",
+            attr(&[0xf7]),
+            Expect::Reject("Header"),
+        );
         let mut deep = vec![0x81u8; 31];
         deep.push(0x00);
-        add("reject_cbor_depth", "§3.1 depth <= 32 from the root", attr(&deep), Expect::Reject("Header"));
+        add(
+            "reject_cbor_depth",
+            "§3.1 depth <= 32 from the root",
+            attr(&deep),
+            Expect::Reject("Header"),
+        );
         let mut ok = vec![0x81u8; 29];
         ok.push(0x00);
-        add("valid_cbor_depth_32", "§3.1 depth 32 is allowed", attr(&ok), Expect::Valid(vec![]));
+        add(
+            "valid_cbor_depth_32",
+            "§3.1 depth 32 is allowed",
+            attr(&ok),
+            Expect::Valid(vec![]),
+        );
         let mut m = empty.clone();
         m.push(0x00);
-        add("reject_cbor_trailing", "§3.1 a single CBOR map", raw_manifest(&m), Expect::Reject("Header"));
-        add("reject_cbor_lying_length", "§3.1 lengths within the manifest", raw_manifest(&[0xa1, 0x7b, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]), Expect::Reject("Header"));
-        add("reject_cbor_not_map", "§3.2 the manifest is a map", raw_manifest(&[0x80]), Expect::Reject("Header"));
-        add("reject_no_objects", "§3.2 objects is required", raw_manifest(&[0xa0]), Expect::Reject("Header"));
-        add("reject_attribute_key_not_text", "§3.1 attribute keys are text", attr(&[]).is_empty().then(Vec::new).unwrap_or_else(|| {
-            let mut m = vec![0xa2];
-            m.extend_from_slice(&empty[1..]);
-            m.push(0x6a);
-            m.extend_from_slice(b"attributes");
-            m.extend_from_slice(&[0xa1, 0x01, 0x02]);
-            raw_manifest(&m)
-        }), Expect::Reject("Header"));
+        add(
+            "reject_cbor_trailing",
+            "§3.1 a single CBOR map",
+            raw_manifest(&m),
+            Expect::Reject("Header"),
+        );
+        add(
+            "reject_cbor_lying_length",
+            "§3.1 lengths within the manifest",
+            raw_manifest(&[0xa1, 0x7b, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]),
+            Expect::Reject("Header"),
+        );
+        add(
+            "reject_cbor_not_map",
+            "§3.2 the manifest is a map",
+            raw_manifest(&[0x80]),
+            Expect::Reject("Header"),
+        );
+        add(
+            "reject_no_objects",
+            "§3.2 objects is required",
+            raw_manifest(&[0xa0]),
+            Expect::Reject("Header"),
+        );
+        add(
+            "reject_attribute_key_not_text",
+            "§3.1 attribute keys are text",
+            attr(&[]).is_empty().then(Vec::new).unwrap_or_else(|| {
+                let mut m = vec![0xa2];
+                m.extend_from_slice(&empty[1..]);
+                m.push(0x6a);
+                m.extend_from_slice(b"attributes");
+                m.extend_from_slice(&[0xa1, 0x01, 0x02]);
+                raw_manifest(&m)
+            }),
+            Expect::Reject("Header"),
+        );
     }
 
     // ---- schema (§3.3-§3.6)
-    add("reject_unknown_dtype", "§4.1 twelve storage types", file(&[(4096, &w)], root(vec![("w", object(&[4], "dense", vec![("data", part("f8", 4096, 4))]))])), Expect::Reject("UnsupportedDType"));
-    add("reject_bool_as_dtype", "§4.1 bool is not a storage type", file(&[(4096, &w)], root(vec![("w", object(&[4], "dense", vec![("data", part("bool", 4096, 4))]))])), Expect::Reject("UnsupportedDType"));
-    add("reject_unknown_logical", "§4.2 unknown logical types are refused", dense_with(vec![("type", text("f3_weird"))], &w, &[4]), Expect::Reject("UnsupportedDType"));
-    add("reject_logical_wrong_dtype", "Appendix A required dtype", dense_with(vec![("type", text("bool"))], &w, &[16]), Expect::Reject("Header"));
-    add("reject_dense_size", "§5.1 dense size equation", dense_with(vec![], &w, &[5]), Expect::Reject("Range"));
-    add("reject_dense_two_parts", "§5.1 exactly one part \"data\"", file(&[(4096, &w)], root(vec![("w", object(&[4], "dense", vec![("data", part("f32", 4096, 16)), ("x", part("f32", 4096, 16))]))])), Expect::Reject("Header"));
-    add("reject_dense_part_name", "§5.1 the part is named data", file(&[(4096, &w)], root(vec![("w", object(&[4], "dense", vec![("values", part("f32", 4096, 16))]))])), Expect::Reject("Header"));
-    add("reject_no_parts", "§3.3 parts non-empty", file(&[], root(vec![("w", object(&[4], "dense", vec![]))])), Expect::Reject("Header"));
-    add("reject_rank_65", "§3.3 rank <= 64", file(&[(4096, &w)], root(vec![("w", object(&[1; 65], "dense", vec![("data", part("f32", 4096, 4))]))])), Expect::Reject("Limit"));
-    add("reject_shape_overflow", "§3.3 element count fits u64", file(&[(4096, &w)], root(vec![("w", object(&[u64::MAX, 2], "dense", vec![("data", part("f32", 4096, 16))]))])), Expect::Reject("Overflow"));
-    add("reject_blob_three_elements", "§3.4 blob has two elements", dense_with(vec![("blob", uints(&[4096, 16, 0]))], &w, &[4]), Expect::Reject("Header"));
-    add("reject_encoding_without_length", "§3.4 decoded_length iff encoding", dense_with(vec![("encoding", text("zt.zstd-seekable/1"))], &w, &[4]), Expect::Reject("Header"));
-    add("reject_length_without_encoding", "§3.4 decoded_length iff encoding", dense_with(vec![("decoded_length", Cbor::UInt(16))], &w, &[4]), Expect::Reject("Header"));
-    add("reject_digest_uppercase", "§3.4 lowercase hex digest", dense_with(vec![("digest", text("xxh3:00000000000000AB"))], &w, &[4]), Expect::Reject("Header"));
-    add("reject_shard_undeclared", "§3.4 shard must be in the table", dense_with(vec![("shard", text("00001"))], &w, &[4]), Expect::Reject("Header"));
+    add(
+        "reject_unknown_dtype",
+        "§4.1 twelve storage types",
+        file(
+            &[(4096, &w)],
+            root(vec![(
+                "w",
+                object(&[4], "dense", vec![("data", part("f8", 4096, 4))]),
+            )]),
+        ),
+        Expect::Reject("UnsupportedDType"),
+    );
+    add(
+        "reject_bool_as_dtype",
+        "§4.1 bool is not a storage type",
+        file(
+            &[(4096, &w)],
+            root(vec![(
+                "w",
+                object(&[4], "dense", vec![("data", part("bool", 4096, 4))]),
+            )]),
+        ),
+        Expect::Reject("UnsupportedDType"),
+    );
+    add(
+        "reject_unknown_logical",
+        "§4.2 unknown logical types are refused",
+        dense_with(vec![("type", text("f3_weird"))], &w, &[4]),
+        Expect::Reject("UnsupportedDType"),
+    );
+    add(
+        "reject_logical_wrong_dtype",
+        "Appendix A required dtype",
+        dense_with(vec![("type", text("bool"))], &w, &[16]),
+        Expect::Reject("Header"),
+    );
+    add(
+        "reject_dense_size",
+        "§5.1 dense size equation",
+        dense_with(vec![], &w, &[5]),
+        Expect::Reject("Range"),
+    );
+    add(
+        "reject_dense_two_parts",
+        "§5.1 exactly one part \"data\"",
+        file(
+            &[(4096, &w)],
+            root(vec![(
+                "w",
+                object(
+                    &[4],
+                    "dense",
+                    vec![
+                        ("data", part("f32", 4096, 16)),
+                        ("x", part("f32", 4096, 16)),
+                    ],
+                ),
+            )]),
+        ),
+        Expect::Reject("Header"),
+    );
+    add(
+        "reject_dense_part_name",
+        "§5.1 the part is named data",
+        file(
+            &[(4096, &w)],
+            root(vec![(
+                "w",
+                object(&[4], "dense", vec![("values", part("f32", 4096, 16))]),
+            )]),
+        ),
+        Expect::Reject("Header"),
+    );
+    add(
+        "reject_no_parts",
+        "§3.3 parts non-empty",
+        file(&[], root(vec![("w", object(&[4], "dense", vec![]))])),
+        Expect::Reject("Header"),
+    );
+    add(
+        "reject_rank_65",
+        "§3.3 rank <= 64",
+        file(
+            &[(4096, &w)],
+            root(vec![(
+                "w",
+                object(&[1; 65], "dense", vec![("data", part("f32", 4096, 4))]),
+            )]),
+        ),
+        Expect::Reject("Limit"),
+    );
+    add(
+        "reject_shape_overflow",
+        "§3.3 element count fits u64",
+        file(
+            &[(4096, &w)],
+            root(vec![(
+                "w",
+                object(
+                    &[u64::MAX, 2],
+                    "dense",
+                    vec![("data", part("f32", 4096, 16))],
+                ),
+            )]),
+        ),
+        Expect::Reject("Overflow"),
+    );
+    add(
+        "reject_blob_three_elements",
+        "§3.4 blob has two elements",
+        dense_with(vec![("blob", uints(&[4096, 16, 0]))], &w, &[4]),
+        Expect::Reject("Header"),
+    );
+    add(
+        "reject_encoding_without_length",
+        "§3.4 decoded_length iff encoding",
+        dense_with(vec![("encoding", text("zt.zstd-seekable/1"))], &w, &[4]),
+        Expect::Reject("Header"),
+    );
+    add(
+        "reject_length_without_encoding",
+        "§3.4 decoded_length iff encoding",
+        dense_with(vec![("decoded_length", Cbor::UInt(16))], &w, &[4]),
+        Expect::Reject("Header"),
+    );
+    add(
+        "reject_digest_uppercase",
+        "§3.4 lowercase hex digest",
+        dense_with(vec![("digest", text("xxh3:00000000000000AB"))], &w, &[4]),
+        Expect::Reject("Header"),
+    );
+    add(
+        "reject_shard_undeclared",
+        "§3.4 shard must be in the table",
+        dense_with(vec![("shard", text("00001"))], &w, &[4]),
+        Expect::Reject("Header"),
+    );
     {
         let mut r = root(vec![]);
-        r.push(("shards", Cbor::map([("../etc", Cbor::map([("size", Cbor::UInt(48)), ("digest", text("xxh3:0000000000000000"))]))])));
-        add("reject_shard_name", "§7.1 shard names [A-Za-z0-9._-], no leading dot", file(&[], r), Expect::Reject("Header"));
+        r.push((
+            "shards",
+            Cbor::map([(
+                "../etc",
+                Cbor::map([
+                    ("size", Cbor::UInt(48)),
+                    ("digest", text("xxh3:0000000000000000")),
+                ]),
+            )]),
+        ));
+        add(
+            "reject_shard_name",
+            "§7.1 shard names [A-Za-z0-9._-], no leading dot",
+            file(&[], r),
+            Expect::Reject("Header"),
+        );
         let mut r = root(vec![]);
-        r.push(("shards", Cbor::map([("00001", Cbor::map([("size", Cbor::UInt(48))]))])));
-        add("reject_shard_no_digest", "§7.1 shard digest is required", file(&[], r), Expect::Reject("Header"));
+        r.push((
+            "shards",
+            Cbor::map([("00001", Cbor::map([("size", Cbor::UInt(48))]))]),
+        ));
+        add(
+            "reject_shard_no_digest",
+            "§7.1 shard digest is required",
+            file(&[], r),
+            Expect::Reject("Header"),
+        );
     }
-    add("reject_empty_name", "§3.5 names are non-empty", file(&[(4096, &w)], root(vec![("", object(&[4], "dense", vec![("data", part("f32", 4096, 16))]))])), Expect::Reject("Header"));
-    add("reject_nul_in_name", "§3.5 no U+0000", file(&[(4096, &w)], root(vec![("a\0b", object(&[4], "dense", vec![("data", part("f32", 4096, 16))]))])), Expect::Reject("Header"));
+    add(
+        "reject_empty_name",
+        "§3.5 names are non-empty",
+        file(
+            &[(4096, &w)],
+            root(vec![(
+                "",
+                object(&[4], "dense", vec![("data", part("f32", 4096, 16))]),
+            )]),
+        ),
+        Expect::Reject("Header"),
+    );
+    add(
+        "reject_nul_in_name",
+        "§3.5 no U+0000",
+        file(
+            &[(4096, &w)],
+            root(vec![(
+                "a\0b",
+                object(&[4], "dense", vec![("data", part("f32", 4096, 16))]),
+            )]),
+        ),
+        Expect::Reject("Header"),
+    );
     {
         let long = "n".repeat(1025);
         let name: &'static str = Box::leak(long.into_boxed_str());
-        add("reject_long_name", "§3.5 names <= 1024 bytes", file(&[(4096, &w)], root(vec![(name, object(&[4], "dense", vec![("data", part("f32", 4096, 16))]))])), Expect::Reject("Header"));
+        add(
+            "reject_long_name",
+            "§3.5 names <= 1024 bytes",
+            file(
+                &[(4096, &w)],
+                root(vec![(
+                    name,
+                    object(&[4], "dense", vec![("data", part("f32", 4096, 16))]),
+                )]),
+            ),
+            Expect::Reject("Header"),
+        );
     }
     v
 }
@@ -394,21 +1074,40 @@ fn run_case(dir: &Path, name: &str) {
             for (t, hex) in sidecar["tensors"].as_object().unwrap() {
                 let part = src.tensor(t).unwrap();
                 let first = part.parts().next().unwrap();
-                let got: String = first.bytes().unwrap().iter().map(|b| format!("{b:02x}")).collect();
+                let got: String = first
+                    .bytes()
+                    .unwrap()
+                    .iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect();
                 assert_eq!(&got, hex.as_str().unwrap(), "{name}: tensor {t}");
                 first.verify().unwrap();
             }
         }
         "reject" => {
-            let e = opened.err().unwrap_or_else(|| panic!("{name} must be rejected"));
-            assert_eq!(variant(&e), sidecar["error"].as_str().unwrap(), "{name}: {e}");
+            let e = opened
+                .err()
+                .unwrap_or_else(|| panic!("{name} must be rejected"));
+            assert_eq!(
+                variant(&e),
+                sidecar["error"].as_str().unwrap(),
+                "{name}: {e}"
+            );
         }
         "read_reject" => {
             let src = opened.unwrap_or_else(|e| panic!("{name}: {e}"));
             let t = src.tensor(sidecar["tensor"].as_str().unwrap()).unwrap();
             let p = t.parts().next().unwrap();
-            let e = p.bytes().err().or_else(|| p.verify().err()).unwrap_or_else(|| panic!("{name} must fail on read"));
-            assert_eq!(variant(&e), sidecar["error"].as_str().unwrap(), "{name}: {e}");
+            let e = p
+                .bytes()
+                .err()
+                .or_else(|| p.verify().err())
+                .unwrap_or_else(|| panic!("{name} must fail on read"));
+            assert_eq!(
+                variant(&e),
+                sidecar["error"].as_str().unwrap(),
+                "{name}: {e}"
+            );
         }
         other => panic!("unknown expectation {other}"),
     }
@@ -417,7 +1116,9 @@ fn run_case(dir: &Path, name: &str) {
 #[test]
 fn conformance_corpus() {
     let tmp = tempfile::tempdir().unwrap();
-    let dir = std::env::var_os("ZT_CORPUS_DIR").map(std::path::PathBuf::from).unwrap_or_else(|| tmp.path().to_path_buf());
+    let dir = std::env::var_os("ZT_CORPUS_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| tmp.path().to_path_buf());
     std::fs::create_dir_all(&dir).unwrap();
     let cases = cases();
     let mut names = std::collections::HashSet::new();
@@ -428,10 +1129,18 @@ fn conformance_corpus() {
         let sidecar = match &c.expect {
             Expect::Valid(t) => serde_json::json!({"expect": "valid", "rule": c.rule,
                 "tensors": t.iter().map(|(n, b)| (n.to_string(), serde_json::Value::String(hex(b)))).collect::<serde_json::Map<_, _>>()}),
-            Expect::Reject(e) => serde_json::json!({"expect": "reject", "rule": c.rule, "error": e}),
-            Expect::ReadReject(t, e) => serde_json::json!({"expect": "read_reject", "rule": c.rule, "tensor": t, "error": e}),
+            Expect::Reject(e) => {
+                serde_json::json!({"expect": "reject", "rule": c.rule, "error": e})
+            }
+            Expect::ReadReject(t, e) => {
+                serde_json::json!({"expect": "read_reject", "rule": c.rule, "tensor": t, "error": e})
+            }
         };
-        std::fs::write(dir.join(format!("{}.json", c.name)), serde_json::to_vec_pretty(&sidecar).unwrap()).unwrap();
+        std::fs::write(
+            dir.join(format!("{}.json", c.name)),
+            serde_json::to_vec_pretty(&sidecar).unwrap(),
+        )
+        .unwrap();
     }
     for c in &cases {
         run_case(&dir, c.name);

@@ -36,7 +36,7 @@ pub fn py_to_cbor(v: &Bound<'_, PyAny>) -> PyResult<Cbor> {
             return Ok(Cbor::int(i));
         }
         let i: i128 = v.extract()?;
-        if i < 0 && i >= -(1i128 << 64) {
+        if (-(1i128 << 64)..0).contains(&i) {
             return Ok(Cbor::NInt((-1 - i) as u64));
         }
         return Err(PyValueError::new_err(format!(

@@ -181,10 +181,30 @@ impl ZstdSeekable {
     fn ctx(&self) -> Context {
         self.store.ctx().at(self.offset)
     }
+}
+
+impl Decode for ZstdSeekable {
+    fn decode(&self, limits: &Limits) -> Result<Vec<u8>> {
+        let ctx = self.ctx();
+        limits.check_decoded(&ctx, self.decoded_len)?;
+        let blob = self.store.read(self.offset, self.len)?;
+        let frames = seek_table(&blob, self.decoded_len, &ctx)?;
+        let mut out = vec![0u8; self.decoded_len as usize];
+        for f in &frames {
+            let src = &blob[f.offset as usize..(f.offset + f.compressed) as usize];
+            let dst = &mut out[f.decoded_offset as usize..(f.decoded_offset + f.decoded) as usize];
+            decode_frame(src, dst, &ctx)?;
+        }
+        Ok(out)
+    }
+
+    fn describe(&self) -> &'static str {
+        ZSTD_SEEKABLE
+    }
 
     /// Decode only the frames that `[start, start + len)` of the decoded
     /// stream touches, and return exactly those bytes.
-    pub fn decode_range(&self, start: u64, len: u64, limits: &Limits) -> Result<Vec<u8>> {
+    fn decode_range(&self, start: u64, len: u64, limits: &Limits) -> Result<Vec<u8>> {
         let ctx = self.ctx();
         let end = start
             .checked_add(len)
@@ -215,26 +235,6 @@ impl ZstdSeekable {
             out.extend_from_slice(&scratch[lo as usize..hi as usize]);
         }
         Ok(out)
-    }
-}
-
-impl Decode for ZstdSeekable {
-    fn decode(&self, limits: &Limits) -> Result<Vec<u8>> {
-        let ctx = self.ctx();
-        limits.check_decoded(&ctx, self.decoded_len)?;
-        let blob = self.store.read(self.offset, self.len)?;
-        let frames = seek_table(&blob, self.decoded_len, &ctx)?;
-        let mut out = vec![0u8; self.decoded_len as usize];
-        for f in &frames {
-            let src = &blob[f.offset as usize..(f.offset + f.compressed) as usize];
-            let dst = &mut out[f.decoded_offset as usize..(f.decoded_offset + f.decoded) as usize];
-            decode_frame(src, dst, &ctx)?;
-        }
-        Ok(out)
-    }
-
-    fn describe(&self) -> &'static str {
-        ZSTD_SEEKABLE
     }
 }
 

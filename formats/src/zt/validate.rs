@@ -515,8 +515,8 @@ fn quant_group(
             format!("group_size {gs} does not divide shape[{axis}]"),
         ));
     }
-    let groups = if gs == 0 { along } else { along / gs };
-    let lanes = if along == 0 { 0 } else { elements / along };
+    let groups = along.checked_div(gs).unwrap_or(along);
+    let lanes = elements.checked_div(along).unwrap_or(0);
     let group_count = groups.checked_mul(lanes).ok_or(Error::Overflow {
         ctx: ctx.clone(),
         what: "groups x lanes",
