@@ -119,7 +119,11 @@ def test_objects_with_layouts_are_byte_identical(tmp):
 @pytest.mark.parametrize("kind", ["canonical", "align4096", "compressed"])
 def test_reads_every_upstream_file_bit_exactly(tmp, kind):
     items = tensors()
-    kw = {"canonical": {}, "align4096": {"canonical": False, "align": 4096}, "compressed": {"canonical": False, "align": 4096}}[kind]
+    kw = {
+        "canonical": {},
+        "align4096": {"canonical": False, "align": 4096},
+        "compressed": {"canonical": False, "align": 4096},
+    }[kind]
     path = tmp / f"{kind}.zt"
     if kind == "compressed":
         write_upstream(path, items, ATTRS, **kw)
@@ -276,7 +280,7 @@ def test_verify_detects_corruption_and_cli(tmp, zt_cli):
         zt.verify(path)
     bad = subprocess.run([zt_cli, "verify", path], capture_output=True, text=True)
     assert bad.returncode == 1
-    with pytest.raises(Exception):
+    with pytest.raises(ValueError):
         ztensor.verify(str(path))  # upstream agrees the file is corrupt
 
 

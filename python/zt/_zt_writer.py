@@ -43,7 +43,9 @@ def _part(pname: str, spec: Any, keep: list) -> tuple:
         data = np.ascontiguousarray(np.frombuffer(memoryview(spec["data"]).cast("B"), dtype=np.uint8))
         dtype = spec.get("logical") or spec["dtype"]
         if spec.get("logical") and _LOGICAL.get(spec["logical"]) != spec["dtype"]:
-            raise ValueError(f"part {pname!r}: logical type {spec['logical']} needs dtype {_LOGICAL.get(spec['logical'])}")
+            raise ValueError(
+                f"part {pname!r}: logical type {spec['logical']} needs dtype {_LOGICAL.get(spec['logical'])}"
+            )
         level = _level(spec.get("encoding"), spec.get("compression"))
     else:
         (_, dtype, _, _, _), data = prepare(pname, spec)
@@ -195,7 +197,10 @@ def save_zt(described: list[tuple], path: str, metadata, align, compression) -> 
     """Batch-write dense tensors described by ``_write.prepare``."""
     level = _level(None, compression)
     canonical = align is None and level is None
-    objects = [(name, shape, "dense", [("data", dtype, address, nbytes, None)]) for name, dtype, shape, address, nbytes in described]
+    objects = [
+        (name, shape, "dense", [("data", dtype, address, nbytes, None)])
+        for name, dtype, shape, address, nbytes in described
+    ]
     attrs = dict(metadata) if metadata is not None else None
     return _zt.write_zt(path, objects, attrs, canonical, align, level)
 

@@ -546,10 +546,12 @@ pub fn write_objects(
             }
         }
     }
+    // `flat` lists parts in (object, part) order, so a running index
+    // walks it in step with the nested loops below.
+    let mut next = 0usize;
     let outs: Vec<ObjectOut> = objects
         .iter()
-        .enumerate()
-        .map(|(oi, o)| ObjectOut {
+        .map(|o| ObjectOut {
             name: o.name.clone(),
             shape: o.shape.clone(),
             layout: o.layout.clone(),
@@ -557,9 +559,9 @@ pub fn write_objects(
             parts: o
                 .parts
                 .iter()
-                .enumerate()
-                .map(|(pi, p)| {
-                    let i = flat.iter().position(|&f| f == (oi, pi)).expect("flattened");
+                .map(|p| {
+                    let i = next;
+                    next += 1;
                     PartOut {
                         name: p.name.clone(),
                         dtype: p.dtype,
