@@ -581,8 +581,12 @@ pub fn write_objects(
     };
     let io = |e| Error::io(path, e);
     file.write_all_at(MAGIC, 0).map_err(io)?;
+    // Blobs go out in offset order from one thread: hashing and
+    // compression (the CPU work) ran in parallel above, and sequential
+    // writes keep the file unfragmented; scattered parallel writes into a
+    // sparse file measured 7x slower on ext3 for 26k small tensors.
     writes
-        .par_iter()
+        .iter()
         .map(|&i| {
             let (oi, pi) = flat[i];
             let bytes: &[u8] = match &prepared[i].1 {
