@@ -580,18 +580,32 @@ pub fn write_objects(
         path: Some(tmp.clone()),
     };
     let io = |e| Error::io(path, e);
-    file.write_all_at(MAGIC, 0).map_err(io)?;
-    // Blobs go out in offset order from one thread: hashing and
-    // compression (the CPU work) ran in parallel above, and sequential
-    // writes keep the file unfragmented; scattered parallel writes into a
-    // sparse file measured 7x slower on ext3 for 26k small tensors.
-    for &i in &writes {
-        let (oi, pi) = flat[i];
-        let bytes: &[u8] = match &prepared[i].1 {
-            Some(enc) => enc,
-            None => &objects[oi].parts[pi].data,
-        };
-        file.write_all_at(bytes, placed[i].0).map_err(io)?;
+    // Blobs go out in offset order from one thread, padding written as
+    // zeros: hashing and compression (the CPU work) ran in parallel above,
+    // and a sequential, hole-free file is what ext3/ext4 write (and later
+    // free) fastest; scattered parallel writes into a sparse file measured
+    // 7x slower for 26k small tensors.
+    {
+        let mut out = std::io::BufWriter::with_capacity(8 << 20, &file);
+        out.write_all(MAGIC).map_err(io)?;
+        let mut pos = MAGIC.len() as u64;
+        let zeros = [0u8; 65536];
+        for &i in &writes {
+            let (oi, pi) = flat[i];
+            let bytes: &[u8] = match &prepared[i].1 {
+                Some(enc) => enc,
+                None => &objects[oi].parts[pi].data,
+            };
+            let mut gap = placed[i].0 - pos;
+            while gap > 0 {
+                let n = gap.min(zeros.len() as u64) as usize;
+                out.write_all(&zeros[..n]).map_err(io)?;
+                gap -= n as u64;
+            }
+            out.write_all(bytes).map_err(io)?;
+            pos = placed[i].0 + bytes.len() as u64;
+        }
+        out.flush().map_err(io)?;
     }
     let total = finish_file(&file, &mut heap, root, options, path)?;
     if options.publish {
