@@ -7,9 +7,9 @@
 //!   `abandon`. Blobs go to the file as they arrive.
 //! * [`write_objects`], the batch path behind `convert` and
 //!   `zt.numpy.save_file`: every tensor is in memory (or mapped) at once, so
-//!   hashing runs in parallel, duplicates are confirmed against the bytes in
-//!   memory, offsets are computed up front and blobs are written in parallel
-//!   with positioned writes.
+//!   hashing (and compression) runs in parallel, duplicates are confirmed
+//!   against the bytes in memory, offsets are computed up front, and the
+//!   file is written front to back in one buffered pass.
 //!
 //! Placement: canonical (64 KiB from 65536, the §6.3 rules, byte-identical
 //! to upstream ztensor 2.1.2), a fixed power of two ≥ 4096, or `auto`:
@@ -443,8 +443,8 @@ fn fsync_dir(path: &Path) {
 }
 
 /// Write `objects` to `path` in one batch: parallel hashing (and
-/// compression), duplicates confirmed in memory, offsets precomputed,
-/// parallel positioned writes. The file is built beside `path` and renamed
+/// compression), duplicates confirmed in memory, offsets precomputed, one
+/// sequential buffered write. The file is built beside `path` and renamed
 /// into place (fsynced when `options.publish`). Returns the file size.
 pub fn write_objects(
     path: &Path,
