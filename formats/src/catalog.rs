@@ -72,6 +72,15 @@ pub trait Decode: Send + Sync + fmt::Debug {
     fn decode(&self, limits: &Limits) -> Result<Vec<u8>>;
     /// A short description for listings (`"deflate"`, `"byteswap"`).
     fn describe(&self) -> &'static str;
+    /// Bytes `[start, start + len)` of the decoded stream. The default
+    /// decodes everything and slices; decoders that can seek (zstd
+    /// seekable frames) decode only what the range needs. The caller has
+    /// checked the range against the decoded length.
+    fn decode_range(&self, start: u64, len: u64, limits: &Limits) -> Result<Vec<u8>> {
+        let all = self.decode(limits)?;
+        let end = start.saturating_add(len).min(all.len() as u64) as usize;
+        Ok(all[(start as usize).min(end)..end].to_vec())
+    }
 }
 
 /// Where a part's bytes are.
@@ -178,4 +187,94 @@ pub struct Catalog {
     /// Extra stores the plugin opened besides the primary one (external
     /// data files, shards), so the source lists them as its files.
     pub extra_stores: Vec<Arc<Store>>,
+    /// Digests the format stores, as `(object index, part index, digest)`
+    /// into `objects`: what `PartRef::verify` checks and `Caps::verify` reports.
+    pub digests: Vec<(usize, usize, Digest)>,
+}
+
+/// A registered digest algorithm (zTensor §3.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DigestAlgorithm {
+    /// XXH3-64, seed 0.
+    Xxh3,
+    /// SHA-256.
+    Sha256,
+}
+
+impl DigestAlgorithm {
+    /// The algorithm's name in a digest string.
+    pub fn name(self) -> &'static str {
+        match self {
+            DigestAlgorithm::Xxh3 => "xxh3",
+            DigestAlgorithm::Sha256 => "sha256",
+        }
+    }
+
+    /// Digest `bytes` in one call.
+    pub fn digest(self, bytes: &[u8]) -> Digest {
+        match self {
+            DigestAlgorithm::Xxh3 => Digest::Xxh3(xxhash_rust::xxh3::xxh3_64(bytes)),
+            DigestAlgorithm::Sha256 => {
+                use sha2::Digest as _;
+                Digest::Sha256(sha2::Sha256::digest(bytes).into())
+            }
+        }
+    }
+}
+
+/// A content digest over a part's decoded bytes (or a whole file).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Digest {
+    /// XXH3-64.
+    Xxh3(u64),
+    /// SHA-256.
+    Sha256([u8; 32]),
+}
+
+impl Digest {
+    /// Parse `"xxh3:<16 hex>"` or `"sha256:<64 hex>"` (lowercase).
+    /// `Err(None)` for an algorithm zt does not know, `Err(Some(reason))`
+    /// for a malformed value of a known one.
+    pub fn parse(s: &str) -> std::result::Result<Digest, Option<&'static str>> {
+        let (algo, hex) = s.split_once(':').ok_or(Some("no ':'"))?;
+        let lower = hex
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        match algo {
+            "xxh3" if hex.len() == 16 && lower => u64::from_str_radix(hex, 16)
+                .map(Digest::Xxh3)
+                .map_err(|_| Some("bad hex")),
+            "xxh3" => Err(Some("xxh3 takes 16 lowercase hex digits")),
+            "sha256" if hex.len() == 64 && lower => {
+                let mut out = [0u8; 32];
+                for (i, o) in out.iter_mut().enumerate() {
+                    *o = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16)
+                        .map_err(|_| Some("bad hex"))?;
+                }
+                Ok(Digest::Sha256(out))
+            }
+            "sha256" => Err(Some("sha256 takes 64 lowercase hex digits")),
+            _ => Err(None),
+        }
+    }
+
+    /// The algorithm.
+    pub fn algorithm(&self) -> DigestAlgorithm {
+        match self {
+            Digest::Xxh3(_) => DigestAlgorithm::Xxh3,
+            Digest::Sha256(_) => DigestAlgorithm::Sha256,
+        }
+    }
+}
+
+impl fmt::Display for Digest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Digest::Xxh3(v) => write!(f, "xxh3:{v:016x}"),
+            Digest::Sha256(b) => {
+                f.write_str("sha256:")?;
+                b.iter().try_for_each(|x| write!(f, "{x:02x}"))
+            }
+        }
+    }
 }

@@ -198,6 +198,14 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// Stored bytes do not match the hash or digest that covers them.
+    #[error("{ctx}: integrity check failed: {reason}")]
+    Integrity {
+        /// Where.
+        ctx: Context,
+        /// Which check and what it found.
+        reason: String,
+    },
 }
 
 impl Error {
@@ -219,7 +227,8 @@ impl Error {
             | Error::Unsupported { ctx, .. }
             | Error::NoSuchTensor { ctx, .. }
             | Error::Index { ctx, .. }
-            | Error::Write { ctx, .. } => ctx,
+            | Error::Write { ctx, .. }
+            | Error::Integrity { ctx, .. } => ctx,
         }
     }
 
@@ -240,7 +249,8 @@ impl Error {
             | Error::Unsupported { ctx, .. }
             | Error::NoSuchTensor { ctx, .. }
             | Error::Index { ctx, .. }
-            | Error::Write { ctx, .. } => ctx,
+            | Error::Write { ctx, .. }
+            | Error::Integrity { ctx, .. } => ctx,
         }
     }
 

@@ -66,7 +66,7 @@ pub trait Format: Send + Sync + 'static {
 /// JSON object), then the protobuf-shaped ONNX, which has no magic at all.
 pub fn registry() -> &'static [&'static dyn Format] {
     &[
-        &formats::detect_only::Zt,
+        &formats::zt::Zt,
         &formats::gguf::Gguf,
         &formats::h5::Hdf5,
         &formats::npy::Npy,

@@ -43,13 +43,16 @@ pub mod source;
 pub mod store;
 pub mod write;
 pub mod zip;
+pub mod zt;
 
 /// The README's Rust example, compiled and run as a doctest.
 #[doc = include_str!("../../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
 
-pub use catalog::{Attributes, Catalog, Decode, Object, Part, Payload, Value};
+pub use catalog::{
+    Attributes, Catalog, Decode, Digest, DigestAlgorithm, Object, Part, Payload, Value,
+};
 pub use dtype::DType;
 pub use error::{Context, Error, Result};
 pub use format::{detect, registry, Format, OpenInput, Probe};

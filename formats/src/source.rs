@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
-use crate::catalog::{Attributes, Catalog, Object, Part, Payload, Value};
+use crate::catalog::{Attributes, Catalog, Digest, Object, Part, Payload, Value};
 use crate::dtype::{c_strides, num_elements, DType};
 use crate::error::{Context, Error, Result};
 use crate::format::{detect_store, OpenInput};
@@ -213,6 +213,8 @@ pub struct Source {
     /// Sorted raw ranges per store (keyed by the store's address), so
     /// `evict` can tell whether a page is shared with a neighbour.
     occupancy: HashMap<usize, Vec<(u64, u64)>>,
+    /// Stored digests by (object index, part index).
+    digests: HashMap<(usize, usize), Digest>,
 }
 
 fn store_key(store: &Arc<Store>) -> usize {
@@ -290,6 +292,17 @@ impl Source {
         }
         let mut files = vec![store.path().to_path_buf()];
         files.extend(catalog.extra_stores.iter().map(|s| s.path().to_path_buf()));
+        let digests = catalog
+            .digests
+            .iter()
+            .filter(|(o, p, _)| {
+                catalog
+                    .objects
+                    .get(*o)
+                    .is_some_and(|obj| *p < obj.parts.len())
+            })
+            .map(|&(o, p, d)| ((o, p), d))
+            .collect();
         Ok(Source {
             format,
             files,
@@ -298,6 +311,7 @@ impl Source {
             attributes: catalog.attributes,
             limits,
             occupancy,
+            digests,
         })
     }
 
@@ -314,6 +328,13 @@ impl Source {
             if source.format != merged.format {
                 merged.format = "mixed";
             }
+            let base = merged.objects.len();
+            merged.digests.extend(
+                source
+                    .digests
+                    .into_iter()
+                    .map(|((o, p), d)| ((o + base, p), d)),
+            );
             for object in source.objects {
                 if merged.index.contains_key(&object.name) {
                     return Err(Error::DuplicateName {
@@ -666,14 +687,14 @@ impl<'a> PartRef<'a> {
                 locate: true,
                 evict: store.is_mapped()
                     && self.source.exclusive_pages(store, *offset, *len).is_some(),
-                verify: false,
+                verify: self.digest().is_some(),
                 alignment: 1 << offset.trailing_zeros().min(20),
             },
             Payload::Decoded { .. } => Caps {
                 map: false,
                 locate: false,
                 evict: false,
-                verify: false,
+                verify: self.digest().is_some(),
                 alignment: 1,
             },
         }
@@ -742,6 +763,40 @@ impl<'a> PartRef<'a> {
         }
     }
 
+    /// Bytes `[start, start + len)` of the stored (decoded) stream, for
+    /// reading a slice of a tensor: borrowed from the mapping when raw, and
+    /// for seekable encodings only the frames the range touches are decoded.
+    pub fn storage_range(&self, start: u64, len: u64) -> Result<Cow<'a, [u8]>> {
+        let total = self.part.payload.len();
+        let end = start
+            .checked_add(len)
+            .filter(|&e| e <= total)
+            .ok_or_else(|| {
+                Error::range(
+                    self.ctx(),
+                    format!("range {start}+{len} is outside the part's {total} bytes"),
+                )
+            })?;
+        match &self.part.payload {
+            Payload::Stored { store, offset, .. } => store
+                .read(offset + start, end - start)
+                .map_err(|e| e.in_tensor(&self.object.name)),
+            Payload::Decoded { decoder, .. } => {
+                self.source.limits.check_decoded(&self.ctx(), len)?;
+                let bytes = decoder
+                    .decode_range(start, len, &self.source.limits)
+                    .map_err(|e| e.in_tensor(&self.object.name))?;
+                if bytes.len() as u64 != len {
+                    return Err(Error::Decode {
+                        ctx: self.ctx(),
+                        reason: format!("range decoded to {} bytes, expected {len}", bytes.len()),
+                    });
+                }
+                Ok(Cow::Owned(bytes))
+            }
+        }
+    }
+
     /// The elements in C order: borrowed when the stored bytes already are,
     /// materialized from strides or decoded otherwise.
     pub fn bytes(&self) -> Result<Cow<'a, [u8]>> {
@@ -756,6 +811,39 @@ impl<'a> PartRef<'a> {
             &self.strides(),
             size,
         )))
+    }
+
+    /// The digest the file stores for this part's decoded bytes, if any.
+    pub fn digest(&self) -> Option<&'a Digest> {
+        let objects = &self.source.objects;
+        // Both references point into the source's own vectors.
+        let o = (self.object as *const Object as usize - objects.as_ptr() as usize)
+            / std::mem::size_of::<Object>().max(1);
+        let parts = &self.object.parts;
+        let p = (self.part as *const Part as usize - parts.as_ptr() as usize)
+            / std::mem::size_of::<Part>().max(1);
+        self.source.digests.get(&(o, p))
+    }
+
+    /// Check the stored digest against the decoded bytes: `Ok(true)` when it
+    /// matches, `Ok(false)` when the part has no digest, and
+    /// [`Error::Integrity`] when it does not match.
+    pub fn verify(&self) -> Result<bool> {
+        let Some(want) = self.digest() else {
+            return Ok(false);
+        };
+        let bytes = self.storage_bytes()?;
+        let got = want.algorithm().digest(&bytes);
+        if got != *want {
+            return Err(Error::Integrity {
+                ctx: self.ctx(),
+                reason: format!(
+                    "part {:?} digest is {got}, the file says {want}",
+                    self.name()
+                ),
+            });
+        }
+        Ok(true)
     }
 
     /// The file range of raw stored bytes, for caller-driven I/O.

@@ -143,6 +143,7 @@ pub fn writers() -> &'static [&'static dyn FormatWriter] {
         &crate::formats::npy::NpyWriter,
         &crate::formats::pt::PtWriter,
         &crate::formats::gguf::GgufWriter,
+        &crate::formats::zt::ZtWriter,
     ]
 }
 

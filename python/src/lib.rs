@@ -18,6 +18,7 @@ mod loader;
 mod tensor;
 mod writers;
 mod zrecord;
+mod zt_writer;
 
 pyo3::create_exception!(
     zt,
@@ -176,6 +177,11 @@ fn _zt(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(writers::write_npy, m)?)?;
     m.add_function(wrap_pyfunction!(writers::write_npz, m)?)?;
     m.add_function(wrap_pyfunction!(writers::write_pt, m)?)?;
+    m.add_function(wrap_pyfunction!(zt_writer::write_zt, m)?)?;
+    m.add_function(wrap_pyfunction!(zt_writer::verify, m)?)?;
+    m.add_function(wrap_pyfunction!(zt_writer::content_id, m)?)?;
+    m.add_function(wrap_pyfunction!(zt_writer::canonical_violations, m)?)?;
+    m.add_class::<zt_writer::Writer>()?;
     m.add_class::<tensor::Source>()?;
     m.add_class::<tensor::Tensor>()?;
     m.add_class::<array::ArrayView>()?;

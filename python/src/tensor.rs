@@ -23,6 +23,11 @@ impl Source {
         }
     }
 
+    /// The shared Rust source (an error once closed).
+    pub(crate) fn inner(&self) -> PyResult<Arc<zt::Source>> {
+        self.get()
+    }
+
     fn get(&self) -> PyResult<Arc<zt::Source>> {
         let guard = self.inner.read().unwrap_or_else(|e| e.into_inner());
         guard

@@ -23,8 +23,12 @@ from ._zt import FormatError, page_size
 
 __all__ = [
     "FormatError",
+    "Sink",
     "Source",
     "Tensor",
+    "Writer",
+    "canonical_violations",
+    "content_id",
     "convert",
     "detect",
     "open",
@@ -32,6 +36,7 @@ __all__ = [
     "loader",
     "numpy",
     "torch",
+    "verify",
     "zrecord",
 ]
 __version__ = _zt.__version__
@@ -140,3 +145,4 @@ def detect(path: PathLike) -> str:
 
 
 from . import loader, numpy, torch, zrecord  # noqa: E402  (the submodules import the names above)
+from ._zt_writer import Sink, Writer, canonical_violations, content_id, verify  # noqa: E402

@@ -67,8 +67,15 @@ def prepare(name: str, value) -> tuple[tuple, np.ndarray]:
     return (name, dtype, [int(d) for d in arr.shape], address, int(buf.nbytes)), buf
 
 
-def save(tensors: Mapping[str, np.ndarray], path, metadata: Mapping[str, str] | None = None) -> int:
-    """Write ``tensors`` to ``path`` in the format its extension names."""
+def save(
+    tensors: Mapping[str, np.ndarray],
+    path,
+    metadata: Mapping[str, str] | None = None,
+    align: int | str | None = None,
+    compression: bool | int = False,
+) -> int:
+    """Write ``tensors`` to ``path`` in the format its extension names.
+    ``align`` and ``compression`` apply to ``.zt`` only."""
     path = os.fspath(path)
     if not isinstance(tensors, Mapping):
         raise TypeError("tensors must be a mapping of name to array")
@@ -80,9 +87,15 @@ def save(tensors: Mapping[str, np.ndarray], path, metadata: Mapping[str, str] | 
         described.append(info)
         keep_alive.append(buf)
     ext = os.path.splitext(path)[1].lower()
-    if metadata is not None and ext != ".safetensors":
-        raise ValueError(f"{ext or 'this format'} files cannot carry metadata; use .safetensors")
-    if ext == ".safetensors":
+    if (align is not None or compression) and ext != ".zt":
+        raise ValueError(f"{ext or 'this format'} files have no alignment or compression options; use .zt")
+    if metadata is not None and ext not in (".safetensors", ".zt"):
+        raise ValueError(f"{ext or 'this format'} files cannot carry metadata; use .safetensors or .zt")
+    if ext == ".zt":
+        from ._zt_writer import save_zt
+
+        written = save_zt(described, path, metadata, align, compression)
+    elif ext == ".safetensors":
         meta = [(str(k), str(v)) for k, v in (metadata or {}).items()]
         written = _zt.write_safetensors(path, described, meta)
     elif ext == ".npz":
@@ -94,6 +107,6 @@ def save(tensors: Mapping[str, np.ndarray], path, metadata: Mapping[str, str] | 
             raise ValueError(f".npy holds exactly one array, got {len(described)}")
         written = _zt.write_npy(path, described[0])
     else:
-        raise ValueError(f"cannot write {path!r}: zt writes .safetensors, .npz, .npy and .pt/.pth/.bin")
+        raise ValueError(f"cannot write {path!r}: zt writes .zt, .safetensors, .npz, .npy and .pt/.pth/.bin")
     del keep_alive  # the buffers had to outlive the native call
     return written

@@ -33,9 +33,19 @@ def load_file(path, copy: bool = False, dequantize: bool = False) -> dict[str, n
         return {name: load(source[name]) for name in source}
 
 
-def save_file(tensors: Mapping[str, np.ndarray], path, metadata: Mapping[str, str] | None = None) -> int:
+def save_file(
+    tensors: Mapping[str, np.ndarray],
+    path,
+    metadata: Mapping[str, str] | None = None,
+    *,
+    align: int | str | None = None,
+    compression: bool | int = False,
+) -> int:
     """Write arrays to ``path``; the extension picks the format
-    (``.safetensors``, ``.npz``, or ``.npy`` for a single array).
-    ``metadata`` (str -> str) is stored by safetensors only. The file is
-    written beside ``path`` and renamed into place. Returns bytes written."""
-    return _write.save(tensors, path, metadata)
+    (``.zt``, ``.safetensors``, ``.npz``, or ``.npy`` for a single array).
+    ``metadata`` (str -> str) is stored by safetensors and ``.zt``. For
+    ``.zt``: canonical unless ``align`` (``"auto"`` or a power of two >= 4096)
+    or ``compression`` (True or a zstd level) is given; rank-0 arrays keep
+    shape ``()``. The file is written beside ``path`` and renamed into place.
+    Returns bytes written."""
+    return _write.save(tensors, path, metadata, align, compression)

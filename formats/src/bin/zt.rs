@@ -51,6 +51,31 @@ enum Command {
         /// The file.
         file: PathBuf,
     },
+    /// Check a file: structure and every part digest (.zt); exit 1 on failure.
+    Verify {
+        /// The file.
+        file: PathBuf,
+        /// Also hash every shard file against the root's shard digests.
+        #[arg(long)]
+        deep: bool,
+        /// Also check the six rules of canonical form.
+        #[arg(long)]
+        canonical: bool,
+    },
+    /// Print the content digest of a .zt file (independent of placement,
+    /// sharding and encoding).
+    Id {
+        /// The file.
+        file: PathBuf,
+    },
+    /// Compare the decoded content of two files of any formats (names,
+    /// layouts, dtypes, shapes, bytes); exit 1 on any difference.
+    Diff {
+        /// First file.
+        a: PathBuf,
+        /// Second file.
+        b: PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -68,6 +93,24 @@ fn main() -> ExitCode {
                 .and_then(|options| convert(&paths, &out, &options))
         }
         Command::Detect { file } => zt::detect(&file).map(|f| println!("{f}")),
+        Command::Verify {
+            file,
+            deep,
+            canonical,
+        } => match verify(&file, deep, canonical) {
+            Ok(true) => Ok(()),
+            Ok(false) => return ExitCode::from(1),
+            Err(e) => {
+                eprintln!("zt: {e}");
+                return ExitCode::from(1);
+            }
+        },
+        Command::Id { file } => zt::zt::verify::content_digest(&file).map(|d| println!("{d}")),
+        Command::Diff { a, b } => match diff(&a, &b) {
+            Ok(true) => Ok(()),
+            Ok(false) => return ExitCode::from(1),
+            Err(e) => Err(e),
+        },
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -256,4 +299,101 @@ fn info(files: &[PathBuf], as_json: bool) -> zt::Result<()> {
         println!("{}", serde_json::to_string_pretty(&out).expect("JSON"));
     }
     Ok(())
+}
+
+/// `zt verify`: prints what was checked; false when the canonical check
+/// finds violations (integrity failures are errors).
+fn verify(file: &std::path::Path, deep: bool, canonical: bool) -> zt::Result<bool> {
+    let v = zt::zt::verify::verify(file, deep)?;
+    println!(
+        "{}: ok, {} parts verified, {} without a digest{}",
+        file.display(),
+        v.checked,
+        v.undigested,
+        if deep { ", shards hashed" } else { "" }
+    );
+    if canonical {
+        let violations = zt::zt::verify::canonical_violations(file)?;
+        if violations.is_empty() {
+            println!("{}: canonical", file.display());
+        } else {
+            for x in &violations {
+                println!(
+                    "{}: not canonical (rule {}): {}",
+                    file.display(),
+                    x.rule,
+                    x.detail
+                );
+            }
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// `zt diff`: true when the two files hold the same content.
+fn diff(a: &std::path::Path, b: &std::path::Path) -> zt::Result<bool> {
+    let (sa, sb) = (Source::open(a)?, Source::open(b)?);
+    let mut same = true;
+    let mut names: Vec<&str> = sa.names().chain(sb.names()).collect();
+    names.sort_unstable();
+    names.dedup();
+    for name in names {
+        let (ta, tb) = match (sa.get(name), sb.get(name)) {
+            (Some(x), Some(y)) => (x, y),
+            (Some(_), None) => {
+                println!("- {name} (only in {})", a.display());
+                same = false;
+                continue;
+            }
+            _ => {
+                println!("+ {name} (only in {})", b.display());
+                same = false;
+                continue;
+            }
+        };
+        if ta.layout() != tb.layout() || ta.shape() != tb.shape() {
+            println!(
+                "~ {name}: {} {:?} vs {} {:?}",
+                ta.layout(),
+                ta.shape(),
+                tb.layout(),
+                tb.shape()
+            );
+            same = false;
+            continue;
+        }
+        let pa: Vec<_> = ta.parts().collect();
+        let pb: Vec<_> = tb.parts().collect();
+        if pa.len() != pb.len() {
+            println!("~ {name}: {} parts vs {}", pa.len(), pb.len());
+            same = false;
+            continue;
+        }
+        for p in &pa {
+            let Some(q) = tb.part(p.name()) else {
+                println!("~ {name}: part {} only in {}", p.name(), a.display());
+                same = false;
+                continue;
+            };
+            if p.dtype() != q.dtype() || p.shape() != q.shape() {
+                println!(
+                    "~ {name}/{}: {} {:?} vs {} {:?}",
+                    p.name(),
+                    p.dtype(),
+                    p.shape(),
+                    q.dtype(),
+                    q.shape()
+                );
+                same = false;
+            } else if p.bytes()? != q.bytes()? {
+                println!("~ {name}/{}: contents differ", p.name());
+                same = false;
+            }
+        }
+    }
+    if same {
+        println!("same content");
+    }
+    Ok(same)
 }

@@ -269,7 +269,7 @@ impl Format for Safetensors {
         Ok(Catalog {
             objects,
             attributes,
-            extra_stores: Vec::new(),
+            ..Catalog::default()
         })
     }
 }

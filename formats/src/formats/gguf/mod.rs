@@ -451,7 +451,7 @@ fn open(store: &Arc<Store>, limits: &Limits) -> Result<Catalog> {
     Ok(Catalog {
         objects,
         attributes,
-        extra_stores: Vec::new(),
+        ..Catalog::default()
     })
 }
 

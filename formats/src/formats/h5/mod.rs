@@ -89,7 +89,7 @@ impl Format for Hdf5 {
         Ok(Catalog {
             objects: walk.objects,
             attributes,
-            extra_stores: Vec::new(),
+            ..Catalog::default()
         })
     }
 }

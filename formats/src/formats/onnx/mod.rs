@@ -160,6 +160,7 @@ impl Format for Onnx {
             objects: walker.objects,
             attributes,
             extra_stores: walker.ext.stores,
+            ..Catalog::default()
         })
     }
 }

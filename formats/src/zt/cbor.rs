@@ -1,0 +1,514 @@
+//! A strict codec for the deterministic CBOR subset the zTensor manifest
+//! uses (RFC 8949 §4.2.1 "Core Deterministic Encoding").
+//!
+//! The decoder rejects everything a deterministic encoder cannot produce:
+//! non-shortest heads, indefinite lengths, unsorted or duplicate map keys
+//! (compared on their encoded bytes), tags, simple values other than
+//! false/true/null, floats wider than their value needs and NaNs other than
+//! `f9 7e00`. Every declared length is checked against the bytes left before
+//! anything is allocated, and nesting is bounded, so no input can make the
+//! decoder allocate or recurse without bound.
+
+use std::cmp::Ordering;
+
+/// One CBOR data item of the permitted subset.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Cbor {
+    /// Major type 0: an unsigned integer.
+    UInt(u64),
+    /// Major type 1: the negative integer `-1 - n`.
+    NInt(u64),
+    /// Major type 2: a byte string.
+    Bytes(Vec<u8>),
+    /// Major type 3: a text string.
+    Text(String),
+    /// Major type 4: an array.
+    Array(Vec<Cbor>),
+    /// Major type 5: a map, in encoded-key order.
+    Map(Vec<(Cbor, Cbor)>),
+    /// `false` / `true`.
+    Bool(bool),
+    /// `null`.
+    Null,
+    /// A half, single or double float (stored widened).
+    Float(f64),
+}
+
+impl Cbor {
+    /// Text key lookup in a map (the manifest's maps are all text-keyed).
+    pub fn get(&self, key: &str) -> Option<&Cbor> {
+        match self {
+            Cbor::Map(entries) => entries.iter().find_map(|(k, v)| match k {
+                Cbor::Text(t) if t == key => Some(v),
+                _ => None,
+            }),
+            _ => None,
+        }
+    }
+
+    /// A short name of the item's type, for error messages.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Cbor::UInt(_) => "unsigned integer",
+            Cbor::NInt(_) => "negative integer",
+            Cbor::Bytes(_) => "byte string",
+            Cbor::Text(_) => "text string",
+            Cbor::Array(_) => "array",
+            Cbor::Map(_) => "map",
+            Cbor::Bool(_) => "bool",
+            Cbor::Null => "null",
+            Cbor::Float(_) => "float",
+        }
+    }
+
+    /// A text-keyed map from `(key, value)` pairs, sorted for encoding.
+    pub fn map<K: Into<String>>(entries: impl IntoIterator<Item = (K, Cbor)>) -> Cbor {
+        Cbor::Map(
+            entries
+                .into_iter()
+                .map(|(k, v)| (Cbor::Text(k.into()), v))
+                .collect(),
+        )
+    }
+
+    /// An integer from an `i64`.
+    pub fn int(v: i64) -> Cbor {
+        if v >= 0 {
+            Cbor::UInt(v as u64)
+        } else {
+            Cbor::NInt(!(v as u64))
+        }
+    }
+}
+
+/// Why a manifest is not deterministic CBOR, and where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CborError {
+    /// Byte offset in the encoded item.
+    pub at: usize,
+    /// The rule broken.
+    pub reason: String,
+}
+
+type Res<T> = std::result::Result<T, CborError>;
+
+/// Bounds the decoder enforces.
+#[derive(Debug, Clone, Copy)]
+pub struct DecodeLimits {
+    /// Deepest nesting of arrays and maps, the outermost counting as 1.
+    pub depth: usize,
+}
+
+/// The spec's nesting bound, measured from the manifest root.
+pub const MAX_DEPTH: usize = 32;
+
+/// Decode exactly one item that fills `bytes` completely.
+pub fn decode(bytes: &[u8], limits: DecodeLimits) -> Res<Cbor> {
+    let mut d = Decoder {
+        buf: bytes,
+        pos: 0,
+        limits,
+    };
+    let item = d.item(0)?;
+    if d.pos != bytes.len() {
+        return Err(d.err(format!(
+            "{} trailing bytes after the top-level item",
+            bytes.len() - d.pos
+        )));
+    }
+    Ok(item)
+}
+
+struct Decoder<'a> {
+    buf: &'a [u8],
+    pos: usize,
+    limits: DecodeLimits,
+}
+
+impl Decoder<'_> {
+    fn err(&self, reason: impl Into<String>) -> CborError {
+        CborError {
+            at: self.pos,
+            reason: reason.into(),
+        }
+    }
+
+    fn take(&mut self, n: usize) -> Res<&[u8]> {
+        let end = self
+            .pos
+            .checked_add(n)
+            .filter(|&e| e <= self.buf.len())
+            .ok_or_else(|| self.err(format!("truncated: {n} bytes declared")))?;
+        let s = &self.buf[self.pos..end];
+        self.pos = end;
+        Ok(s)
+    }
+
+    /// Read an initial byte and its argument, enforcing shortest form.
+    fn head(&mut self) -> Res<(u8, u8, u64)> {
+        let start = self.pos;
+        let ib = *self.take(1)?.first().expect("one byte");
+        let (major, ai) = (ib >> 5, ib & 0x1f);
+        let (value, min) = match ai {
+            0..=23 => (u64::from(ai), 0),
+            24 => (u64::from(self.take(1)?[0]), 24),
+            25 => {
+                let b = self.take(2)?;
+                (u64::from(u16::from_be_bytes([b[0], b[1]])), 0x100)
+            }
+            26 => {
+                let b = self.take(4)?;
+                (
+                    u64::from(u32::from_be_bytes(b.try_into().expect("4 bytes"))),
+                    0x1_0000,
+                )
+            }
+            27 => {
+                let b = self.take(8)?;
+                (
+                    u64::from_be_bytes(b.try_into().expect("8 bytes")),
+                    0x1_0000_0000,
+                )
+            }
+            31 => {
+                self.pos = start;
+                return Err(self.err("indefinite length or break"));
+            }
+            _ => {
+                self.pos = start;
+                return Err(self.err(format!("reserved additional information {ai}")));
+            }
+        };
+        // Floats (major 7, ai 25-27) are checked for width separately.
+        if major != 7 && value < min {
+            self.pos = start;
+            return Err(self.err("non-shortest integer or length head"));
+        }
+        Ok((major, ai, value))
+    }
+
+    /// A declared count of items, each at least one byte: refuse counts the
+    /// remaining bytes cannot hold before allocating for them.
+    fn count(&self, n: u64, min_bytes_each: u64) -> Res<usize> {
+        let left = (self.buf.len() - self.pos) as u64;
+        match n.checked_mul(min_bytes_each) {
+            Some(need) if need <= left => Ok(n as usize),
+            _ => Err(self.err(format!("{n} items declared, {left} bytes left"))),
+        }
+    }
+
+    fn item(&mut self, depth: usize) -> Res<Cbor> {
+        let start = self.pos;
+        let (major, ai, v) = self.head()?;
+        match major {
+            0 => Ok(Cbor::UInt(v)),
+            1 => Ok(Cbor::NInt(v)),
+            2 => {
+                let n = self.count(v, 1)?;
+                Ok(Cbor::Bytes(self.take(n)?.to_vec()))
+            }
+            3 => {
+                let n = self.count(v, 1)?;
+                let at = self.pos;
+                let raw = self.take(n)?;
+                match std::str::from_utf8(raw) {
+                    Ok(s) => Ok(Cbor::Text(s.to_string())),
+                    Err(_) => Err(CborError {
+                        at,
+                        reason: "text string is not UTF-8".into(),
+                    }),
+                }
+            }
+            4 => {
+                self.enter(depth, start)?;
+                let n = self.count(v, 1)?;
+                let mut items = Vec::with_capacity(n);
+                for _ in 0..n {
+                    items.push(self.item(depth + 1)?);
+                }
+                Ok(Cbor::Array(items))
+            }
+            5 => {
+                self.enter(depth, start)?;
+                let n = self.count(v, 2)?;
+                let mut entries = Vec::with_capacity(n);
+                let mut prev: Option<(usize, usize)> = None;
+                for _ in 0..n {
+                    let key_start = self.pos;
+                    let key = self.item(depth + 1)?;
+                    let key_span = (key_start, self.pos);
+                    if let Some((ps, pe)) = prev {
+                        match self.buf[ps..pe].cmp(&self.buf[key_span.0..key_span.1]) {
+                            Ordering::Less => {}
+                            Ordering::Equal => {
+                                return Err(CborError {
+                                    at: key_start,
+                                    reason: "duplicate map key".into(),
+                                })
+                            }
+                            Ordering::Greater => {
+                                return Err(CborError {
+                                    at: key_start,
+                                    reason: "map keys not in bytewise order".into(),
+                                })
+                            }
+                        }
+                    }
+                    prev = Some(key_span);
+                    let value = self.item(depth + 1)?;
+                    entries.push((key, value));
+                }
+                Ok(Cbor::Map(entries))
+            }
+            6 => {
+                self.pos = start;
+                Err(self.err("tags are not allowed"))
+            }
+            _ => self.simple(ai, v, start),
+        }
+    }
+
+    fn enter(&mut self, depth: usize, start: usize) -> Res<()> {
+        if depth + 1 > self.limits.depth {
+            self.pos = start;
+            return Err(self.err(format!("nesting deeper than {} levels", self.limits.depth)));
+        }
+        Ok(())
+    }
+
+    fn simple(&mut self, ai: u8, v: u64, start: usize) -> Res<Cbor> {
+        let fail = |d: &mut Self, why: &str| {
+            d.pos = start;
+            Err(d.err(why.to_string()))
+        };
+        match ai {
+            20 => Ok(Cbor::Bool(false)),
+            21 => Ok(Cbor::Bool(true)),
+            22 => Ok(Cbor::Null),
+            25 => {
+                let f = f16_to_f64(v as u16);
+                if f.is_nan() && v != 0x7e00 {
+                    return fail(self, "NaN other than f9 7e00");
+                }
+                Ok(Cbor::Float(f))
+            }
+            26 => {
+                let f = f64::from(f32::from_bits(v as u32));
+                if f.is_nan() {
+                    return fail(self, "NaN other than f9 7e00");
+                }
+                if f64_to_f16(f).is_some() {
+                    return fail(self, "single float whose value fits a half");
+                }
+                Ok(Cbor::Float(f))
+            }
+            27 => {
+                let f = f64::from_bits(v);
+                if f.is_nan() {
+                    return fail(self, "NaN other than f9 7e00");
+                }
+                if fits_f32(f) {
+                    return fail(self, "double float whose value fits a narrower float");
+                }
+                Ok(Cbor::Float(f))
+            }
+            _ => fail(self, "simple value other than false, true, null or a float"),
+        }
+    }
+}
+
+/// IEEE half bits to f64.
+pub fn f16_to_f64(h: u16) -> f64 {
+    let sign = if h & 0x8000 != 0 { -1.0 } else { 1.0 };
+    let exp = (h >> 10) & 0x1f;
+    let mant = f64::from(h & 0x3ff);
+    match exp {
+        0 => sign * mant * 2f64.powi(-24),
+        31 if mant == 0.0 => sign * f64::INFINITY,
+        31 => f64::NAN,
+        e => sign * (1.0 + mant / 1024.0) * 2f64.powi(i32::from(e) - 15),
+    }
+}
+
+/// The half bits that represent `v` exactly, if any (NaN excluded).
+pub fn f64_to_f16(v: f64) -> Option<u16> {
+    if v.is_nan() {
+        return None;
+    }
+    let bits = v.to_bits();
+    let sign = ((bits >> 48) & 0x8000) as u16;
+    if v == 0.0 {
+        return Some(sign);
+    }
+    if v.is_infinite() {
+        return Some(sign | 0x7c00);
+    }
+    let exp = ((bits >> 52) & 0x7ff) as i32;
+    if exp == 0 {
+        return None; // f64 subnormals are far below the half range
+    }
+    let e = exp - 1023;
+    let mant = bits & ((1u64 << 52) - 1);
+    if (-14..=15).contains(&e) {
+        if mant & ((1u64 << 42) - 1) != 0 {
+            return None;
+        }
+        return Some(sign | (((e + 15) as u16) << 10) | (mant >> 42) as u16);
+    }
+    if (-24..-14).contains(&e) {
+        let sig = mant | (1u64 << 52);
+        let shift = (28 - e) as u32; // value = sig * 2^(e-52) = m * 2^-24
+        if sig & ((1u64 << shift) - 1) != 0 {
+            return None;
+        }
+        return Some(sign | (sig >> shift) as u16);
+    }
+    None
+}
+
+fn fits_f32(v: f64) -> bool {
+    f64::from(v as f32) == v
+}
+
+/// Encode `item` deterministically: shortest heads, map keys sorted by their
+/// encoded bytes, floats in the narrowest exact width.
+pub fn encode(item: &Cbor) -> Vec<u8> {
+    let mut out = Vec::new();
+    encode_into(item, &mut out);
+    out
+}
+
+fn head(out: &mut Vec<u8>, major: u8, v: u64) {
+    let m = major << 5;
+    if v < 24 {
+        out.push(m | v as u8);
+    } else if v <= 0xff {
+        out.extend_from_slice(&[m | 24, v as u8]);
+    } else if v <= 0xffff {
+        out.push(m | 25);
+        out.extend_from_slice(&(v as u16).to_be_bytes());
+    } else if v <= 0xffff_ffff {
+        out.push(m | 26);
+        out.extend_from_slice(&(v as u32).to_be_bytes());
+    } else {
+        out.push(m | 27);
+        out.extend_from_slice(&v.to_be_bytes());
+    }
+}
+
+/// Append the deterministic encoding of `item` to `out`.
+pub fn encode_into(item: &Cbor, out: &mut Vec<u8>) {
+    match item {
+        Cbor::UInt(v) => head(out, 0, *v),
+        Cbor::NInt(v) => head(out, 1, *v),
+        Cbor::Bytes(b) => {
+            head(out, 2, b.len() as u64);
+            out.extend_from_slice(b);
+        }
+        Cbor::Text(s) => {
+            head(out, 3, s.len() as u64);
+            out.extend_from_slice(s.as_bytes());
+        }
+        Cbor::Array(items) => {
+            head(out, 4, items.len() as u64);
+            for i in items {
+                encode_into(i, out);
+            }
+        }
+        Cbor::Map(entries) => {
+            let mut encoded: Vec<(Vec<u8>, &Cbor)> =
+                entries.iter().map(|(k, v)| (encode(k), v)).collect();
+            encoded.sort_by(|a, b| a.0.cmp(&b.0));
+            head(out, 5, encoded.len() as u64);
+            for (k, v) in encoded {
+                out.extend_from_slice(&k);
+                encode_into(v, out);
+            }
+        }
+        Cbor::Bool(false) => out.push(0xf4),
+        Cbor::Bool(true) => out.push(0xf5),
+        Cbor::Null => out.push(0xf6),
+        Cbor::Float(f) => {
+            if f.is_nan() {
+                out.extend_from_slice(&[0xf9, 0x7e, 0x00]);
+            } else if let Some(h) = f64_to_f16(*f) {
+                out.push(0xf9);
+                out.extend_from_slice(&h.to_be_bytes());
+            } else if fits_f32(*f) {
+                out.push(0xfa);
+                out.extend_from_slice(&(*f as f32).to_bits().to_be_bytes());
+            } else {
+                out.push(0xfb);
+                out.extend_from_slice(&f.to_bits().to_be_bytes());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const L: DecodeLimits = DecodeLimits { depth: MAX_DEPTH };
+
+    fn rejects(bytes: &[u8]) -> String {
+        decode(bytes, L).expect_err("must reject").reason
+    }
+
+    #[test]
+    fn round_trips() {
+        let item = Cbor::map([
+            ("b", Cbor::Array(vec![Cbor::UInt(65536), Cbor::NInt(0)])),
+            ("aa", Cbor::Float(0.1)),
+            ("c", Cbor::Float(1.5)),
+            ("d", Cbor::Float(f64::NAN)),
+            ("e", Cbor::Float(100000.0)),
+            ("f", Cbor::Bytes(vec![1, 2])),
+            ("g", Cbor::Null),
+            ("h", Cbor::Bool(true)),
+        ]);
+        let bytes = encode(&item);
+        // "b" (1 char) sorts before "aa" (2 chars): encoded-byte order.
+        assert_eq!(&bytes[1..3], b"\x61b");
+        let back = decode(&bytes, L).unwrap();
+        assert_eq!(encode(&back), bytes);
+    }
+
+    #[test]
+    fn half_floats() {
+        for (v, bits) in [
+            (1.0, 0x3c00),
+            (-2.0, 0xc000),
+            (65504.0, 0x7bff),
+            (5.960_464_477_539_063e-8, 0x0001),
+        ] {
+            assert_eq!(f64_to_f16(v), Some(bits));
+            assert_eq!(f16_to_f64(bits), v);
+        }
+        assert_eq!(f64_to_f16(0.1), None);
+        assert_eq!(f64_to_f16(65520.0), None);
+    }
+
+    #[test]
+    fn rejections() {
+        assert!(rejects(&[0x18, 0x05]).contains("non-shortest"));
+        assert!(rejects(&[0x19, 0x00, 0x20]).contains("non-shortest"));
+        assert!(rejects(&[0x9f, 0xff]).contains("indefinite"));
+        assert!(rejects(&[0xa2, 0x61, 0x62, 0x00, 0x61, 0x61, 0x00]).contains("order"));
+        assert!(rejects(&[0xa2, 0x61, 0x61, 0x00, 0x61, 0x61, 0x00]).contains("duplicate"));
+        assert!(rejects(&[0xc1, 0x00]).contains("tags"));
+        assert!(rejects(&[0xf9, 0x7e, 0x01]).contains("NaN"));
+        assert!(rejects(&[0xfa, 0x3f, 0x80, 0, 0]).contains("half"));
+        assert!(rejects(&[0xfb, 0x3f, 0xf0, 0, 0, 0, 0, 0, 0]).contains("narrower"));
+        assert!(rejects(&[0xf7]).contains("simple"));
+        assert!(rejects(&[0x62, 0xff, 0xfe]).contains("UTF-8"));
+        assert!(
+            rejects(&[0x9b, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]).contains("declared")
+        );
+        assert!(rejects(&[0x00, 0x00]).contains("trailing"));
+        let deep: Vec<u8> = std::iter::repeat_n(0x81u8, 33).chain([0x00]).collect();
+        assert!(rejects(&deep).contains("nesting"));
+        let ok: Vec<u8> = std::iter::repeat_n(0x81u8, 32).chain([0x00]).collect();
+        assert!(decode(&ok, L).is_ok());
+    }
+}

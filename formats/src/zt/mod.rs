@@ -1,0 +1,22 @@
+//! The zTensor v2 container (`.zt`): zt's own format, byte-compatible with
+//! upstream `ztensor` 2.x (spec "Draft 4", footer version 2).
+//!
+//! | module | job |
+//! |---|---|
+//! | [`cbor`] | strict deterministic-CBOR codec |
+//! | [`container`] | magic, footer, manifest bounds and hash, blob rules |
+//! | [`manifest`] | the L1 schema: objects, parts, shards, attributes |
+//! | [`validate`] | logical types and layout profiles |
+//! | [`encoding`] | `zt.zstd-seekable/1` |
+//! | [`read`] | open a file into a catalog (shards resolved positionally) |
+//! | [`write`] | [`Writer`]: canonical, aligned, compressed, publish, append |
+//! | [`verify`] | digests, shard digests, content digest, canonical check |
+
+pub mod cbor;
+pub mod container;
+pub mod encoding;
+pub mod manifest;
+pub mod read;
+pub mod validate;
+pub mod verify;
+pub mod write;

@@ -1,0 +1,208 @@
+"""``zt.Writer``, ``zt.verify`` and friends: writing and checking ``.zt`` files."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from . import _zt
+from ._write import prepare, zt_dtype
+
+_LOGICAL = {
+    "bool": "u8",
+    "f8_e4m3fn": "u8",
+    "f8_e5m2": "u8",
+    "f8_e4m3fnuz": "u8",
+    "f8_e5m2fnuz": "u8",
+    "f8_e8m0": "u8",
+    "f4_e2m1": "u8",
+    "complex64": "f32",
+    "complex128": "f64",
+}
+
+_ENCODING = "zt.zstd-seekable/1"
+
+
+def _level(encoding, compression) -> int | None:
+    """A zstd level from an ``encoding`` id or a ``compression`` flag/level."""
+    if encoding not in (None, _ENCODING):
+        raise ValueError(f"unknown encoding {encoding!r}; zt writes {_ENCODING!r}")
+    if compression is True or (encoding is not None and compression in (None, False)):
+        return 3
+    if compression in (None, False):
+        return None
+    return int(compression)
+
+
+def _part(pname: str, spec: Any, keep: list) -> tuple:
+    """One part from a numpy array, or a dict ``{dtype, data, logical?, encoding?}``."""
+    if isinstance(spec, Mapping):
+        data = np.ascontiguousarray(np.frombuffer(memoryview(spec["data"]).cast("B"), dtype=np.uint8))
+        dtype = spec.get("logical") or spec["dtype"]
+        if spec.get("logical") and _LOGICAL.get(spec["logical"]) != spec["dtype"]:
+            raise ValueError(
+                f"part {pname!r}: logical type {spec['logical']} needs dtype {_LOGICAL.get(spec['logical'])}"
+            )
+        level = _level(spec.get("encoding"), spec.get("compression"))
+    else:
+        (_, dtype, _, _, _), data = prepare(pname, spec)
+        level = None
+    keep.append(data)
+    address = data.__array_interface__["data"][0] if data.nbytes else 0
+    return (pname, dtype, address, int(data.nbytes), level)
+
+
+class Sink:
+    """Accepts the bytes of a streamed object, in part-name order. Close it
+    (or use it as a context manager) before using the writer again."""
+
+    def __init__(self, writer: Writer):
+        self._writer = writer
+
+    def write(self, chunk) -> None:
+        """Write the next bytes (any buffer: bytes, numpy array, memoryview)."""
+        arr = np.ascontiguousarray(np.frombuffer(memoryview(chunk).cast("B"), dtype=np.uint8))
+        self._writer._native.write_chunk(arr.__array_interface__["data"][0] if arr.nbytes else 0, int(arr.nbytes))
+
+    @property
+    def part(self) -> str | None:
+        """The part the next bytes go to."""
+        pos = self._writer._native.stream_position()
+        return pos[0] if pos else None
+
+    @property
+    def written(self) -> int:
+        """Bytes written into the current part."""
+        pos = self._writer._native.stream_position()
+        return pos[1] if pos else 0
+
+    def close(self) -> None:
+        """Finish the object; every declared byte must have arrived."""
+        self._writer._native.close_stream()
+
+    def __enter__(self) -> Sink:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+
+
+class Writer:
+    """Writes a ``.zt`` (zTensor v2) file.
+
+    ``canonical=True`` (the default) gives the byte-reproducible canonical
+    form: names added in ascending order, raw parts, 64 KiB placement,
+    identical parts shared. ``canonical=False`` places blobs by ``align``:
+    ``"auto"`` (the default: large tensors at 64 KiB, small ones at 4 KiB) or
+    a power of two >= 4096, and allows compression. ``publish=True`` builds
+    the file beside ``path``, fsyncs and renames it into place on
+    :meth:`finish`; ``append=True`` amends an existing file. An exception in
+    a ``with`` block, :meth:`abandon`, or a writer dropped unfinished leaves
+    nothing behind.
+    """
+
+    def __init__(
+        self,
+        path,
+        canonical: bool = True,
+        align: int | str | None = None,
+        publish: bool = False,
+        append: bool = False,
+        compression: int | bool | None = None,
+    ):
+        level = _level(None, compression)
+        self._native = _zt.Writer(os.fspath(path), canonical, align, publish, append, level)
+
+    def add(self, name: str, data, shape=None, dtype: str | None = None, logical=None, encoding=None, compression=None):
+        """Add a dense tensor: a numpy array, or raw bytes with ``shape`` and
+        ``dtype`` (a storage dtype, with ``logical`` for bool/fp8/fp4/complex)."""
+        keep: list = []
+        if dtype is None:
+            arr = np.asarray(data)
+            shape = list(arr.shape)
+            (_, dt, _, _, _), buf = prepare(name, arr)
+            keep.append(buf)
+            part = ("data", dt, buf.__array_interface__["data"][0] if buf.nbytes else 0, int(buf.nbytes))
+            part = (*part, _level(encoding, compression))
+        else:
+            spec = {"dtype": dtype, "data": data, "logical": logical, "encoding": encoding, "compression": compression}
+            part = _part("data", spec, keep)
+        self._native.add_object(name, [int(d) for d in shape], [part], "dense", None)
+
+    def add_object(self, name: str, shape, parts: Mapping[str, Any], layout: str = "dense", attributes=None):
+        """Add an object with any parts: each a numpy array or a dict
+        ``{dtype, data, logical?, encoding?}``."""
+        keep: list = []
+        described = [_part(p, spec, keep) for p, spec in parts.items()]
+        self._native.add_object(name, [int(d) for d in shape], described, layout, attributes)
+
+    def stream(self, name: str, shape, parts: Mapping[str, Mapping[str, Any]], layout: str = "dense", attributes=None):
+        """Declare an object whose bytes are written afterwards through the
+        returned :class:`Sink`; ``parts`` maps names to ``{dtype, nbytes,
+        logical?}``. Identical parts are still shared."""
+        described = [(p, spec.get("logical") or spec["dtype"], int(spec["nbytes"])) for p, spec in parts.items()]
+        self._native.stream(name, [int(d) for d in shape], described, layout, attributes)
+        return Sink(self)
+
+    def set_attributes(self, attributes: Mapping[str, Any]) -> None:
+        """Set the file attributes (str keys; int, float, str, bytes, bool,
+        None, lists and dicts as values)."""
+        self._native.set_attributes(dict(attributes))
+
+    def ingest(self, source) -> None:
+        """Add every tensor of a :class:`zt.Source` (any format)."""
+        self._native.ingest(source._native)
+
+    def finish(self) -> int:
+        """Write the manifest and footer (and publish). Returns the file size."""
+        return self._native.finish()
+
+    def abandon(self) -> None:
+        """Discard the file."""
+        self._native.abandon()
+
+    def __enter__(self) -> Writer:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            self.abandon()
+        elif not self._native.closed:
+            self.finish()
+
+
+def verify(path, deep: bool = False) -> tuple[int, int]:
+    """Check a file: every structural rule and every part digest (and, with
+    ``deep``, every shard's whole-file digest). Returns ``(checked,
+    undigested)``; raises :class:`zt.FormatError` on any mismatch."""
+    return _zt.verify(os.fspath(path), deep)
+
+
+def content_id(path) -> str:
+    """The content digest of a ``.zt`` file (independent of placement,
+    sharding and encoding)."""
+    return _zt.content_id(os.fspath(path))
+
+
+def canonical_violations(path) -> list[tuple[int, str]]:
+    """The canonical-form rules (§6.3) a ``.zt`` file breaks; empty when canonical."""
+    return _zt.canonical_violations(os.fspath(path))
+
+
+def save_zt(described: list[tuple], path: str, metadata, align, compression) -> int:
+    """Batch-write dense tensors described by ``_write.prepare``."""
+    level = _level(None, compression)
+    canonical = align is None and level is None
+    objects = [
+        (name, shape, "dense", [("data", dtype, address, nbytes, None)])
+        for name, dtype, shape, address, nbytes in described
+    ]
+    attrs = dict(metadata) if metadata is not None else None
+    return _zt.write_zt(path, objects, attrs, canonical, align, level)
+
+
+__all__ = ["Sink", "Writer", "canonical_violations", "content_id", "save_zt", "verify", "zt_dtype"]

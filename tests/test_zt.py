@@ -1,0 +1,311 @@
+"""The .zt format against upstream ztensor 2.1.2 (PyPI): files written by
+upstream read bit for bit, canonical output is byte-identical to upstream's
+canonical writer, and upstream verifies every kind of file zt writes."""
+
+from __future__ import annotations
+
+import subprocess
+
+import ml_dtypes
+import numpy as np
+import pytest
+import safetensors.numpy
+import ztensor
+
+import zt
+
+RNG = np.random.default_rng(7)
+
+
+def raw(a) -> np.ndarray:
+    return np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+
+
+# (name, array, upstream dtype, upstream logical)
+def tensors():
+    f32 = RNG.standard_normal((4, 6)).astype(np.float32)
+    out = [
+        ("a.scalar", np.array(7, np.int32), "i32", None),
+        ("b.f64", RNG.standard_normal(5), "f64", None),
+        ("c.f32", f32, "f32", None),
+        ("c.f32.tied", f32.copy(), "f32", None),
+        ("d.f16", RNG.standard_normal((3, 3)).astype(np.float16), "f16", None),
+        ("e.bf16", RNG.standard_normal(9).astype(ml_dtypes.bfloat16), "bf16", None),
+        ("f.i64", np.arange(-3, 3, dtype=np.int64), "i64", None),
+        ("g.i16", np.arange(5, dtype=np.int16), "i16", None),
+        ("h.i8", np.arange(-4, 4, dtype=np.int8), "i8", None),
+        ("i.u64", np.arange(3, dtype=np.uint64), "u64", None),
+        ("j.u32", np.arange(3, dtype=np.uint32), "u32", None),
+        ("k.u16", np.arange(3, dtype=np.uint16), "u16", None),
+        ("l.u8", np.arange(3, dtype=np.uint8), "u8", None),
+        ("m.bool", np.array([True, False, True]), "u8", "bool"),
+        ("n.fp8", RNG.standard_normal(6).astype(ml_dtypes.float8_e4m3fn), "u8", "f8_e4m3fn"),
+        ("o.fp8e5", RNG.standard_normal(6).astype(ml_dtypes.float8_e5m2), "u8", "f8_e5m2"),
+        ("p.c64", (RNG.standard_normal(4) + 1j).astype(np.complex64), "f32", "complex64"),
+        ("q.c128", (RNG.standard_normal(2) + 2j).astype(np.complex128), "f64", "complex128"),
+        ("r.empty", np.zeros((0, 3), np.float32), "f32", None),
+        ("s.empty2", np.zeros(0, np.int8), "i8", None),
+        ("t.big", RNG.standard_normal((200, 300)).astype(np.float32), "f32", None),
+        ("u.\u00e9", np.ones(2, np.float32), "f32", None),
+    ]
+    return out
+
+
+def write_upstream(path, items, attributes=None, **kw):
+    with ztensor.Writer(str(path), **kw) as w:
+        for name, arr, dt, logical in sorted(items, key=lambda t: t[0]):
+            enc = "zt.zstd-seekable/1" if kw.get("canonical") is False and arr.nbytes > 64 else None
+            w.add(name, raw(arr), shape=list(arr.shape), dtype=dt, logical=logical, encoding=enc)
+        if attributes is not None:
+            w.set_attributes(attributes)
+        w.finish()
+
+
+ATTRS = {"format": "pt", "n": 10**19, "neg": -5, "f": 0.1, "h": 1.5, "nan": float("nan"), "list": [1, "x", None, True]}
+
+
+def test_canonical_writer_is_byte_identical_to_upstream(tmp):
+    items = tensors()
+    write_upstream(tmp / "up.zt", items, ATTRS)
+    with zt.Writer(tmp / "mine.zt") as w:
+        for name, arr, _, _ in sorted(items, key=lambda t: t[0]):
+            w.add(name, arr)
+        w.set_attributes(ATTRS)
+    assert (tmp / "mine.zt").read_bytes() == (tmp / "up.zt").read_bytes()
+    # The batch path (zt.numpy.save_file) agrees too, and keeps rank 0.
+    zt.numpy.save_file({n: a for n, a, _, _ in items}, tmp / "batch.zt")
+    write_upstream(tmp / "up2.zt", items)
+    assert (tmp / "batch.zt").read_bytes() == (tmp / "up2.zt").read_bytes()
+    assert zt.open(tmp / "batch.zt")["a.scalar"].shape == ()
+    assert zt.canonical_violations(tmp / "mine.zt") == []
+
+
+def test_convert_is_byte_identical_to_upstream_convert(tmp):
+    arrays = {f"layer{i}.w": RNG.standard_normal((16, 8)).astype(np.float32) for i in range(12)}
+    arrays["tied"] = arrays["layer3.w"].copy()
+    arrays["mask"] = np.array([True, False])
+    safetensors.numpy.save_file(arrays, tmp / "m.safetensors")
+    ztensor.convert(str(tmp / "m.safetensors"), str(tmp / "up.zt"))
+    zt.convert(tmp / "m.safetensors", tmp / "mine.zt")
+    assert (tmp / "mine.zt").read_bytes() == (tmp / "up.zt").read_bytes()
+
+
+def test_objects_with_layouts_are_byte_identical(tmp):
+    values = np.array([1.0, 2.0, 3.0], np.float32)
+    csr = {
+        "values": {"dtype": "f32", "data": raw(values)},
+        "indices": {"dtype": "u32", "data": raw(np.array([0, 2, 1], np.uint32))},
+        "indptr": {"dtype": "u32", "data": raw(np.array([0, 2, 2, 3], np.uint32))},
+    }
+    mx = {
+        "data": {"dtype": "u8", "data": raw(np.arange(32, dtype=np.uint8)), "logical": "f8_e4m3fn"},
+        "scales": {"dtype": "u8", "data": raw(np.array([127], np.uint8)), "logical": "f8_e8m0"},
+    }
+    mx_attrs = {"block_size": 32, "scale_form": "e8m0_exponent"}
+    for mod, path in ((ztensor, tmp / "up.zt"), (zt, tmp / "mine.zt")):
+        w = mod.Writer(str(path))
+        w.add_object("csr", [3, 4], csr, layout="zt.sparse_csr/1", attributes={"k": [1, {"n": 2.0}]})
+        w.add_object("mx", [32], mx, layout="zt.mx/1", attributes=mx_attrs)
+        w.finish()
+    assert (tmp / "mine.zt").read_bytes() == (tmp / "up.zt").read_bytes()
+    src = zt.open(tmp / "up.zt")
+    assert src["csr"].layout == "zt.sparse_csr/1"
+    assert src["csr"].part("values").numpy().tolist() == [1.0, 2.0, 3.0]
+    assert src["mx"].part("scales").dtype == "f8_e8m0"
+    assert src["csr"].attributes == {"k": [1, {"n": 2.0}]}
+    assert zt.verify(tmp / "up.zt", deep=True) == (5, 0)
+
+
+@pytest.mark.parametrize("kind", ["canonical", "align4096", "compressed"])
+def test_reads_every_upstream_file_bit_exactly(tmp, kind):
+    items = tensors()
+    kw = {
+        "canonical": {},
+        "align4096": {"canonical": False, "align": 4096},
+        "compressed": {"canonical": False, "align": 4096},
+    }[kind]
+    path = tmp / f"{kind}.zt"
+    if kind == "compressed":
+        write_upstream(path, items, ATTRS, **kw)
+    else:
+        with ztensor.Writer(str(path), **kw) as w:
+            for name, arr, dt, logical in sorted(items, key=lambda t: t[0]):
+                w.add(name, raw(arr), shape=list(arr.shape), dtype=dt, logical=logical)
+            w.set_attributes(ATTRS)
+            w.finish()
+    want = {n: a for n, a, _, _ in items}
+    with zt.open(path) as src, ztensor.open(str(path)) as up:
+        assert sorted(src) == sorted(want)
+        attrs = src.attributes
+        assert attrs["n"] == 10**19 and attrs["neg"] == -5 and attrs["list"] == [1, "x", None, True]
+        for name, arr in want.items():
+            t = src[name]
+            got = t.numpy()
+            assert got.dtype == arr.dtype and got.shape == arr.shape, name
+            assert got.tobytes() == arr.tobytes() == up[name].tobytes(), name
+            assert t.caps["verify"]
+            assert t.caps["map"] == (kind != "compressed" or arr.nbytes <= 64)
+    assert zt.verify(path, deep=True) == (len(items), 0)
+
+
+def test_zstd_range_and_limits(tmp):
+    arr = np.arange(600_000, dtype=np.int32)  # 2.4 MB: three 1 MiB frames
+    with ztensor.Writer(str(tmp / "z.zt"), canonical=False, align=4096) as w:
+        w.add("z", raw(arr), shape=[arr.size], dtype="i32", encoding="zt.zstd-seekable/1")
+        w.finish()
+    assert zt.open(tmp / "z.zt")["z"].numpy().tobytes() == arr.tobytes()
+    with pytest.raises(zt.FormatError, match="decoded_bytes"):
+        zt.open(tmp / "z.zt", limits={"decoded_bytes": 1 << 20})["z"].numpy()
+
+
+@pytest.mark.parametrize("align", ["auto", 4096, 65536])
+@pytest.mark.parametrize("compression", [False, True])
+def test_upstream_verifies_what_zt_writes(tmp, align, compression):
+    arrays = {n: a for n, a, _, _ in tensors()}
+    path = tmp / "x.zt"
+    zt.numpy.save_file(arrays, path, {"k": "v"}, align=align, compression=compression)
+    assert tuple(ztensor.verify(str(path), deep=True)) == (len(arrays), 0)
+    with ztensor.open(str(path)) as up:
+        for name, arr in arrays.items():
+            assert up[name].tobytes() == arr.tobytes()
+            assert list(up[name].shape) == list(arr.shape)
+    assert zt.verify(path) == (len(arrays), 0)
+    if compression:
+        assert any(v[0] == 4 for v in zt.canonical_violations(path))
+
+
+def test_auto_alignment_packs_small_tensors(tmp):
+    small = {f"t{i:05d}": np.full(2560, i, np.float32) for i in range(2000)}  # 10 KiB each
+    payload = sum(a.nbytes for a in small.values())
+    size_auto = zt.numpy.save_file(small, tmp / "auto.zt", align="auto")
+    size_canon = zt.numpy.save_file(small, tmp / "canon.zt")
+    assert size_auto <= 1.25 * payload < size_canon
+    big = {"big": np.ones(1 << 19, np.float32), "small": np.ones(10, np.float32)}  # 2 MiB + 40 B
+    zt.numpy.save_file(big, tmp / "mixed.zt", align="auto")
+    with zt.open(tmp / "mixed.zt") as src:
+        assert src["big"].location[1] % 65536 == 0
+        assert src["big"].caps["evict"]
+    assert tuple(ztensor.verify(str(tmp / "mixed.zt"), deep=True)) == (2, 0)
+
+
+def test_stream_keeps_dedup_and_upstream_reads_it(tmp):
+    data = np.arange(5000, dtype=np.float32)
+    w = zt.Writer(tmp / "s.zt")
+    w.add("a", data)
+    with w.stream("b", [5000], {"data": {"dtype": "f32", "nbytes": data.nbytes}}) as sink:
+        for chunk in np.array_split(data, 7):
+            sink.write(chunk)
+    with w.stream("c", [2], {"data": {"dtype": "f32", "nbytes": 8}}) as sink:
+        sink.write(np.array([1, 2], np.float32))
+    w.finish()
+    with zt.open(tmp / "s.zt") as src:
+        assert src["a"].location[1:] == src["b"].location[1:]
+        assert src["c"].numpy().tolist() == [1.0, 2.0]
+    # Byte-identical to upstream's in-memory writer for the same tensors.
+    with ztensor.Writer(str(tmp / "up.zt")) as u:
+        u.add("a", raw(data), shape=[5000], dtype="f32")
+        u.add("b", raw(data), shape=[5000], dtype="f32")
+        u.add("c", raw(np.array([1, 2], np.float32)), shape=[2], dtype="f32")
+        u.finish()
+    assert (tmp / "s.zt").read_bytes() == (tmp / "up.zt").read_bytes()
+
+
+def test_publish_and_abandon_leave_nothing(tmp):
+    dest = tmp / "p.zt"
+    w = zt.Writer(dest, publish=True)
+    w.add("a", np.ones(3, np.float32))
+    assert not dest.exists()
+    w.finish()
+    assert dest.exists() and [p.name for p in tmp.iterdir()] == ["p.zt"]
+    before = dest.read_bytes()
+    with pytest.raises(RuntimeError):
+        with zt.Writer(dest, publish=True) as w:
+            w.add("b", np.ones(3, np.float32))
+            raise RuntimeError("boom")
+    w = zt.Writer(dest, publish=True)
+    w.add("c", np.ones(3, np.float32))
+    w.abandon()
+    w = zt.Writer(dest, publish=True)
+    w.add("d", np.ones(3, np.float32))
+    del w
+    assert dest.read_bytes() == before and [p.name for p in tmp.iterdir()] == ["p.zt"]
+    with pytest.raises(zt.FormatError, match="ascending"):
+        with zt.Writer(tmp / "q.zt", publish=True) as w:
+            w.add("z", np.ones(1))
+            w.add("a", np.ones(1))
+    assert [p.name for p in tmp.iterdir()] == ["p.zt"]
+
+
+def test_append_amends_and_upstream_reads(tmp):
+    path = tmp / "a.zt"
+    zt.numpy.save_file({"a": np.ones(3, np.float32)}, path)
+    size = path.stat().st_size
+    original = path.read_bytes()
+    w = zt.Writer(path, canonical=False, append=True)
+    w.add("b", np.arange(4, dtype=np.int64))
+    w.finish()
+    assert path.read_bytes()[:size] == original
+    with ztensor.open(str(path)) as up:
+        assert sorted(up) == ["a", "b"]
+        assert up["b"].tobytes() == np.arange(4, dtype=np.int64).tobytes()
+    assert tuple(ztensor.verify(str(path), deep=True)) == (2, 0)
+    assert zt.canonical_violations(path)  # an amended file is not canonical
+    w = zt.Writer(path, canonical=False, append=True)
+    w.add("c", np.ones(2))
+    w.abandon()
+    assert sorted(zt.open(path)) == ["a", "b"]
+
+
+def test_verify_detects_corruption_and_cli(tmp, zt_cli):
+    path = tmp / "v.zt"
+    zt.numpy.save_file({"a": np.arange(100, dtype=np.float32), "b": np.ones(3)}, path)
+    out = subprocess.run([zt_cli, "verify", path, "--deep", "--canonical"], capture_output=True, text=True)
+    assert out.returncode == 0 and "canonical" in out.stdout, out.stderr
+    ident = subprocess.run([zt_cli, "id", path], capture_output=True, text=True)
+    assert ident.stdout.strip() == zt.content_id(path)
+    # The content id ignores placement: the same tensors at 4 KiB agree.
+    zt.numpy.save_file({"a": np.arange(100, dtype=np.float32), "b": np.ones(3)}, tmp / "w.zt", align=4096)
+    assert zt.content_id(tmp / "w.zt") == zt.content_id(path)
+    safetensors.numpy.save_file({"a": np.arange(100, dtype=np.float32), "b": np.ones(3)}, tmp / "v.safetensors")
+    same = subprocess.run([zt_cli, "diff", path, tmp / "v.safetensors"], capture_output=True, text=True)
+    assert same.returncode == 0, same.stdout
+    safetensors.numpy.save_file({"a": np.arange(100, dtype=np.float32), "b": np.zeros(3)}, tmp / "d.safetensors")
+    differ = subprocess.run([zt_cli, "diff", path, tmp / "d.safetensors"], capture_output=True, text=True)
+    assert differ.returncode == 1 and "b" in differ.stdout
+    data = bytearray(path.read_bytes())
+    loc = zt.open(path)["a"].location
+    data[loc[1] + 5] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(zt.FormatError, match="integrity"):
+        zt.verify(path)
+    bad = subprocess.run([zt_cli, "verify", path], capture_output=True, text=True)
+    assert bad.returncode == 1
+    with pytest.raises(ValueError):
+        ztensor.verify(str(path))  # upstream agrees the file is corrupt
+
+
+def test_cli_convert_to_zt(tmp, zt_cli):
+    arrays = {"w": np.arange(12, dtype=np.float32).reshape(3, 4), "b": np.ones(2, np.float16)}
+    safetensors.numpy.save_file(arrays, tmp / "a.safetensors")
+    for flags in ([], ["--align", "auto"], ["--align", "8192"], ["--compress", "zstd:5"]):
+        out = tmp / f"a{len(flags)}{flags[-1] if flags else ''}.zt".replace(":", "")
+        r = subprocess.run([zt_cli, "convert", tmp / "a.safetensors", out, *flags], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        assert tuple(ztensor.verify(str(out), deep=True)) == (2, 0)
+        back = zt.numpy.load_file(out)
+        for k, v in arrays.items():
+            assert back[k].tobytes() == v.tobytes()
+
+
+def test_writer_refuses_what_canonical_forbids(tmp):
+    with pytest.raises(zt.FormatError, match="65536"):
+        zt.Writer(tmp / "x.zt", align=4096)
+    with pytest.raises(zt.FormatError, match="power of two"):
+        zt.Writer(tmp / "x.zt", canonical=False, align=5000)
+    w = zt.Writer(tmp / "x.zt")
+    with pytest.raises(zt.FormatError, match="NFC"):
+        w.add("e\u0301", np.ones(1))
+    with pytest.raises(zt.FormatError, match="dense size"):
+        w.add("a", b"\x00" * 3, shape=[1], dtype="f32")
+    w.abandon()
+    assert not (tmp / "x.zt").exists()
