@@ -294,6 +294,24 @@ def test_gguf_round_trip_is_byte_exact(tmp):
     assert_same_gguf(tmp / "a.gguf", tmp / "b.gguf")
 
 
+@pytest.mark.parametrize("align", ["canonical", "auto", 4096])
+def test_gguf_through_zt_and_back_is_byte_exact(tmp, align):
+    """.gguf -> .zt -> .gguf keeps every tensor byte and metadata value (and
+    type): block types travel as gguf.<type>/1 objects, KV types in attributes."""
+    model(tmp / "a.gguf")
+    zt.convert(tmp / "a.gguf", tmp / "a.zt", align=align)
+    with zt.open(tmp / "a.zt") as src:
+        assert src["q4"].layout == "gguf.q4_0/1"
+    zt.convert(tmp / "a.zt", tmp / "b.gguf")
+    # .zt keeps names and attribute keys in canonical (sorted) order, so the
+    # file's order changes; every value and every tensor byte must not.
+    ra, rb = GGUFReader(tmp / "a.gguf"), GGUFReader(tmp / "b.gguf")
+    fields = {k: (f.types, reader_value(f)) for k, f in ra.fields.items() if not k.startswith("GGUF.")}
+    assert fields == {k: (f.types, reader_value(f)) for k, f in rb.fields.items() if not k.startswith("GGUF.")}
+    tensors = {t.name: (t.tensor_type, list(t.shape), t.data.tobytes()) for t in ra.tensors}
+    assert tensors == {t.name: (t.tensor_type, list(t.shape), t.data.tobytes()) for t in rb.tensors}
+
+
 def test_big_endian_source_writes_little_endian(tmp):
     model(tmp / "be.gguf", GGUFEndian.BIG)
     zt.convert(tmp / "be.gguf", tmp / "le.gguf")
