@@ -47,13 +47,60 @@ def workload(kind: str, size_mb: int) -> dict[str, np.ndarray]:
     }
 
 
+def _optional(module: str):
+    """Import a peer library, or None when it is not installed (reported as missing)."""
+    try:
+        return __import__(module, fromlist=["_"])
+    except ImportError:
+        return None
+
+
+def _h5py_write(h5py, arrays, path):
+    with h5py.File(path, "w") as f:
+        for k, v in arrays.items():
+            f.create_dataset(k, data=v)
+
+
+def _gguf_write(gguf, arrays, path):
+    w = gguf.GGUFWriter(path, "bench")
+    for k, v in arrays.items():
+        w.add_tensor(k, v)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def _onnx_write(onnx, arrays, path):
+    from onnx import helper, numpy_helper
+
+    graph = helper.make_graph([], "bench", [], [], [numpy_helper.from_array(v, k) for k, v in arrays.items()])
+    onnx.save_model(helper.make_model(graph), path)
+
+
+def _torch_write(torch, arrays, path):
+    torch.save({k: torch.from_numpy(v) for k, v in arrays.items()}, path)
+
+
 def writers() -> dict[str, tuple[str, Callable[[dict, str], None] | None]]:
     """name -> (extension, write function or None when the peer is missing)."""
+    ztensor = _optional("ztensor.numpy")
+    h5py, gguf, onnx, torch = (_optional(m) for m in ("h5py", "gguf", "onnx", "torch"))
     return {
+        "zt .zt canonical": (".zt", lambda a, p: zt.numpy.save_file(a, p)),
+        "zt .zt auto": (".zt", lambda a, p: zt.numpy.save_file(a, p, align="auto")),
+        "zt .zt 4 KiB": (".zt", lambda a, p: zt.numpy.save_file(a, p, align=4096)),
+        "ztensor 2.1.2 canonical": (".zt", ztensor and (lambda a, p: ztensor.save_file(a, p))),
+        "ztensor 2.1.2 4 KiB": (".zt", ztensor and (lambda a, p: ztensor.save_file(a, p, align=4096))),
         "zt → safetensors": (".safetensors", lambda a, p: zt.numpy.save_file(a, p)),
         "safetensors.numpy.save_file": (".safetensors", lambda a, p: safetensors.numpy.save_file(a, p)),
         "zt → npz": (".npz", lambda a, p: zt.numpy.save_file(a, p)),
         "numpy.savez": (".npz", lambda a, p: np.savez(p, **a)),
+        "zt → pt": (".pt", lambda a, p: zt.numpy.save_file(a, p)),
+        "torch.save": (".pt", torch and (lambda a, p: _torch_write(torch, a, p))),
+        "gguf.GGUFWriter": (".gguf", gguf and (lambda a, p: _gguf_write(gguf, a, p))),
+        "onnx.save_model": (".onnx", onnx and (lambda a, p: _onnx_write(onnx, a, p))),
+        "h5py": (".h5", h5py and (lambda a, p: _h5py_write(h5py, a, p))),
     }
 
 
@@ -64,7 +111,7 @@ def measure(kind: str, arrays: dict[str, np.ndarray], runs: int) -> report.Resul
     sizes: dict[str, int] = {}
 
     def case(name: str, ext: str, fn):
-        path = work / f"{kind}-{name.split()[0].replace('.', '_')}{ext}"
+        path = work / f"{kind}-{''.join(c if c.isalnum() else '_' for c in name)}{ext}"
 
         def go():
             fn(arrays, os.fspath(path))
@@ -94,12 +141,14 @@ def run(size_mb: int, runs: int, kinds=("large", "mixed", "small")) -> list[repo
 
 def header(runs: int) -> str:
     work = common.bench_dir("write")
-    v = common.versions("safetensors", "numpy")
+    v = common.versions("safetensors", "numpy", "ztensor", "torch", "gguf", "onnx", "h5py")
     return (
-        "## Writing: zt's writers against each format's own library\n\n"
-        f"safetensors {v['safetensors']}, numpy {v['numpy']}. Files on {common.filesystem_of(work)}; {runs} interleaved "
-        "runs after one warm-up; the previous output is deleted and `sync`ed outside the timed region; no writer "
-        "fsyncs (zt renames a finished file into place). Throughput is payload bytes per second."
+        "## Writing: zt's writers against each format's own library and upstream ztensor\n\n"
+        + ", ".join(f"{k} {x}" for k, x in v.items())
+        + f". Files on {common.filesystem_of(work)}; {runs} interleaved runs after one warm-up; the previous output is "
+        "deleted and `sync`ed outside the timed region. Only upstream ztensor fsyncs (in `Writer.finish`); zt writes "
+        "beside the destination and renames without fsync unless publishing. Throughput is payload bytes per second; "
+        "`size ÷ payload` shows the padding each placement costs (the alignment trade-off)."
     )
 
 
