@@ -506,9 +506,48 @@ pub fn member_bytes<'s>(
     }
 }
 
-/// Inflate `raw` to exactly `len` bytes. The buffer grows with what the
-/// stream really yields (doubling from at most 4x the input), so a member
-/// that declares a huge size but inflates to little costs little, and one
+/// Why [`read_exact_growing`] stopped before `len` bytes.
+#[derive(Debug)]
+pub enum ShortRead {
+    /// The stream ended after this many bytes.
+    Ended(usize),
+    /// The stream failed.
+    Io(io::Error),
+}
+
+/// Read exactly `len` bytes from `src` into a buffer that grows with what
+/// the stream really yields: `first` bytes (capped at `len`), then doubling,
+/// never past `len`. A stream that declares a huge size but yields little
+/// therefore costs little; the caller checks for bytes past `len`.
+pub fn read_exact_growing(
+    src: &mut dyn Read,
+    len: usize,
+    first: usize,
+) -> std::result::Result<Vec<u8>, ShortRead> {
+    let mut out: Vec<u8> = Vec::new();
+    let mut filled = 0;
+    while filled < len {
+        if filled == out.len() {
+            let grow = if out.is_empty() {
+                first.max(1)
+            } else {
+                out.len()
+            };
+            let grow = grow.min(len - out.len());
+            out.reserve_exact(grow);
+            out.resize(filled + grow, 0);
+        }
+        match src.read(&mut out[filled..]) {
+            Ok(0) => return Err(ShortRead::Ended(filled)),
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(ShortRead::Io(e)),
+        }
+    }
+    Ok(out)
+}
+
+/// Inflate `raw` to exactly `len` bytes (see [`read_exact_growing`]); one
 /// that inflates past `len` is refused without allocating for it.
 fn inflate_exact(ctx: &Context, name: &str, raw: &[u8], len: u64) -> Result<Vec<u8>> {
     let fail = |reason: String| Error::Decode {
@@ -521,26 +560,12 @@ fn inflate_exact(ctx: &Context, name: &str, raw: &[u8], len: u64) -> Result<Vec<
     })?;
     let mut inflater = flate2::read::DeflateDecoder::new(raw);
     let first = raw.len().saturating_mul(4).max(1 << 16);
-    let mut out: Vec<u8> = Vec::new();
-    let mut filled = 0;
-    while filled < len {
-        if filled == out.len() {
-            let grow = if out.is_empty() { first } else { out.len() };
-            let grow = grow.min(len - out.len());
-            out.reserve_exact(grow);
-            out.resize(filled + grow, 0);
+    let out = read_exact_growing(&mut inflater, len, first).map_err(|short| match short {
+        ShortRead::Ended(filled) => {
+            fail(format!("deflate stream ends after {filled} of {len} bytes"))
         }
-        match inflater.read(&mut out[filled..]) {
-            Ok(0) => {
-                return Err(fail(format!(
-                    "deflate stream ends after {filled} of {len} bytes"
-                )))
-            }
-            Ok(n) => filled += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(fail(format!("deflate: {e}"))),
-        }
-    }
+        ShortRead::Io(e) => fail(format!("deflate: {e}")),
+    })?;
     let mut probe = [0u8; 1];
     loop {
         match inflater.read(&mut probe) {

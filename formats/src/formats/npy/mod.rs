@@ -489,28 +489,13 @@ fn inflate_exact(src: &mut dyn Read, len: u64, compressed: u64, ctx: &Context) -
     let first = usize::try_from(compressed.saturating_mul(4))
         .unwrap_or(usize::MAX)
         .max(1 << 20);
-    let mut out: Vec<u8> = Vec::new();
-    let mut filled = 0;
-    while filled < len {
-        if filled == out.len() {
-            let grow = if out.is_empty() { first } else { out.len() };
-            let grow = grow.min(len - out.len());
-            out.reserve_exact(grow);
-            out.resize(filled + grow, 0);
-        }
-        match src.read(&mut out[filled..]) {
-            Ok(0) => {
-                return Err(Error::Decode {
-                    ctx: ctx.clone(),
-                    reason: format!("deflate stream ends after {filled} of {len} data bytes"),
-                })
-            }
-            Ok(n) => filled += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(from_io(e, ctx, "deflated npy data")),
-        }
-    }
-    Ok(out)
+    crate::zip::read_exact_growing(src, len, first).map_err(|short| match short {
+        crate::zip::ShortRead::Ended(filled) => Error::Decode {
+            ctx: ctx.clone(),
+            reason: format!("deflate stream ends after {filled} of {len} data bytes"),
+        },
+        crate::zip::ShortRead::Io(e) => from_io(e, ctx, "deflated npy data"),
+    })
 }
 
 /// The npy preamble and header for `tensor`, after checking numpy can hold
