@@ -33,6 +33,15 @@ pub fn own(bytes: std::borrow::Cow<'_, [u8]>) -> Vec<u8> {
     }
 }
 
+/// Reverse each `width`-byte unit of `bytes` in place (big-endian scalars
+/// to little-endian; a complex number swaps each half, so pass the scalar
+/// width). Widths of 0 or 1 leave the bytes as they are.
+pub fn swap_units(bytes: &mut [u8], width: usize) {
+    if width > 1 {
+        bytes.chunks_exact_mut(width).for_each(<[u8]>::reverse);
+    }
+}
+
 /// `MADV_HUGEPAGE` on the whole pages inside `[start, start + len)`. Advice
 /// only: failure (no THP support) changes nothing but speed.
 fn advise_huge(start: usize, len: usize) {
@@ -56,5 +65,14 @@ mod tests {
         assert_eq!(super::copy(&src), src);
         assert_eq!(super::copy(&[1, 2, 3]), vec![1, 2, 3]);
         assert!(super::copy(&[]).is_empty());
+    }
+
+    #[test]
+    fn swap_units_by_width() {
+        let mut b = vec![1, 2, 3, 4, 5, 6, 7, 8];
+        super::swap_units(&mut b, 4);
+        assert_eq!(b, vec![4, 3, 2, 1, 8, 7, 6, 5]);
+        super::swap_units(&mut b, 1);
+        assert_eq!(b, vec![4, 3, 2, 1, 8, 7, 6, 5]);
     }
 }

@@ -83,6 +83,33 @@ pub trait Decode: Send + Sync + fmt::Debug {
     }
 }
 
+/// Big-endian scalars at a file range, swapped to little-endian on read.
+/// Shared by every format that can store big-endian data (npy, GGUF, HDF5).
+#[derive(Debug)]
+pub struct ByteSwapped {
+    /// The file.
+    pub store: Arc<Store>,
+    /// Absolute byte offset.
+    pub offset: u64,
+    /// Length in bytes.
+    pub len: u64,
+    /// Swap unit: the scalar width (a complex number swaps each half).
+    pub width: usize,
+}
+
+impl Decode for ByteSwapped {
+    fn decode(&self, limits: &Limits) -> Result<Vec<u8>> {
+        limits.check_decoded(&self.store.ctx().at(self.offset), self.len)?;
+        let mut out = self.store.read(self.offset, self.len)?.into_owned();
+        crate::buffer::swap_units(&mut out, self.width);
+        Ok(out)
+    }
+
+    fn describe(&self) -> &'static str {
+        "byteswap"
+    }
+}
+
 /// Where a part's bytes are.
 #[derive(Debug, Clone)]
 pub enum Payload {

@@ -46,7 +46,7 @@ use std::borrow::Cow;
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use crate::catalog::{Attributes, Catalog, Decode, Object, Part, Payload, Value};
+use crate::catalog::{Attributes, ByteSwapped, Catalog, Decode, Object, Part, Payload, Value};
 use crate::dtype::{num_elements, DType};
 use crate::error::{Context, Error, Result};
 use crate::format::{Format, OpenInput, Probe};
@@ -649,7 +649,7 @@ fn known_object(
     let width = dtype.size().unwrap_or(1) as usize;
     let payload = if swap && width > 1 && dtype != DType::BF16 {
         Payload::Decoded {
-            decoder: Arc::new(ByteSwap {
+            decoder: Arc::new(ByteSwapped {
                 store: Arc::clone(store),
                 offset,
                 len,
@@ -681,28 +681,6 @@ fn unknown_object(info: Info) -> Object {
             },
         }],
         attributes: vec![("ggml_type".into(), Value::Int(info.type_id.into()))],
-    }
-}
-
-/// Big-endian scalars at a file range, swapped to little-endian on read.
-#[derive(Debug)]
-struct ByteSwap {
-    store: Arc<Store>,
-    offset: u64,
-    len: u64,
-    width: usize,
-}
-
-impl Decode for ByteSwap {
-    fn decode(&self, limits: &Limits) -> Result<Vec<u8>> {
-        limits.check_decoded(&self.store.ctx().at(self.offset), self.len)?;
-        let mut out = self.store.read(self.offset, self.len)?.into_owned();
-        out.chunks_exact_mut(self.width).for_each(<[u8]>::reverse);
-        Ok(out)
-    }
-
-    fn describe(&self) -> &'static str {
-        "byteswap"
     }
 }
 

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use crate::catalog::{Decode, Object, Payload};
+use crate::catalog::{ByteSwapped, Decode, Object, Payload};
 use crate::dtype::num_elements;
 use crate::error::{Context, Error, Result};
 use crate::limits::Limits;
@@ -167,11 +167,11 @@ pub fn build(r: &Reader<'_>, store: &Arc<Store>, name: &str, msgs: &[Message]) -
                     len: nbytes,
                 }
             } else {
-                decoded(Arc::new(RawRange {
+                decoded(Arc::new(ByteSwapped {
                     store: Arc::clone(store),
                     offset,
                     len: nbytes,
-                    swap,
+                    width: swap,
                 }))
             }
         }
@@ -220,13 +220,6 @@ pub fn build(r: &Reader<'_>, store: &Arc<Store>, name: &str, msgs: &[Message]) -
     Ok(Built::Object(Object::dense(name, dtype, shape, payload)))
 }
 
-/// Swap each `width`-byte unit in place.
-fn swap_units(bytes: &mut [u8], width: usize) {
-    if width > 1 {
-        bytes.chunks_exact_mut(width).for_each(<[u8]>::reverse);
-    }
-}
-
 /// Compact data copied out of the layout message.
 #[derive(Debug)]
 struct Inline {
@@ -237,32 +230,11 @@ struct Inline {
 impl Decode for Inline {
     fn decode(&self, _limits: &Limits) -> Result<Vec<u8>> {
         let mut out = self.data.clone();
-        swap_units(&mut out, self.swap);
+        crate::buffer::swap_units(&mut out, self.swap);
         Ok(out)
     }
     fn describe(&self) -> &'static str {
         "compact"
-    }
-}
-
-/// Big-endian contiguous data: read and swap.
-#[derive(Debug)]
-struct RawRange {
-    store: Arc<Store>,
-    offset: u64,
-    len: u64,
-    swap: usize,
-}
-
-impl Decode for RawRange {
-    fn decode(&self, limits: &Limits) -> Result<Vec<u8>> {
-        limits.check_decoded(&Context::default().at(self.offset), self.len)?;
-        let mut out = self.store.read(self.offset, self.len)?.into_owned();
-        swap_units(&mut out, self.swap);
-        Ok(out)
-    }
-    fn describe(&self) -> &'static str {
-        "byteswap"
     }
 }
 
@@ -294,7 +266,7 @@ fn filled(pattern: &[u8], len: u64, limits: &Limits) -> Result<Vec<u8>> {
 impl Decode for Fill {
     fn decode(&self, limits: &Limits) -> Result<Vec<u8>> {
         let mut out = filled(&self.pattern, self.len, limits)?;
-        swap_units(&mut out, self.swap);
+        crate::buffer::swap_units(&mut out, self.swap);
         Ok(out)
     }
     fn describe(&self) -> &'static str {
@@ -337,7 +309,7 @@ impl Decode for Chunked {
         for e in &entries {
             self.place_chunk(&r, e, chunk_bytes, &mut out)?;
         }
-        swap_units(&mut out, self.swap);
+        crate::buffer::swap_units(&mut out, self.swap);
         Ok(out)
     }
     fn describe(&self) -> &'static str {

@@ -18,7 +18,7 @@ use std::io::{self, Read, Write};
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::catalog::{Catalog, Decode, Object, Payload};
+use crate::catalog::{ByteSwapped, Catalog, Decode, Object, Payload};
 use crate::dtype::{f_strides, num_elements};
 use crate::error::{Context, Error, Result};
 use crate::format::{Format, OpenInput, Probe};
@@ -241,7 +241,7 @@ fn raw_payload(store: &Arc<Store>, offset: u64, layout: &Layout) -> Payload {
             len: layout.data_len,
         },
         width => Payload::Decoded {
-            decoder: Arc::new(ByteSwap {
+            decoder: Arc::new(ByteSwapped {
                 store: Arc::clone(store),
                 offset,
                 len: layout.data_len,
@@ -376,36 +376,6 @@ impl Read for StoreReader<'_> {
     }
 }
 
-/// Swap each `width`-byte unit of `bytes` in place.
-fn swap_units(bytes: &mut [u8], width: usize) {
-    if width > 1 {
-        bytes.chunks_exact_mut(width).for_each(<[u8]>::reverse);
-    }
-}
-
-/// Big-endian array data at a file range: read it and swap each scalar
-/// (each half of a complex number).
-#[derive(Debug)]
-struct ByteSwap {
-    store: Arc<Store>,
-    offset: u64,
-    len: u64,
-    width: usize,
-}
-
-impl Decode for ByteSwap {
-    fn decode(&self, limits: &Limits) -> Result<Vec<u8>> {
-        limits.check_decoded(&self.store.ctx().at(self.offset), self.len)?;
-        let mut out = self.store.read(self.offset, self.len)?.into_owned();
-        swap_units(&mut out, self.width);
-        Ok(out)
-    }
-
-    fn describe(&self) -> &'static str {
-        "byteswap"
-    }
-}
-
 /// A deflated `.npz` member: inflate it, skip the npy header, return
 /// exactly the declared data bytes, and check the member's CRC-32.
 #[derive(Debug)]
@@ -466,7 +436,7 @@ impl Decode for Inflate {
                 ),
             });
         }
-        swap_units(&mut out, self.swap_width);
+        crate::buffer::swap_units(&mut out, self.swap_width);
         Ok(out)
     }
 
@@ -615,15 +585,6 @@ impl FormatWriter for NpyWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn swap_units_by_width() {
-        let mut b = vec![1, 2, 3, 4, 5, 6, 7, 8];
-        swap_units(&mut b, 4);
-        assert_eq!(b, vec![4, 3, 2, 1, 8, 7, 6, 5]);
-        swap_units(&mut b, 1);
-        assert_eq!(b, vec![4, 3, 2, 1, 8, 7, 6, 5]);
-    }
 
     #[test]
     fn store_errors_survive_io() {
