@@ -13,7 +13,19 @@ from __future__ import annotations
 import argparse
 import time
 
-from . import common, loader_bench, read_bench, read_gguf, read_onnx, report, sampler_bench, write_bench
+from . import (
+    common,
+    loader_bench,
+    read_bench,
+    read_formats,
+    read_gguf,
+    read_h5,
+    read_onnx,
+    read_pt,
+    report,
+    sampler_bench,
+    write_bench,
+)
 
 # name -> (quick settings, full settings, runner, header)
 COMPARISONS = {
@@ -40,6 +52,24 @@ COMPARISONS = {
         dict(size_mb=1024, runs=5, tensors=1_000, vocab=32_000),
         read_gguf.run,
         read_gguf.header,
+    ),
+    "formats": (
+        dict(layers=2, hidden=1024, intermediate=4096, heads=16, kv_heads=4, vocab=8_000, runs=2),
+        dict(**read_formats.LLAMA_3_2_1B, runs=5),
+        read_formats.run,
+        read_formats.header,
+    ),
+    "read_pt": (
+        dict(tensors=2000, size_mb=64, runs=3),
+        dict(tensors=10_000, size_mb=1024, runs=5),
+        read_pt.run,
+        read_pt.header,
+    ),
+    "read_h5": (
+        dict(size_mb=32, runs=3),
+        dict(size_mb=1024, runs=5),
+        read_h5.run,
+        read_h5.header,
     ),
     "sampler": (
         dict(space=1_000_000, batches=[256, 1024, 8192], runs=31, budget=20_000),

@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import argparse
 
-import h5py
 import numpy as np
 
 import zt
 
-from . import common
+from . import common, report
 
 
 def make(path, size_mb: int, chunked: bool) -> dict[str, int]:
@@ -29,6 +28,8 @@ def make(path, size_mb: int, chunked: bool) -> dict[str, int]:
     rng = np.random.default_rng(3)
     per = min(64, size_mb)
     digests = {}
+    import h5py
+
     opts = {"chunks": (256, 1024), "compression": "gzip", "compression_opts": 1, "shuffle": True} if chunked else {}
     with h5py.File(path, "w") as f:
         for i in range(max(1, size_mb // per)):
@@ -46,6 +47,8 @@ def read_zt(path, copy: bool) -> dict[str, int]:
 
 
 def read_h5py(path) -> dict[str, int]:
+    import h5py
+
     out = {}
     with h5py.File(path, "r") as f:
 
@@ -57,31 +60,14 @@ def read_h5py(path) -> dict[str, int]:
     return out
 
 
-def table(title: str, times: dict[str, list[float]], peer: str, nbytes: int) -> str:
-    rows = [
-        f"### {title}",
-        "",
-        f"| reader | median | IQR | GiB/s | vs {peer} |",
-        "|---|---|---|---|---|",
-    ]
-    peer_median = common.summary(times[peer])[0]
-    for name, samples in times.items():
-        med, q1, q3 = common.summary(samples)
-        rows.append(
-            f"| {name} | {common.fmt_time(med)} | {common.fmt_time(q1)} – {common.fmt_time(q3)} "
-            f"| {nbytes / med / 2**30:.2f} | {peer_median / med:.2f}× |"
-        )
-    return "\n".join(rows) + "\n"
-
-
-def run(size_mb: int, runs: int, stem: str | None = "read_h5") -> str:
+def run(size_mb: int, runs: int) -> list[report.Result]:
+    try:
+        import h5py  # noqa: F401
+    except ImportError:
+        why = {"note": "missing: h5py is not installed (nothing writes the files)"}
+        return [report.Result("read_h5", "HDF5 files", {"zt": [], "h5py": []}, extra={"zt": why, "h5py": why})]
     work = common.bench_dir("read_h5")
-    md = [f"## HDF5 read: zt vs h5py {common.versions('h5py')['h5py']} (`f[k][()]`)", ""]
-    md.append(
-        f"Files on {common.filesystem_of(work)} at `{work}`; {runs} interleaved runs after one warm-up, "
-        "warm page cache; every byte digested and checked.\n"
-    )
-    raw: dict = {"machine": common.machine(), "versions": common.versions("zt", "h5py", "numpy")}
+    results = []
     for kind, chunked in (("contiguous", False), ("chunked gzip", True)):
         path = work / f"{kind.replace(' ', '-')}-{size_mb}.h5"
         want = make(path, size_mb, chunked)
@@ -92,24 +78,26 @@ def run(size_mb: int, runs: int, stem: str | None = "read_h5") -> str:
         times, values = common.interleaved(readers, runs)
         for name, got in values.items():
             assert got == want, f"{name} read wrong bytes from the {kind} file"
-        md.append(
-            table(
-                f"{kind}: {nbytes / 2**30:.2f} GiB of f32 in {len(want)} datasets "
-                f"(file {path.stat().st_size / 2**30:.2f} GiB)",
-                times,
-                "h5py",
-                nbytes,
-            )
+        title = (
+            f"{kind}: {nbytes / 2**30:.2f} GiB of f32 in {len(want)} datasets "
+            f"(file {path.stat().st_size / 2**30:.2f} GiB)"
         )
-        raw[kind] = times
-    md.append(f"Machine: {common.machine()}\n")
-    text = "\n".join(md)
-    if stem:
-        common.write_result(stem, text, raw)
-    return text
+        results.append(report.Result("read_h5", title, times, peer="h5py", nbytes=nbytes))
+    return results
+
+
+def header(runs: int) -> str:
+    work = common.bench_dir("read_h5")
+    return (
+        f"## HDF5 read: zt vs h5py {common.versions('h5py')['h5py']} (`f[k][()]`)\n\n"
+        f"Files on {common.filesystem_of(work)} at `{work}`; {runs} interleaved runs after one warm-up, "
+        "warm page cache; every byte digested and checked. Data: synthetic (normal samples, low mantissa bits cleared)."
+    )
 
 
 def _shapes(path):
+    import h5py
+
     shapes = []
     with h5py.File(path, "r") as f:
         f.visititems(lambda _, o: shapes.append(o.shape) if isinstance(o, h5py.Dataset) else None)
@@ -121,7 +109,7 @@ def main() -> None:
     ap.add_argument("--size-mb", type=int, default=1024)
     ap.add_argument("--runs", type=int, default=5)
     args = ap.parse_args()
-    print(run(args.size_mb, args.runs))
+    print(report.save(run(args.size_mb, args.runs), "read_h5", header(args.runs)).read_text())
 
 
 if __name__ == "__main__":
