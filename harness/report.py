@@ -26,7 +26,7 @@ class Result:
 
     def rows(self) -> list[dict[str, str]]:
         out = []
-        peer_median = common.summary(self.samples[self.peer])[0] if self.peer in self.samples else None
+        peer_median = common.summary(self.samples[self.peer])[0] if self.samples.get(self.peer) else None
         for case, runs in self.samples.items():
             if not runs:
                 out.append({"case": case, "median": "missing", **self.extra.get(case, {})})
