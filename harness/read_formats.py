@@ -37,6 +37,7 @@ import gc
 import importlib
 import os
 import pathlib
+import textwrap
 from typing import Callable
 
 import numpy as np
@@ -468,7 +469,7 @@ class Matrix(report.Result):
         ax.set_yticks(range(len(self.formats)), self.formats)
         ax.invert_yaxis()
         ax.set_xlabel("GiB/s (median, IQR)")
-        ax.set_title(self.title, fontsize=9)
+        ax.set_title(textwrap.fill(self.title, 100), fontsize=9)
         ax.legend(fontsize=7, loc="lower right")
         fig.tight_layout()
         fig.savefig(path, dpi=110)
