@@ -6,7 +6,8 @@ Two measurements, each interleaved run by run with its peers:
   * reading every byte of a large checkpoint (a state dict of fp16
     matrices written by torch.save): zt zero-copy, zt copy, and
     torch.load(mmap=True, weights_only=True), warm and cold cache.
-Every read is checked against a digest of the bytes written.
+Every read is checked against a digest of the bytes written. Without
+torch the checkpoints are written by zt and torch's rows read "missing".
 
     python -m harness.read_pt --tensors 10000 --size-mb 1024 --runs 5
 """
@@ -130,7 +131,7 @@ def header(runs: int) -> str:
         f"## Reading PyTorch checkpoints: zt against torch {common.versions('torch')['torch']}\n\n"
         f"Files written by `torch.save` (fp16 matrices of 64 MiB; by zt when torch is missing) on {common.filesystem_of(work)} at `{work}`; "
         f"{runs} interleaved runs (after one warm-up for warm cache); every byte digested and checked. "
-        "Cold cache: `posix_fadvise(DONTNEED)` before each run. torch runs on one thread."
+        "Cold cache: `posix_fadvise(DONTNEED)` before each run, checked with `mincore`. torch runs on one thread."
     )
 
 
