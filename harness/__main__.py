@@ -24,6 +24,7 @@ from . import (
     read_pt,
     report,
     sampler_bench,
+    saveopen_bench,
     write_bench,
 )
 
@@ -76,6 +77,12 @@ COMPARISONS = {
         dict(space=1_000_000, batches=[256, 1024, 8192], runs=201, budget=50_000),
         sampler_bench.run,
         sampler_bench.header,
+    ),
+    "tensordict": (
+        dict(size_mb=16, runs=2, small_leaves=64),
+        dict(size_mb=256, runs=15, small_leaves=512),
+        saveopen_bench.run,
+        saveopen_bench.header,
     ),
     "loader": (
         dict(records=600, batches=40, runs=3),

@@ -18,10 +18,14 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "results"
 
 
+def bench_base() -> pathlib.Path:
+    """Where every comparison keeps its scratch files ($ZT_BENCH_DIR or work-bench/)."""
+    return pathlib.Path(os.environ.get("ZT_BENCH_DIR", ROOT / "work-bench"))
+
+
 def bench_dir(name: str) -> pathlib.Path:
     """A scratch directory on real storage (refuses tmpfs: it would measure RAM)."""
-    base = pathlib.Path(os.environ.get("ZT_BENCH_DIR", ROOT / "work-bench"))
-    path = base / name
+    path = bench_base() / name
     path.mkdir(parents=True, exist_ok=True)
     fs = filesystem_of(path)
     if fs in ("tmpfs", "ramfs"):
@@ -107,6 +111,7 @@ def summary(samples: list[float]) -> tuple[float, float, float]:
 def machine() -> dict:
     """The machine a table was measured on."""
     info = {"python": platform.python_version(), "kernel": platform.release(), "cores": os.cpu_count()}
+    info["filesystem"] = bench_filesystem()
     try:
         cpuinfo = pathlib.Path("/proc/cpuinfo").read_text().splitlines()
         meminfo = pathlib.Path("/proc/meminfo").read_text().splitlines()
@@ -119,7 +124,41 @@ def machine() -> dict:
     return info
 
 
+def bench_filesystem() -> str:
+    """The filesystem type of the bench directory (of its nearest existing parent)."""
+    path = bench_base().resolve()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    try:  # findmnt names ext4 as ext4 (stat -f says ext2/ext3) and gives the device
+        out = subprocess.run(
+            ["findmnt", "-n", "-o", "FSTYPE,SOURCE", "--target", os.fspath(path)], capture_output=True, text=True
+        )
+        fstype, source = out.stdout.split()[:2]
+        return f"{fstype} ({source})"
+    except (OSError, ValueError):
+        return filesystem_of(path)
+
+
+def zt_commit() -> str:
+    """The git commit of the zt package this process imports ("+dirty" when its
+    tracked files differ from it), or "unknown" outside a git checkout."""
+    try:
+        import zt
+
+        where = pathlib.Path(zt.__file__).resolve().parent
+        git = ["git", "-C", os.fspath(where)]
+        head = subprocess.run([*git, "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, timeout=10)
+        if head.returncode != 0:
+            return "unknown"
+        dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True)
+        return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+    except (ImportError, OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
 def versions(*modules: str) -> dict:
+    """Installed version of each distribution ("missing" when absent); zt's
+    carries the git commit it was imported from."""
     from importlib.metadata import PackageNotFoundError, version
 
     out = {}
@@ -128,6 +167,8 @@ def versions(*modules: str) -> dict:
             out[m] = version(m)
         except PackageNotFoundError:
             out[m] = "missing"
+        if m == "zt" and out[m] != "missing":
+            out[m] += f" (git {zt_commit()})"
     return out
 
 

@@ -23,6 +23,7 @@ class Result:
     nbytes: int | None = None  # bytes moved per run, for GiB/s
     notes: list[str] = dataclasses.field(default_factory=list)
     extra: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)  # case -> column -> text
+    modules: list[str] = dataclasses.field(default_factory=list)  # distributions used, for the machine record
 
     def rows(self) -> list[dict[str, str]]:
         out = []
@@ -89,7 +90,8 @@ def save(results: list[Result], stem: str, header: str, plot: bool = True) -> pa
     """Write results/<stem>.md (tables), .json (every run) and one PNG per table."""
     common.RESULTS.mkdir(exist_ok=True)
     parts = [header.rstrip() + "\n"]
-    raw = {"machine": common.machine(), "results": []}
+    modules = used_modules(results)
+    raw = {"machine": common.machine(), "versions": common.versions(*modules), "results": []}
     for i, r in enumerate(results):
         parts.append(r.markdown())
         raw["results"].append(dataclasses.asdict(r))
@@ -97,16 +99,27 @@ def save(results: list[Result], stem: str, header: str, plot: bool = True) -> pa
             png = f"{stem}-{i}.png" if len(results) > 1 else f"{stem}.png"
             r.plot(common.RESULTS / png)
             parts.append(f"![{r.title}]({png})\n")
-    parts.append(f"Machine: {machine_line()}\n")
+    parts.append(f"Machine: {machine_line(modules)}\n")
     md = common.RESULTS / f"{stem}.md"
     md.write_text("\n".join(parts))
     (common.RESULTS / f"{stem}.json").write_text(json.dumps(raw, indent=1))
     return md
 
 
-def machine_line() -> str:
+def used_modules(results: list[Result]) -> list[str]:
+    """zt and numpy (every comparison uses them), then each result's modules, in order."""
+    return list(dict.fromkeys(["zt", "numpy", *(m for r in results for m in r.modules)]))
+
+
+def machine_line(modules: list[str] | tuple[str, ...] = ("zt", "numpy")) -> str:
+    """CPU, cores, memory, kernel, the bench directory's filesystem, Python and
+    the version of every library in `modules`."""
     m = common.machine()
-    return f"{m.get('cpu', '?')}, {m.get('cores')} cores, {m.get('memory_gib')} GiB, Linux {m.get('kernel')}, Python {m.get('python')}"
+    libs = ", ".join(f"{k} {v}" for k, v in common.versions(*modules).items())
+    return (
+        f"{m.get('cpu', '?')}, {m.get('cores')} cores, {m.get('memory_gib')} GiB, Linux {m.get('kernel')}, "
+        f"bench directory on {m.get('filesystem', '?')}, Python {m.get('python')}; {libs}"
+    )
 
 
 def update_readme(readme: pathlib.Path, stem: str, table_index: int = 0) -> bool:
