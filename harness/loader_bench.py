@@ -7,8 +7,14 @@ Cases, each run in its own child process so its memory is measured alone:
   raw store;
 * loaderx 2.3.8 DataLoader (one gather thread + transform threads) over the
   *same* store (the layout is loaderx's);
-* torch.utils.data.DataLoader (fork, 2 workers, a numpy memmap dataset),
-  when torch is installed (the row says "missing" otherwise).
+* torch.utils.data.DataLoader (2 worker processes over a numpy memmap
+  dataset), once with the fork start method and once with spawn;
+* grain's DataLoader (2 worker processes, `IndexSampler(shuffle=True,
+  num_epochs=None)`, `Batch(256, drop_remainder=True)`) over the same .npy
+  memmap (a random-access source; loaderx's benchmark fed grain an
+  ArrayRecord store, which would not be the same data).
+
+A peer that cannot be imported is a "missing" row.
 
 A run: one validation batch (compared with a direct gather of the same
 indices), `warmup` batches, then `batches` timed `next()` calls. The parent
@@ -41,6 +47,9 @@ SHAPE = (3, 224, 224)
 ZT = "zt DataLoader (threads)"
 LOADERX = "loaderx 2.3.8 DataLoader (threads)"
 TORCH = "torch DataLoader (fork, 2 workers, npy memmap)"
+TORCH_SPAWN = "torch DataLoader (spawn, 2 workers, npy memmap)"
+GRAIN = "grain DataLoader (2 worker processes, npy memmap)"
+PEER_MODULE = {ZT: "zt", LOADERX: "loaderx", TORCH: "torch", TORCH_SPAWN: "torch", GRAIN: "grain"}
 
 
 def prepare(records: int) -> dict:
@@ -71,6 +80,55 @@ def prepare(records: int) -> dict:
 # -- the child: one run of one case ----------------------------------------------
 
 
+class NpyImages:
+    """A random-access dataset over the .npy memmap (torch and grain): one
+    record is a copy of the image and its index as the label. Defined at module
+    level so spawned and grain worker processes can unpickle it."""
+
+    def __init__(self, path: str):
+        self.path, self.mm = path, None
+
+    def __len__(self) -> int:
+        return np.load(self.path, mmap_mode="r").shape[0]
+
+    def __getitem__(self, i):
+        if self.mm is None:
+            self.mm = np.load(self.path, mmap_mode="r")
+        return {"image": np.array(self.mm[i]), "label": np.int64(i)}
+
+    def __getstate__(self):
+        return {"path": self.path, "mm": None}
+
+
+def _torch_loader(npy: str, batch: int, start_method: str):
+    import torch.utils.data as tud
+
+    return tud.DataLoader(
+        NpyImages(npy),
+        batch_size=batch,
+        shuffle=True,
+        num_workers=2,
+        drop_last=True,
+        persistent_workers=True,
+        prefetch_factor=2,
+        multiprocessing_context=start_method,
+    )
+
+
+def _endless(loader):
+    """next() over epochs: an epoch ends every len // batch steps; the other loaders are endless."""
+    epoch = [iter(loader)]
+
+    def get():
+        try:
+            return next(epoch[0])
+        except StopIteration:
+            epoch[0] = iter(loader)
+            return next(epoch[0])
+
+    return get
+
+
 def _child(case: str, paths: dict, batch: int, workers: int, warmup: int, batches: int) -> dict:
     if case == ZT:
         from zt.loader import CYCLIC, DataLoader, Sampler
@@ -89,45 +147,19 @@ def _child(case: str, paths: dict, batch: int, workers: int, warmup: int, batche
         loader = LxLoader({"image": image, "label": label}, transform_workers=workers, batch_size=batch)
         first_ref = None  # completion order is not preserved: check labels instead
         get = loader.__next__
+    elif case in (TORCH, TORCH_SPAWN):
+        loader = _torch_loader(paths["npy"], batch, "fork" if case == TORCH else "spawn")
+        first_ref, get = None, _endless(loader)
     else:
-        import torch
-        import torch.utils.data as tud
+        import grain.python as grain
 
-        class Images(tud.Dataset):
-            def __init__(self, path):
-                self.path, self.mm = path, None
-
-            def __len__(self):
-                return np.load(self.path, mmap_mode="r").shape[0]
-
-            def __getitem__(self, i):
-                if self.mm is None:
-                    self.mm = np.load(self.path, mmap_mode="r")
-                return {"image": torch.from_numpy(np.array(self.mm[i])), "label": i}
-
-        torch_loader = tud.DataLoader(
-            Images(paths["npy"]),
-            batch_size=batch,
-            shuffle=True,
-            num_workers=2,
-            drop_last=True,
-            persistent_workers=True,
-            prefetch_factor=2,
-            multiprocessing_context="fork",
+        loader = grain.DataLoader(
+            data_source=NpyImages(paths["npy"]),
+            sampler=grain.IndexSampler(len(NpyImages(paths["npy"])), shuffle=True, num_epochs=None, seed=42),
+            operations=[grain.Batch(batch, drop_remainder=True)],
+            worker_count=2,
         )
-        epoch = [iter(torch_loader)]
-
-        def endless():
-            # An epoch ends every len // batch steps; the other loaders are endless.
-            try:
-                return next(epoch[0])
-            except StopIteration:
-                epoch[0] = iter(torch_loader)
-                return next(epoch[0])
-
-        loader = torch_loader
-        first_ref = None
-        get = endless
+        first_ref, get = None, iter(loader).__next__
     images = np.load(paths["npy"], mmap_mode="r")
     first = get()
     img = np.asarray(first["image"])
@@ -176,6 +208,7 @@ def one_run(case: str, paths: dict, **kw) -> dict:
         [sys.executable, "-m", "harness.loader_bench", "--child", args],
         cwd=common.ROOT,
         stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,  # grain's absl and resource-tracker chatter; shown when a run fails
         text=True,
     )
     peak = 0
@@ -189,41 +222,51 @@ def one_run(case: str, paths: dict, **kw) -> dict:
 
     sampler = threading.Thread(target=sample)
     sampler.start()
-    out, _ = proc.communicate()
+    out, err = proc.communicate()
     done.set()
     sampler.join()
     if proc.returncode != 0:
-        raise RuntimeError(f"{case} failed (exit {proc.returncode})")
+        last = (err.strip().splitlines() or [""])[-1]
+        raise RuntimeError(f"exit {proc.returncode}: {last[:200]}")
     result = json.loads(out.strip().splitlines()[-1])
     result["peak_pss"] = peak
     return result
 
 
-def _torch_available() -> bool:
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        return False
-    return True
+def _available(module: str) -> bool:
+    """Whether a peer imports, checked in a child so a broken install cannot
+    take the parent down."""
+    probe = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True)
+    return probe.returncode == 0
 
 
 def run(
     records: int, batches: int, runs: int, warmup: int = 10, workers: int = 4, batch: int = 256
 ) -> list[report.Result]:
     paths = prepare(records)
-    cases = [ZT, LOADERX] + ([TORCH] if _torch_available() else [])
-    samples: dict[str, list[float]] = {c: [] for c in [ZT, LOADERX, TORCH]}
+    everyone = [ZT, LOADERX, TORCH, TORCH_SPAWN, GRAIN]
+    importable = {m: _available(m) for m in dict.fromkeys(PEER_MODULE.values())}
+    cases = [c for c in everyone if importable[PEER_MODULE[c]]]
+    samples: dict[str, list[float]] = {c: [] for c in everyone}
     lats: dict[str, list[float]] = {c: [] for c in cases}
     peaks: dict[str, list[int]] = {c: [] for c in cases}
     kw = dict(batch=batch, workers=workers, warmup=warmup, batches=batches)
+    failed: dict[str, str] = {}
     for _ in range(runs):
-        for case in cases:
-            r = one_run(case, paths, **kw)
+        for case in [c for c in cases if c not in failed]:
+            try:
+                r = one_run(case, paths, **kw)
+            except RuntimeError as e:  # reported in its row, never dropped
+                failed[case] = str(e)
+                continue
             samples[case].append(r["seconds"])
             lats[case].extend(r["latencies"])
             peaks[case].append(r["peak_pss"])
     extra = {}
-    for case in cases:
+    for case in failed:
+        samples[case] = []
+        extra[case] = {"median": f"failed: {failed[case]}"}
+    for case in [c for c in cases if c not in failed]:
         med = common.summary(samples[case])[0]
         p95 = statistics.quantiles(lats[case], n=20)[-1]
         extra[case] = {
@@ -231,8 +274,9 @@ def run(
             "p95 next()": f"{p95 * 1e3:.2f} ms",
             "peak PSS": f"{max(peaks[case]) / 2**20:.0f} MiB",
         }
-    if TORCH not in cases:
-        extra[TORCH] = {"batches/s": "missing (torch not installed)"}
+    for case in everyone:
+        if case not in cases:
+            extra[case] = {"median": f"missing ({PEER_MODULE[case]} does not import)"}
     mib = batch * int(np.prod(SHAPE)) / 2**20
     return [
         report.Result(
@@ -242,11 +286,12 @@ def run(
             samples,
             peer=LOADERX,
             extra=extra,
+            modules=["zt", "numpy", "loaderx", "torch", "grain", "psutil"],
             notes=[
                 "Every run checks its first batch: images equal the records their labels name (zt: also "
                 "equal to a direct gather of Sampler's indices for step 0).",
-                "loaderx reads the same zrecord store as zt (same on-disk layout); torch reads the same images "
-                "from an .npy memmap.",
+                "loaderx reads the same zrecord store as zt (same on-disk layout); torch (fork and spawn) and "
+                "grain read the same images from an .npy memmap through one dataset class.",
                 "zt's peak PSS includes the store's own pages: zrecord's reader memory-maps its shards, so every touched record (≈ 367 MiB here) counts toward the process; loaderx preads into its buffers, torch's workers map the .npy.",
             ],
         )
@@ -254,11 +299,11 @@ def run(
 
 
 def header(runs: int) -> str:
-    v = common.versions("numpy", "loaderx", "torch")
+    v = common.versions("numpy", "loaderx", "torch", "grain")
     load = os.getloadavg()[0]
     return (
-        "## End-to-end loader: zt.loader.DataLoader against loaderx and torch\n\n"
-        f"numpy {v['numpy']}, loaderx {v['loaderx']}, torch {v['torch']}. {runs} interleaved runs per case, each "
+        "## End-to-end loader: zt.loader.DataLoader against loaderx, torch and grain\n\n"
+        f"numpy {v['numpy']}, loaderx {v['loaderx']}, torch {v['torch']}, grain {v['grain']}. {runs} interleaved runs per case, each "
         "in a fresh child process (1 validation batch, 10 warm-up batches, then the timed `next()` calls); "
         "median and IQR of the time per run. Peak PSS is summed over the child's process tree, sampled every "
         f"20 ms. 1-minute load average at the start: {load:.1f} on {os.cpu_count()} cores."
