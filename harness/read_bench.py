@@ -104,7 +104,11 @@ def run(tensors: int, size_mb: int, runs: int, cold: bool = True) -> list[report
     gib = f"{nbytes / 2**30:.2f} GiB"
     results = [
         report.Result(
-            "read", f"Open latency, {tensors:,} tensors (metadata only)", open_times, peer="safetensors.safe_open"
+            "read",
+            f"Open latency, {tensors:,} tensors (metadata only)",
+            open_times,
+            peer="safetensors.safe_open",
+            modules=["safetensors"],
         )
     ]
     temps = ["warm"] + (["cold"] if cold else [])

@@ -98,6 +98,7 @@ def run(size_mb: int, runs: int, tensors: int, vocab: int, cold: bool = True) ->
             f"Open latency, {tensors:,} tensors + {vocab:,}-token vocabulary (metadata only)",
             open_times,
             peer="gguf.GGUFReader",
+            modules=["gguf"],
         )
     ]
     for temp in ["warm"] + (["cold"] if cold else []):

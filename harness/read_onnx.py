@@ -90,7 +90,9 @@ def run(size_mb: int, embedded_mb: int, runs: int, cold: bool = True) -> list[re
         times, values = common.interleaved(readers(ext), runs, warmup=0 if before else 1, before=before)
         check(values, want)
         results.append(
-            report.Result("read_onnx", f"External data, {gib}, {temp} cache", times, peer=PEER, nbytes=nbytes)
+            report.Result(
+                "read_onnx", f"External data, {gib}, {temp} cache", times, peer=PEER, nbytes=nbytes, modules=["onnx"]
+            )
         )
     if embedded_mb:
         emb = work / f"emb-{embedded_mb}.onnx"

@@ -79,6 +79,7 @@ def run(space: int, batches: list[int], runs: int, budget: int) -> list[report.R
                 times,
                 peer=NUMPY,
                 extra=extra,
+                modules=["loaderx"],
                 notes=["zt and loaderx CYCLIC batches compared after every run: identical."],
             )
         )

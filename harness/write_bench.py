@@ -132,11 +132,44 @@ def measure(kind: str, arrays: dict[str, np.ndarray], runs: int) -> report.Resul
             times[name] = []  # reported as missing, never silently dropped
     extra = {n: {"size ÷ payload": f"{sizes[n] / payload:.3f}"} for n in sizes}
     title = f"Write {kind}: {len(arrays):,} tensors, {payload / 2**20:.0f} MiB"
-    return report.Result("write", title, times, peer="safetensors.numpy.save_file", nbytes=payload, extra=extra)
+    modules = ["zt", "numpy", "safetensors", "ztensor", "torch", "gguf", "onnx", "h5py"]
+    return report.Result(
+        "write", title, times, peer="safetensors.numpy.save_file", nbytes=payload, extra=extra, modules=modules
+    )
+
+
+# The alignment trade-off (zTensor's table): zt's .zt writer at each placement.
+ALIGNMENTS = {"4 KiB": "zt .zt 4 KiB", "64 KiB (canonical)": "zt .zt canonical", "auto": "zt .zt auto"}
+
+
+def alignment(kinds, results: list[report.Result]) -> report.Result:
+    """Payload ratio and throughput per placement and workload, taken from the
+    runs above (no extra writes): one row per (workload, placement)."""
+    samples, extra = {}, {}
+    for kind, r in zip(kinds, results):
+        canonical = common.summary(r.samples[ALIGNMENTS["64 KiB (canonical)"]])[0]
+        for label, writer in ALIGNMENTS.items():
+            case = f"{kind}, {label}"
+            samples[case] = r.samples[writer]
+            med = common.summary(r.samples[writer])[0]
+            extra[case] = {
+                "GiB/s": f"{r.nbytes / med / 2**30:.2f}",
+                "size ÷ payload": r.extra[writer]["size ÷ payload"],
+                "vs canonical": f"{canonical / med:.2f}×",
+            }
+    return report.Result(
+        "write",
+        "Alignment trade-off: zt .zt placement (the same runs as the tables above)",
+        samples,
+        extra=extra,
+        modules=["zt", "numpy"],
+        notes=["`auto` places blobs of at least 1 MiB at 64 KiB and smaller ones at 4 KiB."],
+    )
 
 
 def run(size_mb: int, runs: int, kinds=("large", "mixed", "small")) -> list[report.Result]:
-    return [measure(kind, workload(kind, size_mb), runs) for kind in kinds]
+    results = [measure(kind, workload(kind, size_mb), runs) for kind in kinds]
+    return results + [alignment(kinds, results)]
 
 
 def header(runs: int) -> str:

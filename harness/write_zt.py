@@ -26,7 +26,7 @@ import ztensor.numpy
 
 import zt
 
-from . import common
+from . import common, report
 
 
 def workload(kind: str, size_mb: int) -> dict[str, np.ndarray]:
@@ -120,9 +120,8 @@ def main() -> None:
         "# Write throughput: canonical .zt vs safetensors vs upstream ztensor",
         "",
         f"Command: `python -m harness.write_zt --size-mb {args.size_mb} --runs {args.runs}`  ",
-        f"Machine: {raw['machine'].get('cpu', '?')}, {raw['machine']['cores']} cores (shared), "
-        f"{raw['machine'].get('memory_gib', '?')} GiB; files on {common.filesystem_of(d)}.  ",
-        f"Versions: {raw['versions']}. Median of {args.runs} interleaved runs after one warm-up; "
+        f"Machine: {report.machine_line(list(raw['versions']))}.  ",
+        f"Median of {args.runs} interleaved runs after one warm-up; "
         "throughput is payload bytes / wall time (page cache, no fsync, except upstream ztensor, "
         "whose writer always fsyncs).",
         "",
