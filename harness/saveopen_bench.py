@@ -69,9 +69,10 @@ def layouts(size_mb: int, small_leaves: int = 512) -> dict[str, dict[str, np.nda
 
 
 def _optional(module: str):
+    """A peer library, or None when it does not import (its rows say "missing")."""
     try:
         return __import__(module, fromlist=["_"])
-    except ImportError:
+    except (ImportError, OSError):  # OSError: a wheel whose native libraries are absent
         return None
 
 
