@@ -284,7 +284,7 @@ def measure_save(label, arrays, fmts, want, runs, work) -> report.Result:
     for fmt, spec in fmts.items():
         if spec is None:
             times[f"{fmt}"] = []
-            extra[fmt] = {"median": f"missing ({fmt} not installed)"}
+            extra[fmt] = {"median": "missing (does not import, or this version lacks it)"}
     title = f"Save, {label}: {len(arrays)} × {next(iter(arrays.values())).nbytes / 2**20:.2f} MiB f32"
     return report.Result("tensordict", title, times, peer=SAVE_PEER, nbytes=payload, extra=extra, modules=list(MODULES))
 
@@ -314,7 +314,7 @@ def measure_open(label, arrays, fmts, want, runs, work) -> report.Result:
     for fmt, spec in fmts.items():
         if spec is None:
             times[OPENERS[fmt]] = []
-            extra[OPENERS[fmt]] = {"median": f"missing ({fmt} not installed)"}
+            extra[OPENERS[fmt]] = {"median": "missing (does not import, or this version lacks it)"}
     title = f"Open + digest every byte, {label} (warm cache)"
     return report.Result("tensordict", title, times, peer=OPEN_PEER, nbytes=payload, extra=extra, modules=list(MODULES))
 
