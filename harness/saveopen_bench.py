@@ -2,7 +2,9 @@
 
 The method is the one of tensordict's own serialization benchmark,
 `tutorials/sphinx_tuto/serialization_speed.py` in pytorch/tensordict
-("Benchmarking TensorDict serialization speed"): two layouts of the same
+("Benchmarking TensorDict serialization speed"; its companion
+`benchmarks/scripts/serialization_formats_bench.py` times open and a read of
+every leaf the same way): two layouts of the same
 payload (8 large leaves; 512 small leaves), every measurement repeated after
 a warm-up and reported as the median with the interquartile range,
 single- and multi-threaded writer settings interleaved run by run, and each
