@@ -85,7 +85,7 @@ COMPARISONS = {
         saveopen_bench.header,
     ),
     "loader": (
-        dict(records=600, batches=20, runs=2),
+        dict(records=600, batches=20, runs=1),
         dict(records=2500, batches=200, runs=5),
         loader_bench.run,
         loader_bench.header,
