@@ -82,7 +82,7 @@ def run(size_mb: int, runs: int) -> list[report.Result]:
             f"{kind}: {nbytes / 2**30:.2f} GiB of f32 in {len(want)} datasets "
             f"(file {path.stat().st_size / 2**30:.2f} GiB)"
         )
-        results.append(report.Result("read_h5", title, times, peer="h5py", nbytes=nbytes))
+        results.append(report.Result("read_h5", title, times, peer="h5py", nbytes=nbytes, modules=["h5py"]))
     return results
 
 

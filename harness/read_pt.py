@@ -105,7 +105,7 @@ def run(tensors: int, size_mb: int, runs: int, cold: bool = True) -> list[report
     assert all(v == tensors for v in values.values())
     open_times, extra = missing(open_times, torch)
     title = f"Open latency, {tensors:,} tensors (metadata only)"
-    results = [report.Result("read_pt", title, open_times, peer=PEER, extra=extra)]
+    results = [report.Result("read_pt", title, open_times, peer=PEER, extra=extra, modules=["torch"])]
     readers = {"zt zero-copy": lambda: read_zt(big, False), "zt copy": lambda: read_zt(big, True)}
     if torch:
         readers[PEER] = lambda: read_torch(big, torch)
