@@ -52,3 +52,25 @@ def test_readme_tables_are_generated_from_results(tmp, monkeypatch):
     assert report.update_readme(readme, "demo", 0)
     text = readme.read_text()
     assert "old" not in text and "### Demo table" in text and "| a |" in text and text.endswith("end\n")
+
+
+def test_machine_record_names_filesystem_and_every_library(tmp, monkeypatch):
+    monkeypatch.setattr(common, "RESULTS", tmp)
+    r = report.Result("demo", "Demo", {"a": [1.0]}, modules=["safetensors", "no-such-dist"])
+    assert report.used_modules([r]) == ["zt", "numpy", "safetensors", "no-such-dist"]
+    report.save([r], "demo", "## Demo", plot=False)
+    line = (tmp / "demo.md").read_text().splitlines()[-1]
+    assert line.startswith("Machine: ") and "bench directory on " in line and "Linux " in line
+    assert "zt " in line and "(git " in line and "safetensors " in line and "no-such-dist missing" in line
+
+
+def test_alignment_table_reuses_the_write_runs():
+    from harness import write_bench
+
+    samples = {name: [float(i + 1)] for i, name in enumerate(write_bench.ALIGNMENTS.values())}
+    sizes = {name: {"size ÷ payload": "1.000"} for name in samples}
+    runs = [report.Result("write", k, samples, nbytes=2**30, extra=sizes) for k in ("large", "small")]
+    table = write_bench.alignment(["large", "small"], runs)
+    rows = {row["case"]: row for row in table.rows()}
+    assert list(rows) == [f"{k}, {a}" for k in ("large", "small") for a in write_bench.ALIGNMENTS]
+    assert rows["small, 4 KiB"]["vs canonical"] == "2.00×" and rows["large, auto"]["GiB/s"] == "0.33"
