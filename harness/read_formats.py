@@ -513,6 +513,7 @@ def tables(measured: list[dict], nbytes: int, model: str) -> list[report.Result]
                     peer=fmt.peer,
                     nbytes=nbytes,
                     extra=extra,
+                    modules=["ztensor", "safetensors", "torch", "gguf", "onnx", "h5py"],
                 )
             )
     return out
