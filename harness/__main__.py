@@ -13,7 +13,18 @@ from __future__ import annotations
 import argparse
 import time
 
-from . import common, loader_bench, read_bench, read_gguf, read_onnx, report, sampler_bench, write_bench
+from . import (
+    common,
+    loader_bench,
+    read_bench,
+    read_gguf,
+    read_onnx,
+    report,
+    sampler_bench,
+    stores_bench,
+    write_bench,
+    zrecord_bench,
+)
 
 # name -> (quick settings, full settings, runner, header)
 COMPARISONS = {
@@ -52,6 +63,18 @@ COMPARISONS = {
         dict(records=2500, batches=200, runs=5),
         loader_bench.run,
         loader_bench.header,
+    ),
+    "stores": (
+        dict(vision=48, tokens=4096, ragged=4096, runs=2, write_rounds=1, batches=4),
+        dict(vision=2500, tokens=200_000, ragged=200_000, runs=5, write_rounds=3, batches=40),
+        stores_bench.run,
+        stores_bench.header,
+    ),
+    "zrecord": (
+        dict(vision=48, tokens=8192, ragged=8192, runs=2, write_rounds=1, batches=8),
+        dict(vision=2500, tokens=200_000, ragged=200_000, runs=5, write_rounds=3, batches=40),
+        zrecord_bench.run,
+        zrecord_bench.header,
     ),
 }
 
