@@ -534,7 +534,7 @@ def tables(label, spec, meta, why, writes, disk, per_round, lat, logical, batche
     return [
         report.Result(
             "stores",
-            f"Gather, {describe(label, spec, meta)}: {batches} IID batches of {batch} per round",
+            f"Gather, {describe(label, spec, meta)}: {batches} IID batch(es) of {batch} per round",
             gather_samples,
             peer=PEER,
             nbytes=logical,
