@@ -25,7 +25,9 @@ from . import (
     report,
     sampler_bench,
     saveopen_bench,
+    stores_bench,
     write_bench,
+    zrecord_bench,
 )
 
 # name -> (quick settings, full settings, runner, header)
@@ -89,6 +91,18 @@ COMPARISONS = {
         dict(records=2500, batches=200, runs=5),
         loader_bench.run,
         loader_bench.header,
+    ),
+    "stores": (
+        dict(vision=48, tokens=4096, ragged=4096, runs=2, write_rounds=1, batches=4),
+        dict(vision=2500, tokens=200_000, ragged=200_000, runs=5, write_rounds=3, batches=40),
+        stores_bench.run,
+        stores_bench.header,
+    ),
+    "zrecord": (
+        dict(vision=48, tokens=8192, ragged=8192, runs=2, write_rounds=1, batches=8),
+        dict(vision=2500, tokens=200_000, ragged=200_000, runs=5, write_rounds=3, batches=40),
+        zrecord_bench.run,
+        zrecord_bench.header,
     ),
 }
 

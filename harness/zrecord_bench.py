@@ -132,6 +132,9 @@ def bench_writes(kind, base, data, logical, codecs, dict_bytes, rounds, rows):
                 "zt_disk": zt_disk,
                 "lx_disk": lx_disk,
                 "compression": logical / zt_disk,
+                "logical": logical,
+                "zt_samples": times["zt"],
+                "lx_samples": times["loaderx"],
             }
         )
         print(
@@ -182,6 +185,8 @@ def gather_rounds(readers, n_records, batch, batches, rounds, record_bytes):
             "iqr": [nbytes / MIB / q3, nbytes / MIB / q1],
             "krec_s": batch * batches / med / 1e3,
             "p95_ms": float(np.percentile(latencies[name], 95) * 1e3),
+            "samples": per_round[name],
+            "nbytes": nbytes,
         }
     return out
 
@@ -196,6 +201,96 @@ def nbytes_any(out) -> int:
     return sum(a.nbytes for a in out) if isinstance(out, list) else out.nbytes
 
 
+def measure(vision, tokens, ragged, batch=256, batches=40, rounds=5, write_rounds=3, keep=False):
+    """Every workload in turn; returns (writes, gathers) rows."""
+    root = common.bench_dir("zrecord")
+    writes, gathers = [], []
+
+    # -- dense vision
+    base = root / "vision"
+    base.mkdir(exist_ok=True)
+    data = vision_records(vision)
+    print(f"vision: {data.shape} {data.nbytes / MIB:.0f} MiB", flush=True)
+    bench_writes("dense", base, data, data.nbytes, [("raw", None), ("zstd", None)], None, write_rounds, writes)
+    for codec in ["raw", "zstd"]:
+        with Dense.open(base / f"zt-{codec}") as z, LxDense.open(base / f"lx-{codec}") as lx:
+            z[:], lx[np.arange(len(lx))]  # warm sweep
+            stats = gather_rounds(
+                {"zt": z.__getitem__, "loaderx": lx.__getitem__},
+                len(data),
+                batch,
+                max(4, batches // 4),
+                rounds,
+                nbytes_any,
+            )
+        gathers.append(("vision", codec, stats))
+        print("gather vision", codec, stats, flush=True)
+    del data
+
+    # -- dense tokens
+    base = root / "tokens"
+    base.mkdir(exist_ok=True)
+    data = token_stream(tokens * 512).reshape(tokens, 512)
+    print(f"tokens: {data.shape} {data.nbytes / MIB:.0f} MiB", flush=True)
+    dict_bytes = lx_train_dict(data)  # 32 KiB: loaderx 2.3.8's dictionary (zt tier "fast")
+    codecs = [("raw", None), ("zstd", None), ("zstd_dict", None), ("zstd_dict", 3)]
+    bench_writes("dense", base, data, data.nbytes, codecs, dict_bytes, write_rounds, writes)
+    npy = base / "tokens.npy"
+    np.save(npy, data)
+    mm = np.load(npy, mmap_mode="r")
+    with Dense.open(base / "zt-raw") as z, LxDense.open(base / "lx-raw") as lx:
+        z[:], lx[np.arange(len(lx))], np.asarray(mm[:]).sum()
+        stats = gather_rounds(
+            {"zt": z.__getitem__, "loaderx": lx.__getitem__, "npy-mmap": mm.__getitem__},
+            len(data),
+            batch,
+            batches * 5,
+            rounds,
+            nbytes_any,
+        )
+    gathers.append(("tokens", "raw", stats))
+    print("gather tokens raw", stats, flush=True)
+    for codec in ["zstd", "zstd_dict"]:
+        with Dense.open(base / f"zt-{codec}") as z, LxDense.open(base / f"lx-{codec}") as lx:
+            stats = gather_rounds(
+                {"zt": z.__getitem__, "loaderx": lx.__getitem__},
+                len(data),
+                batch,
+                batches * 5,
+                rounds,
+                nbytes_any,
+            )
+        gathers.append(("tokens", codec, stats))
+        print("gather tokens", codec, stats, flush=True)
+    del data, mm
+
+    # -- ragged tokens
+    base = root / "ragged"
+    base.mkdir(exist_ok=True)
+    recs = ragged_tokens(ragged)
+    logical = sum(r.nbytes for r in recs)
+    print(f"ragged: {len(recs)} records {logical / MIB:.0f} MiB", flush=True)
+    dict_bytes = lx_train_dict(recs)
+    bench_writes("ragged", base, recs, logical, codecs, dict_bytes, write_rounds, writes)
+    for codec in ["raw", "zstd", "zstd_dict"]:
+        with Ragged.open(base / f"zt-{codec}") as z, LxRagged.open(base / f"lx-{codec}") as lx:
+            stats = gather_rounds(
+                {"zt": z.__getitem__, "loaderx": lx.__getitem__},
+                len(recs),
+                batch,
+                batches * 5,
+                rounds,
+                nbytes_any,
+            )
+        gathers.append(("ragged", codec, stats))
+        print("gather ragged", codec, stats, flush=True)
+    del recs
+
+    if not keep:
+        shutil.rmtree(root, ignore_errors=True)
+    return writes, gathers
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--vision", type=int, default=2500, help="dense vision records")
@@ -208,92 +303,10 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep the stores under work-bench/zrecord")
     args = ap.parse_args()
 
-    root = common.bench_dir("zrecord")
-    writes, gathers = [], []
-
-    # -- dense vision
-    base = root / "vision"
-    base.mkdir(exist_ok=True)
-    data = vision_records(args.vision)
-    print(f"vision: {data.shape} {data.nbytes / MIB:.0f} MiB", flush=True)
-    bench_writes("dense", base, data, data.nbytes, [("raw", None), ("zstd", None)], None, args.write_rounds, writes)
-    for codec in ["raw", "zstd"]:
-        with Dense.open(base / f"zt-{codec}") as z, LxDense.open(base / f"lx-{codec}") as lx:
-            z[:], lx[np.arange(len(lx))]  # warm sweep
-            stats = gather_rounds(
-                {"zt": z.__getitem__, "loaderx": lx.__getitem__},
-                len(data),
-                args.batch,
-                max(4, args.batches // 4),
-                args.rounds,
-                nbytes_any,
-            )
-        gathers.append(("vision", codec, stats))
-        print("gather vision", codec, stats, flush=True)
-    del data
-
-    # -- dense tokens
-    base = root / "tokens"
-    base.mkdir(exist_ok=True)
-    data = token_stream(args.tokens * 512).reshape(args.tokens, 512)
-    print(f"tokens: {data.shape} {data.nbytes / MIB:.0f} MiB", flush=True)
-    dict_bytes = lx_train_dict(data)  # 32 KiB: loaderx 2.3.8's dictionary (zt tier "fast")
-    codecs = [("raw", None), ("zstd", None), ("zstd_dict", None), ("zstd_dict", 3)]
-    bench_writes("dense", base, data, data.nbytes, codecs, dict_bytes, args.write_rounds, writes)
-    npy = base / "tokens.npy"
-    np.save(npy, data)
-    mm = np.load(npy, mmap_mode="r")
-    with Dense.open(base / "zt-raw") as z, LxDense.open(base / "lx-raw") as lx:
-        z[:], lx[np.arange(len(lx))], np.asarray(mm[:]).sum()
-        stats = gather_rounds(
-            {"zt": z.__getitem__, "loaderx": lx.__getitem__, "npy-mmap": mm.__getitem__},
-            len(data),
-            args.batch,
-            args.batches * 5,
-            args.rounds,
-            nbytes_any,
-        )
-    gathers.append(("tokens", "raw", stats))
-    print("gather tokens raw", stats, flush=True)
-    for codec in ["zstd", "zstd_dict"]:
-        with Dense.open(base / f"zt-{codec}") as z, LxDense.open(base / f"lx-{codec}") as lx:
-            stats = gather_rounds(
-                {"zt": z.__getitem__, "loaderx": lx.__getitem__},
-                len(data),
-                args.batch,
-                args.batches * 5,
-                args.rounds,
-                nbytes_any,
-            )
-        gathers.append(("tokens", codec, stats))
-        print("gather tokens", codec, stats, flush=True)
-    del data, mm
-
-    # -- ragged tokens
-    base = root / "ragged"
-    base.mkdir(exist_ok=True)
-    recs = ragged_tokens(args.ragged)
-    logical = sum(r.nbytes for r in recs)
-    print(f"ragged: {len(recs)} records {logical / MIB:.0f} MiB", flush=True)
-    dict_bytes = lx_train_dict(recs)
-    bench_writes("ragged", base, recs, logical, codecs, dict_bytes, args.write_rounds, writes)
-    for codec in ["raw", "zstd", "zstd_dict"]:
-        with Ragged.open(base / f"zt-{codec}") as z, LxRagged.open(base / f"lx-{codec}") as lx:
-            stats = gather_rounds(
-                {"zt": z.__getitem__, "loaderx": lx.__getitem__},
-                len(recs),
-                args.batch,
-                args.batches * 5,
-                args.rounds,
-                nbytes_any,
-            )
-        gathers.append(("ragged", codec, stats))
-        print("gather ragged", codec, stats, flush=True)
-    del recs
-
+    writes, gathers = measure(
+        args.vision, args.tokens, args.ragged, args.batch, args.batches, args.rounds, args.write_rounds, args.keep
+    )
     report(args, writes, gathers)
-    if not args.keep:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def report(args, writes, gathers):
@@ -352,3 +365,64 @@ def report(args, writes, gathers):
 
 if __name__ == "__main__":
     main()
+
+
+# ---- the runner's entry: python -m harness --only zrecord ------------------------------
+
+
+def run(vision, tokens, ragged, runs, write_rounds, batches, batch=256):
+    """measure(), as report.Result tables: one gather and one write table per workload."""
+    from . import report as rep
+
+    writes, gathers = measure(vision, tokens, ragged, batch, batches, runs, write_rounds)
+    results = []
+    for workload in ["vision", "tokens", "ragged"]:
+        samples, extra, nbytes = {}, {}, None
+        for w, codec, stats in gathers:
+            if w != workload:
+                continue
+            zt_rate = stats["zt"]["mib_s"]
+            for name, s in stats.items():
+                case = f"{name} {codec}"
+                samples[case] = s["samples"]
+                nbytes = s["nbytes"]
+                extra[case] = {
+                    "MiB/s": f"{s['mib_s']:.0f}",
+                    "krec/s": f"{s['krec_s']:.1f}",
+                    "p95 batch": f"{s['p95_ms']:.2f} ms",
+                    "zt / this": "" if name == "zt" else f"{zt_rate / s['mib_s']:.2f}×",
+                }
+        results.append(
+            rep.Result("zrecord", f"Gather, {workload}: IID batches of {batch}", samples, nbytes=nbytes, extra=extra)
+        )
+        samples, extra, logical = {}, {}, None
+        for r in writes:
+            if r["workload"] != workload:
+                continue
+            logical = r["logical"]
+            samples[f"zt {r['codec']}"] = r["zt_samples"]
+            samples[f"loaderx {r['codec']}"] = r["lx_samples"]
+            extra[f"zt {r['codec']}"] = {
+                "MiB/s": f"{r['zt_mib_s']:.0f}",
+                "disk MiB": f"{r['zt_disk'] / MIB:.1f}",
+                "zt / loaderx": f"{r['ratio']:.2f}×",
+            }
+            extra[f"loaderx {r['codec']}"] = {"MiB/s": f"{r['lx_mib_s']:.0f}", "disk MiB": f"{r['lx_disk'] / MIB:.1f}"}
+        results.append(rep.Result("zrecord", f"Write, {workload}", samples, nbytes=logical, extra=extra))
+    results[-1].notes.append(
+        "`zstd_dict` is zt's default level 15 (loaderx 2.3.5); `zstd_dict@3` is the level loaderx 2.3.8 uses, whose "
+        "files are byte-identical to loaderx's. loaderx's `zstd_dict` row is its own (level 3) build."
+    )
+    return results
+
+
+def header(runs: int) -> str:
+    vers = common.versions("loaderx", "numpy")
+    return (
+        "## zrecord: zt against loaderx 2.3.8 (synthetic data, loaderx 2.3.5's shapes)\n\n"
+        f"loaderx {vers['loaderx']}, numpy {vers['numpy']}. Warm page cache. Workloads: vision = N x uint8[3,224,224] "
+        "synthetic ramps + rectangles + noise; tokens = N x int32[512] Zipf ids; ragged = 16..512 Zipf ids. "
+        f"{runs} gather rounds alternating the backends over the same IID batches (median, IQR); each batch is "
+        "digested and compared across backends. Writes alternate zt and loaderx per codec. "
+        "Real-data stores against every other backend: results/stores.md."
+    )

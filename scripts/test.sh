@@ -18,9 +18,11 @@ cargo test --workspace --quiet
 echo "==> pytest"
 python -m pytest -q tests --ignore=tests/torch
 echo "==> pytest: the PyTorch suite (tests/torch)"
-torch_pin=$(sed -n 's/^torch==//p' requirements-torch.txt)
-if ! python -c "import sys, torch; sys.exit(torch.__version__.split('+')[0] != '$torch_pin')" 2>/dev/null; then
-  echo "==> installing torch $torch_pin (requirements-torch.txt, large download)"
+torch_stamp=.venv/.requirements-torch.sha
+torch_want=$(sha256sum requirements-torch.txt | cut -d' ' -f1)
+if [ "$(cat "$torch_stamp" 2>/dev/null)" != "$torch_want" ]; then
+  echo "==> installing torch and tensordict (requirements-torch.txt, large download)"
   python -m pip install --quiet -r requirements-torch.txt
+  echo "$torch_want" > "$torch_stamp"
 fi
 python -m pytest -q tests/torch
