@@ -10,7 +10,7 @@
 //! `all` measures, for each of zTensor's three write workloads (large, mixed,
 //! small; `--size-mb` each, the same tensors in memory for every writer):
 //! writes to `.zt` canonical / auto / 4 KiB and safetensors (throughput,
-//! size ÷ payload); reads of the canonical `.zt` and the safetensors file
+//! size ÷ payload); reads of the canonical and auto `.zt` and the safetensors files
 //! (open latency, warm zero-copy traversal, copy into owned buffers, cold
 //! read after `posix_fadvise(DONTNEED)` checked with `mincore`); `zt verify`
 //! shallow and deep; safetensors → `.zt` conversion. Then zrecord Dense
@@ -149,6 +149,7 @@ fn tensors(kind: Kind, c: &Common, report: &mut Report, full: bool) -> Res<()> {
         let folds = write::folds(&t);
         let files = [
             read::ReadFile::checked(".zt canonical", written.canonical.clone(), &folds)?,
+            read::ReadFile::checked(".zt auto", written.auto.clone(), &folds)?,
             read::ReadFile::checked("safetensors", written.safetensors.clone(), &folds)?,
         ];
         let title = format!("Read {}", t.describe());

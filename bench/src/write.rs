@@ -65,6 +65,7 @@ pub const PEER: &str = "zt safetensors";
 #[derive(Debug, Clone)]
 pub struct Written {
     pub canonical: PathBuf,
+    pub auto: PathBuf,
     pub safetensors: PathBuf,
     /// Every file written, removed when this is dropped (also on errors).
     pub all: Vec<PathBuf>,
@@ -120,6 +121,7 @@ pub fn table(t: &Tensors, dir: &Path, runs: usize) -> Res<(Table, Written)> {
     let mut cases = Vec::new();
     let mut written = Written {
         canonical: PathBuf::new(),
+        auto: PathBuf::new(),
         safetensors: PathBuf::new(),
         all: Vec::new(),
     };
@@ -137,10 +139,11 @@ pub fn table(t: &Tensors, dir: &Path, runs: usize) -> Res<(Table, Written)> {
     }
     let times = interleaved(&mut cases, runs, 1)?;
     drop(cases);
-    let [canonical, .., safetensors] = &written.all[..] else {
+    let [canonical, auto, _, safetensors] = &written.all[..] else {
         unreachable!("four writers")
     };
     written.canonical = canonical.clone();
+    written.auto = auto.clone();
     written.safetensors = safetensors.clone();
     for p in &written.all {
         check_content(p, t)?;

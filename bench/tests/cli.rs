@@ -63,7 +63,7 @@ fn all_prints_every_row() {
         "copy into owned buffers, warm",
         "open + zero-copy traversal, cold",
     ] {
-        for file in [".zt canonical", "safetensors"] {
+        for file in [".zt canonical", ".zt auto", "safetensors"] {
             want.push(format!("| {m}: {file} | "));
         }
     }
