@@ -10,7 +10,7 @@
 //!   `posix_fadvise(DONTNEED)` before each run, `mincore` confirms the pages
 //!   left, then open + zero-copy traversal is timed (no warm-up run).
 //!
-//! Files are interleaved run by run within each measurement.
+//! Files are interleaved run by run within each measurement (A B A B …).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -129,35 +129,51 @@ fn row_name(measurement: &str, file: &ReadFile) -> String {
     format!("{measurement}: {}", file.label)
 }
 
-/// The warm measurements, every file interleaved.
+/// The warm measurements. Each measurement is its own interleaved group
+/// (open A, open B, open A, …), so no case always follows another kind's
+/// (a case right after a copy freed its buffers ran measurably slower).
 fn warm(files: &[ReadFile], runs: usize) -> Res<Times> {
     let sources = files
         .iter()
         .map(|f| Source::open(&f.path))
         .collect::<Result<Vec<_>, _>>()?;
-    let mut cases = Vec::new();
-    for f in files {
-        cases.push(Case::new(row_name(OPEN, f), move || {
-            let (s, source) = timed(|| Source::open(&f.path));
-            std::hint::black_box(source?.len());
-            Ok(s)
-        }));
-    }
-    for (f, source) in files.iter().zip(&sources) {
-        cases.push(Case::new(row_name(WARM, f), move || {
-            let (s, folds) = timed(|| traverse(source));
-            f.check(&folds?)?;
-            Ok(s)
-        }));
-    }
-    for (f, source) in files.iter().zip(&sources) {
-        cases.push(Case::new(row_name(COPY, f), move || {
-            let (s, copies) = timed(|| copy(source));
-            f.check(&fold_copies(&copies?))?;
-            Ok(s)
-        }));
-    }
-    interleaved(&mut cases, runs, 1)
+    let mut times = Times::new();
+    let mut open: Vec<Case> = files
+        .iter()
+        .map(|f| {
+            Case::new(row_name(OPEN, f), move || {
+                let (s, source) = timed(|| Source::open(&f.path));
+                std::hint::black_box(source?.len());
+                Ok(s)
+            })
+        })
+        .collect();
+    times.extend(interleaved(&mut open, runs, 1)?);
+    let mut warm: Vec<Case> = files
+        .iter()
+        .zip(&sources)
+        .map(|(f, source)| {
+            Case::new(row_name(WARM, f), move || {
+                let (s, folds) = timed(|| traverse(source));
+                f.check(&folds?)?;
+                Ok(s)
+            })
+        })
+        .collect();
+    times.extend(interleaved(&mut warm, runs, 1)?);
+    let mut copies: Vec<Case> = files
+        .iter()
+        .zip(&sources)
+        .map(|(f, source)| {
+            Case::new(row_name(COPY, f), move || {
+                let (s, copies) = timed(|| copy(source));
+                f.check(&fold_copies(&copies?))?;
+                Ok(s)
+            })
+        })
+        .collect();
+    times.extend(interleaved(&mut copies, runs, 1)?);
+    Ok(times)
 }
 
 /// Cold runs, every file interleaved; also the largest fraction of each
@@ -208,7 +224,7 @@ pub fn table(title: &str, files: &[ReadFile], runs: usize, peer: Option<&str>) -
         }
     }
     t.notes.push(format!(
-        "Warm rows: one warm-up run, then {runs} runs; cold rows: {runs} runs, each after fsync + \
+        "Files interleaved run by run within each measurement. Warm rows: one warm-up run, then {runs} runs; cold rows: {runs} runs, each after fsync + \
          posix_fadvise(DONTNEED), \"cached before run\" is the largest fraction of the file's pages \
          mincore still found cached. Every run's bytes are folded and compared with the source data."
     ));

@@ -186,9 +186,14 @@ pub fn verify_convert_table(t: &Tensors, w: &Written, dir: &Path, runs: usize) -
             Ok(s)
         }));
     }
+    // Verify (shallow and deep interleaved), then convert on its own, so
+    // no verify run always follows a convert's writes.
+    let mut times = interleaved(&mut cases, runs, 1)?;
+    drop(cases);
+    let mut convert = Vec::new();
     {
         let (src, out) = (&w.safetensors, &converted);
-        cases.push(Case::new(
+        convert.push(Case::new(
             "zt convert safetensors → .zt canonical",
             move || {
                 sys::remove(out)?;
@@ -204,8 +209,8 @@ pub fn verify_convert_table(t: &Tensors, w: &Written, dir: &Path, runs: usize) -
             },
         ));
     }
-    let times = interleaved(&mut cases, runs, 1)?;
-    drop(cases);
+    times.extend(interleaved(&mut convert, runs, 1)?);
+    drop(convert);
     sys::remove(&converted)?;
     let mut table = Table::new(
         format!("Verify and convert {}", t.describe()),
@@ -221,7 +226,7 @@ pub fn verify_convert_table(t: &Tensors, w: &Written, dir: &Path, runs: usize) -
             .push(Row::new(name, &times).amounts(&[Some(t.payload() as f64)]));
     }
     table.notes.push(format!(
-        "{runs} runs after one warm-up, interleaved, warm cache. verify recomputes every part's \
+        "{runs} runs after one warm-up, warm cache; shallow and deep verify interleaved. verify recomputes every part's \
          XXH3 digest; --deep also hashes every shard file (these files have none). convert \
          includes opening the safetensors file; its output's content digest is checked \
          against the directly written canonical file on every run."
