@@ -1,133 +1,235 @@
-//! `zt-bench`: Rust-only measurements of the reader core, no Python needed.
+//! `zt-bench`: Rust-only measurements of zt and zrecord, no Python needed.
 //!
 //! ```text
-//! cargo run --release -p zt-bench -- read FILE... [--runs N]
+//! cargo run --release -p zt-bench -- all [--size-mb 512] [--runs 5] [--dir work-bench/zt-bench] [--out results/bench.md]
+//! cargo run --release -p zt-bench -- write [--workload large|mixed|small]... [same options]
+//! cargo run --release -p zt-bench -- zrecord [same options]
+//! cargo run --release -p zt-bench -- read FILE... [--runs 5] [--out FILE]
 //! ```
 //!
-//! For each file: open latency (metadata only), a warm zero-copy traversal
-//! that touches every byte, and a copy of every tensor into owned buffers.
-//! Prints a Markdown table with the median and interquartile range of N runs.
+//! `all` measures, for each of zTensor's three write workloads (large, mixed,
+//! small; `--size-mb` each, the same tensors in memory for every writer):
+//! writes to `.zt` canonical / auto / 4 KiB and safetensors (throughput,
+//! size ÷ payload); reads of the canonical and auto `.zt` and the safetensors files
+//! (open latency, warm zero-copy traversal, copy into owned buffers, cold
+//! read after `posix_fadvise(DONTNEED)` checked with `mincore`); `zt verify`
+//! shallow and deep; safetensors → `.zt` conversion. Then zrecord Dense
+//! stores (raw and zstd; dense vision and token blocks, `--size-mb` each):
+//! append and IID-batch gather, logical MiB/s and krecords/s.
+//!
+//! Method (as the Python harness): alternatives interleaved run by run,
+//! one warm-up run (none for cold reads), median and interquartile range,
+//! ratios to the peer pair by pair, every byte read or gathered compared
+//! with the source data, files on real disk (tmpfs refused). Markdown goes
+//! to stdout, table by table, and to `--out` when given.
 
-use std::hint::black_box;
-use std::path::PathBuf;
-use std::time::Instant;
+mod read;
+mod records;
+mod stats;
+mod sys;
+mod workloads;
+mod write;
 
-use zt::Source;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
 
-fn usage() -> ! {
-    eprintln!("usage: zt-bench read FILE... [--runs N]");
-    std::process::exit(2);
+use clap::{Args, Parser, Subcommand};
+
+use crate::stats::{Res, Table};
+use crate::workloads::{Kind, Records, Tensors};
+
+#[derive(Parser)]
+#[command(
+    name = "zt-bench",
+    about = "Rust-only benchmarks of zt and zrecord (Markdown out)"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
 }
 
-/// Median and interquartile range of the samples, in seconds.
-fn summary(mut samples: Vec<f64>) -> (f64, f64, f64) {
-    samples.sort_by(f64::total_cmp);
-    let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize];
-    (at(0.5), at(0.25), at(0.75))
+#[derive(Args, Clone)]
+struct Common {
+    /// MiB of data per workload.
+    #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u64).range(1..))]
+    size_mb: u64,
+    /// Timed runs per case (after one warm-up run).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
+    runs: u64,
+    /// Scratch directory on real disk (tmpfs is refused); files are removed after use.
+    #[arg(long, default_value = "work-bench/zt-bench")]
+    dir: PathBuf,
+    /// Also write the Markdown to this file.
+    #[arg(long)]
+    out: Option<PathBuf>,
 }
 
-/// Fold every byte so the traversal cannot be optimised away.
-fn fold(bytes: &[u8]) -> u64 {
-    let mut chunks = bytes.chunks_exact(8);
-    let mut acc = 0u64;
-    for c in &mut chunks {
-        acc ^= u64::from_le_bytes(c.try_into().expect("8 bytes"));
+#[derive(Subcommand)]
+enum Command {
+    /// Every table: write, read, verify and convert per workload, then zrecord.
+    All(Common),
+    /// Write tables only.
+    Write {
+        #[command(flatten)]
+        common: Common,
+        /// Workloads to write (default: all three).
+        #[arg(long = "workload", value_parser = ["large", "mixed", "small"])]
+        workloads: Vec<String>,
+    },
+    /// zrecord append and gather tables.
+    Zrecord(Common),
+    /// Read existing files: open, warm zero-copy traversal, copy, cold read.
+    Read {
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Timed runs per case.
+        #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
+        runs: u64,
+        /// Also write the Markdown to this file.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+}
+
+/// The Markdown being produced: printed table by table, saved at the end.
+struct Report {
+    text: String,
+}
+
+impl Report {
+    fn new(fs: &str) -> Report {
+        let args: Vec<String> = std::env::args().skip(1).collect();
+        let mut r = Report {
+            text: String::new(),
+        };
+        r.add(&format!(
+            "## zt-bench\n\n`zt-bench {}`\n\nMachine: {}.\n",
+            args.join(" "),
+            sys::machine(fs)
+        ));
+        r
     }
-    chunks
-        .remainder()
-        .iter()
-        .fold(acc, |a, &b| a ^ u64::from(b))
-}
 
-fn time<T>(runs: usize, mut f: impl FnMut() -> T) -> Vec<f64> {
-    black_box(f()); // warm-up
-    (0..runs)
-        .map(|_| {
-            let t = Instant::now();
-            black_box(f());
-            t.elapsed().as_secs_f64()
-        })
-        .collect()
-}
-
-fn row(name: &str, samples: Vec<f64>, bytes: Option<u64>) {
-    let (median, q1, q3) = summary(samples);
-    let rate = bytes.map_or("-".to_string(), |b| {
-        format!("{:.2}", b as f64 / median / (1u64 << 30) as f64)
-    });
-    println!(
-        "| {name} | {:.3} ms | {:.3} – {:.3} ms | {rate} |",
-        median * 1e3,
-        q1 * 1e3,
-        q3 * 1e3
-    );
-}
-
-fn main() -> zt::Result<()> {
-    let mut args = std::env::args().skip(1);
-    if args.next().as_deref() != Some("read") {
-        usage();
+    fn add(&mut self, markdown: &str) {
+        println!("{markdown}");
+        let _ = std::io::stdout().flush();
+        self.text.push_str(markdown);
+        self.text.push('\n');
     }
-    let mut files: Vec<PathBuf> = Vec::new();
-    let mut runs = 5usize;
-    while let Some(arg) = args.next() {
-        if arg == "--runs" {
-            runs = args
-                .next()
-                .and_then(|n| n.parse().ok())
-                .filter(|&n| n > 0)
-                .unwrap_or_else(|| usage());
-        } else {
-            files.push(arg.into());
+
+    fn table(&mut self, t: Table) {
+        self.add(&t.markdown());
+    }
+
+    fn save(&self, out: Option<&Path>) -> Res<()> {
+        if let Some(out) = out {
+            if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty()) {
+                std::fs::create_dir_all(parent)?;
+            }
+            std::fs::write(out, &self.text).map_err(|e| format!("{}: {e}", out.display()))?;
+            eprintln!("zt-bench: wrote {}", out.display());
         }
+        Ok(())
     }
-    if files.is_empty() {
-        usage();
+}
+
+fn progress(what: &str) {
+    eprintln!("zt-bench: {what}");
+}
+
+/// Write (and with `full`, read, verify and convert) one tensor workload.
+fn tensors(kind: Kind, c: &Common, report: &mut Report, full: bool) -> Res<()> {
+    let runs = c.runs as usize;
+    let t = Tensors::generate(kind, c.size_mb);
+    progress(&format!("write {}", t.describe()));
+    let (table, written) = write::table(&t, &c.dir, runs)?;
+    report.table(table);
+    if full {
+        progress(&format!("read {}", t.describe()));
+        let folds = write::folds(&t);
+        let files = [
+            read::ReadFile::checked(".zt canonical", written.canonical.clone(), &folds)?,
+            read::ReadFile::checked(".zt auto", written.auto.clone(), &folds)?,
+            read::ReadFile::checked("safetensors", written.safetensors.clone(), &folds)?,
+        ];
+        let title = format!("Read {}", t.describe());
+        report.table(read::table(&title, &files, runs, Some("safetensors"))?);
+        progress(&format!("verify and convert {}", t.describe()));
+        report.table(write::verify_convert_table(&t, &written, &c.dir, runs)?);
     }
-    for file in files {
-        let source = Source::open(&file)?;
-        let bytes = source.total_bytes();
-        println!(
-            "\n### {} ({}, {} tensors, {bytes} bytes)\n",
-            file.display(),
-            source.format(),
-            source.len()
-        );
-        println!("| measurement | median | IQR | GiB/s |\n|---|---|---|---|");
-        row(
-            "open (metadata only)",
-            time(runs, || Source::open(&file).map(|s| s.len())),
-            None,
-        );
-        let traverse = || -> zt::Result<u64> {
-            let mut acc = 0;
-            for t in source.tensors() {
-                for p in t.parts() {
-                    acc ^= fold(&p.bytes()?);
-                }
-            }
-            Ok(acc)
-        };
-        let expected = traverse()?;
-        row(
-            "zero-copy traversal, warm",
-            time(runs, || assert_eq!(traverse().ok(), Some(expected))),
-            Some(bytes),
-        );
-        let copy = || -> zt::Result<usize> {
-            let mut total = 0;
-            for t in source.tensors() {
-                for p in t.parts() {
-                    total += p.bytes()?.into_owned().len();
-                }
-            }
-            Ok(total)
-        };
-        row(
-            "copy into owned buffers, warm",
-            time(runs, || copy().ok()),
-            Some(bytes),
-        );
+    drop(written); // removes the files
+    Ok(())
+}
+
+fn record_stores(c: &Common, report: &mut Report) -> Res<()> {
+    for make in [Records::vision as fn(u64) -> Records, Records::token_blocks] {
+        let r = make(c.size_mb);
+        progress(&format!("zrecord {}", r.describe()));
+        report.table(records::table(&r, &c.dir, c.runs as usize)?);
     }
     Ok(())
+}
+
+fn run(cli: Cli) -> Res<()> {
+    match cli.command {
+        Command::All(c) => {
+            let mut report = Report::new(sys::bench_dir(&c.dir)?);
+            for kind in Kind::ALL {
+                tensors(kind, &c, &mut report, true)?;
+            }
+            record_stores(&c, &mut report)?;
+            report.save(c.out.as_deref())
+        }
+        Command::Write { common, workloads } => {
+            let mut report = Report::new(sys::bench_dir(&common.dir)?);
+            let kinds: Vec<Kind> = if workloads.is_empty() {
+                Kind::ALL.to_vec()
+            } else {
+                workloads.iter().filter_map(|w| Kind::parse(w)).collect()
+            };
+            for kind in kinds {
+                tensors(kind, &common, &mut report, false)?;
+            }
+            report.save(common.out.as_deref())
+        }
+        Command::Zrecord(c) => {
+            let mut report = Report::new(sys::bench_dir(&c.dir)?);
+            record_stores(&c, &mut report)?;
+            report.save(c.out.as_deref())
+        }
+        Command::Read { files, runs, out } => {
+            let mut filesystems = Vec::new();
+            for f in &files {
+                let fs = sys::filesystem(f).map_err(|e| format!("{}: {e}", f.display()))?;
+                if matches!(fs, "tmpfs" | "ramfs") {
+                    return Err(format!(
+                        "{} is on {fs}: cold reads would measure memory",
+                        f.display()
+                    )
+                    .into());
+                }
+                filesystems.push(fs);
+            }
+            filesystems.dedup();
+            let mut report = Report::new(&filesystems.join(", "));
+            let files = files
+                .into_iter()
+                .map(read::ReadFile::self_checked)
+                .collect::<Res<Vec<_>>>()?;
+            let title = if files.len() == 1 {
+                format!("Read {}", files[0].label)
+            } else {
+                format!("Read {} files", files.len())
+            };
+            report.table(read::table(&title, &files, runs as usize, None)?);
+            report.save(out.as_deref())
+        }
+    }
+}
+
+fn main() {
+    if let Err(e) = run(Cli::parse()) {
+        eprintln!("zt-bench: {e}");
+        std::process::exit(1);
+    }
 }
