@@ -89,3 +89,16 @@ def test_cli_errors_are_clear(zt_cli, tmp):
     assert out.returncode == 2 and "bad.safetensors" in out.stderr
     out = run(zt_cli, "info", tmp / "missing.npz")
     assert out.returncode == 2 and "no such file" in out.stderr
+
+
+def test_cli_convert_draws_progress_on_request_and_not_by_default(zt_cli, tmp):
+    # 96 MiB: above the 64 MiB floor under which no line is drawn.
+    src = tmp / "big.safetensors"
+    safetensors.numpy.save_file({f"w{i}": np.full((4096, 1024), i, np.float32) for i in range(6)}, src)
+    shown = run(zt_cli, "convert", "--progress", src, tmp / "big.zt")
+    assert shown.returncode == 0, shown.stderr
+    last = shown.stderr.replace("\x1b[K", "").replace("\r", "\n").strip().splitlines()[-1]
+    assert last.startswith("[" + "#" * 30 + "] 100% ") and last.endswith("/s")
+    quiet = run(zt_cli, "convert", src, tmp / "quiet.zt")  # stderr is a pipe here
+    assert quiet.returncode == 0 and quiet.stderr == ""
+    assert run(zt_cli, "diff", src, tmp / "big.zt").returncode == 0

@@ -59,4 +59,6 @@ pub use format::{detect, registry, Format, OpenInput, Probe};
 pub use limits::Limits;
 pub use source::{Caps, Location, OpenOptions, PartRef, Source, Tensor};
 pub use store::Store;
-pub use write::{convert, writer_for, writers, Align, FormatWriter, TensorIn, WriteOptions};
+pub use write::{
+    convert, partial_path, writer_for, writers, Align, FormatWriter, TensorIn, WriteOptions,
+};

@@ -709,6 +709,19 @@ impl<'a> PartRef<'a> {
         }
     }
 
+    /// The stored bytes as a zero-copy view of the mapping, whatever their
+    /// alignment, for consumers that handle unaligned elements (numpy does;
+    /// an npz member's data often starts at an odd offset). Fails for
+    /// decoded payloads and unmapped stores.
+    pub fn map_unaligned(&self) -> Result<&'a [u8]> {
+        match &self.part.payload {
+            Payload::Stored { store, offset, len } if store.is_mapped() => store
+                .slice(*offset, *len)
+                .map_err(|e| e.in_tensor(&self.object.name)),
+            _ => self.map(),
+        }
+    }
+
     /// The stored bytes as a zero-copy view of the mapping. Fails for
     /// decoded payloads, unmapped stores, and bytes not aligned for the dtype.
     pub fn map(&self) -> Result<&'a [u8]> {

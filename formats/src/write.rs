@@ -65,13 +65,10 @@ impl Drop for Partial {
     }
 }
 
-/// Write a file through `body` into a hidden sibling of `path`, then rename
-/// it over `path`. Returns the bytes written. On any error the sibling is
-/// removed and `path` is left as it was.
-pub fn publish(
-    path: &Path,
-    body: impl FnOnce(&mut BufWriter<File>) -> std::io::Result<()>,
-) -> Result<u64> {
+/// The hidden sibling of `path` that this process builds it in before the
+/// rename (`.NAME.PID.partial`, same directory, so the rename is atomic).
+/// Every writer uses it, so a progress display can watch it grow.
+pub fn partial_path(path: &Path) -> Result<PathBuf> {
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
@@ -80,11 +77,21 @@ pub fn publish(
         ctx: Context::file(path),
         reason: "destination has no file name".into(),
     })?;
-    let tmp = dir.join(format!(
+    Ok(dir.join(format!(
         ".{}.{}.partial",
         file_name.to_string_lossy(),
         std::process::id()
-    ));
+    )))
+}
+
+/// Write a file through `body` into a hidden sibling of `path`, then rename
+/// it over `path`. Returns the bytes written. On any error the sibling is
+/// removed and `path` is left as it was.
+pub fn publish(
+    path: &Path,
+    body: impl FnOnce(&mut BufWriter<File>) -> std::io::Result<()>,
+) -> Result<u64> {
+    let tmp = partial_path(path)?;
     let mut partial = Partial {
         tmp: tmp.clone(),
         dest: path.to_path_buf(),

@@ -878,10 +878,10 @@ fn cases() -> Vec<Case> {
         Expect::Reject("UnsupportedDType"),
     );
     add(
-        "reject_unknown_logical",
-        "§4.2 unknown logical types are refused",
+        "valid_unknown_logical_is_structural",
+        "§4.2 an unknown logical type is not decoded; its part stays readable as raw bytes",
         dense_with(vec![("type", text("f3_weird"))], &w, &[4]),
-        Expect::Reject("UnsupportedDType"),
+        Expect::Valid(vec![("w", w.clone())]),
     );
     add(
         "reject_logical_wrong_dtype",
@@ -1146,4 +1146,23 @@ fn conformance_corpus() {
         run_case(&dir, c.name);
     }
     assert!(cases.len() >= 60, "{} cases", cases.len());
+}
+
+#[test]
+fn an_unknown_logical_type_is_raw_bytes_not_its_storage_type() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("weird.zt");
+    let w = f32s(&[1.0, 2.0, 3.0, 4.0]);
+    std::fs::write(
+        &path,
+        dense_with(vec![("type", text("f3_weird"))], &w, &[4]),
+    )
+    .unwrap();
+    let src = Source::open(&path).unwrap();
+    let t = src.tensor("w").unwrap();
+    assert_eq!(t.shape(), &[4]);
+    let data = t.data().unwrap();
+    assert_eq!(data.dtype(), zt::DType::U8);
+    assert_eq!(data.shape(), &[16]);
+    assert_eq!(&*data.bytes().unwrap(), &w[..]);
 }

@@ -77,8 +77,15 @@ impl ArrayView {
         };
         let byte_strides =
             |strides: Vec<i64>| strides.into_iter().map(|s| s * size as i64).collect();
-        if !copy && part.caps().map {
-            let bytes = part.map()?;
+        // numpy reads unaligned elements correctly, so a raw part in the
+        // mapping is viewed in place even where `caps().map` (which promises
+        // dtype alignment, as DLPack consumers need) is false.
+        let mapped = if copy {
+            None
+        } else {
+            part.map_unaligned().ok()
+        };
+        if let Some(bytes) = mapped {
             let strides = (!part.is_contiguous()).then(|| byte_strides(part.strides()));
             return Ok(ArrayView {
                 address: bytes.as_ptr() as usize,
@@ -99,7 +106,7 @@ impl ArrayView {
                 None,
             ));
         }
-        // Not mappable (decoded, unaligned, positional): owned storage bytes
+        // Not in a mapping (decoded, positional): owned storage bytes
         // with the stored strides, so no materialization happens twice.
         let storage = zt::buffer::own(part.storage_bytes()?);
         let strides = (!part.is_contiguous()).then(|| byte_strides(part.strides()));

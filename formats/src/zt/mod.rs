@@ -12,6 +12,7 @@
 //! | [`write`] | [`Writer`]: canonical, aligned, compressed, publish, append |
 //! | [`verify`] | digests, shard digests, content digest, canonical check |
 
+mod ahead;
 pub mod cbor;
 pub mod container;
 pub mod encoding;

@@ -207,6 +207,18 @@ pub fn interpret(obj: &ObjectDef, ctx: &Context) -> Result<Vec<PartView>> {
             let [data] = parts_named(obj, &["data"], ctx)?[..] else {
                 unreachable!("one part")
             };
+            if data
+                .logical
+                .as_deref()
+                .is_some_and(|n| logical_type(n).is_none())
+            {
+                // An unregistered logical type must not be decoded (§5), but
+                // the rest of the file stays readable: the tensor is exposed
+                // structurally, its part as the raw bytes it stores (the
+                // element size is unknown, so no size equation applies).
+                put(data, DType::U8, vec![data.decoded_size()]);
+                return finish_views(obj, views);
+            }
             let t = element_type(data, ctx)?;
             need(
                 data,
@@ -377,6 +389,11 @@ pub fn interpret(obj: &ObjectDef, ctx: &Context) -> Result<Vec<PartView>> {
             }
         },
     }
+    finish_views(obj, views)
+}
+
+/// The views in the order of `obj.parts`.
+fn finish_views(obj: &ObjectDef, views: Vec<(String, PartView)>) -> Result<Vec<PartView>> {
     Ok(obj
         .parts
         .iter()

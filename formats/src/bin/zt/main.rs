@@ -1,5 +1,8 @@
 //! The `zt` command line tool.
 
+mod progress;
+
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -45,6 +48,12 @@ enum Command {
         /// Compression for .zt: zstd or zstd:LEVEL.
         #[arg(long)]
         compress: Option<String>,
+        /// Draw a progress line on stderr even when it is not a terminal.
+        #[arg(long, conflicts_with = "no_progress")]
+        progress: bool,
+        /// Never draw a progress line (the default when stderr is not a terminal).
+        #[arg(long)]
+        no_progress: bool,
     },
     /// Print the detected format of a file.
     Detect {
@@ -87,10 +96,13 @@ fn main() -> ExitCode {
             mut paths,
             align,
             compress,
+            progress,
+            no_progress,
         } => {
             let out = paths.pop().expect("clap requires two paths");
+            let show = progress || (!no_progress && std::io::stderr().is_terminal());
             write_options(align.as_deref(), compress.as_deref())
-                .and_then(|options| convert(&paths, &out, &options))
+                .and_then(|options| convert(&paths, &out, &options, show))
         }
         Command::Detect { file } => zt::detect(&file).map(|f| println!("{f}")),
         Command::Verify {
@@ -226,9 +238,26 @@ fn write_options(align: Option<&str>, compress: Option<&str>) -> zt::Result<Writ
     Ok(WriteOptions { align, compression })
 }
 
-fn convert(inputs: &[PathBuf], out: &std::path::Path, options: &WriteOptions) -> zt::Result<()> {
+/// Conversions of less than this draw no progress line.
+const PROGRESS_FROM: u64 = 64 << 20;
+
+fn convert(
+    inputs: &[PathBuf],
+    out: &std::path::Path,
+    options: &WriteOptions,
+    show_progress: bool,
+) -> zt::Result<()> {
     let source = Source::open_all(inputs)?;
-    let written = zt::convert(&source, out, options)?;
+    let expected = source.total_bytes();
+    let started = std::time::Instant::now();
+    let bar = (show_progress && expected >= PROGRESS_FROM)
+        .then(|| zt::partial_path(out).map(|p| progress::Progress::start(p, expected)))
+        .transpose()?;
+    let result = zt::convert(&source, out, options);
+    if let Some(bar) = bar {
+        bar.finish(result.as_ref().ok().copied(), expected, started.elapsed());
+    }
+    let written = result?;
     println!(
         "{}: {} tensors, {written} bytes ({})",
         out.display(),
