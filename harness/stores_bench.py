@@ -9,7 +9,7 @@ Workloads (harness.stores_data says where the data comes from):
 
 Backends: zrecord raw / zstd / zstd_dict (zt and loaderx 2.3.8, 4 data shards,
 one dictionary trained by loaderx's train_dict for both, untimed; zt keeps its
-own default levels: zstd 3, zstd_dict 15; loaderx uses 3), npy-mmap (dense:
+own default levels: 3 for both, as loaderx 2.3.8), npy-mmap (dense:
 one .npy, `mm[idx]`; ragged: one flat values .npy + offsets + shapes), HDF5
 (dense: chunks (1, *shape), one read_direct per record; ragged: one flat
 dataset in 1 MiB chunks + offsets + shapes, one slice per record), LMDB (one
@@ -586,7 +586,7 @@ def header(runs: int) -> str:
         "IID batches for every backend, backends alternating), median and IQR of the time per round; p95 over "
         "every timed batch. Write: create to close, no fsync, rounds alternating. `vs zrecord raw` = zrecord raw's "
         "median time / the row's. zrecord zstd is level 3; zstd_dict uses loaderx's 32 KiB dictionary for both, "
-        "zt at its default level 15, loaderx at 3 (harness/zrecord_bench.py also runs zt at 3). HDF5 ragged is one "
+        "both at level 3 (harness/zrecord_bench.py also runs zt at loaderx 2.3.5's 15). HDF5 ragged is one "
         "flat dataset + offsets (not vlen). Every gathered batch is checked against the source records (digest "
         f"of every byte, outside the timer). 1-minute load average at the start: {os.getloadavg()[0]:.1f} on "
         f"{os.cpu_count()} cores."

@@ -146,12 +146,11 @@ def test_scalars_and_other_dtypes(tmp):
 def test_dense_interop_and_identical_bytes(tmp, codec, shards):
     x = images(200)
     d = lx_train_dict(x) if codec == "zstd_dict" else None
-    # loaderx 2.3.8 compresses dictionary stores at level 3: match it to compare bytes.
-    level = 3 if codec == "zstd_dict" else None
+    # zt's default dictionary level is loaderx 2.3.8's, so the bytes compare.
     with LxDense.create(tmp / "lx", np.uint8, (3, 6, 5), codec=codec, dict_bytes=d, data_shards=shards) as w:
         w.append(x[:77])
         w.append(x[77:])
-    with Dense.create(tmp / "zt", np.uint8, (3, 6, 5), codec=codec, dict_bytes=d, data_shards=shards, level=level) as w:
+    with Dense.create(tmp / "zt", np.uint8, (3, 6, 5), codec=codec, dict_bytes=d, data_shards=shards) as w:
         w.append(x[:77])
         w.append(x[77:])
     assert_same_store(tmp / "lx", tmp / "zt")
@@ -165,10 +164,9 @@ def test_dense_interop_and_identical_bytes(tmp, codec, shards):
 def test_ragged_interop_and_identical_bytes(tmp, codec):
     recs = records(300)
     d = lx_train_dict(recs) if codec == "zstd_dict" else None
-    level = 3 if codec == "zstd_dict" else None
     with LxRagged.create(tmp / "lx", np.int32, 2, codec=codec, dict_bytes=d) as w:
         w.append(recs)
-    with Ragged.create(tmp / "zt", np.int32, 2, codec=codec, dict_bytes=d, level=level) as w:
+    with Ragged.create(tmp / "zt", np.int32, 2, codec=codec, dict_bytes=d) as w:
         w.append(recs)
     assert_same_store(tmp / "lx", tmp / "zt")
     with Ragged.open(tmp / "lx") as r:
@@ -177,10 +175,11 @@ def test_ragged_interop_and_identical_bytes(tmp, codec):
         same_records(r[np.arange(300)], recs)
 
 
-def test_default_dict_level_store_opens_in_loaderx(tmp):
+def test_level_15_dict_store_opens_in_loaderx(tmp):
+    # loaderx 2.3.5's dictionary level: other bytes, same records.
     x = images(200)
     d = train_dict(x)
-    with Dense.create(tmp / "zt", np.uint8, (3, 6, 5), codec="zstd_dict", dict_bytes=d) as w:
+    with Dense.create(tmp / "zt", np.uint8, (3, 6, 5), codec="zstd_dict", dict_bytes=d, level=15) as w:
         w.append(x)
     with LxDense.open(tmp / "zt") as r:
         assert np.array_equal(r[np.arange(200)], x)

@@ -274,8 +274,8 @@ class Dense(_Base):
     @classmethod
     def create(cls, path, dtype, item_shape, *, codec="raw", dict_bytes=None, data_shards=4, level=None):
         """Create a new append-only dense store with an explicit schema.
-        ``level`` overrides the zstd level (default 3, or 15 for ``zstd_dict``;
-        loaderx 2.3.8 uses 3 for both)."""
+        ``level`` overrides the zstd level (default 3 for both codecs, as
+        loaderx 2.3.8 writes; 15 is loaderx 2.3.5's dictionary level)."""
         self = cls.__new__(cls)
         self._create(path, dtype, item_shape, None, codec, dict_bytes, data_shards, level)
         return self

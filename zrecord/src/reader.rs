@@ -17,9 +17,14 @@ use crate::layout::{Header, RecordLoc, LOC, PAGE};
 use crate::schema::{Geometry, Schema};
 use crate::writer::build_dir;
 
-/// Below this many bytes a gather runs on the calling thread: handing work
-/// to the pool costs more than it saves.
+/// Below this many bytes a raw gather runs on the calling thread: handing
+/// work to the pool costs more than copying saves.
 const PARALLEL_BYTES: u64 = 1 << 20;
+
+/// Decoding is ~10x the work of a copy per byte, so a compressed gather
+/// goes to the pool from this many decoded bytes (a batch of 256 token
+/// blocks of 2 KiB decoded on one thread ran at half loaderx's speed).
+const PARALLEL_DECODED_BYTES: u64 = 64 << 10;
 
 /// How many rows ahead of the copy a raw gather asks for the next row's
 /// first bytes, so that row's cache and TLB misses overlap the copies.
@@ -248,6 +253,14 @@ impl Reader {
         &self.path
     }
 
+    /// The gather size (logical bytes) from which the pool is used.
+    fn parallel_from(&self) -> u64 {
+        match self.header.codec {
+            Codec::Raw => PARALLEL_BYTES,
+            Codec::Zstd | Codec::ZstdDict => PARALLEL_DECODED_BYTES,
+        }
+    }
+
     fn check_indices(&self, idxs: &[u64]) -> Result<()> {
         let len = self.len();
         match idxs.iter().find(|&&i| i >= len) {
@@ -299,9 +312,8 @@ impl Reader {
         if idxs.is_empty() {
             return Ok(());
         }
-        let total = dst.len() as u64;
         let threads = rayon::current_num_threads().max(1);
-        if total < PARALLEL_BYTES || threads == 1 {
+        if (dst.len() as u64) < self.parallel_from() || threads == 1 || idxs.len() < 2 {
             return self.gather_rows(idxs, dst, row);
         }
         // Contiguous blocks, a few per thread so uneven records even out.
@@ -409,7 +421,7 @@ impl Reader {
             let values =
                 unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr() as *mut u8, len) };
             let threads = rayon::current_num_threads().max(1);
-            if total < PARALLEL_BYTES || threads == 1 || idxs.len() < 2 {
+            if total < self.parallel_from() || threads == 1 || idxs.len() < 2 {
                 self.fill_ragged(idxs, &offsets, values, &mut shapes, ndim)?;
             } else {
                 let per = idxs.len().div_ceil(threads * 4).max(1);

@@ -42,7 +42,7 @@ pub struct CreateOptions {
     pub data_shards: usize,
     /// The zstd dictionary (required by, and only allowed with, `ZstdDict`).
     pub dict: Option<Vec<u8>>,
-    /// zstd level; `None` is the codec's default (3, or 15 with a dictionary).
+    /// zstd level; `None` is the codec's default (3 for both codecs).
     pub level: Option<i32>,
 }
 
