@@ -45,7 +45,7 @@ COMPARISONS = {
         read_onnx.header,
     ),
     "write": (
-        dict(size_mb=64, runs=3),
+        dict(size_mb=32, runs=3),
         dict(size_mb=512, runs=3),
         write_bench.run,
         write_bench.header,
