@@ -46,3 +46,13 @@ def test_missing_peer_leaves_rows_without_ratios():
     r = report.Result("x", "T", {"zt": [1.0, 2.0], "peer": []}, peer="peer", nbytes=2**30)
     rows = {row["case"]: row for row in r.rows()}
     assert rows["peer"]["median"] == "missing" and "vs peer" not in rows["zt"]
+
+
+def test_views_count_unaligned_npz_members_that_numpy_views(tmp_path):
+    # numpy.savez puts most members' data at odd offsets (they follow the
+    # member name); zt still hands every raw member out as a view.
+    arrays = {f"layer.{'x' * i}": np.arange(64, dtype=np.float16) for i in range(6)}
+    path = tmp_path / "m.npz"
+    np.savez(path, **arrays)
+    npz = next(f for f in read_formats.FORMATS if f.name == "npz")
+    assert read_formats.views(path, npz)["zt zero-copy"] == "6/6"
