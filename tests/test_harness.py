@@ -13,13 +13,13 @@ def test_summary_is_median_and_quartiles():
     assert common.summary([7.0]) == (7.0, 7.0, 7.0)
 
 
-def test_interleaved_alternates_cases():
+def test_interleaved_alternates_cases_and_rotates_who_goes_first():
     order = []
-    times, values = common.interleaved(
-        {"a": lambda: order.append("a") or 1, "b": lambda: order.append("b") or 2}, runs=2
-    )
-    assert order == ["a", "b", "a", "b", "a", "b"]  # one warm-up round, then two measured
-    assert len(times["a"]) == len(times["b"]) == 2 and values == {"a": 1, "b": 2}
+    cases = {name: (lambda name=name: order.append(name) or name) for name in "abc"}
+    times, values = common.interleaved(cases, runs=3)
+    # One warm-up round, then three measured; each round starts one case later.
+    assert order == list("abcbcacababc")
+    assert all(len(times[n]) == 3 for n in "abc") and values == {n: n for n in "abc"}
 
 
 def test_digest_touches_every_byte():
