@@ -161,6 +161,25 @@ def test_dense_interop_and_identical_bytes(tmp, codec, shards):
 
 
 @pytest.mark.parametrize("codec", CODECS)
+def test_large_ragged_records_written_unpacked_match_loaderx(tmp, codec):
+    # Records averaging >= 64 KiB go to the file from their own arrays (no
+    # packing); one is a non-contiguous view. The store must still be
+    # loaderx's byte for byte.
+    rng = np.random.default_rng(3)
+    recs = [rng.integers(0, 255, (int(rng.integers(200, 300)), 150, 3), dtype=np.uint8) for _ in range(40)]
+    recs[5] = np.asfortranarray(recs[5])[:, ::2]
+    d = lx_train_dict(recs) if codec == "zstd_dict" else None
+    with LxRagged.create(tmp / "lx", np.uint8, 3, codec=codec, dict_bytes=d) as w:
+        w.append([np.ascontiguousarray(r) for r in recs])
+    with Ragged.create(tmp / "zt", np.uint8, 3, codec=codec, dict_bytes=d) as w:
+        w.append(recs[:25])
+        w.append(recs[25:])
+    assert_same_store(tmp / "lx", tmp / "zt")
+    with Ragged.open(tmp / "zt") as r:
+        same_records(r[np.arange(40)], recs)
+
+
+@pytest.mark.parametrize("codec", CODECS)
 def test_ragged_interop_and_identical_bytes(tmp, codec):
     recs = records(300)
     d = lx_train_dict(recs) if codec == "zstd_dict" else None

@@ -213,6 +213,43 @@ impl RecordWriter {
         })
     }
 
+    /// Append Ragged records that each sit in their own buffer: `addrs` and
+    /// `sizes` are `count` uint64 (address, byte size) pairs, `shapes`
+    /// `count * ndim` uint64. Large records go to the file straight from
+    /// the caller's arrays instead of being packed into one buffer first.
+    fn append_ragged_each(
+        &self,
+        py: Python<'_>,
+        addrs: usize,
+        sizes: usize,
+        shapes: usize,
+        count: usize,
+    ) -> PyResult<u64> {
+        // SAFETY: see `borrowed`; the caller keeps every record alive.
+        let addrs = unsafe { borrowed_u64(addrs, count)? };
+        let sizes = unsafe { borrowed_u64(sizes, count)? };
+        let payloads = addrs
+            .iter()
+            .zip(sizes)
+            .map(|(&a, &n)| {
+                let (a, n) = (usize::try_from(a), usize::try_from(n));
+                match (a, n) {
+                    (Ok(a), Ok(n)) => unsafe { borrowed(a, n) },
+                    _ => Err(PyValueError::new_err("record address or size out of range")),
+                }
+            })
+            .collect::<PyResult<Vec<&[u8]>>>()?;
+        self.with(py, |w| {
+            let ndim = w.schema().ndim();
+            let shapes = unsafe {
+                borrowed_u64(shapes, count * ndim).map_err(|e| Error::Invalid {
+                    reason: e.to_string(),
+                })?
+            };
+            w.append_ragged(&payloads, shapes)
+        })
+    }
+
     /// Records appended so far.
     fn __len__(&self) -> PyResult<usize> {
         let guard = self.inner.lock().unwrap_or_else(|e| e.into_inner());
