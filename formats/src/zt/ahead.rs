@@ -58,6 +58,17 @@ impl<T> InOrder<'_, T> {
     }
 }
 
+fn shared_with<T>(slots: Vec<Option<Result<T>>>) -> Shared<T> {
+    Shared {
+        state: Mutex::new(State {
+            slots,
+            waiting_for: None,
+        }),
+        ready: Condvar::new(),
+        stop: AtomicBool::new(false),
+    }
+}
+
 /// Run `work(i)` for every `i < n` on the rayon pool while `consume` runs on
 /// the calling thread and takes the results in order. Returns what
 /// `consume` returns; work not yet started when it returns is skipped.
@@ -67,14 +78,16 @@ where
     W: Fn(usize) -> Result<T> + Sync,
     C: FnOnce(&mut InOrder<'_, T>) -> R,
 {
-    let shared = Shared {
-        state: Mutex::new(State {
-            slots: (0..n).map(|_| None).collect(),
-            waiting_for: None,
-        }),
-        ready: Condvar::new(),
-        stop: AtomicBool::new(false),
-    };
+    if rayon::current_thread_index().is_some() {
+        // Called from a pool thread: blocking it while waiting for the pool
+        // could wait forever (a one-thread pool has nobody else to do the
+        // work), so finish the work first and hand it over afterwards.
+        let slots = (0..n).into_par_iter().map(|i| Some(work(i))).collect();
+        return consume(&mut InOrder {
+            shared: &shared_with(slots),
+        });
+    }
+    let shared = shared_with((0..n).map(|_| None).collect());
     std::thread::scope(|scope| {
         scope.spawn(|| {
             // An indexed range is split into halves, so one worker walks the
@@ -117,6 +130,22 @@ mod tests {
             |rx| (0..200).map(|i| rx.take(i).unwrap()).collect::<Vec<_>>(),
         );
         assert_eq!(got, (0..200).map(|i| i * 3).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_call_from_a_pool_thread_works_first_then_hands_over_in_order() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .unwrap();
+        let got = pool.install(|| {
+            run_ahead(
+                50,
+                |i| Ok(i + 1),
+                |rx| (0..50).map(|i| rx.take(i).unwrap()).sum::<usize>(),
+            )
+        });
+        assert_eq!(got, (1..=50).sum::<usize>());
     }
 
     #[test]
