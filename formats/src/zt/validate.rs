@@ -212,7 +212,7 @@ pub fn interpret(obj: &ObjectDef, ctx: &Context) -> Result<Vec<PartView>> {
                 .as_deref()
                 .is_some_and(|n| logical_type(n).is_none())
             {
-                // An unregistered logical type must not be decoded (§5), but
+                // An unregistered logical type must not be decoded (§4.2), but
                 // the rest of the file stays readable: the tensor is exposed
                 // structurally, its part as the raw bytes it stores (the
                 // element size is unknown, so no size equation applies).
