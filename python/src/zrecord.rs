@@ -81,6 +81,21 @@ unsafe fn borrowed_u64<'a>(address: usize, count: usize) -> PyResult<&'a [u64]> 
     Ok(std::slice::from_raw_parts(address as *const u64, count))
 }
 
+/// The `count * ndim` uint64 shapes of a Ragged append (`ndim` from the
+/// writer's schema), as a store error so it surfaces like the writer's own.
+///
+/// # Safety
+/// As [`borrowed_u64`].
+unsafe fn borrowed_shapes<'a>(
+    address: usize,
+    count: usize,
+    w: &Writer,
+) -> Result<&'a [u64], Error> {
+    borrowed_u64(address, count * w.schema().ndim()).map_err(|e| Error::Invalid {
+        reason: e.to_string(),
+    })
+}
+
 /// Owned gather output (u64 words so any element type is aligned).
 #[pyclass(frozen, module = "zt._zt")]
 pub struct RecordBuffer {
@@ -190,12 +205,8 @@ impl RecordWriter {
         let src = unsafe { borrowed(values.0, values.1)? };
         let sizes = unsafe { borrowed_u64(sizes, count)? };
         self.with(py, |w| {
-            let ndim = w.schema().ndim();
-            let shapes = unsafe {
-                borrowed_u64(shapes, count * ndim).map_err(|e| Error::Invalid {
-                    reason: e.to_string(),
-                })?
-            };
+            // SAFETY: see `borrowed`.
+            let shapes = unsafe { borrowed_shapes(shapes, count, w)? };
             let mut payloads = Vec::with_capacity(count);
             let mut at = 0usize;
             for &size in sizes {
@@ -240,12 +251,8 @@ impl RecordWriter {
             })
             .collect::<PyResult<Vec<&[u8]>>>()?;
         self.with(py, |w| {
-            let ndim = w.schema().ndim();
-            let shapes = unsafe {
-                borrowed_u64(shapes, count * ndim).map_err(|e| Error::Invalid {
-                    reason: e.to_string(),
-                })?
-            };
+            // SAFETY: see `borrowed`.
+            let shapes = unsafe { borrowed_shapes(shapes, count, w)? };
             w.append_ragged(&payloads, shapes)
         })
     }
