@@ -8,12 +8,13 @@
 //! run ahead while the writer writes whatever is ready, so on two or more
 //! cores the hashing (and compression) hides behind the write.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, PoisonError};
 
 use rayon::prelude::*;
 
-use crate::error::Result;
+use crate::error::{Context, Error, Result};
 
 struct Shared<T> {
     state: Mutex<State<T>>,
@@ -97,7 +98,15 @@ where
                 if shared.stop.load(Ordering::Relaxed) {
                     return;
                 }
-                let r = work(i);
+                // A panicking worker must still fill its slot, or the
+                // consumer would wait for it forever.
+                let r =
+                    std::panic::catch_unwind(AssertUnwindSafe(|| work(i))).unwrap_or_else(|_| {
+                        Err(Error::Write {
+                            ctx: Context::default(),
+                            reason: format!("a worker panicked on part {i}"),
+                        })
+                    });
                 let mut state = shared.state.lock().unwrap_or_else(PoisonError::into_inner);
                 state.slots[i] = Some(r);
                 let wake = state.waiting_for == Some(i);
@@ -116,7 +125,6 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::Error;
 
     #[test]
     fn results_arrive_in_order_whatever_the_finishing_order() {
@@ -146,6 +154,16 @@ mod tests {
             )
         });
         assert_eq!(got, (1..=50).sum::<usize>());
+    }
+
+    #[test]
+    fn a_panicking_worker_is_an_error_not_a_hang() {
+        let got = run_ahead(
+            8,
+            |i| if i == 5 { panic!("boom") } else { Ok(i) },
+            |rx| (0..8).map(|i| rx.take(i)).collect::<Result<Vec<_>>>(),
+        );
+        assert!(got.unwrap_err().to_string().contains("panicked on part 5"));
     }
 
     #[test]
