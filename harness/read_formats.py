@@ -44,7 +44,7 @@ import numpy as np
 
 import zt
 
-from . import common, report
+from . import common, read_h5, report
 
 LLAMA_3_2_1B = dict(layers=16, hidden=2048, intermediate=8192, heads=32, kv_heads=8, vocab=128_256)
 UPSTREAM = "ztensor 2.1.2"
@@ -225,20 +225,6 @@ def read_onnx(path) -> dict[str, int]:
     return {t.name: common.digest(numpy_helper.to_array(t)) for t in model.graph.initializer}
 
 
-def read_h5(path) -> dict[str, int]:
-    import h5py
-
-    out = {}
-    with h5py.File(path, "r") as f:
-
-        def visit(name, obj):
-            if isinstance(obj, h5py.Dataset):
-                out[name] = common.digest(obj[()])
-
-        f.visititems(visit)
-    return out
-
-
 @dataclasses.dataclass
 class Format:
     name: str
@@ -275,7 +261,7 @@ FORMATS = [
         read_onnx,
         upstream="cannot read: ztensor 2.1.2 refuses ONNX external data",
     ),
-    Format("h5", "h5", "h5py", "h5py", write_h5, read_h5),
+    Format("h5", "h5", "h5py", "h5py", write_h5, read_h5.read_h5py),
     # .zt has no library of its own besides upstream ztensor: its zero-copy row is the peer.
     Format("zt", "zt", "ztensor", f"{UPSTREAM} zero-copy", write_zt, None),
 ]
