@@ -24,6 +24,11 @@ def raw(a) -> np.ndarray:
 # (name, array, upstream dtype, upstream logical)
 def tensors():
     f32 = RNG.standard_normal((4, 6)).astype(np.float32)
+    # Over the batch writer's 256 KiB chunk, so it is streamed; its copy is
+    # shared, and a twin that differs only in its last element is not.
+    large = RNG.standard_normal((320, 1024)).astype(np.float32)
+    large_tail = large.copy()
+    large_tail[-1, -1] += 1
     out = [
         ("a.scalar", np.array(7, np.int32), "i32", None),
         ("b.f64", RNG.standard_normal(5), "f64", None),
@@ -46,6 +51,9 @@ def tensors():
         ("r.empty", np.zeros((0, 3), np.float32), "f32", None),
         ("s.empty2", np.zeros(0, np.int8), "i8", None),
         ("t.big", RNG.standard_normal((200, 300)).astype(np.float32), "f32", None),
+        ("t.large", large, "f32", None),
+        ("t.large.tail", large_tail, "f32", None),
+        ("t.large.tied", large.copy(), "f32", None),
         ("u.\u00e9", np.ones(2, np.float32), "f32", None),
     ]
     return out

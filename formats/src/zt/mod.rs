@@ -18,6 +18,8 @@ pub mod container;
 pub mod encoding;
 pub mod manifest;
 pub mod read;
+mod scout;
+mod sink;
 pub mod validate;
 pub mod verify;
 pub mod write;

@@ -7,9 +7,10 @@
 //!   `abandon`. Blobs go to the file as they arrive.
 //! * [`write_objects`], the batch path behind `convert` and
 //!   `zt.numpy.save_file`: every tensor is in memory (or mapped) at once, so
-//!   hashing (and compression) runs ahead on worker threads while the file
-//!   is written front to back in one buffered pass, and duplicates are
-//!   confirmed against the bytes in memory.
+//!   the hashing runs just ahead of the writes on a thread of its own
+//!   (`scout`; with compression, hashing and compression run on the pool,
+//!   `ahead`), the file is written front to back in one pass, and
+//!   duplicates are confirmed against the bytes in memory.
 //!
 //! Placement: canonical (64 KiB from 65536, the §6.3 rules, byte-identical
 //! to upstream ztensor 2.1.2), a fixed power of two ≥ 4096, or `auto`:
@@ -41,6 +42,8 @@ use crate::zt::cbor::{self, Cbor};
 use crate::zt::container::{self, Footer, CANONICAL_ALIGN, FLOOR, MAGIC, VERSION};
 use crate::zt::encoding::{self, ZSTD_SEEKABLE};
 use crate::zt::manifest::{self, check_name};
+use crate::zt::scout::{self, Scouted};
+use crate::zt::sink::Sink;
 use crate::zt::validate::{self, logical_name};
 
 /// Blobs at least this long go to 64 KiB boundaries under `align="auto"`.
@@ -438,9 +441,9 @@ fn fsync_dir(path: &Path) {
     }
 }
 
-/// Write `objects` to `path` in one batch: parallel hashing (and
-/// compression), duplicates confirmed in memory, offsets precomputed, one
-/// sequential buffered write. The file is built beside `path` and renamed
+/// Write `objects` to `path` in one batch: hashing (and compression) off
+/// the writing thread, duplicates confirmed in memory, one sequential
+/// pass of writes. The file is built beside `path` and renamed
 /// into place (fsynced when `options.publish`). Returns the file size.
 pub fn write_objects(
     path: &Path,
@@ -504,77 +507,39 @@ pub fn write_objects(
         let (oi, pi) = flat[i];
         &objects[oi].parts[pi]
     };
-    let prepare = |i: usize| -> Result<(Digest, Option<Vec<u8>>)> {
-        let p = part(i);
-        let digest = DigestAlgorithm::Xxh3.digest(&p.data);
-        let encoded = match p.compression.or(options.compression) {
-            Some(level) => Some(encoding::encode(&p.data, level).map_err(|e| Error::io(path, e))?),
-            None => None,
-        };
-        Ok((digest, encoded))
-    };
     let (file, tmp) = create_target(path, true)?;
     let guard = Partial {
         path: Some(tmp.clone()),
     };
     let io = |e| Error::io(path, e);
-    let mut heap = Heap {
-        cursor: 8,
-        ..Heap::default()
+    file.write_all_at(MAGIC, 0).map_err(io)?;
+    let mut blobs = Blobs {
+        sink: Sink::new(&file, MAGIC.len() as u64),
+        heap: Heap {
+            cursor: MAGIC.len() as u64,
+            ..Heap::default()
+        },
+        options,
+        placed: Vec::with_capacity(flat.len()),
     };
-    // Hashing and compression (the CPU work) run ahead on the pool while
-    // this thread places and writes each part as its digest arrives. Blobs
-    // go out in offset order from one thread: scattered parallel writes into
-    // a sparse file measured 7x slower for 26k small tensors. Padding of a
-    // page or more is skipped with a seek, leaving a hole that reads as
-    // zeros: canonical placement pads 10 KiB tensors to 64 KiB, and writing
-    // those zeros made 6x the payload in dirty pages for the kernel to flush.
-    let written: Vec<PartPlaced> = ahead::run_ahead(flat.len(), prepare, |ready| {
-        let mut out = std::io::BufWriter::with_capacity(8 << 20, &file);
-        out.write_all(MAGIC).map_err(io)?;
-        let mut pos = MAGIC.len() as u64;
-        let zeros = [0u8; 4096];
-        let mut first_of: HashMap<(u64, u64, bool), Vec<usize>> = HashMap::new();
-        let mut placed: Vec<PartPlaced> = Vec::with_capacity(flat.len());
-        for i in 0..flat.len() {
-            let (digest, encoded) = ready.take(i)?;
-            let data = &part(i).data;
-            let key = (digest_key(&digest), data.len() as u64, encoded.is_some());
-            // Equality is confirmed on the bytes in memory before sharing.
-            let twin = first_of.get(&key).and_then(|cands| {
-                cands
-                    .iter()
-                    .copied()
-                    .find(|&j| part(j).data[..] == data[..])
-            });
-            let (offset, stored) = match twin {
-                Some(j) => (placed[j].offset, placed[j].stored),
-                None => {
-                    let bytes: &[u8] = encoded.as_deref().unwrap_or(data);
-                    let stored = bytes.len() as u64;
-                    let offset = heap.place(stored, options.align_for(stored));
-                    let gap = offset - pos;
-                    if gap >= zeros.len() as u64 {
-                        out.seek(SeekFrom::Current(gap as i64)).map_err(io)?;
-                    } else {
-                        out.write_all(&zeros[..gap as usize]).map_err(io)?;
-                    }
-                    out.write_all(bytes).map_err(io)?;
-                    pos = offset + stored;
-                    first_of.entry(key).or_default().push(i);
-                    (offset, stored)
-                }
-            };
-            placed.push(PartPlaced {
-                digest,
-                encoded: encoded.is_some(),
-                offset,
-                stored,
-            });
-        }
-        out.flush().map_err(io)?;
-        Ok::<_, Error>(placed)
-    })?;
+    // Blobs go out in offset order from this thread: scattered parallel
+    // writes into a sparse file measured 7x slower for 26k small tensors,
+    // and ext4 serialises writes to one file anyway.
+    let compressed = options.compression.is_some()
+        || objects
+            .iter()
+            .any(|o| o.parts.iter().any(|p| p.compression.is_some()));
+    if compressed {
+        write_encoded(flat.len(), &part, &mut blobs, path)?;
+    } else {
+        write_raw(flat.len(), &part, &mut blobs).map_err(io)?;
+    }
+    blobs.sink.flush().map_err(io)?;
+    let Blobs {
+        mut heap,
+        placed: written,
+        ..
+    } = blobs;
     // `flat` lists parts in (object, part) order, so a running index
     // walks it in step with the nested loops below.
     let mut next = 0usize;
@@ -615,6 +580,146 @@ pub fn write_objects(
         fsync_dir(path);
     }
     Ok(total)
+}
+
+/// Where the batch writer has put each part so far, and the sink it
+/// writes the blobs through, front to back.
+struct Blobs<'f, 'o> {
+    sink: Sink<'f>,
+    heap: Heap,
+    options: &'o Options,
+    /// One entry per part, in part order.
+    placed: Vec<PartPlaced>,
+}
+
+impl Blobs<'_, '_> {
+    /// Place a new blob of `len` bytes and move the sink to it.
+    fn begin(&mut self, len: u64) -> std::io::Result<u64> {
+        let offset = self.heap.place(len, self.options.align_for(len));
+        self.sink.skip_to(offset)?;
+        Ok(offset)
+    }
+
+    /// The next part is a new blob at `offset`.
+    fn done(&mut self, digest: Digest, encoded: bool, offset: u64, stored: u64) {
+        self.placed.push(PartPlaced {
+            digest,
+            encoded,
+            offset,
+            stored,
+        });
+    }
+
+    /// The next part shares part `twin`'s blob.
+    fn share(&mut self, twin: usize, digest: Digest) {
+        let t = &self.placed[twin];
+        let (encoded, offset, stored) = (t.encoded, t.offset, t.stored);
+        self.done(digest, encoded, offset, stored);
+    }
+}
+
+/// Raw parts: the scout hashes each part, and finds the ones that repeat
+/// an earlier part, just ahead of the writes.
+fn write_raw<'p, 'd: 'p, F>(n: usize, part: &F, blobs: &mut Blobs<'_, '_>) -> std::io::Result<()>
+where
+    F: Fn(usize) -> &'p PartIn<'d> + Sync,
+{
+    scout::scout(
+        n,
+        |i| &part(i).data[..],
+        |messages| {
+            // The streamed part being written, its offset and bytes written.
+            let mut streaming: Option<(usize, u64, usize)> = None;
+            for message in messages {
+                match message {
+                    Scouted::Whole(parts) => {
+                        for w in parts {
+                            if let Some(j) = w.twin {
+                                blobs.share(j, w.digest);
+                                continue;
+                            }
+                            let data = &part(w.part).data;
+                            let offset = blobs.begin(data.len() as u64)?;
+                            blobs.sink.put(data)?;
+                            blobs.done(w.digest, false, offset, data.len() as u64);
+                        }
+                    }
+                    Scouted::Chunk { part: i, end } => {
+                        let data = &part(i).data;
+                        let (offset, from) = match streaming {
+                            Some((p, offset, written)) if p == i => (offset, written),
+                            _ => (blobs.begin(data.len() as u64)?, 0),
+                        };
+                        blobs.sink.put(&data[from..end])?;
+                        streaming = Some((i, offset, end));
+                    }
+                    Scouted::Streamed { part: i, digest } => {
+                        let offset = match streaming.take() {
+                            Some((p, offset, _)) if p == i => offset,
+                            _ => {
+                                return Err(std::io::Error::other("scout skipped a part's chunks"))
+                            }
+                        };
+                        blobs.done(digest, false, offset, part(i).data.len() as u64);
+                    }
+                }
+            }
+            if blobs.placed.len() != n {
+                return Err(std::io::Error::other("the hashing thread stopped early"));
+            }
+            Ok(())
+        },
+    )
+}
+
+/// Parts with compression: hashing and compression (the CPU work) run ahead
+/// on the pool while this thread places and writes each part as its result
+/// arrives.
+fn write_encoded<'p, 'd: 'p, F>(
+    n: usize,
+    part: &F,
+    blobs: &mut Blobs<'_, '_>,
+    path: &Path,
+) -> Result<()>
+where
+    F: Fn(usize) -> &'p PartIn<'d> + Sync,
+{
+    let default_level = blobs.options.compression;
+    let prepare = |i: usize| -> Result<(Digest, Option<Vec<u8>>)> {
+        let p = part(i);
+        let digest = DigestAlgorithm::Xxh3.digest(&p.data);
+        let encoded = match p.compression.or(default_level) {
+            Some(level) => Some(encoding::encode(&p.data, level).map_err(|e| Error::io(path, e))?),
+            None => None,
+        };
+        Ok((digest, encoded))
+    };
+    let io = |e| Error::io(path, e);
+    ahead::run_ahead(n, prepare, |ready| {
+        let mut first_of: HashMap<(u64, u64, bool), Vec<usize>> = HashMap::new();
+        for i in 0..n {
+            let (digest, encoded) = ready.take(i)?;
+            let data = &part(i).data;
+            let key = (digest_key(&digest), data.len() as u64, encoded.is_some());
+            // Equality is confirmed on the bytes in memory before sharing.
+            let twin = first_of.get(&key).and_then(|cands| {
+                cands
+                    .iter()
+                    .copied()
+                    .find(|&j| part(j).data[..] == data[..])
+            });
+            if let Some(j) = twin {
+                blobs.share(j, digest);
+                continue;
+            }
+            let bytes: &[u8] = encoded.as_deref().unwrap_or(data);
+            let offset = blobs.begin(bytes.len() as u64).map_err(io)?;
+            blobs.sink.put(bytes).map_err(io)?;
+            first_of.entry(key).or_default().push(i);
+            blobs.done(digest, encoded.is_some(), offset, bytes.len() as u64);
+        }
+        Ok(())
+    })
 }
 
 fn root_cbor(objects: &[ObjectOut], attributes: Option<Cbor>, ctx: &Context) -> Result<Cbor> {
