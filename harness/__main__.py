@@ -46,7 +46,7 @@ COMPARISONS = {
     ),
     "write": (
         dict(size_mb=32, runs=3),
-        dict(size_mb=512, runs=3),
+        dict(size_mb=512, runs=5),
         write_bench.run,
         write_bench.header,
     ),

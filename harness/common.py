@@ -34,6 +34,16 @@ def bench_dir(name: str) -> pathlib.Path:
 
 
 def filesystem_of(path: pathlib.Path) -> str:
+    """The filesystem type under `path`: findmnt's name (ext4 is "ext4"),
+    else `stat -f`'s (which calls every ext filesystem "ext2/ext3")."""
+    try:
+        out = subprocess.run(
+            ["findmnt", "-n", "-o", "FSTYPE", "--target", os.fspath(path)], capture_output=True, text=True
+        )
+        if out.returncode == 0 and out.stdout.strip():
+            return out.stdout.split()[0]
+    except OSError:
+        pass
     out = subprocess.run(["stat", "-f", "-c", "%T", os.fspath(path)], capture_output=True, text=True)
     return out.stdout.strip() or "unknown"
 
@@ -133,7 +143,7 @@ def bench_filesystem() -> str:
     path = bench_base().resolve()
     while not path.exists() and path != path.parent:
         path = path.parent
-    try:  # findmnt names ext4 as ext4 (stat -f says ext2/ext3) and gives the device
+    try:  # findmnt also gives the device
         out = subprocess.run(
             ["findmnt", "-n", "-o", "FSTYPE,SOURCE", "--target", os.fspath(path)], capture_output=True, text=True
         )
