@@ -160,6 +160,20 @@ def test_dense_interop_and_identical_bytes(tmp, codec, shards):
         assert np.array_equal(r[np.arange(200)], x)
 
 
+@pytest.mark.parametrize("shards", [1, 4])
+def test_token_rows_written_unpacked_match_loaderx(tmp, shards):
+    # Raw rows of 1 KiB and more go to the file with one iovec each instead
+    # of being packed first; the store must still be loaderx's byte for byte.
+    x = np.random.default_rng(4).integers(0, 50257, (1000, 512), dtype=np.int32)
+    for lib, cls in (("lx", LxDense), ("zt", Dense)):
+        with cls.create(tmp / lib, np.int32, (512,), codec="raw", data_shards=shards) as w:
+            w.append(x[:333])
+            w.append(x[333:])
+    assert_same_store(tmp / "lx", tmp / "zt")
+    with Dense.open(tmp / "zt") as r:
+        assert np.array_equal(r[:], x)
+
+
 @pytest.mark.parametrize("codec", CODECS)
 def test_large_ragged_records_written_unpacked_match_loaderx(tmp, codec):
     # Records averaging >= 64 KiB go to the file from their own arrays (no
