@@ -317,7 +317,7 @@ fn shards_resolve_positionally_and_verify_deeply() {
                 "00001",
                 Cbor::map([
                     ("size", Cbor::UInt(shard.len() as u64)),
-                    ("digest", Cbor::Text(digest)),
+                    ("digest", Cbor::Text(digest.into())),
                 ]),
             )]),
         ),

@@ -49,7 +49,7 @@ fn variant(e: &Error) -> &'static str {
 }
 
 fn text(s: &str) -> Cbor {
-    Cbor::Text(s.into())
+    Cbor::Text(s.to_string().into())
 }
 
 fn uints(v: &[u64]) -> Cbor {

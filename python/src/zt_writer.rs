@@ -47,7 +47,7 @@ pub fn py_to_cbor(v: &Bound<'_, PyAny>) -> PyResult<Cbor> {
         return Ok(Cbor::Float(f.value()));
     }
     if v.cast::<PyString>().is_ok() {
-        return Ok(Cbor::Text(v.extract::<String>()?));
+        return Ok(Cbor::Text(v.extract::<String>()?.into()));
     }
     if let Ok(b) = v.cast::<PyBytes>() {
         return Ok(Cbor::Bytes(b.as_bytes().to_vec()));
@@ -82,7 +82,7 @@ pub fn dict_to_cbor(d: &Bound<'_, PyDict>) -> PyResult<Cbor> {
         let k: String = k
             .extract()
             .map_err(|_| PyTypeError::new_err("attribute keys must be str"))?;
-        out.push((Cbor::Text(k), py_to_cbor(&v)?));
+        out.push((Cbor::Text(k.into()), py_to_cbor(&v)?));
     }
     Ok(Cbor::Map(out))
 }

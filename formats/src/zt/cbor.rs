@@ -9,6 +9,7 @@
 //! anything is allocated, and nesting is bounded, so no input can make the
 //! decoder allocate or recurse without bound.
 
+use std::borrow::Cow;
 use std::cmp::Ordering;
 
 /// One CBOR data item of the permitted subset.
@@ -20,8 +21,10 @@ pub enum Cbor {
     NInt(u64),
     /// Major type 2: a byte string.
     Bytes(Vec<u8>),
-    /// Major type 3: a text string.
-    Text(String),
+    /// Major type 3: a text string. The manifest's own vocabulary (keys,
+    /// dtypes, layouts, encodings) decodes to borrowed statics: a file with
+    /// 50k tensors otherwise allocates and frees half a million of them.
+    Text(Cow<'static, str>),
     /// Major type 4: an array.
     Array(Vec<Cbor>),
     /// Major type 5: a map, in encoded-key order.
@@ -66,7 +69,7 @@ impl Cbor {
         Cbor::Map(
             entries
                 .into_iter()
-                .map(|(k, v)| (Cbor::Text(k.into()), v))
+                .map(|(k, v)| (Cbor::Text(Cow::Owned(k.into())), v))
                 .collect(),
         )
     }
@@ -117,6 +120,60 @@ pub fn decode(bytes: &[u8], limits: DecodeLimits) -> Res<Cbor> {
         )));
     }
     Ok(item)
+}
+
+/// Text the manifest repeats for every tensor, as a static; anything else
+/// is copied.
+fn interned(s: &str) -> Cow<'static, str> {
+    const VOCABULARY: &[&str] = &[
+        // Keys of the root, objects and parts (spec §4).
+        "objects",
+        "attributes",
+        "shards",
+        "shape",
+        "layout",
+        "parts",
+        "dtype",
+        "type",
+        "blob",
+        "shard",
+        "encoding",
+        "decoded_length",
+        "digest",
+        "size",
+        "name",
+        // Layouts, encodings and the common part names.
+        "dense",
+        "zt.zstd-seekable/1",
+        "data",
+        "values",
+        "indices",
+        "indptr",
+        "scales",
+        "zero_points",
+        // Storage dtypes and logical types.
+        "bool",
+        "i8",
+        "i16",
+        "i32",
+        "i64",
+        "u8",
+        "u16",
+        "u32",
+        "u64",
+        "f16",
+        "bf16",
+        "f32",
+        "f64",
+        "complex64",
+        "complex128",
+        "f8_e4m3fn",
+        "f8_e5m2",
+    ];
+    match VOCABULARY.iter().find(|&&w| w == s) {
+        Some(w) => Cow::Borrowed(w),
+        None => Cow::Owned(s.to_string()),
+    }
 }
 
 struct Decoder<'a> {
@@ -212,7 +269,7 @@ impl Decoder<'_> {
                 let at = self.pos;
                 let raw = self.take(n)?;
                 match std::str::from_utf8(raw) {
-                    Ok(s) => Ok(Cbor::Text(s.to_string())),
+                    Ok(s) => Ok(Cbor::Text(interned(s))),
                     Err(_) => Err(CborError {
                         at,
                         reason: "text string is not UTF-8".into(),

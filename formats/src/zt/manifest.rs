@@ -387,7 +387,11 @@ fn parse_shards(s: &Cbor, ctx: &Context) -> Result<Vec<ShardDef>> {
             None => return Err(bad(format!("shard {name:?} has no digest"))),
         };
         check_digest_syntax(&digest).map_err(|why| bad(format!("shard {name:?} digest: {why}")))?;
-        out.push(ShardDef { name, size, digest });
+        out.push(ShardDef {
+            name: name.into_owned(),
+            size,
+            digest,
+        });
     }
     Ok(out)
 }
@@ -402,13 +406,13 @@ pub fn to_value(c: &Cbor) -> Value {
             .map(|n| Value::Int(-1 - n))
             .unwrap_or(Value::Float(-1.0 - *n as f64)),
         Cbor::Bytes(b) => Value::Bytes(b.clone()),
-        Cbor::Text(t) => Value::Str(t.clone()),
+        Cbor::Text(t) => Value::Str(t.to_string()),
         Cbor::Array(a) => Value::List(a.iter().map(to_value).collect()),
         Cbor::Map(m) => Value::Map(
             m.iter()
                 .map(|(k, v)| {
                     let key = match k {
-                        Cbor::Text(t) => t.clone(),
+                        Cbor::Text(t) => t.to_string(),
                         other => format!("{:?}", to_value(other).to_json()),
                     };
                     (key, to_value(v))
@@ -429,7 +433,7 @@ pub fn from_value(v: &Value) -> Cbor {
         Value::Int(i) => Cbor::int(*i),
         Value::UInt(u) => Cbor::UInt(*u),
         Value::Float(f) => Cbor::Float(*f),
-        Value::Str(s) => Cbor::Text(s.clone()),
+        Value::Str(s) => Cbor::Text(s.clone().into()),
         Value::Bytes(b) => Cbor::Bytes(b.clone()),
         Value::List(l) => Cbor::Array(l.iter().map(from_value).collect()),
         Value::Map(m) => Cbor::map(m.iter().map(|(k, v)| (k.clone(), from_value(v)))),
@@ -442,7 +446,7 @@ pub fn attributes_of(a: &Option<Cbor>) -> crate::catalog::Attributes {
         Some(Cbor::Map(m)) => m
             .iter()
             .filter_map(|(k, v)| match k {
-                Cbor::Text(t) => Some((t.clone(), to_value(v))),
+                Cbor::Text(t) => Some((t.to_string(), to_value(v))),
                 _ => None,
             })
             .collect(),

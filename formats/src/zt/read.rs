@@ -52,13 +52,8 @@ pub fn check_blobs(m: &Manifest, footer: &Footer, root: &Store) -> Result<()> {
                 None => root.len(),
                 Some(s) => sizes[s.as_str()],
             };
-            container::check_blob(
-                &ctx.clone().tensor(&o.name),
-                file_len,
-                p.offset,
-                p.length,
-                &p.name,
-            )?;
+            container::check_blob(&ctx, file_len, p.offset, p.length, &p.name)
+                .map_err(|e| e.in_tensor(&o.name))?;
             groups.entry(p.shard.as_deref()).or_default().push((
                 p.offset,
                 p.length,
@@ -103,15 +98,17 @@ fn open_shards(m: &Manifest, root: &Store) -> Result<HashMap<String, Arc<Store>>
 /// Build the catalog of a `.zt` root (or an empty one for a data shard).
 pub fn open(store: &Arc<Store>, limits: &Limits) -> Result<Catalog> {
     let (footer, manifest) = manifest_of(store, limits)?;
-    let Some(m) = manifest else {
+    let Some(mut m) = manifest else {
         return Ok(Catalog::default());
     };
     let ctx = store.ctx();
     limits.check_tensors(&ctx, m.objects.len() as u64)?;
     check_blobs(&m, &footer, store)?;
     let shards = open_shards(&m, store)?;
-    let mut order: Vec<usize> = (0..m.objects.len()).collect();
-    order.sort_by(|&a, &b| m.objects[a].name.cmp(&m.objects[b].name));
+    // The catalog lists objects by name; the manifest's names, shapes and
+    // layouts move into it rather than being copied (at 50k tensors, the
+    // copies were a tenth of the open time).
+    m.objects.sort_by(|a, b| a.name.cmp(&b.name));
     let mut catalog = Catalog {
         attributes: attributes_of(&m.attributes),
         extra_stores: {
@@ -121,13 +118,12 @@ pub fn open(store: &Arc<Store>, limits: &Limits) -> Result<Catalog> {
         },
         ..Catalog::default()
     };
-    for (oi, &i) in order.iter().enumerate() {
-        let o = &m.objects[i];
-        let octx = ctx.clone().tensor(&o.name);
-        limits.check_rank(&octx, o.shape.len())?;
-        let views = validate::interpret(o, &octx)?;
+    for (oi, o) in m.objects.into_iter().enumerate() {
+        let in_object = |e: Error| e.in_tensor(&o.name);
+        limits.check_rank(&ctx, o.shape.len()).map_err(in_object)?;
+        let views = validate::interpret(&o, &ctx).map_err(in_object)?;
         let mut parts = Vec::with_capacity(o.parts.len());
-        for (pi, (p, view)) in o.parts.iter().zip(views).enumerate() {
+        for (pi, (p, view)) in o.parts.into_iter().zip(views).enumerate() {
             let file = match &p.shard {
                 None => Arc::clone(store),
                 Some(s) => Arc::clone(&shards[s]),
@@ -149,7 +145,7 @@ pub fn open(store: &Arc<Store>, limits: &Limits) -> Result<Catalog> {
                 },
                 Some(other) => Payload::Decoded {
                     decoder: Arc::new(UnknownEncoding {
-                        ctx: octx.clone(),
+                        ctx: ctx.clone().tensor(&o.name),
                         encoding: other.to_string(),
                     }),
                     decoded_len: p.decoded_size(),
@@ -159,7 +155,7 @@ pub fn open(store: &Arc<Store>, limits: &Limits) -> Result<Catalog> {
                 catalog.digests.push((oi, pi, d));
             }
             parts.push(Part {
-                name: p.name.clone().into(),
+                name: p.name.into(),
                 dtype: view.dtype,
                 shape: view.shape,
                 strides: None,
@@ -167,9 +163,9 @@ pub fn open(store: &Arc<Store>, limits: &Limits) -> Result<Catalog> {
             });
         }
         catalog.objects.push(Object {
-            name: o.name.clone(),
-            shape: o.shape.clone(),
-            layout: o.layout.clone().into(),
+            name: o.name,
+            shape: o.shape,
+            layout: o.layout.into(),
             parts,
             attributes: attributes_of(&o.attributes),
         });

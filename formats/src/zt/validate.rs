@@ -417,7 +417,7 @@ fn quant_group(
     let zp =
         attr(obj, "zero_point").ok_or_else(|| bad(ctx, l, "attribute zero_point is required"))?;
     let form = match zp.get("form") {
-        Some(Cbor::Text(f)) if matches!(f.as_str(), "none" | "implied" | "tensor") => f.as_str(),
+        Some(Cbor::Text(f)) if matches!(f.as_ref(), "none" | "implied" | "tensor") => f.as_ref(),
         _ => {
             return Err(bad(
                 ctx,
@@ -456,7 +456,7 @@ fn quant_group(
     let packing =
         attr(obj, "packing").ok_or_else(|| bad(ctx, l, "attribute packing is required"))?;
     let word = match packing.get("word") {
-        Some(Cbor::Text(w)) => match w.as_str() {
+        Some(Cbor::Text(w)) => match w.as_ref() {
             "u8" => DType::U8,
             "u16" => DType::U16,
             "u32" => DType::U32,

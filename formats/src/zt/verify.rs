@@ -231,10 +231,10 @@ pub fn content_digest_of(m: &Manifest, ctx: &Context) -> Result<Digest> {
             };
             let mut e = vec![
                 ("dtype", Cbor::Text(p.dtype.name().into())),
-                ("digest", Cbor::Text(d.clone())),
+                ("digest", Cbor::Text(d.clone().into())),
             ];
             if let Some(t) = &p.logical {
-                e.push(("type", Cbor::Text(t.clone())));
+                e.push(("type", Cbor::Text(t.clone().into())));
             }
             parts.push((p.name.clone(), Cbor::map(e)));
         }
@@ -243,7 +243,7 @@ pub fn content_digest_of(m: &Manifest, ctx: &Context) -> Result<Digest> {
                 "shape",
                 Cbor::Array(o.shape.iter().map(|&d| Cbor::UInt(d)).collect()),
             ),
-            ("layout", Cbor::Text(o.layout.clone())),
+            ("layout", Cbor::Text(o.layout.clone().into())),
             ("parts", Cbor::map(parts)),
         ];
         if let Some(a) = &o.attributes {

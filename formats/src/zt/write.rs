@@ -245,7 +245,7 @@ fn part_cbor(p: &PartOut, ctx: &Context) -> Result<Cbor> {
             Cbor::Array(vec![Cbor::UInt(p.offset), Cbor::UInt(p.length)]),
         ),
         ("dtype", Cbor::Text(storage.name().into())),
-        ("digest", Cbor::Text(p.digest.to_string())),
+        ("digest", Cbor::Text(p.digest.to_string().into())),
     ];
     if let Some(t) = logical {
         m.push(("type", Cbor::Text(t.into())));
@@ -268,7 +268,7 @@ fn object_cbor(o: &ObjectOut, ctx: &Context) -> Result<Cbor> {
             "shape",
             Cbor::Array(o.shape.iter().map(|&d| Cbor::UInt(d)).collect()),
         ),
-        ("layout", Cbor::Text(o.layout.clone())),
+        ("layout", Cbor::Text(o.layout.clone().into())),
         ("parts", Cbor::map(parts)),
     ];
     if let Some(a) = &o.attributes {
@@ -1364,7 +1364,7 @@ impl Writer {
                 for (k, v) in entries.iter_mut() {
                     if matches!(k, Cbor::Text(t) if t == "objects") {
                         if let Cbor::Map(existing) = v {
-                            existing.extend(objs.drain(..).map(|(n, o)| (Cbor::Text(n), o)));
+                            existing.extend(objs.drain(..).map(|(n, o)| (Cbor::Text(n.into()), o)));
                         }
                     }
                 }
