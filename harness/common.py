@@ -155,7 +155,9 @@ def bench_filesystem() -> str:
 
 def zt_commit() -> str:
     """The git commit of the zt package this process imports ("+dirty" when its
-    tracked files differ from it), or "unknown" outside a git checkout."""
+    tracked files differ from it), or "unknown" outside a git checkout. The
+    suite's own outputs (results/, README.md) do not count: a run rewrites
+    them before it records the commit."""
     try:
         import zt
 
@@ -164,7 +166,12 @@ def zt_commit() -> str:
         head = subprocess.run([*git, "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, timeout=10)
         if head.returncode != 0:
             return "unknown"
-        dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True)
+        outputs = [":(top,exclude)results", ":(top,exclude)README.md"]
+        dirty = subprocess.run(
+            [*git, "status", "--porcelain", "--untracked-files=no", "--", ":(top)", *outputs],
+            capture_output=True,
+            text=True,
+        )
         return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
     except (ImportError, OSError, subprocess.SubprocessError):
         return "unknown"
