@@ -1,7 +1,9 @@
 //! Positional, buffered writing of a blob heap: small pieces are gathered
 //! into one buffer, large ones go to the kernel straight from the caller's
 //! memory (through a buffer they would be copied twice), and gaps of a page
-//! or more are skipped, leaving holes that read as zeros.
+//! or more are skipped, leaving holes that read as zeros: canonical
+//! placement pads 10 KiB tensors to 64 KiB, and writing those zeros made 6x
+//! the payload in dirty pages for the kernel to flush.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
