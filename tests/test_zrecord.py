@@ -21,6 +21,7 @@ from loaderx.zrecord import Dense as LxDense
 from loaderx.zrecord import Ragged as LxRagged
 from loaderx.zrecord import ZrecordError as LxError
 
+from zt import _zt
 from zt.zrecord import DICT_TIERS, Dense, Ragged, ZrecordError, train_dict
 
 CODECS = ["raw", "zstd", "zstd_dict"]
@@ -158,6 +159,28 @@ def test_dense_interop_and_identical_bytes(tmp, codec, shards):
         assert np.array_equal(r[:], x)
     with LxDense.open(tmp / "zt") as r:
         assert np.array_equal(r[np.arange(200)], x)
+
+
+@pytest.mark.parametrize("codec", ["raw", "zstd"])
+def test_large_batches_reuse_dropped_buffers_but_never_live_ones(tmp, codec):
+    # Batches of at least BATCH_POOLED_FROM bytes come from a pool of the
+    # buffers of dropped batches; a batch still alive must keep its bytes.
+    x = np.random.default_rng(5).integers(0, 255, (64, 64, 1024), dtype=np.uint8)  # 64 KiB records
+    with Dense.create(tmp / "s", np.uint8, (64, 1024), codec=codec) as w:
+        w.append(x)
+    n = -(-_zt.BATCH_POOLED_FROM // x[0].nbytes)
+    idx_a, idx_b = np.arange(n) % 64, (np.arange(n) * 7 + 3) % 64
+    with Dense.open(tmp / "s") as r:
+        a = r[idx_a]
+        b = r[idx_b]  # `a` is alive: `b` must not share its memory
+        assert not np.shares_memory(a, b)
+        assert np.array_equal(a, x[idx_a]) and np.array_equal(b, x[idx_b])
+        assert a.flags.writeable and a.dtype == np.uint8 and a.shape == (n, 64, 1024)
+        address = a.__array_interface__["data"][0]
+        del a
+        c = r[idx_b]  # a's buffer, reused
+        assert c.__array_interface__["data"][0] == address
+        assert np.array_equal(c, x[idx_b]) and np.array_equal(b, x[idx_b])
 
 
 @pytest.mark.parametrize("shards", [1, 4])

@@ -18,6 +18,8 @@ pub enum Keep {
     Mapped(#[allow(dead_code)] Arc<zt::Source>),
     /// An owned buffer (decoded or copied bytes).
     Owned(#[allow(dead_code)] Vec<u8>),
+    /// A gather's output buffer, returned to the pool when dropped.
+    Pooled(#[allow(dead_code)] crate::batch_pool::Pooled),
 }
 
 /// Array memory plus its numpy description.
@@ -143,6 +145,19 @@ impl ArrayView {
     pub fn from_f32(values: Vec<f32>, shape: Vec<u64>) -> Self {
         let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
         Self::owned(bytes, "<f4", shape, None)
+    }
+
+    /// A writable uint8 array over the first `len` bytes of a pooled
+    /// buffer starting at `address`.
+    pub fn pooled(buf: crate::batch_pool::Pooled, address: usize, len: usize) -> Self {
+        ArrayView {
+            _keep: Keep::Pooled(buf),
+            address,
+            typestr: "|u1",
+            shape: vec![len as u64],
+            strides: None,
+            readonly: false,
+        }
     }
 
     fn owned(

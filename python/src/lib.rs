@@ -12,6 +12,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 
 mod array;
+mod batch_pool;
 mod dataloader;
 mod dlpack;
 mod loader;
@@ -170,6 +171,8 @@ fn page_size() -> u64 {
 fn _zt(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("FormatError", m.py().get_type::<FormatError>())?;
     m.add_function(wrap_pyfunction!(open, m)?)?;
+    m.add_function(wrap_pyfunction!(batch_pool::batch_buffer, m)?)?;
+    m.add("BATCH_POOLED_FROM", batch_pool::POOLED_FROM)?;
     m.add_function(wrap_pyfunction!(detect, m)?)?;
     m.add_function(wrap_pyfunction!(page_size, m)?)?;
     m.add_function(wrap_pyfunction!(convert, m)?)?;

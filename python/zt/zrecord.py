@@ -303,7 +303,14 @@ class Dense(_Base):
         writer.append_dense(_address(src), src.nbytes)
 
     def _gather(self, reader, idxs):
-        values = np.empty((idxs.size, *self.item_shape), dtype=self.dtype)
+        shape = (idxs.size, *self.item_shape)
+        nbytes = math.prod(shape) * self.dtype.itemsize
+        if nbytes >= _zt.BATCH_POOLED_FROM:
+            # Large batches reuse the buffers of dropped ones: fresh pages
+            # cost more than the gather (see python/src/batch_pool.rs).
+            values = np.asarray(_zt.batch_buffer(nbytes)).view(self.dtype).reshape(shape)
+        else:
+            values = np.empty(shape, dtype=self.dtype)
         reader.gather_dense(_address(idxs), idxs.size, _address(values), values.nbytes)
         return values
 
