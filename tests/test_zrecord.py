@@ -183,6 +183,27 @@ def test_large_batches_reuse_dropped_buffers_but_never_live_ones(tmp, codec):
         assert np.array_equal(c, x[idx_b]) and np.array_equal(b, x[idx_b])
 
 
+@pytest.mark.parametrize("codec", ["raw", "zstd"])
+def test_large_ragged_batches_reuse_dropped_buffers_but_never_live_ones(tmp, codec):
+    rng = np.random.default_rng(6)
+    recs = [rng.integers(0, 255, (int(rng.integers(100, 200)), 96, 3), dtype=np.uint8) for _ in range(40)]
+    with Ragged.create(tmp / "s", np.uint8, 3, codec=codec) as w:
+        w.append(recs)
+    n = -(-_zt.BATCH_POOLED_FROM // (150 * 96 * 3))  # batches of about the pooled size
+    idx_a, idx_b = np.arange(n) % 40, (np.arange(n) * 7 + 3) % 40
+    with Ragged.open(tmp / "s") as r:
+        a = r[idx_a]
+        big = r[np.arange(n * 2) % 40]  # larger: the gather grows what it was given
+        b = r[idx_b]
+        for got, idx in ((a, idx_a), (big, np.arange(n * 2) % 40), (b, idx_b)):
+            assert all(np.array_equal(g, recs[i]) for g, i in zip(got, idx))
+        assert not np.shares_memory(a[0], b[0]) and not np.shares_memory(big[0], b[0])
+        del a, big
+        c = r[idx_a]
+        assert all(np.array_equal(g, recs[i]) for g, i in zip(c, idx_a))
+        assert all(np.array_equal(g, recs[i]) for g, i in zip(b, idx_b))
+
+
 @pytest.mark.parametrize("shards", [1, 4])
 def test_token_rows_written_unpacked_match_loaderx(tmp, shards):
     # Raw rows of 1 KiB and more go to the file with one iovec each instead

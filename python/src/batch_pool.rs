@@ -11,7 +11,8 @@
 //! So the buffers of large batches that Python has dropped are kept (a few,
 //! bounded in count and bytes) and handed to the next gather of a similar
 //! size. A buffer is zeroed once, when first allocated, so no byte of it is
-//! ever uninitialised.
+//! ever uninitialised. Buffers are `u64` words, so they are aligned for any
+//! element type (Ragged payloads are viewed as the store's dtype).
 
 use std::sync::Mutex;
 
@@ -26,13 +27,25 @@ pub const POOLED_FROM: usize = 16 << 20;
 const KEEP_BUFFERS: usize = 4;
 const KEEP_BYTES: usize = 256 << 20;
 
-static FREE: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
+static FREE: Mutex<Vec<Vec<u64>>> = Mutex::new(Vec::new());
 
-/// A buffer that goes back to the pool when the last array using it dies.
-pub struct Pooled(Vec<u8>);
+/// Bytes a kept buffer holds on to.
+fn held(words: &Vec<u64>) -> usize {
+    words.capacity() * 8
+}
+
+/// A buffer that goes back to the pool, if it is large, when the last
+/// array using it dies.
+pub struct Pooled(Vec<u64>);
 
 impl Pooled {
-    fn address(&self) -> usize {
+    /// Wrap a buffer (a small one is simply freed when dropped).
+    pub fn new(words: Vec<u64>) -> Self {
+        Pooled(words)
+    }
+
+    /// The address of its first byte.
+    pub fn address(&self) -> usize {
         self.0.as_ptr() as usize
     }
 }
@@ -40,9 +53,12 @@ impl Pooled {
 impl Drop for Pooled {
     fn drop(&mut self) {
         let buf = std::mem::take(&mut self.0);
+        if held(&buf) < POOLED_FROM {
+            return;
+        }
         let mut free = FREE.lock().unwrap_or_else(|e| e.into_inner());
-        let kept: usize = free.iter().map(Vec::len).sum();
-        if free.len() < KEEP_BUFFERS && kept + buf.len() <= KEEP_BYTES {
+        let kept: usize = free.iter().map(held).sum();
+        if free.len() < KEEP_BUFFERS && kept + held(&buf) <= KEEP_BYTES {
             free.push(buf);
         }
     }
@@ -51,18 +67,27 @@ impl Drop for Pooled {
 /// A buffer of at least `len` bytes: a kept one no more than twice that
 /// size, else a new zeroed one.
 fn take(len: usize) -> Pooled {
+    let words = len.div_ceil(8);
     let mut free = FREE.lock().unwrap_or_else(|e| e.into_inner());
     let fits = free
         .iter()
-        .position(|b| b.len() >= len && b.len() / 2 <= len);
+        .position(|b| b.len() >= words && b.len() / 2 <= words);
     match fits {
         Some(i) => Pooled(free.swap_remove(i)),
         None => {
             drop(free);
             // Zeroed by the kernel on first touch (calloc maps fresh pages).
-            Pooled(vec![0u8; len])
+            Pooled(vec![0u64; words])
         }
     }
+}
+
+/// The most recently kept buffer, or an empty one: for a Ragged gather,
+/// whose size is known only once it has looked its records up (the gather
+/// resizes it; batches of one workload are alike in size).
+pub fn take_latest() -> Vec<u64> {
+    let mut free = FREE.lock().unwrap_or_else(|e| e.into_inner());
+    free.pop().unwrap_or_default()
 }
 
 /// A writable uint8 array of `nbytes` for a gather to fill (its old
@@ -102,7 +127,17 @@ mod tests {
             .collect();
         drop(bufs);
         let free = FREE.lock().unwrap();
-        assert!(free.iter().map(Vec::len).sum::<usize>() <= KEEP_BYTES);
+        assert!(free.iter().map(held).sum::<usize>() <= KEEP_BYTES);
         assert!(free.len() <= KEEP_BUFFERS);
+    }
+
+    #[test]
+    fn small_buffers_are_not_kept() {
+        let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        FREE.lock().unwrap().clear();
+        drop(Pooled::new(vec![0u64; 1000]));
+        assert!(FREE.lock().unwrap().is_empty());
+        drop(take(POOLED_FROM));
+        assert_eq!(take_latest().len(), POOLED_FROM / 8);
     }
 }

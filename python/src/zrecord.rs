@@ -17,6 +17,8 @@ use pyo3::types::{PyBytes, PyDict, PyTuple};
 
 use zrecord::{Codec, CreateOptions, Error, Geometry, Reader, Schema, Writer};
 
+use crate::batch_pool::{self, Pooled};
+
 pyo3::create_exception!(
     zt,
     ZrecordError,
@@ -99,7 +101,7 @@ unsafe fn borrowed_shapes<'a>(
 /// Owned gather output (u64 words so any element type is aligned).
 #[pyclass(frozen, module = "zt._zt")]
 pub struct RecordBuffer {
-    words: Vec<u64>,
+    words: Pooled,
     typestr: &'static str,
     shape: Vec<usize>,
 }
@@ -113,7 +115,7 @@ impl RecordBuffer {
         dict.set_item("version", 3)?;
         dict.set_item("shape", PyTuple::new(py, &self.shape)?)?;
         dict.set_item("typestr", self.typestr)?;
-        dict.set_item("data", (self.words.as_ptr() as usize, false))?;
+        dict.set_item("data", (self.words.address(), false))?;
         dict.set_item("strides", py.None())?;
         Ok(dict)
     }
@@ -400,21 +402,26 @@ impl RecordReader {
         let ndim = reader.schema().ndim();
         // SAFETY: see `borrowed`.
         let idxs = unsafe { borrowed_u64(idxs, count)? };
-        let batch = py.detach(|| reader.gather_ragged(idxs)).map_err(to_py)?;
+        // The payloads go into a kept buffer of a dropped batch when there is
+        // one (see batch_pool): large batches otherwise fault in fresh pages.
+        let words = batch_pool::take_latest();
+        let batch = py
+            .detach(|| reader.gather_ragged_into(idxs, words))
+            .map_err(to_py)?;
         let values = RecordBuffer {
-            words: batch.words,
+            words: Pooled::new(batch.words),
             typestr: "|u1",
             shape: vec![batch.len],
         };
         let offsets = RecordBuffer {
             typestr: "<u8",
             shape: vec![batch.offsets.len()],
-            words: batch.offsets,
+            words: Pooled::new(batch.offsets),
         };
         let shapes = RecordBuffer {
             typestr: "<u8",
             shape: vec![count, ndim],
-            words: batch.shapes,
+            words: Pooled::new(batch.shapes),
         };
         Ok((values, offsets, shapes))
     }

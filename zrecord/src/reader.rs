@@ -392,6 +392,14 @@ impl Reader {
     /// Gather Ragged records in one pass: payloads end to end, byte offsets
     /// and shapes, every shape prefix checked against its payload.
     pub fn gather_ragged(&self, idxs: &[u64]) -> Result<RaggedBatch> {
+        self.gather_ragged_into(idxs, Vec::new())
+    }
+
+    /// [`Reader::gather_ragged`], writing the payloads into `words`'
+    /// allocation (resized to fit; its contents are overwritten). A caller
+    /// that keeps the buffers of dropped batches saves the kernel's fresh,
+    /// zeroed pages on every large gather.
+    pub fn gather_ragged_into(&self, idxs: &[u64], mut words: Vec<u64>) -> Result<RaggedBatch> {
         let ndim = match self.schema.geometry {
             Geometry::Ragged { ndim } => ndim,
             Geometry::Dense { .. } => return Err(Error::invalid("gather_ragged on a dense store")),
@@ -416,7 +424,13 @@ impl Reader {
         }
         let len = usize::try_from(total)
             .map_err(|_| Error::invalid("gathered records exceed the addressable buffer"))?;
-        let mut words = vec![0u64; len.div_ceil(8)];
+        let need = len.div_ceil(8);
+        if words.capacity() < need {
+            // calloc: fresh pages the kernel zeroes only when first touched.
+            words = vec![0u64; need];
+        } else {
+            words.resize(need, 0);
+        }
         let mut shapes = vec![0u64; idxs.len() * ndim];
         {
             // SAFETY: `words` holds len.div_ceil(8) * 8 >= len bytes.
