@@ -24,9 +24,10 @@ def raw(a) -> np.ndarray:
 # (name, array, upstream dtype, upstream logical)
 def tensors():
     f32 = RNG.standard_normal((4, 6)).astype(np.float32)
-    # Over the batch writer's 256 KiB chunk, so it is streamed; its copy is
-    # shared, and a twin that differs only in its last element is not.
-    large = RNG.standard_normal((320, 1024)).astype(np.float32)
+    # Over the batch writer's 256 KiB chunk, so it is streamed (in pieces
+    # ending on 2 MiB file offsets); its copy is shared, and a twin that
+    # differs only in its last element is not.
+    large = RNG.standard_normal((1100, 1024)).astype(np.float32)
     large_tail = large.copy()
     large_tail[-1, -1] += 1
     out = [

@@ -30,10 +30,22 @@ use crate::catalog::Digest;
 /// are hashed whole and handed over in batches of about this many bytes.
 pub(crate) const CHUNK: usize = 256 << 10;
 
+/// The writer writes streamed parts in pieces that end on multiples of this
+/// file offset. The page cache gives a buffered write folios no larger than
+/// the write, and a reader that maps the file later faults once per folio
+/// (at most once per 2 MiB): written in 256 KiB chunks, a 512 MiB `.zt`
+/// took 44.8 ms to traverse warm through zero-copy views, against 28.7 ms
+/// for a safetensors file written whole; in 2 MiB pieces, 28.8 against
+/// 28.4 ms.
+pub(crate) const WRITE_PIECE: u64 = 2 << 20;
+
 /// How many messages the scout may run ahead of the writer: enough that
 /// the writer never waits, few enough that the hashed bytes are still in
-/// cache when the writer copies them.
-const AHEAD: usize = 2;
+/// cache when the writer copies them. The writer holds streamed chunks back
+/// until it can write a whole piece, so the scout must be able to run a
+/// piece ahead, plus two chunks: with two messages only, hashing and
+/// writing took turns (0.55x safetensors instead of 0.94x).
+const AHEAD: usize = WRITE_PIECE as usize / CHUNK + 2;
 
 /// Most whole parts handed over in one message.
 const BATCH_PARTS: usize = 4096;

@@ -42,7 +42,7 @@ use crate::zt::cbor::{self, Cbor};
 use crate::zt::container::{self, Footer, CANONICAL_ALIGN, FLOOR, MAGIC, VERSION};
 use crate::zt::encoding::{self, ZSTD_SEEKABLE};
 use crate::zt::manifest::{self, check_name};
-use crate::zt::scout::{self, Scouted};
+use crate::zt::scout::{self, Scouted, WRITE_PIECE};
 use crate::zt::sink::Sink;
 use crate::zt::validate::{self, logical_name};
 
@@ -650,8 +650,19 @@ where
                             Some((p, offset, written)) if p == i => (offset, written),
                             _ => (blobs.begin(data.len() as u64)?, 0),
                         };
-                        blobs.sink.put(&data[from..end])?;
-                        streaming = Some((i, offset, end));
+                        // Write up to the last WRITE_PIECE boundary of the file
+                        // that the hashed bytes reach; the rest waits for the
+                        // next chunk, or goes out at the part's end.
+                        let cut = if end == data.len() {
+                            end
+                        } else {
+                            let boundary = (offset + end as u64) / WRITE_PIECE * WRITE_PIECE;
+                            (boundary.saturating_sub(offset) as usize).max(from)
+                        };
+                        if cut > from {
+                            blobs.sink.put(&data[from..cut])?;
+                        }
+                        streaming = Some((i, offset, cut));
                     }
                     Scouted::Streamed { part: i, digest } => {
                         let offset = match streaming.take() {
