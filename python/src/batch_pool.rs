@@ -51,27 +51,29 @@ impl Pooled {
 }
 
 impl Drop for Pooled {
+    /// Keep the buffer if it is large; the oldest kept ones make room (the
+    /// latest batch sizes are the ones asked for next).
     fn drop(&mut self) {
         let buf = std::mem::take(&mut self.0);
-        if held(&buf) < POOLED_FROM {
+        if held(&buf) < POOLED_FROM || held(&buf) > KEEP_BYTES {
             return;
         }
         let mut free = FREE.lock().unwrap_or_else(|e| e.into_inner());
-        let kept: usize = free.iter().map(held).sum();
-        if free.len() < KEEP_BUFFERS && kept + held(&buf) <= KEEP_BYTES {
-            free.push(buf);
+        free.push(buf);
+        while free.len() > KEEP_BUFFERS || free.iter().map(held).sum::<usize>() > KEEP_BYTES {
+            free.remove(0);
         }
     }
 }
 
-/// A buffer of at least `len` bytes: a kept one no more than twice that
-/// size, else a new zeroed one.
+/// A buffer of at least `len` bytes: the latest kept one no more than
+/// twice that size, else a new zeroed one.
 fn take(len: usize) -> Pooled {
     let words = len.div_ceil(8);
     let mut free = FREE.lock().unwrap_or_else(|e| e.into_inner());
     let fits = free
         .iter()
-        .position(|b| b.len() >= words && b.len() / 2 <= words);
+        .rposition(|b| b.len() >= words && b.len() / 2 <= words);
     match fits {
         Some(i) => Pooled(free.swap_remove(i)),
         None => {
@@ -109,6 +111,7 @@ mod tests {
     #[test]
     fn a_dropped_buffer_is_reused_for_a_similar_size_only() {
         let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        FREE.lock().unwrap().clear();
         let first = take(POOLED_FROM);
         let address = first.address();
         drop(first);
@@ -120,15 +123,29 @@ mod tests {
     }
 
     #[test]
-    fn the_pool_keeps_a_bounded_number_of_bytes() {
+    fn the_pool_keeps_the_latest_buffers_within_its_bounds() {
         let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        FREE.lock().unwrap().clear();
         let bufs: Vec<Pooled> = (0..KEEP_BUFFERS + 3)
             .map(|_| take(KEEP_BYTES / 2))
             .collect();
+        let last = bufs.last().unwrap().address();
         drop(bufs);
-        let free = FREE.lock().unwrap();
-        assert!(free.iter().map(held).sum::<usize>() <= KEEP_BYTES);
-        assert!(free.len() <= KEEP_BUFFERS);
+        {
+            let free = FREE.lock().unwrap();
+            assert!(free.iter().map(held).sum::<usize>() <= KEEP_BYTES);
+            assert!(free.len() <= KEEP_BUFFERS);
+        }
+        // The last one dropped is kept, and handed out first.
+        assert_eq!(take(KEEP_BYTES / 2).address(), last);
+        // Small buffers, and one larger than the whole pool, are not kept.
+        drop(Pooled::new(vec![0u64; 1000]));
+        drop(take(KEEP_BYTES + 8));
+        assert!(FREE
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|b| held(b) >= POOLED_FROM && held(b) <= KEEP_BYTES));
     }
 
     #[test]
