@@ -9,9 +9,9 @@
 //! 8 x 64 MiB written to ext4, in Rust: 3.6 GiB/s against 3.0 for plain
 //! writes of the same buffers and 3.0 for hashing each part on a worker
 //! before writing it. Through `zt.numpy.save_file`, against
-//! `safetensors.numpy.save_file` in the same run, this took canonical
-//! writes from 0.80x to 0.99x (large) and from 0.83x to 0.96x (mixed);
-//! 1 MiB chunks reached only 0.93x.
+//! `safetensors.numpy.save_file` in the same run (`python -m harness
+//! --only write`), canonical writes went from 0.85x to 0.93x (large) and
+//! from 0.75x to 0.95x (mixed); 1 MiB chunks did worse than 256 KiB.
 //!
 //! A large part can only be streamed that way if no earlier part has the
 //! same bytes, which is known before it is hashed: an earlier identical
@@ -67,7 +67,8 @@ pub(crate) struct Whole {
 pub(crate) enum Scouted {
     /// Consecutive parts, each hashed whole.
     Whole(Vec<Whole>),
-    /// `part` (a new large part) is hashed up to byte `end`: write that far.
+    /// `part` (a new large part) is hashed up to byte `end`: the writer may
+    /// write that far.
     Chunk { part: usize, end: usize },
     /// `part`, streamed in chunks, is hashed to its end.
     Streamed { part: usize, digest: Digest },
