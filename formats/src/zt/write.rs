@@ -19,8 +19,10 @@
 //! ones at the 4 KiB floor (a 10 KiB tensor then costs 12 KiB, not 64 KiB).
 //!
 //! Byte-identical decoded parts always share one blob (the dedup key is the
-//! XXH3-64 digest the manifest stores anyway, plus the length; equality is
-//! confirmed on the bytes before sharing).
+//! XXH3-64 digest the manifest stores anyway, plus the length; the batch
+//! writer's scout first rules out parts over 256 KiB whose length and first
+//! 4 KiB match no earlier part; equality is confirmed on the bytes before
+//! sharing).
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
