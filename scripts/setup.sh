@@ -26,7 +26,7 @@ fi
 
 echo "==> building the zt extension and CLI (release)"
 export VIRTUAL_ENV="$VENV" PATH="$VENV/bin:$PATH"
-cargo build --release --quiet -p zt --bin zt
+cargo build --release --quiet -p zt-cli --bin zt
 maturin develop --release --quiet -m python/Cargo.toml >/dev/null
 ln -sf "$ROOT/target/release/zt" "$VENV/bin/zt"
 echo "==> ready: $VENV (python -c 'import zt'), CLI: $VENV/bin/zt"

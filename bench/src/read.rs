@@ -38,7 +38,7 @@ pub struct ReadFile {
 impl ReadFile {
     /// A file whose tensors must fold as `folds` (by name) says.
     pub fn checked(label: &str, path: PathBuf, folds: &HashMap<String, u64>) -> Res<ReadFile> {
-        let source = Source::open(&path)?;
+        let source = zt::open(&path)?;
         let expected = source
             .tensors()
             .map(|t| {
@@ -68,7 +68,7 @@ impl ReadFile {
     /// A file with nothing to compare with: the first traversal is the
     /// reference the timed runs must reproduce.
     pub fn self_checked(path: PathBuf) -> Res<ReadFile> {
-        let source = Source::open(&path)?;
+        let source = zt::open(&path)?;
         Ok(ReadFile {
             label: path.display().to_string(),
             bytes: source.total_bytes(),
@@ -135,14 +135,14 @@ fn row_name(measurement: &str, file: &ReadFile) -> String {
 fn warm(files: &[ReadFile], runs: usize) -> Res<Times> {
     let sources = files
         .iter()
-        .map(|f| Source::open(&f.path))
+        .map(|f| zt::open(&f.path))
         .collect::<Result<Vec<_>, _>>()?;
     let mut times = Times::new();
     let mut open: Vec<Case> = files
         .iter()
         .map(|f| {
             Case::new(row_name(OPEN, f), move || {
-                let (s, source) = timed(|| Source::open(&f.path));
+                let (s, source) = timed(|| zt::open(&f.path));
                 std::hint::black_box(source?.len());
                 Ok(s)
             })
@@ -185,7 +185,7 @@ fn cold(files: &[ReadFile], runs: usize) -> Res<(Times, Vec<f64>)> {
         cases.push(Case::new(row_name(COLD, f), move || {
             sys::drop_cache(&f.path)?;
             kept.set(kept.get().max(sys::cached_fraction(&f.path)?));
-            let (s, folds) = timed(|| -> Res<Vec<u64>> { traverse(&Source::open(&f.path)?) });
+            let (s, folds) = timed(|| -> Res<Vec<u64>> { traverse(&zt::open(&f.path)?) });
             f.check(&folds?)?;
             Ok(s)
         }));

@@ -11,7 +11,7 @@
 //! redundancy) and dense token blocks `int32[512]` (Zipf-like ids below
 //! 50,257, about as compressible as tokenized text).
 
-use zt::zt::write::ObjectIn;
+use zt::container::write::ObjectIn;
 use zt::{DType, TensorIn};
 
 /// splitmix64: a small, fast, seedable generator.

@@ -1,14 +1,14 @@
 //! Writing one tensor workload, then verifying and converting the files.
 //!
 //! Writes: the same in-memory tensors to `.zt` canonical, `auto` and 4 KiB
-//! placement (`zt::zt::write::write_objects`, the batch path behind
+//! placement (`zt::container::write::write_objects`, the batch path behind
 //! `zt.numpy.save_file`) and to safetensors (`zt::formats::safetensors::write`).
 //! No writer fsyncs inside the timed region; before each run the previous
 //! output is removed and `sync(2)` runs outside the timer. After the runs
 //! every file is opened and compared byte for byte with the source tensors.
 //!
 //! Verify and convert, on the files just written (warm cache): `zt verify`
-//! shallow and `--deep` (`zt::zt::verify::verify`) on the canonical `.zt`,
+//! shallow and `--deep` (`zt::verify`) on the canonical `.zt`,
 //! and safetensors → canonical `.zt` through `zt::convert` (open included),
 //! whose content digest must equal the directly written file's.
 
@@ -16,9 +16,10 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use zt::zt::verify::{content_digest, verify};
-use zt::zt::write::{write_objects, Options};
-use zt::{Align, Source, WriteOptions};
+use zt::container::verify::content_digest;
+use zt::container::write::{write_objects, Options};
+use zt::verify;
+use zt::{Align, WriteOptions};
 
 use crate::stats::{fold, interleaved, timed, Case, Rate, Res, Row, Table};
 use crate::sys;
@@ -89,7 +90,7 @@ pub fn folds(t: &Tensors) -> HashMap<String, u64> {
 
 /// Every tensor of `path` equals the source tensor of its name, exactly.
 pub fn check_content(path: &Path, t: &Tensors) -> Res<()> {
-    let source = Source::open(path)?;
+    let source = zt::open(path)?;
     if source.len() != t.tensors.len() {
         return Err(format!(
             "{}: {} tensors, {} written",
@@ -199,7 +200,7 @@ pub fn verify_convert_table(t: &Tensors, w: &Written, dir: &Path, runs: usize) -
                 sys::remove(out)?;
                 sys::sync_all();
                 let (s, r) = timed(|| -> zt::Result<u64> {
-                    zt::convert(&Source::open(src)?, out, &WriteOptions::default())
+                    zt::convert(&zt::open(src)?, out, &WriteOptions::default())
                 });
                 r?;
                 if content_digest(out)? != want {

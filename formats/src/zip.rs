@@ -11,9 +11,9 @@
 
 use std::io::{self, Read, Write};
 
-use crate::error::{Context, Error, Result};
-use crate::limits::Limits;
-use crate::store::Store;
+use zt_core::error::{Context, Error, Result};
+use zt_core::limits::Limits;
+use zt_core::store::Store;
 
 const LOCAL_SIG: u32 = 0x0403_4b50;
 const CENTRAL_SIG: u32 = 0x0201_4b50;

@@ -31,10 +31,7 @@ fuzz_target!(|data: &[u8]| {
     std::fs::write(&path, data).expect("write input");
     let limits = Limits::default();
     let store = Arc::new(Store::open(&path).expect("open input"));
-    let catalog = Onnx.open(&OpenInput {
-        store: &store,
-        limits: &limits,
-    });
+    let catalog = Onnx.open(&OpenInput::new(&store, &limits));
     if let Ok(catalog) = catalog {
         if let Ok(source) = Source::from_catalog("onnx", store, catalog, limits) {
             for tensor in source.tensors() {

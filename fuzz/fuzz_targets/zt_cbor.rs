@@ -13,8 +13,8 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use zt::zt::cbor::{decode, encode, DecodeLimits, MAX_DEPTH};
-use zt::zt::container::{Footer, MAGIC};
+use zt::container::cbor::{decode, encode, DecodeLimits, MAX_DEPTH};
+use zt::container::container::{Footer, MAGIC};
 
 fn scratch() -> &'static PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
@@ -28,7 +28,7 @@ fn scratch() -> &'static PathBuf {
 fuzz_target!(|data: &[u8]| {
     if let Ok(item) = decode(data, DecodeLimits { depth: MAX_DEPTH }) {
         assert_eq!(encode(&item), data, "accepted a non-deterministic encoding");
-        let _ = zt::zt::manifest::from_cbor(&item, &zt::Context::default());
+        let _ = zt::container::manifest::from_cbor(&item, &zt::Context::default());
     }
     // The same bytes as the manifest of a file whose footer is valid, so
     // the fuzzer reaches blob, layout and encoding checks.
@@ -44,7 +44,7 @@ fuzz_target!(|data: &[u8]| {
     file.extend_from_slice(&footer.encode());
     let path = scratch().join("input.zt");
     std::fs::write(&path, &file).expect("write input");
-    if let Ok(source) = zt::Source::open(&path) {
+    if let Ok(source) = zt::open(&path) {
         for t in source.tensors() {
             for p in t.parts() {
                 let _ = p.bytes().map(|b| b.len());

@@ -110,7 +110,6 @@ fn dl_dtype(dtype: DType) -> DLDataType {
         DType::F4E2M1 => (17, 4),
         DType::I4 => (0, 4),
         DType::U4 => (1, 4),
-        _ => (1, 8),
     };
     DLDataType {
         code,

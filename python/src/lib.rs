@@ -115,8 +115,8 @@ fn open(
     };
     let source = py
         .detach(|| match paths.as_slice() {
-            [one] => options.open(one),
-            many => options.open_all(many),
+            [one] => zt::open_with(one, &options),
+            many => zt::open_all_with(many, &options),
         })
         .map_err(to_py_err)?;
     Ok(tensor::Source::new(source))
@@ -155,7 +155,7 @@ fn convert(
     };
     let options = zt::WriteOptions { align, compression };
     py.detach(|| {
-        let source = zt::Source::open_all(&sources)?;
+        let source = zt::open_all(&sources)?;
         zt::convert(&source, &dst, &options)
     })
     .map_err(to_py_err)

@@ -13,9 +13,9 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
+use zt::container::cbor::Cbor;
+use zt::container::write::{ObjectIn, Options, PartIn, Writer as ZtWriter};
 use zt::dtype::DType;
-use zt::zt::cbor::Cbor;
-use zt::zt::write::{ObjectIn, Options, PartIn, Writer as ZtWriter};
 use zt::Align;
 
 use crate::to_py_err;
@@ -333,7 +333,7 @@ pub fn write_zt(
             })
         })
         .collect::<PyResult<Vec<_>>>()?;
-    py.detach(|| zt::zt::write::write_objects(&path, objects, attributes, &opts))
+    py.detach(|| zt::container::write::write_objects(&path, objects, attributes, &opts))
         .map_err(to_py_err)
 }
 
@@ -341,16 +341,14 @@ pub fn write_zt(
 #[pyfunction]
 #[pyo3(signature = (path, deep = false))]
 pub fn verify(py: Python<'_>, path: PathBuf, deep: bool) -> PyResult<(u64, u64)> {
-    let v = py
-        .detach(|| zt::zt::verify::verify(&path, deep))
-        .map_err(to_py_err)?;
+    let v = py.detach(|| zt::verify(&path, deep)).map_err(to_py_err)?;
     Ok((v.checked, v.undigested))
 }
 
 /// The content digest of a `.zt` file (`"sha256:..."`).
 #[pyfunction]
 pub fn content_id(py: Python<'_>, path: PathBuf) -> PyResult<String> {
-    py.detach(|| zt::zt::verify::content_digest(&path))
+    py.detach(|| zt::container::verify::content_digest(&path))
         .map(|d| d.to_string())
         .map_err(to_py_err)
 }
@@ -358,7 +356,7 @@ pub fn content_id(py: Python<'_>, path: PathBuf) -> PyResult<String> {
 /// The canonical-form violations of a `.zt` file: (rule, detail) pairs.
 #[pyfunction]
 pub fn canonical_violations(py: Python<'_>, path: PathBuf) -> PyResult<Vec<(u8, String)>> {
-    py.detach(|| zt::zt::verify::canonical_violations(&path))
+    py.detach(|| zt::container::verify::canonical_violations(&path))
         .map(|v| v.into_iter().map(|x| (x.rule, x.detail)).collect())
         .map_err(to_py_err)
 }

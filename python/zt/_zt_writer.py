@@ -98,11 +98,13 @@ class Writer:
     form: names added in ascending order, raw parts, 64 KiB placement,
     identical parts shared. ``canonical=False`` places blobs by ``align``:
     ``"auto"`` (the default: large tensors at 64 KiB, small ones at 4 KiB) or
-    a power of two >= 4096, and allows compression. ``publish=True`` builds
-    the file beside ``path``, fsyncs and renames it into place on
-    :meth:`finish`; ``append=True`` amends an existing file. An exception in
-    a ``with`` block, :meth:`abandon`, or a writer dropped unfinished leaves
-    nothing behind.
+    a power of two >= 4096, and allows compression. A new file is always
+    built beside ``path`` and renamed into place on :meth:`finish`, so the
+    old file at ``path`` stays whole until then; ``publish=True`` also
+    fsyncs the file before the rename and its directory after (durable
+    across a power loss). ``append=True`` amends an existing file in place.
+    An exception in a ``with`` block, :meth:`abandon`, or a writer dropped
+    unfinished leaves nothing behind (an amended file is cut back).
     """
 
     def __init__(

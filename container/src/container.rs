@@ -1,0 +1,179 @@
+//! The L0 container: magic at both ends, the 40-byte footer, and the
+//! manifest blob it points at (bounds, size cap and XXH3-64 checked before a
+//! byte of it is parsed).
+
+use std::borrow::Cow;
+
+use zt_core::error::{Context, Error, Result};
+use zt_core::limits::Limits;
+use zt_core::store::Store;
+
+/// The zTensor v2 magic, at offset 0 and at the end of the footer.
+pub const MAGIC: &[u8; 8] = b"\x89ZT2\r\n\x1a\n";
+/// Footer size in bytes.
+pub const FOOTER_LEN: u64 = 40;
+/// Smallest valid file: magic plus footer.
+pub const MIN_FILE: u64 = 48;
+/// The footer version this reader and writer speak.
+pub const VERSION: u32 = 2;
+/// Every blob offset is a multiple of this, and at least this.
+pub const FLOOR: u64 = 4096;
+/// Canonical placement.
+pub const CANONICAL_ALIGN: u64 = 65536;
+/// The spec's cap on a manifest, checked before reading it.
+pub const MAX_MANIFEST: u64 = 1 << 30;
+
+/// The decoded footer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Footer {
+    /// Absolute offset of the manifest blob (0 for a data shard).
+    pub manifest_offset: u64,
+    /// Manifest length (0 for a data shard).
+    pub manifest_length: u64,
+    /// XXH3-64 of the manifest bytes (0 for a data shard).
+    pub manifest_hash: u64,
+    /// Footer version (2).
+    pub version: u32,
+}
+
+impl Footer {
+    /// True for a data shard: a blob heap with no manifest.
+    pub fn is_data_shard(&self) -> bool {
+        self.manifest_length == 0
+    }
+
+    /// The 40 footer bytes.
+    pub fn encode(&self) -> [u8; 40] {
+        let mut f = [0u8; 40];
+        f[0..8].copy_from_slice(&self.manifest_offset.to_le_bytes());
+        f[8..16].copy_from_slice(&self.manifest_length.to_le_bytes());
+        f[16..24].copy_from_slice(&self.manifest_hash.to_le_bytes());
+        f[24..28].copy_from_slice(&self.version.to_le_bytes());
+        f[32..40].copy_from_slice(MAGIC);
+        f
+    }
+}
+
+fn le64(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+/// Read and check the footer: size, both magics, version.
+pub fn read_footer(store: &Store) -> Result<Footer> {
+    let ctx = store.ctx();
+    let len = store.len();
+    if len < MIN_FILE {
+        return Err(Error::Truncated {
+            ctx,
+            what: "zTensor magic and footer",
+            needed: MIN_FILE,
+            available: len,
+        });
+    }
+    if &store.read(0, 8)?[..] != MAGIC {
+        return Err(Error::header(ctx.at(0), "bad leading magic"));
+    }
+    let f = store.read(len - FOOTER_LEN, FOOTER_LEN)?;
+    if &f[32..40] != MAGIC {
+        return Err(Error::header(
+            ctx.at(len - 8),
+            "bad trailing magic: the footer is not at the end of the file",
+        ));
+    }
+    let footer = Footer {
+        manifest_offset: le64(&f, 0),
+        manifest_length: le64(&f, 8),
+        manifest_hash: le64(&f, 16),
+        version: u32::from_le_bytes(f[24..28].try_into().expect("4 bytes")),
+    };
+    if footer.version != VERSION {
+        return Err(Error::header(
+            ctx.at(len - 16),
+            format!("footer version {} (this reader speaks 2)", footer.version),
+        ));
+    }
+    Ok(footer)
+}
+
+/// Check the manifest's bounds, size and hash, and return its bytes.
+pub fn read_manifest<'s>(
+    store: &'s Store,
+    footer: &Footer,
+    limits: &Limits,
+) -> Result<Cow<'s, [u8]>> {
+    let ctx = store.ctx().at(footer.manifest_offset);
+    let n = footer.manifest_length;
+    Limits::check(&ctx, "zt manifest_bytes", n, MAX_MANIFEST)?;
+    limits.check_header(&ctx, n)?;
+    check_blob(&ctx, store.len(), footer.manifest_offset, n, "manifest")?;
+    let bytes = store.read(footer.manifest_offset, n)?;
+    let hash = xxhash_rust::xxh3::xxh3_64(&bytes);
+    if hash != footer.manifest_hash {
+        return Err(Error::Integrity {
+            ctx,
+            reason: format!(
+                "manifest XXH3-64 is {hash:016x}, the footer says {:016x}",
+                footer.manifest_hash
+            ),
+        });
+    }
+    Ok(bytes)
+}
+
+/// The blob rules of §2.4 for one reference into a file of `file_len` bytes:
+/// offset a multiple of 4096 and at least 4096, end before the footer.
+pub fn check_blob(ctx: &Context, file_len: u64, offset: u64, len: u64, what: &str) -> Result<()> {
+    if offset % FLOOR != 0 || offset < FLOOR {
+        return Err(Error::range(
+            ctx.clone().at(offset),
+            format!("{what} blob offset {offset} is not a multiple of 4096 at or past 4096"),
+        ));
+    }
+    let end = offset.checked_add(len).ok_or(Error::Overflow {
+        ctx: ctx.clone().at(offset),
+        what: "blob end",
+    })?;
+    let data_end = file_len.saturating_sub(FOOTER_LEN);
+    if end > data_end {
+        return Err(Error::range(
+            ctx.clone().at(offset),
+            format!(
+                "{what} blob [{offset}, {end}) runs past the data region, which ends at {data_end}"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Check that references into one file are pairwise identical or disjoint
+/// (zero-length references are exempt). `refs` holds `(offset, len, name)`
+/// where `name` is the tensor that holds the reference (empty for the manifest).
+pub fn check_disjoint(ctx: &Context, refs: &mut [(u64, u64, &str)]) -> Result<()> {
+    refs.sort_unstable();
+    let mut prev: Option<(u64, u64, &str)> = None;
+    for &(offset, len, who) in refs.iter() {
+        if len == 0 {
+            continue;
+        }
+        if let Some((po, pl, pw)) = prev {
+            if (po, pl) == (offset, len) {
+                continue;
+            }
+            // Sorted by offset, and po + pl cannot overflow: every blob was
+            // checked to end inside the file.
+            if po + pl > offset {
+                let name = if who.is_empty() { pw } else { who };
+                let mut c = ctx.clone().at(offset);
+                if !name.is_empty() {
+                    c = c.tensor(name);
+                }
+                return Err(Error::range(
+                    c,
+                    format!("blob [{offset}, +{len}) partially overlaps blob [{po}, +{pl})"),
+                ));
+            }
+        }
+        prev = Some((offset, len, who));
+    }
+    Ok(())
+}

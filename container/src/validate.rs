@@ -1,0 +1,590 @@
+//! Layout and logical-type rules (§4, §5 and the registered profiles):
+//! what each part of an object must be, and how big.
+//!
+//! [`interpret`] checks an object against its layout and says how each part
+//! reads as an array (element type and shape). Unknown layouts are exposed
+//! structurally: every part as a flat array of its storage type.
+
+use crate::cbor::Cbor;
+use crate::manifest::{ObjectDef, PartDef};
+use zt_core::dtype::{num_elements, DType};
+use zt_core::error::{Context, Error, Result};
+
+/// A registered logical type: its name, the dtype it rides on, and the
+/// zt element type used for it.
+pub fn logical_type(name: &str) -> Option<(DType, DType)> {
+    let d = match name {
+        "bool" => DType::Bool,
+        "f8_e4m3fn" => DType::F8E4M3Fn,
+        "f8_e5m2" => DType::F8E5M2,
+        "f8_e4m3fnuz" => DType::F8E4M3Fnuz,
+        "f8_e5m2fnuz" => DType::F8E5M2Fnuz,
+        "f8_e8m0" => DType::F8E8M0,
+        "f4_e2m1" => DType::F4E2M1,
+        "complex64" => DType::Complex64,
+        "complex128" => DType::Complex128,
+        _ => return None,
+    };
+    Some((d, d.storage()))
+}
+
+/// The `type` string for a zt element type, when it is a logical one.
+pub fn logical_name(d: DType) -> Option<&'static str> {
+    match d {
+        DType::Bool
+        | DType::F8E4M3Fn
+        | DType::F8E5M2
+        | DType::F8E4M3Fnuz
+        | DType::F8E5M2Fnuz
+        | DType::F8E8M0
+        | DType::F4E2M1
+        | DType::Complex64
+        | DType::Complex128 => Some(d.name()),
+        _ => None,
+    }
+}
+
+/// The element type of a part: its logical type when it has one (which
+/// must be registered and ride on the part's dtype), else its dtype.
+pub fn element_type(part: &PartDef, ctx: &Context) -> Result<DType> {
+    match &part.logical {
+        None => Ok(part.dtype),
+        Some(name) => match logical_type(name) {
+            Some((d, storage)) if storage == part.dtype => Ok(d),
+            Some((_, storage)) => Err(Error::header(
+                ctx.clone(),
+                format!(
+                    "part {:?}: logical type {name} needs dtype {storage}, not {}",
+                    part.name, part.dtype
+                ),
+            )),
+            None => Err(Error::UnsupportedDType {
+                ctx: ctx.clone(),
+                dtype: name.clone(),
+            }),
+        },
+    }
+}
+
+/// How one part reads: element type and shape.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartView {
+    /// Element type (logical when registered).
+    pub dtype: DType,
+    /// Shape in elements.
+    pub shape: Vec<u64>,
+}
+
+fn size_of(d: DType, n: u64, ctx: &Context) -> Result<u64> {
+    d.nbytes(n).ok_or(Error::Overflow {
+        ctx: ctx.clone(),
+        what: "part size",
+    })
+}
+
+fn need(part: &PartDef, want: u64, ctx: &Context, why: &str) -> Result<()> {
+    if part.decoded_size() != want {
+        return Err(Error::range(
+            ctx.clone(),
+            format!(
+                "part {:?} decodes to {} bytes, {why} needs {want}",
+                part.name,
+                part.decoded_size()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn bad(ctx: &Context, layout: &str, reason: impl std::fmt::Display) -> Error {
+    Error::header(ctx.clone(), format!("{layout}: {reason}"))
+}
+
+/// Exactly these part names (in any order); returns them in that order.
+fn parts_named<'a>(obj: &'a ObjectDef, names: &[&str], ctx: &Context) -> Result<Vec<&'a PartDef>> {
+    let mut found: Vec<String> = obj.parts.iter().map(|p| p.name.clone()).collect();
+    found.sort();
+    let mut want: Vec<String> = names.iter().map(|s| s.to_string()).collect();
+    want.sort();
+    if found != want {
+        return Err(bad(
+            ctx,
+            &obj.layout,
+            format!("parts are {found:?}, the layout needs exactly {want:?}"),
+        ));
+    }
+    Ok(names
+        .iter()
+        .map(|n| {
+            obj.parts
+                .iter()
+                .find(|p| p.name == *n)
+                .expect("checked above")
+        })
+        .collect())
+}
+
+fn plain_index(p: &PartDef, obj: &ObjectDef, ctx: &Context) -> Result<()> {
+    if p.logical.is_some() || !matches!(p.dtype, DType::U32 | DType::U64) {
+        return Err(bad(
+            ctx,
+            &obj.layout,
+            format!("part {:?} must be plain u32 or u64", p.name),
+        ));
+    }
+    Ok(())
+}
+
+fn attr<'a>(obj: &'a ObjectDef, key: &str) -> Option<&'a Cbor> {
+    obj.attributes.as_ref().and_then(|a| a.get(key))
+}
+
+fn attr_uint(obj: &ObjectDef, key: &str, ctx: &Context) -> Result<u64> {
+    match attr(obj, key) {
+        Some(Cbor::UInt(u)) => Ok(*u),
+        Some(other) => Err(bad(
+            ctx,
+            &obj.layout,
+            format!("attribute {key} is a {}", other.kind()),
+        )),
+        None => Err(bad(
+            ctx,
+            &obj.layout,
+            format!("attribute {key} is required"),
+        )),
+    }
+}
+
+fn attr_text<'a>(obj: &'a ObjectDef, key: &str, ctx: &Context) -> Result<&'a str> {
+    match attr(obj, key) {
+        Some(Cbor::Text(t)) => Ok(t),
+        Some(other) => Err(bad(
+            ctx,
+            &obj.layout,
+            format!("attribute {key} is a {}", other.kind()),
+        )),
+        None => Err(bad(
+            ctx,
+            &obj.layout,
+            format!("attribute {key} is required"),
+        )),
+    }
+}
+
+/// The ggml type names of the `gguf.<type>/1` profiles.
+const GGUF_TYPES: &[&str] = &[
+    "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q8_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "q8_k",
+    "iq1_s", "iq1_m", "iq2_xxs", "iq2_xs", "iq2_s", "iq3_xxs", "iq3_s", "iq4_nl", "iq4_xs",
+    "mxfp4",
+];
+
+/// True when zt interprets (and so validates) this layout.
+pub fn is_known_layout(layout: &str) -> bool {
+    matches!(
+        layout,
+        "dense" | "zt.sparse_csr/1" | "zt.sparse_coo/1" | "zt.quant_group/1" | "zt.mx/1"
+    ) || gguf_type(layout).is_some()
+}
+
+fn gguf_type(layout: &str) -> Option<&str> {
+    let t = layout.strip_prefix("gguf.")?.strip_suffix("/1")?;
+    GGUF_TYPES.contains(&t).then_some(t)
+}
+
+/// Check `obj` against its layout and return how each of its parts reads,
+/// in the order of `obj.parts`.
+pub fn interpret(obj: &ObjectDef, ctx: &Context) -> Result<Vec<PartView>> {
+    let elements = num_elements(&obj.shape).ok_or(Error::Overflow {
+        ctx: ctx.clone(),
+        what: "element count",
+    })?;
+    let mut views: Vec<(String, PartView)> = Vec::new();
+    let mut put = |p: &PartDef, dtype: DType, shape: Vec<u64>| {
+        views.push((p.name.clone(), PartView { dtype, shape }));
+    };
+    match obj.layout.as_str() {
+        "dense" => {
+            let [data] = parts_named(obj, &["data"], ctx)?[..] else {
+                unreachable!("one part")
+            };
+            if data
+                .logical
+                .as_deref()
+                .is_some_and(|n| logical_type(n).is_none())
+            {
+                // An unregistered logical type must not be decoded (§4.2), but
+                // the rest of the file stays readable: the tensor is exposed
+                // structurally, its part as the raw bytes it stores (the
+                // element size is unknown, so no size equation applies).
+                put(data, DType::U8, vec![data.decoded_size()]);
+                return finish_views(obj, views);
+            }
+            let t = element_type(data, ctx)?;
+            need(
+                data,
+                size_of(t, elements, ctx)?,
+                ctx,
+                "the dense size equation",
+            )?;
+            put(data, t, obj.shape.clone());
+        }
+        "zt.sparse_csr/1" => {
+            let [values, indices, indptr] =
+                parts_named(obj, &["values", "indices", "indptr"], ctx)?[..]
+            else {
+                unreachable!("three parts")
+            };
+            if obj.shape.len() != 2 {
+                return Err(bad(ctx, &obj.layout, "rank must be 2"));
+            }
+            plain_index(indices, obj, ctx)?;
+            if indptr.dtype != indices.dtype || indptr.logical.is_some() {
+                return Err(bad(
+                    ctx,
+                    &obj.layout,
+                    "indptr must have the dtype of indices",
+                ));
+            }
+            let w = indices.dtype.size().expect("u32/u64");
+            if indices.decoded_size() % w != 0 {
+                return Err(bad(
+                    ctx,
+                    &obj.layout,
+                    "indices size is not a whole number of elements",
+                ));
+            }
+            let nnz = indices.decoded_size() / w;
+            let rows1 = obj.shape[0].checked_add(1).ok_or(Error::Overflow {
+                ctx: ctx.clone(),
+                what: "rows + 1",
+            })?;
+            need(
+                indptr,
+                size_of(indptr.dtype, rows1, ctx)?,
+                ctx,
+                "(rows + 1) x width",
+            )?;
+            let t = element_type(values, ctx)?;
+            need(values, size_of(t, nnz, ctx)?, ctx, "nnz values")?;
+            put(values, t, vec![nnz]);
+            put(indices, indices.dtype, vec![nnz]);
+            put(indptr, indptr.dtype, vec![rows1]);
+        }
+        "zt.sparse_coo/1" => {
+            let [values, coords] = parts_named(obj, &["values", "coords"], ctx)?[..] else {
+                unreachable!("two parts")
+            };
+            let ndim = obj.shape.len() as u64;
+            if ndim == 0 {
+                return Err(bad(ctx, &obj.layout, "rank must be at least 1"));
+            }
+            plain_index(coords, obj, ctx)?;
+            let per = coords.dtype.size().expect("u32/u64") * ndim;
+            if coords.decoded_size() % per != 0 {
+                return Err(bad(
+                    ctx,
+                    &obj.layout,
+                    "coords size is not ndim x width x nnz",
+                ));
+            }
+            let nnz = coords.decoded_size() / per;
+            let t = element_type(values, ctx)?;
+            need(values, size_of(t, nnz, ctx)?, ctx, "nnz values")?;
+            put(values, t, vec![nnz]);
+            put(coords, coords.dtype, vec![ndim, nnz]);
+        }
+        "zt.mx/1" => {
+            let [data, scales] = parts_named(obj, &["data", "scales"], ctx)?[..] else {
+                unreachable!("two parts")
+            };
+            if scales.dtype != DType::U8 || scales.logical.as_deref() != Some("f8_e8m0") {
+                return Err(bad(ctx, &obj.layout, "scales must be u8 with type f8_e8m0"));
+            }
+            if attr_text(obj, "scale_form", ctx)? != "e8m0_exponent" {
+                return Err(bad(
+                    ctx,
+                    &obj.layout,
+                    "scale_form must be \"e8m0_exponent\"",
+                ));
+            }
+            let rank = obj.shape.len() as u64;
+            let axis = match attr(obj, "axis") {
+                None if rank > 0 => rank - 1,
+                None => {
+                    return Err(bad(
+                        ctx,
+                        &obj.layout,
+                        "a rank-0 object has no axis to block",
+                    ))
+                }
+                Some(_) => attr_uint(obj, "axis", ctx)?,
+            };
+            if axis >= rank {
+                return Err(bad(
+                    ctx,
+                    &obj.layout,
+                    format!("axis {axis} is not below rank {rank}"),
+                ));
+            }
+            let block = attr_uint(obj, "block_size", ctx)?;
+            if block < 2 || obj.shape[axis as usize] % block != 0 {
+                return Err(bad(
+                    ctx,
+                    &obj.layout,
+                    format!("block_size {block} must be >= 2 and divide shape[{axis}]"),
+                ));
+            }
+            let t = match (data.dtype, data.logical.as_deref()) {
+                (DType::U8, Some("f4_e2m1" | "f8_e4m3fn" | "f8_e5m2")) | (DType::I8, None) => {
+                    element_type(data, ctx)?
+                }
+                _ => {
+                    return Err(bad(
+                        ctx,
+                        &obj.layout,
+                        "data must be f4_e2m1, f8_e4m3fn, f8_e5m2 over u8, or plain i8",
+                    ))
+                }
+            };
+            need(data, size_of(t, elements, ctx)?, ctx, "the element count")?;
+            need(scales, elements / block, ctx, "one scale per block")?;
+            put(data, t, vec![elements]);
+            put(scales, DType::F8E8M0, vec![elements / block]);
+        }
+        "zt.quant_group/1" => quant_group(obj, elements, ctx, &mut put)?,
+        layout => match gguf_type(layout) {
+            Some(_) => {
+                let [data] = parts_named(obj, &["data"], ctx)?[..] else {
+                    unreachable!("one part")
+                };
+                if data.dtype != DType::U8 || data.logical.is_some() {
+                    return Err(bad(ctx, layout, "data must be plain u8"));
+                }
+                let epb = attr_uint(obj, "elems_per_block", ctx)?;
+                let bb = attr_uint(obj, "block_bytes", ctx)?;
+                if epb == 0 || bb == 0 || elements % epb != 0 {
+                    return Err(bad(ctx, layout, "elems_per_block and block_bytes must be >= 1, elems_per_block dividing the element count"));
+                }
+                let want = (elements / epb).checked_mul(bb).ok_or(Error::Overflow {
+                    ctx: ctx.clone(),
+                    what: "blocks x block_bytes",
+                })?;
+                need(data, want, ctx, "blocks x block_bytes")?;
+                put(data, DType::U8, vec![want]);
+            }
+            None => {
+                // Unknown layout: structural access only. A part whose
+                // logical type is unknown is exposed as raw bytes, never
+                // reinterpreted as its storage type.
+                for p in &obj.parts {
+                    let known = p.logical.as_deref().map(logical_type);
+                    let (t, n) = match known {
+                        None if p.decoded_size() % p.dtype.size().expect("storage") == 0 => {
+                            (p.dtype, p.decoded_size() / p.dtype.size().expect("storage"))
+                        }
+                        _ => (DType::U8, p.decoded_size()),
+                    };
+                    put(p, t, vec![n]);
+                }
+            }
+        },
+    }
+    finish_views(obj, views)
+}
+
+/// The views in the order of `obj.parts`.
+fn finish_views(obj: &ObjectDef, views: Vec<(String, PartView)>) -> Result<Vec<PartView>> {
+    Ok(obj
+        .parts
+        .iter()
+        .map(|p| {
+            views
+                .iter()
+                .find(|(n, _)| *n == p.name)
+                .map(|(_, v)| v.clone())
+                .expect("every part interpreted")
+        })
+        .collect())
+}
+
+fn quant_group(
+    obj: &ObjectDef,
+    elements: u64,
+    ctx: &Context,
+    put: &mut impl FnMut(&PartDef, DType, Vec<u64>),
+) -> Result<()> {
+    let l = obj.layout.as_str();
+    let zp =
+        attr(obj, "zero_point").ok_or_else(|| bad(ctx, l, "attribute zero_point is required"))?;
+    let form = match zp.get("form") {
+        Some(Cbor::Text(f)) if matches!(f.as_ref(), "none" | "implied" | "tensor") => f.as_ref(),
+        _ => {
+            return Err(bad(
+                ctx,
+                l,
+                "zero_point.form must be none, implied or tensor",
+            ))
+        }
+    };
+    let names: &[&str] = if form == "tensor" {
+        &["data", "scales", "zeros"]
+    } else {
+        &["data", "scales"]
+    };
+    let parts = parts_named(obj, names, ctx)?;
+    let (data, scales) = (parts[0], parts[1]);
+    match (form, zp.get("value"), zp.get("packing")) {
+        ("implied", Some(Cbor::UInt(_) | Cbor::NInt(_)), None) => {}
+        ("tensor", None, Some(Cbor::Text(p))) if p == "same_as_data" || p == "plain" => {}
+        ("none", None, None) => {}
+        _ => {
+            return Err(bad(
+                ctx,
+                l,
+                "zero_point: value iff implied, packing (same_as_data|plain) iff tensor",
+            ))
+        }
+    }
+    let bits = attr_uint(obj, "bits", ctx)?;
+    if ![2, 3, 4, 5, 6, 8].contains(&bits) {
+        return Err(bad(
+            ctx,
+            l,
+            format!("bits {bits} is not 2, 3, 4, 5, 6 or 8"),
+        ));
+    }
+    let packing =
+        attr(obj, "packing").ok_or_else(|| bad(ctx, l, "attribute packing is required"))?;
+    let word = match packing.get("word") {
+        Some(Cbor::Text(w)) => match w.as_ref() {
+            "u8" => DType::U8,
+            "u16" => DType::U16,
+            "u32" => DType::U32,
+            "u64" => DType::U64,
+            _ => return Err(bad(ctx, l, format!("packing.word {w:?}"))),
+        },
+        _ => return Err(bad(ctx, l, "packing.word is required")),
+    };
+    match packing.get("order") {
+        Some(Cbor::Text(o)) if o == "lsb_first" || o == "msb_first" => {}
+        _ => return Err(bad(ctx, l, "packing.order must be lsb_first or msb_first")),
+    }
+    let wbits = word.bits();
+    let per_word = match packing.get("per_word") {
+        Some(Cbor::UInt(p)) => *p,
+        _ => return Err(bad(ctx, l, "packing.per_word is required")),
+    };
+    if wbits % bits != 0 || per_word != wbits / bits {
+        return Err(bad(
+            ctx,
+            l,
+            format!("per_word {per_word} is not {wbits} / {bits}"),
+        ));
+    }
+    let signed_of = |d: DType| match d {
+        DType::U8 => DType::I8,
+        DType::U16 => DType::I16,
+        DType::U32 => DType::I32,
+        _ => DType::I64,
+    };
+    if data.logical.is_some() || (data.dtype != word && data.dtype != signed_of(word)) {
+        return Err(bad(
+            ctx,
+            l,
+            "data must be the packing word (or its signed twin)",
+        ));
+    }
+    let scale_form = attr_text(obj, "scale_form", ctx)?;
+    let scale_ok = match scale_form {
+        "f32_factors" => {
+            scales.logical.is_none()
+                && matches!(
+                    scales.dtype,
+                    DType::F64 | DType::F32 | DType::F16 | DType::BF16
+                )
+        }
+        "f16_factors" => {
+            scales.logical.is_none() && matches!(scales.dtype, DType::F16 | DType::BF16)
+        }
+        "e8m0_exponent" => {
+            scales.dtype == DType::U8 && scales.logical.as_deref() == Some("f8_e8m0")
+        }
+        _ => false,
+    };
+    if !scale_ok {
+        return Err(bad(
+            ctx,
+            l,
+            format!("scales do not fit scale_form {scale_form:?}"),
+        ));
+    }
+    let rank = obj.shape.len() as u64;
+    let axis = attr_uint(obj, "axis", ctx)?;
+    if axis >= rank {
+        return Err(bad(ctx, l, format!("axis {axis} is not below rank {rank}")));
+    }
+    let along = obj.shape[axis as usize];
+    let gs = attr_uint(obj, "group_size", ctx)?;
+    if gs != 0 && along % gs != 0 {
+        return Err(bad(
+            ctx,
+            l,
+            format!("group_size {gs} does not divide shape[{axis}]"),
+        ));
+    }
+    let groups = along.checked_div(gs).unwrap_or(along);
+    let lanes = elements.checked_div(along).unwrap_or(0);
+    let group_count = groups.checked_mul(lanes).ok_or(Error::Overflow {
+        ctx: ctx.clone(),
+        what: "groups x lanes",
+    })?;
+    let wbytes = wbits / 8;
+    if elements % per_word != 0 {
+        return Err(bad(
+            ctx,
+            l,
+            "the element count is not a whole number of words",
+        ));
+    }
+    need(
+        data,
+        elements / per_word * wbytes,
+        ctx,
+        "codes / per_word x width(word)",
+    )?;
+    let st = element_type(scales, ctx)?;
+    need(
+        scales,
+        size_of(st, group_count, ctx)?,
+        ctx,
+        "groups x lanes scales",
+    )?;
+    put(data, data.dtype, vec![elements / per_word]);
+    put(scales, st, vec![group_count]);
+    if form == "tensor" {
+        let zeros = parts[2];
+        let same = matches!(zp.get("packing"), Some(Cbor::Text(p)) if p == "same_as_data");
+        let zt = element_type(zeros, ctx)?;
+        if same {
+            if group_count % per_word != 0 {
+                return Err(bad(ctx, l, "zero points are not a whole number of words"));
+            }
+            need(
+                zeros,
+                group_count / per_word * wbytes,
+                ctx,
+                "packed zero points",
+            )?;
+            put(zeros, zeros.dtype, vec![group_count / per_word]);
+        } else {
+            need(
+                zeros,
+                size_of(zt, group_count, ctx)?,
+                ctx,
+                "one zero point per group",
+            )?;
+            put(zeros, zt, vec![group_count]);
+        }
+    }
+    Ok(())
+}

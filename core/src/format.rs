@@ -1,0 +1,150 @@
+//! The `Format` plugin trait and what a plugin sees while it opens a file.
+//!
+//! The core names no plugin: the list of plugins is a [`crate::Registry`]
+//! built by whoever links them (the `zt` crate's `registry()`). Detection is
+//! structural: each plugin checks the shape of the file (lengths that fit,
+//! headers that parse), not only its extension or four magic bytes.
+
+use std::path::{Component, Path};
+use std::sync::Arc;
+
+use crate::catalog::Catalog;
+use crate::error::{Context, Error, Result};
+use crate::limits::Limits;
+use crate::location;
+use crate::open::OpenOptions;
+use crate::store::Store;
+
+/// How many bytes of the head and tail of a file `detect` reads.
+pub const PROBE_BYTES: u64 = 64 * 1024;
+
+/// What a plugin may look at to recognise a file: its first and last bytes
+/// (up to [`PROBE_BYTES`] each), its length and its extension.
+#[derive(Debug, Clone, Copy)]
+pub struct Probe<'a> {
+    /// The first bytes of the file.
+    pub head: &'a [u8],
+    /// The last bytes of the file (may overlap `head` for small files).
+    pub tail: &'a [u8],
+    /// The file's length.
+    pub len: u64,
+    /// The file's extension, lowercase, without the dot (`""` if none).
+    pub extension: &'a str,
+}
+
+/// What `Format::open` receives: the file, the limits, and
+/// [`OpenInput::open_related`] for the files that belong with it
+/// (external data, shards).
+pub struct OpenInput<'a> {
+    /// The file being opened.
+    pub store: &'a Arc<Store>,
+    /// Bounds to respect.
+    pub limits: &'a Limits,
+    /// How related files are opened; `None` opens them the way `store` was
+    /// opened (mapped or positional) with default remote settings.
+    options: Option<&'a OpenOptions>,
+}
+
+impl<'a> OpenInput<'a> {
+    /// The input for opening `store` under `limits` (related files are
+    /// opened the way `store` was).
+    pub fn new(store: &'a Arc<Store>, limits: &'a Limits) -> Self {
+        OpenInput {
+            store,
+            limits,
+            options: None,
+        }
+    }
+
+    /// The input for opening `store` with `options`.
+    pub fn with_options(store: &'a Arc<Store>, options: &'a OpenOptions) -> Self {
+        OpenInput {
+            store,
+            limits: &options.limits,
+            options: Some(options),
+        }
+    }
+
+    /// A context naming the file.
+    pub fn ctx(&self) -> Context {
+        self.store.ctx()
+    }
+
+    /// Open `name`, a file the opened file refers to, relative to the
+    /// opened file's directory (or key prefix, for object storage).
+    ///
+    /// `name` must be a relative path of plain components: no root, no
+    /// `..`, no NUL. On local disk it is then resolved with every symlink
+    /// followed and must still lie under the (likewise resolved) directory
+    /// and be a regular file, so a symlink pointing out of the directory is
+    /// refused rather than followed. Fails with [`Error::Header`] naming
+    /// `what` and the rule broken.
+    pub fn open_related(&self, name: &str, what: &str) -> Result<Arc<Store>> {
+        let refuse =
+            |why: &str| Error::header(self.ctx(), format!("{what} location {name:?} {why}"));
+        let rel = Path::new(name);
+        if name.is_empty() || name.contains('\0') {
+            return Err(refuse("is empty or not a path"));
+        }
+        if rel.is_absolute() || location::is_url(rel) {
+            return Err(refuse("is absolute"));
+        }
+        if rel
+            .components()
+            .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir))
+        {
+            return Err(refuse("leaves the file's directory"));
+        }
+        let base = self.store.path();
+        let default_options;
+        let options = match self.options {
+            Some(o) => o,
+            None => {
+                default_options = OpenOptions {
+                    map: self.store.is_mapped(),
+                    ..OpenOptions::default()
+                };
+                &default_options
+            }
+        };
+        if location::is_url(base) {
+            return options
+                .open_store(&location::sibling(base, name))
+                .map(Arc::new);
+        }
+        let dir = location::parent_dir(base);
+        let canonical_dir = dir.canonicalize().map_err(|e| Error::io(&dir, e))?;
+        let joined = dir.join(rel);
+        let resolved = joined.canonicalize().map_err(|e| Error::io(&joined, e))?;
+        if !resolved.starts_with(&canonical_dir) {
+            return Err(refuse(
+                "resolves (through a symlink) outside the file's directory",
+            ));
+        }
+        let meta = std::fs::metadata(&resolved).map_err(|e| Error::io(&resolved, e))?;
+        if !meta.is_file() {
+            return Err(refuse("is not a regular file"));
+        }
+        options.open_store(&resolved).map(Arc::new)
+    }
+}
+
+/// A tensor file format.
+pub trait Format: Send + Sync + 'static {
+    /// Short name as `zt.detect` reports it (`"safetensors"`).
+    fn name(&self) -> &'static str;
+    /// Usual file extensions, lowercase, without the dot.
+    fn extensions(&self) -> &'static [&'static str];
+    /// Does the file have this format's structure?
+    fn sniff(&self, probe: &Probe<'_>) -> bool;
+    /// Read the metadata and build the catalog, touching no tensor bytes.
+    fn open(&self, input: &OpenInput<'_>) -> Result<Catalog>;
+}
+
+/// The lowercase extension of `path` (`""` when it has none).
+pub fn extension_of(path: &Path) -> String {
+    path.extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase)
+        .unwrap_or_default()
+}

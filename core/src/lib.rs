@@ -1,0 +1,42 @@
+//! # zt-core: the tensor model and the plugin seam
+//!
+//! Everything zt's format plugins are written against, and nothing that
+//! names one: errors and limits, dtypes, [`Store`] (one opened file),
+//! [`Catalog`] (what a plugin's `open` produces), [`Source`] and its read
+//! API ([`Tensor`], [`PartRef`]), the [`Format`] and [`FormatWriter`]
+//! traits, the [`Registry`] that lists plugins, and [`publish`], the one
+//! way writers put a file in place.
+//!
+//! Users reach this through the `zt` crate, which links the plugins and
+//! provides `zt::registry()`, `zt::open()` and `zt::convert()`.
+
+#![deny(missing_docs)]
+
+pub mod buffer;
+pub mod catalog;
+pub mod dtype;
+pub mod error;
+pub mod format;
+pub mod limits;
+pub mod location;
+pub mod open;
+pub mod part;
+pub mod publish;
+pub mod registry;
+pub mod source;
+pub mod store;
+pub mod write;
+
+pub use catalog::{
+    Attributes, Catalog, Decode, Digest, DigestAlgorithm, Object, Part, Payload, Value,
+};
+pub use dtype::DType;
+pub use error::{Context, Error, Result};
+pub use format::{Format, OpenInput, Probe};
+pub use limits::Limits;
+pub use open::OpenOptions;
+pub use part::{Caps, Location, PartRef, Tensor};
+pub use registry::Registry;
+pub use source::Source;
+pub use store::Store;
+pub use write::{Align, FormatWriter, TensorIn, WriteOptions};

@@ -1,0 +1,210 @@
+//! Opening files: [`OpenOptions`] (limits, mapping), and the opener that
+//! detects each file's format through a [`Registry`], opens Hugging Face
+//! shard indexes (`*.index.json`) and merges what it opened.
+
+use std::path::{Component, Path};
+use std::sync::Arc;
+
+use crate::catalog::Value;
+use crate::error::{Context, Error, Result};
+use crate::format::OpenInput;
+use crate::limits::Limits;
+use crate::location;
+use crate::registry::Registry;
+use crate::source::Source;
+use crate::store::Store;
+
+/// How to open files.
+#[derive(Debug, Clone)]
+pub struct OpenOptions {
+    /// Bounds every plugin obeys.
+    pub limits: Limits,
+    /// Memory-map files (the default); `false` uses positional reads.
+    pub map: bool,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        OpenOptions {
+            limits: Limits::default(),
+            map: true,
+        }
+    }
+}
+
+impl OpenOptions {
+    /// Open the bytes at `location` the way these options say: mapped or
+    /// positional for a local path.
+    pub fn open_store(&self, location: &Path) -> Result<Store> {
+        if location::is_url(location) {
+            return Err(Error::Unsupported {
+                ctx: Context::file(location),
+                reason: "this build of zt has no object-storage support".into(),
+            });
+        }
+        if self.map {
+            Store::open(location)
+        } else {
+            Store::open_positional(location)
+        }
+    }
+
+    /// Open the bytes at `location` for positional reads only (no mapping),
+    /// for small files read once (indexes, detection).
+    pub fn open_store_positional(&self, location: &Path) -> Result<Store> {
+        OpenOptions {
+            map: false,
+            ..self.clone()
+        }
+        .open_store(location)
+    }
+}
+
+/// Opens files with a set of options, recognising formats through a registry.
+pub(crate) struct Opener<'a> {
+    pub registry: &'a Registry,
+    pub options: &'a OpenOptions,
+}
+
+impl Opener<'_> {
+    /// Open one file, or a Hugging Face shard index (`*.index.json`).
+    pub fn open(&self, path: &Path) -> Result<Source> {
+        if is_shard_index(path) {
+            return self.open_index(path);
+        }
+        self.open_file(path)
+    }
+
+    /// Open several files as one source; a name found in two files is an error.
+    pub fn open_all<P: AsRef<Path>>(&self, paths: &[P]) -> Result<Source> {
+        let sources = paths
+            .iter()
+            .map(|p| self.open(p.as_ref()))
+            .collect::<Result<Vec<_>>>()?;
+        Source::merge(sources)
+    }
+
+    /// Open one tensor file (not an index).
+    fn open_file(&self, path: &Path) -> Result<Source> {
+        let store = Arc::new(self.options.open_store(path)?);
+        let format = self.registry.detect_store(&store)?;
+        let input = OpenInput::with_options(&store, self.options);
+        let catalog = format.open(&input).map_err(|e| e.in_file(path))?;
+        Source::from_catalog(format.name(), store, catalog, self.options.limits.clone())
+    }
+
+    /// Open every shard a `model.safetensors.index.json` names and check
+    /// that each tensor is in the shard the index says.
+    fn open_index(&self, index_path: &Path) -> Result<Source> {
+        let ctx = Context::file(index_path);
+        // The size is checked before a byte is read: an index is a header.
+        let file = self.options.open_store_positional(index_path)?;
+        self.options.limits.check_header(&ctx, file.len())?;
+        let text = file.read(0, file.len())?;
+        let json: serde_json::Value = serde_json::from_slice(&text).map_err(|e| Error::Index {
+            ctx: ctx.clone(),
+            reason: format!("not JSON: {e}"),
+        })?;
+        let weight_map = json
+            .get("weight_map")
+            .and_then(|w| w.as_object())
+            .ok_or_else(|| Error::Index {
+                ctx: ctx.clone(),
+                reason: "no \"weight_map\" object".into(),
+            })?;
+        let mut shard_files: Vec<&str> = Vec::new();
+        for (name, file) in weight_map {
+            let file = file.as_str().ok_or_else(|| Error::Index {
+                ctx: ctx.clone().tensor(name),
+                reason: "shard file name is not a string".into(),
+            })?;
+            if !shard_files.contains(&file) {
+                shard_files.push(file);
+            }
+        }
+        let mut sources = Vec::with_capacity(shard_files.len());
+        for file in &shard_files {
+            let rel = Path::new(file);
+            let escapes = rel.is_absolute()
+                || location::is_url(rel)
+                || rel.components().any(|c| !matches!(c, Component::Normal(_)));
+            if escapes {
+                return Err(Error::Index {
+                    ctx: ctx.clone(),
+                    reason: format!("shard path {file:?} leaves the index's directory"),
+                });
+            }
+            let shard = location::sibling(index_path, file);
+            // A shard that is itself an index would let two indexes name
+            // each other (or one name itself) and recurse without end.
+            if is_shard_index(&shard) {
+                return Err(Error::Index {
+                    ctx: ctx.clone(),
+                    reason: format!("shard {file:?} is itself an index"),
+                });
+            }
+            let source = self.open_file(&shard)?;
+            for t in source.tensors() {
+                match weight_map.get(t.name()).and_then(|v| v.as_str()) {
+                    Some(f) if f == *file => {}
+                    Some(f) => {
+                        return Err(Error::Index {
+                            ctx: ctx.clone().tensor(t.name()),
+                            reason: format!("index says {f:?}, found in {file:?}"),
+                        })
+                    }
+                    None => {
+                        return Err(Error::Index {
+                            ctx: ctx.clone().tensor(t.name()),
+                            reason: format!("found in {file:?} but not in the index"),
+                        })
+                    }
+                }
+            }
+            sources.push(source);
+        }
+        let mut merged = Source::merge(sources)?;
+        for name in weight_map.keys() {
+            if merged.get(name).is_none() {
+                return Err(Error::Index {
+                    ctx: ctx.clone().tensor(name),
+                    reason: format!(
+                        "the index names it in {:?} but that shard lacks it",
+                        weight_map[name]
+                    ),
+                });
+            }
+        }
+        if let Some(meta) = json.get("metadata") {
+            merged.attributes = vec![("metadata".into(), json_to_value(meta))];
+        }
+        merged.files.insert(0, index_path.to_path_buf());
+        Ok(merged)
+    }
+}
+
+fn is_shard_index(path: &Path) -> bool {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.ends_with(".index.json"))
+}
+
+fn json_to_value(v: &serde_json::Value) -> Value {
+    use serde_json::Value as J;
+    match v {
+        J::Null => Value::Null,
+        J::Bool(b) => Value::Bool(*b),
+        J::Number(n) => n
+            .as_i64()
+            .map(Value::Int)
+            .or_else(|| n.as_u64().map(Value::UInt))
+            .unwrap_or_else(|| Value::Float(n.as_f64().unwrap_or(f64::NAN))),
+        J::String(s) => Value::Str(s.clone()),
+        J::Array(a) => Value::List(a.iter().map(json_to_value).collect()),
+        J::Object(o) => Value::Map(
+            o.iter()
+                .map(|(k, v)| (k.clone(), json_to_value(v)))
+                .collect(),
+        ),
+    }
+}

@@ -1,0 +1,481 @@
+//! The read API over a [`Source`]: [`Tensor`], and [`PartRef`] with its byte
+//! accessors (`map`, `bytes`, `locate`, ...) that callers use without ever
+//! matching on the format.
+
+use std::borrow::Cow;
+use std::path::PathBuf;
+
+use crate::catalog::{Attributes, Digest, Object, Part, Payload};
+use crate::dtype::{c_strides, num_elements, DType};
+use crate::error::{Context, Error, Result};
+use crate::source::Source;
+
+/// Zero-copy and I/O capabilities of one part, each computed by the same
+/// predicate the matching operation uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Caps {
+    /// `map()` succeeds: raw bytes in a mapped file, aligned for the dtype.
+    pub map: bool,
+    /// `locate()` succeeds: raw bytes at a known file range.
+    pub locate: bool,
+    /// `evict()` can drop at least one page that no other tensor shares.
+    pub evict: bool,
+    /// The format stores a digest that `verify` can check.
+    pub verify: bool,
+    /// Largest power of two dividing the file offset (capped at 1 MiB);
+    /// 1 when the bytes are not a file range.
+    pub alignment: u64,
+}
+
+/// Where a part's raw bytes are, for callers that do their own I/O.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Location {
+    /// The file.
+    pub path: PathBuf,
+    /// Absolute byte offset.
+    pub offset: u64,
+    /// Length in bytes.
+    pub nbytes: u64,
+}
+
+/// A tensor of a [`Source`].
+#[derive(Debug, Clone, Copy)]
+pub struct Tensor<'a> {
+    source: &'a Source,
+    /// Position in the source's file order (digests are keyed by it).
+    index: usize,
+    object: &'a Object,
+}
+
+impl<'a> Tensor<'a> {
+    pub(crate) fn new(source: &'a Source, index: usize) -> Tensor<'a> {
+        Tensor {
+            source,
+            index,
+            object: &source.objects[index],
+        }
+    }
+
+    fn part_ref(&self, part_index: usize) -> PartRef<'a> {
+        PartRef {
+            source: self.source,
+            object_index: self.index,
+            part_index,
+            object: self.object,
+            part: &self.object.parts[part_index],
+        }
+    }
+
+    /// Name.
+    pub fn name(&self) -> &'a str {
+        &self.object.name
+    }
+
+    /// Logical shape.
+    pub fn shape(&self) -> &'a [u64] {
+        &self.object.shape
+    }
+
+    /// Layout (`"dense"` or a profile id).
+    pub fn layout(&self) -> &'a str {
+        &self.object.layout
+    }
+
+    /// Per-tensor attributes.
+    pub fn attributes(&self) -> &'a Attributes {
+        &self.object.attributes
+    }
+
+    /// The underlying catalog object.
+    pub fn object(&self) -> &'a Object {
+        self.object
+    }
+
+    /// Every part.
+    pub fn parts(&self) -> impl Iterator<Item = PartRef<'a>> + 'a {
+        let tensor = *self;
+        (0..self.object.parts.len()).map(move |i| tensor.part_ref(i))
+    }
+
+    /// A part by name.
+    pub fn part(&self, name: &str) -> Option<PartRef<'a>> {
+        self.parts().find(|p| p.name() == name)
+    }
+
+    /// The single part of a one-part tensor (every dense tensor); an error
+    /// naming the parts otherwise.
+    pub fn data(&self) -> Result<PartRef<'a>> {
+        match self.object.parts.as_slice() {
+            [_] => Ok(self.part_ref(0)),
+            parts => Err(Error::Unsupported {
+                ctx: self.ctx(),
+                reason: format!(
+                    "layout {} has parts {:?}; pick one",
+                    self.object.layout,
+                    parts.iter().map(|p| p.name.as_ref()).collect::<Vec<_>>()
+                ),
+            }),
+        }
+    }
+
+    /// Total payload bytes over all parts.
+    pub fn nbytes(&self) -> u64 {
+        self.object.parts.iter().map(|p| p.payload.len()).sum()
+    }
+
+    fn ctx(&self) -> Context {
+        self.source
+            .files
+            .first()
+            .map(Context::file)
+            .unwrap_or_default()
+            .tensor(&self.object.name)
+    }
+}
+
+/// One part of a tensor, with the byte accessors.
+#[derive(Debug, Clone, Copy)]
+pub struct PartRef<'a> {
+    source: &'a Source,
+    object_index: usize,
+    part_index: usize,
+    object: &'a Object,
+    part: &'a Part,
+}
+
+impl<'a> PartRef<'a> {
+    /// Part name.
+    pub fn name(&self) -> &'a str {
+        &self.part.name
+    }
+
+    /// Element type.
+    pub fn dtype(&self) -> DType {
+        self.part.dtype
+    }
+
+    /// Shape in elements.
+    pub fn shape(&self) -> &'a [u64] {
+        &self.part.shape
+    }
+
+    /// Element strides over the stored bytes (C order when the part is contiguous).
+    pub fn strides(&self) -> Vec<i64> {
+        self.part
+            .strides
+            .clone()
+            .unwrap_or_else(|| c_strides(&self.part.shape))
+    }
+
+    /// True if the stored bytes are in C order (no materialization needed).
+    pub fn is_contiguous(&self) -> bool {
+        match &self.part.strides {
+            None => true,
+            Some(s) => {
+                let c = c_strides(&self.part.shape);
+                self.part
+                    .shape
+                    .iter()
+                    .zip(s.iter().zip(&c))
+                    .all(|(&d, (a, b))| d <= 1 || a == b)
+            }
+        }
+    }
+
+    /// Where the bytes are.
+    pub fn payload(&self) -> &'a Payload {
+        &self.part.payload
+    }
+
+    /// Payload length in bytes.
+    pub fn nbytes(&self) -> u64 {
+        self.part.payload.len()
+    }
+
+    fn ctx(&self) -> Context {
+        let file = match &self.part.payload {
+            Payload::Stored { store, .. } => Context::file(store.path()),
+            Payload::Decoded { .. } => self
+                .source
+                .files
+                .first()
+                .map(Context::file)
+                .unwrap_or_default(),
+        };
+        file.tensor(&self.object.name)
+    }
+
+    /// Capabilities of this part.
+    pub fn caps(&self) -> Caps {
+        match &self.part.payload {
+            Payload::Stored { store, offset, len } => Caps {
+                map: self.mappable(),
+                locate: true,
+                evict: store.is_mapped()
+                    && self.source.exclusive_pages(store, *offset, *len).is_some(),
+                verify: self.digest().is_some(),
+                alignment: 1 << offset.trailing_zeros().min(20),
+            },
+            Payload::Decoded { .. } => Caps {
+                map: false,
+                locate: false,
+                evict: false,
+                verify: self.digest().is_some(),
+                alignment: 1,
+            },
+        }
+    }
+
+    fn mappable(&self) -> bool {
+        match &self.part.payload {
+            Payload::Stored { store, offset, .. } => {
+                store.is_mapped() && offset % self.part.dtype.alignment() == 0
+            }
+            Payload::Decoded { .. } => false,
+        }
+    }
+
+    /// The stored bytes as a zero-copy view of the mapping, whatever their
+    /// alignment, for consumers that handle unaligned elements (numpy does;
+    /// an npz member's data often starts at an odd offset). Fails for
+    /// decoded payloads and unmapped stores.
+    pub fn map_unaligned(&self) -> Result<&'a [u8]> {
+        match &self.part.payload {
+            Payload::Stored { store, offset, len } if store.is_mapped() => store
+                .slice(*offset, *len)
+                .map_err(|e| e.in_tensor(&self.object.name)),
+            _ => self.map(),
+        }
+    }
+
+    /// The stored bytes as a zero-copy view of the mapping. Fails for
+    /// decoded payloads, unmapped stores, and bytes not aligned for the dtype.
+    pub fn map(&self) -> Result<&'a [u8]> {
+        match &self.part.payload {
+            Payload::Stored { store, offset, len } if self.mappable() => store
+                .slice(*offset, *len)
+                .map_err(|e| e.in_tensor(&self.object.name)),
+            Payload::Stored { store, offset, .. } if store.is_mapped() => Err(Error::Unsupported {
+                ctx: self.ctx().at(*offset),
+                reason: format!(
+                    "offset is not aligned for {} (needs {})",
+                    self.part.dtype,
+                    self.part.dtype.alignment()
+                ),
+            }),
+            Payload::Stored { offset, .. } => Err(Error::Unsupported {
+                ctx: self.ctx().at(*offset),
+                reason: "the file is not memory-mapped".into(),
+            }),
+            Payload::Decoded { decoder, .. } => Err(Error::Unsupported {
+                ctx: self.ctx(),
+                reason: format!("stored {}; decode with bytes()", decoder.describe()),
+            }),
+        }
+    }
+
+    /// The stored bytes in storage order (strides apply): borrowed from the
+    /// mapping when possible, decoded otherwise.
+    pub fn storage_bytes(&self) -> Result<Cow<'a, [u8]>> {
+        match &self.part.payload {
+            Payload::Stored { store, offset, len } => store
+                .read(*offset, *len)
+                .map_err(|e| e.in_tensor(&self.object.name)),
+            Payload::Decoded {
+                decoder,
+                decoded_len,
+            } => {
+                self.source
+                    .limits
+                    .check_decoded(&self.ctx(), *decoded_len)?;
+                let bytes = decoder
+                    .decode(&self.source.limits)
+                    .map_err(|e| e.in_tensor(&self.object.name))?;
+                if bytes.len() as u64 != *decoded_len {
+                    return Err(Error::Decode {
+                        ctx: self.ctx(),
+                        reason: format!("decoded {} bytes, expected {decoded_len}", bytes.len()),
+                    });
+                }
+                Ok(Cow::Owned(bytes))
+            }
+        }
+    }
+
+    /// Bytes `[start, start + len)` of the stored (decoded) stream, for
+    /// reading a slice of a tensor: borrowed from the mapping when raw, and
+    /// for seekable encodings only the frames the range touches are decoded.
+    pub fn storage_range(&self, start: u64, len: u64) -> Result<Cow<'a, [u8]>> {
+        let total = self.part.payload.len();
+        let end = start
+            .checked_add(len)
+            .filter(|&e| e <= total)
+            .ok_or_else(|| {
+                Error::range(
+                    self.ctx(),
+                    format!("range {start}+{len} is outside the part's {total} bytes"),
+                )
+            })?;
+        match &self.part.payload {
+            Payload::Stored { store, offset, .. } => store
+                .read(offset + start, end - start)
+                .map_err(|e| e.in_tensor(&self.object.name)),
+            Payload::Decoded { decoder, .. } => {
+                self.source.limits.check_decoded(&self.ctx(), len)?;
+                let bytes = decoder
+                    .decode_range(start, len, &self.source.limits)
+                    .map_err(|e| e.in_tensor(&self.object.name))?;
+                if bytes.len() as u64 != len {
+                    return Err(Error::Decode {
+                        ctx: self.ctx(),
+                        reason: format!("range decoded to {} bytes, expected {len}", bytes.len()),
+                    });
+                }
+                Ok(Cow::Owned(bytes))
+            }
+        }
+    }
+
+    /// The elements in C order: borrowed when the stored bytes already are,
+    /// materialized from strides or decoded otherwise.
+    pub fn bytes(&self) -> Result<Cow<'a, [u8]>> {
+        let storage = self.storage_bytes()?;
+        if self.is_contiguous() {
+            return Ok(storage);
+        }
+        let size = self.part.dtype.size().unwrap_or(1) as usize;
+        Ok(Cow::Owned(materialize(
+            &storage,
+            &self.part.shape,
+            &self.strides(),
+            size,
+        )))
+    }
+
+    /// The digest the file stores for this part's decoded bytes, if any.
+    pub fn digest(&self) -> Option<&'a Digest> {
+        self.source
+            .digests
+            .get(&(self.object_index, self.part_index))
+    }
+
+    /// Check the stored digest against the decoded bytes: `Ok(true)` when it
+    /// matches, `Ok(false)` when the part has no digest, and
+    /// [`Error::Integrity`] when it does not match.
+    pub fn verify(&self) -> Result<bool> {
+        let Some(want) = self.digest() else {
+            return Ok(false);
+        };
+        let bytes = self.storage_bytes()?;
+        let got = want.algorithm().digest(&bytes);
+        if got != *want {
+            return Err(Error::Integrity {
+                ctx: self.ctx(),
+                reason: format!(
+                    "part {:?} digest is {got}, the file says {want}",
+                    self.name()
+                ),
+            });
+        }
+        Ok(true)
+    }
+
+    /// The file range of raw stored bytes, for caller-driven I/O.
+    pub fn locate(&self) -> Option<Location> {
+        match &self.part.payload {
+            Payload::Stored { store, offset, len } => Some(Location {
+                path: store.path().to_path_buf(),
+                offset: *offset,
+                nbytes: *len,
+            }),
+            Payload::Decoded { .. } => None,
+        }
+    }
+
+    /// Ask the kernel to read this part's pages ahead.
+    pub fn prefetch(&self) -> Result<()> {
+        match &self.part.payload {
+            Payload::Stored { store, offset, len } => store.prefetch(*offset, *len),
+            Payload::Decoded { .. } => Ok(()),
+        }
+    }
+
+    /// Drop this part's pages from the process's mapping, except pages that
+    /// another tensor shares. Returns the bytes dropped.
+    pub fn evict(&self) -> Result<u64> {
+        match &self.part.payload {
+            Payload::Stored { store, offset, len } if store.is_mapped() => {
+                match self.source.exclusive_pages(store, *offset, *len) {
+                    Some((start, end)) => {
+                        store.evict_pages(start, end)?;
+                        Ok(end - start)
+                    }
+                    None => Ok(0),
+                }
+            }
+            _ => Ok(0),
+        }
+    }
+}
+
+/// Gather a strided array into C order. `strides` are in elements and were
+/// validated against `storage` when the source was built.
+pub fn materialize(storage: &[u8], shape: &[u64], strides: &[i64], size: usize) -> Vec<u8> {
+    let n = num_elements(shape).unwrap_or(0) as usize;
+    let mut out = crate::buffer::with_capacity(n * size);
+    if n == 0 {
+        return out;
+    }
+    let rank = shape.len();
+    let mut idx = vec![0u64; rank];
+    // Copy the innermost dimension as one run when it is contiguous.
+    let inner = rank.checked_sub(1);
+    let inner_run = inner
+        .filter(|&i| strides[i] == 1)
+        .map(|i| shape[i])
+        .unwrap_or(1);
+    let outer_rank = if inner_run > 1 { rank - 1 } else { rank };
+    loop {
+        let base: u64 = idx[..outer_rank]
+            .iter()
+            .zip(strides)
+            .map(|(&i, &s)| i * s as u64)
+            .sum();
+        let start = base as usize * size;
+        out.extend_from_slice(&storage[start..start + inner_run as usize * size]);
+        // Advance the multi-index over the outer dimensions.
+        let mut d = outer_rank;
+        loop {
+            if d == 0 {
+                return out;
+            }
+            d -= 1;
+            idx[d] += 1;
+            if idx[d] < shape[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn materialize_fortran() {
+        // A 2x3 array stored column-major: [[0,1,2],[3,4,5]] -> 0,3,1,4,2,5
+        let storage: Vec<u8> = vec![0, 3, 1, 4, 2, 5];
+        let out = materialize(&storage, &[2, 3], &[1, 2], 1);
+        assert_eq!(out, vec![0, 1, 2, 3, 4, 5]);
+    }
+
+    #[test]
+    fn materialize_rank0_and_rows() {
+        assert_eq!(materialize(&[9], &[], &[], 1), vec![9]);
+        // Every other row of a 4x2 array.
+        let storage: Vec<u8> = (0..8).collect();
+        assert_eq!(materialize(&storage, &[2, 2], &[4, 1], 1), vec![0, 1, 4, 5]);
+    }
+}

@@ -1,0 +1,322 @@
+//! The one way every writer publishes a file: build it in a partial file
+//! beside the destination, then rename it into place, so that an error, a
+//! panic or a killed process never leaves a half-written destination.
+//!
+//! A partial file is `.NAME.PID.RANDOM.partial` in the destination's
+//! directory (same filesystem, so the rename is atomic). It is created with
+//! `O_CREAT|O_EXCL|O_NOFOLLOW`, so a file or symlink planted at a guessable
+//! name is never opened or followed, and it is locked (`flock`) for as long
+//! as its writer lives. A partial whose lock is free belongs to a writer
+//! that died; the next write to the same destination removes it
+//! ([`remove_stale`]), and `zt clean` does so on request.
+
+use std::fs::File;
+use std::hash::{BuildHasher, Hasher};
+use std::io::{BufWriter, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use crate::error::{Context, Error, Result};
+use crate::location::parent_dir;
+
+/// A file being built beside its destination. Dropping it without
+/// [`Partial::commit`] removes it; the destination is never touched.
+#[derive(Debug)]
+pub struct Partial {
+    file: Option<File>,
+    tmp: PathBuf,
+    dest: PathBuf,
+}
+
+/// The destination's file name, or an error naming the destination.
+fn file_name(dest: &Path) -> Result<String> {
+    dest.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .ok_or_else(|| Error::Write {
+            ctx: Context::file(dest),
+            reason: "destination has no file name".into(),
+        })
+}
+
+/// 64 random bits from the standard library's per-process hash keys,
+/// mixed with the time and a counter (no extra dependency: the name only
+/// has to be unguessable, `O_EXCL` makes it safe).
+fn random_suffix() -> u64 {
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    if let Ok(t) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+        h.write_u128(t.as_nanos());
+    }
+    h.finish()
+}
+
+/// `flock` on `file`; `Ok(false)` when another holder has it.
+fn try_lock(file: &File) -> std::io::Result<bool> {
+    // SAFETY: flock on an open descriptor has no memory effects.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc == 0 {
+        return Ok(true);
+    }
+    let err = std::io::Error::last_os_error();
+    if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        Ok(false)
+    } else {
+        Err(err)
+    }
+}
+
+/// The partial files of `dest` in its directory, live or stale.
+pub fn partials_of(dest: &Path) -> Result<Vec<PathBuf>> {
+    let name = file_name(dest)?;
+    let dir = parent_dir(dest);
+    let prefix = format!(".{name}.");
+    let mut out = Vec::new();
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => return Err(Error::io(&dir, e)),
+    };
+    for entry in entries.flatten() {
+        let file = entry.file_name();
+        let file = file.to_string_lossy();
+        if let Some(rest) = file
+            .strip_prefix(&prefix)
+            .and_then(|r| r.strip_suffix(".partial"))
+        {
+            // PID.RANDOM: two dot-free fields of digits and hex digits.
+            let mut fields = rest.split('.');
+            let pid = fields
+                .next()
+                .is_some_and(|p| p.bytes().all(|b| b.is_ascii_digit()));
+            let random = fields
+                .next()
+                .is_some_and(|r| r.bytes().all(|b| b.is_ascii_hexdigit()));
+            if pid && random && fields.next().is_none() {
+                out.push(dir.join(entry.file_name()));
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Remove the partial files of `dest` whose writer is gone (their lock is
+/// free). Returns what was removed. A live writer's partial is left alone.
+pub fn remove_stale(dest: &Path) -> Result<Vec<PathBuf>> {
+    let mut removed = Vec::new();
+    for path in partials_of(dest)? {
+        let opened = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&path);
+        let Ok(file) = opened else { continue };
+        if try_lock(&file).unwrap_or(false) && std::fs::remove_file(&path).is_ok() {
+            removed.push(path);
+        }
+    }
+    Ok(removed)
+}
+
+impl Partial {
+    /// Create a partial file for `dest`: refuse a destination whose
+    /// directory is not a directory, remove stale partials of `dest`, then
+    /// create and lock a fresh one.
+    pub fn create(dest: &Path) -> Result<Partial> {
+        let name = file_name(dest)?;
+        let dir = parent_dir(dest);
+        match std::fs::metadata(&dir) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => {
+                return Err(Error::Write {
+                    ctx: Context::file(dest),
+                    reason: format!("{} is not a directory", dir.display()),
+                })
+            }
+            Err(e) => return Err(Error::io(&dir, e)),
+        }
+        remove_stale(dest)?;
+        loop {
+            let tmp = dir.join(format!(
+                ".{name}.{}.{:016x}.partial",
+                std::process::id(),
+                random_suffix()
+            ));
+            let opened = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(&tmp);
+            match opened {
+                Ok(file) => {
+                    let partial = Partial {
+                        file: Some(file),
+                        tmp,
+                        dest: dest.to_path_buf(),
+                    };
+                    try_lock(partial.file()).map_err(|e| Error::io(&partial.tmp, e))?;
+                    return Ok(partial);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(Error::io(&tmp, e)),
+            }
+        }
+    }
+
+    /// The open partial file (read and write).
+    pub fn file(&self) -> &File {
+        self.file.as_ref().expect("open until commit")
+    }
+
+    /// Where the partial file is.
+    pub fn path(&self) -> &Path {
+        &self.tmp
+    }
+
+    /// The destination it will be renamed to.
+    pub fn dest(&self) -> &Path {
+        &self.dest
+    }
+
+    /// Rename the partial file over the destination. With `durable`, the
+    /// file's data is flushed to disk before the rename and the directory
+    /// entry after it, so a power loss leaves the old file or the whole new
+    /// one, never an empty or partial one.
+    pub fn commit(mut self, durable: bool) -> Result<()> {
+        let file = self.file.take().expect("open until commit");
+        if durable {
+            file.sync_data().map_err(|e| Error::io(&self.tmp, e))?;
+        }
+        std::fs::rename(&self.tmp, &self.dest).map_err(|e| Error::io(&self.dest, e))?;
+        // The lock goes with the descriptor; the file is now the destination.
+        drop(file);
+        self.tmp = PathBuf::new();
+        if durable {
+            sync_dir(&parent_dir(&self.dest))?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Partial {
+    fn drop(&mut self) {
+        if !self.tmp.as_os_str().is_empty() {
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+    }
+}
+
+/// Flush a directory's entries (a rename into it) to disk.
+pub fn sync_dir(dir: &Path) -> Result<()> {
+    let d = File::open(dir).map_err(|e| Error::io(dir, e))?;
+    d.sync_all().map_err(|e| Error::io(dir, e))
+}
+
+/// Write a file through `body` (buffered) into a partial beside `path`,
+/// then commit it (durably) over `path`. Returns the bytes written. On any
+/// error the partial is removed and `path` is left as it was.
+pub fn publish(
+    path: &Path,
+    body: impl FnOnce(&mut BufWriter<&File>) -> std::io::Result<()>,
+) -> Result<u64> {
+    let partial = Partial::create(path)?;
+    let mut w = BufWriter::with_capacity(1 << 20, partial.file());
+    body(&mut w).map_err(|e| Error::io(path, e))?;
+    w.flush().map_err(|e| Error::io(path, e))?;
+    drop(w);
+    let written = partial
+        .file()
+        .metadata()
+        .map_err(|e| Error::io(partial.path(), e))?
+        .len();
+    partial.commit(true)?;
+    Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn failed_body_leaves_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let dest = dir.path().join("x.bin");
+        let err = publish(&dest, |w| {
+            w.write_all(b"half")?;
+            Err(std::io::Error::other("boom"))
+        });
+        assert!(err.is_err());
+        assert!(names(dir.path()).is_empty());
+    }
+
+    #[test]
+    fn success_replaces_destination() {
+        let dir = tempfile::tempdir().unwrap();
+        let dest = dir.path().join("x.bin");
+        std::fs::write(&dest, b"old").unwrap();
+        assert_eq!(publish(&dest, |w| w.write_all(b"new!")).unwrap(), 4);
+        assert_eq!(std::fs::read(&dest).unwrap(), b"new!");
+        assert_eq!(names(dir.path()), ["x.bin"]);
+    }
+
+    #[test]
+    fn planted_symlink_is_never_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, b"precious").unwrap();
+        let dest = dir.path().join("x.bin");
+        // An attacker cannot know the random suffix; plant the old
+        // predictable name and a would-be collision anyway.
+        let old_style = dir
+            .path()
+            .join(format!(".x.bin.{}.partial", std::process::id()));
+        std::os::unix::fs::symlink(&victim, &old_style).unwrap();
+        publish(&dest, |w| w.write_all(b"data")).unwrap();
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+        assert_eq!(std::fs::read(&dest).unwrap(), b"data");
+    }
+
+    #[test]
+    fn stale_partials_are_removed_live_ones_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let dest = dir.path().join("m.safetensors");
+        // A stale partial: right name pattern, nobody holds its lock.
+        let stale = dir
+            .path()
+            .join(".m.safetensors.999999.00000000deadbeef.partial");
+        std::fs::write(&stale, vec![0u8; 100]).unwrap();
+        let live = Partial::create(&dest).unwrap();
+        assert!(
+            !stale.exists(),
+            "a stale partial is removed by the next write"
+        );
+        assert_eq!(partials_of(&dest).unwrap(), [live.path().to_path_buf()]);
+        // A second writer to the same destination leaves the live one.
+        let second = Partial::create(&dest).unwrap();
+        assert!(live.path().exists());
+        assert_eq!(partials_of(&dest).unwrap().len(), 2);
+        drop(second);
+        drop(live);
+        assert!(names(dir.path()).is_empty());
+    }
+
+    #[test]
+    fn destination_directory_must_be_a_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("plain");
+        std::fs::write(&file, b"").unwrap();
+        let err = Partial::create(&file.join("x.bin")).unwrap_err();
+        assert!(matches!(err, Error::Write { .. }), "{err:?}");
+    }
+}

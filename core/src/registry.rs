@@ -1,0 +1,143 @@
+//! [`Registry`]: a list of readers and writers, and everything that needs
+//! one (detection, opening, choosing a writer, converting).
+//!
+//! The core names no plugin. Whoever links the plugins builds the registry
+//! (the `zt` crate's `registry()` is the one list), so adding a format never
+//! touches the core.
+
+use std::path::Path;
+
+use crate::error::{Context, Error, Result};
+use crate::format::{extension_of, Format, Probe, PROBE_BYTES};
+use crate::open::{OpenOptions, Opener};
+use crate::source::Source;
+use crate::store::Store;
+use crate::write::{FormatWriter, WriteOptions};
+
+/// The formats zt can read, in detection order, and the ones it can write.
+#[derive(Clone, Copy)]
+pub struct Registry {
+    formats: &'static [&'static dyn Format],
+    writers: &'static [&'static dyn FormatWriter],
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry")
+            .field(
+                "formats",
+                &self.formats.iter().map(|x| x.name()).collect::<Vec<_>>(),
+            )
+            .field(
+                "writers",
+                &self.writers.iter().map(|x| x.name()).collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+impl Registry {
+    /// A registry of `formats` (tried in this order by detection: formats
+    /// whose structures overlap go most specific first) and `writers`.
+    pub const fn new(
+        formats: &'static [&'static dyn Format],
+        writers: &'static [&'static dyn FormatWriter],
+    ) -> Registry {
+        Registry { formats, writers }
+    }
+
+    /// Every readable format, in detection order.
+    pub fn formats(&self) -> &'static [&'static dyn Format] {
+        self.formats
+    }
+
+    /// Every writable format.
+    pub fn writers(&self) -> &'static [&'static dyn FormatWriter] {
+        self.writers
+    }
+
+    /// A readable format by name.
+    pub fn format_named(&self, name: &str) -> Option<&'static dyn Format> {
+        self.formats.iter().copied().find(|f| f.name() == name)
+    }
+
+    /// A writer by format name.
+    pub fn writer_named(&self, name: &str) -> Option<&'static dyn FormatWriter> {
+        self.writers.iter().copied().find(|w| w.name() == name)
+    }
+
+    /// Recognise an opened store's format by its structure.
+    pub fn detect_store(&self, store: &Store) -> Result<&'static dyn Format> {
+        let head = store.read_upto(0, PROBE_BYTES)?;
+        let tail_start = store.len().saturating_sub(PROBE_BYTES);
+        let tail = store.read_upto(tail_start, PROBE_BYTES)?;
+        let extension = extension_of(store.path());
+        let probe = Probe {
+            head: &head,
+            tail: &tail,
+            len: store.len(),
+            extension: &extension,
+        };
+        self.formats
+            .iter()
+            .copied()
+            .find(|f| f.sniff(&probe))
+            .ok_or_else(|| Error::UnknownFormat { ctx: store.ctx() })
+    }
+
+    /// Recognise the format of the file at `location` by its structure.
+    pub fn detect(&self, location: &Path, options: &OpenOptions) -> Result<&'static str> {
+        let store = options.open_store_positional(location)?;
+        Ok(self.detect_store(&store)?.name())
+    }
+
+    /// Open one file, or a Hugging Face shard index (`*.index.json`).
+    pub fn open(&self, location: &Path, options: &OpenOptions) -> Result<Source> {
+        Opener {
+            registry: self,
+            options,
+        }
+        .open(location)
+    }
+
+    /// Open several files as one source; a name found in two files is an error.
+    pub fn open_all<P: AsRef<Path>>(
+        &self,
+        locations: &[P],
+        options: &OpenOptions,
+    ) -> Result<Source> {
+        Opener {
+            registry: self,
+            options,
+        }
+        .open_all(locations)
+    }
+
+    /// The writer whose extension `path` has.
+    pub fn writer_for(&self, path: &Path) -> Result<&'static dyn FormatWriter> {
+        let ext = extension_of(path);
+        self.writers
+            .iter()
+            .copied()
+            .find(|w| w.extensions().contains(&ext.as_str()))
+            .ok_or_else(|| {
+                let known: Vec<&str> = self
+                    .writers
+                    .iter()
+                    .flat_map(|w| w.extensions().iter().copied())
+                    .collect();
+                Error::Write {
+                    ctx: Context::file(path),
+                    reason: format!(
+                        "no writer for extension {ext:?} (zt writes {})",
+                        known.join(", ")
+                    ),
+                }
+            })
+    }
+
+    /// Write every tensor of `source` to `path`, in the format its extension names.
+    pub fn convert(&self, source: &Source, path: &Path, options: &WriteOptions) -> Result<u64> {
+        self.writer_for(path)?.write(source, path, options)
+    }
+}

@@ -1,0 +1,336 @@
+//! `Source`: one or more opened files read as one set of named tensors.
+//! Building one validates every part a plugin's catalog declares, so no
+//! plugin can hand out a view that reaches outside its bytes; the read API
+//! over it is in [`crate::part`], and opening files in [`crate::open`].
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::catalog::{Attributes, Catalog, Digest, Object, Part, Payload};
+use crate::dtype::num_elements;
+use crate::error::{Context, Error, Result};
+use crate::limits::Limits;
+use crate::part::Tensor;
+use crate::store::Store;
+
+/// Opened tensor files, read as one set of named tensors.
+///
+/// `Source` is `Send + Sync`; share it behind an `Arc` across threads.
+#[derive(Debug)]
+pub struct Source {
+    format: &'static str,
+    pub(crate) files: Vec<PathBuf>,
+    pub(crate) objects: Vec<Object>,
+    index: HashMap<String, usize>,
+    pub(crate) attributes: Attributes,
+    pub(crate) limits: Limits,
+    /// Sorted raw ranges per store (keyed by the store's address), so
+    /// `evict` can tell whether a page is shared with a neighbour.
+    pub(crate) occupancy: HashMap<usize, Vec<(u64, u64)>>,
+    /// Stored digests by (object index, part index).
+    pub(crate) digests: HashMap<(usize, usize), Digest>,
+}
+
+pub(crate) fn store_key(store: &Arc<Store>) -> usize {
+    Arc::as_ptr(store) as usize
+}
+
+impl Source {
+    /// Build a source from a plugin's catalog, validating every part against
+    /// the limits and against its payload (so no plugin can hand out a view
+    /// that reaches outside its bytes).
+    pub fn from_catalog(
+        format: &'static str,
+        store: Arc<Store>,
+        catalog: Catalog,
+        limits: Limits,
+    ) -> Result<Source> {
+        let ctx = store.ctx();
+        limits.check_tensors(&ctx, catalog.objects.len() as u64)?;
+        let mut index = HashMap::with_capacity(catalog.objects.len());
+        let mut occupancy: HashMap<usize, Vec<(u64, u64)>> = HashMap::new();
+        let mut decoded_total: u64 = 0;
+        for (i, object) in catalog.objects.iter().enumerate() {
+            // Context is built only on failure: open latency on files with
+            // many tensors is dominated by per-tensor allocations.
+            let name_it = |e: Error| e.in_file(store.path()).in_tensor(&object.name);
+            if index.insert(object.name.clone(), i).is_some() {
+                return Err(name_it(Error::DuplicateName {
+                    ctx: Context::default(),
+                }));
+            }
+            limits
+                .check_rank(&Context::default(), object.shape.len())
+                .map_err(name_it)?;
+            for part in &object.parts {
+                validate_part(part, &limits).map_err(name_it)?;
+                match &part.payload {
+                    Payload::Stored { store, offset, len } => {
+                        store
+                            .check_range(*offset, *len, "tensor data")
+                            .map_err(name_it)?;
+                        occupancy
+                            .entry(store_key(store))
+                            .or_default()
+                            .push((*offset, offset + len));
+                    }
+                    Payload::Decoded { decoded_len, .. } => {
+                        decoded_total = decoded_total.saturating_add(*decoded_len);
+                    }
+                }
+            }
+        }
+        Limits::check(
+            &ctx,
+            "total_decoded_bytes",
+            decoded_total,
+            limits.total_decoded_bytes,
+        )?;
+        for ranges in occupancy.values_mut() {
+            ranges.sort_unstable();
+        }
+        let mut files = vec![store.path().to_path_buf()];
+        files.extend(catalog.extra_stores.iter().map(|s| s.path().to_path_buf()));
+        let digests = catalog
+            .digests
+            .iter()
+            .filter(|(o, p, _)| {
+                catalog
+                    .objects
+                    .get(*o)
+                    .is_some_and(|obj| *p < obj.parts.len())
+            })
+            .map(|&(o, p, d)| ((o, p), d))
+            .collect();
+        Ok(Source {
+            format,
+            files,
+            objects: catalog.objects,
+            index,
+            attributes: catalog.attributes,
+            limits,
+            occupancy,
+            digests,
+        })
+    }
+
+    /// Read several sources as one; a name in two of them is an error.
+    pub fn merge(sources: Vec<Source>) -> Result<Source> {
+        let mut iter = sources.into_iter();
+        let Some(mut merged) = iter.next() else {
+            return Err(Error::Unsupported {
+                ctx: Context::default(),
+                reason: "no files to open".into(),
+            });
+        };
+        for source in iter {
+            if source.format != merged.format {
+                merged.format = "mixed";
+            }
+            let base = merged.objects.len();
+            merged.digests.extend(
+                source
+                    .digests
+                    .into_iter()
+                    .map(|((o, p), d)| ((o + base, p), d)),
+            );
+            for object in source.objects {
+                if merged.index.contains_key(&object.name) {
+                    return Err(Error::DuplicateName {
+                        ctx: Context::file(&source.files[0]).tensor(&object.name),
+                    });
+                }
+                merged
+                    .index
+                    .insert(object.name.clone(), merged.objects.len());
+                merged.objects.push(object);
+            }
+            for (key, ranges) in source.occupancy {
+                let entry = merged.occupancy.entry(key).or_default();
+                entry.extend(ranges);
+                entry.sort_unstable();
+            }
+            merged.files.extend(source.files);
+            merged.attributes.extend(source.attributes);
+        }
+        Ok(merged)
+    }
+
+    /// The detected format (`"safetensors"`, `"npz"`, ... or `"mixed"`).
+    pub fn format(&self) -> &'static str {
+        self.format
+    }
+
+    /// The files this source reads.
+    pub fn files(&self) -> &[PathBuf] {
+        &self.files
+    }
+
+    /// File-level attributes.
+    pub fn attributes(&self) -> &Attributes {
+        &self.attributes
+    }
+
+    /// The limits the source was opened with.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Number of tensors.
+    pub fn len(&self) -> usize {
+        self.objects.len()
+    }
+
+    /// True if the source holds no tensors.
+    pub fn is_empty(&self) -> bool {
+        self.objects.is_empty()
+    }
+
+    /// Tensor names in file order.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.objects.iter().map(|o| o.name.as_str())
+    }
+
+    /// Every tensor, in file order.
+    pub fn tensors(&self) -> impl Iterator<Item = Tensor<'_>> {
+        (0..self.objects.len()).map(move |index| Tensor::new(self, index))
+    }
+
+    /// The tensor at `index` in file order.
+    pub fn tensor_at(&self, index: usize) -> Option<Tensor<'_>> {
+        (index < self.objects.len()).then(|| Tensor::new(self, index))
+    }
+
+    /// Position of a tensor in file order.
+    pub fn position(&self, name: &str) -> Option<usize> {
+        self.index.get(name).copied()
+    }
+
+    /// A tensor by name.
+    pub fn get(&self, name: &str) -> Option<Tensor<'_>> {
+        self.position(name).and_then(|i| self.tensor_at(i))
+    }
+
+    /// A tensor by name, or [`Error::NoSuchTensor`].
+    pub fn tensor(&self, name: &str) -> Result<Tensor<'_>> {
+        self.get(name).ok_or_else(|| Error::NoSuchTensor {
+            ctx: self.files.first().map(Context::file).unwrap_or_default(),
+            name: name.to_string(),
+        })
+    }
+
+    /// Total payload bytes of every part.
+    pub fn total_bytes(&self) -> u64 {
+        self.objects
+            .iter()
+            .flat_map(|o| &o.parts)
+            .map(|p| p.payload.len())
+            .sum()
+    }
+
+    /// The page-aligned range of `[offset, offset+len)` that no other part
+    /// touches, or `None` if every page is shared.
+    pub(crate) fn exclusive_pages(
+        &self,
+        store: &Arc<Store>,
+        offset: u64,
+        len: u64,
+    ) -> Option<(u64, u64)> {
+        let page = crate::store::page_size();
+        let (mut start, mut end) = Store::page_envelope(offset, len);
+        end = end.min(store.len().div_ceil(page) * page);
+        let ranges = self.occupancy.get(&store_key(store))?;
+        let me = (offset, offset + len);
+        // A neighbour is any other range that intersects our envelope. The
+        // part's own range is listed once; a second identical range is a
+        // tied or deduplicated part that maps the very same pages.
+        let mut seen_self = false;
+        for &(s, e) in ranges {
+            if (s, e) == me && !seen_self {
+                seen_self = true;
+                continue;
+            }
+            if e <= start || s >= end {
+                continue;
+            }
+            if (s, e) == me {
+                return None;
+            }
+            if s < offset {
+                start = start.max(e.div_ceil(page) * page);
+            } else {
+                end = end.min(s / page * page);
+            }
+        }
+        (start < end).then_some((start, end))
+    }
+}
+
+/// Check a part against its payload: rank, element count, byte size, and
+/// (for strided parts) that every element lies inside the payload.
+fn validate_part(part: &Part, limits: &Limits) -> Result<()> {
+    let ctx = &Context::default();
+    limits.check_rank(ctx, part.shape.len())?;
+    let elements = num_elements(&part.shape).ok_or(Error::Overflow {
+        ctx: ctx.clone(),
+        what: "element count",
+    })?;
+    let len = part.payload.len();
+    if let Payload::Decoded { decoded_len, .. } = part.payload {
+        limits.check_decoded(ctx, decoded_len)?;
+    }
+    match &part.strides {
+        None => {
+            let need = part.dtype.nbytes(elements).ok_or(Error::Overflow {
+                ctx: ctx.clone(),
+                what: "byte size",
+            })?;
+            if need != len {
+                return Err(Error::range(
+                    ctx.clone(),
+                    format!(
+                        "part {:?}: {} x {} needs {need} bytes, payload has {len}",
+                        part.name, part.dtype, elements
+                    ),
+                ));
+            }
+        }
+        Some(strides) => {
+            let size = part.dtype.size().ok_or_else(|| Error::Unsupported {
+                ctx: ctx.clone(),
+                reason: format!("strided views of sub-byte dtype {}", part.dtype),
+            })?;
+            if strides.len() != part.shape.len() || strides.iter().any(|&s| s < 0) {
+                return Err(Error::range(ctx.clone(), "strides do not match the shape"));
+            }
+            if elements > 0 {
+                let mut last: u64 = 0;
+                for (&d, &s) in part.shape.iter().zip(strides) {
+                    let step = (d - 1).checked_mul(s as u64).ok_or(Error::Overflow {
+                        ctx: ctx.clone(),
+                        what: "stride extent",
+                    })?;
+                    last = last.checked_add(step).ok_or(Error::Overflow {
+                        ctx: ctx.clone(),
+                        what: "stride extent",
+                    })?;
+                }
+                let need = last
+                    .checked_add(1)
+                    .and_then(|n| n.checked_mul(size))
+                    .ok_or(Error::Overflow {
+                        ctx: ctx.clone(),
+                        what: "stride extent",
+                    })?;
+                if need > len {
+                    return Err(Error::range(
+                        ctx.clone(),
+                        format!("strides reach byte {need}, payload has {len}"),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,296 @@
+//! `Store`: one opened file, memory-mapped read-only, or read with positional
+//! reads when mapping is not wanted (network filesystems, files that may be
+//! truncated under us).
+//!
+//! All byte access goes through bounds-checked methods, so a plugin that
+//! computes a bad range gets an error, never an out-of-bounds read.
+
+use std::borrow::Cow;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use memmap2::Mmap;
+
+use crate::error::{Context, Error, Result};
+
+/// How a store reaches its bytes.
+#[derive(Debug)]
+enum Backing {
+    /// The whole file mapped read-only and shared.
+    Mapped(Mmap),
+    /// Positional reads (`pread`) on demand.
+    Positional(File),
+}
+
+/// One opened file.
+#[derive(Debug)]
+pub struct Store {
+    path: PathBuf,
+    len: u64,
+    backing: Backing,
+}
+
+/// The operating system's page size, read once.
+pub fn page_size() -> u64 {
+    static PAGE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *PAGE.get_or_init(|| {
+        // SAFETY: sysconf has no preconditions.
+        let v = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        if v > 0 {
+            v as u64
+        } else {
+            4096
+        }
+    })
+}
+
+impl Store {
+    /// Open and memory-map `path` read-only.
+    pub fn open(path: impl AsRef<Path>) -> Result<Store> {
+        let path = path.as_ref();
+        let file = File::open(path).map_err(|e| Error::io(path, e))?;
+        // SAFETY: the map is read-only. Another process truncating the file
+        // while it is mapped would raise SIGBUS on access; that is the same
+        // contract every mmap-based reader (safetensors, numpy.memmap) has,
+        // and `open_positional` exists for files that may change.
+        let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(path, e))?;
+        // The length is the mapping's: a file that changed size between a
+        // stat and the map must not let a range check pass that the map
+        // cannot serve.
+        let len = map.len() as u64;
+        Ok(Store {
+            path: path.to_path_buf(),
+            len,
+            backing: Backing::Mapped(map),
+        })
+    }
+
+    /// Open `path` for positional reads only (no mapping).
+    pub fn open_positional(path: impl AsRef<Path>) -> Result<Store> {
+        let path = path.as_ref();
+        let file = File::open(path).map_err(|e| Error::io(path, e))?;
+        let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
+        Ok(Store {
+            path: path.to_path_buf(),
+            len,
+            backing: Backing::Positional(file),
+        })
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The file's length in bytes.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// True for an empty file.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// True if the store is memory-mapped (zero-copy views are possible).
+    pub fn is_mapped(&self) -> bool {
+        matches!(self.backing, Backing::Mapped(_))
+    }
+
+    /// Address and length of the whole mapping, for callers that check
+    /// where a zero-copy view points (tests, diagnostics).
+    pub fn mapping(&self) -> Option<(usize, usize)> {
+        match &self.backing {
+            Backing::Mapped(map) => Some((map.as_ptr() as usize, map.len())),
+            Backing::Positional(_) => None,
+        }
+    }
+
+    /// A context naming this store's file.
+    pub fn ctx(&self) -> Context {
+        Context::file(&self.path)
+    }
+
+    /// Check that `[offset, offset + len)` lies inside the file.
+    pub fn check_range(&self, offset: u64, len: u64, what: &'static str) -> Result<()> {
+        let end = offset.checked_add(len).ok_or(Error::Overflow {
+            ctx: self.ctx().at(offset),
+            what,
+        })?;
+        if end > self.len {
+            return Err(Error::Truncated {
+                ctx: self.ctx().at(offset),
+                what,
+                needed: len,
+                available: self.len.saturating_sub(offset),
+            });
+        }
+        Ok(())
+    }
+
+    /// A zero-copy view of `[offset, offset + len)`; fails if the store is
+    /// not mapped or the range is outside the file.
+    pub fn slice(&self, offset: u64, len: u64) -> Result<&[u8]> {
+        self.check_range(offset, len, "byte range")?;
+        match &self.backing {
+            Backing::Mapped(map) => Ok(&map[offset as usize..(offset + len) as usize]),
+            Backing::Positional(_) => Err(Error::Unsupported {
+                ctx: self.ctx().at(offset),
+                reason: "the store is opened for positional reads, not mapped".into(),
+            }),
+        }
+    }
+
+    /// The bytes of `[offset, offset + len)`: borrowed from the mapping, or
+    /// read into an owned buffer for a positional store.
+    pub fn read(&self, offset: u64, len: u64) -> Result<Cow<'_, [u8]>> {
+        self.check_range(offset, len, "byte range")?;
+        match &self.backing {
+            Backing::Mapped(map) => Ok(Cow::Borrowed(
+                &map[offset as usize..(offset + len) as usize],
+            )),
+            Backing::Positional(file) => {
+                let mut buf = vec![0u8; len as usize];
+                file.read_exact_at(&mut buf, offset)
+                    .map_err(|e| Error::Io {
+                        ctx: self.ctx().at(offset),
+                        source: e,
+                    })?;
+                Ok(Cow::Owned(buf))
+            }
+        }
+    }
+
+    /// Up to `max` bytes from `offset` (fewer at the end of the file).
+    pub fn read_upto(&self, offset: u64, max: u64) -> Result<Cow<'_, [u8]>> {
+        let len = max.min(self.len.saturating_sub(offset));
+        self.read(offset.min(self.len), len)
+    }
+
+    /// The page-aligned envelope `[start, end)` that contains the range.
+    pub fn page_envelope(offset: u64, len: u64) -> (u64, u64) {
+        let page = page_size();
+        let start = offset / page * page;
+        let end = offset
+            .saturating_add(len)
+            .div_ceil(page)
+            .saturating_mul(page);
+        (start, end)
+    }
+
+    /// Ask the kernel to read `[offset, offset + len)` ahead (`MADV_WILLNEED`).
+    /// A no-op for positional stores.
+    pub fn prefetch(&self, offset: u64, len: u64) -> Result<()> {
+        self.advise(offset, len, libc::MADV_WILLNEED)
+    }
+
+    /// Drop the pages `[start, end)` from this process's view of the cache
+    /// (`MADV_DONTNEED`). `start` and `end` must be page-aligned; callers
+    /// decide which pages are safe to drop (see `Source::evict`).
+    pub fn evict_pages(&self, start: u64, end: u64) -> Result<()> {
+        let page = page_size();
+        if start % page != 0 || (end % page != 0 && end != self.len) || end < start {
+            return Err(Error::Unsupported {
+                ctx: self.ctx().at(start),
+                reason: format!("evict range {start}..{end} is not page-aligned"),
+            });
+        }
+        self.advise(start, end - start, libc::MADV_DONTNEED)
+    }
+
+    fn advise(&self, offset: u64, len: u64, advice: libc::c_int) -> Result<()> {
+        let Backing::Mapped(map) = &self.backing else {
+            return Ok(());
+        };
+        if len == 0 || offset >= self.len {
+            return Ok(());
+        }
+        let (start, end) = Self::page_envelope(offset, len.min(self.len - offset));
+        let end = end.min(map.len() as u64);
+        if end <= start {
+            return Ok(());
+        }
+        // SAFETY: [start, end) lies inside the mapping (start is page-aligned
+        // and below len; end is clamped to the mapping length). madvise with
+        // WILLNEED/DONTNEED on a read-only shared file mapping never changes
+        // the bytes a reader sees: DONTNEED only drops pages, which the next
+        // access faults back in from the file.
+        let rc = unsafe {
+            libc::madvise(
+                map.as_ptr().add(start as usize) as *mut libc::c_void,
+                (end - start) as usize,
+                advice,
+            )
+        };
+        if rc != 0 {
+            return Err(Error::Io {
+                ctx: self.ctx().at(start),
+                source: std::io::Error::last_os_error(),
+            });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn file_with(bytes: &[u8]) -> tempfile::NamedTempFile {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        f.write_all(bytes).unwrap();
+        f.flush().unwrap();
+        f
+    }
+
+    #[test]
+    fn mapped_and_positional_agree() {
+        let f = file_with(b"hello world");
+        for store in [
+            Store::open(f.path()).unwrap(),
+            Store::open_positional(f.path()).unwrap(),
+        ] {
+            assert_eq!(store.len(), 11);
+            assert_eq!(&*store.read(6, 5).unwrap(), b"world");
+            assert!(matches!(store.read(6, 6), Err(Error::Truncated { .. })));
+            assert!(matches!(
+                store.read(u64::MAX, 2),
+                Err(Error::Overflow { .. })
+            ));
+        }
+        let positional = Store::open_positional(f.path()).unwrap();
+        assert!(matches!(
+            positional.slice(0, 1),
+            Err(Error::Unsupported { .. })
+        ));
+    }
+
+    #[test]
+    fn empty_file_maps() {
+        let f = file_with(b"");
+        let store = Store::open(f.path()).unwrap();
+        assert!(store.is_empty());
+        assert_eq!(store.read(0, 0).unwrap().len(), 0);
+    }
+
+    #[test]
+    fn missing_file_is_not_found() {
+        assert!(matches!(
+            Store::open("/nonexistent/zt/file"),
+            Err(Error::NotFound { .. })
+        ));
+    }
+
+    #[test]
+    fn advice_is_accepted() {
+        let f = file_with(&vec![7u8; 3 * page_size() as usize]);
+        let store = Store::open(f.path()).unwrap();
+        store.prefetch(10, 100).unwrap();
+        store.evict_pages(0, page_size()).unwrap();
+        assert_eq!(store.read(0, 1).unwrap()[0], 7);
+        assert!(store.evict_pages(1, page_size()).is_err());
+        assert_eq!(Store::page_envelope(1, 1), (0, page_size()));
+    }
+}

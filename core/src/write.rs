@@ -1,0 +1,160 @@
+//! Shared pieces of every writer: the tensor a writer is handed, the
+//! options it takes, and the [`FormatWriter`] trait. Writers publish their
+//! files through [`crate::publish`].
+
+use std::borrow::Cow;
+use std::path::Path;
+use std::str::FromStr;
+
+use crate::dtype::{num_elements, DType};
+use crate::error::{Context, Error, Result};
+use crate::source::Source;
+
+/// A tensor handed to a writer: C-order little-endian bytes.
+#[derive(Debug, Clone, Copy)]
+pub struct TensorIn<'a> {
+    /// Name.
+    pub name: &'a str,
+    /// Element type.
+    pub dtype: DType,
+    /// Shape (rank 0 allowed).
+    pub shape: &'a [u64],
+    /// The elements, C order, little-endian.
+    pub data: &'a [u8],
+}
+
+impl TensorIn<'_> {
+    /// Check that the data length matches shape and dtype.
+    pub fn check(&self, ctx: &Context) -> Result<()> {
+        let ctx = ctx.clone().tensor(self.name);
+        let need = num_elements(self.shape)
+            .and_then(|n| self.dtype.nbytes(n))
+            .ok_or(Error::Overflow {
+                ctx: ctx.clone(),
+                what: "byte size",
+            })?;
+        if need != self.data.len() as u64 {
+            return Err(Error::Write {
+                ctx,
+                reason: format!(
+                    "shape {:?} of {} needs {need} bytes, {} given",
+                    self.shape,
+                    self.dtype,
+                    self.data.len()
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Where a `.zt` writer places blobs (other writers ignore it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Align {
+    /// Canonical zTensor placement (64 KiB, byte-reproducible output).
+    Canonical,
+    /// Large tensors at 64 KiB, small ones at the 4 KiB floor.
+    Auto,
+    /// Every blob at a multiple of this power of two (at least 4096).
+    Bytes(u64),
+}
+
+impl FromStr for Align {
+    type Err = String;
+
+    /// `"canonical"`, `"auto"`, or a number of bytes (the writer checks
+    /// that it is a power of two of at least 4096). One parser for the
+    /// CLI's `--align` and Python's `align=`.
+    fn from_str(text: &str) -> std::result::Result<Align, String> {
+        match text {
+            "canonical" => Ok(Align::Canonical),
+            "auto" => Ok(Align::Auto),
+            n => n
+                .parse()
+                .map(Align::Bytes)
+                .map_err(|_| format!("align {n:?}: expected canonical, auto or a number of bytes")),
+        }
+    }
+}
+
+/// Options a writer receives. A writer refuses options it cannot honour
+/// rather than ignoring them silently.
+#[derive(Debug, Clone, Default)]
+pub struct WriteOptions {
+    /// Blob placement (`.zt`); `None` is the writer's default.
+    pub align: Option<Align>,
+    /// zstd compression level for writers that compress; `None` is raw.
+    pub compression: Option<i32>,
+}
+
+/// A format zt can write: the mirror image of [`crate::Format`].
+pub trait FormatWriter: Send + Sync + 'static {
+    /// Format name (`"safetensors"`).
+    fn name(&self) -> &'static str;
+    /// Extensions that select this writer, lowercase, without the dot.
+    fn extensions(&self) -> &'static [&'static str];
+    /// Write every tensor of `source` to `path` (built beside it and renamed
+    /// into place). Returns the bytes written.
+    fn write(&self, source: &Source, path: &Path, options: &WriteOptions) -> Result<u64>;
+}
+
+/// A dense tensor of a source, its bytes borrowed from the mapping when
+/// they are raw there and decoded otherwise.
+#[derive(Debug)]
+pub struct DenseTensor<'a> {
+    /// Name.
+    pub name: &'a str,
+    /// Element type.
+    pub dtype: DType,
+    /// Shape.
+    pub shape: &'a [u64],
+    /// C-order bytes.
+    pub data: Cow<'a, [u8]>,
+}
+
+impl DenseTensor<'_> {
+    /// The tensor as a writer input.
+    pub fn input(&self) -> TensorIn<'_> {
+        TensorIn {
+            name: self.name,
+            dtype: self.dtype,
+            shape: self.shape,
+            data: &self.data,
+        }
+    }
+}
+
+/// Every tensor of `source`, for writers of formats that hold only dense
+/// tensors. Mapped tensors are borrowed, not copied; a tensor of another
+/// layout is an error naming it.
+pub fn dense_tensors<'a>(source: &'a Source, path: &Path) -> Result<Vec<DenseTensor<'a>>> {
+    source
+        .tensors()
+        .map(|t| {
+            if t.layout() != "dense" {
+                return Err(Error::Write {
+                    ctx: Context::file(path).tensor(t.name()),
+                    reason: format!("layout {} has no equivalent in this format", t.layout()),
+                });
+            }
+            let part = t.data()?;
+            Ok(DenseTensor {
+                name: t.name(),
+                dtype: part.dtype(),
+                shape: part.shape(),
+                data: part.bytes()?,
+            })
+        })
+        .collect()
+}
+
+/// Refuse options that a format without alignment or compression cannot honour.
+pub fn refuse_zt_options(name: &str, path: &Path, options: &WriteOptions) -> Result<()> {
+    if options.align.is_some() || options.compression.is_some() {
+        return Err(Error::Write {
+            ctx: Context::file(path),
+            reason: format!("{name} files have no alignment or compression options"),
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,322 @@
+//! HDF5 (`.h5`, `.hdf5`, `.keras` weights), read without libhdf5.
+//!
+//! `open` finds the superblock (after any userblock), then walks the group
+//! graph from the root: old-style groups (symbol table, v1 B-tree, local
+//! heap) and new-style groups (link messages, or dense storage in a
+//! fractal heap indexed by a v2 B-tree). Every dataset of a supported
+//! element type becomes a tensor named by its path without the leading
+//! slash (`model_weights/dense/dense/kernel:0`); everything else is listed
+//! in the file attribute `h5.skipped`. Soft and external links are listed
+//! in `h5.links` and never followed. Attributes of the root become file
+//! attributes; those of other groups become file attributes named
+//! `<group path>/<name>`; those of datasets stay on the tensor.
+//!
+//! Every structure is read through bounds-checked cursors, every walk
+//! spends a work budget of `Limits::entries`, and cycles (object headers,
+//! continuation blocks, B-tree nodes, heap blocks) are detected. Chunked
+//! data is located and assembled only when a tensor is read.
+
+mod attributes;
+pub mod btree1;
+pub mod btree2;
+pub mod chunk_index;
+pub mod dataset;
+pub mod filters;
+pub mod heap;
+pub mod messages;
+pub mod object_header;
+pub mod reader;
+pub mod superblock;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use zt_core::catalog::{Attributes, Catalog, Object, Value};
+use zt_core::error::{Error, Result};
+use zt_core::format::{Format, OpenInput, Probe};
+use zt_core::store::Store;
+
+use self::heap::{FractalHeap, GlobalHeaps};
+use self::messages::{kind, Target};
+use self::object_header::Message;
+use self::reader::{Cursor, Reader};
+
+/// The HDF5 plugin.
+pub struct Hdf5;
+
+impl Format for Hdf5 {
+    fn name(&self) -> &'static str {
+        "h5"
+    }
+
+    fn extensions(&self) -> &'static [&'static str] {
+        &["h5", "hdf5", "keras"]
+    }
+
+    /// The signature at 0 or at a userblock boundary (512, 1024, ...),
+    /// followed by a superblock version 0-3.
+    fn sniff(&self, p: &Probe<'_>) -> bool {
+        superblock::candidates(p.len).any(|at| {
+            let at = at as usize;
+            p.head
+                .get(at..at + 9)
+                .is_some_and(|b| &b[..8] == superblock::SIGNATURE && b[8] <= 3)
+        })
+    }
+
+    fn open(&self, input: &OpenInput<'_>) -> Result<Catalog> {
+        let store = input.store;
+        let sb = superblock::read(store)?;
+        let r = Reader::new(store, sb.geo, input.limits);
+        let mut walk = Walk {
+            r: &r,
+            store,
+            visited: HashSet::new(),
+            heaps: GlobalHeaps::default(),
+            objects: Vec::new(),
+            attributes: Vec::new(),
+            skipped: Vec::new(),
+            links: Vec::new(),
+        };
+        walk.visit("", sb.root, 0)?;
+        let mut attributes = walk.attributes;
+        if !walk.skipped.is_empty() {
+            attributes.push(("h5.skipped".into(), Value::List(walk.skipped)));
+        }
+        if !walk.links.is_empty() {
+            attributes.push(("h5.links".into(), Value::List(walk.links)));
+        }
+        Ok(Catalog {
+            objects: walk.objects,
+            attributes,
+            ..Catalog::default()
+        })
+    }
+}
+
+/// State of one walk over the group graph.
+struct Walk<'a, 'r> {
+    r: &'r Reader<'a>,
+    store: &'r Arc<Store>,
+    /// Object headers visited: each object is listed once (under the first
+    /// path that reaches it), and a group linked into itself ends there.
+    visited: HashSet<u64>,
+    heaps: GlobalHeaps,
+    objects: Vec<Object>,
+    attributes: Attributes,
+    skipped: Vec<Value>,
+    links: Vec<Value>,
+}
+
+fn join(path: &str, name: &str) -> String {
+    if path.is_empty() {
+        name.to_string()
+    } else {
+        format!("{path}/{name}")
+    }
+}
+
+fn entry(fields: &[(&str, &str)]) -> Value {
+    Value::Map(
+        fields
+            .iter()
+            .map(|(k, v)| (k.to_string(), Value::Str(v.to_string())))
+            .collect(),
+    )
+}
+
+impl Walk<'_, '_> {
+    fn visit(&mut self, path: &str, addr: u64, depth: usize) -> Result<()> {
+        self.r.tick(1)?;
+        if depth > self.r.limits.depth {
+            return Err(Error::Limit {
+                ctx: Default::default(),
+                limit: "depth",
+                value: depth as u64,
+                max: self.r.limits.depth as u64,
+            });
+        }
+        if !self.visited.insert(addr) {
+            return Ok(());
+        }
+        let msgs = object_header::read(self.r, addr).map_err(|e| e.in_tensor(path))?;
+        let has = |k: u16| msgs.iter().any(|m| m.kind == k);
+        if has(kind::LAYOUT) {
+            self.dataset(path, &msgs).map_err(|e| e.in_tensor(path))
+        } else if has(kind::SYMBOL_TABLE) || has(kind::LINK) || has(kind::LINK_INFO) || depth == 0 {
+            self.group(path, &msgs, depth)
+        } else {
+            Ok(()) // committed datatypes and other objects hold no tensors
+        }
+    }
+
+    fn dataset(&mut self, path: &str, msgs: &[Message]) -> Result<()> {
+        match dataset::build(self.r, self.store, path, msgs)? {
+            dataset::Built::Object(mut object) => {
+                self.r
+                    .limits
+                    .check_tensors(&Default::default(), self.objects.len() as u64 + 1)?;
+                object.attributes = self.attributes_of(path, msgs)?;
+                self.objects.push(object);
+            }
+            dataset::Built::Skipped(reason) => {
+                self.skipped
+                    .push(entry(&[("name", path), ("reason", &reason)]));
+            }
+        }
+        Ok(())
+    }
+
+    fn group(&mut self, path: &str, msgs: &[Message], depth: usize) -> Result<()> {
+        for (name, value) in self.attributes_of(path, msgs)? {
+            self.attributes.push((join(path, &name), value));
+        }
+        let mut links = self.links_of(msgs)?;
+        // h5py visits members in name order.
+        links.sort_by(|a, b| a.0.cmp(&b.0));
+        for (name, target) in links {
+            let child = join(path, &name);
+            match target {
+                Target::Hard(addr) => self.visit(&child, addr, depth + 1)?,
+                Target::Soft(to) => self.links.push(entry(&[
+                    ("name", &child),
+                    ("kind", "soft"),
+                    ("target", &to),
+                ])),
+                Target::External { file, path: to } => self.links.push(entry(&[
+                    ("name", &child),
+                    ("kind", "external"),
+                    ("file", &file),
+                    ("target", &to),
+                ])),
+                Target::Other(t) => self.links.push(entry(&[
+                    ("name", &child),
+                    ("kind", &format!("user-defined {t}")),
+                ])),
+            }
+        }
+        Ok(())
+    }
+
+    fn links_of(&mut self, msgs: &[Message]) -> Result<Vec<(String, Target)>> {
+        let mut out = Vec::new();
+        for m in msgs {
+            let mut c = Cursor::new(&m.data, m.at, self.r.geo, "group message");
+            match m.kind {
+                kind::LINK => out.push(messages::link(&mut c)?),
+                kind::SYMBOL_TABLE => {
+                    let (btree, heap) = messages::symbol_table(&mut c)?;
+                    self.symbol_table(btree, heap, &mut out)?;
+                }
+                kind::LINK_INFO => {
+                    let info = messages::dense_info(&mut c, m.kind)?;
+                    if let (Some(heap), Some(index)) = (info.heap, info.name_index) {
+                        for body in self.dense(heap, index, &[5], 4)? {
+                            let mut c = Cursor::new(&body, 0, self.r.geo, "link message");
+                            out.push(messages::link(&mut c)?);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(out)
+    }
+
+    /// Old-style group members: symbol table nodes under a v1 B-tree,
+    /// names in a local heap.
+    fn symbol_table(
+        &mut self,
+        btree: u64,
+        heap: u64,
+        out: &mut Vec<(String, Target)>,
+    ) -> Result<()> {
+        let r = self.r;
+        let names = heap::local(r, heap)?;
+        let so = r.geo.offset_size as u64;
+        let entry_size = 2 * so + 24;
+        for node in btree1::group_nodes(r, btree)? {
+            r.tick(1)?;
+            let head = r.block(node, 8, "symbol table node")?;
+            let mut c = r.cursor(&head, node, "symbol table node");
+            c.sig(b"SNOD")?;
+            c.skip(2)?; // version, reserved
+            let n = u64::from(c.u16()?);
+            r.tick(n)?;
+            let body = r.block(node + 8, n * entry_size, "symbol table node")?;
+            let mut c = r.cursor(&body, node + 8, "symbol table node");
+            for _ in 0..n {
+                let name_at = c.uint(so as usize)?;
+                let header = c.addr()?;
+                c.skip(24)?; // cache type, reserved, scratch pad
+                let name = heap::local_name(r, &names, name_at, r.abs(heap)?)?;
+                match header {
+                    Some(addr) => out.push((name, Target::Hard(addr))),
+                    None => return Err(c.bad(format!("member {name:?} has no object header"))),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The heap objects a dense name index points at (link or attribute
+    /// messages). `id_at` is where the heap ID starts in each record.
+    fn dense(&mut self, heap: u64, index: u64, types: &[u8], id_at: usize) -> Result<Vec<Vec<u8>>> {
+        let r = self.r;
+        let fh = FractalHeap::open(r, heap)?;
+        let (_, records) = btree2::records(r, index, types)?;
+        records
+            .iter()
+            .map(|rec| {
+                let id = if id_at == 0 {
+                    rec.get(..rec.len().saturating_sub(9))
+                } else {
+                    rec.get(id_at..)
+                };
+                let id = id.ok_or_else(|| {
+                    r.cursor(rec, 0, "name index record")
+                        .bad("record too short")
+                })?;
+                fh.get(r, id)
+            })
+            .collect()
+    }
+
+    fn attributes_of(&mut self, path: &str, msgs: &[Message]) -> Result<Attributes> {
+        let r = self.r;
+        let mut raw = Vec::new();
+        for m in msgs {
+            let mut c = Cursor::new(&m.data, m.at, r.geo, "attribute message");
+            match m.kind {
+                kind::ATTRIBUTE => {
+                    raw.push(messages::attribute(&mut c, r.limits.rank, r.limits.depth)?)
+                }
+                kind::ATTRIBUTE_INFO => {
+                    let info = messages::dense_info(&mut c, m.kind)?;
+                    if let (Some(heap), Some(index)) = (info.heap, info.name_index) {
+                        let mut dense = Vec::new();
+                        for body in self.dense(heap, index, &[8], 0)? {
+                            let mut c = Cursor::new(&body, 0, r.geo, "attribute message");
+                            dense.push(messages::attribute(&mut c, r.limits.rank, r.limits.depth)?);
+                        }
+                        dense.sort_by(|a, b| a.name.cmp(&b.name));
+                        raw.extend(dense);
+                    }
+                }
+                _ => {}
+            }
+        }
+        let mut out = Vec::with_capacity(raw.len());
+        for a in &raw {
+            match attributes::value(r, &mut self.heaps, a)? {
+                Ok(v) => out.push((a.name.clone(), v)),
+                Err(reason) => {
+                    let name = format!("{}@{}", path, a.name);
+                    self.skipped
+                        .push(entry(&[("name", &name), ("reason", &reason)]));
+                }
+            }
+        }
+        Ok(out)
+    }
+}

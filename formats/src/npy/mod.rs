@@ -1,0 +1,627 @@
+//! NumPy `.npy` and `.npz`.
+//!
+//! `.npy` is a preamble, a Python-dict header (parsed in `header.rs`) and
+//! the raw array. Little-endian data is served zero-copy (C order as is,
+//! Fortran order through element strides); big-endian data is byte-swapped
+//! on demand. Object, string, datetime and structured arrays are refused:
+//! object arrays are pickles and are never loaded.
+//!
+//! `.npz` is a zip of `.npy` members (read by [`crate::zip`]). Stored members are
+//! file ranges like a lone `.npy`; deflated members are inflated on demand,
+//! never past the size their header declares, and checked against the
+//! CRC-32 in the central directory.
+
+mod header;
+use crate::zip;
+
+use std::io::{self, Read, Write};
+use std::path::Path;
+use std::sync::Arc;
+
+use zt_core::catalog::{ByteSwapped, Catalog, Decode, Object, Payload};
+use zt_core::dtype::{f_strides, num_elements};
+use zt_core::error::{Context, Error, Result};
+use zt_core::format::{Format, OpenInput, Probe};
+use zt_core::limits::Limits;
+use zt_core::publish::publish;
+use zt_core::source::Source;
+use zt_core::store::Store;
+use zt_core::write::{dense_tensors, refuse_zt_options, FormatWriter, TensorIn, WriteOptions};
+
+pub use header::{descr_for, parse_descr};
+
+/// The `.npy` plugin: one array per file, named after the file's stem.
+pub struct Npy;
+
+/// The `.npz` plugin: a zip of `.npy` members, named as `numpy.load` names
+/// them (the member name without `.npy`).
+pub struct Npz;
+
+impl Format for Npy {
+    fn name(&self) -> &'static str {
+        "npy"
+    }
+
+    fn extensions(&self) -> &'static [&'static str] {
+        &["npy"]
+    }
+
+    /// The magic, a known major version, a header that fits in the file
+    /// and opens a dict.
+    fn sniff(&self, p: &Probe<'_>) -> bool {
+        let Some(pre) = p.head.get(..8) else {
+            return false;
+        };
+        let Ok(pre) = header::preamble(&Context::default(), pre) else {
+            return false;
+        };
+        let prefix = pre.prefix_len as usize;
+        let Some(bytes) = p.head.get(..prefix + 1) else {
+            return false;
+        };
+        let hlen = header::header_len(&pre, bytes);
+        pre.prefix_len.saturating_add(hlen) <= p.len && bytes[prefix] == b'{'
+    }
+
+    fn open(&self, input: &OpenInput<'_>) -> Result<Catalog> {
+        let store = input.store;
+        let ctx = input.ctx();
+        let name = store
+            .path()
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let mut reader = StoreReader::new(store, 0, store.len());
+        let layout = read_layout(&mut reader, store.len(), &ctx, input.limits)?;
+        let payload = raw_payload(store, layout.data_offset, &layout);
+        Ok(Catalog {
+            objects: vec![layout.object(name, payload)],
+            ..Catalog::default()
+        })
+    }
+}
+
+impl Format for Npz {
+    fn name(&self) -> &'static str {
+        "npz"
+    }
+
+    fn extensions(&self) -> &'static [&'static str] {
+        &["npz"]
+    }
+
+    /// A zip whose first member is a `.npy` (numpy writes members in
+    /// order), and not a PyTorch checkpoint (`.../data.pkl`); or an empty
+    /// zip with the `.npz` extension (`np.savez` of nothing).
+    fn sniff(&self, p: &Probe<'_>) -> bool {
+        if p.extension == "npz" && p.head.starts_with(b"PK\x05\x06") {
+            return true;
+        }
+        if !p.head.starts_with(b"PK\x03\x04") {
+            return false;
+        }
+        let name_len = p
+            .head
+            .get(26..28)
+            .map(|b| usize::from(b[0]) | usize::from(b[1]) << 8);
+        let first = name_len.and_then(|n| p.head.get(30..30 + n));
+        let torch = p
+            .tail
+            .windows(8)
+            .enumerate()
+            .any(|(i, w)| w == b"data.pkl" && p.tail.get(i + 8..i + 12) != Some(b".npy"));
+        first.is_some_and(|name| name.ends_with(b".npy")) && !torch
+    }
+
+    fn open(&self, input: &OpenInput<'_>) -> Result<Catalog> {
+        let store = input.store;
+        let ctx = input.ctx();
+        let limits = input.limits;
+        let entries = zip::read_entries(store, &ctx, limits)?;
+        let mut objects = Vec::new();
+        // numpy.load exposes only members ending in `.npy`, under the name
+        // without the suffix; other members (and directories) are ignored.
+        for entry in &entries {
+            let Some(name) = entry.name.strip_suffix(".npy") else {
+                continue;
+            };
+            limits.check_tensors(&ctx, objects.len() as u64 + 1)?;
+            objects.push(open_member(store, entry, name, &ctx, limits)?);
+        }
+        Ok(Catalog {
+            objects,
+            ..Catalog::default()
+        })
+    }
+}
+
+/// Build the object for one `.npy` member of an archive.
+fn open_member(
+    store: &Arc<Store>,
+    entry: &zip::Entry,
+    name: &str,
+    ctx: &Context,
+    limits: &Limits,
+) -> Result<Object> {
+    let mctx = ctx.clone().tensor(name).at(entry.local_offset);
+    if entry.encrypted() {
+        return Err(Error::Unsupported {
+            ctx: mctx,
+            reason: format!("member {:?} is encrypted", entry.name),
+        });
+    }
+    let mut raw = StoreReader::new(store, entry.data_start, entry.compressed);
+    match entry.method {
+        0 => {
+            if entry.compressed != entry.uncompressed {
+                return Err(Error::header(
+                    mctx,
+                    format!(
+                        "stored member {:?} declares {} compressed and {} uncompressed bytes",
+                        entry.name, entry.compressed, entry.uncompressed
+                    ),
+                ));
+            }
+            let layout = read_layout(&mut raw, entry.uncompressed, &mctx, limits)?;
+            let payload = raw_payload(store, entry.data_start + layout.data_offset, &layout);
+            Ok(layout.object(name.to_string(), payload))
+        }
+        8 => {
+            // Inflate only as far as the header; the data is inflated when
+            // asked for.
+            let mut inflater = flate2::read::DeflateDecoder::new(raw);
+            let layout = read_layout(&mut inflater, entry.uncompressed, &mctx, limits)?;
+            limits.check_decoded(&mctx, layout.data_len)?;
+            let decoder = Inflate {
+                store: Arc::clone(store),
+                offset: entry.data_start,
+                compressed: entry.compressed,
+                header_len: layout.data_offset,
+                data_len: layout.data_len,
+                crc: entry.crc,
+                swap_width: layout.swap_width(),
+            };
+            let payload = Payload::Decoded {
+                decoder: Arc::new(decoder),
+                decoded_len: layout.data_len,
+            };
+            Ok(layout.object(name.to_string(), payload))
+        }
+        method => Err(Error::Unsupported {
+            ctx: mctx,
+            reason: format!(
+                "member {:?} uses zip compression method {method}; only stored (0) and deflate (8) are read",
+                entry.name
+            ),
+        }),
+    }
+}
+
+/// What one `.npy` stream holds: its header and where its data is,
+/// relative to the start of the stream.
+#[derive(Debug)]
+struct Layout {
+    header: header::Header,
+    data_offset: u64,
+    data_len: u64,
+}
+
+impl Layout {
+    /// Bytes per swapped unit; 1 when the data is little-endian already.
+    fn swap_width(&self) -> usize {
+        if self.header.swap {
+            self.header.dtype.swap_width() as usize
+        } else {
+            1
+        }
+    }
+
+    /// The dense object, with Fortran-order strides when the data is stored
+    /// column-major (the bytes stay as stored; `PartRef::bytes` gathers
+    /// them into C order).
+    fn object(self, name: String, payload: Payload) -> Object {
+        let h = self.header;
+        let mut object = Object::dense(name, h.dtype, h.shape, payload);
+        if h.fortran_order {
+            let part = &mut object.parts[0];
+            part.strides = Some(f_strides(&part.shape));
+        }
+        object
+    }
+}
+
+/// The payload for data that lies as raw bytes at `offset` in `store`:
+/// the range itself when little-endian, a byte-swapping decoder otherwise.
+fn raw_payload(store: &Arc<Store>, offset: u64, layout: &Layout) -> Payload {
+    match layout.swap_width() {
+        1 => Payload::Stored {
+            store: Arc::clone(store),
+            offset,
+            len: layout.data_len,
+        },
+        width => Payload::Decoded {
+            decoder: Arc::new(ByteSwapped {
+                store: Arc::clone(store),
+                offset,
+                len: layout.data_len,
+                width,
+            }),
+            decoded_len: layout.data_len,
+        },
+    }
+}
+
+/// Read and check a `.npy` stream's preamble and header from `src`, whose
+/// total length is `total` bytes (the file, or the member's declared
+/// uncompressed size). The data must fill the rest exactly: less is
+/// [`Error::Truncated`], more is [`Error::Range`].
+fn read_layout(src: &mut dyn Read, total: u64, ctx: &Context, limits: &Limits) -> Result<Layout> {
+    let need = |what: &'static str, needed: u64, at: u64| {
+        if total.saturating_sub(at) < needed {
+            Err(Error::Truncated {
+                ctx: ctx.clone().at(at),
+                what,
+                needed,
+                available: total.saturating_sub(at),
+            })
+        } else {
+            Ok(())
+        }
+    };
+    let mut pre = [0u8; 12];
+    need("npy preamble", 10, 0)?;
+    read_full(src, &mut pre[..10], ctx, "npy preamble")?;
+    let p = header::preamble(ctx, &pre)?;
+    need("npy preamble", p.prefix_len, 0)?;
+    read_full(
+        src,
+        &mut pre[10..p.prefix_len as usize],
+        ctx,
+        "npy preamble",
+    )?;
+    let hlen = header::header_len(&p, &pre);
+    limits.check_header(ctx, hlen)?;
+    need("npy header", hlen, p.prefix_len)?;
+    let mut text = vec![0u8; hlen as usize];
+    read_full(src, &mut text, ctx, "npy header")?;
+    let header = header::parse(ctx, &text, p.major, limits)?;
+
+    let data_offset = p.prefix_len + hlen;
+    let data_len = num_elements(&header.shape)
+        .and_then(|n| header.dtype.nbytes(n))
+        .ok_or(Error::Overflow {
+            ctx: ctx.clone(),
+            what: "npy data size",
+        })?;
+    need("npy data", data_len, data_offset)?;
+    let extra = total - data_offset - data_len;
+    if extra > 0 {
+        return Err(Error::range(
+            ctx.clone().at(data_offset + data_len),
+            format!(
+                "shape {:?} of {} needs {data_len} bytes; {extra} more follow",
+                header.shape, header.dtype
+            ),
+        ));
+    }
+    Ok(Layout {
+        header,
+        data_offset,
+        data_len,
+    })
+}
+
+/// Fill `buf` from `src`; a stream that ends first is a decode error (the
+/// lengths were checked against the declared size before reading).
+fn read_full(src: &mut dyn Read, buf: &mut [u8], ctx: &Context, what: &str) -> Result<()> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match src.read(&mut buf[filled..]) {
+            Ok(0) => {
+                return Err(Error::Decode {
+                    ctx: ctx.clone(),
+                    reason: format!("{what}: stream ends after {filled} of {} bytes", buf.len()),
+                })
+            }
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(from_io(e, ctx, what)),
+        }
+    }
+    Ok(())
+}
+
+/// Recover our own error from a [`StoreReader`], or describe a deflate
+/// error as a decode failure.
+fn from_io(e: io::Error, ctx: &Context, what: &str) -> Error {
+    let message = e.to_string();
+    match e.into_inner().map(|inner| inner.downcast::<Error>()) {
+        Some(Ok(ours)) => *ours,
+        _ => Error::Decode {
+            ctx: ctx.clone(),
+            reason: format!("{what}: {message}"),
+        },
+    }
+}
+
+/// `Read` over `[offset, offset + len)` of a store, in bounded chunks, so
+/// a positional store never reads more than a buffer's worth at a time.
+struct StoreReader<'a> {
+    store: &'a Store,
+    pos: u64,
+    end: u64,
+}
+
+impl<'a> StoreReader<'a> {
+    fn new(store: &'a Store, offset: u64, len: u64) -> Self {
+        StoreReader {
+            store,
+            pos: offset,
+            end: offset.saturating_add(len),
+        }
+    }
+}
+
+impl Read for StoreReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = (buf.len() as u64).min(self.end - self.pos);
+        if n == 0 {
+            return Ok(0);
+        }
+        let bytes = self.store.read(self.pos, n).map_err(io::Error::other)?;
+        buf[..n as usize].copy_from_slice(&bytes);
+        self.pos += n;
+        Ok(n as usize)
+    }
+}
+
+/// A deflated `.npz` member: inflate it, skip the npy header, return
+/// exactly the declared data bytes, and check the member's CRC-32.
+#[derive(Debug)]
+struct Inflate {
+    store: Arc<Store>,
+    /// Offset of the compressed data.
+    offset: u64,
+    /// Compressed length.
+    compressed: u64,
+    /// Bytes of npy preamble and header before the data.
+    header_len: u64,
+    /// Bytes of data the header declares.
+    data_len: u64,
+    /// CRC-32 of the whole inflated member.
+    crc: u32,
+    /// Swap unit for big-endian data; 1 for none.
+    swap_width: usize,
+}
+
+impl Decode for Inflate {
+    fn decode(&self, limits: &Limits) -> Result<Vec<u8>> {
+        let ctx = self.store.ctx().at(self.offset);
+        limits.check_decoded(&ctx, self.data_len)?;
+        // The header length was checked against `Limits::header_bytes` when
+        // the member was opened.
+        let raw = StoreReader::new(&self.store, self.offset, self.compressed);
+        let mut inflater = flate2::read::DeflateDecoder::new(raw);
+        let mut crc = crc32fast::Hasher::new();
+        let mut head = vec![0u8; self.header_len as usize];
+        read_full(&mut inflater, &mut head, &ctx, "deflated npy header")?;
+        crc.update(&head);
+        let mut out = inflate_exact(&mut inflater, self.data_len, self.compressed, &ctx)?;
+        crc.update(&out);
+        let mut probe = [0u8; 1];
+        let more = loop {
+            match inflater.read(&mut probe) {
+                Ok(n) => break n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(from_io(e, &ctx, "deflated npy data")),
+            }
+        };
+        if more != 0 {
+            return Err(Error::Decode {
+                ctx,
+                reason: format!(
+                    "member inflates past its declared {} bytes",
+                    self.header_len + self.data_len
+                ),
+            });
+        }
+        let actual = crc.finalize();
+        if actual != self.crc {
+            return Err(Error::Decode {
+                ctx,
+                reason: format!(
+                    "CRC-32 {actual:#010x} does not match the directory's {:#010x}",
+                    self.crc
+                ),
+            });
+        }
+        zt_core::buffer::swap_units(&mut out, self.swap_width);
+        Ok(out)
+    }
+
+    fn describe(&self) -> &'static str {
+        "deflate"
+    }
+}
+
+/// Inflate exactly `len` bytes. The buffer grows with what the stream
+/// really yields and never past `len`, so a member that declares a huge
+/// size but inflates to little costs little; a member that inflates past
+/// `len` is caught by the caller's one-byte probe, not by allocating.
+fn inflate_exact(src: &mut dyn Read, len: u64, compressed: u64, ctx: &Context) -> Result<Vec<u8>> {
+    let len = usize::try_from(len).map_err(|_| Error::Overflow {
+        ctx: ctx.clone(),
+        what: "decoded size",
+    })?;
+    // Array data rarely deflates better than 4:1; start there (at least
+    // 1 MiB) so honest members need one allocation, then double.
+    let first = usize::try_from(compressed.saturating_mul(4))
+        .unwrap_or(usize::MAX)
+        .max(1 << 20);
+    crate::zip::read_exact_growing(src, len, first).map_err(|short| match short {
+        crate::zip::ShortRead::Ended(filled) => Error::Decode {
+            ctx: ctx.clone(),
+            reason: format!("deflate stream ends after {filled} of {len} data bytes"),
+        },
+        crate::zip::ShortRead::Io(e) => from_io(e, ctx, "deflated npy data"),
+    })
+}
+
+/// The npy preamble and header for `tensor`, after checking numpy can hold
+/// its dtype and its bytes match its shape.
+fn npy_header(ctx: &Context, tensor: &TensorIn<'_>) -> Result<Vec<u8>> {
+    let descr = descr_for(tensor.dtype).ok_or_else(|| Error::Write {
+        ctx: ctx.clone().tensor(tensor.name),
+        reason: format!(
+            "numpy has no builtin dtype for {}; convert it first",
+            tensor.dtype
+        ),
+    })?;
+    tensor.check(ctx)?;
+    Ok(header::encode(descr, tensor.shape))
+}
+
+/// Write one array as a `.npy` file exactly as numpy 2.x's `np.save` does
+/// (C order, little-endian, header padded to 64 bytes). The name of
+/// `tensor` is not stored. Returns the bytes written.
+pub fn write_npy(path: &Path, tensor: &TensorIn<'_>) -> Result<u64> {
+    let ctx = Context::file(path);
+    let header = npy_header(&ctx, tensor)?;
+    publish(path, |w| {
+        w.write_all(&header)?;
+        w.write_all(tensor.data)
+    })
+}
+
+/// Write arrays as an uncompressed `.npz` laid out like numpy's `np.savez`
+/// (members `<name>.npy` in the given order, zip64 local headers, CRC-32 in
+/// every header). Returns the bytes written.
+pub fn write_npz(path: &Path, tensors: &[TensorIn<'_>]) -> Result<u64> {
+    let ctx = Context::file(path);
+    let mut seen = std::collections::HashSet::with_capacity(tensors.len());
+    let headers = tensors
+        .iter()
+        .map(|t| {
+            if !seen.insert(t.name) {
+                return Err(Error::DuplicateName {
+                    ctx: ctx.clone().tensor(t.name),
+                });
+            }
+            if t.name.len() + 4 > usize::from(u16::MAX) {
+                return Err(Error::Write {
+                    ctx: ctx.clone().tensor(t.name),
+                    reason: "a zip member name is at most 65535 bytes".into(),
+                });
+            }
+            npy_header(&ctx, t)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let members: Vec<zip::Member<'_>> = tensors
+        .iter()
+        .zip(&headers)
+        .map(|(t, h)| {
+            let mut crc = crc32fast::Hasher::new();
+            crc.update(h);
+            crc.update(t.data);
+            zip::Member {
+                name: format!("{}.npy", t.name),
+                parts: [h, t.data],
+                crc: crc.finalize(),
+            }
+        })
+        .collect();
+    publish(path, |w| zip::write_stored(w, &members))
+}
+
+/// The `.npz` [`FormatWriter`] (uncompressed, as `np.savez` writes).
+pub struct NpzWriter;
+
+/// The `.npy` [`FormatWriter`]: a source holding exactly one dense tensor.
+pub struct NpyWriter;
+
+impl FormatWriter for NpzWriter {
+    fn name(&self) -> &'static str {
+        "npz"
+    }
+
+    fn extensions(&self) -> &'static [&'static str] {
+        &["npz"]
+    }
+
+    fn write(&self, source: &Source, path: &Path, options: &WriteOptions) -> Result<u64> {
+        refuse_zt_options("npz", path, options)?;
+        let tensors = dense_tensors(source, path)?;
+        let inputs: Vec<TensorIn<'_>> = tensors.iter().map(|t| t.input()).collect();
+        write_npz(path, &inputs)
+    }
+}
+
+impl FormatWriter for NpyWriter {
+    fn name(&self) -> &'static str {
+        "npy"
+    }
+
+    fn extensions(&self) -> &'static [&'static str] {
+        &["npy"]
+    }
+
+    fn write(&self, source: &Source, path: &Path, options: &WriteOptions) -> Result<u64> {
+        refuse_zt_options("npy", path, options)?;
+        let tensors = dense_tensors(source, path)?;
+        match tensors.as_slice() {
+            [one] => write_npy(path, &one.input()),
+            many => Err(Error::Write {
+                ctx: Context::file(path),
+                reason: format!(
+                    ".npy holds exactly one array; the source has {}",
+                    many.len()
+                ),
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_errors_survive_io() {
+        let e = io::Error::other(Error::range(Context::default(), "x"));
+        assert!(matches!(
+            from_io(e, &Context::default(), "t"),
+            Error::Range { .. }
+        ));
+        let e = io::Error::new(io::ErrorKind::InvalidInput, "corrupt deflate stream");
+        assert!(matches!(
+            from_io(e, &Context::default(), "t"),
+            Error::Decode { .. }
+        ));
+    }
+
+    #[test]
+    fn layout_limits_header() {
+        let h = header::encode("<f4", &[2]);
+        let mut bytes = h.clone();
+        bytes.extend_from_slice(&[0; 8]);
+        let limits = Limits {
+            header_bytes: 16,
+            ..Limits::default()
+        };
+        let r = read_layout(
+            &mut &bytes[..],
+            bytes.len() as u64,
+            &Context::default(),
+            &limits,
+        );
+        assert!(matches!(r, Err(Error::Limit { .. })));
+        let ok = read_layout(
+            &mut &bytes[..],
+            bytes.len() as u64,
+            &Context::default(),
+            &Limits::default(),
+        )
+        .unwrap();
+        assert_eq!((ok.data_offset, ok.data_len), (h.len() as u64, 8));
+    }
+}

@@ -1,0 +1,745 @@
+//! What torch's pickles mean: storages behind persistent ids, the tensor
+//! rebuild functions, and the handful of containers that are plain data
+//! (`OrderedDict`, `torch.Size`, `_codecs.encode`). Everything else stays
+//! an inert node. Then the search for tensors anywhere in the unpickled
+//! object, named by their dotted path.
+
+use std::collections::{BTreeSet, HashSet};
+
+use super::pickle::{Id, Interpret, Node, Outcome, Vm};
+use zt_core::catalog::Value;
+use zt_core::dtype::DType;
+use zt_core::error::{Context, Error, Result};
+use zt_core::limits::Limits;
+
+/// A value the interpreter understood.
+#[derive(Debug, Clone)]
+pub enum Torch {
+    /// A storage named by a persistent id.
+    Storage(Storage),
+    /// A tensor over a storage.
+    Tensor(TensorRef),
+    /// Something zt recognises but refuses to read (quantized, sparse,
+    /// meta tensors; dtypes zt has no type for). An error once a tensor
+    /// search reaches it, naming the tensor.
+    Refused(Refusal),
+}
+
+/// Why a recognised object is refused.
+#[derive(Debug, Clone)]
+pub struct Refusal {
+    /// What it is, for the message.
+    pub reason: String,
+    /// The dtype name, when the refusal is an unsupported dtype.
+    pub dtype: Option<String>,
+}
+
+/// The element type of a storage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StorageType {
+    /// A typed storage (`torch.FloatStorage`): `numel` counts elements.
+    Typed(DType),
+    /// `torch.UntypedStorage`: `numel` counts bytes.
+    Untyped,
+}
+
+impl StorageType {
+    /// Bytes per element of the storage's `numel`.
+    pub fn element_size(self) -> u64 {
+        match self {
+            StorageType::Typed(d) => d.size().unwrap_or(1),
+            StorageType::Untyped => 1,
+        }
+    }
+}
+
+/// A storage as a persistent id declares it.
+#[derive(Debug, Clone)]
+pub struct Storage {
+    /// The record key (`data/<key>` in a zip; the legacy storage key).
+    pub key: Box<str>,
+    /// Its element type.
+    pub kind: StorageType,
+    /// Declared size in elements of `kind`.
+    pub numel: u64,
+    /// Legacy storage views: `(byte offset, byte length)` inside the root storage.
+    pub view: Option<(u64, u64)>,
+}
+
+impl Storage {
+    /// Declared size in bytes.
+    pub fn nbytes(&self) -> Option<u64> {
+        self.numel.checked_mul(self.kind.element_size())
+    }
+}
+
+/// A tensor: a strided view of a storage.
+#[derive(Debug, Clone)]
+pub struct TensorRef {
+    /// The storage.
+    pub storage: Storage,
+    /// Element type of the tensor.
+    pub dtype: DType,
+    /// Offset in elements of `dtype`.
+    pub offset: u64,
+    /// Shape.
+    pub shape: Vec<u64>,
+    /// Strides in elements.
+    pub stride: Vec<i64>,
+}
+
+/// The interpreter: which format's persistent ids to expect, and the
+/// globals the pickle referenced (reported as an attribute, so a user can
+/// see what a file would have imported).
+#[derive(Debug, Default)]
+pub struct TorchInterp {
+    /// Legacy (pre-1.6) persistent ids carry a sixth field, view metadata.
+    pub legacy: bool,
+    /// `module.name` of every global a call was made on.
+    pub globals: BTreeSet<String>,
+}
+
+fn refused(reason: impl Into<String>) -> Outcome {
+    Outcome::Node(Node::Torch(Box::new(Torch::Refused(Refusal {
+        reason: reason.into(),
+        dtype: None,
+    }))))
+}
+
+fn malformed(vm: &Vm, what: &str) -> Error {
+    Error::header(vm.ctx().clone(), format!("malformed {what}"))
+}
+
+/// The dtype of a legacy typed storage class (`torch/storage.py`
+/// `_dtype_to_storage_type_map`), `Err(reason)` for quantized ones.
+fn storage_class(name: &str) -> Option<std::result::Result<DType, &'static str>> {
+    Some(Ok(match name {
+        "DoubleStorage" => DType::F64,
+        "FloatStorage" => DType::F32,
+        "HalfStorage" => DType::F16,
+        "BFloat16Storage" => DType::BF16,
+        "LongStorage" => DType::I64,
+        "IntStorage" => DType::I32,
+        "ShortStorage" => DType::I16,
+        "CharStorage" => DType::I8,
+        "ByteStorage" => DType::U8,
+        "BoolStorage" => DType::Bool,
+        "ComplexFloatStorage" => DType::Complex64,
+        "ComplexDoubleStorage" => DType::Complex128,
+        "QUInt8Storage" | "QInt8Storage" | "QInt32Storage" | "QUInt4x2Storage"
+        | "QUInt2x4Storage" => return Some(Err("quantized")),
+        _ => return None,
+    }))
+}
+
+/// The zt dtype of a `torch.<name>` dtype global.
+pub fn torch_dtype(name: &str) -> Option<DType> {
+    Some(match name {
+        "float64" | "double" => DType::F64,
+        "float32" | "float" => DType::F32,
+        "float16" | "half" => DType::F16,
+        "bfloat16" => DType::BF16,
+        "int64" | "long" => DType::I64,
+        "int32" | "int" => DType::I32,
+        "int16" | "short" => DType::I16,
+        "int8" => DType::I8,
+        "uint8" => DType::U8,
+        "uint16" => DType::U16,
+        "uint32" => DType::U32,
+        "uint64" => DType::U64,
+        "bool" => DType::Bool,
+        "complex64" | "cfloat" => DType::Complex64,
+        "complex128" | "cdouble" => DType::Complex128,
+        "float8_e4m3fn" => DType::F8E4M3Fn,
+        "float8_e5m2" => DType::F8E5M2,
+        "float8_e4m3fnuz" => DType::F8E4M3Fnuz,
+        "float8_e5m2fnuz" => DType::F8E5M2Fnuz,
+        "float8_e8m0fnu" => DType::F8E8M0,
+        _ => return None,
+    })
+}
+
+/// Rebuild functions zt recognises but refuses, and what they build.
+fn refused_rebuild(name: &str) -> Option<&'static str> {
+    Some(match name {
+        "_rebuild_qtensor" => "a quantized tensor (torch._utils._rebuild_qtensor)",
+        "_rebuild_sparse_tensor" | "_rebuild_sparse_csr_tensor" => {
+            "a sparse tensor (torch._utils._rebuild_sparse_tensor)"
+        }
+        "_rebuild_nested_tensor" => "a nested tensor (torch._utils._rebuild_nested_tensor)",
+        "_rebuild_meta_tensor_no_storage" => "a meta tensor, which has no data",
+        "_rebuild_wrapper_subclass" => "a tensor subclass without storage",
+        "_rebuild_device_tensor_from_numpy" | "_rebuild_xla_tensor" => {
+            "a tensor rebuilt from a pickled numpy array"
+        }
+        _ => return None,
+    })
+}
+
+impl TorchInterp {
+    fn storage(&self, vm: &Vm, pid: &[Id]) -> Result<Outcome> {
+        let want = if self.legacy { 6 } else { 5 };
+        if pid.len() != want {
+            return Err(malformed(vm, "storage persistent id"));
+        }
+        let Some((module, class)) = vm.global(pid[1]) else {
+            return Err(malformed(vm, "storage persistent id (no storage class)"));
+        };
+        let kind = match (module, class) {
+            ("torch" | "torch.storage", "UntypedStorage") => StorageType::Untyped,
+            ("torch" | "torch.cuda", name) => match storage_class(name) {
+                Some(Ok(d)) => StorageType::Typed(d),
+                Some(Err(_)) => {
+                    return Ok(refused(format!(
+                        "a quantized tensor (storage {module}.{name})"
+                    )))
+                }
+                None => return Err(unknown_dtype(vm, format!("{module}.{name}"))),
+            },
+            _ => return Err(unknown_dtype(vm, format!("{module}.{class}"))),
+        };
+        let key = match vm.get(pid[2]) {
+            Node::Str(s) => s.clone(),
+            Node::Int(i) => i.to_string().into(),
+            _ => return Err(malformed(vm, "storage key")),
+        };
+        let numel = non_negative(vm, pid[4], "storage size")?;
+        let mut storage = Storage {
+            key,
+            kind,
+            numel,
+            view: None,
+        };
+        if self.legacy {
+            if let Some(view) = vm.items(pid[5]) {
+                // (view_key, offset, size) in elements of the storage type.
+                let [_, offset, size] = view else {
+                    return Err(malformed(vm, "storage view"));
+                };
+                let elem = kind.element_size();
+                let offset = non_negative(vm, *offset, "storage view offset")?;
+                let size = non_negative(vm, *size, "storage view size")?;
+                let bytes = |n: u64| n.checked_mul(elem).ok_or_else(|| overflow(vm));
+                storage.view = Some((bytes(offset)?, bytes(size)?));
+            }
+        }
+        Ok(Outcome::Node(Node::Torch(Box::new(Torch::Storage(
+            storage,
+        )))))
+    }
+
+    /// `_rebuild_tensor` (v1), `_v2` and `_v3`.
+    fn tensor(&self, vm: &Vm, args: Id, version: u8) -> Result<Outcome> {
+        let what = "tensor rebuild arguments";
+        let a = vm.tuple(args).ok_or_else(|| malformed(vm, what))?;
+        let min = match version {
+            1 => 4,
+            2 => 6,
+            _ => 7,
+        };
+        if a.len() < min {
+            return Err(malformed(vm, what));
+        }
+        let storage = match vm.get(a[0]) {
+            Node::Torch(t) => match t.as_ref() {
+                Torch::Storage(s) => s.clone(),
+                Torch::Refused(_) => return Ok(Outcome::Same(a[0])),
+                Torch::Tensor(_) => return Err(malformed(vm, what)),
+            },
+            _ => return Err(malformed(vm, what)),
+        };
+        let offset = non_negative(vm, a[1], "storage offset")?;
+        let shape = int_list(vm, a[2])?
+            .into_iter()
+            .map(|d| u64::try_from(d).map_err(|_| malformed(vm, "tensor size")))
+            .collect::<Result<Vec<u64>>>()?;
+        let stride = int_list(vm, a[3])?;
+        if stride.len() != shape.len() || stride.iter().any(|&s| s < 0) {
+            return Err(malformed(vm, "tensor strides"));
+        }
+        vm.limits().check_rank(vm.ctx(), shape.len())?;
+        let dtype = if version == 3 {
+            match vm.global(a[6]) {
+                Some(("torch", name)) => match torch_dtype(name) {
+                    Some(d) => d,
+                    None => {
+                        return Ok(Outcome::Node(Node::Torch(Box::new(Torch::Refused(
+                            Refusal {
+                                reason: format!("dtype torch.{name}"),
+                                dtype: Some(format!("torch.{name}")),
+                            },
+                        )))))
+                    }
+                },
+                _ => return Err(malformed(vm, "tensor dtype")),
+            }
+        } else {
+            match storage.kind {
+                StorageType::Typed(d) => d,
+                StorageType::Untyped => DType::U8,
+            }
+        };
+        let metadata = match version {
+            2 => a.get(6),
+            3 => a.get(7),
+            _ => None,
+        };
+        if let Some(&m) = metadata {
+            if let Some(bit) = lazy_bit(vm, m) {
+                return Ok(refused(format!(
+                    "a tensor with a lazy {bit} bit (save it after .resolve_{bit}())"
+                )));
+            }
+        }
+        Ok(Outcome::Node(Node::Torch(Box::new(Torch::Tensor(
+            TensorRef {
+                storage,
+                dtype,
+                offset,
+                shape,
+                stride,
+            },
+        )))))
+    }
+}
+
+/// `conj` or `neg` if the tensor metadata dict sets one of them.
+fn lazy_bit(vm: &Vm, metadata: Id) -> Option<&'static str> {
+    let Node::Dict(items) = vm.get(metadata) else {
+        return None;
+    };
+    items.iter().find_map(|&(k, v)| {
+        let set = matches!(vm.get(v), Node::Bool(true));
+        match vm.str(k) {
+            Some("conj") if set => Some("conj"),
+            Some("neg") if set => Some("neg"),
+            _ => None,
+        }
+    })
+}
+
+fn unknown_dtype(vm: &Vm, name: String) -> Error {
+    Error::UnsupportedDType {
+        ctx: vm.ctx().clone(),
+        dtype: name,
+    }
+}
+
+fn overflow(vm: &Vm) -> Error {
+    Error::Overflow {
+        ctx: vm.ctx().clone(),
+        what: "storage view",
+    }
+}
+
+fn non_negative(vm: &Vm, id: Id, what: &str) -> Result<u64> {
+    vm.int(id)
+        .and_then(|i| u64::try_from(i).ok())
+        .ok_or_else(|| malformed(vm, what))
+}
+
+fn int_list(vm: &Vm, id: Id) -> Result<Vec<i64>> {
+    let items = vm.items(id).ok_or_else(|| malformed(vm, "tensor shape"))?;
+    items
+        .iter()
+        .map(|&i| vm.int(i).ok_or_else(|| malformed(vm, "tensor shape")))
+        .collect()
+}
+
+impl Interpret for TorchInterp {
+    fn persistent_load(&mut self, vm: &Vm, pid: Id) -> Result<Outcome> {
+        let items = vm
+            .items(pid)
+            .ok_or_else(|| malformed(vm, "persistent id (not a tuple)"))?;
+        match items.first().and_then(|&t| vm.str(t)) {
+            Some("storage") => self.storage(vm, items),
+            // Legacy files pickle module classes as ('module', type, file, source).
+            Some("module") if self.legacy && items.len() >= 2 => Ok(Outcome::Same(items[1])),
+            _ => Err(malformed(vm, "persistent id (not a storage)")),
+        }
+    }
+
+    fn reduce(&mut self, vm: &Vm, callable: Id, args: Id) -> Result<Outcome> {
+        self.call(vm, callable, args, 0)
+    }
+}
+
+impl TorchInterp {
+    /// Interpret `callable(*args)`; `nesting` counts `_rebuild_from_type_v2`
+    /// wrappers, which a hostile file could nest without end.
+    fn call(&mut self, vm: &Vm, callable: Id, args: Id, nesting: u32) -> Result<Outcome> {
+        let Some((module, name)) = vm.global(callable) else {
+            return Ok(Outcome::Inert);
+        };
+        if self.globals.len() < 256 {
+            self.globals.insert(format!("{module}.{name}"));
+        }
+        let a = vm.tuple(args).unwrap_or(&[]);
+        match (module, name) {
+            ("torch._utils", "_rebuild_tensor") => self.tensor(vm, args, 1),
+            ("torch._utils", "_rebuild_tensor_v2") => self.tensor(vm, args, 2),
+            ("torch._utils", "_rebuild_tensor_v3") => self.tensor(vm, args, 3),
+            ("torch._utils", "_rebuild_parameter" | "_rebuild_parameter_with_state")
+            | ("torch._utils", "_rebuild_device_tensor_from_cpu_tensor")
+            | ("torch.nn.parameter", "Parameter") => Ok(match a.first() {
+                Some(&data) if matches!(vm.get(data), Node::Torch(_)) => Outcome::Same(data),
+                _ => Outcome::Inert,
+            }),
+            ("torch._tensor", "_rebuild_from_type_v2") => match a {
+                [func, _new_type, inner, ..] if nesting < 8 => {
+                    self.call(vm, *func, *inner, nesting + 1)
+                }
+                _ => Err(malformed(vm, "_rebuild_from_type_v2 arguments")),
+            },
+            ("torch._utils", other) if refused_rebuild(other).is_some() => {
+                Ok(refused(refused_rebuild(other).unwrap_or_default()))
+            }
+            ("collections", "OrderedDict" | "defaultdict" | "Counter") => Ok(ordered_dict(vm, a)),
+            ("builtins", "set" | "frozenset") => Ok(match a.first().and_then(|&l| vm.items(l)) {
+                Some(items) => Outcome::Node(Node::Set(items.to_vec())),
+                None if a.is_empty() => Outcome::Node(Node::Set(Vec::new())),
+                None => Outcome::Inert,
+            }),
+            ("numpy.core.multiarray" | "numpy._core.multiarray", "scalar") => {
+                Ok(numpy_scalar(vm, a).map_or(Outcome::Inert, Outcome::Node))
+            }
+            ("torch", "Size") => Ok(match a.first().and_then(|&l| vm.items(l)) {
+                Some(items) => Outcome::Node(Node::Tuple(items.into())),
+                None => Outcome::Inert,
+            }),
+            ("_codecs", "encode") => Ok(match a {
+                [text, ..] => match vm.str(*text) {
+                    Some(s) if s.chars().all(|c| (c as u32) < 256) => {
+                        Outcome::Node(Node::Bytes(s.chars().map(|c| c as u8).collect()))
+                    }
+                    _ => Outcome::Inert,
+                },
+                _ => Outcome::Inert,
+            }),
+            _ => Ok(Outcome::Inert),
+        }
+    }
+}
+
+/// A numpy scalar (`numpy.core.multiarray.scalar(dtype, raw)`) as the
+/// number it holds, read as data from its dtype's type string and byte
+/// order; other scalar kinds stay inert.
+fn numpy_scalar(vm: &Vm, args: &[Id]) -> Option<Node> {
+    let [dtype, raw, ..] = args else {
+        return None;
+    };
+    let Node::Call(call) = vm.get(*dtype) else {
+        return None;
+    };
+    if !matches!(vm.global(call.callable), Some((_, "dtype"))) {
+        return None;
+    }
+    let code = vm.str(*vm.tuple(call.args?)?.first()?)?;
+    // BUILD state (version, byte order, ...): '>' is big-endian.
+    let big = call
+        .state
+        .and_then(|s| vm.tuple(s))
+        .and_then(|t| t.get(1))
+        .and_then(|&o| vm.str(o))
+        == Some(">");
+    let Node::Bytes(bytes) = vm.get(*raw) else {
+        return None;
+    };
+    let mut b = bytes.to_vec();
+    if big {
+        b.reverse();
+    }
+    let le = |n: usize| -> Option<[u8; 8]> {
+        let mut out = [0u8; 8];
+        (b.len() == n).then(|| out[..n].copy_from_slice(&b))?;
+        Some(out)
+    };
+    let signed = |n: usize| -> Option<i64> {
+        let v = u64::from_le_bytes(le(n)?);
+        let shift = 64 - 8 * n as u32;
+        Some(((v << shift) as i64) >> shift)
+    };
+    Some(match code {
+        "f8" => Node::Float(f64::from_le_bytes(le(8)?)),
+        "f4" => Node::Float(f64::from(f32::from_le_bytes(le(4)?[..4].try_into().ok()?))),
+        "i8" | "i4" | "i2" | "i1" => Node::Int(signed(code[1..].parse().ok()?)?),
+        "u4" | "u2" | "u1" => Node::Int(u64::from_le_bytes(le(code[1..].parse().ok()?)?) as i64),
+        "u8" => match u64::from_le_bytes(le(8)?) {
+            v if v <= i64::MAX as u64 => Node::Int(v as i64),
+            _ => return None,
+        },
+        "b1" => Node::Bool(*b.first()? != 0),
+        _ => return None,
+    })
+}
+
+/// `OrderedDict()` or `OrderedDict([(k, v), ...])` as a dict; anything
+/// else stays inert.
+fn ordered_dict(vm: &Vm, args: &[Id]) -> Outcome {
+    let pairs = match args.first() {
+        None => Some(Vec::new()),
+        Some(&list) => vm.items(list).and_then(|items| {
+            items
+                .iter()
+                .map(|&p| match vm.items(p) {
+                    Some(&[k, v]) => Some((k, v)),
+                    _ => None,
+                })
+                .collect()
+        }),
+    };
+    match pairs {
+        Some(pairs) => Outcome::Node(Node::Dict(pairs)),
+        None if matches!(args.first().map(|&a| vm.get(a)), Some(Node::Global { .. })) => {
+            // defaultdict(factory): the items come later with SETITEMS.
+            Outcome::Node(Node::Dict(Vec::new()))
+        }
+        None => Outcome::Inert,
+    }
+}
+
+/// What the search found: tensors by dotted path, and scalar leaves as
+/// attributes (the first [`MAX_ATTRIBUTES`]).
+#[derive(Debug, Default)]
+pub struct Found {
+    /// Tensors, in the order the object lists them.
+    pub tensors: Vec<(String, TensorRef)>,
+    /// Scalars (`epoch`, `lr`, ...).
+    pub attributes: Vec<(String, Value)>,
+}
+
+/// Scalar leaves kept as attributes; the rest are not reported.
+pub const MAX_ATTRIBUTES: usize = 1024;
+
+/// Find every tensor reachable from `root`. A tensor at the root itself is
+/// named `root_name`. Counts every step against `pickle_ops` (a memo can
+/// make a small pickle a large tree) and refuses nesting deeper than
+/// `pickle_depth`; a container inside itself is walked once.
+pub fn find_tensors(vm: &Vm, root: Id, root_name: &str) -> Result<Found> {
+    let mut w = Walker {
+        vm,
+        limits: vm.limits(),
+        steps: 0,
+        on_path: HashSet::new(),
+        empty: HashSet::new(),
+        names: HashSet::new(),
+        found: Found::default(),
+        root_name,
+    };
+    let mut path = String::new();
+    w.walk(root, &mut path, 0)?;
+    Ok(w.found)
+}
+
+struct Walker<'a> {
+    vm: &'a Vm<'a>,
+    limits: &'a Limits,
+    steps: u64,
+    on_path: HashSet<Id>,
+    /// Containers already walked that hold no tensor: a memo can reference
+    /// one from many places (a pickle that doubles a tuple each step is a
+    /// tree of 2^n paths), and walking it again would find nothing again.
+    empty: HashSet<Id>,
+    names: HashSet<String>,
+    found: Found,
+    root_name: &'a str,
+}
+
+impl Walker<'_> {
+    fn ctx(&self) -> Context {
+        self.vm.ctx().clone()
+    }
+
+    fn walk(&mut self, id: Id, path: &mut String, depth: usize) -> Result<()> {
+        self.steps += 1;
+        Limits::check(
+            &self.ctx(),
+            "pickle_ops",
+            self.steps,
+            self.limits.pickle_ops,
+        )?;
+        Limits::check(
+            &self.ctx(),
+            "pickle_depth",
+            depth as u64,
+            self.limits.pickle_depth as u64,
+        )?;
+        let vm = self.vm;
+        match vm.get(id) {
+            Node::Torch(t) => match t.as_ref() {
+                Torch::Tensor(t) => self.emit(path, t),
+                Torch::Refused(r) => Err(self.refusal(path, r)),
+                Torch::Storage(_) => Ok(()),
+            },
+            Node::Dict(items) => self.container(id, |w| w.dict(items, path, depth)),
+            Node::List(items) | Node::Set(items) => {
+                self.container(id, |w| w.seq(items, path, depth))
+            }
+            Node::Tuple(items) => self.container(id, |w| w.seq(items, path, depth)),
+            Node::Call(c) => self.container(id, |w| {
+                if let Some(args) = c.args.and_then(|a| vm.items(a)) {
+                    w.seq(args, path, depth)?;
+                }
+                if let Some(kwargs) = c.kwargs {
+                    w.walk(kwargs, path, depth + 1)?;
+                }
+                if let Some(state) = c.state {
+                    w.state(state, path, depth)?;
+                }
+                w.dict(&c.items, path, depth)?;
+                w.seq(&c.list, path, depth)
+            }),
+            Node::Int(i) => self.scalar(path, Value::Int(*i)),
+            Node::Float(f) => self.scalar(path, Value::Float(*f)),
+            Node::Bool(b) => self.scalar(path, Value::Bool(*b)),
+            Node::Str(s) if s.len() <= 1024 => self.scalar(path, Value::Str(s.to_string())),
+            _ => Ok(()),
+        }
+    }
+
+    /// Walk a container once per path: a container that (through the memo)
+    /// contains itself is not entered again.
+    fn container(&mut self, id: Id, f: impl FnOnce(&mut Self) -> Result<()>) -> Result<()> {
+        if self.empty.contains(&id) || !self.on_path.insert(id) {
+            return Ok(());
+        }
+        let before = self.found.tensors.len();
+        let r = f(self);
+        self.on_path.remove(&id);
+        if r.is_ok() && self.found.tensors.len() == before {
+            self.empty.insert(id);
+        }
+        r
+    }
+
+    fn child(&mut self, id: Id, path: &mut String, seg: &str, depth: usize) -> Result<()> {
+        let len = path.len();
+        if !path.is_empty() {
+            path.push('.');
+        }
+        path.push_str(seg);
+        let r = self.walk(id, path, depth + 1);
+        path.truncate(len);
+        r
+    }
+
+    fn dict(&mut self, items: &[(Id, Id)], path: &mut String, depth: usize) -> Result<()> {
+        for &(k, v) in items {
+            let seg = key_name(self.vm, k);
+            self.child(v, path, &seg, depth)?;
+        }
+        Ok(())
+    }
+
+    fn seq(&mut self, items: &[Id], path: &mut String, depth: usize) -> Result<()> {
+        for (i, &v) in items.iter().enumerate() {
+            self.child(v, path, &i.to_string(), depth)?;
+        }
+        Ok(())
+    }
+
+    /// The `BUILD` state of an object, walked at the object's own path.
+    /// An `nn.Module`'s `_parameters`, `_buffers` and `_modules` are
+    /// flattened so its tensors get their `state_dict` names.
+    fn state(&mut self, state: Id, path: &mut String, depth: usize) -> Result<()> {
+        let vm = self.vm;
+        match vm.get(state) {
+            Node::Dict(items) => self.container(state, |w| {
+                for &(k, v) in items {
+                    match vm.str(k) {
+                        Some("_parameters" | "_buffers" | "_modules") => {
+                            w.walk(v, path, depth + 1)?
+                        }
+                        _ => w.child(v, path, &key_name(vm, k), depth)?,
+                    }
+                }
+                Ok(())
+            }),
+            // (dict state, slots state)
+            Node::Tuple(t) if t.len() == 2 => {
+                let (a, b) = (t[0], t[1]);
+                self.container(state, |w| {
+                    w.state(a, path, depth + 1)?;
+                    w.state(b, path, depth + 1)
+                })
+            }
+            _ => self.walk(state, path, depth + 1),
+        }
+    }
+
+    fn name_for(&mut self, path: &str) -> String {
+        let base = if path.is_empty() {
+            self.root_name.to_string()
+        } else {
+            path.to_string()
+        };
+        if self.names.insert(base.clone()) {
+            return base;
+        }
+        // Keys with dots can collide with nested paths; keep both.
+        (2..)
+            .map(|n| format!("{base}#{n}"))
+            .find(|n| self.names.insert(n.clone()))
+            .expect("an unused suffix")
+    }
+
+    fn emit(&mut self, path: &str, t: &TensorRef) -> Result<()> {
+        Limits::check(
+            &self.ctx(),
+            "tensors",
+            self.found.tensors.len() as u64 + 1,
+            self.limits.tensors,
+        )?;
+        let name = self.name_for(path);
+        self.found.tensors.push((name, t.clone()));
+        Ok(())
+    }
+
+    fn scalar(&mut self, path: &str, value: Value) -> Result<()> {
+        if !path.is_empty() && self.found.attributes.len() < MAX_ATTRIBUTES {
+            self.found.attributes.push((path.to_string(), value));
+        }
+        Ok(())
+    }
+
+    fn refusal(&self, path: &str, r: &Refusal) -> Error {
+        let name = if path.is_empty() {
+            self.root_name
+        } else {
+            path
+        };
+        let ctx = self.ctx().tensor(name);
+        match &r.dtype {
+            Some(dtype) => Error::UnsupportedDType {
+                ctx,
+                dtype: dtype.clone(),
+            },
+            None => Error::Unsupported {
+                ctx,
+                reason: format!("{name:?} is {}; zt does not read it", r.reason),
+            },
+        }
+    }
+}
+
+/// A dict key as a path segment.
+fn key_name(vm: &Vm, k: Id) -> String {
+    match vm.get(k) {
+        Node::Str(s) => s.to_string(),
+        Node::Int(i) => i.to_string(),
+        Node::Bool(b) => if *b { "True" } else { "False" }.to_string(),
+        Node::None => "None".to_string(),
+        Node::Float(f) => f.to_string(),
+        Node::Bytes(b) => String::from_utf8_lossy(b).into_owned(),
+        Node::Tuple(t) => t
+            .iter()
+            .take(16)
+            .map(|&i| match vm.get(i) {
+                Node::Tuple(_) => "(..)".to_string(),
+                _ => key_name(vm, i),
+            })
+            .collect::<Vec<_>>()
+            .join(","),
+        other => format!("<{}>", super::pickle::kind(other)),
+    }
+}

@@ -1,0 +1,301 @@
+//! Writing zip checkpoints that `torch.load(path, weights_only=True)` reads
+//! into the same tensors, without torch: a protocol 2 pickle of an
+//! `OrderedDict` of `torch._utils._rebuild_tensor_v2` calls over typed
+//! storages (`_rebuild_tensor_v3` over an `UntypedStorage` for the dtypes
+//! torch saves that way: fp8, uint16/32/64), one `archive/data/<i>` record
+//! per tensor, each aligned to 64 bytes as `torch.save` aligns them.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+
+use crate::zip::{write_stored_aligned, Member};
+use zt_core::dtype::{c_strides, DType};
+use zt_core::error::{Context, Error, Result};
+use zt_core::publish::publish;
+use zt_core::source::Source;
+use zt_core::write::{dense_tensors, refuse_zt_options, FormatWriter, TensorIn, WriteOptions};
+
+/// The folder every record sits in (what `torch.save` uses for buffers).
+const ROOT: &str = "archive";
+/// `torch.save`'s record alignment.
+const ALIGN: u64 = 64;
+
+/// How torch saves a dtype: a typed storage class, or an untyped storage
+/// plus the dtype's name for `_rebuild_tensor_v3`.
+enum Saved {
+    Typed(&'static str),
+    Untyped(&'static str),
+}
+
+fn saved_as(dtype: DType) -> Option<Saved> {
+    use Saved::{Typed, Untyped};
+    Some(match dtype {
+        DType::F64 => Typed("DoubleStorage"),
+        DType::F32 => Typed("FloatStorage"),
+        DType::F16 => Typed("HalfStorage"),
+        DType::BF16 => Typed("BFloat16Storage"),
+        DType::I64 => Typed("LongStorage"),
+        DType::I32 => Typed("IntStorage"),
+        DType::I16 => Typed("ShortStorage"),
+        DType::I8 => Typed("CharStorage"),
+        DType::U8 => Typed("ByteStorage"),
+        DType::Bool => Typed("BoolStorage"),
+        DType::Complex64 => Typed("ComplexFloatStorage"),
+        DType::Complex128 => Typed("ComplexDoubleStorage"),
+        DType::U16 => Untyped("uint16"),
+        DType::U32 => Untyped("uint32"),
+        DType::U64 => Untyped("uint64"),
+        DType::F8E4M3Fn => Untyped("float8_e4m3fn"),
+        DType::F8E5M2 => Untyped("float8_e5m2"),
+        DType::F8E4M3Fnuz => Untyped("float8_e4m3fnuz"),
+        DType::F8E5M2Fnuz => Untyped("float8_e5m2fnuz"),
+        DType::F8E8M0 => Untyped("float8_e8m0fnu"),
+        _ => return None,
+    })
+}
+
+/// Write `tensors` as a zip checkpoint at `path` (built beside it and
+/// renamed into place). Returns the bytes written.
+pub fn write(path: &Path, tensors: &[TensorIn<'_>]) -> Result<u64> {
+    let ctx = Context::file(path);
+    let mut seen = HashSet::with_capacity(tensors.len());
+    for t in tensors {
+        t.check(&ctx)?;
+        if !seen.insert(t.name) {
+            return Err(Error::DuplicateName {
+                ctx: ctx.clone().tensor(t.name),
+            });
+        }
+        if saved_as(t.dtype).is_none() {
+            return Err(Error::Write {
+                ctx: ctx.clone().tensor(t.name),
+                reason: format!("torch has no dtype that stores {} the way zt does", t.dtype),
+            });
+        }
+    }
+    let pickle = state_dict_pickle(tensors);
+    let small = |name: &str, bytes: &'static [u8]| Member {
+        name: format!("{ROOT}/{name}"),
+        parts: [bytes, &[]],
+        crc: crc32fast::hash(bytes),
+    };
+    let mut members = vec![Member {
+        name: format!("{ROOT}/data.pkl"),
+        parts: [&pickle, &[]],
+        crc: crc32fast::hash(&pickle),
+    }];
+    members.push(small(".format_version", b"1"));
+    members.push(small(".storage_alignment", b"64"));
+    members.push(small("byteorder", b"little"));
+    for (i, t) in tensors.iter().enumerate() {
+        members.push(Member {
+            name: format!("{ROOT}/data/{i}"),
+            parts: [t.data, &[]],
+            crc: crc32fast::hash(t.data),
+        });
+    }
+    members.push(small("version", b"3\n"));
+    publish(path, |w| write_stored_aligned(w, &members, ALIGN))
+}
+
+/// The pickle opcodes the writer emits.
+struct Pickler {
+    out: Vec<u8>,
+    memo: u32,
+    globals: HashMap<(&'static str, &'static str), u32>,
+}
+
+impl Pickler {
+    fn memoize(&mut self) {
+        if self.memo < 256 {
+            self.out.extend_from_slice(&[b'q', self.memo as u8]);
+        } else {
+            self.out.push(b'r');
+            self.out.extend_from_slice(&self.memo.to_le_bytes());
+        }
+        self.memo += 1;
+    }
+
+    /// `GLOBAL module name`, memoized so each global is spelled once.
+    fn global(&mut self, module: &'static str, name: &'static str) {
+        if let Some(&i) = self.globals.get(&(module, name)) {
+            if i < 256 {
+                self.out.extend_from_slice(&[b'h', i as u8]);
+            } else {
+                self.out.push(b'j');
+                self.out.extend_from_slice(&i.to_le_bytes());
+            }
+            return;
+        }
+        self.out.push(b'c');
+        for part in [module, name] {
+            self.out.extend_from_slice(part.as_bytes());
+            self.out.push(b'\n');
+        }
+        self.globals.insert((module, name), self.memo);
+        self.memoize();
+    }
+
+    fn str(&mut self, s: &str) {
+        self.out.push(b'X');
+        self.out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+        self.out.extend_from_slice(s.as_bytes());
+    }
+
+    /// The shortest int opcode, as pickle's `save_long` chooses it.
+    fn int(&mut self, v: i64) {
+        if (0..256).contains(&v) {
+            self.out.extend_from_slice(&[b'K', v as u8]);
+        } else if (0..65536).contains(&v) {
+            self.out.push(b'M');
+            self.out.extend_from_slice(&(v as u16).to_le_bytes());
+        } else if i32::try_from(v).is_ok() {
+            self.out.push(b'J');
+            self.out.extend_from_slice(&(v as i32).to_le_bytes());
+        } else {
+            // LONG1: minimal two's-complement little-endian bytes.
+            let bytes = v.to_le_bytes();
+            let mut n = 8;
+            while n > 1 {
+                let (top, next) = (bytes[n - 1], bytes[n - 2]);
+                let redundant = (top == 0 && next & 0x80 == 0) || (top == 0xFF && next & 0x80 != 0);
+                if !redundant {
+                    break;
+                }
+                n -= 1;
+            }
+            self.out.extend_from_slice(&[0x8a, n as u8]);
+            self.out.extend_from_slice(&bytes[..n]);
+        }
+    }
+
+    fn int_tuple(&mut self, values: &[i64]) {
+        match values.len() {
+            0 => self.out.push(b')'),
+            n @ 1..=3 => {
+                values.iter().for_each(|&v| self.int(v));
+                self.out.push(0x84 + n as u8);
+            }
+            _ => {
+                self.out.push(b'(');
+                values.iter().for_each(|&v| self.int(v));
+                self.out.push(b't');
+            }
+        }
+    }
+
+    /// An empty `OrderedDict()`.
+    fn ordered_dict(&mut self) {
+        self.global("collections", "OrderedDict");
+        self.out.extend_from_slice(b")R");
+        self.memoize();
+    }
+
+    /// `_rebuild_tensor_v2(storage, 0, size, stride, False, OrderedDict())`
+    /// (or `_v3` with the dtype), its storage the persistent id
+    /// `('storage', <class>, '<key>', 'cpu', <numel>)`.
+    fn tensor(&mut self, key: usize, t: &TensorIn<'_>) {
+        let saved = saved_as(t.dtype).expect("checked by write()");
+        let (rebuild, class, numel) = match saved {
+            Saved::Typed(class) => {
+                let numel = t.data.len() as u64 / t.dtype.size().unwrap_or(1);
+                ("_rebuild_tensor_v2", class, numel)
+            }
+            Saved::Untyped(_) => ("_rebuild_tensor_v3", "UntypedStorage", t.data.len() as u64),
+        };
+        self.global("torch._utils", rebuild);
+        self.out.push(b'(');
+        self.out.push(b'(');
+        self.str("storage");
+        // `torch.save` spells the untyped class by its defining module.
+        let module = if class == "UntypedStorage" {
+            "torch.storage"
+        } else {
+            "torch"
+        };
+        self.global(module, class);
+        self.str(&key.to_string());
+        self.str("cpu");
+        self.int(numel as i64);
+        self.out.extend_from_slice(b"tQ");
+        self.int(0);
+        let shape: Vec<i64> = t.shape.iter().map(|&d| d as i64).collect();
+        self.int_tuple(&shape);
+        self.int_tuple(&c_strides(t.shape));
+        self.out.push(0x89); // requires_grad = False
+        self.ordered_dict();
+        if let Saved::Untyped(dtype) = saved {
+            self.global("torch", dtype);
+        }
+        self.out.extend_from_slice(b"tR");
+        self.memoize();
+    }
+}
+
+/// The pickle of an `OrderedDict` of every tensor, in order.
+fn state_dict_pickle(tensors: &[TensorIn<'_>]) -> Vec<u8> {
+    let mut p = Pickler {
+        out: b"\x80\x02".to_vec(),
+        memo: 0,
+        globals: HashMap::new(),
+    };
+    p.ordered_dict();
+    if !tensors.is_empty() {
+        p.out.push(b'(');
+        for (i, t) in tensors.iter().enumerate() {
+            p.str(t.name);
+            p.tensor(i, t);
+        }
+        p.out.push(b'u');
+    }
+    p.out.push(b'.');
+    p.out
+}
+
+/// The `.pt` [`FormatWriter`]: a zip checkpoint of a state dict.
+pub struct PtWriter;
+
+impl FormatWriter for PtWriter {
+    fn name(&self) -> &'static str {
+        "pt"
+    }
+
+    fn extensions(&self) -> &'static [&'static str] {
+        &["pt", "pth", "bin"]
+    }
+
+    fn write(&self, source: &Source, path: &Path, options: &WriteOptions) -> Result<u64> {
+        refuse_zt_options("pt", path, options)?;
+        let tensors = dense_tensors(source, path)?;
+        let inputs: Vec<TensorIn<'_>> = tensors.iter().map(|t| t.input()).collect();
+        write(path, &inputs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ints_take_the_shortest_opcode() {
+        let mut p = Pickler {
+            out: Vec::new(),
+            memo: 0,
+            globals: HashMap::new(),
+        };
+        for v in [5, 300, 70000, 1 << 33, -1] {
+            p.int(v);
+        }
+        assert_eq!(
+            p.out,
+            [
+                &b"K\x05"[..],
+                b"M\x2c\x01",
+                b"J\x70\x11\x01\x00",
+                b"\x8a\x05\x00\x00\x00\x00\x02",
+                b"J\xff\xff\xff\xff",
+            ]
+            .concat()
+        );
+    }
+}

@@ -1,0 +1,447 @@
+//! safetensors: an 8-byte little-endian header length, a JSON header, then a
+//! byte buffer the header's `data_offsets` tile exactly.
+//!
+//! Validation follows the reference crate (`Metadata::validate`): header at
+//! most 100 MB, offsets contiguous from 0 with no gap or overlap, byte size
+//! equal to `product(shape) x bits / 8` with checked arithmetic, and the
+//! buffer ending exactly at end of file (which rules out polyglot files).
+//! Stricter than the crate in one place: a duplicate tensor name is an error
+//! even when the two entries agree (the README forbids duplicates).
+
+use std::borrow::Cow;
+use std::fmt;
+use std::io::Write;
+use std::path::Path;
+use std::sync::Arc;
+
+use serde::de::{Deserializer, MapAccess, Visitor};
+use serde::Deserialize;
+
+use zt_core::catalog::{Catalog, Object, Payload, Value};
+use zt_core::dtype::{num_elements, DType};
+use zt_core::error::{Context, Error, Result};
+use zt_core::format::{Format, OpenInput, Probe};
+use zt_core::limits::Limits;
+use zt_core::publish::publish;
+use zt_core::source::Source;
+use zt_core::write::{dense_tensors, refuse_zt_options, FormatWriter, TensorIn, WriteOptions};
+
+/// The safetensors plugin.
+pub struct Safetensors;
+
+/// safetensors' own cap on the header length.
+pub const MAX_HEADER: u64 = 100_000_000;
+
+/// Map a safetensors dtype string to a zt dtype.
+pub fn dtype_from_str(s: &str) -> Option<DType> {
+    Some(match s {
+        "F64" => DType::F64,
+        "F32" => DType::F32,
+        "F16" => DType::F16,
+        "BF16" => DType::BF16,
+        "I64" => DType::I64,
+        "I32" => DType::I32,
+        "I16" => DType::I16,
+        "I8" => DType::I8,
+        "U64" => DType::U64,
+        "U32" => DType::U32,
+        "U16" => DType::U16,
+        "U8" => DType::U8,
+        "BOOL" => DType::Bool,
+        "F8_E4M3" => DType::F8E4M3Fn,
+        "F8_E5M2" => DType::F8E5M2,
+        "F8_E4M3FNUZ" => DType::F8E4M3Fnuz,
+        "F8_E5M2FNUZ" => DType::F8E5M2Fnuz,
+        "F8_E8M0" => DType::F8E8M0,
+        "F4" => DType::F4E2M1,
+        "F6_E2M3" => DType::F6E2M3,
+        "F6_E3M2" => DType::F6E3M2,
+        "C64" => DType::Complex64,
+        _ => return None,
+    })
+}
+
+/// The safetensors spelling of a zt dtype, if the format has one.
+pub fn dtype_to_str(d: DType) -> Option<&'static str> {
+    Some(match d {
+        DType::F64 => "F64",
+        DType::F32 => "F32",
+        DType::F16 => "F16",
+        DType::BF16 => "BF16",
+        DType::I64 => "I64",
+        DType::I32 => "I32",
+        DType::I16 => "I16",
+        DType::I8 => "I8",
+        DType::U64 => "U64",
+        DType::U32 => "U32",
+        DType::U16 => "U16",
+        DType::U8 => "U8",
+        DType::Bool => "BOOL",
+        DType::F8E4M3Fn => "F8_E4M3",
+        DType::F8E5M2 => "F8_E5M2",
+        DType::F8E4M3Fnuz => "F8_E4M3FNUZ",
+        DType::F8E5M2Fnuz => "F8_E5M2FNUZ",
+        DType::F8E8M0 => "F8_E8M0",
+        DType::F4E2M1 => "F4",
+        DType::F6E2M3 => "F6_E2M3",
+        DType::F6E3M2 => "F6_E3M2",
+        DType::Complex64 => "C64",
+        DType::Complex128 | DType::I4 | DType::U4 => return None,
+    })
+}
+
+/// One tensor entry as the header declares it.
+#[derive(Deserialize)]
+struct Info<'a> {
+    #[serde(borrow)]
+    dtype: Cow<'a, str>,
+    shape: Vec<u64>,
+    data_offsets: (u64, u64),
+}
+
+/// The parsed header: `__metadata__` and the tensor entries in file order.
+/// Parsed straight into typed entries (no intermediate JSON tree) because
+/// open latency on files with many tensors is dominated by allocation.
+/// Duplicate names are kept here and refused by `Source`.
+#[derive(Default)]
+struct Header<'a> {
+    metadata: Option<serde_json::Map<String, serde_json::Value>>,
+    entries: Vec<(String, Info<'a>)>,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Header<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = Header<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON object of tensor entries")
+            }
+            fn visit_map<A: MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<Header<'a>, A::Error> {
+                let mut header = Header::default();
+                while let Some(name) = map.next_key::<String>()? {
+                    if name == "__metadata__" {
+                        if header.metadata.is_some() {
+                            return Err(serde::de::Error::custom("duplicate __metadata__"));
+                        }
+                        header.metadata = Some(map.next_value()?);
+                    } else {
+                        let info = map.next_value::<Info>().map_err(|e| {
+                            serde::de::Error::custom(format_args!("tensor {name:?}: {e}"))
+                        })?;
+                        header.entries.push((name, info));
+                    }
+                }
+                Ok(header)
+            }
+        }
+        d.deserialize_map(V(std::marker::PhantomData))
+    }
+}
+
+impl Format for Safetensors {
+    fn name(&self) -> &'static str {
+        "safetensors"
+    }
+
+    fn extensions(&self) -> &'static [&'static str] {
+        &["safetensors"]
+    }
+
+    fn sniff(&self, probe: &Probe<'_>) -> bool {
+        let Some(len_bytes) = probe.head.get(..8) else {
+            return false;
+        };
+        let n = u64::from_le_bytes(len_bytes.try_into().unwrap_or([0; 8]));
+        // A header length past the end of the file is still recognised, so
+        // a truncated download gets "truncated", not "unknown format".
+        if !(2..=MAX_HEADER).contains(&n) {
+            return false;
+        }
+        // The header must open a JSON object (leading whitespace allowed, as
+        // the reference parser allows it).
+        let header = &probe.head[8..];
+        header
+            .iter()
+            .take(n as usize)
+            .find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
+            .is_some_and(|&b| b == b'{')
+    }
+
+    fn open(&self, input: &OpenInput<'_>) -> Result<Catalog> {
+        let store = input.store;
+        let ctx = input.ctx();
+        let len_bytes = store.read(0, 8).map_err(|_| Error::Truncated {
+            ctx: ctx.clone(),
+            what: "safetensors header length",
+            needed: 8,
+            available: store.len(),
+        })?;
+        let n = u64::from_le_bytes(len_bytes[..8].try_into().expect("8 bytes"));
+        input.limits.check_header(&ctx, n)?;
+        // The reference crate's own cap applies even when `Limits` allow
+        // more, so every file zt accepts is one the reference accepts.
+        Limits::check(&ctx, "safetensors header_bytes", n, MAX_HEADER)?;
+        let data_start = 8u64.checked_add(n).ok_or(Error::Overflow {
+            ctx: ctx.clone(),
+            what: "header end",
+        })?;
+        if data_start > store.len() {
+            return Err(Error::Truncated {
+                ctx: ctx.at(8),
+                what: "safetensors header",
+                needed: n,
+                available: store.len() - 8,
+            });
+        }
+        let header = store.read(8, n)?;
+        let text = std::str::from_utf8(&header)
+            .map_err(|e| Error::header(ctx.clone().at(8), format!("header is not UTF-8: {e}")))?;
+        let Header { metadata, entries } = serde_json::from_str(text)
+            .map_err(|e| Error::header(ctx.clone().at(8), format!("bad JSON header: {e}")))?;
+        input.limits.check_tensors(&ctx, entries.len() as u64)?;
+        let attributes = match metadata {
+            Some(map) => parse_metadata(map).map_err(|e| e.in_file(store.path()))?,
+            None => Vec::new(),
+        };
+
+        let mut tensors = Vec::with_capacity(entries.len());
+        for (name, info) in entries {
+            let (dtype, begin, end) = check_entry(&info, input.limits)
+                .map_err(|e| e.in_file(store.path()).in_tensor(&name))?;
+            tensors.push((name, dtype, info.shape, begin, end));
+        }
+
+        // The offsets must tile the buffer: sorted, each starting where the
+        // previous ended, the last ending at end of file.
+        tensors.sort_unstable_by_key(|t| (t.3, t.4));
+        let mut cursor = 0u64;
+        for (i, t) in tensors.iter().enumerate() {
+            if t.3 != cursor {
+                // Two entries with one name and one range sort next to each
+                // other; name that rather than the overlap it causes.
+                if i > 0 && tensors[i - 1].0 == t.0 {
+                    return Err(Error::DuplicateName {
+                        ctx: ctx.clone().tensor(&t.0),
+                    });
+                }
+                let what = if t.3 < cursor {
+                    "overlaps the previous tensor"
+                } else {
+                    "leaves a gap after the previous tensor"
+                };
+                return Err(Error::range(
+                    ctx.clone().tensor(&t.0).at(data_start + t.3),
+                    format!("data_offsets [{}, {}] {what}", t.3, t.4),
+                ));
+            }
+            cursor = t.4;
+        }
+        let expected = data_start.checked_add(cursor).ok_or(Error::Overflow {
+            ctx: ctx.clone(),
+            what: "buffer end",
+        })?;
+        if expected != store.len() {
+            return Err(Error::range(
+                ctx.clone(),
+                format!(
+                    "tensors end at byte {expected} but the file has {} bytes",
+                    store.len()
+                ),
+            ));
+        }
+
+        let objects = tensors
+            .into_iter()
+            .map(|(name, dtype, shape, begin, end)| {
+                let payload = Payload::Stored {
+                    store: Arc::clone(store),
+                    offset: data_start + begin,
+                    len: end - begin,
+                };
+                Object::dense(name, dtype, shape, payload)
+            })
+            .collect();
+        Ok(Catalog {
+            objects,
+            attributes,
+            ..Catalog::default()
+        })
+    }
+}
+
+/// Check one entry's dtype, rank and byte size; returns the dtype and the
+/// data offsets. Errors carry no context: the caller adds file and tensor.
+fn check_entry(info: &Info<'_>, limits: &Limits) -> Result<(DType, u64, u64)> {
+    let ctx = Context::default();
+    let dtype = dtype_from_str(&info.dtype).ok_or_else(|| Error::UnsupportedDType {
+        ctx: ctx.clone(),
+        dtype: info.dtype.to_string(),
+    })?;
+    limits.check_rank(&ctx, info.shape.len())?;
+    let (begin, end) = info.data_offsets;
+    if end < begin {
+        return Err(Error::range(
+            ctx,
+            format!("data_offsets [{begin}, {end}] end before they begin"),
+        ));
+    }
+    let elements = num_elements(&info.shape).ok_or(Error::Overflow {
+        ctx: ctx.clone(),
+        what: "element count",
+    })?;
+    let bits = elements.checked_mul(dtype.bits()).ok_or(Error::Overflow {
+        ctx: ctx.clone(),
+        what: "bit size",
+    })?;
+    if bits % 8 != 0 {
+        return Err(Error::range(
+            ctx,
+            format!("{elements} x {dtype} is not a whole number of bytes"),
+        ));
+    }
+    if bits / 8 != end - begin {
+        return Err(Error::range(
+            ctx,
+            format!(
+                "shape {:?} of {dtype} needs {} bytes, data_offsets span {}",
+                info.shape,
+                bits / 8,
+                end - begin
+            ),
+        ));
+    }
+    Ok((dtype, begin, end))
+}
+
+/// safetensors' `__metadata__` is a string-to-string map and nothing else.
+fn parse_metadata(map: serde_json::Map<String, serde_json::Value>) -> Result<Vec<(String, Value)>> {
+    map.into_iter()
+        .map(|(k, v)| match v {
+            serde_json::Value::String(s) => Ok((k, Value::Str(s))),
+            other => Err(Error::header(
+                Context::default(),
+                format!("__metadata__[{k:?}] is {other}, not a string"),
+            )),
+        })
+        .collect()
+}
+
+/// Write tensors as safetensors, laid out as the reference writer lays them
+/// out (dtype alignment descending, then name; header padded with spaces to
+/// a multiple of 8) so every tensor is aligned for its dtype. The file is
+/// built beside `path` and renamed into place.
+pub fn write(path: &Path, tensors: &[TensorIn<'_>], metadata: &[(String, String)]) -> Result<u64> {
+    let ctx = Context::file(path);
+    let mut order: Vec<&TensorIn<'_>> = tensors.iter().collect();
+    for t in &order {
+        if t.name == "__metadata__" {
+            return Err(Error::Write {
+                ctx: ctx.clone().tensor(t.name),
+                reason: "the name __metadata__ is reserved".into(),
+            });
+        }
+        if dtype_to_str(t.dtype).is_none() {
+            return Err(Error::Write {
+                ctx: ctx.clone().tensor(t.name),
+                reason: format!("safetensors has no {} dtype", t.dtype),
+            });
+        }
+        t.check(&ctx)?;
+    }
+    order.sort_by(|a, b| {
+        b.dtype
+            .alignment()
+            .cmp(&a.dtype.alignment())
+            .then_with(|| a.name.cmp(b.name))
+    });
+    for pair in order.windows(2) {
+        if pair[0].name == pair[1].name {
+            return Err(Error::DuplicateName {
+                ctx: ctx.clone().tensor(pair[0].name),
+            });
+        }
+    }
+
+    let mut header = serde_json::Map::new();
+    if !metadata.is_empty() {
+        let meta = metadata
+            .iter()
+            .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+            .collect();
+        header.insert("__metadata__".into(), serde_json::Value::Object(meta));
+    }
+    let mut offset = 0u64;
+    let mut names = Vec::with_capacity(order.len());
+    for t in &order {
+        let end = offset + t.data.len() as u64;
+        names.push((
+            t.name.to_string(),
+            serde_json::json!({"dtype": dtype_to_str(t.dtype), "shape": t.shape, "data_offsets": [offset, end]}),
+        ));
+        offset = end;
+    }
+    let mut json = String::from("{");
+    let mut first = true;
+    let mut push = |k: &str, v: &serde_json::Value| {
+        if !first {
+            json.push(',');
+        }
+        first = false;
+        json.push_str(&serde_json::to_string(k).expect("string"));
+        json.push(':');
+        json.push_str(&v.to_string());
+    };
+    if let Some(m) = header.get("__metadata__") {
+        push("__metadata__", m);
+    }
+    for (k, v) in &names {
+        push(k, v);
+    }
+    json.push('}');
+    while json.len() % 8 != 0 {
+        json.push(' ');
+    }
+
+    publish(path, |w| {
+        w.write_all(&(json.len() as u64).to_le_bytes())?;
+        w.write_all(json.as_bytes())?;
+        for t in &order {
+            w.write_all(t.data)?;
+        }
+        Ok(())
+    })
+}
+
+/// The safetensors [`FormatWriter`]: dense tensors, and file attributes
+/// that are all strings as `__metadata__`.
+pub struct SafetensorsWriter;
+
+impl FormatWriter for SafetensorsWriter {
+    fn name(&self) -> &'static str {
+        "safetensors"
+    }
+
+    fn extensions(&self) -> &'static [&'static str] {
+        &["safetensors"]
+    }
+
+    fn write(&self, source: &Source, path: &Path, options: &WriteOptions) -> Result<u64> {
+        refuse_zt_options("safetensors", path, options)?;
+        let tensors = dense_tensors(source, path)?;
+        let inputs: Vec<TensorIn<'_>> = tensors.iter().map(|t| t.input()).collect();
+        // Only string attributes fit `__metadata__`; others are not carried.
+        let metadata: Vec<(String, String)> = source
+            .attributes()
+            .iter()
+            .filter_map(|(k, v)| match v {
+                Value::Str(s) => Some((k.clone(), s.clone())),
+                _ => None,
+            })
+            .collect();
+        write(path, &inputs, &metadata)
+    }
+}

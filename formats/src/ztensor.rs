@@ -1,0 +1,59 @@
+//! The `.zt` plugin: a thin adapter from the [`Format`] registry to the
+//! zTensor v2 reader in [`zt_container`], and the [`ZtWriter`] for conversion.
+
+use std::path::Path;
+
+use zt_container::container::MAGIC;
+use zt_core::catalog::Catalog;
+use zt_core::error::Result;
+use zt_core::format::{Format, OpenInput, Probe};
+use zt_core::source::Source;
+use zt_core::write::{FormatWriter, WriteOptions};
+
+/// zTensor v2 files.
+pub struct Zt;
+
+/// The zTensor v2 magic.
+pub const ZT_MAGIC: &[u8; 8] = MAGIC;
+
+impl Format for Zt {
+    fn name(&self) -> &'static str {
+        "zt"
+    }
+
+    fn extensions(&self) -> &'static [&'static str] {
+        &["zt"]
+    }
+
+    /// The magic at both ends. A `.zt` file with the magic at only one end
+    /// (or too short for a footer) is still claimed, so that opening it
+    /// reports what is wrong with it instead of "unknown format"; every
+    /// footer rule is checked by `open` with a precise error.
+    fn sniff(&self, p: &Probe<'_>) -> bool {
+        let head = p.head.starts_with(ZT_MAGIC);
+        let tail = p.len >= 48 && p.tail.ends_with(ZT_MAGIC);
+        (head && tail) || (p.extension == "zt" && (head || tail))
+    }
+
+    fn open(&self, input: &OpenInput<'_>) -> Result<Catalog> {
+        zt_container::read::open(input)
+    }
+}
+
+/// Writes `.zt`: canonical by default, or placed by `WriteOptions::align`
+/// and compressed with `zt.zstd-seekable/1` when `compression` is set.
+pub struct ZtWriter;
+
+impl FormatWriter for ZtWriter {
+    fn name(&self) -> &'static str {
+        "zt"
+    }
+
+    fn extensions(&self) -> &'static [&'static str] {
+        &["zt"]
+    }
+
+    fn write(&self, source: &Source, path: &Path, options: &WriteOptions) -> Result<u64> {
+        zt_container::write::convert(source, path, options)
+    }
+}
