@@ -13,6 +13,11 @@ use zt::{Align, Source, Value, WriteOptions};
 #[derive(Parser)]
 #[command(name = "zt", version, about = "Inspect tensor files of every format")]
 struct Cli {
+    /// S3 endpoint for s3:// paths (sets AWS_ENDPOINT_URL; an http://
+    /// endpoint allows plain HTTP). Credentials, region and profile come
+    /// from the standard AWS environment and files.
+    #[arg(long, global = true, value_name = "URL")]
+    endpoint: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -85,10 +90,22 @@ enum Command {
         /// Second file.
         b: PathBuf,
     },
+    /// Remove what killed writers left behind: partial files beside each
+    /// DEST whose writer is gone, and (always) dead processes' upload spools
+    /// and the multipart uploads they never completed.
+    Clean {
+        /// Destinations whose stale partial files to remove.
+        dests: Vec<PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Some(endpoint) = &cli.endpoint {
+        // Before any thread starts: every s3:// open, related file and
+        // upload of this process reads the standard variable.
+        std::env::set_var("AWS_ENDPOINT_URL", endpoint);
+    }
     let result = match cli.command {
         Command::Ls { files, json } => ls(&files, json),
         Command::Info { files, json } => info(&files, json),
@@ -125,6 +142,7 @@ fn main() -> ExitCode {
             Ok(false) => return ExitCode::from(1),
             Err(e) => Err(e),
         },
+        Command::Clean { dests } => clean(&dests),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -230,7 +248,29 @@ fn write_options(align: Option<&str>, compress: Option<&str>) -> zt::Result<Writ
             }
         },
     };
-    Ok(WriteOptions { align, compression })
+    Ok(WriteOptions {
+        align,
+        compression,
+        storage_options: Vec::new(),
+    })
+}
+
+fn clean(dests: &[PathBuf]) -> zt::Result<()> {
+    for dest in dests {
+        for removed in zt::publish::remove_stale(dest)? {
+            println!("removed {}", removed.display());
+        }
+    }
+    let config = zt::remote::config(&[])?;
+    for removed in zt::remote::client::upload::remove_stale_spools(
+        &zt::remote::client::config::spool_dir(&config),
+    ) {
+        println!("removed {}", removed.display());
+    }
+    for url in zt::remote::client::upload::abort_orphans(&config) {
+        println!("aborted the unfinished upload of {url}");
+    }
+    Ok(())
 }
 
 /// Conversions of less than this draw no progress line.

@@ -2,7 +2,7 @@
 //! shard resolution, and the catalog the rest of zt reads through.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use crate::container::{self, Footer};
@@ -35,11 +35,6 @@ pub fn positional_name(root: &Path, shard: &str) -> String {
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default();
     format!("{stem}-{shard}.zt")
-}
-
-/// The positional resolver's path for shard `shard` of `root`.
-pub fn positional(root: &Path, shard: &str) -> PathBuf {
-    root.with_file_name(positional_name(root, shard))
 }
 
 /// Check every blob reference of `m` (§3.6 rules 3 and 4) against the root

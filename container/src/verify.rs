@@ -11,12 +11,14 @@ use unicode_normalization::is_nfc;
 use crate::cbor::{self, Cbor};
 use crate::container::{CANONICAL_ALIGN, FOOTER_LEN};
 use crate::manifest::Manifest;
-use crate::read::{manifest_of, positional};
+use crate::read::{manifest_of, positional_name};
 use zt_core::catalog::{Digest, DigestAlgorithm};
 use zt_core::dtype::DType;
 use zt_core::error::{Context, Error, Result};
 use zt_core::limits::Limits;
+use zt_core::location::sibling;
 use zt_core::store::Store;
+use zt_core::OpenOptions;
 use zt_core::{PartRef, Source};
 
 /// What `verify` checked.
@@ -55,9 +57,14 @@ pub fn verify(source: &Source, deep: bool) -> Result<Verification> {
     Ok(out)
 }
 
+/// Open `location` (a local path or an object URL) for positional reads.
+fn open_positional(location: &Path) -> Result<Store> {
+    OpenOptions::default().open_store_positional(location)
+}
+
 /// Hash every shard file of a root and compare with its shard-table digest.
 pub fn verify_shards(path: &Path) -> Result<()> {
-    let store = Store::open_positional(path)?;
+    let store = open_positional(path)?;
     let (_, m) = manifest_of(&store, &Limits::default())?;
     let Some(m) = m else { return Ok(()) };
     for s in &m.shards {
@@ -65,8 +72,8 @@ pub fn verify_shards(path: &Path) -> Result<()> {
             Ok(d) => d,
             Err(_) => continue, // an algorithm zt does not know: unverifiable
         };
-        let shard_path = positional(path, &s.name);
-        let got = hash_file(&shard_path, want.algorithm())?;
+        let shard_path = sibling(path, &positional_name(path, &s.name));
+        let got = hash_store(&open_positional(&shard_path)?, want.algorithm())?;
         if got != want {
             return Err(Error::Integrity {
                 ctx: Context::file(&shard_path),
@@ -77,22 +84,25 @@ pub fn verify_shards(path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Digest a whole file, streaming.
+/// Digest a whole file (or object), streaming it in 8 MiB pieces.
 pub fn hash_file(path: &Path, algo: DigestAlgorithm) -> Result<Digest> {
-    use std::io::Read;
-    let mut f = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
-    let mut buf = vec![0u8; 1 << 20];
+    hash_store(&open_positional(path)?, algo)
+}
+
+/// Digest every byte of `store`, streaming.
+pub fn hash_store(store: &Store, algo: DigestAlgorithm) -> Result<Digest> {
+    let mut buf = vec![0u8; 8 << 20];
     let mut x = xxhash_rust::xxh3::Xxh3::new();
     let mut s = <sha2::Sha256 as sha2::Digest>::new();
-    loop {
-        let n = f.read(&mut buf).map_err(|e| Error::io(path, e))?;
-        if n == 0 {
-            break;
-        }
+    let mut at = 0u64;
+    while at < store.len() {
+        let n = (store.len() - at).min(buf.len() as u64) as usize;
+        store.read_into(at, &mut buf[..n])?;
         match algo {
             DigestAlgorithm::Xxh3 => x.update(&buf[..n]),
             DigestAlgorithm::Sha256 => sha2::Digest::update(&mut s, &buf[..n]),
         }
+        at += n as u64;
     }
     Ok(match algo {
         DigestAlgorithm::Xxh3 => Digest::Xxh3(x.digest()),
@@ -206,7 +216,7 @@ fn check_sparse(t: &zt_core::Tensor<'_>) -> Result<()> {
 /// {dtype, type?, digest}}}}]`. Independent of placement, sharding and
 /// encoding; undefined (an error) unless every part has a digest.
 pub fn content_digest(path: &Path) -> Result<Digest> {
-    let store = Store::open_positional(path)?;
+    let store = open_positional(path)?;
     let (_, m) = manifest_of(&store, &Limits::default())?;
     let m = m.ok_or_else(|| Error::Unsupported {
         ctx: Context::file(path),
@@ -268,7 +278,7 @@ pub struct Violation {
 /// Every way a file departs from canonical form (§6.3), checked from the
 /// bytes: an empty list means the file is canonical.
 pub fn canonical_violations(path: &Path) -> Result<Vec<Violation>> {
-    let store = Store::open_positional(path)?;
+    let store = open_positional(path)?;
     let (footer, m) = manifest_of(&store, &Limits::default())?;
     let mut out = Vec::new();
     let mut v = |rule: u8, detail: String| out.push(Violation { rule, detail });

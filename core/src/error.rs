@@ -206,6 +206,48 @@ pub enum Error {
         /// Which check and what it found.
         reason: String,
     },
+    /// Object storage refused or failed a request (the URL is the context's
+    /// file). A missing object is [`Error::NotFound`] instead.
+    #[error("{ctx}: {kind}: {detail}")]
+    Remote {
+        /// The object.
+        ctx: Context,
+        /// Why, as a caller acts on it.
+        kind: RemoteKind,
+        /// What the server or client said.
+        detail: String,
+    },
+}
+
+/// Why an object-storage request failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RemoteKind {
+    /// The credentials were refused or lack the permission.
+    PermissionDenied,
+    /// The object was replaced while it was read (its ETag changed).
+    Changed,
+    /// The server sent a body or range other than the one asked for.
+    BadResponse,
+    /// A URL, storage option or credential file zt cannot use.
+    Config,
+    /// Not possible on this store (writing to a plain HTTP server), or zt
+    /// was built without object-storage support.
+    Unsupported,
+    /// A network or server failure that lasted through the retries.
+    Network,
+}
+
+impl fmt::Display for RemoteKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            RemoteKind::PermissionDenied => "permission denied",
+            RemoteKind::Changed => "object changed during read",
+            RemoteKind::BadResponse => "bad response",
+            RemoteKind::Config => "bad object-storage configuration",
+            RemoteKind::Unsupported => "unsupported",
+            RemoteKind::Network => "request failed",
+        })
+    }
 }
 
 impl Error {
@@ -228,7 +270,8 @@ impl Error {
             | Error::NoSuchTensor { ctx, .. }
             | Error::Index { ctx, .. }
             | Error::Write { ctx, .. }
-            | Error::Integrity { ctx, .. } => ctx,
+            | Error::Integrity { ctx, .. }
+            | Error::Remote { ctx, .. } => ctx,
         }
     }
 
@@ -250,7 +293,8 @@ impl Error {
             | Error::NoSuchTensor { ctx, .. }
             | Error::Index { ctx, .. }
             | Error::Write { ctx, .. }
-            | Error::Integrity { ctx, .. } => ctx,
+            | Error::Integrity { ctx, .. }
+            | Error::Remote { ctx, .. } => ctx,
         }
     }
 
@@ -260,6 +304,16 @@ impl Error {
         let ctx = self.context_mut();
         if ctx.file.is_none() {
             ctx.file = Some(path.to_path_buf());
+        }
+        self
+    }
+
+    /// Name `to` instead of `from` where the error names file `from` (an
+    /// upload's spool file is reported as the URL it was written for).
+    pub fn relabel(mut self, from: &Path, to: &Path) -> Self {
+        let ctx = self.context_mut();
+        if ctx.file.as_deref() == Some(from) {
+            ctx.file = Some(to.to_path_buf());
         }
         self
     }
@@ -303,11 +357,15 @@ impl Error {
         }
     }
 
-    /// True if the input file was at fault (as opposed to the OS or the caller).
+    /// True if the input file was at fault (as opposed to the OS, the
+    /// network or the caller).
     pub fn is_format_error(&self) -> bool {
-        !matches!(
-            self,
-            Error::Io { .. } | Error::NotFound { .. } | Error::NoSuchTensor { .. }
-        )
+        match self {
+            Error::Io { .. } | Error::NotFound { .. } | Error::NoSuchTensor { .. } => false,
+            Error::Remote { kind, .. } => {
+                matches!(kind, RemoteKind::Changed | RemoteKind::BadResponse)
+            }
+            _ => true,
+        }
     }
 }

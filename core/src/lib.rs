@@ -23,6 +23,8 @@ pub mod open;
 pub mod part;
 pub mod publish;
 pub mod registry;
+#[cfg(feature = "remote")]
+pub mod remote;
 pub mod source;
 pub mod store;
 pub mod write;
@@ -31,7 +33,7 @@ pub use catalog::{
     Attributes, Catalog, Decode, Digest, DigestAlgorithm, Object, Part, Payload, Value,
 };
 pub use dtype::DType;
-pub use error::{Context, Error, Result};
+pub use error::{Context, Error, RemoteKind, Result};
 pub use format::{Format, OpenInput, Probe};
 pub use limits::Limits;
 pub use open::OpenOptions;

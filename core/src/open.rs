@@ -21,6 +21,11 @@ pub struct OpenOptions {
     pub limits: Limits,
     /// Memory-map files (the default); `false` uses positional reads.
     pub map: bool,
+    /// How `s3://` and `https://` locations are reached: storage options
+    /// by `object_store`'s key names (`endpoint`, `region`, ...) and zt's
+    /// (`part_size`, `concurrency`, `cache`, ...), over the standard AWS
+    /// environment and profile files. See `zt_remote::config`.
+    pub storage_options: Vec<(String, String)>,
 }
 
 impl Default for OpenOptions {
@@ -28,19 +33,18 @@ impl Default for OpenOptions {
         OpenOptions {
             limits: Limits::default(),
             map: true,
+            storage_options: Vec::new(),
         }
     }
 }
 
 impl OpenOptions {
     /// Open the bytes at `location` the way these options say: mapped or
-    /// positional for a local path.
+    /// positional for a local path, ranged GETs (or the local cache) for
+    /// an object URL.
     pub fn open_store(&self, location: &Path) -> Result<Store> {
         if location::is_url(location) {
-            return Err(Error::Unsupported {
-                ctx: Context::file(location),
-                reason: "this build of zt has no object-storage support".into(),
-            });
+            return open_url(location, &self.storage_options);
         }
         if self.map {
             Store::open(location)
@@ -58,6 +62,20 @@ impl OpenOptions {
         }
         .open_store(location)
     }
+}
+
+#[cfg(feature = "remote")]
+fn open_url(url: &Path, storage_options: &[(String, String)]) -> Result<Store> {
+    crate::remote::open_store(url, storage_options)
+}
+
+#[cfg(not(feature = "remote"))]
+fn open_url(url: &Path, _storage_options: &[(String, String)]) -> Result<Store> {
+    Err(Error::Remote {
+        ctx: Context::file(url),
+        kind: crate::error::RemoteKind::Unsupported,
+        detail: "this build of zt has no object-storage support (the `remote` feature)".into(),
+    })
 }
 
 /// Opens files with a set of options, recognising formats through a registry.

@@ -25,6 +25,9 @@ pub struct Caps {
     /// Largest power of two dividing the file offset (capped at 1 MiB);
     /// 1 when the bytes are not a file range.
     pub alignment: u64,
+    /// The bytes come over the network (an object read by ranged GETs, not
+    /// mapped); `location` names its URL.
+    pub remote: bool,
 }
 
 /// Where a part's raw bytes are, for callers that do their own I/O.
@@ -215,6 +218,7 @@ impl<'a> PartRef<'a> {
                     && self.source.exclusive_pages(store, *offset, *len).is_some(),
                 verify: self.digest().is_some(),
                 alignment: 1 << offset.trailing_zeros().min(20),
+                remote: store.is_remote(),
             },
             Payload::Decoded { .. } => Caps {
                 map: false,
@@ -222,6 +226,7 @@ impl<'a> PartRef<'a> {
                 evict: false,
                 verify: self.digest().is_some(),
                 alignment: 1,
+                remote: self.source.remote,
             },
         }
     }

@@ -11,10 +11,7 @@
 //! ([`remove_stale`]), and `zt clean` does so on request.
 
 use std::fs::File;
-use std::hash::{BuildHasher, Hasher};
 use std::io::{BufWriter, Write};
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Context, Error, Result};
@@ -37,34 +34,6 @@ fn file_name(dest: &Path) -> Result<String> {
             ctx: Context::file(dest),
             reason: "destination has no file name".into(),
         })
-}
-
-/// 64 random bits from the standard library's per-process hash keys,
-/// mixed with the time and a counter (no extra dependency: the name only
-/// has to be unguessable, `O_EXCL` makes it safe).
-fn random_suffix() -> u64 {
-    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
-    if let Ok(t) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
-        h.write_u128(t.as_nanos());
-    }
-    h.finish()
-}
-
-/// `flock` on `file`; `Ok(false)` when another holder has it.
-fn try_lock(file: &File) -> std::io::Result<bool> {
-    // SAFETY: flock on an open descriptor has no memory effects.
-    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    if rc == 0 {
-        return Ok(true);
-    }
-    let err = std::io::Error::last_os_error();
-    if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
-        Ok(false)
-    } else {
-        Err(err)
-    }
 }
 
 /// The partial files of `dest` in its directory, live or stale.
@@ -107,12 +76,7 @@ pub fn partials_of(dest: &Path) -> Result<Vec<PathBuf>> {
 pub fn remove_stale(dest: &Path) -> Result<Vec<PathBuf>> {
     let mut removed = Vec::new();
     for path in partials_of(dest)? {
-        let opened = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&path);
-        let Ok(file) = opened else { continue };
-        if try_lock(&file).unwrap_or(false) && std::fs::remove_file(&path).is_ok() {
+        if zt_fsutil::is_stale(&path) && std::fs::remove_file(&path).is_ok() {
             removed.push(path);
         }
     }
@@ -141,23 +105,15 @@ impl Partial {
             let tmp = dir.join(format!(
                 ".{name}.{}.{:016x}.partial",
                 std::process::id(),
-                random_suffix()
+                zt_fsutil::random_u64()
             ));
-            let opened = std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create_new(true)
-                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-                .open(&tmp);
-            match opened {
+            match zt_fsutil::create_locked(&tmp) {
                 Ok(file) => {
-                    let partial = Partial {
+                    return Ok(Partial {
                         file: Some(file),
                         tmp,
                         dest: dest.to_path_buf(),
-                    };
-                    try_lock(partial.file()).map_err(|e| Error::io(&partial.tmp, e))?;
-                    return Ok(partial);
+                    })
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
                 Err(e) => return Err(Error::io(&tmp, e)),
@@ -205,6 +161,33 @@ impl Drop for Partial {
         if !self.tmp.as_os_str().is_empty() {
             let _ = std::fs::remove_file(&self.tmp);
         }
+    }
+}
+
+/// Write the file for `dest` through `write`, which writes a local file at
+/// the path it is given (publishing it there, as every writer does). For a
+/// local `dest` that path is `dest` itself; for an object URL it is a file
+/// in a private spool, uploaded when complete (multipart: nothing is
+/// visible at `dest` before the upload completes). Returns what `write`
+/// returns.
+pub fn to_location(
+    dest: &Path,
+    storage_options: &[(String, String)],
+    write: impl FnOnce(&Path) -> Result<u64>,
+) -> Result<u64> {
+    if !crate::location::is_url(dest) {
+        return write(dest);
+    }
+    #[cfg(feature = "remote")]
+    return crate::remote::write_then_upload(dest, storage_options, write);
+    #[cfg(not(feature = "remote"))]
+    {
+        let _ = (storage_options, write);
+        Err(Error::Remote {
+            ctx: Context::file(dest),
+            kind: crate::error::RemoteKind::Unsupported,
+            detail: "this build of zt has no object-storage support (the `remote` feature)".into(),
+        })
     }
 }
 

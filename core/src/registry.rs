@@ -136,8 +136,12 @@ impl Registry {
             })
     }
 
-    /// Write every tensor of `source` to `path`, in the format its extension names.
+    /// Write every tensor of `source` to `path` (a local path or an `s3://`
+    /// URL), in the format its extension names.
     pub fn convert(&self, source: &Source, path: &Path, options: &WriteOptions) -> Result<u64> {
-        self.writer_for(path)?.write(source, path, options)
+        let writer = self.writer_for(path)?;
+        crate::publish::to_location(path, &options.storage_options, |local| {
+            writer.write(source, local, options)
+        })
     }
 }

@@ -30,6 +30,8 @@ pub struct Source {
     pub(crate) occupancy: HashMap<usize, Vec<(u64, u64)>>,
     /// Stored digests by (object index, part index).
     pub(crate) digests: HashMap<(usize, usize), Digest>,
+    /// Some store is read over the network.
+    pub(crate) remote: bool,
 }
 
 pub(crate) fn store_key(store: &Arc<Store>) -> usize {
@@ -90,6 +92,7 @@ impl Source {
         for ranges in occupancy.values_mut() {
             ranges.sort_unstable();
         }
+        let remote = store.is_remote() || catalog.extra_stores.iter().any(|s| s.is_remote());
         let mut files = vec![store.path().to_path_buf()];
         files.extend(catalog.extra_stores.iter().map(|s| s.path().to_path_buf()));
         let digests = catalog
@@ -112,6 +115,7 @@ impl Source {
             limits,
             occupancy,
             digests,
+            remote,
         })
     }
 
@@ -152,6 +156,7 @@ impl Source {
                 entry.sort_unstable();
             }
             merged.files.extend(source.files);
+            merged.remote |= source.remote;
             merged.attributes.extend(source.attributes);
         }
         Ok(merged)

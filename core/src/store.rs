@@ -1,6 +1,7 @@
-//! `Store`: one opened file, memory-mapped read-only, or read with positional
+//! `Store`: one opened file, memory-mapped read-only, read with positional
 //! reads when mapping is not wanted (network filesystems, files that may be
-//! truncated under us).
+//! truncated under us), or (the `remote` feature) an object of an
+//! S3-compatible store or HTTP server read by ranged GETs.
 //!
 //! All byte access goes through bounds-checked methods, so a plugin that
 //! computes a bad range gets an error, never an out-of-bounds read.
@@ -21,6 +22,9 @@ enum Backing {
     Mapped(Mmap),
     /// Positional reads (`pread`) on demand.
     Positional(File),
+    /// Ranged GETs of an object, pinned to its version.
+    #[cfg(feature = "remote")]
+    Remote(std::sync::Arc<zt_remote::RemoteObject>),
 }
 
 /// One opened file.
@@ -49,21 +53,38 @@ impl Store {
     /// Open and memory-map `path` read-only.
     pub fn open(path: impl AsRef<Path>) -> Result<Store> {
         let path = path.as_ref();
-        let file = File::open(path).map_err(|e| Error::io(path, e))?;
+        Store::open_as(path, path)
+    }
+
+    /// Map the local file `local` but name it `location` (a cached copy of
+    /// an object is named by its URL, so related files resolve beside the
+    /// object and errors name it).
+    pub fn open_as(local: &Path, location: &Path) -> Result<Store> {
+        let file = File::open(local).map_err(|e| Error::io(local, e))?;
         // SAFETY: the map is read-only. Another process truncating the file
         // while it is mapped would raise SIGBUS on access; that is the same
         // contract every mmap-based reader (safetensors, numpy.memmap) has,
         // and `open_positional` exists for files that may change.
-        let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(path, e))?;
+        let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(local, e))?;
         // The length is the mapping's: a file that changed size between a
         // stat and the map must not let a range check pass that the map
         // cannot serve.
         let len = map.len() as u64;
         Ok(Store {
-            path: path.to_path_buf(),
+            path: location.to_path_buf(),
             len,
             backing: Backing::Mapped(map),
         })
+    }
+
+    /// A store over a remote object, named by its URL.
+    #[cfg(feature = "remote")]
+    pub fn remote(url: PathBuf, object: std::sync::Arc<zt_remote::RemoteObject>) -> Store {
+        Store {
+            path: url,
+            len: object.len(),
+            backing: Backing::Remote(object),
+        }
     }
 
     /// Open `path` for positional reads only (no mapping).
@@ -98,12 +119,21 @@ impl Store {
         matches!(self.backing, Backing::Mapped(_))
     }
 
+    /// True if the store is an object read over the network.
+    pub fn is_remote(&self) -> bool {
+        #[cfg(feature = "remote")]
+        if matches!(self.backing, Backing::Remote(_)) {
+            return true;
+        }
+        false
+    }
+
     /// Address and length of the whole mapping, for callers that check
     /// where a zero-copy view points (tests, diagnostics).
     pub fn mapping(&self) -> Option<(usize, usize)> {
         match &self.backing {
             Backing::Mapped(map) => Some((map.as_ptr() as usize, map.len())),
-            Backing::Positional(_) => None,
+            _ => None,
         }
     }
 
@@ -135,9 +165,9 @@ impl Store {
         self.check_range(offset, len, "byte range")?;
         match &self.backing {
             Backing::Mapped(map) => Ok(&map[offset as usize..(offset + len) as usize]),
-            Backing::Positional(_) => Err(Error::Unsupported {
+            _ => Err(Error::Unsupported {
                 ctx: self.ctx().at(offset),
-                reason: "the store is opened for positional reads, not mapped".into(),
+                reason: "the store is not memory-mapped (positional or remote reads)".into(),
             }),
         }
     }
@@ -159,6 +189,49 @@ impl Store {
                     })?;
                 Ok(Cow::Owned(buf))
             }
+            #[cfg(feature = "remote")]
+            Backing::Remote(object) => object
+                .read(offset, len)
+                .map(Cow::Owned)
+                .map_err(crate::remote::error),
+        }
+    }
+
+    /// Fill `buf` with the bytes from `offset`: one copy out of the
+    /// mapping, one `pread`, or parallel ranged GETs straight into `buf`.
+    pub fn read_into(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.check_range(offset, buf.len() as u64, "byte range")?;
+        match &self.backing {
+            Backing::Mapped(map) => {
+                buf.copy_from_slice(&map[offset as usize..offset as usize + buf.len()]);
+                Ok(())
+            }
+            Backing::Positional(file) => file.read_exact_at(buf, offset).map_err(|e| Error::Io {
+                ctx: self.ctx().at(offset),
+                source: e,
+            }),
+            #[cfg(feature = "remote")]
+            Backing::Remote(object) => object.read_into(offset, buf).map_err(crate::remote::error),
+        }
+    }
+
+    /// The bytes of several ranges: borrowed from the mapping, read one by
+    /// one positionally, or for a remote object planned together (large
+    /// ranges split into parallel parts, small neighbours coalesced into
+    /// one request).
+    pub fn read_many(&self, ranges: &[(u64, u64)]) -> Result<Vec<Cow<'_, [u8]>>> {
+        for &(offset, len) in ranges {
+            self.check_range(offset, len, "byte range")?;
+        }
+        match &self.backing {
+            #[cfg(feature = "remote")]
+            Backing::Remote(object) => Ok(object
+                .read_ranges(ranges)
+                .map_err(crate::remote::error)?
+                .into_iter()
+                .map(Cow::Owned)
+                .collect()),
+            _ => ranges.iter().map(|&(o, l)| self.read(o, l)).collect(),
         }
     }
 

@@ -85,6 +85,9 @@ pub struct WriteOptions {
     pub align: Option<Align>,
     /// zstd compression level for writers that compress; `None` is raw.
     pub compression: Option<i32>,
+    /// How an `s3://` destination is reached (see `OpenOptions`); format
+    /// writers never see it: the destination is published by upload.
+    pub storage_options: Vec<(String, String)>,
 }
 
 /// A format zt can write: the mirror image of [`crate::Format`].

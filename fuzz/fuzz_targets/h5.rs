@@ -47,7 +47,7 @@ fuzz_target!(|data: &[u8]| {
         },
         ..OpenOptions::default()
     };
-    if let Ok(source) = options.open(&path) {
+    if let Ok(source) = zt::open_with(&path, &options) {
         for tensor in source.tensors() {
             let _ = tensor.data().and_then(|p| p.bytes().map(|b| b.len()));
         }

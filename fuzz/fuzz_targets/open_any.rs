@@ -26,7 +26,7 @@ fn scratch() -> &'static PathBuf {
 }
 
 fn read_all(options: &OpenOptions, path: &std::path::Path) {
-    if let Ok(source) = options.open(path) {
+    if let Ok(source) = zt::open_with(path, options) {
         for tensor in source.tensors() {
             let _ = tensor.data().and_then(|p| p.bytes().map(|b| b.len()));
         }

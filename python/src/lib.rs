@@ -7,7 +7,9 @@
 
 use std::path::PathBuf;
 
-use pyo3::exceptions::{PyFileNotFoundError, PyKeyError, PyOSError, PyValueError};
+use pyo3::exceptions::{
+    PyFileNotFoundError, PyKeyError, PyOSError, PyPermissionError, PyValueError,
+};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 
@@ -35,6 +37,12 @@ pub(crate) fn to_py_err(e: zt::Error) -> PyErr {
         zt::Error::NotFound { .. } => PyFileNotFoundError::new_err(message),
         zt::Error::NoSuchTensor { .. } => PyKeyError::new_err(message),
         zt::Error::Io { .. } => PyOSError::new_err(message),
+        zt::Error::Remote { kind, .. } => match kind {
+            zt::RemoteKind::PermissionDenied => PyPermissionError::new_err(message),
+            zt::RemoteKind::Network => PyOSError::new_err(message),
+            zt::RemoteKind::Config | zt::RemoteKind::Unsupported => PyValueError::new_err(message),
+            zt::RemoteKind::Changed | zt::RemoteKind::BadResponse => FormatError::new_err(message),
+        },
         _ => FormatError::new_err(message),
     }
 }
@@ -100,18 +108,43 @@ fn limits_from_py(limits: Option<&Bound<'_, PyDict>>) -> PyResult<zt::Limits> {
     Ok(out)
 }
 
+/// Storage options from a Python dict of `str` to `str`, `int`, `float` or
+/// `bool` (written as object_store reads them).
+pub(crate) fn storage_options_from_py(
+    options: Option<&Bound<'_, PyDict>>,
+) -> PyResult<Vec<(String, String)>> {
+    let Some(dict) = options else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::with_capacity(dict.len());
+    for (key, value) in dict.iter() {
+        let key: String = key.extract()?;
+        let value = if let Ok(b) = value.extract::<bool>() {
+            b.to_string()
+        } else if let Ok(text) = value.extract::<String>() {
+            text
+        } else {
+            value.str()?.to_string()
+        };
+        out.push((key, value));
+    }
+    Ok(out)
+}
+
 /// Open one file, several files as one source, or a shard index.
 #[pyfunction]
-#[pyo3(signature = (paths, map = true, limits = None))]
+#[pyo3(signature = (paths, map = true, limits = None, storage_options = None))]
 fn open(
     py: Python<'_>,
     paths: Vec<PathBuf>,
     map: bool,
     limits: Option<&Bound<'_, PyDict>>,
+    storage_options: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<tensor::Source> {
     let options = zt::OpenOptions {
         limits: limits_from_py(limits)?,
         map,
+        storage_options: storage_options_from_py(storage_options)?,
     };
     let source = py
         .detach(|| match paths.as_slice() {
@@ -124,41 +157,73 @@ fn open(
 
 /// The format of a file, recognised by its structure.
 #[pyfunction]
-fn detect(py: Python<'_>, path: PathBuf) -> PyResult<&'static str> {
-    py.detach(|| zt::detect(&path)).map_err(to_py_err)
+#[pyo3(signature = (path, storage_options = None))]
+fn detect(
+    py: Python<'_>,
+    path: PathBuf,
+    storage_options: Option<&Bound<'_, PyDict>>,
+) -> PyResult<&'static str> {
+    let options = zt::OpenOptions {
+        storage_options: storage_options_from_py(storage_options)?,
+        ..Default::default()
+    };
+    py.detach(|| zt::registry().detect(&path, &options))
+        .map_err(to_py_err)
 }
 
 /// Convert files (read as one source) to `dst`, whose extension picks the
 /// format. `align` is None, "canonical", "auto" or an int; `compression` a
-/// zstd level. Returns the bytes written.
+/// zstd level; `storage_options` reach `s3://` sources and destinations.
+/// Returns the bytes written.
 #[pyfunction]
-#[pyo3(signature = (sources, dst, align = None, compression = None))]
+#[pyo3(signature = (sources, dst, align = None, compression = None, storage_options = None))]
 fn convert(
     py: Python<'_>,
     sources: Vec<PathBuf>,
     dst: PathBuf,
     align: Option<Bound<'_, PyAny>>,
     compression: Option<i32>,
+    storage_options: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<u64> {
-    let align = match align {
-        None => None,
-        Some(a) => match a.extract::<String>() {
-            Ok(s) if s == "canonical" => Some(zt::Align::Canonical),
-            Ok(s) if s == "auto" => Some(zt::Align::Auto),
-            Ok(s) => {
-                return Err(PyValueError::new_err(format!(
-                    "align={s:?}: expected None, 'canonical', 'auto' or an int"
-                )))
-            }
-            Err(_) => Some(zt::Align::Bytes(a.extract::<u64>()?)),
-        },
+    let align = align.as_ref().map(align_from_py).transpose()?;
+    let storage_options = storage_options_from_py(storage_options)?;
+    let open = zt::OpenOptions {
+        storage_options: storage_options.clone(),
+        ..Default::default()
     };
-    let options = zt::WriteOptions { align, compression };
+    let options = zt::WriteOptions {
+        align,
+        compression,
+        storage_options,
+    };
     py.detach(|| {
-        let source = zt::open_all(&sources)?;
+        let source = zt::open_all_with(&sources, &open)?;
         zt::convert(&source, &dst, &options)
     })
     .map_err(to_py_err)
+}
+
+/// `align=` as Python gives it: "canonical", "auto" or an int.
+pub(crate) fn align_from_py(align: &Bound<'_, PyAny>) -> PyResult<zt::Align> {
+    match align.extract::<String>() {
+        Ok(text) => text.parse().map_err(PyValueError::new_err),
+        Err(_) => Ok(zt::Align::Bytes(align.extract::<u64>()?)),
+    }
+}
+
+/// Requests this process has sent to object storage, by kind, and the
+/// bytes moved: `{"gets", "heads", "puts", "lists", "bytes_in", "bytes_out"}`.
+#[pyfunction]
+fn remote_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let s = zt::remote::client::stats().snapshot();
+    let dict = PyDict::new(py);
+    dict.set_item("gets", s.gets)?;
+    dict.set_item("heads", s.heads)?;
+    dict.set_item("puts", s.puts)?;
+    dict.set_item("lists", s.lists)?;
+    dict.set_item("bytes_in", s.bytes_in)?;
+    dict.set_item("bytes_out", s.bytes_out)?;
+    Ok(dict)
 }
 
 /// The operating system's page size.
@@ -176,6 +241,7 @@ fn _zt(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(detect, m)?)?;
     m.add_function(wrap_pyfunction!(page_size, m)?)?;
     m.add_function(wrap_pyfunction!(convert, m)?)?;
+    m.add_function(wrap_pyfunction!(remote_stats, m)?)?;
     m.add_function(wrap_pyfunction!(writers::write_safetensors, m)?)?;
     m.add_function(wrap_pyfunction!(writers::write_npy, m)?)?;
     m.add_function(wrap_pyfunction!(writers::write_npz, m)?)?;

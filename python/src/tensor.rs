@@ -198,7 +198,7 @@ impl Tensor {
         attributes_to_py(py, self.tensor().attributes())
     }
 
-    /// Capabilities as a dict: map, locate, evict, verify, alignment.
+    /// Capabilities as a dict: map, locate, evict, verify, alignment, remote.
     #[getter]
     fn caps<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let caps = self.part_ref()?.caps();
@@ -208,6 +208,7 @@ impl Tensor {
         dict.set_item("evict", caps.evict)?;
         dict.set_item("verify", caps.verify)?;
         dict.set_item("alignment", caps.alignment)?;
+        dict.set_item("remote", caps.remote)?;
         Ok(dict)
     }
 

@@ -5,15 +5,16 @@
 //! caller keeps alive for the duration of the call. That lets the write
 //! run without the GIL and without copying every tensor into `bytes` first.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use pyo3::types::PyDict;
 
 use zt::dtype::DType;
 use zt::TensorIn;
 
-use crate::to_py_err;
+use crate::{storage_options_from_py, to_py_err};
 
 /// One array as the Python wrapper describes it.
 type RawTensor = (String, String, Vec<u64>, usize, usize);
@@ -75,41 +76,77 @@ impl Borrowed {
     }
 }
 
+/// Write through `write` to `path`: in place for a local path, staged and
+/// uploaded for an `s3://` URL.
+fn write_to(
+    py: Python<'_>,
+    path: &Path,
+    storage_options: Option<&Bound<'_, PyDict>>,
+    write: impl FnOnce(&Path) -> zt::Result<u64> + Send,
+) -> PyResult<u64> {
+    let storage_options = storage_options_from_py(storage_options)?;
+    py.detach(|| zt::publish::to_location(path, &storage_options, write))
+        .map_err(to_py_err)
+}
+
 /// Write a safetensors file; returns the bytes written.
 #[pyfunction]
-#[pyo3(signature = (path, tensors, metadata = Vec::new()))]
+#[pyo3(signature = (path, tensors, metadata = Vec::new(), storage_options = None))]
 pub fn write_safetensors(
     py: Python<'_>,
     path: PathBuf,
     tensors: Vec<RawTensor>,
     metadata: Vec<(String, String)>,
+    storage_options: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<u64> {
     let borrowed = Borrowed::new(tensors)?;
-    py.detach(|| zt::formats::safetensors::write(&path, &borrowed.tensors(), &metadata))
-        .map_err(to_py_err)
+    write_to(py, &path, storage_options, |local| {
+        zt::formats::safetensors::write(local, &borrowed.tensors(), &metadata)
+    })
 }
 
 /// Write one array as `.npy`; returns the bytes written.
 #[pyfunction]
-pub fn write_npy(py: Python<'_>, path: PathBuf, tensor: RawTensor) -> PyResult<u64> {
+#[pyo3(signature = (path, tensor, storage_options = None))]
+pub fn write_npy(
+    py: Python<'_>,
+    path: PathBuf,
+    tensor: RawTensor,
+    storage_options: Option<&Bound<'_, PyDict>>,
+) -> PyResult<u64> {
     let borrowed = Borrowed::new(vec![tensor])?;
-    py.detach(|| zt::formats::npy::write_npy(&path, &borrowed.tensors()[0]))
-        .map_err(to_py_err)
+    write_to(py, &path, storage_options, |local| {
+        zt::formats::npy::write_npy(local, &borrowed.tensors()[0])
+    })
 }
 
 /// Write arrays as an uncompressed `.npz`; returns the bytes written.
 #[pyfunction]
-pub fn write_npz(py: Python<'_>, path: PathBuf, tensors: Vec<RawTensor>) -> PyResult<u64> {
+#[pyo3(signature = (path, tensors, storage_options = None))]
+pub fn write_npz(
+    py: Python<'_>,
+    path: PathBuf,
+    tensors: Vec<RawTensor>,
+    storage_options: Option<&Bound<'_, PyDict>>,
+) -> PyResult<u64> {
     let borrowed = Borrowed::new(tensors)?;
-    py.detach(|| zt::formats::npy::write_npz(&path, &borrowed.tensors()))
-        .map_err(to_py_err)
+    write_to(py, &path, storage_options, |local| {
+        zt::formats::npy::write_npz(local, &borrowed.tensors())
+    })
 }
 
 /// Write arrays as a PyTorch zip checkpoint (a state dict that
 /// `torch.load(weights_only=True)` reads); returns the bytes written.
 #[pyfunction]
-pub fn write_pt(py: Python<'_>, path: PathBuf, tensors: Vec<RawTensor>) -> PyResult<u64> {
+#[pyo3(signature = (path, tensors, storage_options = None))]
+pub fn write_pt(
+    py: Python<'_>,
+    path: PathBuf,
+    tensors: Vec<RawTensor>,
+    storage_options: Option<&Bound<'_, PyDict>>,
+) -> PyResult<u64> {
     let borrowed = Borrowed::new(tensors)?;
-    py.detach(|| zt::formats::pt::write(&path, &borrowed.tensors()))
-        .map_err(to_py_err)
+    write_to(py, &path, storage_options, |local| {
+        zt::formats::pt::write(local, &borrowed.tensors())
+    })
 }

@@ -18,7 +18,7 @@ use zt::container::write::{ObjectIn, Options, PartIn, Writer as ZtWriter};
 use zt::dtype::DType;
 use zt::Align;
 
-use crate::to_py_err;
+use crate::{storage_options_from_py, to_py_err};
 
 /// A Python value as a CBOR attribute value.
 pub fn py_to_cbor(v: &Bound<'_, PyAny>) -> PyResult<Cbor> {
@@ -115,16 +115,7 @@ pub fn options(
     let align = match align {
         None if canonical => Align::Canonical,
         None => Align::Auto,
-        Some(a) => match a.extract::<String>() {
-            Ok(s) if s == "auto" => Align::Auto,
-            Ok(s) if s == "canonical" => Align::Canonical,
-            Ok(s) => {
-                return Err(PyValueError::new_err(format!(
-                    "align={s:?}: expected None, 'auto' or an int"
-                )))
-            }
-            Err(_) => Align::Bytes(a.extract::<u64>()?),
-        },
+        Some(a) => crate::align_from_py(a)?,
     };
     Ok(Options {
         canonical,
@@ -158,6 +149,9 @@ fn parts_in(parts: Vec<RawPart>) -> PyResult<Vec<PartIn<'static>>> {
 #[pyclass(frozen, module = "zt._zt")]
 pub struct Writer {
     inner: Mutex<Option<ZtWriter>>,
+    /// For an `s3://` destination: the staged local file, uploaded by
+    /// `finish` (dropped, with nothing uploaded, on abandon).
+    staged: Mutex<Option<zt::remote::Staged>>,
 }
 
 impl Writer {
@@ -180,7 +174,8 @@ impl Writer {
 #[pymethods]
 impl Writer {
     #[new]
-    #[pyo3(signature = (path, canonical = true, align = None, publish = false, append = false, compression = None))]
+    #[pyo3(signature = (path, canonical = true, align = None, publish = false, append = false, compression = None, storage_options = None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         path: PathBuf,
@@ -189,13 +184,27 @@ impl Writer {
         publish: bool,
         append: bool,
         compression: Option<i32>,
+        storage_options: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Self> {
         let opts = options(canonical, align.as_ref(), publish, append, compression)?;
+        let staged = if zt::location::is_url(&path) {
+            if append {
+                return Err(PyValueError::new_err(
+                    "append amends a local file; an object cannot be amended in place",
+                ));
+            }
+            let so = storage_options_from_py(storage_options)?;
+            Some(zt::remote::Staged::new(&path, &so).map_err(to_py_err)?)
+        } else {
+            None
+        };
+        let local = staged.as_ref().map_or(path.as_path(), |s| s.local());
         let w = py
-            .detach(|| ZtWriter::create(&path, opts))
+            .detach(|| ZtWriter::create(local, opts))
             .map_err(to_py_err)?;
         Ok(Writer {
             inner: Mutex::new(Some(w)),
+            staged: Mutex::new(staged),
         })
     }
 
@@ -277,7 +286,8 @@ impl Writer {
         self.with(py, move |w| w.ingest(&s))
     }
 
-    /// Write the manifest and footer; returns the file size.
+    /// Write the manifest and footer (and upload, for an object URL);
+    /// returns the file size.
     fn finish(&self, py: Python<'_>) -> PyResult<u64> {
         let w = self
             .inner
@@ -285,14 +295,23 @@ impl Writer {
             .unwrap_or_else(|e| e.into_inner())
             .take()
             .ok_or_else(|| PyValueError::new_err("the writer is finished or abandoned"))?;
-        py.detach(|| w.finish()).map_err(to_py_err)
+        let staged = self.staged.lock().unwrap_or_else(|e| e.into_inner()).take();
+        py.detach(|| {
+            let size = w.finish()?;
+            if let Some(staged) = staged {
+                staged.upload()?;
+            }
+            Ok(size)
+        })
+        .map_err(to_py_err)
     }
 
-    /// Discard everything written.
+    /// Discard everything written (nothing is uploaded).
     fn abandon(&self) {
         if let Some(w) = self.inner.lock().unwrap_or_else(|e| e.into_inner()).take() {
             w.abandon();
         }
+        self.staged.lock().unwrap_or_else(|e| e.into_inner()).take();
     }
 
     /// True once finished or abandoned.
@@ -308,8 +327,8 @@ impl Writer {
 /// Write objects in one batch (`zt.numpy.save_file`): objects are
 /// (name, shape, layout, parts) with parts as in `Writer.add_object`.
 #[pyfunction]
-#[pyo3(signature = (path, objects, attributes = None, canonical = true, align = None, compression = None))]
-#[allow(clippy::type_complexity)]
+#[pyo3(signature = (path, objects, attributes = None, canonical = true, align = None, compression = None, storage_options = None))]
+#[allow(clippy::type_complexity, clippy::too_many_arguments)]
 pub fn write_zt(
     py: Python<'_>,
     path: PathBuf,
@@ -318,7 +337,9 @@ pub fn write_zt(
     canonical: bool,
     align: Option<Bound<'_, PyAny>>,
     compression: Option<i32>,
+    storage_options: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<u64> {
+    let storage_options = storage_options_from_py(storage_options)?;
     let opts = options(canonical, align.as_ref(), false, false, compression)?;
     let attributes = attributes.map(|a| dict_to_cbor(&a)).transpose()?;
     let objects = objects
@@ -333,8 +354,12 @@ pub fn write_zt(
             })
         })
         .collect::<PyResult<Vec<_>>>()?;
-    py.detach(|| zt::container::write::write_objects(&path, objects, attributes, &opts))
-        .map_err(to_py_err)
+    py.detach(|| {
+        zt::publish::to_location(&path, &storage_options, |local| {
+            zt::container::write::write_objects(local, objects, attributes, &opts)
+        })
+    })
+    .map_err(to_py_err)
 }
 
 /// Verify a file; returns (checked, undigested).

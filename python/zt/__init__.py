@@ -5,8 +5,8 @@
 ...     w = src["embed.weight"].numpy()                 # zero-copy, read-only
 
 ``zt.open`` reads safetensors, NumPy ``.npy``/``.npz``, PyTorch checkpoints
-(without running their pickles), GGUF, ONNX, HDF5 (and, when its reader
-lands, ``.zt``). Tensors are views of the
+(without running their pickles), GGUF, ONNX, HDF5 and ``.zt``, from local
+disk or object storage (``s3://``, ``https://``). Tensors are views of the
 memory-mapped file where the bytes allow it, decoded on demand where they do
 not; ``Tensor.caps`` says which.
 """
@@ -33,6 +33,7 @@ __all__ = [
     "detect",
     "open",
     "page_size",
+    "remote_stats",
     "loader",
     "numpy",
     "torch",
@@ -109,39 +110,89 @@ class Source(Mapping):
         return f"<zt.Source {self.format} {len(self)} tensors from {self.files}>"
 
 
-def open(paths: PathLike | list[PathLike], *, map: bool = True, limits: dict | None = None) -> Source:  # noqa: A001
+def _storage(storage_options: dict | None, cache: PathLike | None = None) -> dict | None:
+    """Storage options with ``cache=`` folded in (``None`` when empty)."""
+    options = dict(storage_options or {})
+    if cache is not None:
+        options["cache"] = os.fspath(cache)
+    return options or None
+
+
+def open(  # noqa: A001
+    paths: PathLike | list[PathLike],
+    *,
+    map: bool = True,
+    limits: dict | None = None,
+    storage_options: dict | None = None,
+    cache: PathLike | None = None,
+) -> Source:
     """Open a tensor file, several files as one source, or a shard index.
 
     ``paths`` may be one path, a list of paths (a name found in two files is
-    an error), or a Hugging Face ``*.index.json``. ``map=False`` reads with
-    positional I/O instead of memory-mapping. ``limits`` overrides fields of
-    the resource limits (``header_bytes``, ``tensors``, ``rank``,
-    ``decoded_bytes``, ``total_decoded_bytes``, ..., and for PyTorch pickles
-    ``pickle_bytes``, ``pickle_ops``, ``pickle_objects``, ``pickle_memo``,
-    ``pickle_stack``, ``pickle_depth``).
+    an error), or a Hugging Face ``*.index.json``. Each may be a local path
+    or an object URL: ``s3://bucket/key`` (any S3-compatible store) or
+    ``https://host/path`` (a server that honours ``Range``). ``map=False``
+    reads with positional I/O instead of memory-mapping. ``limits``
+    overrides fields of the resource limits (``header_bytes``, ``tensors``,
+    ``rank``, ``decoded_bytes``, ``total_decoded_bytes``, ..., and for
+    PyTorch pickles ``pickle_bytes``, ``pickle_ops``, ``pickle_objects``,
+    ``pickle_memo``, ``pickle_stack``, ``pickle_depth``).
+
+    Object storage: credentials, region and endpoint come from the standard
+    AWS environment (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
+    ``AWS_SESSION_TOKEN``, ``AWS_REGION``, ``AWS_ENDPOINT_URL``,
+    ``AWS_PROFILE`` with its shared files); ``storage_options`` overrides
+    them with object_store's key names (``endpoint``, ``region``,
+    ``access_key_id``, ``secret_access_key``, ``allow_http``, ...) and sets
+    zt's own (``part_size``, ``concurrency``, ``max_retries``, ``timeout``,
+    ``cache_bytes``). Opening reads metadata only, in one or two ranged
+    GETs for most formats; tensor bytes come by parallel ranged GETs, every
+    one pinned to the object's ETag. ``cache`` names a local directory that
+    keeps whole objects (keyed by URL and ETag, least recently used evicted)
+    and serves them mapped, zero-copy.
+
+    Zero-copy views are views of the mapped file: a file truncated by
+    another process while a view is alive makes the process fail with
+    SIGBUS when the view is read (as ``numpy.memmap`` does). For files that
+    may change under you, use ``map=False`` or copy (``numpy(copy=True)``).
     """
     if isinstance(paths, (str, bytes, os.PathLike)):
         paths = [paths]
-    return Source(_zt.open([os.fspath(p) for p in paths], map, limits))
+    return Source(_zt.open([os.fspath(p) for p in paths], map, limits, _storage(storage_options, cache)))
 
 
 def convert(
-    src: PathLike | list[PathLike], dst: PathLike, *, align: str | int | None = None, compression: int | None = None
+    src: PathLike | list[PathLike],
+    dst: PathLike,
+    *,
+    align: str | int | None = None,
+    compression: int | None = None,
+    storage_options: dict | None = None,
 ) -> int:
     """Convert a file (or several, read as one source) to ``dst``; the
     extension of ``dst`` picks the format. ``align`` and ``compression``
     apply to ``.zt`` output. The output is written beside ``dst`` and renamed
-    into place. Returns the bytes written."""
+    into place; an ``s3://`` destination is uploaded by multipart upload
+    and appears only when complete. Sources and destination may be object
+    URLs (``storage_options`` as for :func:`open`). Returns the bytes
+    written."""
     if isinstance(src, (str, bytes, os.PathLike)):
         src = [src]
-    return _zt.convert([os.fspath(p) for p in src], os.fspath(dst), align, compression)
+    return _zt.convert([os.fspath(p) for p in src], os.fspath(dst), align, compression, _storage(storage_options))
 
 
-def detect(path: PathLike) -> str:
+def detect(path: PathLike, *, storage_options: dict | None = None) -> str:
     """The format of a file, recognised by its structure: one of
     ``"safetensors"``, ``"pt"``, ``"gguf"``, ``"npy"``, ``"npz"``,
     ``"onnx"``, ``"h5"``, ``"zt"``."""
-    return _zt.detect(os.fspath(path))
+    return _zt.detect(os.fspath(path), _storage(storage_options))
+
+
+def remote_stats() -> dict[str, int]:
+    """Requests this process has sent to object storage so far, by kind
+    (``gets``, ``heads``, ``puts``, ``lists``) and bytes moved
+    (``bytes_in``, ``bytes_out``)."""
+    return _zt.remote_stats()
 
 
 from . import loader, numpy, torch, zrecord  # noqa: E402  (the submodules import the names above)

@@ -73,9 +73,11 @@ def save(
     metadata: Mapping[str, str] | None = None,
     align: int | str | None = None,
     compression: bool | int = False,
+    storage_options: dict | None = None,
 ) -> int:
-    """Write ``tensors`` to ``path`` in the format its extension names.
-    ``align`` and ``compression`` apply to ``.zt`` only."""
+    """Write ``tensors`` to ``path`` (a local path or an ``s3://`` URL) in
+    the format its extension names. ``align`` and ``compression`` apply to
+    ``.zt`` only."""
     path = os.fspath(path)
     if not isinstance(tensors, Mapping):
         raise TypeError("tensors must be a mapping of name to array")
@@ -94,18 +96,18 @@ def save(
     if ext == ".zt":
         from ._zt_writer import save_zt
 
-        written = save_zt(described, path, metadata, align, compression)
+        written = save_zt(described, path, metadata, align, compression, storage_options)
     elif ext == ".safetensors":
         meta = [(str(k), str(v)) for k, v in (metadata or {}).items()]
-        written = _zt.write_safetensors(path, described, meta)
+        written = _zt.write_safetensors(path, described, meta, storage_options)
     elif ext == ".npz":
-        written = _zt.write_npz(path, described)
+        written = _zt.write_npz(path, described, storage_options)
     elif ext in (".pt", ".pth", ".bin"):
-        written = _zt.write_pt(path, described)
+        written = _zt.write_pt(path, described, storage_options)
     elif ext == ".npy":
         if len(described) != 1:
             raise ValueError(f".npy holds exactly one array, got {len(described)}")
-        written = _zt.write_npy(path, described[0])
+        written = _zt.write_npy(path, described[0], storage_options)
     else:
         raise ValueError(f"cannot write {path!r}: zt writes .zt, .safetensors, .npz, .npy and .pt/.pth/.bin")
     del keep_alive  # the buffers had to outlive the native call

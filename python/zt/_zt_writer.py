@@ -104,7 +104,9 @@ class Writer:
     fsyncs the file before the rename and its directory after (durable
     across a power loss). ``append=True`` amends an existing file in place.
     An exception in a ``with`` block, :meth:`abandon`, or a writer dropped
-    unfinished leaves nothing behind (an amended file is cut back).
+    unfinished leaves nothing behind (an amended file is cut back). An
+    ``s3://`` destination is built in a local spool and uploaded by
+    :meth:`finish` (``storage_options`` as for :func:`zt.open`).
     """
 
     def __init__(
@@ -115,9 +117,10 @@ class Writer:
         publish: bool = False,
         append: bool = False,
         compression: int | bool | None = None,
+        storage_options: dict | None = None,
     ):
         level = _level(None, compression)
-        self._native = _zt.Writer(os.fspath(path), canonical, align, publish, append, level)
+        self._native = _zt.Writer(os.fspath(path), canonical, align, publish, append, level, storage_options)
 
     def add(self, name: str, data, shape=None, dtype: str | None = None, logical=None, encoding=None, compression=None):
         """Add a dense tensor: a numpy array, or raw bytes with ``shape`` and
@@ -195,7 +198,7 @@ def canonical_violations(path) -> list[tuple[int, str]]:
     return _zt.canonical_violations(os.fspath(path))
 
 
-def save_zt(described: list[tuple], path: str, metadata, align, compression) -> int:
+def save_zt(described: list[tuple], path: str, metadata, align, compression, storage_options=None) -> int:
     """Batch-write dense tensors described by ``_write.prepare``."""
     level = _level(None, compression)
     canonical = align is None and level is None
@@ -204,7 +207,7 @@ def save_zt(described: list[tuple], path: str, metadata, align, compression) -> 
         for name, dtype, shape, address, nbytes in described
     ]
     attrs = dict(metadata) if metadata is not None else None
-    return _zt.write_zt(path, objects, attrs, canonical, align, level)
+    return _zt.write_zt(path, objects, attrs, canonical, align, level, storage_options)
 
 
 __all__ = ["Sink", "Writer", "canonical_violations", "content_id", "save_zt", "verify", "zt_dtype"]

@@ -13,7 +13,9 @@ import numpy as np
 from . import _write
 
 
-def load_file(path, copy: bool = False, dequantize: bool = False) -> dict[str, np.ndarray]:
+def load_file(
+    path, copy: bool = False, dequantize: bool = False, *, storage_options: dict | None = None
+) -> dict[str, np.ndarray]:
     """Every tensor of a file (any readable format) as numpy arrays.
 
     ``copy=False`` returns read-only views of the mapped file where the
@@ -21,6 +23,8 @@ def load_file(path, copy: bool = False, dequantize: bool = False) -> dict[str, n
     ``dequantize=True`` turns GGUF block-quantized tensors into float32
     arrays of their logical shape (see :meth:`zt.Tensor.dequantize`);
     without it they come back as their raw block bytes (uint8).
+    ``path`` may be an object URL (``storage_options`` as for
+    :func:`zt.open`).
     """
     import zt
 
@@ -29,7 +33,7 @@ def load_file(path, copy: bool = False, dequantize: bool = False) -> dict[str, n
             return t.dequantize()
         return t.numpy(copy=copy)
 
-    with zt.open(path) as source:
+    with zt.open(path, storage_options=storage_options) as source:
         return {name: load(source[name]) for name in source}
 
 
@@ -40,12 +44,13 @@ def save_file(
     *,
     align: int | str | None = None,
     compression: bool | int = False,
+    storage_options: dict | None = None,
 ) -> int:
     """Write arrays to ``path``; the extension picks the format
     (``.zt``, ``.safetensors``, ``.npz``, or ``.npy`` for a single array).
     ``metadata`` (str -> str) is stored by safetensors and ``.zt``. For
     ``.zt``: canonical unless ``align`` (``"auto"`` or a power of two >= 4096)
     or ``compression`` (True or a zstd level) is given; rank-0 arrays keep
-    shape ``()``. The file is written beside ``path`` and renamed into place.
-    Returns bytes written."""
-    return _write.save(tensors, path, metadata, align, compression)
+    shape ``()``. The file is written beside ``path`` and renamed into place;
+    an ``s3://`` path is uploaded when complete. Returns bytes written."""
+    return _write.save(tensors, path, metadata, align, compression, storage_options)

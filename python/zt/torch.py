@@ -39,19 +39,27 @@ def _to_torch(torch, arr: np.ndarray):
         return torch.from_numpy(arr)
 
 
-def load_file(path, device: str = "cpu", copy: bool = True) -> dict:
-    """Every tensor of a file as torch tensors. ``copy=False`` shares the
-    read-only mapping (writing to such a tensor is an error)."""
+def load_file(path, device: str = "cpu", copy: bool = True, *, storage_options: dict | None = None) -> dict:
+    """Every tensor of a file (a local path or an object URL) as torch
+    tensors. ``copy=False`` shares the read-only mapping (writing to such a
+    tensor is an error)."""
     import zt
 
     torch = _torch()
-    with zt.open(path) as source:
+    with zt.open(path, storage_options=storage_options) as source:
         out = {name: _to_torch(torch, source[name].numpy(copy=copy)) for name in source}
     return {k: v.to(device) for k, v in out.items()} if device != "cpu" else out
 
 
-def save_file(tensors: Mapping[str, object], path, metadata: Mapping[str, str] | None = None) -> int:
-    """Write torch tensors; the extension picks the format."""
+def save_file(
+    tensors: Mapping[str, object],
+    path,
+    metadata: Mapping[str, str] | None = None,
+    *,
+    storage_options: dict | None = None,
+) -> int:
+    """Write torch tensors to a local path or an ``s3://`` URL; the
+    extension picks the format."""
     torch = _torch()
     import ml_dtypes
 
@@ -71,4 +79,4 @@ def save_file(tensors: Mapping[str, object], path, metadata: Mapping[str, str] |
             arrays[name] = t.view(width).numpy().view(special[t.dtype])
         else:
             arrays[name] = t.numpy()
-    return _write.save(arrays, path, metadata)
+    return _write.save(arrays, path, metadata, storage_options=storage_options)

@@ -1,32 +1,13 @@
 //! File helpers: non-blocking `flock` (the lock loaderx takes, so the two
-//! implementations exclude each other) and a vectored positional write.
+//! implementations exclude each other; shared with every zt crate through
+//! `zt-fsutil`) and a vectored positional write.
 
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
 
-/// Try to take a shared or exclusive `flock` without waiting. `Ok(false)`
-/// means another open file description holds a conflicting lock.
-pub fn try_lock(file: &File, exclusive: bool) -> io::Result<bool> {
-    let op = if exclusive {
-        libc::LOCK_EX
-    } else {
-        libc::LOCK_SH
-    } | libc::LOCK_NB;
-    loop {
-        // SAFETY: flock on a valid, owned descriptor.
-        if unsafe { libc::flock(file.as_raw_fd(), op) } == 0 {
-            return Ok(true);
-        }
-        let err = io::Error::last_os_error();
-        match err.raw_os_error() {
-            Some(libc::EINTR) => continue,
-            Some(libc::EWOULDBLOCK) => return Ok(false),
-            _ => return Err(err),
-        }
-    }
-}
+pub use zt_fsutil::try_lock;
 
 /// Most iovecs handed to one `pwritev` (Linux's IOV_MAX is 1024).
 const IOV_BATCH: usize = 512;

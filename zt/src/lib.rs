@@ -44,10 +44,15 @@ pub use zt_core::{
 pub use zt_formats as formats;
 pub use zt_formats::zip;
 
+/// Object storage (the `remote` feature): opening, caching, uploading, and
+/// the client itself (`remote::client`).
+#[cfg(feature = "remote")]
+pub use zt_core::remote;
+
 pub use zt_core::{
     Align, Attributes, Caps, Catalog, Context, DType, Decode, Digest, DigestAlgorithm, Error,
     Format, FormatWriter, Limits, Location, Object, OpenInput, OpenOptions, Part, PartRef, Payload,
-    Probe, Registry, Result, Source, Store, Tensor, TensorIn, Value, WriteOptions,
+    Probe, Registry, RemoteKind, Result, Source, Store, Tensor, TensorIn, Value, WriteOptions,
 };
 
 mod registry;

@@ -528,8 +528,8 @@ fn positional_stores_read_the_same_bytes() {
     let source = zt::open_with(
         &path,
         &OpenOptions {
-            limits: Limits::default(),
             map: false,
+            ..OpenOptions::default()
         },
     )
     .unwrap();

@@ -169,7 +169,7 @@ fn hostile_headers() {
             header_bytes: 1024,
             ..Limits::default()
         },
-        map: true,
+        ..OpenOptions::default()
     };
     assert!(matches!(
         zt::open_with(&p, &tight),
@@ -275,7 +275,7 @@ fn limits_bound_counts_and_rank() {
             tensors: 10,
             ..Limits::default()
         },
-        map: true,
+        ..OpenOptions::default()
     };
     assert!(matches!(
         zt::open_with(&p, &tight),

@@ -1,0 +1,417 @@
+//! Configuration as users expect it: the standard AWS environment
+//! (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`,
+//! `AWS_REGION`, `AWS_ENDPOINT_URL[_S3]`, `AWS_ALLOW_HTTP`, ...), the shared
+//! config and credentials files of `AWS_PROFILE` (which `object_store` does
+//! not read itself), and explicit storage options, which win.
+//!
+//! Storage options use `object_store`'s key names (`endpoint`, `region`,
+//! `access_key_id`, `secret_access_key`, `session_token`, `allow_http`,
+//! `virtual_hosted_style_request`, `skip_signature`, `timeout`, ...), the
+//! same names `obstore` takes, plus zt's own: `profile`, `part_size`,
+//! `concurrency`, `coalesce_gap`, `max_retries`, `retry_timeout`,
+//! `connect_timeout`, `cache`, `cache_bytes`, `spool`.
+
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use object_store::aws::{AmazonS3, AmazonS3Builder, AmazonS3ConfigKey};
+use object_store::http::HttpBuilder;
+use object_store::{BackoffConfig, ClientConfigKey, ObjectStore, RetryConfig};
+
+use crate::error::{Error, ErrorKind, Result};
+
+/// Default size of one ranged GET of a large read, and of one uploaded part.
+pub const DEFAULT_PART_SIZE: u64 = 8 << 20;
+/// Default number of requests in flight for one read or upload.
+pub const DEFAULT_CONCURRENCY: usize = 16;
+/// Neighbouring small reads closer than this are fetched as one request.
+pub const DEFAULT_COALESCE_GAP: u64 = 1 << 20;
+/// Default bound on the local cache directory.
+pub const DEFAULT_CACHE_BYTES: u64 = 16 << 30;
+
+/// How zt reaches object storage.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct RemoteConfig {
+    /// Options handed to the store (object_store key names), applied after
+    /// the environment and profile files.
+    pub store_options: Vec<(String, String)>,
+    /// The AWS profile to read from the shared files (`AWS_PROFILE` if unset).
+    pub profile: Option<String>,
+    /// Bytes per ranged GET of a large read, and per uploaded part.
+    pub part_size: u64,
+    /// Requests in flight for one read or upload.
+    pub concurrency: usize,
+    /// Small reads closer than this are coalesced into one request.
+    pub coalesce_gap: u64,
+    /// Retries of a failed request (5xx, throttling, timeouts).
+    pub max_retries: usize,
+    /// No retry starts later than this after the first attempt.
+    pub retry_timeout: Duration,
+    /// Limit on one request, start to last byte.
+    pub timeout: Duration,
+    /// Limit on establishing a connection.
+    pub connect_timeout: Duration,
+    /// A local cache directory for whole objects (`None`: no cache).
+    pub cache_dir: Option<PathBuf>,
+    /// Bound on the cache directory's size.
+    pub cache_bytes: u64,
+    /// Where uploads are built before they are sent (the system temp dir
+    /// if unset).
+    pub spool_dir: Option<PathBuf>,
+}
+
+impl Default for RemoteConfig {
+    fn default() -> Self {
+        RemoteConfig {
+            store_options: Vec::new(),
+            profile: None,
+            part_size: DEFAULT_PART_SIZE,
+            concurrency: DEFAULT_CONCURRENCY,
+            coalesce_gap: DEFAULT_COALESCE_GAP,
+            max_retries: 5,
+            retry_timeout: Duration::from_secs(60),
+            timeout: Duration::from_secs(120),
+            connect_timeout: Duration::from_secs(10),
+            cache_dir: None,
+            cache_bytes: DEFAULT_CACHE_BYTES,
+            spool_dir: None,
+        }
+    }
+}
+
+fn parse_number<T: FromStr>(key: &str, value: &str) -> Result<T> {
+    value
+        .trim()
+        .parse()
+        .map_err(|_| Error::new(ErrorKind::Config, key, format!("{value:?} is not a number")))
+}
+
+fn parse_seconds(key: &str, value: &str) -> Result<Duration> {
+    let secs: f64 = parse_number(key, value.trim().trim_end_matches('s'))?;
+    if !(secs.is_finite() && secs > 0.0) {
+        return Err(Error::new(
+            ErrorKind::Config,
+            key,
+            "must be a positive number of seconds",
+        ));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+impl RemoteConfig {
+    /// Read storage options (`key`, `value`) pairs: zt's own keys set the
+    /// fields, every other key must be one `object_store` knows.
+    pub fn from_options<K: AsRef<str>, V: AsRef<str>>(options: &[(K, V)]) -> Result<RemoteConfig> {
+        let mut c = RemoteConfig::default();
+        for (key, value) in options {
+            let (key, value) = (key.as_ref(), value.as_ref());
+            match key {
+                "profile" | "aws_profile" => c.profile = Some(value.to_string()),
+                "part_size" => c.part_size = parse_number(key, value)?,
+                "concurrency" => c.concurrency = parse_number(key, value)?,
+                "coalesce_gap" => c.coalesce_gap = parse_number(key, value)?,
+                "max_retries" => c.max_retries = parse_number(key, value)?,
+                "retry_timeout" => c.retry_timeout = parse_seconds(key, value)?,
+                "timeout" => c.timeout = parse_seconds(key, value)?,
+                "connect_timeout" => c.connect_timeout = parse_seconds(key, value)?,
+                "cache" => c.cache_dir = Some(PathBuf::from(value)),
+                "cache_bytes" => c.cache_bytes = parse_number(key, value)?,
+                "spool" => c.spool_dir = Some(PathBuf::from(value)),
+                other => {
+                    if AmazonS3ConfigKey::from_str(other).is_err() {
+                        return Err(Error::new(
+                            ErrorKind::Config,
+                            other,
+                            "unknown storage option",
+                        ));
+                    }
+                    c.store_options.push((other.to_string(), value.to_string()));
+                }
+            }
+        }
+        if c.part_size < (64 << 10) || c.part_size > (5 << 30) {
+            return Err(Error::new(
+                ErrorKind::Config,
+                "part_size",
+                "must be 64 KiB to 5 GiB",
+            ));
+        }
+        if c.concurrency == 0 {
+            return Err(Error::new(
+                ErrorKind::Config,
+                "concurrency",
+                "must be at least 1",
+            ));
+        }
+        Ok(c)
+    }
+
+    /// The same configuration with the `endpoint` option set (the CLI's
+    /// `--endpoint`).
+    pub fn with_endpoint(mut self, endpoint: &str) -> RemoteConfig {
+        self.store_options.retain(|(k, _)| {
+            AmazonS3ConfigKey::from_str(k).ok() != Some(AmazonS3ConfigKey::Endpoint)
+        });
+        self.store_options
+            .push(("endpoint".into(), endpoint.into()));
+        self
+    }
+
+    fn retry(&self) -> RetryConfig {
+        RetryConfig {
+            backoff: BackoffConfig::default(),
+            max_retries: self.max_retries,
+            retry_timeout: self.retry_timeout,
+        }
+    }
+
+    fn client_settings(&self) -> [(ClientConfigKey, String); 2] {
+        [
+            (
+                ClientConfigKey::Timeout,
+                format!("{}ms", self.timeout.as_millis()),
+            ),
+            (
+                ClientConfigKey::ConnectTimeout,
+                format!("{}ms", self.connect_timeout.as_millis()),
+            ),
+        ]
+    }
+
+    /// Build the S3 store for `bucket`.
+    pub(crate) fn s3_store(&self, bucket: &str) -> Result<AmazonS3> {
+        let mut b = AmazonS3Builder::new();
+        for (key, value) in self.client_settings() {
+            b = b.with_config(AmazonS3ConfigKey::Client(key), value);
+        }
+        let env_profile = std::env::var("AWS_PROFILE").ok();
+        if self.profile.is_none() {
+            // The shared files come first so the environment can override
+            // them; a missing file or profile is not an error here.
+            let profile = env_profile.as_deref().unwrap_or("default");
+            b = apply_profile(b, profile, false)?;
+        }
+        for (key, value) in std::env::vars() {
+            if let Some(name) = key.strip_prefix("AWS_") {
+                if name == "PROFILE" {
+                    continue;
+                }
+                if let Ok(k) = key.to_ascii_lowercase().parse::<AmazonS3ConfigKey>() {
+                    b = b.with_config(k, value);
+                }
+            }
+        }
+        if let Some(profile) = &self.profile {
+            // An explicitly chosen profile must exist, and beats the
+            // environment (as `aws --profile` does).
+            b = apply_profile(b, profile, true)?;
+        }
+        for (key, value) in &self.store_options {
+            let k = key
+                .parse::<AmazonS3ConfigKey>()
+                .map_err(|e| Error::new(ErrorKind::Config, key, e.to_string()))?;
+            b = b.with_config(k, value);
+        }
+        let endpoint = b.get_config_value(&AmazonS3ConfigKey::Endpoint);
+        let allow_http = b.get_config_value(&AmazonS3ConfigKey::Client(ClientConfigKey::AllowHttp));
+        if allow_http.is_none()
+            && endpoint
+                .as_deref()
+                .is_some_and(|e| e.starts_with("http://"))
+        {
+            // An endpoint that says http:// means plain HTTP.
+            b = b.with_allow_http(true);
+        }
+        if b.get_config_value(&AmazonS3ConfigKey::Region).is_none() {
+            b = b.with_region("us-east-1");
+        }
+        let store = b
+            .with_bucket_name(bucket)
+            .with_retry(self.retry())
+            .build()
+            .map_err(|e| Error::new(ErrorKind::Config, format!("s3://{bucket}"), e.to_string()))?;
+        Ok(store)
+    }
+
+    /// Build the HTTP store for `origin` (`http(s)://host[:port]`).
+    pub(crate) fn http_store(&self, origin: &str) -> Result<Arc<dyn ObjectStore>> {
+        let mut b = HttpBuilder::new().with_url(origin).with_retry(self.retry());
+        for (key, value) in self.client_settings() {
+            b = b.with_config(key, value);
+        }
+        if origin.starts_with("http://") {
+            b = b.with_config(ClientConfigKey::AllowHttp, "true");
+        }
+        for (key, value) in &self.store_options {
+            // S3-only keys (credentials, region) do not apply to plain HTTP.
+            if let Ok(k) = key.parse::<ClientConfigKey>() {
+                b = b.with_config(k, value);
+            }
+        }
+        let store = b
+            .build()
+            .map_err(|e| Error::new(ErrorKind::Config, origin, e.to_string()))?;
+        Ok(Arc::new(store))
+    }
+}
+
+/// The shared config and credentials files (`AWS_CONFIG_FILE`,
+/// `AWS_SHARED_CREDENTIALS_FILE`, else `~/.aws/config`, `~/.aws/credentials`).
+fn shared_files() -> [Option<PathBuf>; 2] {
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let pick = |var: &str, name: &str| {
+        std::env::var_os(var)
+            .map(PathBuf::from)
+            .or_else(|| home.as_ref().map(|h| h.join(".aws").join(name)))
+    };
+    [
+        pick("AWS_CONFIG_FILE", "config"),
+        pick("AWS_SHARED_CREDENTIALS_FILE", "credentials"),
+    ]
+}
+
+/// The `key = value` pairs of section `profile` of an INI file: `[name]` in
+/// the credentials file, `[profile name]` (or `[default]`) in the config
+/// file. Nested `s3 =` blocks (indented lines) are skipped.
+pub fn profile_section(
+    text: &str,
+    profile: &str,
+    config_file: bool,
+) -> Option<Vec<(String, String)>> {
+    let wanted = if config_file && profile != "default" {
+        format!("profile {profile}")
+    } else {
+        profile.to_string()
+    };
+    let mut found = None;
+    let mut current: Option<bool> = None;
+    for raw in text.lines() {
+        if raw.starts_with([' ', '\t']) {
+            continue; // a nested sub-section's line
+        }
+        let line = raw.trim();
+        if line.is_empty() || line.starts_with(['#', ';']) {
+            continue;
+        }
+        if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            let here = name.trim() == wanted;
+            current = Some(here);
+            if here && found.is_none() {
+                found = Some(Vec::new());
+            }
+            continue;
+        }
+        if current == Some(true) {
+            if let (Some(pairs), Some((k, v))) = (found.as_mut(), line.split_once('=')) {
+                let pairs: &mut Vec<(String, String)> = pairs;
+                pairs.push((k.trim().to_ascii_lowercase(), v.trim().to_string()));
+            }
+        }
+    }
+    found
+}
+
+fn apply_profile(mut b: AmazonS3Builder, profile: &str, required: bool) -> Result<AmazonS3Builder> {
+    let mut seen = false;
+    for (i, file) in shared_files().iter().enumerate() {
+        let Some(file) = file else { continue };
+        let text = match std::fs::read_to_string(file) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(Error::io(file.display(), e)),
+        };
+        let Some(pairs) = profile_section(&text, profile, i == 0) else {
+            continue;
+        };
+        seen = true;
+        for (k, v) in pairs {
+            let key = match k.as_str() {
+                "aws_access_key_id" => AmazonS3ConfigKey::AccessKeyId,
+                "aws_secret_access_key" => AmazonS3ConfigKey::SecretAccessKey,
+                "aws_session_token" => AmazonS3ConfigKey::Token,
+                "region" => AmazonS3ConfigKey::Region,
+                "endpoint_url" => AmazonS3ConfigKey::Endpoint,
+                _ => continue,
+            };
+            b = b.with_config(key, v);
+        }
+    }
+    if required && !seen {
+        return Err(Error::new(
+            ErrorKind::Config,
+            format!("profile {profile}"),
+            "not found in the shared config or credentials file",
+        ));
+    }
+    Ok(b)
+}
+
+/// The directory uploads are built in.
+pub fn spool_dir(config: &RemoteConfig) -> PathBuf {
+    config.spool_dir.clone().unwrap_or_else(std::env::temp_dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    #[test]
+    fn options_split_into_zt_and_store_keys() {
+        let c = RemoteConfig::from_options(&[
+            ("endpoint", "http://127.0.0.1:8333"),
+            ("part_size", "16777216"),
+            ("concurrency", "32"),
+            ("timeout", "5s"),
+            ("cache", "/var/cache/zt"),
+        ])
+        .unwrap();
+        assert_eq!(c.part_size, 16 << 20);
+        assert_eq!(c.concurrency, 32);
+        assert_eq!(c.timeout, Duration::from_secs(5));
+        assert_eq!(c.cache_dir.as_deref(), Some(Path::new("/var/cache/zt")));
+        assert_eq!(
+            c.store_options,
+            [("endpoint".to_string(), "http://127.0.0.1:8333".to_string())]
+        );
+        for bad in [
+            [("no_such_option", "1")],
+            [("part_size", "lots")],
+            [("concurrency", "0")],
+            [("part_size", "10")],
+        ] {
+            assert_eq!(
+                RemoteConfig::from_options(&bad).unwrap_err().kind,
+                ErrorKind::Config
+            );
+        }
+    }
+
+    #[test]
+    fn profile_sections_of_both_files() {
+        let credentials = "[default]\naws_access_key_id = A\n[dev]\naws_access_key_id=B\naws_secret_access_key = S\n";
+        let config = "[default]\nregion = eu-west-1\n[profile dev]\nregion = us-west-2\ns3 =\n  addressing_style = path\nendpoint_url = http://x:1\n";
+        assert_eq!(
+            profile_section(credentials, "dev", false).unwrap(),
+            [
+                ("aws_access_key_id".into(), "B".into()),
+                ("aws_secret_access_key".into(), "S".into())
+            ]
+        );
+        assert_eq!(
+            profile_section(config, "dev", true).unwrap(),
+            [
+                ("region".into(), "us-west-2".into()),
+                ("s3".into(), "".into()),
+                ("endpoint_url".into(), "http://x:1".into())
+            ]
+        );
+        assert_eq!(
+            profile_section(config, "default", true).unwrap(),
+            [("region".into(), "eu-west-1".into())]
+        );
+        assert!(profile_section(config, "missing", true).is_none());
+    }
+}

@@ -1,0 +1,66 @@
+//! Listing the objects directly under a prefix (one level, like a
+//! directory), for stores made of several objects (zrecord's `meta.zr` and
+//! `data_N.zr`).
+
+use futures::TryStreamExt;
+
+use crate::config::RemoteConfig;
+use crate::error::{Error, ErrorKind, Result};
+use crate::runtime::{block_on, stats, store_for, Stats};
+use crate::url::{ObjectUrl, Scheme};
+
+/// The objects directly under `prefix_url` (`s3://bucket/dir`), as
+/// (name relative to the prefix, size), sorted by name.
+pub fn list(prefix_url: &str, config: &RemoteConfig) -> Result<Vec<(String, u64)>> {
+    let url = ObjectUrl::parse(prefix_url)?;
+    if url.scheme != Scheme::S3 {
+        return Err(Error::new(
+            ErrorKind::Unsupported,
+            prefix_url,
+            "listing needs an S3-compatible store; plain HTTP servers cannot list",
+        ));
+    }
+    let store = store_for(&url, config)?;
+    let prefix = url.key.trim_end_matches('/').to_string();
+    Stats::count(&stats().lists, 1);
+    let path = url.path();
+    let result = block_on(store.list_with_delimiter((!prefix.is_empty()).then_some(&path)))?
+        .map_err(|e| Error::from_store(prefix_url, e))?;
+    let strip = if prefix.is_empty() {
+        String::new()
+    } else {
+        format!("{prefix}/")
+    };
+    let mut out: Vec<(String, u64)> = result
+        .objects
+        .into_iter()
+        .filter_map(|m| {
+            let key = m.location.to_string();
+            key.strip_prefix(&strip)
+                .map(|name| (name.to_string(), m.size))
+        })
+        .collect();
+    out.sort();
+    Ok(out)
+}
+
+/// Every object key under `prefix_url`, recursively (for tests and
+/// cleanup; pages through the listing).
+pub fn list_all(prefix_url: &str, config: &RemoteConfig) -> Result<Vec<String>> {
+    let url = ObjectUrl::parse(prefix_url)?;
+    let store = store_for(&url, config)?;
+    Stats::count(&stats().lists, 1);
+    let path = url.path();
+    let keys = block_on(
+        store
+            .list(if url.key.is_empty() {
+                None
+            } else {
+                Some(&path)
+            })
+            .map_ok(|m| m.location.to_string())
+            .try_collect::<Vec<String>>(),
+    )?
+    .map_err(|e| Error::from_store(prefix_url, e))?;
+    Ok(keys)
+}

@@ -1,0 +1,433 @@
+//! [`RemoteObject`]: one object read by ranged GETs, pinned to the version
+//! it had when opened.
+//!
+//! Opening sends two concurrent GETs: the first [`HEAD_BYTES`] (its
+//! `Content-Range` gives the size and the response the ETag, so no HEAD
+//! request is needed) and the last [`TAIL_BYTES`] (footers, zip central
+//! directories). Both land in a small cache of byte extents that serves the
+//! structure walks of every format; a small read the cache misses fetches
+//! the aligned [`BLOCK`] around it. Large reads are split into parts
+//! fetched in parallel straight into the destination buffer. Every request
+//! after the first carries `If-Match` with the ETag (or, from a server
+//! without ETags, `If-Unmodified-Since`), so an object replaced during a
+//! read fails with [`ErrorKind::Changed`] instead of mixing two versions.
+
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use chrono::{DateTime, Utc};
+use futures::{StreamExt, TryStreamExt};
+use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt};
+
+use crate::config::RemoteConfig;
+use crate::error::{Error, ErrorKind, Result};
+use crate::plan::{plan, Fetch};
+use crate::runtime::{block_on, stats, store_for, Stats};
+use crate::url::ObjectUrl;
+
+/// Bytes fetched from the start of an object when it is opened.
+pub const HEAD_BYTES: u64 = 1 << 20;
+/// Bytes fetched from the end of an object when it is opened.
+pub const TAIL_BYTES: u64 = 256 << 10;
+/// A small read that misses the cache fetches the aligned block around it.
+pub const BLOCK: u64 = 256 << 10;
+/// The most bytes the extent cache of one object holds.
+pub const CACHE_BYTES: u64 = 32 << 20;
+
+/// Byte extents already fetched, least recently used evicted first.
+#[derive(Debug, Default)]
+struct ExtentCache {
+    extents: Vec<(u64, Bytes, u64)>,
+    bytes: u64,
+    tick: u64,
+}
+
+impl ExtentCache {
+    fn get(&mut self, offset: u64, len: u64) -> Option<&[u8]> {
+        self.tick += 1;
+        let tick = self.tick;
+        let hit = self.extents.iter_mut().find(|(start, data, _)| {
+            *start <= offset && offset + len <= start + data.len() as u64
+        })?;
+        hit.2 = tick;
+        let at = (offset - hit.0) as usize;
+        Some(&hit.1[at..at + len as usize])
+    }
+
+    fn insert(&mut self, start: u64, data: Bytes) {
+        self.tick += 1;
+        self.bytes += data.len() as u64;
+        self.extents.push((start, data, self.tick));
+        while self.bytes > CACHE_BYTES && self.extents.len() > 1 {
+            let oldest = (0..self.extents.len() - 1)
+                .min_by_key(|&i| self.extents[i].2)
+                .expect("more than one extent");
+            let (_, gone, _) = self.extents.swap_remove(oldest);
+            self.bytes -= gone.len() as u64;
+        }
+    }
+}
+
+/// What pins every request after the first to the version opened.
+#[derive(Debug, Clone)]
+enum Version {
+    /// `If-Match` with the ETag.
+    ETag(String),
+    /// `If-Unmodified-Since`, from a server that gives no ETag.
+    Modified(DateTime<Utc>),
+}
+
+/// One object of an S3-compatible store or an HTTP server.
+#[derive(Debug)]
+pub struct RemoteObject {
+    url: ObjectUrl,
+    config: Arc<RemoteConfig>,
+    size: u64,
+    version: Version,
+    cache: Mutex<ExtentCache>,
+}
+
+/// Fetch `[start, start + buf.len())` of `url` into `buf`, checking that the
+/// server sent exactly those bytes.
+async fn fetch_into(
+    store: &dyn ObjectStore,
+    url: &ObjectUrl,
+    version: &Version,
+    start: u64,
+    buf: &mut [u8],
+) -> Result<()> {
+    let end = start + buf.len() as u64;
+    let mut options = GetOptions {
+        range: Some(GetRange::Bounded(start..end)),
+        ..GetOptions::default()
+    };
+    match version {
+        Version::ETag(tag) => options.if_match = Some(tag.clone()),
+        Version::Modified(stamp) => options.if_unmodified_since = Some(*stamp),
+    }
+    Stats::count(&stats().gets, 1);
+    let result = store
+        .get_opts(&url.path(), options)
+        .await
+        .map_err(|e| Error::from_store(&url.text, e))?;
+    if result.range != (start..end) {
+        return Err(Error::new(
+            ErrorKind::BadResponse,
+            &url.text,
+            format!(
+                "asked for bytes {start}..{end}, the server sent {:?}",
+                result.range
+            ),
+        ));
+    }
+    let mut stream = result.into_stream();
+    let mut at = 0usize;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| Error::from_store(&url.text, e))?;
+        let Some(dest) = buf.get_mut(at..at + chunk.len()) else {
+            return Err(Error::new(
+                ErrorKind::BadResponse,
+                &url.text,
+                format!("the body of bytes {start}..{end} is longer than the range"),
+            ));
+        };
+        dest.copy_from_slice(&chunk);
+        at += chunk.len();
+    }
+    Stats::count(&stats().bytes_in, at as u64);
+    if at != buf.len() {
+        return Err(Error::new(
+            ErrorKind::BadResponse,
+            &url.text,
+            format!("short body: {at} of {} bytes of {start}..{end}", buf.len()),
+        ));
+    }
+    Ok(())
+}
+
+/// The whole body of a GET whose range the server chose (open's probes).
+async fn fetch_probe(
+    store: &dyn ObjectStore,
+    url: &ObjectUrl,
+    range: GetRange,
+) -> Result<(object_store::ObjectMeta, u64, Bytes)> {
+    Stats::count(&stats().gets, 1);
+    let options = GetOptions {
+        range: Some(range),
+        ..GetOptions::default()
+    };
+    let result = store
+        .get_opts(&url.path(), options)
+        .await
+        .map_err(|e| Error::from_store(&url.text, e))?;
+    let (meta, start) = (result.meta.clone(), result.range.start);
+    let want = result.range.end - result.range.start;
+    let body = result
+        .bytes()
+        .await
+        .map_err(|e| Error::from_store(&url.text, e))?;
+    Stats::count(&stats().bytes_in, body.len() as u64);
+    if body.len() as u64 != want {
+        return Err(Error::new(
+            ErrorKind::BadResponse,
+            &url.text,
+            format!("short body: {} of {want} bytes", body.len()),
+        ));
+    }
+    Ok((meta, start, body))
+}
+
+impl RemoteObject {
+    /// Open the object at `url`: size and version from two concurrent
+    /// ranged GETs of its head and tail, which also fill the cache.
+    pub fn open(url: &str, config: Arc<RemoteConfig>) -> Result<RemoteObject> {
+        let url = ObjectUrl::parse(url)?;
+        if url.key.is_empty() || url.key.ends_with('/') {
+            return Err(Error::new(
+                ErrorKind::Config,
+                &url.text,
+                "names a bucket or prefix, not an object",
+            ));
+        }
+        let store = store_for(&url, &config)?;
+        let (head, tail) = block_on(futures::future::join(
+            fetch_probe(store.as_ref(), &url, GetRange::Bounded(0..HEAD_BYTES)),
+            fetch_probe(store.as_ref(), &url, GetRange::Suffix(TAIL_BYTES)),
+        ))?;
+        let (meta, head) = match head {
+            Ok((meta, start, body)) => (meta, Some((start, body))),
+            // An empty object has no byte 0 to range over: ask for its size.
+            Err(e) if e.kind == ErrorKind::BadResponse => {
+                Stats::count(&stats().heads, 1);
+                let meta = block_on(store.head(&url.path()))?
+                    .map_err(|e| Error::from_store(&url.text, e))?;
+                if meta.size != 0 {
+                    return Err(e);
+                }
+                (meta, None)
+            }
+            Err(e) => return Err(e),
+        };
+        let version = match &meta.e_tag {
+            Some(tag) => Version::ETag(tag.clone()),
+            None => Version::Modified(meta.last_modified),
+        };
+        let mut cache = ExtentCache::default();
+        if let Some((start, body)) = head {
+            cache.insert(start, body);
+        }
+        match tail {
+            Ok((tail_meta, start, body)) if meta.size > 0 => {
+                if tail_meta.e_tag != meta.e_tag || tail_meta.size != meta.size {
+                    return Err(Error::new(
+                        ErrorKind::Changed,
+                        &url.text,
+                        "the object changed between the two opening requests",
+                    ));
+                }
+                if start + body.len() as u64 > HEAD_BYTES {
+                    cache.insert(start, body);
+                }
+            }
+            Ok(_) => {}
+            Err(_) if meta.size == 0 => {}
+            Err(e) => return Err(e),
+        }
+        Ok(RemoteObject {
+            url,
+            config,
+            size: meta.size,
+            version,
+            cache: Mutex::new(cache),
+        })
+    }
+
+    /// The object's URL.
+    pub fn url(&self) -> &str {
+        &self.url.text
+    }
+
+    /// The object's size in bytes.
+    pub fn len(&self) -> u64 {
+        self.size
+    }
+
+    /// True for an empty object.
+    pub fn is_empty(&self) -> bool {
+        self.size == 0
+    }
+
+    /// The ETag every read is pinned to, if the server gave one.
+    pub fn etag(&self) -> Option<&str> {
+        match &self.version {
+            Version::ETag(tag) => Some(tag),
+            _ => None,
+        }
+    }
+
+    /// A string naming the version opened: the ETag, else the size and
+    /// last-modified stamp (what the local cache keys entries by).
+    pub fn version_key(&self) -> String {
+        match &self.version {
+            Version::ETag(tag) => tag.clone(),
+            Version::Modified(stamp) => format!("{}@{}", self.size, stamp.to_rfc3339()),
+        }
+    }
+
+    /// The configuration this object was opened with.
+    pub fn config(&self) -> &Arc<RemoteConfig> {
+        &self.config
+    }
+
+    fn check(&self, offset: u64, len: u64) -> Result<()> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.size => Ok(()),
+            _ => Err(Error::new(
+                ErrorKind::BadResponse,
+                &self.url.text,
+                format!(
+                    "range {offset}+{len} is outside the object's {} bytes",
+                    self.size
+                ),
+            )),
+        }
+    }
+
+    fn cached(&self, offset: u64, len: u64) -> Option<Vec<u8>> {
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        cache.get(offset, len).map(<[u8]>::to_vec)
+    }
+
+    /// Bytes `[offset, offset + len)`. Small reads go through the extent
+    /// cache (a miss fetches the aligned block around the read); large
+    /// reads are fetched in parallel parts.
+    pub fn read(&self, offset: u64, len: u64) -> Result<Vec<u8>> {
+        self.check(offset, len)?;
+        if len == 0 {
+            return Ok(Vec::new());
+        }
+        if let Some(hit) = self.cached(offset, len) {
+            return Ok(hit);
+        }
+        if len > BLOCK {
+            let mut out = vec![0u8; len as usize];
+            self.read_into(offset, &mut out)?;
+            return Ok(out);
+        }
+        let start = offset / BLOCK * BLOCK;
+        let end = (offset + len)
+            .div_ceil(BLOCK)
+            .saturating_mul(BLOCK)
+            .min(self.size);
+        let mut block = vec![0u8; (end - start) as usize];
+        self.run(vec![(start, &mut block[..])])?;
+        let at = (offset - start) as usize;
+        let out = block[at..at + len as usize].to_vec();
+        self.cache
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(start, Bytes::from(block));
+        Ok(out)
+    }
+
+    /// Fill `buf` with bytes from `offset`, in parallel parts of
+    /// `part_size`, `concurrency` at a time.
+    pub fn read_into(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let len = buf.len() as u64;
+        self.check(offset, len)?;
+        if let Some(hit) = self.cached(offset, len) {
+            buf.copy_from_slice(&hit);
+            return Ok(());
+        }
+        let part = self.config.part_size as usize;
+        let jobs: Vec<(u64, &mut [u8])> = buf
+            .chunks_mut(part.max(1))
+            .enumerate()
+            .map(|(i, chunk)| (offset + (i * part) as u64, chunk))
+            .collect();
+        self.run(jobs)
+    }
+
+    /// Read several ranges at once: each is served from the cache when it
+    /// can be; the rest are planned ([`crate::plan`]: large ranges split,
+    /// small neighbours coalesced) and fetched concurrently.
+    pub fn read_ranges(&self, ranges: &[(u64, u64)]) -> Result<Vec<Vec<u8>>> {
+        for &(offset, len) in ranges {
+            self.check(offset, len)?;
+        }
+        let mut outs: Vec<Vec<u8>> = Vec::with_capacity(ranges.len());
+        let mut todo: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
+        for &(offset, len) in ranges {
+            match self.cached(offset, len) {
+                Some(hit) => {
+                    outs.push(hit);
+                    todo.push((offset, 0));
+                }
+                None => {
+                    outs.push(vec![0u8; len as usize]);
+                    todo.push((offset, len));
+                }
+            }
+        }
+        let fetches = plan(&todo, self.config.part_size, self.config.coalesce_gap);
+        let mut shared: Vec<(u64, Vec<u8>, Vec<usize>)> = Vec::new();
+        let mut into: Vec<(usize, u64, u64, u64)> = Vec::new();
+        for f in fetches {
+            match f {
+                Fetch::Into {
+                    read,
+                    at,
+                    start,
+                    end,
+                } => into.push((read, at, start, end)),
+                Fetch::Shared { start, end, reads } => {
+                    shared.push((start, vec![0u8; (end - start) as usize], reads))
+                }
+            }
+        }
+        {
+            // Hand each fetch its own disjoint buffer: a part of one
+            // output, or a shared buffer.
+            let mut chunks: Vec<std::slice::ChunksMut<'_, u8>> = outs
+                .iter_mut()
+                .map(|o| o.chunks_mut(self.config.part_size as usize))
+                .collect();
+            let mut jobs: Vec<(u64, &mut [u8])> = Vec::with_capacity(into.len() + shared.len());
+            for &(read, _, start, _) in &into {
+                let chunk = chunks[read]
+                    .next()
+                    .expect("the plan splits reads in part order");
+                jobs.push((start, chunk));
+            }
+            for (start, buf, _) in shared.iter_mut() {
+                jobs.push((*start, &mut buf[..]));
+            }
+            self.run(jobs)?;
+        }
+        for (start, buf, reads) in shared {
+            for m in reads {
+                let (offset, len) = ranges[m];
+                let at = (offset - start) as usize;
+                outs[m].copy_from_slice(&buf[at..at + len as usize]);
+            }
+        }
+        Ok(outs)
+    }
+
+    /// Fetch every `(start, buffer)`, `concurrency` requests in flight.
+    fn run(&self, jobs: Vec<(u64, &mut [u8])>) -> Result<()> {
+        if jobs.is_empty() {
+            return Ok(());
+        }
+        let store = store_for(&self.url, &self.config)?;
+        let (url, version) = (&self.url, &self.version);
+        let work = futures::stream::iter(jobs)
+            .map(|(start, buf)| {
+                let store = Arc::clone(&store);
+                async move { fetch_into(store.as_ref(), url, version, start, buf).await }
+            })
+            .buffer_unordered(self.config.concurrency)
+            .try_collect::<Vec<()>>();
+        block_on(work)?.map(|_| ())
+    }
+}

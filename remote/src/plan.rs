@@ -1,0 +1,183 @@
+//! Planning ranged GETs for a set of reads: large reads split into parts
+//! fetched straight into their destination, small neighbouring reads
+//! coalesced into one request. Pure arithmetic, tested on its own.
+//!
+//! `object_store`'s own `get_ranges` merges but never splits a large range;
+//! one 2 GiB tensor would be one request on one connection.
+
+/// One request of a plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fetch {
+    /// Bytes `[start, end)` of the object go straight into read `read` at
+    /// `at` (a part of a large read, or a whole small read on its own).
+    Into {
+        /// Index of the read in the caller's list.
+        read: usize,
+        /// Offset inside that read's buffer.
+        at: u64,
+        /// Object range.
+        start: u64,
+        /// End of the object range.
+        end: u64,
+    },
+    /// Bytes `[start, end)` go into a shared buffer that several small reads
+    /// (`reads`) are then copied out of.
+    Shared {
+        /// Object range.
+        start: u64,
+        /// End of the object range.
+        end: u64,
+        /// The reads it serves.
+        reads: Vec<usize>,
+    },
+}
+
+/// Plan `reads` (`(offset, len)` each, inside the object): a read of at
+/// least `part` bytes is split into `part`-sized requests into its own
+/// buffer; smaller reads whose gaps are at most `gap` share a request of up
+/// to `part` bytes. Empty reads need no request.
+pub fn plan(reads: &[(u64, u64)], part: u64, gap: u64) -> Vec<Fetch> {
+    let part = part.max(1);
+    let mut order: Vec<usize> = (0..reads.len()).filter(|&i| reads[i].1 > 0).collect();
+    order.sort_by_key(|&i| reads[i]);
+    let mut out = Vec::new();
+    let mut group: Option<(u64, u64, Vec<usize>)> = None;
+    let flush = |group: &mut Option<(u64, u64, Vec<usize>)>, out: &mut Vec<Fetch>| {
+        if let Some((start, end, members)) = group.take() {
+            out.push(match members.as_slice() {
+                [one] => Fetch::Into {
+                    read: *one,
+                    at: 0,
+                    start,
+                    end,
+                },
+                _ => Fetch::Shared {
+                    start,
+                    end,
+                    reads: members,
+                },
+            });
+        }
+    };
+    for i in order {
+        let (offset, len) = reads[i];
+        let end = offset + len;
+        if len >= part {
+            let mut at = 0;
+            while at < len {
+                let n = part.min(len - at);
+                out.push(Fetch::Into {
+                    read: i,
+                    at,
+                    start: offset + at,
+                    end: offset + at + n,
+                });
+                at += n;
+            }
+            continue;
+        }
+        match &mut group {
+            Some((start, g_end, members))
+                if offset <= g_end.saturating_add(gap) && end.max(*g_end) - *start <= part =>
+            {
+                *g_end = (*g_end).max(end);
+                members.push(i);
+            }
+            _ => {
+                flush(&mut group, &mut out);
+                group = Some((offset, end, vec![i]));
+            }
+        }
+    }
+    flush(&mut group, &mut out);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn large_reads_split_small_ones_merge() {
+        let reads = [(100, 10), (0, 30), (50, 20), (1000, 250), (5000, 0)];
+        let p = plan(&reads, 100, 25);
+        assert_eq!(
+            p,
+            [
+                // 0..30 and 50..70 are 20 apart (<= 25); 100..110 is 30 after 70.
+                Fetch::Shared {
+                    start: 0,
+                    end: 70,
+                    reads: vec![1, 2]
+                },
+                Fetch::Into {
+                    read: 0,
+                    at: 0,
+                    start: 100,
+                    end: 110
+                },
+                Fetch::Into {
+                    read: 3,
+                    at: 0,
+                    start: 1000,
+                    end: 1100
+                },
+                Fetch::Into {
+                    read: 3,
+                    at: 100,
+                    start: 1100,
+                    end: 1200
+                },
+                Fetch::Into {
+                    read: 3,
+                    at: 200,
+                    start: 1200,
+                    end: 1250
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn a_group_never_exceeds_a_part() {
+        let reads: Vec<(u64, u64)> = (0..10).map(|i| (i * 40, 30)).collect();
+        for f in plan(&reads, 100, 1000) {
+            let (start, end) = match f {
+                Fetch::Shared { start, end, .. } | Fetch::Into { start, end, .. } => (start, end),
+            };
+            assert!(end - start <= 100);
+        }
+    }
+
+    #[test]
+    fn every_byte_of_every_read_is_covered_once() {
+        let reads = [(7, 300), (0, 5), (3, 4), (400, 64), (330, 1)];
+        let mut covered: Vec<Vec<u8>> = reads.iter().map(|r| vec![0; r.1 as usize]).collect();
+        for f in plan(&reads, 64, 16) {
+            match f {
+                Fetch::Into {
+                    read,
+                    at,
+                    start,
+                    end,
+                } => {
+                    for b in &mut covered[read][at as usize..(at + end - start) as usize] {
+                        *b += 1;
+                    }
+                }
+                Fetch::Shared {
+                    start,
+                    end,
+                    reads: members,
+                } => {
+                    for m in members {
+                        let (o, l) = reads[m];
+                        assert!(o >= start && o + l <= end);
+                        covered[m].iter_mut().for_each(|b| *b += 1);
+                    }
+                }
+            }
+        }
+        assert!(covered.iter().flatten().all(|&b| b == 1));
+    }
+}

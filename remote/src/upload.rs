@@ -1,0 +1,261 @@
+//! Uploads: a file built locally (in a [`Spool`]) is sent by multipart
+//! upload, so nothing is visible at the destination until the upload
+//! completes: the remote twin of build-beside-and-rename.
+//!
+//! An error aborts the upload. A killed process cannot, so every multipart
+//! upload is recorded in a journal file (`zt-uploads/` in the spool
+//! directory) locked for as long as its uploader lives; the next upload, or
+//! [`abort_orphans`] (`zt clean`), aborts the uploads of journals whose lock
+//! is free, so no orphaned parts stay behind on the server.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use futures::{StreamExt, TryStreamExt};
+use object_store::multipart::{MultipartStore, PartId};
+use object_store::{ObjectStore, PutPayload};
+
+use crate::config::{spool_dir, RemoteConfig};
+use crate::error::{Error, ErrorKind, Result};
+use crate::runtime::{backend_for, block_on, stats, Backend, Stats};
+use crate::url::{ObjectUrl, Scheme};
+
+/// A private directory for building files that will be uploaded, removed
+/// with everything in it when dropped. A spool left by a killed process
+/// (its lock free) is removed by the next [`Spool::create`].
+#[derive(Debug)]
+pub struct Spool {
+    dir: PathBuf,
+    _lock: File,
+}
+
+const SPOOL_PREFIX: &str = "zt-spool-";
+
+impl Spool {
+    /// A fresh spool under the configured spool directory.
+    pub fn create(config: &RemoteConfig) -> Result<Spool> {
+        let base = spool_dir(config);
+        remove_stale_spools(&base);
+        loop {
+            let dir = base.join(format!(
+                "{SPOOL_PREFIX}{}-{:016x}",
+                std::process::id(),
+                zt_fsutil::random_u64()
+            ));
+            match std::fs::create_dir(&dir) {
+                Ok(()) => {
+                    let lock = zt_fsutil::create_locked(&dir.join(".lock"))
+                        .map_err(|e| Error::io(dir.display(), e))?;
+                    return Ok(Spool { dir, _lock: lock });
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(Error::io(dir.display(), e)),
+            }
+        }
+    }
+
+    /// The local path for a file named `name` (the object's last key
+    /// component, so writers that choose a format by extension see it).
+    pub fn path_for(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+}
+
+impl Drop for Spool {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Remove spools under `base` whose owner died. Returns what was removed.
+pub fn remove_stale_spools(base: &Path) -> Vec<PathBuf> {
+    let mut removed = Vec::new();
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return removed;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        if !name.to_string_lossy().starts_with(SPOOL_PREFIX) {
+            continue;
+        }
+        let dir = entry.path();
+        if zt_fsutil::is_stale(&dir.join(".lock")) && std::fs::remove_dir_all(&dir).is_ok() {
+            removed.push(dir);
+        }
+    }
+    removed
+}
+
+fn journal_dir(config: &RemoteConfig) -> PathBuf {
+    spool_dir(config).join("zt-uploads")
+}
+
+/// A multipart upload in progress, recorded (and locked) in the journal.
+struct Journal {
+    path: PathBuf,
+    _file: File,
+}
+
+impl Journal {
+    fn record(config: &RemoteConfig, url: &str, id: &str) -> Result<Journal> {
+        let dir = journal_dir(config);
+        std::fs::create_dir_all(&dir).map_err(|e| Error::io(dir.display(), e))?;
+        let path = dir.join(format!(
+            "{}-{:016x}.upload",
+            std::process::id(),
+            zt_fsutil::random_u64()
+        ));
+        let mut file = zt_fsutil::create_locked(&path).map_err(|e| Error::io(path.display(), e))?;
+        writeln!(file, "{url}\n{id}").map_err(|e| Error::io(path.display(), e))?;
+        Ok(Journal { path, _file: file })
+    }
+}
+
+impl Drop for Journal {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Abort the multipart uploads of processes that died mid-upload (their
+/// journal's lock is free). Returns the URLs whose uploads were aborted;
+/// a journal whose abort fails (another endpoint, no network) is kept.
+pub fn abort_orphans(config: &RemoteConfig) -> Vec<String> {
+    let mut aborted = Vec::new();
+    let Ok(entries) = std::fs::read_dir(journal_dir(config)) else {
+        return aborted;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.extension().is_none_or(|e| e != "upload") || !zt_fsutil::is_stale(&path) {
+            continue;
+        }
+        let mut text = String::new();
+        if File::open(&path)
+            .and_then(|mut f| f.read_to_string(&mut text))
+            .is_err()
+        {
+            continue;
+        }
+        let mut lines = text.lines();
+        let (Some(url), Some(id)) = (lines.next(), lines.next()) else {
+            let _ = std::fs::remove_file(&path);
+            continue;
+        };
+        let Ok(parsed) = ObjectUrl::parse(url) else {
+            continue;
+        };
+        let Ok(Backend::S3(s3)) = backend_for(&parsed, config) else {
+            continue;
+        };
+        Stats::count(&stats().puts, 1);
+        let done = block_on(s3.abort_multipart(&parsed.path(), &id.to_string()));
+        match done {
+            Ok(Ok(())) | Ok(Err(object_store::Error::NotFound { .. })) => {
+                let _ = std::fs::remove_file(&path);
+                aborted.push(url.to_string());
+            }
+            _ => {}
+        }
+    }
+    aborted
+}
+
+/// Upload the local file `local` to `url` (S3 only): one PUT when it fits
+/// in a part, else a multipart upload of `part_size` parts, `concurrency`
+/// in flight, completed only when every part is in; any error aborts it.
+/// Returns the bytes uploaded.
+pub fn upload_file(local: &Path, url: &str, config: &RemoteConfig) -> Result<u64> {
+    let target = ObjectUrl::parse(url)?;
+    if target.key.is_empty() || target.key.ends_with('/') {
+        return Err(Error::new(
+            ErrorKind::Config,
+            url,
+            "names a bucket or prefix, not an object",
+        ));
+    }
+    let Backend::S3(s3) = backend_for(&target, config)? else {
+        return Err(Error::new(
+            ErrorKind::Unsupported,
+            url,
+            "writing needs an S3-compatible store; plain HTTP servers are read-only",
+        ));
+    };
+    debug_assert_eq!(target.scheme, Scheme::S3);
+    abort_orphans(config);
+    let file = Arc::new(File::open(local).map_err(|e| Error::io(local.display(), e))?);
+    let size = file
+        .metadata()
+        .map_err(|e| Error::io(local.display(), e))?
+        .len();
+    let path = target.path();
+    if size <= config.part_size {
+        let mut data = vec![0u8; size as usize];
+        file.read_exact_at(&mut data, 0)
+            .map_err(|e| Error::io(local.display(), e))?;
+        Stats::count(&stats().puts, 1);
+        Stats::count(&stats().bytes_out, size);
+        block_on(s3.put_opts(&path, PutPayload::from(data), Default::default()))?
+            .map_err(|e| Error::from_store(url, e))?;
+        return Ok(size);
+    }
+    Stats::count(&stats().puts, 1);
+    let id = block_on(s3.create_multipart(&path))?.map_err(|e| Error::from_store(url, e))?;
+    let journal = Journal::record(config, url, &id)?;
+    let result = send_parts(&s3, &path, &id, &file, size, config, url);
+    let outcome = match result {
+        Ok(parts) => {
+            Stats::count(&stats().puts, 1);
+            block_on(s3.complete_multipart(&path, &id, parts))?
+                .map(|_| size)
+                .map_err(|e| Error::from_store(url, e))
+        }
+        Err(e) => Err(e),
+    };
+    if outcome.is_err() {
+        Stats::count(&stats().puts, 1);
+        let _ = block_on(s3.abort_multipart(&path, &id));
+    }
+    drop(journal);
+    outcome
+}
+
+/// Send every part of `file`; the part ids in order.
+fn send_parts(
+    s3: &Arc<object_store::aws::AmazonS3>,
+    path: &object_store::path::Path,
+    id: &String,
+    file: &Arc<File>,
+    size: u64,
+    config: &RemoteConfig,
+    url: &str,
+) -> Result<Vec<PartId>> {
+    let part = config.part_size;
+    let count = size.div_ceil(part) as usize;
+    let work = futures::stream::iter(0..count)
+        .map(|i| {
+            let (s3, file) = (Arc::clone(s3), Arc::clone(file));
+            async move {
+                let start = i as u64 * part;
+                let len = part.min(size - start) as usize;
+                let data = tokio::task::spawn_blocking(move || {
+                    let mut buf = vec![0u8; len];
+                    file.read_exact_at(&mut buf, start).map(|_| buf)
+                })
+                .await
+                .map_err(|e| Error::new(ErrorKind::Io, url, e.to_string()))?
+                .map_err(|e| Error::new(ErrorKind::Io, url, e.to_string()))?;
+                Stats::count(&stats().puts, 1);
+                Stats::count(&stats().bytes_out, len as u64);
+                s3.put_part(path, id, i, PutPayload::from(data))
+                    .await
+                    .map_err(|e| Error::from_store(url, e))
+            }
+        })
+        .buffered(config.concurrency)
+        .try_collect::<Vec<PartId>>();
+    block_on(work)?
+}
