@@ -3,8 +3,10 @@ test time, on the real disk (never tmpfs)."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import pathlib
+import re
 
 import pytest
 
@@ -23,3 +25,35 @@ def zt_cli() -> str:
     if not path.exists():
         pytest.fail("target/release/zt is missing: run scripts/setup.sh")
     return os.fspath(path)
+
+
+@pytest.fixture(scope="session")
+def s3(tmp_path_factory):
+    """A SeaweedFS S3 server on 127.0.0.1 for the whole session, with the
+    standard AWS variables pointing at it; stopped by PID at the end."""
+    import s3server
+
+    server = s3server.start(os.fspath(tmp_path_factory.mktemp("s3")))
+    saved = {k: os.environ.get(k) for k in server.env}
+    os.environ.update(server.env)
+    try:
+        yield server
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        server.stop()
+
+
+_buckets = itertools.count()
+
+
+@pytest.fixture
+def bucket(s3, request):
+    """A fresh bucket for one test (named after the test, numbered)."""
+    stem = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower())[:40].strip("-")
+    name = f"zt-{next(_buckets)}-{stem}"
+    s3.boto3().create_bucket(Bucket=name)
+    return name

@@ -147,7 +147,8 @@ def start(base_dir: str | None = None, timeout: float = 60.0) -> S3Server:
     deadline = time.monotonic() + timeout
     while True:
         if proc.poll() is not None:
-            tail = open(os.path.join(workdir, "weed.log"), errors="replace").read()[-2000:]
+            with open(os.path.join(workdir, "weed.log"), errors="replace") as f:
+                tail = f.read()[-2000:]
             server.stop()
             raise RuntimeError(f"weed exited with {proc.returncode}:\n{tail}")
         try:

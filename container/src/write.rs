@@ -712,25 +712,37 @@ fn root_cbor(objects: &[ObjectOut], attributes: Option<Cbor>, ctx: &Context) -> 
 /// The objects of a source as writer input: every part's decoded bytes
 /// (borrowed from the mapping when raw), names and attributes kept.
 pub fn objects_of(source: &Source) -> Result<Vec<ObjectIn<'_>>> {
+    // Every part is read up front, together (one planned batch per remote
+    // object): dense tensors in C order, other layouts as stored.
+    let mut dense = Vec::new();
+    let mut stored = Vec::new();
+    for t in source.tensors() {
+        let to = if t.layout() == "dense" {
+            &mut dense
+        } else {
+            &mut stored
+        };
+        to.extend(t.parts());
+    }
+    let mut dense = zt_core::part::bytes_of(&dense)?.into_iter();
+    let mut stored = zt_core::part::storage_bytes_of(&stored)?.into_iter();
     source
         .tensors()
         .map(|t| {
+            let data = if t.layout() == "dense" {
+                &mut dense
+            } else {
+                &mut stored
+            };
             let parts = t
                 .parts()
-                .map(|p| {
-                    let data = if t.layout() == "dense" {
-                        p.bytes()?
-                    } else {
-                        p.storage_bytes()?
-                    };
-                    Ok(PartIn {
-                        name: p.name().to_string(),
-                        dtype: p.dtype(),
-                        data,
-                        compression: None,
-                    })
+                .map(|p| PartIn {
+                    name: p.name().to_string(),
+                    dtype: p.dtype(),
+                    data: data.next().expect("one read per part"),
+                    compression: None,
                 })
-                .collect::<Result<Vec<_>>>()?;
+                .collect();
             let attributes = if t.attributes().is_empty() {
                 None
             } else {

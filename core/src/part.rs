@@ -423,6 +423,64 @@ impl<'a> PartRef<'a> {
     }
 }
 
+/// The stored bytes of many parts (what [`PartRef::storage_bytes`] gives
+/// each), read together: the raw parts of each remote object in one planned
+/// batch of concurrent requests (large ones split, small neighbours
+/// coalesced) rather than one request after another. Local and decoded
+/// parts are read as `storage_bytes` reads them.
+pub fn storage_bytes_of<'a>(parts: &[PartRef<'a>]) -> Result<Vec<Cow<'a, [u8]>>> {
+    let mut out: Vec<Option<Cow<'a, [u8]>>> = (0..parts.len()).map(|_| None).collect();
+    let mut remote: Vec<(&'a std::sync::Arc<crate::store::Store>, Vec<usize>)> = Vec::new();
+    for (i, p) in parts.iter().enumerate() {
+        match &p.part.payload {
+            Payload::Stored { store, .. } if store.is_remote() => {
+                match remote
+                    .iter_mut()
+                    .find(|(s, _)| std::sync::Arc::ptr_eq(s, store))
+                {
+                    Some((_, members)) => members.push(i),
+                    None => remote.push((store, vec![i])),
+                }
+            }
+            _ => out[i] = Some(p.storage_bytes()?),
+        }
+    }
+    for (store, members) in remote {
+        let ranges: Vec<(u64, u64)> = members
+            .iter()
+            .map(|&i| match &parts[i].part.payload {
+                Payload::Stored { offset, len, .. } => (*offset, *len),
+                Payload::Decoded { .. } => unreachable!("grouped as stored"),
+            })
+            .collect();
+        for (i, bytes) in members.into_iter().zip(store.read_many(&ranges)?) {
+            out[i] = Some(bytes);
+        }
+    }
+    Ok(out
+        .into_iter()
+        .map(|b| b.expect("every part read"))
+        .collect())
+}
+
+/// The C-order elements of many parts ([`PartRef::bytes`] of each), read
+/// together as [`storage_bytes_of`] reads them.
+pub fn bytes_of<'a>(parts: &[PartRef<'a>]) -> Result<Vec<Cow<'a, [u8]>>> {
+    let storage = storage_bytes_of(parts)?;
+    Ok(parts
+        .iter()
+        .zip(storage)
+        .map(|(p, bytes)| {
+            if p.is_contiguous() {
+                bytes
+            } else {
+                let size = p.part.dtype.size().unwrap_or(1) as usize;
+                Cow::Owned(materialize(&bytes, &p.part.shape, &p.strides(), size))
+            }
+        })
+        .collect())
+}
+
 /// Gather a strided array into C order. `strides` are in elements and were
 /// validated against `storage` when the source was built.
 pub fn materialize(storage: &[u8], shape: &[u64], strides: &[i64], size: usize) -> Vec<u8> {

@@ -167,6 +167,12 @@ impl Source {
         self.format
     }
 
+    /// True if some of its bytes come over the network (a remote object,
+    /// not a cached copy).
+    pub fn is_remote(&self) -> bool {
+        self.remote
+    }
+
     /// The files this source reads.
     pub fn files(&self) -> &[PathBuf] {
         &self.files

@@ -252,6 +252,21 @@ impl Store {
         (start, end)
     }
 
+    /// Fetch the small `ranges` a structure walk is about to visit: for a
+    /// remote object one planned batch of requests (coalesced, concurrent)
+    /// into its cache, instead of one request per structure. Local stores
+    /// need nothing (the reads that follow are page faults or `pread`s).
+    pub fn prefetch_ranges(&self, ranges: &[(u64, u64)]) -> Result<()> {
+        match &self.backing {
+            #[cfg(feature = "remote")]
+            Backing::Remote(object) => object.prefetch(ranges).map_err(crate::remote::error),
+            _ => {
+                let _ = ranges;
+                Ok(())
+            }
+        }
+    }
+
     /// Ask the kernel to read `[offset, offset + len)` ahead (`MADV_WILLNEED`).
     /// A no-op for positional stores.
     pub fn prefetch(&self, offset: u64, len: u64) -> Result<()> {

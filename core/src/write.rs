@@ -131,24 +131,28 @@ impl DenseTensor<'_> {
 /// tensors. Mapped tensors are borrowed, not copied; a tensor of another
 /// layout is an error naming it.
 pub fn dense_tensors<'a>(source: &'a Source, path: &Path) -> Result<Vec<DenseTensor<'a>>> {
-    source
-        .tensors()
-        .map(|t| {
-            if t.layout() != "dense" {
-                return Err(Error::Write {
-                    ctx: Context::file(path).tensor(t.name()),
-                    reason: format!("layout {} has no equivalent in this format", t.layout()),
-                });
-            }
-            let part = t.data()?;
-            Ok(DenseTensor {
-                name: t.name(),
-                dtype: part.dtype(),
-                shape: part.shape(),
-                data: part.bytes()?,
-            })
+    let mut parts = Vec::with_capacity(source.len());
+    for t in source.tensors() {
+        if t.layout() != "dense" {
+            return Err(Error::Write {
+                ctx: Context::file(path).tensor(t.name()),
+                reason: format!("layout {} has no equivalent in this format", t.layout()),
+            });
+        }
+        parts.push((t, t.data()?));
+    }
+    let refs: Vec<_> = parts.iter().map(|(_, p)| *p).collect();
+    let bytes = crate::part::bytes_of(&refs)?;
+    Ok(parts
+        .into_iter()
+        .zip(bytes)
+        .map(|((t, part), data)| DenseTensor {
+            name: t.name(),
+            dtype: part.dtype(),
+            shape: part.shape(),
+            data,
         })
-        .collect()
+        .collect())
 }
 
 /// Refuse options that a format without alignment or compression cannot honour.

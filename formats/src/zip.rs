@@ -150,6 +150,13 @@ pub fn read_entries(store: &Store, ctx: &Context, limits: &Limits) -> Result<Vec
             ),
         ));
     }
+    // Every local header is read next: over the network, fetch them all
+    // in one batch rather than one request per member.
+    let headers: Vec<(u64, u64)> = entries
+        .iter()
+        .map(|e| (e.local_offset, LOCAL_HEADER_READ))
+        .collect();
+    store.prefetch_ranges(&headers)?;
     for entry in &mut entries {
         entry.data_start = local_data_start(store, ctx, entry, dir.offset)?;
     }
@@ -383,6 +390,10 @@ fn decode_name(ctx: &Context, raw: &[u8], flags: u16) -> Result<String> {
         })
         .collect())
 }
+
+/// Bytes of a local header fetched ahead: the fixed part, the name and the
+/// extra field of every member numpy or torch writes fit.
+const LOCAL_HEADER_READ: u64 = 1024;
 
 /// Read the member's local header and return where its data starts. The
 /// local extra field may differ from the central one (numpy's local headers

@@ -58,6 +58,37 @@ pub fn typestr(dtype: DType) -> &'static str {
 }
 
 impl ArrayView {
+    /// Describe `part`'s bytes for numpy, given its stored bytes already
+    /// read (by `zt::part::storage_bytes_of`, which reads many parts of a
+    /// remote object together): a view when they are borrowed from a
+    /// mapping and no copy is asked for, else an owned array.
+    pub fn for_part_read(
+        source: Arc<zt::Source>,
+        part: &zt::PartRef<'_>,
+        copy: bool,
+        storage: Cow<'_, [u8]>,
+    ) -> Self {
+        let dtype = part.dtype();
+        let Some(size) = dtype.size() else {
+            return Self::from_bytes(source, storage, copy, vec![part.nbytes()], None, "|u1");
+        };
+        let shape = part.shape().to_vec();
+        if part.is_contiguous() {
+            return Self::from_bytes(source, storage, copy, shape, None, typestr(dtype));
+        }
+        if copy {
+            let c_order =
+                zt::part::materialize(&storage, part.shape(), &part.strides(), size as usize);
+            return Self::owned(c_order, typestr(dtype), shape, None);
+        }
+        let strides = part
+            .strides()
+            .into_iter()
+            .map(|s| s * size as i64)
+            .collect();
+        Self::from_bytes(source, storage, false, shape, Some(strides), typestr(dtype))
+    }
+
     /// Describe `part`'s bytes for numpy.
     pub fn for_part(
         source: Arc<zt::Source>,

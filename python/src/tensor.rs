@@ -64,6 +64,38 @@ impl Source {
         })
     }
 
+    /// The arrays of the single-part tensors `names` (see `Tensor._array`),
+    /// read together: over the network, one planned batch of concurrent
+    /// ranged GETs instead of one request after another.
+    fn _arrays(&self, py: Python<'_>, names: Vec<String>, copy: bool) -> PyResult<Vec<ArrayView>> {
+        let source = self.get()?;
+        py.detach(|| {
+            let parts = names
+                .iter()
+                .map(|n| source.tensor(n).and_then(|t| t.data()))
+                .collect::<zt::Result<Vec<_>>>()?;
+            if !source.is_remote() {
+                return parts
+                    .iter()
+                    .map(|p| ArrayView::for_part(Arc::clone(&source), p, copy))
+                    .collect();
+            }
+            let storage = zt::part::storage_bytes_of(&parts)?;
+            Ok(parts
+                .iter()
+                .zip(storage)
+                .map(|(p, bytes)| ArrayView::for_part_read(Arc::clone(&source), p, copy, bytes))
+                .collect())
+        })
+        .map_err(to_py_err)
+    }
+
+    /// True if some bytes come over the network.
+    #[getter]
+    fn remote(&self) -> PyResult<bool> {
+        Ok(self.get()?.is_remote())
+    }
+
     /// The detected format.
     #[getter]
     fn format(&self) -> PyResult<&'static str> {

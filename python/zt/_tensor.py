@@ -91,7 +91,10 @@ class Tensor:
         stored raw and aligned (``caps["map"]``), otherwise a decoded array.
         ``copy=True``: always a fresh, writable, C-ordered array.
         """
-        view = self._native._array(copy)
+        return self._wrap(self._native._array(copy))
+
+    def _wrap(self, view) -> np.ndarray:
+        """The numpy array over a native array view of this tensor."""
         arr = np.asarray(view)
         name = self._native.dtype
         if name in _ML_DTYPES:

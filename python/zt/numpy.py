@@ -28,13 +28,17 @@ def load_file(
     """
     import zt
 
-    def load(t):
-        if dequantize and t.layout.startswith("gguf."):
-            return t.dequantize()
-        return t.numpy(copy=copy)
-
     with zt.open(path, storage_options=storage_options) as source:
-        return {name: load(source[name]) for name in source}
+        tensors = [source[name] for name in source]
+        plain = [t for t in tensors if not (dequantize and t.layout.startswith("gguf."))]
+        if source._native.remote:
+            # Over the network every tensor is fetched in one planned batch
+            # of concurrent ranged GETs, not one request after another.
+            views = source._native._arrays([t.name for t in plain], copy)
+            arrays = {t.name: t._wrap(v) for t, v in zip(plain, views)}
+        else:
+            arrays = {t.name: t.numpy(copy=copy) for t in plain}
+        return {t.name: arrays[t.name] if t.name in arrays else t.dequantize() for t in tensors}
 
 
 def save_file(

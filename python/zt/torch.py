@@ -43,11 +43,11 @@ def load_file(path, device: str = "cpu", copy: bool = True, *, storage_options: 
     """Every tensor of a file (a local path or an object URL) as torch
     tensors. ``copy=False`` shares the read-only mapping (writing to such a
     tensor is an error)."""
-    import zt
+    from .numpy import load_file as load_arrays
 
     torch = _torch()
-    with zt.open(path, storage_options=storage_options) as source:
-        out = {name: _to_torch(torch, source[name].numpy(copy=copy)) for name in source}
+    arrays = load_arrays(path, copy=copy, storage_options=storage_options)
+    out = {name: _to_torch(torch, arr) for name, arr in arrays.items()}
     return {k: v.to(device) for k, v in out.items()} if device != "cpu" else out
 
 

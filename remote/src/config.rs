@@ -215,12 +215,17 @@ impl RemoteConfig {
             b = b.with_config(k, value);
         }
         let endpoint = b.get_config_value(&AmazonS3ConfigKey::Endpoint);
-        let allow_http = b.get_config_value(&AmazonS3ConfigKey::Client(ClientConfigKey::AllowHttp));
-        if allow_http.is_none()
-            && endpoint
-                .as_deref()
-                .is_some_and(|e| e.starts_with("http://"))
-        {
+        // The builder reports allow_http as "false" when nobody set it, so
+        // ask whether the environment or the options said anything.
+        let allow_http_said = std::env::var_os("AWS_ALLOW_HTTP").is_some()
+            || self.store_options.iter().any(|(k, _)| {
+                k.parse::<AmazonS3ConfigKey>().ok()
+                    == Some(AmazonS3ConfigKey::Client(ClientConfigKey::AllowHttp))
+            });
+        let plain = endpoint
+            .as_deref()
+            .is_some_and(|e| e.starts_with("http://"));
+        if plain && !allow_http_said {
             // An endpoint that says http:// means plain HTTP.
             b = b.with_allow_http(true);
         }

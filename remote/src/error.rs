@@ -78,13 +78,21 @@ impl Error {
 }
 
 /// object_store reports a response whose range does not match the request
-/// (or a 416) as a generic error; its text is the only way to tell.
+/// ("Requested a..b, got c..d"), a missing or unparsable `Content-Range`, or
+/// a 416 as a generic error of a private type; its text is the only way to
+/// tell them from network failures.
 fn is_bad_range(e: &object_store::Error) -> bool {
     let text = e.to_string();
-    text.contains("416")
-        || text.contains("Range Not Satisfiable")
-        || text.contains("Content-Range")
-        || text.contains("range")
+    [
+        "416",
+        "Range Not Satisfiable",
+        "Content-Range",
+        "CONTENT_RANGE",
+        "Requested ",
+        "range",
+    ]
+    .iter()
+    .any(|needle| text.contains(needle))
 }
 
 impl fmt::Display for Error {

@@ -414,6 +414,39 @@ impl RemoteObject {
         Ok(outs)
     }
 
+    /// Bring `ranges` into the extent cache in one planned batch (small
+    /// neighbours coalesced, all requests in flight together), so the small
+    /// reads a structure walk makes next are served from memory. Ranges
+    /// already cached cost nothing; ranges past the end are clipped.
+    pub fn prefetch(&self, ranges: &[(u64, u64)]) -> Result<()> {
+        let wanted: Vec<(u64, u64)> = ranges
+            .iter()
+            .filter(|&&(offset, _)| offset < self.size)
+            .map(|&(offset, len)| (offset, len.min(self.size - offset)))
+            .filter(|&(offset, len)| len > 0 && self.cached(offset, len).is_none())
+            .collect();
+        let mut spans: Vec<(u64, Vec<u8>)> =
+            plan(&wanted, self.config.part_size, self.config.coalesce_gap)
+                .into_iter()
+                .map(|f| match f {
+                    Fetch::Into { start, end, .. } | Fetch::Shared { start, end, .. } => {
+                        (start, vec![0u8; (end - start) as usize])
+                    }
+                })
+                .collect();
+        self.run(
+            spans
+                .iter_mut()
+                .map(|(start, buf)| (*start, &mut buf[..]))
+                .collect(),
+        )?;
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        for (start, buf) in spans {
+            cache.insert(start, Bytes::from(buf));
+        }
+        Ok(())
+    }
+
     /// Fetch every `(start, buffer)`, `concurrency` requests in flight.
     fn run(&self, jobs: Vec<(u64, &mut [u8])>) -> Result<()> {
         if jobs.is_empty() {

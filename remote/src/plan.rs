@@ -63,6 +63,9 @@ pub fn plan(reads: &[(u64, u64)], part: u64, gap: u64) -> Vec<Fetch> {
         let (offset, len) = reads[i];
         let end = offset + len;
         if len >= part {
+            // A small group never reaches across a large read (it would
+            // fetch the large read's bytes a second time).
+            flush(&mut group, &mut out);
             let mut at = 0;
             while at < len {
                 let n = part.min(len - at);
@@ -135,6 +138,29 @@ mod tests {
                     end: 1250
                 },
             ]
+        );
+    }
+
+    #[test]
+    fn a_group_never_spans_a_large_read() {
+        let p = plan(&[(0, 10), (20, 500), (600, 10)], 100, 1 << 20);
+        assert_eq!(
+            p[0],
+            Fetch::Into {
+                read: 0,
+                at: 0,
+                start: 0,
+                end: 10
+            }
+        );
+        assert_eq!(
+            p.last(),
+            Some(&Fetch::Into {
+                read: 2,
+                at: 0,
+                start: 600,
+                end: 610
+            })
         );
     }
 
