@@ -35,7 +35,9 @@
 pub mod codec;
 pub mod error;
 mod fsio;
+mod json;
 pub mod layout;
+mod msgpack;
 pub mod reader;
 pub mod schema;
 pub mod writer;
@@ -43,5 +45,5 @@ pub mod writer;
 pub use codec::{train_dict, Codec, DictTier, DICT_TIERS};
 pub use error::{Error, Result};
 pub use reader::{RaggedBatch, Reader};
-pub use schema::{Geometry, Schema};
+pub use schema::{Geometry, Layout, Schema};
 pub use writer::{CreateOptions, Writer};
