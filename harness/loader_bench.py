@@ -28,7 +28,7 @@ cases are interleaved; the table gives the median time per run and its IQR,
 batches/s, the p95 of one `next()` (over every timed call of every run) and
 the peak PSS.
 
-    python -m harness.loader_bench --records 2500 --batches 200 --runs 5
+    python -m harness.loader_bench --records 2500 --batches 200 --runs 5 [--batch 256] [--out loader]
     python -m harness --only loader
 """
 
@@ -349,6 +349,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--out", default="loader", help="results/<out>.md")
     args = ap.parse_args()
     if args.child:
         spec = json.loads(args.child)
@@ -356,7 +357,7 @@ def main() -> None:
         print(json.dumps(out))
         return
     results = run(args.records, args.batches, args.runs, workers=args.workers, batch=args.batch)
-    print(report.save(results, "loader", header(args.runs)).read_text())
+    print(report.save(results, args.out, header(args.runs)).read_text())
 
 
 if __name__ == "__main__":

@@ -168,9 +168,10 @@ def main() -> None:
     ap.add_argument("--batches", type=int, nargs="+", default=[256, 1024, 8192])
     ap.add_argument("--runs", type=int, default=201)
     ap.add_argument("--budget", type=int, default=50_000, help="indices drawn per run")
+    ap.add_argument("--out", default="sampler", help="results/<out>.md")
     args = ap.parse_args()
     results = run(args.space, args.batches, args.runs, args.budget)
-    print(report.save(results, "sampler", header(args.runs)).read_text())
+    print(report.save(results, args.out, header(args.runs)).read_text())
 
 
 if __name__ == "__main__":
