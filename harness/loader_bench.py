@@ -321,7 +321,9 @@ def run(
                 "and spawn) and grain read the same images from an .npy memmap through one dataset class.",
                 "loaderx 2.8.19 runs in Python 3.12 (its requirement), in its own child process like every case; "
                 "its `next()` includes `np.from_dlpack` of its DLPack outputs (zero-copy).",
-                "zt's peak PSS includes the store's own pages: zrecord's reader memory-maps its shards, so every touched record (≈ 367 MiB here) counts toward the process; loaderx preads into its buffers, torch's workers map the .npy.",
+                "zt's peak PSS includes the store's own pages: zrecord's reader memory-maps its shards, so every "
+                f"touched record (≈ {records * int(np.prod(SHAPE)) / 2**20:.0f} MiB here) counts toward the "
+                "process; loaderx preads into its buffers, torch's workers map the .npy.",
             ],
         )
     ]

@@ -602,6 +602,46 @@ mod tests {
         }
     }
 
+    /// Every truncation and every single-byte change of valid schemas in
+    /// both encodings decodes or fails with a schema error; none panics.
+    #[test]
+    fn damaged_schemas_fail_cleanly() {
+        let p = Path::new("");
+        let dense = Geometry::Dense {
+            item_shape: vec![3, 224, 70000],
+        };
+        let schemas = [
+            Schema::new(Layout::Loaderx28, "bfloat16", dense.clone()).unwrap(),
+            Schema::new(Layout::Loaderx23, "<f4", dense).unwrap(),
+            Schema::ragged("int64", 2).unwrap(),
+        ];
+        for s in &schemas {
+            let good = s.encode();
+            let dense = matches!(s.geometry, Geometry::Dense { .. });
+            let mut cases: Vec<Vec<u8>> = (0..good.len()).map(|n| good[..n].to_vec()).collect();
+            for at in 0..good.len() {
+                for byte in [
+                    0x00, 0x22, 0x2c, 0x5b, 0x5c, 0x7b, 0x7d, 0x80, 0x93, 0xc1, 0xff,
+                ] {
+                    let mut bad = good.clone();
+                    bad[at] = byte;
+                    cases.push(bad);
+                }
+            }
+            for bytes in cases {
+                match Schema::decode(&bytes, dense, p) {
+                    Ok(_)
+                    | Err(
+                        Error::Schema { .. }
+                        | Error::SchemaSyntax { .. }
+                        | Error::SchemaFields { .. },
+                    ) => {}
+                    Err(e) => panic!("{e:?}"),
+                }
+            }
+        }
+    }
+
     #[test]
     fn itemsizes() {
         assert_eq!(itemsize("<U5"), Some(20));
