@@ -24,6 +24,13 @@ JOBS.json is a list of jobs; RESULTS.json gets one result per job, in order:
   the batches as lists of ints.
 
 Nothing here imports zt: every comparison happens in the main suite.
+
+    .venv-loaderx28/bin/python tests/loaderx28_helper.py hold-reader PATH
+    .venv-loaderx28/bin/python tests/loaderx28_helper.py hold-writer PATH
+
+hold a DenseStore open (or a DenseWriter with three uint8[2] rows appended,
+closed at the end), print "ready" and wait for stdin to close: the lock
+tests.
 """
 
 from __future__ import annotations
@@ -85,7 +92,7 @@ def read(job, allocator):
     try:
         store, v = view(job, allocator)
     except Exception as e:  # loaderx's refusal is the result
-        return {"error": f"{type(e).__name__}: {e}"}
+        return {"error": f"{type(e).__name__}: {e}", "code": getattr(e, "code", None)}
     n = len(store)
     meta = {"len": n, "dtype": store.dtype.name, "codec": store.codec, "data_shards": store.data_shards}
     idxs = np.arange(n, dtype=np.uint64)
@@ -129,7 +136,21 @@ def sampler(job):
     return out
 
 
+def hold(kind: str, path: str) -> None:
+    if kind == "hold-reader":
+        handle = DenseStore(path)
+    else:
+        handle = DenseWriter(path, np.uint8, (2,), codec="raw")
+        handle.append(np.ones((3, 2), np.uint8))
+    print("ready", flush=True)
+    sys.stdin.read()
+    handle.close()
+
+
 def main() -> None:
+    if sys.argv[1] in ("hold-reader", "hold-writer"):
+        hold(sys.argv[1], sys.argv[2])
+        return
     jobs = json.loads(Path(sys.argv[1]).read_text())
     allocator = Allocator("cpu")
     results = []

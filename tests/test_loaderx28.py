@@ -16,6 +16,7 @@ import filecmp
 import json
 import os
 import pathlib
+import shutil
 import struct
 import subprocess
 
@@ -23,7 +24,7 @@ import numpy as np
 import pytest
 
 from zt.loader import CYCLIC, LOADERX_IID, SEQUENTIAL, Sampler
-from zt.zrecord import Dense, Ragged, train_dict
+from zt.zrecord import Dense, Ragged, ZrecordError, train_dict
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PYTHON = ROOT / ".venv-loaderx28" / "bin" / "python"
@@ -197,6 +198,13 @@ def stores(tmp_path_factory):
     with Dense.create(old, np.int32, (12,), layout="loaderx-2.3") as w:
         w.append(np.zeros((3, 12), np.int32))
     jobs.append({"op": "read", "geometry": "dense", "path": os.fspath(old), "out": os.fspath(root / "old.npz")})
+    # Every corruption loaderx 2.3.8 refuses (tests/test_zrecord.py), applied
+    # to a store loaderx 2.8 built the same bytes of.
+    for name, corrupt in CORRUPTIONS.items():
+        bad = root / "corrupt" / name.replace(" ", "-")
+        shutil.copytree(cases["dense-int32-zstd-4"].zt, bad)
+        corrupt(bad)
+        jobs.append({"op": "read", "geometry": "dense", "path": os.fspath(bad), "out": os.fspath(bad / "x.npz")})
     dicts = ["dense-int32-raw-1", "ragged-int32-raw-1"]
     for name in dicts:
         jobs.append(
@@ -211,7 +219,42 @@ def stores(tmp_path_factory):
     per_case = {}
     for i, name in enumerate(cases):
         per_case[name] = results[3 * i : 3 * i + 3]
-    return {"cases": cases, "results": per_case, "old": results[3 * len(cases)], "root": root, "dicts": dicts}
+    at = 3 * len(cases)
+    corrupt = dict(zip(CORRUPTIONS, results[at + 1 : at + 1 + len(CORRUPTIONS)]))
+    return {
+        "cases": cases,
+        "results": per_case,
+        "old": results[at],
+        "corrupt": corrupt,
+        "root": root,
+        "dicts": dicts,
+    }
+
+
+def poke(path, at, data):
+    with open(path / "meta.zr", "r+b") as f:
+        f.seek(at)
+        f.write(data)
+
+
+def truncate(name, size):
+    return lambda path: os.truncate(path / name, size)
+
+
+CORRUPTIONS = {
+    "truncated meta": truncate("meta.zr", 4095),
+    "schema length 0": lambda p: poke(p, 8, struct.pack("<H", 0)),
+    "schema length 2041": lambda p: poke(p, 8, struct.pack("<H", 2041)),
+    "zero shards": lambda p: poke(p, 10, b"\0"),
+    "unknown codec": lambda p: poke(p, 11, b"\x07"),
+    "reserved byte": lambda p: poke(p, 13, b"\x01"),
+    "inactive tail": lambda p: poke(p, 16 + 8 * 9, struct.pack("<Q", 1)),
+    "short loc table": truncate("meta.zr", 4096 + 16 * 149),
+    "short data file": truncate("data_1.zr", 10),
+    "missing shard": lambda p: os.remove(p / "data_2.zr"),
+    "extra shard": lambda p: (p / "data_4.zr").write_bytes(b""),
+    "unexpected dict": lambda p: (p / "dict.zr").write_bytes(b"dict"),
+}
 
 
 def frames(store):
@@ -289,6 +332,59 @@ def test_loaderx28_refuses_the_loaderx23_layout(stores):
     # loaderx 2.8 decodes the schema as UTF-8 JSON, which MsgPack is not: the
     # loaderx-2.3 layout is for loaderx 2.3, and zt's default is 2.8's.
     assert stores["old"].get("error", "").startswith("UnicodeDecodeError"), stores["old"]
+
+
+@pytest.mark.parametrize("name", sorted(CORRUPTIONS))
+def test_corruption_rejected_like_loaderx28(stores, name):
+    theirs = stores["corrupt"][name]
+    assert theirs.get("code") == -8, theirs
+    with pytest.raises(ZrecordError) as ours:
+        Dense.open(stores["root"] / "corrupt" / name.replace(" ", "-"))
+    assert ours.value.code == -8
+
+
+def hold(kind: str, path) -> subprocess.Popen:
+    child = subprocess.Popen(
+        [os.fspath(PYTHON), os.fspath(HELPER), kind, os.fspath(path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout.readline().strip() == "ready"
+    return child
+
+
+def release(child: subprocess.Popen) -> None:
+    child.stdin.close()
+    assert child.wait(60) == 0
+
+
+def test_lock_modes_across_loaderx28_processes(tmp):
+    if not PYTHON.exists():
+        pytest.fail(f"{PYTHON} is missing: run `bash scripts/setup-loaderx28.sh`")
+    with Dense.create(tmp / "s", np.uint8, (2,)) as w:
+        w.append(np.ones((3, 2), np.uint8))
+    reader = hold("hold-reader", tmp / "s")
+    try:
+        with Dense.open(tmp / "s") as r:  # readers share, across the two libraries
+            assert len(r) == 3
+        with pytest.raises(ZrecordError) as e:
+            Dense.create(tmp / "s", np.uint8, (2,))
+        assert e.value.code == -13
+    finally:
+        release(reader)
+    writer = hold("hold-writer", tmp / "lx")  # loaderx builds in place, locked
+    try:
+        with pytest.raises(ZrecordError) as e:
+            Dense.open(tmp / "lx")
+        assert e.value.code == -13
+        with pytest.raises(ZrecordError) as e:
+            Dense.create(tmp / "lx", np.uint8, (2,))
+        assert e.value.code == -13
+    finally:
+        release(writer)
+    with Dense.open(tmp / "lx") as r:
+        assert r.layout == "loaderx-2.8" and np.array_equal(r[:], np.ones((3, 2), np.uint8))
 
 
 def test_train_dict_is_loaderx28s(stores):
