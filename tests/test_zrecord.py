@@ -201,6 +201,28 @@ def test_default_layout_is_loaderx_2_8_and_opening_detects_either(tmp):
         Dense.create(tmp / "x", np.uint8, (2,), layout="loaderx-2.4")
 
 
+@pytest.mark.parametrize("codec", CODECS)
+def test_dense_layouts_differ_only_in_the_schema(tmp, codec):
+    # Built from the same records, a loaderx 2.3 and a loaderx 2.8 Dense store
+    # (zt builds each byte for byte as that release does) share their shards,
+    # tails, RecordLocs and dict.zr; only the schema and its length differ.
+    x = images(90)
+    d = train_dict(x) if codec == "zstd_dict" else None
+    for layout in LAYOUTS:
+        with Dense.create(
+            tmp / layout, np.uint8, (3, 6, 5), codec=codec, dict_bytes=d, data_shards=3, layout=layout
+        ) as w:
+            w.append(x)
+    new, old = tmp / "loaderx-2.8", tmp / "loaderx-2.3"
+    assert files(new) == files(old)
+    for name in files(new):
+        if name != "meta.zr":
+            assert filecmp.cmp(new / name, old / name, shallow=False), name
+    a, b = (new / "meta.zr").read_bytes(), (old / "meta.zr").read_bytes()
+    assert len(a) == len(b) and a[:8] == b[:8] and a[10:2056] == b[10:2056] and a[4096:] == b[4096:]
+    assert schema_bytes(old).startswith(b"\x83") and schema_bytes(new).startswith(b"{")
+
+
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_ragged_shape_prefix_width_follows_the_layout(tmp, layout):
     # One record [[7, 8, 9]] of int32: the shape prefix is two u32 (2.8) or
