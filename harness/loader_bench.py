@@ -6,7 +6,12 @@ Cases, each run in its own child process so its memory is measured alone:
 * zt.loader.DataLoader (native worker threads, step-ordered) over a zrecord
   raw store;
 * loaderx 2.3.8 DataLoader (one gather thread + transform threads) over the
-  *same* store (the layout is loaderx's);
+  same records in the loaderx-2.3 layout (zt builds both stores);
+* loaderx 2.8.19 Loader(streams, sampler, workers=4, prefetch=4) over the
+  *same* store as zt (zt's default layout is loaderx 2.8's), one CPU view per
+  stream, CYCLIC sampler; its DLPack outputs become numpy arrays
+  (`np.from_dlpack`, zero-copy) inside the timed `next()`. It needs Python
+  3.12, so its runs are harness/loaderx28_worker.py in .venv-loaderx28;
 * torch.utils.data.DataLoader (2 worker processes over a numpy memmap
   dataset), once with the fork start method and once with spawn;
 * grain's DataLoader (2 worker processes, `IndexSampler(shuffle=True,
@@ -23,7 +28,7 @@ cases are interleaved; the table gives the median time per run and its IQR,
 batches/s, the p95 of one `next()` (over every timed call of every run) and
 the peak PSS.
 
-    python -m harness.loader_bench --records 2500 --batches 200 --runs 5
+    python -m harness.loader_bench --records 2500 --batches 200 --runs 5 [--batch 256] [--out loader]
     python -m harness --only loader
 """
 
@@ -41,28 +46,43 @@ import time
 
 import numpy as np
 
-from . import common, report
+from . import common, loaderx28, report
 
 SHAPE = (3, 224, 224)
 ZT = "zt DataLoader (threads)"
 LOADERX = "loaderx 2.3.8 DataLoader (threads)"
+LOADERX28 = "loaderx 2.8.19 Loader (threads)"
 TORCH = "torch DataLoader (fork, 2 workers, npy memmap)"
 TORCH_SPAWN = "torch DataLoader (spawn, 2 workers, npy memmap)"
 GRAIN = "grain DataLoader (2 worker processes, npy memmap)"
-PEER_MODULE = {ZT: "zt", LOADERX: "loaderx", TORCH: "torch", TORCH_SPAWN: "torch", GRAIN: "grain"}
+PEER_MODULE = {
+    ZT: "zt",
+    LOADERX: "loaderx",
+    LOADERX28: "loaderx 2.8.19 (.venv-loaderx28)",
+    TORCH: "torch",
+    TORCH_SPAWN: "torch",
+    GRAIN: "grain",
+}
 
 
 def prepare(records: int) -> dict:
     """Write the stores once per size: image + label zrecord stores (raw, 4
-    shards) and the same images as .npy for torch."""
+    shards) in both layouts (loaderx 2.8's, zt's default, read by zt and
+    loaderx 2.8.19; loaderx 2.3's for loaderx 2.3.8: the same shard files),
+    and the same images as .npy for torch and grain."""
     from zt.zrecord import Dense
 
     root = common.bench_dir(f"loader-{records}")
-    image, label, npy = root / "image.zr", root / "label.zr", root / "image.npy"
-    if not (image / "meta.zr").exists():
+    npy = root / "image.npy"
+    paths = {"npy": str(npy)}
+    for tag, layout in (("28", "loaderx-2.8"), ("23", "loaderx-2.3")):
+        image, label = root / f"image-{tag}.zr", root / f"label-{tag}.zr"
+        paths[f"image{tag}"], paths[f"label{tag}"] = str(image), str(label)
+        if (image / "meta.zr").exists():
+            continue
         rng = np.random.default_rng(0)
         mm = np.lib.format.open_memmap(npy, mode="w+", dtype=np.uint8, shape=(records, *SHAPE))
-        with Dense.create(image, np.uint8, SHAPE, codec="raw", data_shards=4) as ds:
+        with Dense.create(image, np.uint8, SHAPE, codec="raw", data_shards=4, layout=layout) as ds:
             for start in range(0, records, 256):
                 n = min(256, records - start)
                 # Gradients plus noise, like loaderx's synthetic vision data.
@@ -72,9 +92,9 @@ def prepare(records: int) -> dict:
                 mm[start : start + n] = block
         mm.flush()
         del mm
-        with Dense.create(label, np.int64, (1,), codec="raw", data_shards=1) as ls:
+        with Dense.create(label, np.int64, (1,), codec="raw", data_shards=1, layout=layout) as ls:
             ls.append(np.arange(records, dtype=np.int64).reshape(-1, 1))
-    return {"image": str(image), "label": str(label), "npy": str(npy)}
+    return paths
 
 
 # -- the child: one run of one case ----------------------------------------------
@@ -134,7 +154,7 @@ def _child(case: str, paths: dict, batch: int, workers: int, warmup: int, batche
         from zt.loader import CYCLIC, DataLoader, Sampler
         from zt.zrecord import Dense
 
-        image, label = Dense.open(paths["image"]), Dense.open(paths["label"])
+        image, label = Dense.open(paths["image28"]), Dense.open(paths["label28"])
         loader = DataLoader({"image": image, "label": label}, batch, CYCLIC, seed=42, workers=workers, prefetch=4)
         first_idx = Sampler(len(image), batch, CYCLIC, seed=42, rank=0, world_size=1).next()
         first_ref = image[first_idx]
@@ -143,7 +163,7 @@ def _child(case: str, paths: dict, batch: int, workers: int, warmup: int, batche
         from loaderx.dataloader import DataLoader as LxLoader
         from loaderx.zrecord import Dense as LxDense
 
-        image, label = LxDense.open(paths["image"]), LxDense.open(paths["label"])
+        image, label = LxDense.open(paths["image23"]), LxDense.open(paths["label23"])
         loader = LxLoader({"image": image, "label": label}, transform_workers=workers, batch_size=batch)
         first_ref = None  # completion order is not preserved: check labels instead
         get = loader.__next__
@@ -204,8 +224,12 @@ def _pss_tree(pid: int) -> int:
 
 def one_run(case: str, paths: dict, **kw) -> dict:
     args = json.dumps({"case": case, "paths": paths, **kw})
+    if case == LOADERX28:
+        command = [os.fspath(loaderx28.PYTHON), os.fspath(loaderx28.WORKER), "loader", args]
+    else:
+        command = [sys.executable, "-m", "harness.loader_bench", "--child", args]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "harness.loader_bench", "--child", args],
+        command,
         cwd=common.ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,  # grain's absl and resource-tracker chatter; shown when a run fails
@@ -244,9 +268,11 @@ def run(
     records: int, batches: int, runs: int, warmup: int = 10, workers: int = 4, batch: int = 256
 ) -> list[report.Result]:
     paths = prepare(records)
-    everyone = [ZT, LOADERX, TORCH, TORCH_SPAWN, GRAIN]
-    importable = {m: _available(m) for m in dict.fromkeys(PEER_MODULE.values())}
+    everyone = [ZT, LOADERX, LOADERX28, TORCH, TORCH_SPAWN, GRAIN]
+    importable = {m: _available(m) for m in dict.fromkeys(PEER_MODULE.values()) if m != PEER_MODULE[LOADERX28]}
+    importable[PEER_MODULE[LOADERX28]] = loaderx28.missing() is None
     cases = [c for c in everyone if importable[PEER_MODULE[c]]]
+    peer = LOADERX28 if LOADERX28 in cases else LOADERX
     samples: dict[str, list[float]] = {c: [] for c in everyone}
     lats: dict[str, list[float]] = {c: [] for c in cases}
     peaks: dict[str, list[int]] = {c: [] for c in cases}
@@ -284,15 +310,20 @@ def run(
             f"Dense vision: {records:,} × uint8[3,224,224] + int64 label, batch {batch} ({mib:.1f} MiB), "
             f"{batches} timed batches per run, {workers} workers",
             samples,
-            peer=LOADERX,
+            peer=peer,
             extra=extra,
             modules=["zt", "numpy", "loaderx", "torch", "grain", "psutil"],
             notes=[
                 "Every run checks its first batch: images equal the records their labels name (zt: also "
                 "equal to a direct gather of Sampler's indices for step 0).",
-                "loaderx reads the same zrecord store as zt (same on-disk layout); torch (fork and spawn) and "
-                "grain read the same images from an .npy memmap through one dataset class.",
-                "zt's peak PSS includes the store's own pages: zrecord's reader memory-maps its shards, so every touched record (≈ 367 MiB here) counts toward the process; loaderx preads into its buffers, torch's workers map the .npy.",
+                "loaderx 2.8.19 reads the same zrecord store as zt (zt's default layout is loaderx 2.8's); "
+                "loaderx 2.3.8 reads the same records in the loaderx-2.3 layout (same shard files); torch (fork "
+                "and spawn) and grain read the same images from an .npy memmap through one dataset class.",
+                "loaderx 2.8.19 runs in Python 3.12 (its requirement), in its own child process like every case; "
+                "its `next()` includes `np.from_dlpack` of its DLPack outputs (zero-copy).",
+                "zt's peak PSS includes the store's own pages: zrecord's reader memory-maps its shards, so every "
+                f"touched record (≈ {records * int(np.prod(SHAPE)) / 2**20:.0f} MiB here) counts toward the "
+                "process; loaderx preads into its buffers, torch's workers map the .npy.",
             ],
         )
     ]
@@ -300,10 +331,12 @@ def run(
 
 def header(runs: int) -> str:
     v = common.versions("numpy", "loaderx", "torch", "grain")
+    lx28 = loaderx28.versions() if loaderx28.missing() is None else {"loaderx": "missing", "numpy": "-", "python": "-"}
     load = os.getloadavg()[0]
     return (
-        "## End-to-end loader: zt.loader.DataLoader against loaderx, torch and grain\n\n"
-        f"numpy {v['numpy']}, loaderx {v['loaderx']}, torch {v['torch']}, grain {v['grain']}. {runs} interleaved runs per case, each "
+        "## End-to-end loader: zt.loader.DataLoader against loaderx 2.3.8 and 2.8.19, torch and grain\n\n"
+        f"numpy {v['numpy']}, loaderx {v['loaderx']}; loaderx {lx28['loaderx']} (numpy {lx28['numpy']}, Python "
+        f"{lx28['python']}); torch {v['torch']}, grain {v['grain']}. {runs} interleaved runs per case, each "
         "in a fresh child process (1 validation batch, 10 warm-up batches, then the timed `next()` calls); "
         "median and IQR of the time per run. Peak PSS is summed over the child's process tree, sampled every "
         f"20 ms. 1-minute load average at the start: {load:.1f} on {os.cpu_count()} cores."
@@ -317,14 +350,16 @@ def main() -> None:
     ap.add_argument("--batches", type=int, default=200)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--out", default="loader", help="results/<out>.md")
     args = ap.parse_args()
     if args.child:
         spec = json.loads(args.child)
         out = _child(spec.pop("case"), spec.pop("paths"), **spec)
         print(json.dumps(out))
         return
-    results = run(args.records, args.batches, args.runs, workers=args.workers)
-    print(report.save(results, "loader", header(args.runs)).read_text())
+    results = run(args.records, args.batches, args.runs, workers=args.workers, batch=args.batch)
+    print(report.save(results, args.out, header(args.runs)).read_text())
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""Record stores (issue 9, comparison 5): zt.zrecord against loaderx 2.3.8 and
-the usual ways to keep training records on disk, on real data.
+"""Record stores (issue 9, comparison 5): zt.zrecord against loaderx 2.3.8,
+loaderx 2.8.19 and the usual ways to keep training records on disk, on real
+data.
 
 Workloads (harness.stores_data says where the data comes from):
   * dense vision: N x uint8[3,224,224] resized crops of scikit-image's photographs;
@@ -7,9 +8,12 @@ Workloads (harness.stores_data says where the data comes from):
   * dense tokens: N x int32[512] GPT-2 tokens of real text;
   * ragged tokens: N records of 16..512 GPT-2 tokens (paragraphs).
 
-Backends: zrecord raw / zstd / zstd_dict (zt and loaderx 2.3.8, 4 data shards,
-one dictionary trained by loaderx's train_dict for both, untimed; zt keeps its
-own default levels: 3 for both, as loaderx 2.3.8), npy-mmap (dense:
+Backends: zrecord raw / zstd / zstd_dict (zt, loaderx 2.3.8 and loaderx
+2.8.19, 4 data shards, one dictionary trained by loaderx's train_dict for all,
+untimed; zt keeps its own default levels: 3 for both, as loaderx; zt writes
+its default layout, loaderx 2.8's, and for ragged workloads also reads with
+`gather_packed`, the packed values + offsets + shapes that loaderx 2.8's
+RaggedBatch is), npy-mmap (dense:
 one .npy, `mm[idx]`; ragged: one flat values .npy + offsets + shapes), HDF5
 (dense: chunks (1, *shape), one read_direct per record; ragged: one flat
 dataset in 1 MiB chunks + offsets + shapes, one slice per record), LMDB (one
@@ -31,6 +35,14 @@ round, IQR, p95 latency of one batch over every timed batch, bytes on disk
 (st_blocks), ratio logical / disk. A backend whose package is missing is a
 "missing" row. Each workload's files are deleted once it is measured.
 
+loaderx 2.8.19 needs Python 3.12 and numpy 2.5: it runs in its own process
+(harness/loaderx28.py), loads the same records from files once per
+workload, and times its own writes (create to close) and gathers (each
+`view.__getitems__(idx)`, dense outputs turned into numpy arrays with
+`np.from_dlpack`; ragged outputs stay a packed RaggedBatch); it takes its
+turn in the same interleaved rounds, and every batch it returns is checked
+against the source records (a blake2b digest per record, outside the timer).
+
     python -m harness --only stores [--quick]
     python -m harness.stores_bench --vision 2500 --tokens 200000 --ragged 200000
 """
@@ -46,7 +58,7 @@ from typing import Callable
 
 import numpy as np
 
-from . import common, report, stores_data
+from . import common, loaderx28, report, stores_data
 
 MIB = 1 << 20
 GROUP = 256  # Arrow / Parquet batch size, as loaderx's bench
@@ -121,6 +133,108 @@ def zrecord_backend(lib: str, codec: str):
 
     write.needs_dict = codec == "zstd_dict"
     return write, open_
+
+
+class Packed(tuple):
+    """zt's `gather_packed` output (values, offsets, shapes): checked as the
+    records it packs."""
+
+    def records(self):
+        values, offsets, shapes = self
+        bounds = offsets.tolist()
+        return [values[a:b].reshape(s) for a, b, s in zip(bounds[:-1], bounds[1:], map(tuple, shapes.tolist()))]
+
+
+def zt_packed_backend(codec: str):
+    """Reads the `zrecord <codec>` row's store (written once, by that row)."""
+
+    def write(path, data, spec, dict_bytes=None):
+        return 0.0
+
+    def open_(path, spec):
+        from zt.zrecord import Ragged
+
+        store = Ragged.open(path.with_name(path.name.removesuffix("-(packed)")))
+        return (lambda idx: Packed(store.gather_packed(idx))), store.close
+
+    return write, open_
+
+
+# ---- loaderx 2.8.19, in its own process -----------------------------------------------
+
+LX28 = "loaderx 2.8.19"
+
+
+class Lx28Session:
+    """The worker and the workload it holds (one per workload)."""
+
+    worker = None
+    dict_file = None
+
+
+def lx28_backend(codec: str):
+    def write(path, data, spec, dict_bytes=None):
+        dict_file = Lx28Session.dict_file if codec == "zstd_dict" else None
+        r = Lx28Session.worker.call("write", path=os.fspath(path), codec=codec, dict=dict_file, shards=4)
+        return float(r["seconds"])  # the worker's own timing replaces the round trip's
+
+    def open_(path, spec):
+        name = os.fspath(path)
+        Lx28Session.worker.call("open", name=name, path=name, batch=256)
+        return RemoteGather(name), lambda: Lx28Session.worker.call("close", name=name)
+
+    write.needs_dict = codec == "zstd_dict"
+    return write, open_
+
+
+class RemoteGather:
+    """One gather round run by the loaderx 2.8 worker."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def round(self, plan_file) -> dict:
+        return Lx28Session.worker.call("gather", name=self.name, plan=os.fspath(plan_file))
+
+
+def lx28_start(data, spec: Spec, base, dict_bytes) -> None:
+    """Hand the workload to a fresh worker: records to files, loaded there once."""
+    where = base / "lx28-data"
+    where.mkdir()
+    if spec.dense:
+        np.save(where / "data.npy", data)
+    else:
+        sizes = np.fromiter((r.nbytes for r in data), np.uint64, len(data))
+        np.save(
+            where / "values.npy", np.concatenate([np.ascontiguousarray(r).reshape(-1).view(np.uint8) for r in data])
+        )
+        np.save(where / "ends.npy", np.cumsum(sizes))
+        np.save(where / "shapes.npy", np.array([r.shape for r in data], np.uint64))
+        (where / "dtype").write_text(spec.dtype.str)
+    Lx28Session.dict_file = None
+    if dict_bytes is not None:
+        (where / "dict.zr").write_bytes(dict_bytes)
+        Lx28Session.dict_file = os.fspath(where / "dict.zr")
+    Lx28Session.worker = loaderx28.Worker()
+    Lx28Session.worker.call("load", kind="dense" if spec.dense else "ragged", dir=os.fspath(where))
+
+
+def lx28_stop() -> None:
+    if Lx28Session.worker is not None:
+        Lx28Session.worker.close()
+        Lx28Session.worker = None
+
+
+def blake_digests(data, spec: Spec) -> np.ndarray:
+    """The worker's record digest (blake2b of the shape as <u8 and the bytes) of every source record."""
+    import hashlib
+
+    out = np.empty(spec.n, np.uint64)
+    for i, rec in enumerate(data):
+        h = hashlib.blake2b(np.asarray(rec.shape, "<u8").tobytes(), digest_size=8)
+        h.update(np.ascontiguousarray(rec).tobytes())
+        out[i] = int.from_bytes(h.digest(), "little")
+    return out
 
 
 def npy_write(path, data, spec, dict_bytes=None):
@@ -305,11 +419,19 @@ def with_compression(fn, compression):
     return lambda path, data, spec, dict_bytes=None: fn(path, data, spec, dict_bytes, compression)
 
 
-# name -> (module that must import, write, open)
+# name -> (module that must import, write, open); LX28_MODULE: the loaderx 2.8 worker
+LX28_MODULE = "<loaderx 2.8.19 worker>"
 BACKENDS: dict[str, tuple[str, Callable, Callable]] = {}
-for _lib, _mod in [("zt", "zt.zrecord"), ("loaderx", "loaderx.zrecord")]:
-    for _codec in ["raw", "zstd", "zstd_dict"]:
-        BACKENDS[f"{'zrecord' if _lib == 'zt' else 'loaderx'} {_codec}"] = (_mod, *zrecord_backend(_lib, _codec))
+for _codec in ["raw", "zstd", "zstd_dict"]:
+    BACKENDS[f"zrecord {_codec}"] = ("zt.zrecord", *zrecord_backend("zt", _codec))
+for _codec in ["raw", "zstd"]:
+    BACKENDS[f"zrecord {_codec} (packed)"] = ("zt.zrecord", *zt_packed_backend(_codec))
+for _codec in ["raw", "zstd", "zstd_dict"]:
+    BACKENDS[f"loaderx 2.3.8 {_codec}"] = ("loaderx.zrecord", *zrecord_backend("loaderx", _codec))
+for _codec in ["raw", "zstd", "zstd_dict"]:
+    BACKENDS[f"{LX28} {_codec}"] = (LX28_MODULE, *lx28_backend(_codec))
+# Rows that only ragged workloads have (zt's packed gather, loaderx 2.8's output shape).
+RAGGED_ONLY = {"zrecord raw (packed)", "zrecord zstd (packed)"}
 BACKENDS["npy-mmap"] = ("numpy", npy_write, npy_open)
 BACKENDS["hdf5"] = ("h5py", h5_write, h5_open)
 BACKENDS["lmdb"] = ("lmdb", lmdb_write, lmdb_open)
@@ -330,7 +452,11 @@ def available() -> dict[str, str | None]:
     import importlib
 
     out = {}
+    lx28 = loaderx28.missing()
     for name, (mod, _, _) in BACKENDS.items():
+        if mod == LX28_MODULE:
+            out[name] = lx28
+            continue
         try:
             importlib.import_module(mod)
             out[name] = None
@@ -383,6 +509,8 @@ def source_digests(data, spec: Spec) -> np.ndarray:
 
 def check(out, idx: np.ndarray, expected: np.ndarray, spec: Spec, name: str) -> int:
     """Exact values: dtype, shape, and every record's digest against the source's. Returns logical bytes."""
+    if isinstance(out, Packed):
+        out = out.records()
     if spec.dense:
         assert isinstance(out, np.ndarray) and out.dtype == spec.dtype, f"{name}: wrong type/dtype"
         assert out.shape == (len(idx), *spec.shape), f"{name}: shape {out.shape}"
@@ -422,9 +550,14 @@ def bench_workload(label, data, base, names, write_rounds, rounds, batches, batc
     import loaderx.utils
 
     spec = Spec(data)
+    if spec.dense:
+        names = [n for n in names if n not in RAGGED_ONLY]
     dict_bytes = (
         loaderx.utils.train_dict(data) if any(BACKENDS[n][1].__dict__.get("needs_dict") for n in names) else None
     )
+    remote = [n for n in names if BACKENDS[n][0] == LX28_MODULE]
+    if remote:
+        lx28_start(data, spec, base, dict_bytes)
     t_start = time.perf_counter()
     paths = {n: base / n.replace(" ", "-") for n in names}
     writes = {n: [] for n in names}
@@ -432,19 +565,24 @@ def bench_workload(label, data, base, names, write_rounds, rounds, batches, batc
         for n in names:
             remove(paths[n])
             t0 = time.perf_counter()
-            BACKENDS[n][1](paths[n], data, spec, dict_bytes)
-            writes[n].append(time.perf_counter() - t0)
+            own = BACKENDS[n][1](paths[n], data, spec, dict_bytes)
+            writes[n].append(own if isinstance(own, float) else time.perf_counter() - t0)
     disk = {n: disk_bytes(paths[n]) for n in names}
     t_written = time.perf_counter()
     expected = source_digests(data, spec)
+    expected_blake = blake_digests(data, spec) if remote else None
+    sizes = np.full(spec.n, spec.logical // spec.n) if spec.dense else np.array([r.nbytes for r in data])
     rng = np.random.default_rng(7)
     plan = [rng.integers(0, spec.n, batch) for _ in range(batches)]
+    plan_file = base / "plan.npy"
+    np.save(plan_file, np.array(plan, np.uint64))
     logical = None
     readers = {}
     for n in names:
         gather, close = BACKENDS[n][2](paths[n], spec)
-        for i in range(0, spec.n, batch):  # one sequential warm sweep
-            gather(np.arange(i, min(i + batch, spec.n)))
+        if not isinstance(gather, RemoteGather):  # the worker warms its own on open
+            for i in range(0, spec.n, batch):  # one sequential warm sweep
+                gather(np.arange(i, min(i + batch, spec.n)))
         readers[n] = (gather, close)
     per_round = {n: [] for n in names}
     lat = {n: [] for n in names}
@@ -452,20 +590,29 @@ def bench_workload(label, data, base, names, write_rounds, rounds, batches, batc
         for n in names:
             gather = readers[n][0]
             elapsed, nbytes = 0.0, 0
-            for idx in plan:
-                t0 = time.perf_counter()
-                out = gather(idx)
-                dt = time.perf_counter() - t0
-                elapsed += dt
-                lat[n].append(dt)
-                nbytes += check(out, idx, expected, spec, n)
-                del out
+            if isinstance(gather, RemoteGather):
+                r = gather.round(plan_file)
+                for idx, dt, got in zip(plan, r["seconds"], r["digests"]):
+                    assert np.array_equal(np.array(got, np.uint64), expected_blake[idx]), f"{n} returned wrong bytes"
+                    elapsed += dt
+                    lat[n].append(dt)
+                    nbytes += int(sizes[idx].sum())
+            else:
+                for idx in plan:
+                    t0 = time.perf_counter()
+                    out = gather(idx)
+                    dt = time.perf_counter() - t0
+                    elapsed += dt
+                    lat[n].append(dt)
+                    nbytes += check(out, idx, expected, spec, n)
+                    del out
             per_round[n].append(elapsed)
             assert logical in (None, nbytes)
             logical = nbytes
     for n in names:
         readers[n][1]()
         remove(paths[n])
+    lx28_stop()
     t_end = time.perf_counter()
     print(
         f"[stores] {label}: dictionary + writes {t_written - t_start:.1f} s, reads {t_end - t_written:.1f} s",
@@ -510,13 +657,21 @@ def describe(label: str, spec: Spec, meta) -> str:
 
 
 def tables(label, spec, meta, why, writes, disk, per_round, lat, logical, batches, batch):
-    order = list(BACKENDS)
+    order = [n for n in BACKENDS if not (spec.dense and n in RAGGED_ONLY)]
     gather_samples = {n: per_round.get(n, []) for n in order}
-    write_samples = {n: writes.get(n, []) for n in order}
+    write_samples = {n: writes.get(n, []) for n in order if n not in RAGGED_ONLY}
     g_extra, w_extra = {}, {}
     for n in order:
         if why[n] is not None:
             g_extra[n] = w_extra[n] = {"median": why[n]}
+            continue
+        if n in RAGGED_ONLY:  # the same store as its list-returning row: no write row of its own
+            med = common.summary(per_round[n])[0]
+            g_extra[n] = {
+                "MiB/s": f"{logical / MIB / med:.0f}",
+                "krec/s": f"{batch * batches / med / 1e3:.1f}",
+                "p95 batch": f"{statistics.quantiles(lat[n], n=20)[-1] * 1e3:.2f} ms" if len(lat[n]) > 1 else "",
+            }
             continue
         med = common.summary(per_round[n])[0]
         g_extra[n] = {
@@ -531,6 +686,12 @@ def tables(label, spec, meta, why, writes, disk, per_round, lat, logical, batche
             "logical/disk": f"{spec.logical / disk[n]:.2f}×",
         }
     notes = data_notes(label, spec, meta)
+    if not spec.dense:
+        notes.append(
+            "`(packed)`: zt's `gather_packed` (one values buffer + offsets + shapes, no per-record arrays), "
+            "the output shape of loaderx 2.8.19's ragged reads (a RaggedBatch); the other zrecord and loaderx "
+            "2.3.8 rows return a list of per-record arrays."
+        )
     return [
         report.Result(
             "stores",
@@ -578,10 +739,13 @@ def data_notes(label, spec, meta) -> list[str]:
 
 def header(runs: int) -> str:
     v = common.versions("numpy", "loaderx", "h5py", "lmdb", "pyarrow", "array-record", "scikit-image", "tokenizers")
+    lx28 = loaderx28.versions() if loaderx28.missing() is None else {"loaderx": "missing", "numpy": "-", "python": "-"}
     base = common.bench_dir("stores")
     return (
-        "## Record stores: zt.zrecord against loaderx 2.3.8, npy-mmap, HDF5, LMDB, Arrow IPC, Parquet, ArrayRecord\n\n"
+        "## Record stores: zt.zrecord against loaderx 2.3.8 and 2.8.19, npy-mmap, HDF5, LMDB, Arrow IPC, Parquet, "
+        "ArrayRecord\n\n"
         + ", ".join(f"{k} {val}" for k, val in v.items())
+        + f"; loaderx {lx28['loaderx']} (numpy {lx28['numpy']}, Python {lx28['python']}, its own process)"
         + f". Filesystem {common.filesystem_of(base)}, warm page cache. {runs} gather rounds (each replays the same "
         "IID batches for every backend, backends alternating), median and IQR of the time per round; p95 over "
         "every timed batch. Write: create to close, no fsync, rounds alternating. `vs zrecord raw` = zrecord raw's "

@@ -15,6 +15,8 @@ ruff check python/zt tests harness
 ruff format --check python/zt tests harness
 echo "==> cargo test"
 cargo test --workspace --quiet
+echo "==> loaderx 2.8.19 in a Python 3.12 venv (.venv-loaderx28, requirements-loaderx28.txt)"
+bash scripts/setup-loaderx28.sh
 echo "==> pytest"
 python -m pytest -q tests --ignore=tests/torch
 echo "==> pytest: the PyTorch suite (tests/torch)"

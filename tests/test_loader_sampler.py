@@ -4,7 +4,9 @@ SEQUENTIAL and CYCLIC must produce loaderx's index streams exactly (same
 batches at every step), except where loaderx's 64-bit arithmetic wraps; those
 cases are checked against exact big-integer arithmetic, and loaderx is shown
 to differ there. IID is zt's own counter-based stream and is checked
-statistically. Ranks run as separate processes with RANK/WORLD_SIZE set.
+statistically, as is LOADERX_IID (loaderx 2.8.19's IID stream, compared with
+that library value for value in tests/test_loaderx28.py). Ranks run as
+separate processes with RANK/WORLD_SIZE set.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import pytest
 from loaderx.zsampler import Sampler as LoaderxSampler
 
 import zt.loader
-from zt.loader import CYCLIC, IID, SEQUENTIAL, Sampler
+from zt.loader import CYCLIC, IID, LOADERX_IID, SEQUENTIAL, Sampler
 
 U64 = (1 << 64) - 1
 
@@ -195,26 +197,29 @@ def test_cyclic_covers_each_cycle(length: int, batch: int) -> None:
 # -- IID ----------------------------------------------------------------------------
 
 P_VALUE = 1e-6  # a uniform generator fails these bounds with probability 1e-6
+IIDS = pytest.mark.parametrize("iid", [IID, LOADERX_IID], ids=["iid", "loaderx_iid"])
 
 
-def test_iid_uniform_counts() -> None:
+@IIDS
+def test_iid_uniform_counts(iid: int) -> None:
     """256,000 draws into 1,000 bins (256 expected per bin), three seeds:
     the chi-square statistic (999 dof) must lie inside the two-sided
     p = 1e-6 bounds."""
     low, high = chi_square_bounds(999, P_VALUE)
     for seed in (42, 7, U64):
-        s = Sampler(1000, 256, IID, seed, rank=0, world_size=1)
+        s = Sampler(1000, 256, iid, seed, rank=0, world_size=1)
         counts = np.bincount(np.concatenate([s.next() for _ in range(1000)]), minlength=1000)
         chi = float(((counts - 256.0) ** 2 / 256.0).sum())
         assert low < chi < high, (seed, chi, low, high)
 
 
-def test_iid_unbiased_where_rejection_matters() -> None:
+@IIDS
+def test_iid_unbiased_where_rejection_matters(iid: int) -> None:
     """length = 3 * 2^62: a multiply-shift without rejection returns
     multiples of 3 half the time instead of a third, and `x mod length`
     puts half the mass on the lowest third. Both show in these counts."""
     length = 3 << 62
-    s = Sampler(length, 1000, IID, 11, rank=0, world_size=1)
+    s = Sampler(length, 1000, iid, 11, rank=0, world_size=1)
     assert s.dtype == np.uint64  # indices up to 3 * 2^62 - 1 do not fit int64
     draws = np.concatenate([s.next() for _ in range(60)])
     assert int(draws.max()) < length
@@ -225,23 +230,37 @@ def test_iid_unbiased_where_rejection_matters() -> None:
         assert chi < -2 * math.log(P_VALUE), counts  # 2 dof: P(chi > x) = exp(-x/2)
 
 
-def test_iid_in_range_and_deterministic() -> None:
+@IIDS
+def test_iid_in_range_and_deterministic(iid: int) -> None:
     for length in (1, 2, 3, 1000, (1 << 63) + 1, U64):
-        a = Sampler(length, 512, IID, 3, rank=0, world_size=1)
-        b = Sampler(length, 512, IID, 3, rank=0, world_size=1)
+        a = Sampler(length, 512, iid, 3, rank=0, world_size=1)
+        b = Sampler(length, 512, iid, 3, rank=0, world_size=1)
         for _ in range(5):
             x, y = a.next(), b.next()
             assert (x == y).all()
             assert int(x.max()) < length
-    assert (Sampler(1, 64, IID, 3, rank=0, world_size=1).next() == 0).all()
-    different = Sampler(1000, 64, IID, 4, rank=0, world_size=1).next()
-    assert not (Sampler(1000, 64, IID, 3, rank=0, world_size=1).next() == different).all()
+    assert (Sampler(1, 64, iid, 3, rank=0, world_size=1).next() == 0).all()
+    different = Sampler(1000, 64, iid, 4, rank=0, world_size=1).next()
+    assert not (Sampler(1000, 64, iid, 3, rank=0, world_size=1).next() == different).all()
+
+
+def test_the_two_iid_streams_differ_and_only_loaderx_iid_ignores_the_batch_size() -> None:
+    # zt's IID keys each step; loaderx 2.8's keys each stream position
+    # step * batch_size + i, so batch size 2B reads B's indices two at a time.
+    zt_iid, lx_iid = (Sampler(1000, 8, m, 5, rank=0, world_size=1).next() for m in (IID, LOADERX_IID))
+    assert not (zt_iid == lx_iid).all()
+    half = Sampler(1000, 4, LOADERX_IID, 5, rank=0, world_size=1)
+    assert (np.concatenate([half.next(), half.next()]) == lx_iid).all()
+    half = Sampler(1000, 4, IID, 5, rank=0, world_size=1)
+    assert not (np.concatenate([half.next(), half.next()]) == zt_iid).all()
 
 
 # -- seek, state, borrow ----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("mode", [SEQUENTIAL, IID, CYCLIC], ids=["sequential", "iid", "cyclic"])
+@pytest.mark.parametrize(
+    "mode", [SEQUENTIAL, IID, CYCLIC, LOADERX_IID], ids=["sequential", "iid", "cyclic", "loaderx_iid"]
+)
 def test_seek_equals_replay(mode: int) -> None:
     replay = Sampler(1000, 32, mode, 9, rank=0, world_size=1)
     stream = [replay.next().copy() for _ in range(100)]
@@ -359,7 +378,7 @@ def test_arguments_and_errors() -> None:
     with pytest.raises(ValueError, match="batch_size must be in 1..2"):
         Sampler(10, 0, IID)
     with pytest.raises(ValueError, match="mode must be"):
-        Sampler(10, 4, 3)
+        Sampler(10, 4, 4)
     with pytest.raises(ValueError, match="seed must be in 0..2"):
         Sampler(10, 4, IID, seed=-1)
     with pytest.raises(TypeError, match="length must be an integer"):
@@ -376,6 +395,7 @@ def test_arguments_and_errors() -> None:
         Sampler(100, 12, CYCLIC, rank=0, world_size=0)
     s = Sampler(10, 4, SEQUENTIAL, rank=0, world_size=1)
     assert zt.loader.Mode(2) is CYCLIC and Sampler.Mode.CYCLIC == 2 and SEQUENTIAL == 0 and IID == 1
+    assert zt.loader.Mode(3) is LOADERX_IID and Sampler.Mode.LOADERX_IID == 3
     assert "mode=SEQUENTIAL" in repr(s)
     with s:
         s.next()
@@ -413,7 +433,7 @@ import json, sys
 from zt.loader import Sampler
 length, batch, steps = 1000, 12, 40
 out = {}
-for mode in (0, 1, 2):
+for mode in (0, 1, 2, 3):
     s = Sampler(length, batch, mode, seed=7)   # rank/world_size from RANK/WORLD_SIZE
     out[mode] = {"rank": s.rank, "world": s.world_size, "batches": [s.next().tolist() for _ in range(steps)]}
 json.dump(out, sys.stdout)
@@ -437,7 +457,7 @@ def test_rank_slices_tile_the_global_batch(world_size: int) -> None:
         stdout, _ = p.communicate(timeout=120)
         assert p.returncode == 0
         results.append(json.loads(stdout))
-    for mode in (SEQUENTIAL, IID, CYCLIC):
+    for mode in (SEQUENTIAL, IID, CYCLIC, LOADERX_IID):
         whole = Sampler(1000, 12, mode, seed=7, rank=0, world_size=1)
         for step in range(40):
             parts = [r[str(int(mode))]["batches"][step] for r in results]

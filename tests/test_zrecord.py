@@ -1,6 +1,8 @@
-"""zt.zrecord against loaderx 2.3.8: round trips, interop both ways (values
-and, where the layout is deterministic, bytes), every corruption loaderx
-rejects, locks across processes, crash safety and concurrency."""
+"""zt.zrecord against loaderx 2.3.8: round trips in both layouts, interop
+both ways in the loaderx-2.3 layout (values and, where the layout is
+deterministic, bytes), every corruption loaderx rejects, locks across
+processes, crash safety and concurrency. The loaderx-2.8 layout against
+loaderx 2.8.19 itself is tests/test_loaderx28.py."""
 
 from __future__ import annotations
 
@@ -22,10 +24,12 @@ from loaderx.zrecord import Ragged as LxRagged
 from loaderx.zrecord import ZrecordError as LxError
 
 from zt import _zt
-from zt.zrecord import DICT_TIERS, Dense, Ragged, ZrecordError, train_dict
+from zt.zrecord import DEFAULT_LAYOUT, DICT_TIERS, LAYOUTS, Dense, Ragged, ZrecordError, train_dict
 
 CODECS = ["raw", "zstd", "zstd_dict"]
 SHARDS = [1, 3, 4]
+# What loaderx 2.3.8 opens and writes.
+L23 = {"layout": "loaderx-2.3"}
 
 
 def images(n=120, seed=0):
@@ -77,23 +81,27 @@ def assert_same_store(a, b):
 # ---- round trips --------------------------------------------------------------
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("codec", CODECS)
 @pytest.mark.parametrize("shards", SHARDS)
-def test_dense_round_trip(tmp, codec, shards):
+def test_dense_round_trip(tmp, codec, shards, layout):
     x = images()
     d = train_dict(x, "fast") if codec == "zstd_dict" else None
-    with Dense.create(tmp / "s", np.uint8, (3, 6, 5), codec=codec, dict_bytes=d, data_shards=shards) as w:
+    with Dense.create(
+        tmp / "s", np.uint8, (3, 6, 5), codec=codec, dict_bytes=d, data_shards=shards, layout=layout
+    ) as w:
         w.append(x[:50])
         w.append(x[50:])
-        assert len(w) == 120
+        assert len(w) == 120 and w.layout == layout
     with Dense.open(tmp / "s") as r:
-        assert (len(r), r.dtype, r.item_shape, r.ndim, r.codec, r.data_shards) == (
+        assert (len(r), r.dtype, r.item_shape, r.ndim, r.codec, r.data_shards, r.layout) == (
             120,
             np.dtype(np.uint8),
             (3, 6, 5),
             3,
             codec,
             shards,
+            layout,
         )
         assert np.array_equal(r[:], x)
         assert np.array_equal(r[7], x[7])
@@ -106,16 +114,17 @@ def test_dense_round_trip(tmp, codec, shards):
         assert r[[]].shape == (0, 3, 6, 5)
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("codec", CODECS)
 @pytest.mark.parametrize("shards", SHARDS)
-def test_ragged_round_trip(tmp, codec, shards):
+def test_ragged_round_trip(tmp, codec, shards, layout):
     recs = records()
     d = train_dict(recs, "fast") if codec == "zstd_dict" else None
-    with Ragged.create(tmp / "s", np.int32, 2, codec=codec, dict_bytes=d, data_shards=shards) as w:
+    with Ragged.create(tmp / "s", np.int32, 2, codec=codec, dict_bytes=d, data_shards=shards, layout=layout) as w:
         w.append(recs[:10])
         w.append(iter(recs[10:]))
     with Ragged.open(tmp / "s") as r:
-        assert (len(r), r.dtype, r.ndim, r.codec) == (150, np.dtype(np.int32), 2, codec)
+        assert (len(r), r.dtype, r.ndim, r.codec, r.layout) == (150, np.dtype(np.int32), 2, codec, layout)
         same_records(r[:], recs)
         same_records([r[5]], [recs[5]])
         same_records(r[[149, 0, 3]], [recs[149], recs[0], recs[3]])
@@ -132,11 +141,97 @@ def test_scalars_and_other_dtypes(tmp):
         w.append(x)
     with Dense.open(tmp / "s") as r:
         assert r.item_shape == () and np.array_equal(r[:], x) and r[3] == 3.0
+    # Non-native byte order: only the loaderx-2.3 layout holds it.
     y = np.array([[1 + 2j, 3j]] * 4, dtype=">c16")
-    with Dense.create(tmp / "c", ">c16", (2,), codec="zstd") as w:
+    with pytest.raises(ValueError, match="loaderx-2.3"):
+        Dense.create(tmp / "c", ">c16", (2,), codec="zstd")
+    with Dense.create(tmp / "c", ">c16", (2,), codec="zstd", **L23) as w:
         w.append(y)
     with Dense.open(tmp / "c") as r:
         assert r.dtype == np.dtype(">c16") and np.array_equal(r[:], y)
+
+
+def test_ml_dtypes_keep_their_names_in_the_loaderx_2_8_layout(tmp):
+    import ml_dtypes
+
+    # loaderx 2.8 names its types ("bfloat16"); 2.3's dtype.str of an
+    # ml_dtypes type is "<V2", a void that forgets what it was.
+    x = np.arange(24, dtype=np.float32).reshape(6, 4).astype(ml_dtypes.bfloat16)
+    for layout, dtype in (("loaderx-2.8", np.dtype(ml_dtypes.bfloat16)), ("loaderx-2.3", np.dtype("V2"))):
+        with Dense.create(tmp / layout, ml_dtypes.bfloat16, (4,), layout=layout) as w:
+            w.append(x)
+        with Dense.open(tmp / layout) as r:
+            assert r.dtype == dtype and r[:].tobytes() == x.tobytes()
+    meta = (tmp / "loaderx-2.8" / "meta.zr").read_bytes()
+    schema = meta[2056 : 2056 + struct.unpack_from("<H", meta, 8)[0]]
+    assert schema == b'{"dtype": "bfloat16", "item_shape": [4]}'
+    recs = [np.full((i + 1, 2), i, ml_dtypes.float8_e4m3fn) for i in range(5)]
+    with Ragged.create(tmp / "r", ml_dtypes.float8_e4m3fn, 2) as w:
+        w.append(recs)
+    with Ragged.open(tmp / "r") as r:
+        same_records(r[:], recs)
+
+
+# ---- layouts: what each loaderx release writes --------------------------------
+
+
+def schema_bytes(store):
+    meta = (store / "meta.zr").read_bytes()
+    return meta[2056 : 2056 + struct.unpack_from("<H", meta, 8)[0]]
+
+
+def test_default_layout_is_loaderx_2_8_and_opening_detects_either(tmp):
+    assert DEFAULT_LAYOUT == "loaderx-2.8" and LAYOUTS == ("loaderx-2.8", "loaderx-2.3")
+    x = images(20)
+    with Dense.create(tmp / "new", np.uint8, (3, 6, 5)) as w:
+        w.append(x)
+    with Ragged.create(tmp / "rag", np.int32, 2) as w:
+        w.append(records(5))
+    assert schema_bytes(tmp / "new") == b'{"dtype": "uint8", "item_shape": [3, 6, 5]}'
+    assert schema_bytes(tmp / "rag") == b'{"dtype": "int32", "ndim": 2}'
+    with LxDense.create(tmp / "old", np.uint8, (3, 6, 5), codec="raw") as w:
+        w.append(x)
+    with Dense.open(tmp / "new") as a, Dense.open(tmp / "old") as b:
+        assert (a.layout, b.layout) == ("loaderx-2.8", "loaderx-2.3")
+        assert np.array_equal(a[:], b[:])
+    # loaderx 2.3.8 reads only MsgPack schemas: the current layout is not its.
+    with pytest.raises(Exception, match="extra data|unpack"):
+        LxDense.open(tmp / "new")
+    with pytest.raises(ValueError, match="unknown layout"):
+        Dense.create(tmp / "x", np.uint8, (2,), layout="loaderx-2.4")
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_dense_layouts_differ_only_in_the_schema(tmp, codec):
+    # Built from the same records, a loaderx 2.3 and a loaderx 2.8 Dense store
+    # (zt builds each byte for byte as that release does) share their shards,
+    # tails, RecordLocs and dict.zr; only the schema and its length differ.
+    x = images(90)
+    d = train_dict(x) if codec == "zstd_dict" else None
+    for layout in LAYOUTS:
+        with Dense.create(
+            tmp / layout, np.uint8, (3, 6, 5), codec=codec, dict_bytes=d, data_shards=3, layout=layout
+        ) as w:
+            w.append(x)
+    new, old = tmp / "loaderx-2.8", tmp / "loaderx-2.3"
+    assert files(new) == files(old)
+    for name in files(new):
+        if name != "meta.zr":
+            assert filecmp.cmp(new / name, old / name, shallow=False), name
+    a, b = (new / "meta.zr").read_bytes(), (old / "meta.zr").read_bytes()
+    assert len(a) == len(b) and a[:8] == b[:8] and a[10:2056] == b[10:2056] and a[4096:] == b[4096:]
+    assert schema_bytes(old).startswith(b"\x83") and schema_bytes(new).startswith(b"{")
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_ragged_shape_prefix_width_follows_the_layout(tmp, layout):
+    # One record [[7, 8, 9]] of int32: the shape prefix is two u32 (2.8) or
+    # two u64 (2.3), then the payload.
+    with Ragged.create(tmp / "s", np.int32, 2, data_shards=1, layout=layout) as w:
+        w.append([np.array([[7, 8, 9]], np.int32)])
+    dims = "<II" if layout == "loaderx-2.8" else "<QQ"
+    want = struct.pack(dims, 1, 3) + np.array([7, 8, 9], "<i4").tobytes()
+    assert (tmp / "s" / "data_0.zr").read_bytes() == want
 
 
 # ---- interop with loaderx 2.3.8 ------------------------------------------------
@@ -151,7 +246,7 @@ def test_dense_interop_and_identical_bytes(tmp, codec, shards):
     with LxDense.create(tmp / "lx", np.uint8, (3, 6, 5), codec=codec, dict_bytes=d, data_shards=shards) as w:
         w.append(x[:77])
         w.append(x[77:])
-    with Dense.create(tmp / "zt", np.uint8, (3, 6, 5), codec=codec, dict_bytes=d, data_shards=shards) as w:
+    with Dense.create(tmp / "zt", np.uint8, (3, 6, 5), codec=codec, dict_bytes=d, data_shards=shards, **L23) as w:
         w.append(x[:77])
         w.append(x[77:])
     assert_same_store(tmp / "lx", tmp / "zt")
@@ -209,8 +304,8 @@ def test_token_rows_written_unpacked_match_loaderx(tmp, shards):
     # Raw rows of 1 KiB and more go to the file with one iovec each instead
     # of being packed first; the store must still be loaderx's byte for byte.
     x = np.random.default_rng(4).integers(0, 50257, (1000, 512), dtype=np.int32)
-    for lib, cls in (("lx", LxDense), ("zt", Dense)):
-        with cls.create(tmp / lib, np.int32, (512,), codec="raw", data_shards=shards) as w:
+    for lib, cls, layout in (("lx", LxDense, {}), ("zt", Dense, L23)):
+        with cls.create(tmp / lib, np.int32, (512,), codec="raw", data_shards=shards, **layout) as w:
             w.append(x[:333])
             w.append(x[333:])
     assert_same_store(tmp / "lx", tmp / "zt")
@@ -229,7 +324,7 @@ def test_large_ragged_records_written_unpacked_match_loaderx(tmp, codec):
     d = lx_train_dict(recs) if codec == "zstd_dict" else None
     with LxRagged.create(tmp / "lx", np.uint8, 3, codec=codec, dict_bytes=d) as w:
         w.append([np.ascontiguousarray(r) for r in recs])
-    with Ragged.create(tmp / "zt", np.uint8, 3, codec=codec, dict_bytes=d) as w:
+    with Ragged.create(tmp / "zt", np.uint8, 3, codec=codec, dict_bytes=d, **L23) as w:
         w.append(recs[:25])
         w.append(recs[25:])
     assert_same_store(tmp / "lx", tmp / "zt")
@@ -243,7 +338,7 @@ def test_ragged_interop_and_identical_bytes(tmp, codec):
     d = lx_train_dict(recs) if codec == "zstd_dict" else None
     with LxRagged.create(tmp / "lx", np.int32, 2, codec=codec, dict_bytes=d) as w:
         w.append(recs)
-    with Ragged.create(tmp / "zt", np.int32, 2, codec=codec, dict_bytes=d) as w:
+    with Ragged.create(tmp / "zt", np.int32, 2, codec=codec, dict_bytes=d, **L23) as w:
         w.append(recs)
     assert_same_store(tmp / "lx", tmp / "zt")
     with Ragged.open(tmp / "lx") as r:
@@ -252,21 +347,67 @@ def test_ragged_interop_and_identical_bytes(tmp, codec):
         same_records(r[np.arange(300)], recs)
 
 
+@pytest.mark.parametrize("ndim", [1, 2])
+@pytest.mark.parametrize("codec", CODECS)
+def test_ragged_non_native_byte_order_stores_the_values(tmp, ndim, codec):
+    # Two or more '>i4' records used to be packed by np.concatenate, which
+    # converts to native order: 7 was stored as 0x07000000 and read back as
+    # 117440512 by zt and by loaderx. The store holds what the values are:
+    # loaderx 2.3.8's own store of the same records, byte for byte.
+    recs = [np.array([7], ">i4"), np.array([8, 9], ">i4"), np.arange(-3, 40, dtype=">i4")]
+    recs = [r.reshape((1, -1) if ndim == 2 else -1) for r in recs]
+    d = lx_train_dict(recs * 20) if codec == "zstd_dict" else None
+    with Ragged.create(tmp / "zt", ">i4", ndim, codec=codec, dict_bytes=d, data_shards=1, **L23) as w:
+        w.append(recs)
+    with LxRagged.create(tmp / "lx", ">i4", ndim, codec=codec, dict_bytes=d, data_shards=1) as w:
+        w.append(recs)
+    assert_same_store(tmp / "lx", tmp / "zt")
+    with Ragged.open(tmp / "zt") as r:
+        assert r.dtype == np.dtype(">i4")
+        same_records(r[:], recs)
+        values, _, _ = r.gather_packed([0, 1])
+        assert values.tolist() == [7, 8, 9]
+    with LxRagged.open(tmp / "zt") as r:
+        same_records(r[[0, 1, 2]], recs)
+    if codec == "raw":
+        prefix = 8 * ndim
+        assert (tmp / "zt" / "data_0.zr").read_bytes()[prefix : prefix + 4] == b"\0\0\0\x07"
+    # The current layout holds native byte order only, as loaderx 2.8 does.
+    with pytest.raises(ValueError, match="loaderx-2.3"):
+        Ragged.create(tmp / "new", ">i4", ndim)
+
+
 def test_level_15_dict_store_opens_in_loaderx(tmp):
     # loaderx 2.3.5's dictionary level: other bytes, same records.
     x = images(200)
     d = train_dict(x)
-    with Dense.create(tmp / "zt", np.uint8, (3, 6, 5), codec="zstd_dict", dict_bytes=d, level=15) as w:
+    with Dense.create(tmp / "zt", np.uint8, (3, 6, 5), codec="zstd_dict", dict_bytes=d, level=15, **L23) as w:
         w.append(x)
     with LxDense.open(tmp / "zt") as r:
         assert np.array_equal(r[np.arange(200)], x)
 
 
-def test_fast_tier_trains_the_loaderx_dictionary():
+def test_fast_tier_trains_the_loaderx_dictionary(tmp):
+    # loaderx 2.3.8 (and 2.8.19, tests/test_loaderx28.py) train one 32 KiB
+    # dictionary on at most 4 MiB: zt's default tier, byte for byte.
     x = images(400)
-    assert train_dict(x, "fast") == lx_train_dict(x)
+    assert train_dict(x) == train_dict(x, "fast") == lx_train_dict(x)
     recs = records(500)
-    assert train_dict(recs, "fast") == lx_train_dict(recs)
+    assert train_dict(recs) == lx_train_dict(recs)
+    with LxRagged.create(tmp / "lx", np.int32, 2, codec="raw") as w:
+        w.append(recs)
+    with Ragged.open(tmp / "lx") as ours, LxRagged.open(tmp / "lx") as theirs:
+        assert train_dict(ours) == lx_train_dict(theirs)
+
+
+def test_train_dict_refuses_object_arrays():
+    # An object array's bytes are pointers: no dictionary is trained on them.
+    pointers = [np.array([object(), object()], dtype=object)] * 100
+    for source in (pointers, iter(pointers), np.array(pointers)):
+        with pytest.raises(ValueError, match="object arrays"):
+            train_dict(source, "fast")
+    with pytest.raises(ValueError, match="object arrays"):
+        train_dict([np.arange(4)] * 50 + [np.array([1, "a"], dtype=object)], "fast")
 
 
 def test_train_dict_sources_and_tiers(tmp):
@@ -485,7 +626,7 @@ HOLD_LX_WRITER = """
 HOLD_ZT_WRITER = """
     import sys, numpy as np
     from zt.zrecord import Dense
-    w = Dense.create(sys.argv[1], np.uint8, (2,))
+    w = Dense.create(sys.argv[1], np.uint8, (2,), layout="loaderx-2.3")
     w.append(np.ones((3, 2), np.uint8)); print("ready", flush=True); sys.stdin.read(); w.close()
 """
 

@@ -10,8 +10,9 @@ pub enum Error {
     /// A batch must hold at least one index.
     #[error("batch_size must be in 1..2^64-1, got 0")]
     ZeroBatchSize,
-    /// A mode number that is not SEQUENTIAL (0), IID (1) or CYCLIC (2).
-    #[error("mode must be SEQUENTIAL (0), IID (1) or CYCLIC (2), got {0}")]
+    /// A mode number that is not SEQUENTIAL (0), IID (1), CYCLIC (2) or
+    /// LOADERX_IID (3).
+    #[error("mode must be SEQUENTIAL (0), IID (1), CYCLIC (2) or LOADERX_IID (3), got {0}")]
     UnknownMode(u64),
     /// Sharding over zero ranks.
     #[error("world_size must be at least 1, got 0")]

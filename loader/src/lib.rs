@@ -40,6 +40,20 @@
 //!   splitmix64 hash of `(seed, step, position)`; rejected words are replaced
 //!   by words of the same position under derived keys, so no position ever
 //!   depends on another.
+//! * [`Mode::LoaderxIid`]: uniform with replacement, loaderx 2.8's own
+//!   stream (its `Sampler.Mode.IID`): the same construction keyed by the
+//!   stream position `step * B + i` (128-bit) instead of `(step, i)`, so a
+//!   position's draw does not depend on the batch size. Equal to loaderx
+//!   2.8.19's at every step, for every length, batch size and seed.
+//!
+//! ## Compatibility with loaderx 2.8.19
+//!
+//! loaderx 2.8's sampler is stateless (`fill_{sequential,iid,cyclic}(length,
+//! B, seed, step, out)`). SEQUENTIAL and CYCLIC equal its streams at every
+//! step `0..=u64::MAX` for every length and batch size up to `2^64 - 1` (it
+//! computes SEQUENTIAL in 128 bits, as zloader does); its IID stream is
+//! [`Mode::LoaderxIid`]. Only past step `u64::MAX` do they part: zloader's
+//! counter wraps to 0, loaderx 2.8 raises `OverflowError`.
 //!
 //! ## Compatibility with loaderx 2.3.8
 //!
@@ -65,9 +79,10 @@
 //!   Feistel half-width is at most 32 bits, its multiplications are intended
 //!   to wrap), so every step `0..=u64::MAX` agrees, for every length up to
 //!   `2^64 - 1`.
-//! * IID is deliberately *not* loaderx's stream: loaderx draws from one
-//!   stateful `Sfc64` generator (so its `seek` replays `step * B` draws);
-//!   zloader's IID is counter-based. Both are uniform and unbiased.
+//! * IID is deliberately *not* loaderx 2.3.8's stream: loaderx 2.3.8 draws
+//!   from one stateful `Sfc64` generator (so its `seek` replays `step * B`
+//!   draws); zloader's IID (and LOADERX_IID) are counter-based. All are
+//!   uniform and unbiased.
 //! * `length < B`: SEQUENTIAL and IID return `B` indices (repeats), CYCLIC
 //!   returns `length` — as loaderx's Python `next()` does.
 //!

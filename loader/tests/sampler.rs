@@ -224,7 +224,7 @@ fn extreme_steps_and_lengths() {
     assert_eq!(batch.len(), 3);
     assert!(batch.iter().all(|&v| v < 3));
     assert_eq!(short.step(), 0, "the step counter wraps after u64::MAX");
-    for mode in [Mode::Sequential, Mode::Iid, Mode::Cyclic] {
+    for mode in [Mode::Sequential, Mode::Iid, Mode::Cyclic, Mode::LoaderxIid] {
         let plan = Plan::new(u64::MAX, u64::MAX, mode, 5)
             .unwrap()
             .shard(7, u64::MAX)
@@ -247,9 +247,12 @@ fn extreme_steps_and_lengths() {
 /// uniform generator.
 #[test]
 fn iid_is_uniform() {
-    for (length, seed) in [(1000u64, 42u64), (1000, 7), (1000, u64::MAX)] {
+    for (mode, length, seed) in [Mode::Iid, Mode::LoaderxIid]
+        .into_iter()
+        .flat_map(|m| [(m, 1000u64, 42u64), (m, 1000, 7), (m, 1000, u64::MAX)])
+    {
         let mut counts = vec![0u64; length as usize];
-        let mut s = Sampler::new(length, 256, Mode::Iid, seed).unwrap();
+        let mut s = Sampler::new(length, 256, mode, seed).unwrap();
         for _ in 0..1000 {
             for &v in s.next() {
                 counts[v as usize] += 1;
@@ -262,7 +265,7 @@ fn iid_is_uniform() {
             .sum();
         assert!(
             (795.3..1233.2).contains(&chi),
-            "seed {seed}: chi-square {chi}"
+            "{mode:?} seed {seed}: chi-square {chi}"
         );
     }
 }
@@ -272,31 +275,80 @@ fn iid_is_uniform() {
 /// pairs, for both kinds of neighbour.
 #[test]
 fn iid_pairs_are_uniform() {
-    let mut along = [[0u64; 16]; 16];
-    let mut across = [[0u64; 16]; 16];
-    let mut s = Sampler::new(16, 128, Mode::Iid, 99).unwrap();
-    let mut previous = s.next().to_vec();
-    for _ in 0..1000 {
-        let b = s.next();
-        for w in b.windows(2) {
-            along[w[0] as usize][w[1] as usize] += 1;
+    for mode in [Mode::Iid, Mode::LoaderxIid] {
+        let mut along = [[0u64; 16]; 16];
+        let mut across = [[0u64; 16]; 16];
+        let mut s = Sampler::new(16, 128, mode, 99).unwrap();
+        let mut previous = s.next().to_vec();
+        for _ in 0..1000 {
+            let b = s.next();
+            for w in b.windows(2) {
+                along[w[0] as usize][w[1] as usize] += 1;
+            }
+            for (&p, &v) in previous.iter().zip(b) {
+                across[p as usize][v as usize] += 1;
+            }
+            previous = b.to_vec();
         }
-        for (&p, &v) in previous.iter().zip(b) {
-            across[p as usize][v as usize] += 1;
+        for cells in [along, across] {
+            let total: u64 = cells.iter().flatten().sum();
+            let e = total as f64 / 256.0;
+            let chi: f64 = cells
+                .iter()
+                .flatten()
+                .map(|&o| (o as f64 - e).powi(2) / e)
+                .sum();
+            // 255 dof: two-sided p = 1e-6 bounds 159.2 .. 381.3 (Wilson-Hilferty).
+            assert!((159.2..381.3).contains(&chi), "{mode:?}: chi-square {chi}");
         }
-        previous = b.to_vec();
     }
-    for cells in [along, across] {
-        let total: u64 = cells.iter().flatten().sum();
-        let e = total as f64 / 256.0;
-        let chi: f64 = cells
-            .iter()
-            .flatten()
-            .map(|&o| (o as f64 - e).powi(2) / e)
-            .sum();
-        // 255 dof: two-sided p = 1e-6 bounds 159.2 .. 381.3 (Wilson-Hilferty).
-        assert!((159.2..381.3).contains(&chi), "chi-square {chi}");
+}
+
+/// loaderx 2.8.19's IID stream, golden values printed by that library
+/// (`loaderx._sampler.fill_iid(length, B, seed, step, out)`); the full
+/// comparison against the installed library is in
+/// `tests/test_loader_sampler.py`. The cases cross 2^64 stream positions
+/// (`step * B` past u64) and the heavy-rejection regime (`n = 2^63 + 1`).
+#[test]
+fn loaderx_iid_matches_loaderx_2_8() {
+    let cases: &[(u64, u64, u64, u64, &[u64])] = &[
+        (10, 4, 42, 0, &[5, 0, 5, 4]),
+        (1000, 5, 7, 12345, &[334, 276, 290, 266, 369]),
+        (
+            u64::MAX,
+            3,
+            3,
+            u64::MAX,
+            &[
+                17393264282107370669,
+                1051412241972993580,
+                13747888778156370558,
+            ],
+        ),
+        (
+            (1 << 63) + 1,
+            4,
+            9,
+            1 << 40,
+            &[
+                6530068859315323850,
+                6187073287053299546,
+                272818468088656958,
+                8609876405167447020,
+            ],
+        ),
+        (1, 2, 0, 5, &[0, 0]),
+    ];
+    for &(length, batch, seed, step, want) in cases {
+        let mut s = Sampler::new(length, batch, Mode::LoaderxIid, seed).unwrap();
+        s.seek(step);
+        assert_eq!(s.next(), want, "{length} {batch} {seed} {step}");
     }
+    // A position's draw does not depend on the batch size.
+    let mut a = Sampler::new(1000, 4, Mode::LoaderxIid, 1).unwrap();
+    let mut b = Sampler::new(1000, 8, Mode::LoaderxIid, 1).unwrap();
+    let twice: Vec<u64> = [a.next().to_vec(), a.next().to_vec()].concat();
+    assert_eq!(b.next(), twice);
 }
 
 #[test]
@@ -309,7 +361,8 @@ fn errors_are_exact() {
         Sampler::new(4, 0, Mode::Iid, 0).unwrap_err(),
         Error::ZeroBatchSize
     );
-    assert_eq!(Mode::try_from(3).unwrap_err(), Error::UnknownMode(3));
+    assert_eq!(Mode::try_from(3).unwrap(), Mode::LoaderxIid);
+    assert_eq!(Mode::try_from(4).unwrap_err(), Error::UnknownMode(4));
     let s = || Sampler::new(100, 12, Mode::Cyclic, 0).unwrap();
     assert_eq!(s().sharded(0, 0).unwrap_err(), Error::ZeroWorldSize);
     assert_eq!(
@@ -367,7 +420,7 @@ fn sharding_keeps_the_step_and_slices_the_batch() {
 
 #[test]
 fn next_into_and_batch_agree_with_next() {
-    for mode in [Mode::Sequential, Mode::Iid, Mode::Cyclic] {
+    for mode in [Mode::Sequential, Mode::Iid, Mode::Cyclic, Mode::LoaderxIid] {
         let mut a = Sampler::new(1000, 32, mode, 9).unwrap();
         let mut b = a.clone();
         let mut out = [0u64; 32];
@@ -382,7 +435,12 @@ fn next_into_and_batch_agree_with_next() {
 }
 
 fn any_mode() -> impl Strategy<Value = Mode> {
-    prop_oneof![Just(Mode::Sequential), Just(Mode::Iid), Just(Mode::Cyclic)]
+    prop_oneof![
+        Just(Mode::Sequential),
+        Just(Mode::Iid),
+        Just(Mode::Cyclic),
+        Just(Mode::LoaderxIid)
+    ]
 }
 
 fn batches(sampler: &mut Sampler, n: usize) -> Vec<Vec<u64>> {

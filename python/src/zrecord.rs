@@ -15,7 +15,7 @@ use pyo3::exceptions::{PyFileNotFoundError, PyIndexError, PyRuntimeError, PyValu
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
 
-use zrecord::{Codec, CreateOptions, Error, Geometry, Reader, Schema, Writer};
+use zrecord::{Codec, CreateOptions, Error, Geometry, Layout, Reader, Schema, Writer};
 
 use crate::batch_pool::{self, Pooled};
 
@@ -31,9 +31,12 @@ fn to_py(e: Error) -> PyErr {
     let message = e.to_string();
     match e {
         Error::NotFound { .. } => PyFileNotFoundError::new_err(message),
-        Error::Invalid { .. } | Error::Schema { .. } | Error::RecordSize { .. } => {
-            PyValueError::new_err(message)
-        }
+        Error::Invalid { .. }
+        | Error::Schema { .. }
+        | Error::SchemaSyntax { .. }
+        | Error::SchemaFields { .. }
+        | Error::DtypeNotInLayout { .. }
+        | Error::RecordSize { .. } => PyValueError::new_err(message),
         Error::OutOfRange { .. } => PyIndexError::new_err(message),
         other => {
             let code = other.code();
@@ -127,6 +130,32 @@ pub struct RecordWriter {
     inner: Mutex<Option<Writer>>,
     codec: Codec,
     data_shards: usize,
+    layout: Layout,
+}
+
+/// The layout for its name (`"loaderx-2.8"` / `"loaderx-2.3"`).
+fn layout_named(name: &str) -> PyResult<Layout> {
+    Layout::from_name(name).ok_or_else(|| {
+        PyValueError::new_err(format!(
+            "unknown layout {name:?}, expected 'loaderx-2.8' or 'loaderx-2.3'"
+        ))
+    })
+}
+
+/// The dtype text for a schema in `layout`, from NumPy's `dtype.str` and
+/// `dtype.name`: loaderx 2.8 names its types (`"int32"`, `"bfloat16"`), and
+/// holds one only in native (little-endian) order and at its size (`">i4"`
+/// is also named `"int32"`); loaderx 2.3 writes `dtype.str`.
+fn schema_dtype<'a>(layout: Layout, typestr: &'a str, name: &'a str) -> &'a str {
+    let size = zrecord::schema::itemsize;
+    let named = !typestr.starts_with('>')
+        && zrecord::schema::LOADERX28_DTYPES
+            .iter()
+            .any(|&(n, t)| n == name && size(t) == size(typestr));
+    match layout {
+        Layout::Loaderx28 if named => name,
+        _ => typestr,
+    }
 }
 
 impl RecordWriter {
@@ -147,29 +176,35 @@ impl RecordWriter {
 
 #[pymethods]
 impl RecordWriter {
-    /// Start a store. Exactly one of `item_shape` (Dense) or `ndim` (Ragged).
+    /// Start a store. Exactly one of `item_shape` (Dense) or `ndim` (Ragged);
+    /// `dtype` and `dtype_name` are NumPy's `dtype.str` and `dtype.name`;
+    /// `layout` is `"loaderx-2.8"` or `"loaderx-2.3"`.
     #[staticmethod]
-    #[pyo3(signature = (path, dtype, item_shape, ndim, codec, data_shards, dict_bytes, level = None))]
+    #[pyo3(signature = (path, dtype, dtype_name, item_shape, ndim, codec, data_shards, dict_bytes, level = None, layout = "loaderx-2.8"))]
     #[allow(clippy::too_many_arguments)]
     fn create(
         py: Python<'_>,
         path: PathBuf,
         dtype: &str,
+        dtype_name: &str,
         item_shape: Option<Vec<u64>>,
         ndim: Option<usize>,
         codec: &str,
         data_shards: usize,
         dict_bytes: Option<Vec<u8>>,
         level: Option<i32>,
+        layout: &str,
     ) -> PyResult<Self> {
         let codec = Codec::from_name(codec)
             .ok_or_else(|| PyValueError::new_err(format!("unknown codec {codec:?}")))?;
-        let schema = match (item_shape, ndim) {
-            (Some(shape), None) => Schema::dense(dtype, &shape),
-            (None, Some(ndim)) => Schema::ragged(dtype, ndim),
+        let layout = layout_named(layout)?;
+        let geometry = match (item_shape, ndim) {
+            (Some(item_shape), None) => Geometry::Dense { item_shape },
+            (None, Some(ndim)) => Geometry::Ragged { ndim },
             _ => return Err(PyValueError::new_err("give item_shape or ndim")),
-        }
-        .map_err(to_py)?;
+        };
+        let schema = Schema::new(layout, schema_dtype(layout, dtype, dtype_name), geometry)
+            .map_err(to_py)?;
         let options = CreateOptions {
             codec,
             data_shards,
@@ -183,6 +218,7 @@ impl RecordWriter {
             inner: Mutex::new(Some(writer)),
             codec,
             data_shards,
+            layout,
         })
     }
 
@@ -280,6 +316,12 @@ impl RecordWriter {
         self.data_shards
     }
 
+    /// The layout name (`"loaderx-2.8"` or `"loaderx-2.3"`).
+    #[getter]
+    fn layout(&self) -> &'static str {
+        self.layout.name()
+    }
+
     /// True once closed or discarded.
     #[getter]
     fn closed(&self) -> bool {
@@ -333,7 +375,8 @@ impl RecordReader {
         })
     }
 
-    /// `(dtype, ndim, item_shape or None)`.
+    /// `(dtype, ndim, item_shape or None)`; `dtype` as the schema spells it
+    /// (a loaderx 2.8 name such as `"bfloat16"`, or a `dtype.str`).
     fn schema(&self) -> PyResult<(String, usize, Option<Vec<u64>>)> {
         let r = self.get()?;
         let s = r.schema();
@@ -341,7 +384,14 @@ impl RecordReader {
             Geometry::Dense { item_shape } => Some(item_shape.clone()),
             Geometry::Ragged { .. } => None,
         };
-        Ok((s.dtype.clone(), s.ndim(), shape))
+        Ok((s.dtype_name.clone(), s.ndim(), shape))
+    }
+
+    /// The layout name (`"loaderx-2.8"` or `"loaderx-2.3"`), told from the
+    /// schema's encoding.
+    #[getter]
+    fn layout(&self) -> PyResult<&'static str> {
+        Ok(self.get()?.schema().layout.name())
     }
 
     /// Number of records.

@@ -22,13 +22,18 @@ Modes (loaderx's names and values):
   batch_size`` positions that do not fill a batch (a different set each
   cycle). With fewer records than one batch, each step returns all
   ``length`` records.
+* ``LOADERX_IID`` (3, a zt extension): uniform with replacement, loaderx
+  2.8's own IID stream, so a run moved from loaderx 2.8 (where it is
+  ``Sampler.Mode.IID``) resumes on the same indices.
 
-SEQUENTIAL and CYCLIC produce exactly loaderx 2.3.8's index streams for the
-same ``(length, batch_size, seed)``, except where loaderx's 64-bit arithmetic
-wraps (SEQUENTIAL with ``step * batch_size >= 2**64`` or ``length +
-batch_size > 2**64``), where zt computes the exact value, and after step
-``2**64 - 1``, where zt's step counter wraps to 0. IID is not loaderx's
-stream: it is counter-based so that seeking costs nothing.
+SEQUENTIAL and CYCLIC produce exactly loaderx 2.8.19's index streams for the
+same ``(length, batch_size, seed)`` at every step below ``2**64``, and
+loaderx 2.3.8's except where 2.3.8's 64-bit arithmetic wraps (SEQUENTIAL with
+``step * batch_size >= 2**64`` or ``length + batch_size > 2**64``), where zt
+and 2.8 compute the exact value. After step ``2**64 - 1`` zt's step counter
+wraps to 0 (loaderx 2.8 raises ``OverflowError``). zt's IID is its own
+counter-based stream (loaderx 2.3.8's is a stateful generator, 2.8's is
+``LOADERX_IID``).
 
 Sharding: with ``rank``/``world_size`` (default: the ``RANK`` and
 ``WORLD_SIZE`` environment variables torchrun sets, else 0 and 1), every
@@ -53,22 +58,25 @@ from . import _zt
 
 _frombuffer = np.frombuffer
 
-__all__ = ["CYCLIC", "IID", "SEQUENTIAL", "DataLoader", "Mode", "Sampler"]
+__all__ = ["CYCLIC", "IID", "LOADERX_IID", "SEQUENTIAL", "DataLoader", "Mode", "Sampler"]
 
 _U64_MAX = (1 << 64) - 1
 
 
 class Mode(enum.IntEnum):
-    """Sampling modes, numbered as loaderx numbers them."""
+    """Sampling modes, numbered as loaderx numbers them (LOADERX_IID, loaderx
+    2.8's IID stream, is zt's)."""
 
     SEQUENTIAL = 0
     IID = 1
     CYCLIC = 2
+    LOADERX_IID = 3
 
 
 SEQUENTIAL = Mode.SEQUENTIAL
 IID = Mode.IID
 CYCLIC = Mode.CYCLIC
+LOADERX_IID = Mode.LOADERX_IID
 
 
 def _u64(name: str, value: Any, low: int) -> int:
@@ -123,7 +131,9 @@ class Sampler:
         try:
             mode = Mode(operator.index(mode))
         except (TypeError, ValueError):
-            raise ValueError(f"mode must be SEQUENTIAL (0), IID (1) or CYCLIC (2), got {mode!r}") from None
+            raise ValueError(
+                f"mode must be SEQUENTIAL (0), IID (1), CYCLIC (2) or LOADERX_IID (3), got {mode!r}"
+            ) from None
         seed = _u64("seed", seed, 0)
         rank = _from_env("rank", rank, "RANK", 0)
         world_size = _from_env("world_size", world_size, "WORLD_SIZE", 1)

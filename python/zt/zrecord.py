@@ -1,9 +1,24 @@
-"""Dense and Ragged record stores on the loaderx 2.3 layout, loaderx-shaped.
+"""Dense and Ragged record stores in loaderx's on-disk format, loaderx-shaped.
 
 A store is an ordered, immutable sequence of records with ids ``0..N-1`` in
 append order. ``create`` returns an append-only container, ``open`` a
-read-only one; ``close`` publishes a created store. Stores move freely
-between zt and loaderx 2.3 (same bytes on disk).
+read-only one; ``close`` publishes a created store.
+
+Two layouts, as two loaderx releases write them; ``open`` tells them apart
+from the bytes, ``create`` writes either:
+
+* ``layout="loaderx-2.8"`` (the default; loaderx 2.8.19, the current
+  release): a JSON schema (``{"dtype": "int32", "item_shape": [12]}``) and
+  u32 Ragged shape prefixes. Holds loaderx 2.8's twenty native-order dtypes
+  (bool, (u)int8..64, float16/32/64, bfloat16, the float8 types,
+  complex64/128).
+* ``layout="loaderx-2.3"`` (loaderx 2.3.8): a MsgPack schema with
+  ``dtype.str`` and u64 Ragged shape prefixes; any fixed-size dtype
+  (non-native byte order, strings, datetimes).
+
+Each opens in the loaderx release whose layout it has, byte for byte the
+store that release builds from the same records; neither loaderx release
+opens the other's stores.
 
 >>> import numpy as np
 >>> from zt.zrecord import Dense
@@ -30,14 +45,18 @@ import numpy as np
 from . import _zt
 from ._zt import ZrecordError
 
-__all__ = ["DICT_TIERS", "Dense", "Ragged", "ZrecordError", "train_dict"]
+__all__ = ["DEFAULT_LAYOUT", "DICT_TIERS", "LAYOUTS", "Dense", "Ragged", "ZrecordError", "train_dict"]
 
 CODECS = ("raw", "zstd", "zstd_dict")
 MAX_DATA_SHARDS = 255
 MAX_RECORD_LEN = 1 << 31
 MAX_SCHEMA_LEN = 4096 - (16 + 255 * 8)
 DICT_TIERS = {name: {"dict_bytes": d, "sample_budget": s} for name, (d, s) in _zt.dict_tiers().items()}
-DEFAULT_TIER = "balanced"
+# loaderx 2.3.8 and 2.8.19 both train one 32 KiB dictionary on at most 4 MiB
+# of samples: tier "fast", byte for byte the same dictionary.
+DEFAULT_TIER = "fast"
+LAYOUTS = ("loaderx-2.8", "loaderx-2.3")
+DEFAULT_LAYOUT = "loaderx-2.8"
 
 _NUMPY_MAX_NDIMS = 64 if int(np.__version__.split(".", 1)[0]) >= 2 else 32
 _MAX_INTP = np.iinfo(np.intp).max
@@ -121,6 +140,23 @@ def _address(array: np.ndarray) -> int:
     return array.__array_interface__["data"][0]
 
 
+def _schema_dtype(name: str) -> np.dtype:
+    """The dtype a schema names: NumPy's (``"<i4"``, ``"int32"``) or one of
+    ml_dtypes' (``"bfloat16"``, ``"float8_e4m3fn"``), which loaderx 2.8 uses."""
+    try:
+        return np.dtype(name)
+    except TypeError:
+        import ml_dtypes  # noqa: F401  (registers its type names with numpy)
+
+        return np.dtype(name)
+
+
+def _check_layout(layout):
+    if layout not in LAYOUTS:
+        raise ValueError(f"unknown layout {layout!r}, expected one of {list(LAYOUTS)}")
+    return layout
+
+
 class _Base:
     """Lifecycle, indexing and schema common to both geometries."""
 
@@ -135,7 +171,8 @@ class _Base:
         self._reader = _zt.RecordReader.open(os.fspath(self.path), dense)
         try:
             dtype, ndim, item_shape = self._reader.schema()
-            self.dtype = _validate_dtype(np.dtype(dtype))
+            self.dtype = _validate_dtype(_schema_dtype(dtype))
+            self.layout = self._reader.layout
             self.ndim = ndim
             if dense:
                 self.item_shape = tuple(item_shape)
@@ -146,8 +183,9 @@ class _Base:
             self._reader.close()
             raise
 
-    def _create(self, path, dtype, item_shape, ndim, codec, dict_bytes, data_shards, level):
+    def _create(self, path, dtype, item_shape, ndim, codec, dict_bytes, data_shards, level, layout):
         dict_bytes = _check_codec(codec, dict_bytes)
+        self.layout = _check_layout(layout)
         self.path = Path(path)
         self.dtype = _validate_dtype(np.dtype(dtype))
         self.codec = codec
@@ -166,12 +204,14 @@ class _Base:
         self._writer = _zt.RecordWriter.create(
             os.fspath(self.path),
             self.dtype.str,
+            self.dtype.name,
             None if item_shape is None else list(self.item_shape),
             None if item_shape is not None else self.ndim,
             codec,
             self.data_shards,
             dict_bytes,
             level,
+            self.layout,
         )
 
     # -- lifecycle ----------------------------------------------------------
@@ -277,12 +317,16 @@ class Dense(_Base):
         return self
 
     @classmethod
-    def create(cls, path, dtype, item_shape, *, codec="raw", dict_bytes=None, data_shards=4, level=None):
+    def create(
+        cls, path, dtype, item_shape, *, codec="raw", dict_bytes=None, data_shards=4, level=None, layout=DEFAULT_LAYOUT
+    ):
         """Create a new append-only dense store with an explicit schema.
         ``level`` overrides the zstd level (default 3 for both codecs, as
-        loaderx 2.3.8 writes; 15 is loaderx 2.3.5's dictionary level)."""
+        loaderx 2.3.8 and 2.8.19 write; 15 is loaderx 2.3.5's dictionary
+        level). ``layout`` is ``"loaderx-2.8"`` (default) or ``"loaderx-2.3"``
+        (see the module docs)."""
         self = cls.__new__(cls)
-        self._create(path, dtype, item_shape, None, codec, dict_bytes, data_shards, level)
+        self._create(path, dtype, item_shape, None, codec, dict_bytes, data_shards, level, layout)
         return self
 
     def append(self, records):
@@ -328,11 +372,13 @@ class Ragged(_Base):
         return self
 
     @classmethod
-    def create(cls, path, dtype, ndim, *, codec="raw", dict_bytes=None, data_shards=4, level=None):
+    def create(
+        cls, path, dtype, ndim, *, codec="raw", dict_bytes=None, data_shards=4, level=None, layout=DEFAULT_LAYOUT
+    ):
         """Create a ragged store with an explicit dtype and record rank
-        (``level`` as in :meth:`Dense.create`)."""
+        (``level`` and ``layout`` as in :meth:`Dense.create`)."""
         self = cls.__new__(cls)
-        self._create(path, dtype, None, ndim, codec, dict_bytes, data_shards, level)
+        self._create(path, dtype, None, ndim, codec, dict_bytes, data_shards, level, layout)
         return self
 
     def append(self, records):
@@ -358,11 +404,10 @@ class Ragged(_Base):
         sizes = np.fromiter([a.nbytes for a in arrays], dtype=np.uint64, count=count)
         if not sizes.all():
             raise ValueError("empty records are not stored — a record must be non-empty")
-        limit = MAX_RECORD_LEN - 8 * self.ndim
-        if int(sizes.max()) > limit:
+        prefix = (4 if self.layout == "loaderx-2.8" else 8) * self.ndim  # the shape prefix
+        if int(sizes.max()) > MAX_RECORD_LEN - prefix:
             raise ValueError(
-                f"encoded record of {int(sizes.max()) + 8 * self.ndim} bytes exceeds the "
-                f"{MAX_RECORD_LEN} byte record limit"
+                f"encoded record of {int(sizes.max()) + prefix} bytes exceeds the {MAX_RECORD_LEN} byte record limit"
             )
         if self.ndim == 1:
             shapes = sizes // np.uint64(self.dtype.itemsize)
@@ -377,11 +422,12 @@ class Ragged(_Base):
             writer.append_ragged_each(_address(addrs), _address(sizes), _address(shapes), count)
             return
         # Small records (tokens): one packed buffer; per-record Python work
-        # would cost more than the copy.
+        # would cost more than the copy. `dtype=` keeps the store's byte
+        # order: np.concatenate would otherwise convert '>i4' to native.
         if self.ndim == 1:
-            values = np.concatenate(arrays) if count > 1 else np.ascontiguousarray(arrays[0])
+            values = np.concatenate(arrays, dtype=self.dtype) if count > 1 else np.ascontiguousarray(arrays[0])
         else:
-            values = np.concatenate([a.reshape(-1) for a in arrays])
+            values = np.concatenate([a.reshape(-1) for a in arrays], dtype=self.dtype)
         writer.append_ragged((_address(values), values.nbytes), _address(sizes), _address(shapes), count)
 
     def gather_packed(self, idxs):
@@ -446,7 +492,15 @@ def _pack_samples(source, budget):
         source = source[idx]
     chunks, sizes, total = [], [], 0
     for record in source:
-        b = bytes(record) if isinstance(record, (bytes, bytearray)) else np.ascontiguousarray(record).tobytes()
+        if isinstance(record, (bytes, bytearray)):
+            b = bytes(record)
+        else:
+            array = np.asarray(record)
+            # An object array's bytes are pointers: training on them would
+            # make a dictionary of addresses.
+            if array.dtype.hasobject:
+                raise ValueError("object arrays cannot train a zstd dictionary")
+            b = np.ascontiguousarray(array).tobytes()
         if not b:
             raise ValueError("zero-byte records cannot train a zstd dictionary")
         if len(b) > budget - total:
@@ -466,7 +520,8 @@ def _pack_samples(source, budget):
 def train_dict(source, tier=None, *, path=None):
     """Train a zstd dictionary for ``codec="zstd_dict"`` on ``source``: an
     ndarray of records, an opened Dense/Ragged store or an iterable of
-    records. ``tier`` is one of :data:`DICT_TIERS` (default ``"balanced"``);
+    records. ``tier`` is one of :data:`DICT_TIERS` (default ``"fast"``: the
+    32 KiB dictionary loaderx 2.3.8 and 2.8.19 train, byte for byte);
     ``path`` also writes the dictionary to a file."""
     tier = DEFAULT_TIER if tier is None else tier
     if tier not in DICT_TIERS:

@@ -1,5 +1,6 @@
-//! Codecs: raw, zstd (level 3) and zstd with a trained dictionary (level
-//! 15, as loaderx 2.3). Every record is its own zstd frame, written with
+//! Codecs: raw, zstd (level 3) and zstd with a trained dictionary (level 3,
+//! as loaderx 2.3.8 and 2.8.19; 15 on request, as loaderx 2.3.5). Every
+//! record is its own zstd frame, written with
 //! `ZSTD_compress2` semantics so frames match loaderx's byte for byte, and
 //! decoded straight into the caller's buffer. Compression contexts are kept
 //! one per thread; dictionaries are digested once and shared.
@@ -12,9 +13,8 @@ use crate::error::{Error, Result};
 
 /// zstd level of the plain zstd codec.
 pub const ZSTD_LEVEL: i32 = 3;
-/// Default zstd level of the dictionary codec: 3, what the reference
-/// loaderx 2.3.8 (and 2.4) writes, so a default build is byte-for-byte
-/// loaderx's. loaderx 2.3.5 used 15 (a few percent smaller, ~20x slower to
+/// Default zstd level of the dictionary codec: 3, what loaderx 2.3.8, 2.4
+/// and 2.8.19 write, so a default build is byte-for-byte loaderx's. loaderx 2.3.5 used 15 (a few percent smaller, ~20x slower to
 /// write); pass that level to [`Encoder::new`] to get it. Readers need no
 /// level.
 pub const DICT_LEVEL: i32 = 3;
@@ -73,7 +73,10 @@ pub struct DictTier {
     pub sample_budget: usize,
 }
 
-/// loaderx 2.3's dictionary tiers; `balanced` is the default.
+/// loaderx 2.3.5's dictionary tiers. loaderx 2.3.8 and 2.8.19 train one
+/// fixed dictionary, `fast`'s (32 KiB on at most 4 MiB of samples), and so
+/// does zt's Python `train_dict` by default: the same zstd 1.5.7 trainer on
+/// the same samples gives the same bytes.
 pub const DICT_TIERS: [DictTier; 3] = [
     DictTier {
         name: "fast",

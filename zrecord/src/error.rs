@@ -8,6 +8,8 @@
 use std::io;
 use std::path::PathBuf;
 
+use crate::schema::Layout;
+
 /// Result alias used across the crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -145,7 +147,43 @@ pub enum Error {
         /// The store directory.
         path: PathBuf,
     },
-    /// The MsgPack schema does not decode or does not fit the geometry.
+    /// The schema bytes do not parse in the encoding their first byte
+    /// announces (loaderx 2.8's JSON or loaderx 2.3's MsgPack).
+    #[error("{path}: invalid schema: not a {layout} schema: {reason}")]
+    SchemaSyntax {
+        /// `meta.zr`.
+        path: PathBuf,
+        /// The layout the schema's first byte announces.
+        layout: Layout,
+        /// Where parsing failed.
+        reason: &'static str,
+    },
+    /// The schema's fields are not exactly those of the geometry the caller
+    /// opens (a Dense store opened as Ragged, or a foreign field).
+    #[error("{path}: invalid {geometry} schema fields, expected {expected:?}, found {found:?} ({layout})")]
+    SchemaFields {
+        /// `meta.zr`.
+        path: PathBuf,
+        /// The schema's layout.
+        layout: Layout,
+        /// `"dense"` or `"ragged"`: what the caller expected.
+        geometry: &'static str,
+        /// The fields that geometry has in that layout.
+        expected: &'static [&'static str],
+        /// The fields the schema has.
+        found: Vec<String>,
+    },
+    /// A dtype the chosen layout cannot hold: loaderx 2.8 stores hold only
+    /// its twenty native-order types (`zrecord::schema::LOADERX28_DTYPES`).
+    #[error("dtype {dtype:?} cannot be stored in a {layout} store (loaderx 2.8 holds bool, (u)int8..64, float16/32/64, bfloat16, the float8 types and complex64/128, native byte order); create the store with the loaderx-2.3 layout to keep it")]
+    DtypeNotInLayout {
+        /// The dtype asked for.
+        dtype: String,
+        /// The layout.
+        layout: Layout,
+    },
+    /// A schema field holds a value its geometry cannot have (a dtype that
+    /// is not a string or not a type, a rank out of range, a shape too large).
     #[error("{path}: invalid schema: {reason}")]
     Schema {
         /// `meta.zr` (empty when validating a schema on its own).

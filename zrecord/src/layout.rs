@@ -1,4 +1,5 @@
-//! The loaderx 2.3 on-disk layout of `meta.zr`, byte for byte.
+//! The on-disk layout of `meta.zr`, byte for byte, as loaderx 2.3 and 2.8
+//! both write it.
 //!
 //! ```text
 //! 0..8       length        u64   published record count
@@ -7,9 +8,15 @@
 //! 11         codec         u8    0 raw, 1 zstd, 2 zstd_dict
 //! 12..16     reserved      [u8; 4], zero
 //! 16..2056   255 x u64 tails: committed end of data_s.zr; slots >= S are zero
-//! 2056..4096 MsgPack schema (schema_length bytes, the rest zero)
+//! 2056..4096 schema (schema_length bytes, the rest zero): loaderx 2.8's JSON
+//!            or loaderx 2.3's MsgPack (crate::schema)
 //! 4096+16*i  RecordLoc[i] = { offset u64, phys_length u32, logic_length u32 }
 //! ```
+//!
+//! Nothing else in the page differs between the releases (checked against
+//! stores built by loaderx 2.3.8 and 2.8.19 from the same records: the
+//! header, tails and RecordLocs are identical, only the schema bytes and
+//! their length differ).
 //!
 //! loaderx writes these `extern struct`s in host byte order; every platform
 //! it ships for is little-endian, so zrecord reads and writes little-endian
@@ -28,7 +35,7 @@ pub const HEADER: usize = 16;
 pub const MAX_SHARDS: usize = 255;
 /// Where the tail slots start.
 pub const TAILS_AT: usize = HEADER;
-/// Where the MsgPack schema starts.
+/// Where the schema starts.
 pub const SCHEMA_AT: usize = TAILS_AT + MAX_SHARDS * 8;
 /// Most bytes the schema may take.
 pub const MAX_SCHEMA: usize = PAGE - SCHEMA_AT;
@@ -48,7 +55,7 @@ pub struct Header {
     pub codec: Codec,
     /// Committed end of each active shard (`data_shards` entries).
     pub tails: Vec<u64>,
-    /// The MsgPack schema bytes.
+    /// The schema bytes (JSON or MsgPack; see [`crate::schema`]).
     pub schema: Vec<u8>,
 }
 

@@ -1,9 +1,14 @@
-//! Dense and Ragged record stores on the loaderx 2.3 on-disk layout.
+//! Dense and Ragged record stores in loaderx's on-disk format.
 //!
 //! A store is a directory: `meta.zr` (a 4096-byte header page and a table
 //! of 16-byte RecordLocs), `data_0.zr … data_{S-1}.zr` (record `i` in shard
-//! `i % S`) and, for dictionary stores, `dict.zr`. Stores built here open in
-//! loaderx 2.3 and the other way round; see [`layout`] for the bytes.
+//! `i % S`) and, for dictionary stores, `dict.zr`; see [`layout`] for the
+//! bytes. Two loaderx releases wrote two [`Layout`]s of it, which differ only
+//! in the schema's encoding and in the width of a Ragged record's shape
+//! prefix ([`schema`]): loaderx 2.8 (the current release, JSON, u32; the
+//! default here) and loaderx 2.3 (MsgPack, u64). Neither loaderx release
+//! opens the other's stores; [`Reader`] opens both (told from the bytes), and
+//! [`Writer`] builds either, byte for byte the store that release builds.
 //!
 //! What differs from loaderx is the engine: builds are published atomically
 //! ([`Writer::close`] renames a finished build onto the destination; a
@@ -35,7 +40,9 @@
 pub mod codec;
 pub mod error;
 mod fsio;
+mod json;
 pub mod layout;
+mod msgpack;
 pub mod reader;
 pub mod schema;
 pub mod writer;
@@ -43,5 +50,5 @@ pub mod writer;
 pub use codec::{train_dict, Codec, DictTier, DICT_TIERS};
 pub use error::{Error, Result};
 pub use reader::{RaggedBatch, Reader};
-pub use schema::{Geometry, Schema};
+pub use schema::{Geometry, Layout, Schema};
 pub use writer::{CreateOptions, Writer};

@@ -405,7 +405,7 @@ impl Reader {
             Geometry::Dense { .. } => return Err(Error::invalid("gather_ragged on a dense store")),
         };
         self.check_indices(idxs)?;
-        let prefix = ndim * 8;
+        let prefix = self.schema.shape_prefix_bytes();
         let mut offsets = Vec::with_capacity(idxs.len() + 1);
         offsets.push(0u64);
         let mut total = 0u64;
@@ -464,7 +464,8 @@ impl Reader {
         ndim: usize,
     ) -> Result<()> {
         let base = offsets[0];
-        let prefix = ndim * 8;
+        let dim_bytes = self.schema.layout.dim_bytes();
+        let prefix = ndim * dim_bytes;
         let mut scratch = Vec::new();
         for (j, &i) in idxs.iter().enumerate() {
             let (loc, frame) = self.frame(i)?;
@@ -482,8 +483,11 @@ impl Reader {
                 &scratch
             };
             let shape = &mut shapes[j * ndim..(j + 1) * ndim];
-            for (d, b) in shape.iter_mut().zip(record[..prefix].chunks_exact(8)) {
-                *d = u64::from_le_bytes(b.try_into().expect("8 bytes"));
+            for (d, b) in shape
+                .iter_mut()
+                .zip(record[..prefix].chunks_exact(dim_bytes))
+            {
+                *d = b.iter().rev().fold(0u64, |a, &x| (a << 8) | u64::from(x));
             }
             let payload = &record[prefix..];
             let elements = shape.iter().try_fold(1u64, |a, &d| a.checked_mul(d));

@@ -21,7 +21,7 @@ use crate::codec::{Codec, Encoder};
 use crate::error::{Error, Result};
 use crate::fsio::{try_lock, write_all_vectored_at};
 use crate::layout::{loc_table_end, Header, RecordLoc, LOC, MAX_RECORD, MAX_SHARDS, PAGE};
-use crate::schema::{Geometry, Schema};
+use crate::schema::{Geometry, Layout, Schema};
 
 /// Most records encoded and written per window (one RecordLoc write each).
 const WINDOW_RECORDS: usize = 32768;
@@ -335,11 +335,21 @@ impl Writer {
                 )));
             }
         }
-        let prefixes: Vec<u8> = shapes.iter().flat_map(|d| d.to_le_bytes()).collect();
+        // A record past the 2^31-byte limit is refused by `append` before
+        // anything is written; within it, each dimension is at most the
+        // record's byte count (every other one is at least 1, as the payload
+        // is not empty), so it fits the u32 of a loaderx 2.8 prefix.
+        let prefixes: Vec<u8> = match self.schema.layout {
+            Layout::Loaderx28 => shapes
+                .iter()
+                .flat_map(|&d| (d as u32).to_le_bytes())
+                .collect(),
+            Layout::Loaderx23 => shapes.iter().flat_map(|d| d.to_le_bytes()).collect(),
+        };
         self.append(&Batch::Ragged {
             payloads,
             prefixes: &prefixes,
-            prefix: ndim * 8,
+            prefix: self.schema.shape_prefix_bytes(),
         })
     }
 

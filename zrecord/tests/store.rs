@@ -5,7 +5,7 @@ use std::fs::{self, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use zrecord::{train_dict, Codec, CreateOptions, Error, Reader, Schema, Writer};
+use zrecord::{train_dict, Codec, CreateOptions, Error, Geometry, Layout, Reader, Schema, Writer};
 
 fn rows(n: usize, width: usize, seed: u64) -> Vec<u8> {
     // Compressible but not constant, so zstd frames differ per record.
@@ -71,7 +71,10 @@ fn dense_round_trip_every_codec_and_shard_count() {
 #[test]
 fn ragged_round_trip_every_codec_and_shard_count() {
     let dir = tempfile::tempdir().unwrap();
-    for codec in [Codec::Raw, Codec::Zstd, Codec::ZstdDict] {
+    for (layout, codec) in [Layout::Loaderx28, Layout::Loaderx23]
+        .into_iter()
+        .flat_map(|l| [Codec::Raw, Codec::Zstd, Codec::ZstdDict].map(|c| (l, c)))
+    {
         for shards in [1, 3, 4] {
             let n = 600;
             let mut payloads = Vec::new();
@@ -83,8 +86,8 @@ fn ragged_round_trip_every_codec_and_shard_count() {
             }
             let refs: Vec<&[u8]> = payloads.iter().map(|p| p.as_slice()).collect();
             let sample: Vec<u8> = payloads.concat();
-            let path = dir.path().join(format!("r-{codec:?}-{shards}"));
-            let schema = Schema::ragged("<i4", 2).unwrap();
+            let path = dir.path().join(format!("r-{layout}-{codec:?}-{shards}"));
+            let schema = Schema::new(layout, "<i4", Geometry::Ragged { ndim: 2 }).unwrap();
             let mut opts = options(codec, shards, &sample, 4);
             if codec == Codec::ZstdDict {
                 let sizes: Vec<usize> = payloads.iter().map(|p| p.len()).collect();
@@ -94,6 +97,7 @@ fn ragged_round_trip_every_codec_and_shard_count() {
             w.append_ragged(&refs, &shapes).unwrap();
             w.close().unwrap();
             let r = Reader::open(&path, false).unwrap();
+            assert_eq!(r.schema(), &schema);
             let idxs: Vec<u64> = (0..n as u64).rev().collect();
             let got = r.gather_ragged(&idxs).unwrap();
             for (j, &i) in idxs.iter().enumerate() {
@@ -104,7 +108,8 @@ fn ragged_round_trip_every_codec_and_shard_count() {
             }
             assert_eq!(
                 r.record_lengths(&[0]).unwrap(),
-                vec![16 + payloads[0].len() as u64]
+                // The shape prefix: two u32 (loaderx 2.8) or two u64 (2.3).
+                vec![2 * layout.dim_bytes() as u64 + payloads[0].len() as u64]
             );
         }
     }
@@ -116,7 +121,7 @@ fn schema_geometry_must_match() {
     let (path, _) = dense_store(dir.path(), Codec::Raw, 2, 10);
     assert!(matches!(
         Reader::open(&path, false),
-        Err(Error::Schema { .. })
+        Err(Error::SchemaFields { .. })
     ));
     assert!(Reader::open_any(&path).is_ok());
 }
@@ -392,8 +397,42 @@ fn dictionary_presence_must_match_codec() {
 
 #[test]
 fn bad_schema_bytes() {
+    // Not a MsgPack map, so read as loaderx 2.8's JSON, which it is not.
     let e = corrupt(|p| poke(p, 2056, &[0xc1]));
-    assert!(matches!(e, Error::Schema { .. }), "{e:?}");
+    assert!(
+        matches!(
+            e,
+            Error::SchemaSyntax {
+                layout: Layout::Loaderx28,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    // A MsgPack map (loaderx 2.3) cut short.
+    let e = corrupt(|p| {
+        let schema = Schema::new(
+            Layout::Loaderx23,
+            "|u1",
+            Geometry::Dense {
+                item_shape: vec![3, 6, 5],
+            },
+        )
+        .unwrap()
+        .encode();
+        poke(p, 8, &(schema.len() as u16 - 1).to_le_bytes());
+        poke(p, 2056, &schema[..schema.len() - 1]);
+    });
+    assert!(
+        matches!(
+            e,
+            Error::SchemaSyntax {
+                layout: Layout::Loaderx23,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
 }
 
 #[test]
@@ -480,7 +519,7 @@ fn meta_page_parser_rejects_garbage_without_panicking() {
     assert_eq!((h.length, h.data_shards, h.codec), (0, 1, Codec::Raw));
     assert!(matches!(
         Schema::decode(&h.schema, true, path),
-        Err(Error::Schema { .. })
+        Err(Error::SchemaFields { .. })
     ));
 }
 

@@ -21,6 +21,9 @@
 //!
 //! Rejection happens with probability `(2^64 mod n) / 2^64 < n / 2^64`, so it
 //! is never hit for realistic `n` and costs one predictable branch per draw.
+//!
+//! [`loaderx`] is loaderx 2.8's own counter-based IID stream
+//! ([`super::Mode::LoaderxIid`]), for runs moved from loaderx.
 
 use super::shuffle::finalize;
 
@@ -94,6 +97,55 @@ fn below_slow(key: u64, c: u64, n: u64, mut m: u128) -> u64 {
     (m >> 64) as u64
 }
 
+/// Multiplier that separates loaderx 2.8's rejection attempts (the same
+/// constant as its Feistel round key).
+const LOADERX_ATTEMPT: u64 = 0xD1B5_4A32_D192_ED03;
+
+/// loaderx 2.8's IID stream (`loaderx._sampler.fill_iid`, 2.8.19), read
+/// from its compiled code and checked against it value for value: the draw
+/// at stream position `p = step * B + i` (a 128-bit product, so nothing
+/// wraps) hashes the position's low 64 bits under a key made of the seed and
+/// the high 64 bits, and redraws at the same position (attempt `a` XORs
+/// `a * LOADERX_ATTEMPT` into the hashed word) while Lemire's low half is
+/// below `2^64 mod n`:
+///
+/// ```text
+/// key  = finalize(seed ^ hi(p) * GOLDEN)
+/// x_a  = finalize((lo(p) * GOLDEN ^ key) ^ a * 0xD1B54A32D192ED03)
+/// draw = hi(x_a * n) for the first a with lo(x_a * n) >= 2^64 mod n
+/// ```
+///
+/// Unlike zt's [`below`], a position depends only on `p`, not on the batch
+/// size: a run at batch size 2B reads the same indices as one at B.
+pub(crate) mod loaderx {
+    use super::{finalize, GOLDEN, LOADERX_ATTEMPT};
+
+    /// The key of the positions whose high 64 bits are `hi`.
+    #[inline]
+    pub(crate) fn key(seed: u64, hi: u64) -> u64 {
+        finalize(seed ^ hi.wrapping_mul(GOLDEN))
+    }
+
+    /// `2^64 mod n` (`n >= 1`): Lemire's rejection threshold.
+    pub(crate) fn threshold(n: u64) -> u64 {
+        n.wrapping_neg() % n
+    }
+
+    /// The draw from `[0, n)` at the position whose low 64 bits are `lo`.
+    #[inline(always)]
+    pub(crate) fn below(key: u64, lo: u64, n: u64, threshold: u64) -> u64 {
+        let base = lo.wrapping_mul(GOLDEN) ^ key;
+        let mut attempt = 0u64;
+        loop {
+            let m = u128::from(finalize(base ^ attempt)) * u128::from(n);
+            if (m as u64) >= threshold {
+                return (m >> 64) as u64;
+            }
+            attempt = attempt.wrapping_add(LOADERX_ATTEMPT);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -144,6 +196,22 @@ mod tests {
             chi(&biased) > 1000.0,
             "the bias probe lost its power: {biased:?}"
         );
+    }
+
+    /// Rejection at a position redraws at that position only, and the
+    /// draws stay in range and unbiased in the heavy-rejection regime.
+    #[test]
+    fn loaderx_draws_stay_in_range_and_reject_in_place() {
+        for n in [1, 2, 3, 1000, (1 << 63) + 1, u64::MAX] {
+            let (k, t) = (loaderx::key(9, 0), loaderx::threshold(n));
+            assert!((0..2000).all(|lo| loaderx::below(k, lo, n, t) < n), "n={n}");
+        }
+        let n = (1u64 << 63) + 1; // about half of the words are rejected
+        let (k, t) = (loaderx::key(3, 0), loaderx::threshold(n));
+        let upper = (0..1000)
+            .filter(|&lo| loaderx::below(k, lo, n, t) >= n / 2)
+            .count();
+        assert!((400..600).contains(&upper), "{upper}");
     }
 
     /// The retry keys are used (n just above 2^63 rejects about half the

@@ -28,6 +28,12 @@ pub enum Mode {
     /// `[0, length)` in order, one batch at a time, and drops the
     /// `length mod batch_size` positions that do not fill a batch.
     Cyclic = 2,
+    /// Independent uniform draws with replacement, as loaderx 2.8 draws
+    /// them: the same index stream as loaderx 2.8.19's `Sampler.Mode.IID`
+    /// for every length, batch size, seed and step, so a run moved from
+    /// loaderx 2.8 keeps its data order. A zt extension numbered after
+    /// loaderx's three modes (loaderx calls this stream IID = 1).
+    LoaderxIid = 3,
 }
 
 impl Mode {
@@ -37,6 +43,7 @@ impl Mode {
             Mode::Sequential => "SEQUENTIAL",
             Mode::Iid => "IID",
             Mode::Cyclic => "CYCLIC",
+            Mode::LoaderxIid => "LOADERX_IID",
         }
     }
 }
@@ -44,12 +51,14 @@ impl Mode {
 impl TryFrom<u64> for Mode {
     type Error = Error;
 
-    /// loaderx's numbering: SEQUENTIAL = 0, IID = 1, CYCLIC = 2.
+    /// loaderx's numbering: SEQUENTIAL = 0, IID = 1, CYCLIC = 2; and
+    /// LOADERX_IID = 3.
     fn try_from(value: u64) -> Result<Mode> {
         match value {
             0 => Ok(Mode::Sequential),
             1 => Ok(Mode::Iid),
             2 => Ok(Mode::Cyclic),
+            3 => Ok(Mode::LoaderxIid),
             other => Err(Error::UnknownMode(other)),
         }
     }
@@ -76,6 +85,8 @@ pub struct Plan {
     steps_per_cycle: u64,
     /// IID: the per-seed key every step key derives from.
     iid_key: u64,
+    /// LOADERX_IID: `2^64 mod length`, Lemire's rejection threshold.
+    iid_threshold: u64,
 }
 
 impl Plan {
@@ -90,7 +101,7 @@ impl Plan {
         }
         let global_len = match mode {
             Mode::Cyclic => batch_size.min(length),
-            Mode::Sequential | Mode::Iid => batch_size,
+            Mode::Sequential | Mode::Iid | Mode::LoaderxIid => batch_size,
         };
         // loaderx: usable_len = floor(length / B) * B (or length when
         // length < B), steps_per_cycle = max(usable_len / B, 1), which is
@@ -108,6 +119,7 @@ impl Plan {
             local_start: 0,
             steps_per_cycle,
             iid_key: iid::seed_key(seed),
+            iid_threshold: iid::loaderx::threshold(length),
         })
     }
 
@@ -211,6 +223,7 @@ impl Plan {
             Mode::Sequential => self.fill_sequential(step, out),
             Mode::Iid => self.fill_iid(step, out),
             Mode::Cyclic => self.fill_cyclic(step, out),
+            Mode::LoaderxIid => self.fill_loaderx_iid(step, out),
         }
         Ok(())
     }
@@ -238,6 +251,22 @@ impl Plan {
         for slot in out.iter_mut() {
             *slot = iid::below(key, counter, self.length);
             counter = iid::next_counter(counter);
+        }
+    }
+
+    /// loaderx 2.8's draws at stream positions `step * B + local_start + j`
+    /// (128-bit: `(2^64 - 1)^2 + 2^64` still fits, so nothing wraps).
+    fn fill_loaderx_iid(&self, step: u64, out: &mut [u64]) {
+        let first = u128::from(step) * u128::from(self.batch_size) + u128::from(self.local_start);
+        let (mut hi, mut lo) = ((first >> 64) as u64, first as u64);
+        let mut key = iid::loaderx::key(self.seed, hi);
+        for slot in out.iter_mut() {
+            *slot = iid::loaderx::below(key, lo, self.length, self.iid_threshold);
+            lo = lo.wrapping_add(1);
+            if lo == 0 {
+                hi += 1; // first + j < 2^128, so the high half cannot overflow
+                key = iid::loaderx::key(self.seed, hi);
+            }
         }
     }
 
