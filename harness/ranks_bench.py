@@ -438,14 +438,24 @@ FEATURES = {
     "equal batches per rank without padding": probe_equal,
     "order independent of the worker count": probe_workers,
 }
-# The tests that prove zt's cells in the project's own suite, beside the probes here.
+# The tests in the project's own suite that prove zt's cells, beside the probes here.
 ZT_TESTS = {
-    "resume mid-epoch": "tests/test_loader_dataloader.py::test_resume_gives_identical_sequence",
-    "resume with a changed world size (2 → 1 ranks, global batch kept)": (
-        "tests/torch/test_ranks.py::test_elastic_resume_over_world_sizes_2_4_1_3_equals_the_uninterrupted_run"
-    ),
-    "equal batches per rank without padding": "tests/torch/test_ranks.py::test_every_mode_and_stream_kind_matches_one_process",
-    "order independent of the worker count": "tests/test_loader_dataloader.py::test_order_equals_sampler_for_any_worker_count",
+    "resume mid-epoch": [
+        "tests/test_loader_dataloader.py::test_resume_gives_identical_sequence",
+        "tests/torch/test_ranks.py::test_a_lost_rank_fails_the_others_fast_and_a_restart_resumes",
+    ],
+    "resume with a changed world size (2 → 1 ranks, global batch kept)": [
+        "tests/torch/test_ranks.py::test_elastic_resume_over_world_sizes_2_4_1_3_equals_the_uninterrupted_run",
+        "tests/test_loader_elastic.py::test_resume_on_another_world_size_continues_the_global_stream",
+    ],
+    "equal batches per rank without padding": [
+        "tests/torch/test_ranks.py::test_every_mode_and_stream_kind_matches_one_process",
+        "tests/test_loader_sampler.py::test_cyclic_covers_each_cycle",
+    ],
+    "order independent of the worker count": [
+        "tests/test_loader_dataloader.py::test_order_equals_sampler_for_any_worker_count",
+        "tests/torch/test_torch_loader.py::test_iterable_dataset_in_torch_workers_yields_each_step_once_in_order",
+    ],
 }
 
 
@@ -466,7 +476,8 @@ def features(python: str, paths: dict, cases: list[str]) -> str:
     head = "| feature | " + " | ".join(MODULE[c] for c in CASES) + " | zt's test |"
     lines = [head, "|" + "---|" * (len(CASES) + 2)]
     for feature, cells in rows:
-        lines.append(f"| {feature} | " + " | ".join(cells) + f" | `{ZT_TESTS[feature]}` |")
+        tests = "<br>".join(f"`{t}`" for t in ZT_TESTS[feature])
+        lines.append(f"| {feature} | " + " | ".join(cells) + f" | {tests} |")
     return "\n".join(lines)
 
 
@@ -491,6 +502,7 @@ def run(records: int, batches: int, runs: int, warmup: int = 5, batch: int = 128
     importable = {c: _importable(python, MODULE[c]) for c in CASES}
     cases = [c for c in CASES if importable[c]]
     paths = prepare(records, python)
+    ran_with = ", ".join(f"{k} {v}" for k, v in peer_versions(python).items())
     results = []
     samples = {w: {c: [] for c in CASES} for w in (1, 2)}
     lats = {w: {c: [] for c in CASES} for w in (1, 2)}
@@ -534,8 +546,9 @@ def run(records: int, batches: int, runs: int, warmup: int = 5, batch: int = 128
                 samples[world],
                 peer=fastest,
                 extra=extra,
-                modules=["zt", "numpy", "torch", "mosaicml-streaming", "litdata", "psutil"],
+                modules=["zt", "torch"],
                 notes=[
+                    f"Every rank ran in {venv_note}: {ran_with} (the machine line below is the parent's).",
                     "Time per run is one rank's time for the timed batches; every rank of every run is a "
                     "sample. Every batch is checked: each image carries its label in its first 8 bytes.",
                     f"Ratios are against the fastest peer at this world size ({fastest}).",
@@ -547,7 +560,8 @@ def run(records: int, batches: int, runs: int, warmup: int = 5, batch: int = 128
     return results
 
 
-def _save_features(table: str, python: str, venv_note: str, probe_records: int) -> None:
+def peer_versions(python: str) -> dict:
+    """The versions the ranks ran with (the peer venv's, not this process's)."""
     versions = subprocess.run(
         [
             python,
@@ -560,9 +574,13 @@ def _save_features(table: str, python: str, venv_note: str, probe_records: int) 
         text=True,
     )
     try:
-        v = json.loads(versions.stdout.strip().splitlines()[-1])
+        return json.loads(versions.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
-        v = {}
+        return {}
+
+
+def _save_features(table: str, python: str, venv_note: str, probe_records: int) -> None:
+    v = peer_versions(python)
     md = (
         "## Across ranks: what each loader does (every cell is a probe that ran)\n\n"
         f"Probes over {probe_records:,} records (uint8[3,64,64] + label), written in each loader's own format; "

@@ -93,7 +93,7 @@ def progress(job: dict, streams: dict, rank: int) -> None:
         for _ in range(job["steps"]):
             step = dl.step
             mine = _samples(next(dl))
-            log.write(json.dumps({"step": step, "samples": mine}) + "\n")
+            log.write(json.dumps({"step": step, "time": time.time(), "samples": mine}) + "\n")
             log.flush()
             if rank == 0:
                 _write_atomic(job["state_out"], dl.state_dict())

@@ -175,7 +175,9 @@ def test_a_lost_rank_fails_the_others_fast_and_a_restart_resumes(stores, tmp_pat
     runs out). Either way rank 0 exits non-zero with RankFailure naming the
     step, and a one-process restart from rank 0's last saved state
     continues the same global stream."""
-    mode, health = "CYCLIC", 4.0
+    # The timeout leaves room for a loaded 2-core machine (other processes
+    # can stall a healthy rank for seconds); a killed rank fails at once anyway.
+    mode, health = "CYCLIC", 10.0
     log, state = tmp_path / "log", tmp_path / "state.json"
     log.mkdir()
     spec = tmp_path / "spec.json"
@@ -184,8 +186,9 @@ def test_a_lost_rank_fails_the_others_fast_and_a_restart_resumes(stores, tmp_pat
         r0, r1 = _start_ranks(group, how, 2, spec, free_port())
         _wait_for_step(log / "rank1.jsonl", 6, time.monotonic() + 120, [r0, r1])
         r1.proc.send_signal(signal.SIGKILL if how == "killed" else signal.SIGSTOP)
-        bound = 15 if how == "killed" else health + 15
+        bound = 15 if how == "killed" else health + 20
         rc, took = _wait_exit(r0, bound)
+        print(f"{how}: rank 0 exited {took:.1f} s after rank 1 was lost")  # shown with -s / -rP
         err = r0.stderr_path.read_text()
         assert rc != 0, r0.output()
         assert "RankFailure" in err and "health check before step" in err, r0.output()

@@ -177,3 +177,18 @@ def test_arguments_are_checked(streams):
     assert ztt.RankFailure.__module__ == "zt.torch"
     assert len(dense_rows()) == len(ragged_records())
     assert CYCLIC == Mode.CYCLIC
+
+
+def test_readme_torch_example(tmp_path, monkeypatch):
+    """The README's torch example (its ```python torch block), run as written."""
+    import re
+
+    from conftest import ROOT
+
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)
+    blocks = re.findall(r"```python torch\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S)
+    assert blocks, "README has no torch example"
+    for code in blocks:
+        exec(compile(code, "README.md", "exec"), {"__name__": "readme"})
