@@ -94,7 +94,7 @@ COMPARISONS = {
         loader_bench.header,
     ),
     "ranks": (
-        dict(records=4096, batches=40, runs=1, probe_records=1001),
+        dict(records=4096, batches=40, runs=1, probes=False),
         dict(records=32768, batches=200, runs=3, probe_records=1001),
         ranks_bench.run,
         ranks_bench.header,

@@ -497,7 +497,17 @@ def _epoch_child(spec: dict) -> dict:
 # -- the comparison ------------------------------------------------------------------------
 
 
-def run(records: int, batches: int, runs: int, warmup: int = 5, batch: int = 128, probe_records: int = 1001):
+def run(
+    records: int,
+    batches: int,
+    runs: int,
+    warmup: int = 5,
+    batch: int = 128,
+    probe_records: int = 1001,
+    probes: bool = True,
+):
+    """The timing tables; with `probes`, also results/ranks-features.md
+    (about two dozen more launches, so --quick leaves it out)."""
     python, venv_note = peer_python()
     importable = {c: _importable(python, MODULE[c]) for c in CASES}
     cases = [c for c in CASES if importable[c]]
@@ -555,8 +565,9 @@ def run(records: int, batches: int, runs: int, warmup: int = 5, batch: int = 128
                 ],
             )
         )
-    table = features(python, prepare(probe_records, python), cases)
-    _save_features(table, python, venv_note, probe_records)
+    if probes:
+        table = features(python, prepare(probe_records, python), cases)
+        _save_features(table, python, venv_note, probe_records)
     return results
 
 
