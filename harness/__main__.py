@@ -16,6 +16,7 @@ import time
 from . import (
     common,
     loader_bench,
+    ranks_bench,
     read_bench,
     read_formats,
     read_gguf,
@@ -91,6 +92,12 @@ COMPARISONS = {
         dict(records=2500, batches=200, runs=5),
         loader_bench.run,
         loader_bench.header,
+    ),
+    "ranks": (
+        dict(records=4096, batches=40, runs=1, probes=False),
+        dict(records=32768, batches=200, runs=3, probe_records=1001),
+        ranks_bench.run,
+        ranks_bench.header,
     ),
     "stores": (
         dict(vision=48, tokens=4096, ragged=4096, runs=2, write_rounds=1, batches=4),

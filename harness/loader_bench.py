@@ -155,7 +155,9 @@ def _child(case: str, paths: dict, batch: int, workers: int, warmup: int, batche
         from zt.zrecord import Dense
 
         image, label = Dense.open(paths["image28"]), Dense.open(paths["label28"])
-        loader = DataLoader({"image": image, "label": label}, batch, CYCLIC, seed=42, workers=workers, prefetch=4)
+        loader = DataLoader(
+            {"image": image, "label": label}, batch_size=batch, mode=CYCLIC, seed=42, workers=workers, prefetch=4
+        )
         first_idx = Sampler(len(image), batch, CYCLIC, seed=42, rank=0, world_size=1).next()
         first_ref = image[first_idx]
         get = loader.__next__

@@ -66,7 +66,9 @@ def test_order_equals_sampler_for_any_worker_count(streams, mode):
     sampler = Sampler(N, 32, mode, seed=7, rank=0, world_size=1)
     expected = [sampler.next() for _ in range(20)]
     for workers in (1, 2, 4):
-        with DataLoader(streams, 32, mode, seed=7, workers=workers, prefetch=3, rank=0, world_size=1) as dl:
+        with DataLoader(
+            streams, batch_size=32, mode=mode, seed=7, workers=workers, prefetch=3, rank=0, world_size=1
+        ) as dl:
             got = [_ids(b) for b in _take(dl, 20)]
         for e, g in zip(expected, got):
             np.testing.assert_array_equal(g, e)
@@ -74,7 +76,7 @@ def test_order_equals_sampler_for_any_worker_count(streams, mode):
 
 def test_batches_equal_direct_gather(streams):
     sampler = Sampler(N, 16, CYCLIC, seed=3, rank=0, world_size=1)
-    with DataLoader(streams, 16, CYCLIC, seed=3, workers=2, rank=0, world_size=1) as dl:
+    with DataLoader(streams, batch_size=16, mode=CYCLIC, seed=3, workers=2, rank=0, world_size=1) as dl:
         for _ in range(15):
             idxs = sampler.next()
             batch = next(dl)
@@ -89,7 +91,7 @@ def test_batches_equal_direct_gather(streams):
 
 def test_packed_ragged_form(streams):
     sampler = Sampler(N, 16, CYCLIC, seed=3, rank=0, world_size=1)
-    with DataLoader(streams, 16, CYCLIC, seed=3, workers=2, rank=0, world_size=1, packed=True) as dl:
+    with DataLoader(streams, batch_size=16, mode=CYCLIC, seed=3, workers=2, rank=0, world_size=1, packed=True) as dl:
         for _ in range(5):
             values, offsets, shapes = next(dl)["tokens"]
             want = streams["tokens"].gather_packed(sampler.next())
@@ -99,19 +101,19 @@ def test_packed_ragged_form(streams):
 
 
 def test_resume_gives_identical_sequence(streams):
-    with DataLoader(streams, 24, CYCLIC, seed=11, workers=3, rank=0, world_size=1) as dl:
+    with DataLoader(streams, batch_size=24, mode=CYCLIC, seed=11, workers=3, rank=0, world_size=1) as dl:
         run = [_ids(b) for b in _take(dl, 30)]
-    with DataLoader(streams, 24, CYCLIC, seed=11, workers=2, rank=0, world_size=1) as dl:
+    with DataLoader(streams, batch_size=24, mode=CYCLIC, seed=11, workers=2, rank=0, world_size=1) as dl:
         _take(dl, 12)
         state = dl.state_dict()
-        assert state["step"] == 12
+        assert state["global_step"] == 12 and state["global_batch_size"] == 24
     # A fresh process would rebuild the loader and load the state.
-    with DataLoader(streams, 24, CYCLIC, seed=11, workers=4, rank=0, world_size=1) as dl:
+    with DataLoader(streams, batch_size=24, mode=CYCLIC, seed=11, workers=4, rank=0, world_size=1) as dl:
         dl.load_state_dict(state)
         resumed = [_ids(b) for b in _take(dl, 18)]
         dl.seek(5)
         sought = [_ids(b) for b in _take(dl, 3)]
-    with DataLoader(streams, 24, CYCLIC, seed=11, workers=1, rank=0, world_size=1, start_step=20) as dl:
+    with DataLoader(streams, batch_size=24, mode=CYCLIC, seed=11, workers=1, rank=0, world_size=1, start_step=20) as dl:
         started = [_ids(b) for b in _take(dl, 5)]
     for a, b in zip(run[12:], resumed):
         np.testing.assert_array_equal(a, b)
@@ -122,9 +124,9 @@ def test_resume_gives_identical_sequence(streams):
 
 
 def test_load_state_dict_refuses_other_settings(streams):
-    with DataLoader(streams, 24, CYCLIC, seed=11, workers=1, rank=0, world_size=1) as dl:
+    with DataLoader(streams, batch_size=24, mode=CYCLIC, seed=11, workers=1, rank=0, world_size=1) as dl:
         state = dl.state_dict()
-    with DataLoader(streams, 24, CYCLIC, seed=12, workers=1, rank=0, world_size=1) as dl:
+    with DataLoader(streams, batch_size=24, mode=CYCLIC, seed=12, workers=1, rank=0, world_size=1) as dl:
         with pytest.raises(ValueError, match="different settings"):
             dl.load_state_dict(state)
 
@@ -152,7 +154,9 @@ def test_transform_runs_on_workers_and_keeps_order(streams):
         return {"sum": int(batch["image"].sum()), "ids": batch["image"][:, 0, 0].copy()}
 
     sampler = Sampler(N, 16, IID, seed=9, rank=0, world_size=1)
-    with DataLoader(streams, 16, IID, seed=9, workers=3, transform=transform, rank=0, world_size=1) as dl:
+    with DataLoader(
+        streams, batch_size=16, mode=IID, seed=9, workers=3, transform=transform, rank=0, world_size=1
+    ) as dl:
         for _ in range(12):
             out = next(dl)
             np.testing.assert_array_equal(out["ids"], sampler.next())
@@ -173,7 +177,7 @@ def test_transform_error_reaches_consumer_with_traceback(streams):
     sampler = Sampler(N, 8, SEQUENTIAL, seed=0, rank=0, world_size=1)
     FAIL_ID = int(sampler.batch(3)[0])
     with DataLoader(
-        streams, 8, SEQUENTIAL, seed=0, workers=4, transform=_fails_at_step_three, rank=0, world_size=1
+        streams, batch_size=8, mode=SEQUENTIAL, seed=0, workers=4, transform=_fails_at_step_three, rank=0, world_size=1
     ) as dl:
         _take(dl, 3)
         with pytest.raises(KeyError, match="boom in transform") as info:
@@ -196,7 +200,10 @@ def test_corrupt_record_surfaces_at_its_step(tmp_path):
     with open(path / "data_0.zr", "r+b") as f:
         f.seek(offset)
         f.write(b"\xff" * phys)
-    with Dense.open(path) as ds, DataLoader({"x": ds}, 4, SEQUENTIAL, workers=2, rank=0, world_size=1) as dl:
+    with (
+        Dense.open(path) as ds,
+        DataLoader({"x": ds}, batch_size=4, mode=SEQUENTIAL, workers=2, rank=0, world_size=1) as dl,
+    ):
         np.testing.assert_array_equal(next(dl)["x"], rows[0:4])
         np.testing.assert_array_equal(next(dl)["x"], rows[4:8])
         with pytest.raises(ZrecordError) as info:
@@ -212,7 +219,7 @@ def test_close_from_another_thread_wakes_consumer(streams):
         time.sleep(0.05)
         return batch
 
-    dl = DataLoader(streams, 64, CYCLIC, workers=2, prefetch=2, transform=slow, rank=0, world_size=1)
+    dl = DataLoader(streams, batch_size=64, mode=CYCLIC, workers=2, prefetch=2, transform=slow, rank=0, world_size=1)
     next(dl)
     timer = threading.Timer(0.1, dl.close)
     timer.start()
@@ -227,7 +234,7 @@ def test_close_from_another_thread_wakes_consumer(streams):
 
 def test_close_under_load_without_transform(streams):
     for _ in range(5):
-        dl = DataLoader(streams, 64, IID, workers=4, prefetch=4, rank=0, world_size=1)
+        dl = DataLoader(streams, batch_size=64, mode=IID, workers=4, prefetch=4, rank=0, world_size=1)
         kept = next(dl)
         closer = threading.Thread(target=dl.close)
         closer.start()
@@ -245,7 +252,7 @@ def test_close_from_transform(streams):
             holder["dl"].close()
         return batch
 
-    dl = DataLoader(streams, 16, SEQUENTIAL, workers=3, transform=closing, rank=0, world_size=1)
+    dl = DataLoader(streams, batch_size=16, mode=SEQUENTIAL, workers=3, transform=closing, rank=0, world_size=1)
     holder["dl"] = dl
     next(dl)
     holder["go"] = True
@@ -258,7 +265,9 @@ def test_close_from_transform(streams):
 
 def test_memory_bounded_with_slow_consumer(streams):
     workers, prefetch = 3, 2
-    with DataLoader(streams, 32, CYCLIC, workers=workers, prefetch=prefetch, rank=0, world_size=1) as dl:
+    with DataLoader(
+        streams, batch_size=32, mode=CYCLIC, workers=workers, prefetch=prefetch, rank=0, world_size=1
+    ) as dl:
         for _ in range(15):
             batch = next(dl)
             time.sleep(0.02)  # the workers run ahead as far as they may
@@ -269,7 +278,7 @@ def test_memory_bounded_with_slow_consumer(streams):
 
 
 def test_dense_buffers_are_reused_not_leaked(streams):
-    with DataLoader(streams, 32, CYCLIC, workers=2, prefetch=2, rank=0, world_size=1) as dl:
+    with DataLoader(streams, batch_size=32, mode=CYCLIC, workers=2, prefetch=2, rank=0, world_size=1) as dl:
         for _ in range(50):
             next(dl)
         gc.collect()

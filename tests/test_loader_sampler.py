@@ -281,7 +281,15 @@ def test_state_dict_resumes_exactly() -> None:
     for _ in range(123):
         a.next()
     state = a.state_dict()
-    assert state == {"length": 5000, "batch_size": 64, "mode": 2, "seed": 5, "step": 123}
+    assert state == {
+        "version": 2,
+        "global_step": 123,
+        "global_batch_size": 64,
+        "length": 5000,
+        "mode": 2,
+        "seed": 5,
+        "samples_seen": 123 * 64,
+    }
     json.dumps(state)  # checkpoint-friendly
     b = Sampler(5000, 64, CYCLIC, 5, rank=0, world_size=1)
     b.load_state_dict(state)
@@ -289,8 +297,14 @@ def test_state_dict_resumes_exactly() -> None:
         assert (a.next() == b.next()).all()
     with pytest.raises(ValueError, match="seed: saved 5, here 6"):
         Sampler(5000, 64, CYCLIC, 6, rank=0, world_size=1).load_state_dict(state)
+    with pytest.raises(KeyError, match="global_step"):
+        b.load_state_dict({k: v for k, v in state.items() if k != "global_step"})
+    # The first format (before elastic resume) still loads.
+    old = {"length": 5000, "batch_size": 64, "mode": 2, "seed": 5, "step": 40}
+    b.load_state_dict(old)
+    assert b.step == 40
     with pytest.raises(KeyError, match="step"):
-        b.load_state_dict({k: v for k, v in state.items() if k != "step"})
+        b.load_state_dict({k: v for k, v in old.items() if k != "step"})
 
 
 def test_next_returns_fresh_arrays_or_fills_out() -> None:
@@ -385,9 +399,10 @@ def test_arguments_and_errors() -> None:
         Sampler(10.0, 4, IID)
     with pytest.raises(ValueError, match="step must be in 0..2"):
         Sampler(10, 4, IID).seek(-1)
-    with pytest.raises(ValueError, match="does not split evenly over world_size 5"):
+    with pytest.raises(ValueError, match="does not split evenly over world_size 5") as info:
         Sampler(100, 12, CYCLIC, rank=0, world_size=5)
-    with pytest.raises(ValueError, match="length must be divisible by world_size"):
+    assert "batch_size divisible by 5 (e.g. 10 or 15)" in str(info.value)  # the fix, named
+    with pytest.raises(ValueError, match=r"length\) must be divisible by world_size"):
         Sampler(7, 12, CYCLIC, rank=0, world_size=2)  # the global batch is 7 records
     with pytest.raises(ValueError, match="rank must be in 0..3, got 3"):
         Sampler(100, 12, CYCLIC, rank=3, world_size=3)

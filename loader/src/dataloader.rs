@@ -11,6 +11,11 @@
 //!   takes exactly `next`, so the output is the same for any number of
 //!   workers, and restarting at step `k` ([`DataLoader::new`] with
 //!   `start_step = k`) gives exactly the batches a run reaching `k` saw.
+//! * **Striding.** With `step_stride = n` the loader delivers steps `start,
+//!   start + n, start + 2n, ...`: `n` loaders started at `start + i` (`i <
+//!   n`) split one run's steps between them with no overlap. This is how
+//!   each of torch's `DataLoader` worker processes takes its own share of the
+//!   steps, so that torch's round-robin over the workers yields them in order.
 //! * **Buffers.** Dense columns are taken from a per-stream free-list and go
 //!   back to it when the last user drops them, so a steady run stops
 //!   allocating. [`DataLoader::live_batches`] counts batches whose buffers
@@ -185,22 +190,37 @@ pub struct Config {
     pub prefetch: usize,
     /// The first step delivered.
     pub start_step: u64,
+    /// The distance between delivered steps (>= 1; 1 delivers every step).
+    pub step_stride: u64,
+}
+
+impl Config {
+    /// The step delivered `ordinal`-th (0-based): `start_step + ordinal *
+    /// step_stride`, wrapping like the sampler's step counter.
+    fn step_at(&self, ordinal: u64) -> u64 {
+        self.start_step
+            .wrapping_add(ordinal.wrapping_mul(self.step_stride))
+    }
 }
 
 type Finish<T> = dyn Fn(std::result::Result<Batch, GatherError>) -> T + Send + Sync;
 
+/// Positions in the delivery order are ordinals (0, 1, 2, ...); the step
+/// an ordinal stands for is [`Config::step_at`]. With a stride of 1 the two
+/// differ only by `start_step`.
 struct State<T> {
-    /// The step the consumer receives next.
+    /// The ordinal the consumer receives next.
     next: u64,
-    /// Finished steps not yet delivered.
+    /// Finished ordinals not yet delivered.
     done: BTreeMap<u64, T>,
     closed: bool,
 }
 
 struct Shared<T> {
     streams: Vec<Stream>,
-    plan: Plan,
+    config: Config,
     prefetch: u64,
+    /// The next ordinal a worker claims.
     claim: AtomicU64,
     state: Mutex<State<T>>,
     /// Signalled when step `next` is finished, or on close.
@@ -269,6 +289,9 @@ impl<T: Send + 'static> DataLoader<T> {
         if config.prefetch == 0 {
             return Err(Error::ZeroPrefetch);
         }
+        if config.step_stride == 0 {
+            return Err(Error::ZeroStepStride);
+        }
         let pool = Arc::new(Pool {
             free: streams.iter().map(|_| Mutex::new(Vec::new())).collect(),
             keep: config.prefetch + config.workers,
@@ -277,11 +300,11 @@ impl<T: Send + 'static> DataLoader<T> {
         });
         let shared = Arc::new(Shared {
             streams,
-            plan: config.plan,
+            config,
             prefetch: config.prefetch as u64,
-            claim: AtomicU64::new(config.start_step),
+            claim: AtomicU64::new(0),
             state: Mutex::new(State {
-                next: config.start_step,
+                next: 0,
                 done: BTreeMap::new(),
                 closed: false,
             }),
@@ -326,9 +349,9 @@ impl<T: Send + 'static> DataLoader<T> {
             if st.closed {
                 return None;
             }
-            let step = st.next;
-            if let Some(item) = st.done.remove(&step) {
-                st.next = step.wrapping_add(1);
+            let ordinal = st.next;
+            if let Some(item) = st.done.remove(&ordinal) {
+                st.next = ordinal + 1;
                 sh.space.notify_all();
                 return Some(item);
             }
@@ -338,7 +361,13 @@ impl<T: Send + 'static> DataLoader<T> {
 
     /// The step [`DataLoader::next`] delivers next.
     pub fn position(&self) -> u64 {
-        lock(&self.shared.state).next
+        let next = lock(&self.shared.state).next;
+        self.shared.config.step_at(next)
+    }
+
+    /// The distance between the steps this loader delivers.
+    pub fn step_stride(&self) -> u64 {
+        self.shared.config.step_stride
     }
 
     /// Batches whose buffers are alive now: being gathered, waiting, or
@@ -399,12 +428,15 @@ impl<T: Send + 'static> Drop for DataLoader<T> {
 
 impl<T: Send + 'static> Shared<T> {
     fn work(&self) {
-        let n = self.plan.batch_len() as usize; // addressable: checked by the plan's users
+        let n = self.config.plan.batch_len() as usize; // addressable: checked by the plan's users
         loop {
-            let step = self.claim.fetch_add(1, Ordering::SeqCst);
-            if !self.wait_for_window(step) {
+            // Ordinals count deliveries and never wrap in practice (2^64
+            // batches); the step they stand for wraps like the sampler's.
+            let ordinal = self.claim.fetch_add(1, Ordering::SeqCst);
+            if !self.wait_for_window(ordinal) {
                 return;
             }
+            let step = self.config.step_at(ordinal);
             let mut indices = vec![0u64; n];
             let batch = self.gather(step, &mut indices).map(|columns| Batch {
                 step,
@@ -416,8 +448,8 @@ impl<T: Send + 'static> Shared<T> {
             if st.closed {
                 return; // `item` is dropped here, after the lock is released
             }
-            st.done.insert(step, item);
-            let wake = st.next == step;
+            st.done.insert(ordinal, item);
+            let wake = st.next == ordinal;
             drop(st);
             if wake {
                 self.ready.notify_all();
@@ -425,10 +457,10 @@ impl<T: Send + 'static> Shared<T> {
         }
     }
 
-    /// Wait until `step` is inside the prefetch window; false once closed.
-    fn wait_for_window(&self, step: u64) -> bool {
+    /// Wait until `ordinal` is inside the prefetch window; false once closed.
+    fn wait_for_window(&self, ordinal: u64) -> bool {
         let mut st = lock(&self.state);
-        while !st.closed && step.wrapping_sub(st.next) >= self.prefetch {
+        while !st.closed && ordinal - st.next >= self.prefetch {
             st = self.space.wait(st).unwrap_or_else(|e| e.into_inner());
         }
         !st.closed
@@ -445,7 +477,7 @@ impl<T: Send + 'static> Shared<T> {
             step,
             source,
         };
-        if let Err(e) = self.plan.fill(step, indices) {
+        if let Err(e) = self.config.plan.fill(step, indices) {
             // Cannot happen: the buffer is the plan's own batch length.
             let source = zrecord::Error::Invalid {
                 reason: e.to_string(),

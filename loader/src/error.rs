@@ -82,6 +82,9 @@ pub enum Error {
     /// A DataLoader needs room for at least one batch ahead.
     #[error("prefetch must be positive")]
     ZeroPrefetch,
+    /// Delivering every 0th step is meaningless: the stride must be >= 1.
+    #[error("step_stride must be positive")]
+    ZeroStepStride,
     /// The operating system refused to start a worker thread.
     #[error("could not start a loader thread: {0}")]
     Spawn(String),

@@ -42,6 +42,7 @@ fn config(plan: Plan, workers: usize, prefetch: usize, start_step: u64) -> Confi
         workers,
         prefetch,
         start_step,
+        step_stride: 1,
     }
 }
 
@@ -101,6 +102,39 @@ fn order_matches_plan_for_any_worker_count_and_resume() {
         }
         assert_eq!(run(&reader, plan, 3, 10, 15), expected[10..]);
     }
+}
+
+#[test]
+fn strided_loaders_split_the_steps_between_them() {
+    // Three loaders at strides of 3 from steps 5, 6, 7 (as three torch
+    // workers would run them) deliver exactly steps 5, 6, 7, 8, ... between
+    // them, each step's batch equal to the unstrided run's.
+    let dir = tempfile::tempdir().unwrap();
+    let reader = dense_store(dir.path());
+    let plan = Plan::new(N, 20, Mode::Cyclic, 4).unwrap();
+    let whole = run(&reader, plan, 2, 5, 12);
+    let mut merged = vec![Vec::new(); 12];
+    for offset in 0..3u64 {
+        let dl = DataLoader::plain(
+            stream(&reader),
+            Config {
+                step_stride: 3,
+                ..config(plan, 2, 2, 5 + offset)
+            },
+        )
+        .unwrap();
+        assert_eq!(dl.step_stride(), 3);
+        for k in 0..4u64 {
+            let step = 5 + offset + 3 * k;
+            assert_eq!(dl.position(), step);
+            let b = dl.next().unwrap().unwrap();
+            assert_eq!(b.step, step);
+            merged[(step - 5) as usize] = ids(&b);
+        }
+        drop(dl.shutdown());
+        dl.join();
+    }
+    assert_eq!(merged, whole);
 }
 
 #[test]
@@ -222,6 +256,14 @@ fn bad_settings_are_refused() {
     assert_eq!(
         err(DataLoader::plain(stream(&reader), config(plan, 1, 0, 0))),
         Error::ZeroPrefetch
+    );
+    let still = Config {
+        step_stride: 0,
+        ..config(plan, 1, 1, 0)
+    };
+    assert_eq!(
+        err(DataLoader::plain(stream(&reader), still)),
+        Error::ZeroStepStride
     );
     let other = Plan::new(N + 1, 20, Mode::Cyclic, 1).unwrap();
     assert!(matches!(

@@ -12,7 +12,6 @@
 //! `__array_interface__`, so a numpy array made from one keeps it (and the
 //! batch's memory) alive for as long as the array lives.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
@@ -21,7 +20,9 @@ use pyo3::types::{PyDict, PyList, PyTuple};
 
 use zloader::dataloader::{BatchLease, Column, Config, DenseColumn};
 use zloader::{Batch, DataLoader, GatherError, Mode, Plan, Stream};
-use zrecord::{Geometry, Reader};
+use zrecord::Geometry;
+
+use crate::zrecord::RecordReader;
 
 /// What a worker hands over: the raw batch (no transform) or the
 /// transform's outcome.
@@ -149,18 +150,56 @@ fn to_py_err(e: zloader::Error) -> PyErr {
 pub struct DataLoaderCore {
     inner: DataLoader<Item>,
     streams: Arc<Vec<Stream>>,
+    /// The settings it was started with, for [`DataLoaderCore::restarted`].
+    config: Config,
+    finish: Option<Py<PyAny>>,
+}
+
+/// Start the workers over already-opened streams.
+fn start(
+    py: Python<'_>,
+    streams: &Arc<Vec<Stream>>,
+    config: Config,
+    finish: Option<&Py<PyAny>>,
+) -> PyResult<DataLoader<Item>> {
+    match finish {
+        None => DataLoader::new(streams.to_vec(), config, Item::Raw),
+        Some(finish) => {
+            let layout = streams.clone();
+            let finish = finish.clone_ref(py);
+            DataLoader::new(streams.to_vec(), config, move |batch| {
+                let step = match &batch {
+                    Ok(b) => b.step,
+                    Err(e) => e.step,
+                };
+                Item::Done(
+                    step,
+                    Python::attach(|py| {
+                        let batch = batch.map_err(|e| gather_error(py, e))?;
+                        let step = batch.step;
+                        let columns = columns_to_py(py, &layout, batch)?;
+                        finish.call1(py, (step, columns))
+                    }),
+                )
+            })
+        }
+    }
+    .map_err(to_py_err)
 }
 
 #[pymethods]
 impl DataLoaderCore {
-    /// Open every stream's store by path and start the workers. Arguments
-    /// are validated by zt/loader.py; the checks here back them up.
+    /// Start the workers over the caller's open readers (`zt._zt.RecordReader`,
+    /// one per name): nothing is reopened, so a store replaced on disk since
+    /// it was opened is not picked up halfway through a run, and starting or
+    /// seeking costs no open-time checks. Arguments are validated by
+    /// zt/loader.py; the checks here back them up.
     #[new]
-    #[pyo3(signature = (paths, names, batch_size, mode, seed, rank, world_size, workers, prefetch, start_step, finish=None))]
+    #[pyo3(signature = (readers, names, batch_size, mode, seed, rank, world_size, workers, prefetch, start_step, step_stride=1, finish=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
-        paths: Vec<PathBuf>,
+        readers: Vec<Py<RecordReader>>,
         names: Vec<String>,
         batch_size: u64,
         mode: u64,
@@ -170,27 +209,22 @@ impl DataLoaderCore {
         workers: usize,
         prefetch: usize,
         start_step: u64,
+        step_stride: u64,
         finish: Option<Py<PyAny>>,
     ) -> PyResult<Self> {
-        if paths.len() != names.len() {
-            return Err(PyValueError::new_err("one name per stream path"));
+        if readers.len() != names.len() {
+            return Err(PyValueError::new_err("one name per stream reader"));
         }
-        let readers = py
-            .detach(|| {
-                paths
-                    .iter()
-                    .map(Reader::open_any)
-                    .collect::<zrecord::Result<Vec<_>>>()
-            })
-            .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
-        let streams: Vec<Stream> = names
+        let streams = names
             .into_iter()
-            .zip(readers)
-            .map(|(name, r)| Stream {
-                name,
-                reader: Arc::new(r),
+            .zip(&readers)
+            .map(|(name, r)| {
+                Ok(Stream {
+                    name,
+                    reader: r.get().get()?,
+                })
             })
-            .collect();
+            .collect::<PyResult<Vec<Stream>>>()?;
         let length = streams.first().map_or(0, |s| s.reader.len());
         let mode = Mode::try_from(mode).map_err(to_py_err)?;
         let plan = Plan::new(length, batch_size, mode, seed)
@@ -204,31 +238,34 @@ impl DataLoaderCore {
             workers,
             prefetch,
             start_step,
+            step_stride,
         };
         let streams = Arc::new(streams);
-        let inner = match finish {
-            None => DataLoader::new(streams.to_vec(), config, Item::Raw),
-            Some(finish) => {
-                let layout = streams.clone();
-                DataLoader::new(streams.to_vec(), config, move |batch| {
-                    let step = match &batch {
-                        Ok(b) => b.step,
-                        Err(e) => e.step,
-                    };
-                    Item::Done(
-                        step,
-                        Python::attach(|py| {
-                            let batch = batch.map_err(|e| gather_error(py, e))?;
-                            let step = batch.step;
-                            let columns = columns_to_py(py, &layout, batch)?;
-                            finish.call1(py, (step, columns))
-                        }),
-                    )
-                })
-            }
-        }
-        .map_err(to_py_err)?;
-        Ok(DataLoaderCore { inner, streams })
+        let inner = start(py, &streams, config, finish.as_ref())?;
+        Ok(DataLoaderCore {
+            inner,
+            streams,
+            config,
+            finish,
+        })
+    }
+
+    /// A new loader over the same readers and settings, delivering from
+    /// `start_step` (what `seek` and `load_state_dict` start). Close this one
+    /// first: both would otherwise gather at once.
+    fn restarted(&self, py: Python<'_>, start_step: u64) -> PyResult<Self> {
+        let config = Config {
+            start_step,
+            ..self.config
+        };
+        let finish = self.finish.as_ref().map(|f| f.clone_ref(py));
+        let inner = start(py, &self.streams, config, finish.as_ref())?;
+        Ok(DataLoaderCore {
+            inner,
+            streams: self.streams.clone(),
+            config,
+            finish,
+        })
     }
 
     /// The next step's `(step, transformed, value)`; `None` once closed.
@@ -251,6 +288,12 @@ impl DataLoaderCore {
     #[getter]
     fn position(&self) -> u64 {
         self.inner.position()
+    }
+
+    /// The distance between delivered steps.
+    #[getter]
+    fn step_stride(&self) -> u64 {
+        self.inner.step_stride()
     }
 
     /// Batches whose buffers are alive (in flight, waiting or held).

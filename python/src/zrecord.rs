@@ -356,7 +356,9 @@ pub struct RecordReader {
 }
 
 impl RecordReader {
-    fn get(&self) -> PyResult<Arc<Reader>> {
+    /// The open reader (shared with the DataLoader, which gathers from it
+    /// without reopening the store).
+    pub(crate) fn get(&self) -> PyResult<Arc<Reader>> {
         let guard = self.inner.read().unwrap_or_else(|e| e.into_inner());
         guard
             .clone()

@@ -35,26 +35,33 @@ wraps to 0 (loaderx 2.8 raises ``OverflowError``). zt's IID is its own
 counter-based stream (loaderx 2.3.8's is a stateful generator, 2.8's is
 ``LOADERX_IID``).
 
-Sharding: with ``rank``/``world_size`` (default: the ``RANK`` and
-``WORLD_SIZE`` environment variables torchrun sets, else 0 and 1), every
-rank computes the same global batch and keeps its own contiguous slice
-``[rank * n, (rank + 1) * n)``, ``n = batch_size // world_size``; the slices
-are disjoint and together are the global batch. A global batch that does not
-split evenly is refused with ``ValueError``.
+Sharding: every rank computes the same global batch and keeps its own
+contiguous slice ``[rank * n, (rank + 1) * n)``, ``n = batch_size //
+world_size``; the slices are disjoint and together are the global batch. The
+rank and world size are the ``rank``/``world_size`` arguments when given,
+else ``torch.distributed``'s when a process group is initialised, else the
+``RANK``/``WORLD_SIZE`` environment variables, else JAX's process index and
+count when ``jax`` is imported, else 0 and 1 (``zt._ranks``). A global batch
+that does not split evenly is refused with ``ValueError`` naming the fix.
+
+Elastic resume: a state dict records the global step and the settings that
+decide the global stream (global batch size, length, mode, seed), never a
+rank's position. A run saved at step ``k`` on ``W`` ranks and resumed on any
+``W'`` that divides the global batch continues the same global sequence: at
+every step the ranks' batches together are the single-process batch.
 """
 
 from __future__ import annotations
 
 import enum
 import operator
-import os
 import threading
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
-from . import _zt
+from . import _ranks, _zt
 
 _frombuffer = np.frombuffer
 
@@ -89,22 +96,6 @@ def _u64(name: str, value: Any, low: int) -> int:
     return value
 
 
-def _from_env(name: str, value: Any, variable: str, default: int) -> int:
-    """An explicit argument, else the launcher's environment variable, else the default."""
-    if value is not None:
-        return _u64(name, value, 0)
-    text = os.environ.get(variable)
-    if text is None or text.strip() == "":
-        return default
-    try:
-        parsed = int(text)
-    except ValueError:
-        raise ValueError(f"{variable}={text!r} in the environment is not an integer") from None
-    if not 0 <= parsed <= _U64_MAX:
-        raise ValueError(f"{variable}={text!r} in the environment is out of range")
-    return parsed
-
-
 class Sampler:
     """Endless stream of index batches over ``[0, length)``.
 
@@ -135,14 +126,16 @@ class Sampler:
                 f"mode must be SEQUENTIAL (0), IID (1), CYCLIC (2) or LOADERX_IID (3), got {mode!r}"
             ) from None
         seed = _u64("seed", seed, 0)
-        rank = _from_env("rank", rank, "RANK", 0)
-        world_size = _from_env("world_size", world_size, "WORLD_SIZE", 1)
-        if world_size < 1:
-            raise ValueError("world_size must be at least 1, got 0")
-        self._native = _zt.Sampler(length, batch_size, int(mode), seed, rank, world_size)
+        ranks = _ranks.discover(rank, world_size)
+        short_cyclic = mode == CYCLIC and length < batch_size
+        global_len = length if short_cyclic else batch_size
+        if global_len % ranks.world_size:
+            raise ValueError(_ranks.uneven_batch_message(global_len, ranks.world_size, ranks.source, short_cyclic))
+        self._native = _zt.Sampler(length, batch_size, int(mode), seed, ranks.rank, ranks.world_size)
         self._config = {"length": length, "batch_size": batch_size, "mode": int(mode), "seed": seed}
-        self._rank = rank
-        self._world_size = world_size
+        self._ranks = ranks
+        self._rank = ranks.rank
+        self._world_size = ranks.world_size
         self._len: int = self._native.batch_len
         self._dtype = np.dtype(np.int64) if length <= 1 << 63 else np.dtype(np.uint64)
         self._shape = (self._len,)
@@ -221,22 +214,24 @@ class Sampler:
         self._native_or_raise().seek(_u64("step", step, 0))
 
     def state_dict(self) -> dict[str, int]:
-        """The step plus the settings that decide the stream. Restore with
-        :meth:`load_state_dict` on a sampler built with the same settings
-        (the rank and world size may differ: the global stream is the same)."""
-        return {**self._config, "step": self.step}
+        """Where the run is, for every rank at once (JSON-friendly):
+        ``global_step`` (the next step), ``global_batch_size``, ``length``,
+        ``mode``, ``seed``, and ``samples_seen`` (``global_step`` times the
+        global batch). No rank's position is in it: resume on any world size
+        (see :meth:`load_state_dict`)."""
+        return _state(self._config, self.step, self.global_batch_len)
 
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        """Resume from :meth:`state_dict`; refuses a state recorded with
-        different settings, which would silently give a different stream."""
-        missing = [k for k in (*self._config, "step") if k not in state]
-        if missing:
-            raise KeyError(f"sampler state lacks {missing}")
-        differ = {k: (state[k], v) for k, v in self._config.items() if state[k] != v}
-        if differ:
-            detail = ", ".join(f"{k}: saved {saved}, here {here}" for k, (saved, here) in differ.items())
-            raise ValueError(f"sampler state was saved with different settings ({detail})")
-        self.seek(state["step"])
+    def load_state_dict(self, state: dict[str, int], *, rebase: bool = False) -> None:
+        """Resume from :meth:`state_dict` (or the older ``{"step", "batch_size",
+        ...}`` form), on any rank and world size.
+
+        A state saved with a different global batch size, seed, mode or
+        length would give a different sample sequence, so it is refused with
+        ``ValueError``. ``rebase=True`` accepts it knowingly: this sampler
+        keeps its own settings and starts at the first step at which at least
+        ``samples_seen`` samples have been drawn under them, a new sequence
+        that covers about as much of the data as the old run had."""
+        self.seek(_resume_step(state, self._config, self.global_batch_len, rebase, "sampler"))
 
     # -- description --------------------------------------------------------------
 
@@ -264,6 +259,18 @@ class Sampler:
     @property
     def world_size(self) -> int:
         return self._world_size
+
+    @property
+    def local_rank(self) -> int:
+        """``LOCAL_RANK`` (torchrun sets it), else :attr:`rank`."""
+        return self._ranks.local_rank
+
+    @property
+    def rank_source(self) -> str:
+        """Where :attr:`rank` and :attr:`world_size` came from: "arguments",
+        "torch.distributed", "environment (RANK/WORLD_SIZE)", "jax" or
+        "default (one process)"."""
+        return self._ranks.source
 
     @property
     def batch_len(self) -> int:
@@ -319,6 +326,68 @@ class Sampler:
             f"<zt.loader.Sampler length={c['length']} batch_size={c['batch_size']} "
             f"mode={Mode(c['mode']).name} seed={c['seed']}{shard} {state}>"
         )
+
+
+# -- state dicts -------------------------------------------------------------------
+
+STATE_VERSION = 2
+_SETTINGS = {"global_batch_size": "batch_size", "length": "length", "mode": "mode", "seed": "seed"}
+
+
+def _state(config: dict[str, int], step: int, global_batch_len: int) -> dict[str, int]:
+    return {
+        "version": STATE_VERSION,
+        "global_step": step,
+        "global_batch_size": config["batch_size"],
+        "length": config["length"],
+        "mode": config["mode"],
+        "seed": config["seed"],
+        "samples_seen": step * global_batch_len,
+    }
+
+
+def _read_state(state: dict[str, Any]) -> tuple[int, dict[str, int], int]:
+    """``(global_step, settings as in Sampler._config, samples_seen)`` from a
+    state dict of either format."""
+    if not isinstance(state, dict):
+        raise TypeError(f"a loader state must be a dict, got {type(state).__name__}")
+    version = state.get("version", 1)
+    if version == 1:  # the first format: {"length", "batch_size", "mode", "seed", "step"}
+        keys = ("step", "length", "batch_size", "mode", "seed")
+        missing = [k for k in keys if k not in state]
+        if missing:
+            raise KeyError(f"loader state lacks {missing}")
+        settings = {k: _u64(k, state[k], 0) for k in ("length", "batch_size", "mode", "seed")}
+        step = _u64("step", state["step"], 0)
+        short = settings["mode"] == CYCLIC and settings["length"] < settings["batch_size"]
+        seen = step * (settings["length"] if short else settings["batch_size"])
+        return step, settings, seen
+    if version != STATE_VERSION:
+        raise ValueError(f"loader state version {version!r} is not one this zt reads (1 or {STATE_VERSION})")
+    missing = [k for k in ("global_step", *_SETTINGS, "samples_seen") if k not in state]
+    if missing:
+        raise KeyError(f"loader state lacks {missing}")
+    settings = {mine: _u64(key, state[key], 0) for key, mine in _SETTINGS.items()}
+    return _u64("global_step", state["global_step"], 0), settings, _u64("samples_seen", state["samples_seen"], 0)
+
+
+def _resume_step(state: dict[str, Any], config: dict[str, int], global_batch_len: int, rebase: bool, what: str) -> int:
+    """The step to resume at: the saved step when the settings match, else
+    (with ``rebase``) the first step past the saved sample count."""
+    step, saved, seen = _read_state(state)
+    differ = {k: (saved[k], v) for k, v in config.items() if saved[k] != v}
+    if not differ:
+        return step
+    names = {mine: key for key, mine in _SETTINGS.items()}
+    detail = ", ".join(f"{names[k]}: saved {a}, here {b}" for k, (a, b) in differ.items())
+    if not rebase:
+        raise ValueError(
+            f"{what} state was saved with different settings ({detail}): resuming would not continue the "
+            "same sample sequence. Build the loader with the saved settings (the world size may change; "
+            "the global batch may not), or pass rebase=True to start this loader's own sequence at the "
+            f"saved sample count ({seen} samples)."
+        )
+    return -(-seen // global_batch_len)
 
 
 # -- DataLoader ------------------------------------------------------------------
@@ -382,18 +451,31 @@ def _transformer(assemble, transform):
     return finish
 
 
+_POSITIONAL_HINT = (
+    "zt.loader.DataLoader takes one positional argument (streams) and its settings by keyword, "
+    "e.g. DataLoader(streams, batch_size=256, workers=4); got {n} more positional: {values}. "
+    "(loaderx's DataLoader(streams, 8) means 8 transform workers, so a positional batch size "
+    "would silently mean something else.)"
+)
+
+
 class DataLoader:
     """Endless, step-ordered batches gathered from zrecord streams.
 
     ``streams`` maps names to opened :class:`zt.zrecord.Dense` /
-    :class:`zt.zrecord.Ragged` readers of equal length. Step ``s``'s batch is
-    ``{name: values}`` gathered at :class:`Sampler`'s indices for step ``s``
-    (the same indices for every stream): a ``(n, *item_shape)`` array for a
-    Dense stream, a list of arrays for a Ragged one (or, with
-    ``packed=True``, the ``(values, offsets, shapes)`` of
-    :meth:`zt.zrecord.Ragged.gather_packed`). Every array is owned by the
-    batch: keeping one keeps its memory, and nothing reuses it until it is
-    dropped.
+    :class:`zt.zrecord.Ragged` readers of equal length; every other argument
+    is keyword-only. Step ``s``'s batch is ``{name: values}`` gathered at
+    :class:`Sampler`'s indices for step ``s`` (the same indices for every
+    stream): a ``(n, *item_shape)`` array for a Dense stream, a list of
+    arrays for a Ragged one (or, with ``packed=True``, the ``(values,
+    offsets, shapes)`` of :meth:`zt.zrecord.Ragged.gather_packed`). Every
+    array is owned by the batch: keeping one keeps its memory, and nothing
+    reuses it until it is dropped.
+
+    The loader gathers from the readers you pass (they are shared, not
+    reopened: starting, seeking and resuming open nothing). Streams belong to
+    the caller; closing one while the loader runs is safe (the loader keeps
+    the store open until it stops).
 
     ``workers`` native threads claim steps, gather without the GIL and hand
     batches over in step order, so the sequence is the same for any number of
@@ -407,14 +489,19 @@ class DataLoader:
 
     Resume: :meth:`state_dict` / :meth:`load_state_dict` and :meth:`seek`
     (or ``start_step``) give exactly the batches the original run gave from
-    that step on. ``rank`` / ``world_size`` shard each global batch as
-    :class:`Sampler` does. :meth:`close` stops the workers; it is safe from
-    the consumer, another thread or a transform.
+    that step on, on any rank and world size (see :class:`Sampler` for how
+    ``rank`` / ``world_size`` are found and shard each global batch).
+    ``step_stride=n`` delivers steps ``start_step, start_step + n, ...``:
+    ``n`` loaders started at consecutive steps split a run between them (how
+    :class:`zt.torch.IterableDataset` feeds torch's worker processes).
+    :meth:`close` stops the workers; it is safe from the consumer, another
+    thread or a transform.
     """
 
     def __init__(
         self,
         streams: dict[str, Any],
+        *positional: Any,
         batch_size: int = 256,
         mode: int = CYCLIC,
         seed: int = 42,
@@ -424,12 +511,17 @@ class DataLoader:
         rank: int | None = None,
         world_size: int | None = None,
         start_step: int = 0,
-        *,
+        step_stride: int = 1,
         packed: bool = False,
+        _assemble: Any = None,
     ):
+        # `_assemble` (internal: zt.torch's front) replaces the function that
+        # turns the native columns into a batch (numpy arrays by default).
         from .zrecord import Dense, Ragged
 
         self._core = None
+        if positional:
+            raise TypeError(_POSITIONAL_HINT.format(n=len(positional), values=", ".join(map(repr, positional))))
         self.streams = dict(streams)
         if not self.streams:
             raise ValueError("need at least one stream")
@@ -446,26 +538,26 @@ class DataLoader:
         length = next(iter(lengths.values()))
         self._workers = _positive("workers", workers)
         self._prefetch = _positive("prefetch", prefetch)
+        self._stride = _positive("step_stride", step_stride)
         if transform is not None and not callable(transform):
             raise TypeError(f"transform must be callable, got {type(transform).__name__}")
-        # The Sampler validates the index settings with its messages and gives
-        # the state dict; the workers compute the same batches natively.
+        # The Sampler validates the index settings with its messages, finds
+        # the ranks and gives the state dict; the workers compute the same
+        # batches natively.
         self.sampler = Sampler(length, batch_size, mode, seed, rank, world_size)
         self._transform = transform
         names = list(self.streams)
-        self._assemble = _assembler(names, [_column_builder(self.streams[n], packed) for n in names])
-        self._paths = [os.fspath(self.streams[n].path) for n in names]
+        if _assemble is None:
+            _assemble = _assembler(names, [_column_builder(self.streams[n], packed) for n in names])
+        self._assemble = _assemble
         self._names = names
         self._lock = threading.Lock()
         self._closed = False
-        self._core = self._start(_u64("start_step", start_step, 0))
-
-    def _start(self, step: int):
         s = self.sampler
-        finish = None if self._transform is None else _transformer(self._assemble, self._transform)
-        return _zt.DataLoaderCore(
-            self._paths,
-            self._names,
+        finish = None if transform is None else _transformer(self._assemble, transform)
+        self._core = _zt.DataLoaderCore(
+            [self.streams[n]._reader for n in names],
+            names,
             s.batch_size,
             int(s.mode),
             s.seed,
@@ -473,7 +565,8 @@ class DataLoader:
             s.world_size,
             self._workers,
             self._prefetch,
-            step,
+            _u64("start_step", start_step, 0),
+            self._stride,
             finish,
         )
 
@@ -510,25 +603,35 @@ class DataLoader:
         return core.position
 
     def seek(self, step: int) -> None:
-        """Make ``step`` the next step returned: the workers restart there and
-        batches already prefetched are dropped."""
+        """Make ``step`` the next step returned: the workers restart there
+        (over the same open readers) and batches already prefetched are
+        dropped."""
         step = _u64("step", step, 0)
         with self._lock:
             if self._closed:
                 raise RuntimeError("DataLoader is closed")
             old, self._core = self._core, None
             old.close()
-            self._core = self._start(step)
+            self._core = old.restarted(step)
 
     def state_dict(self) -> dict[str, int]:
-        """The sampler settings and the next step (JSON-friendly)."""
-        return {**self.sampler.state_dict(), "step": self.step}
+        """The run's position for every rank at once: the next global step and
+        the settings that decide the global stream (JSON-friendly; see
+        :meth:`Sampler.state_dict`). Save it from any rank."""
+        if self._stride != 1:
+            raise ValueError(
+                f"this loader delivers every {self._stride}th step, so its position is not the run's: "
+                "take the state from the consumer that sees every step"
+            )
+        return _state(self.sampler._config, self.step, self.sampler.global_batch_len)
 
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        """Resume from :meth:`state_dict` (refused if the sampler settings differ)."""
-        check = Sampler(self.sampler.length, self.sampler.batch_size, self.sampler.mode, self.sampler.seed, 0, 1)
-        check.load_state_dict(state)  # raises on missing keys or different settings
-        self.seek(state["step"])
+    def load_state_dict(self, state: dict[str, int], *, rebase: bool = False) -> None:
+        """Resume from :meth:`state_dict`, on any rank and world size. A state
+        saved with a different global batch size, seed, mode or length is
+        refused with ``ValueError`` unless ``rebase=True`` (see
+        :meth:`Sampler.load_state_dict`)."""
+        s = self.sampler
+        self.seek(_resume_step(state, s._config, s.global_batch_len, rebase, "DataLoader"))
 
     # -- diagnostics -----------------------------------------------------------------
 
@@ -547,6 +650,10 @@ class DataLoader:
     @property
     def workers(self) -> int:
         return self._workers
+
+    @property
+    def step_stride(self) -> int:
+        return self._stride
 
     @property
     def prefetch(self) -> int:

@@ -1,5 +1,7 @@
-"""safetensors-shaped helpers over torch tensors. torch is imported lazily:
-the zt package does not depend on it."""
+"""torch helpers: safetensors-shaped ``load_file`` / ``save_file``, and the
+DataLoader front (``DataLoader``, ``IterableDataset``, ``as_tensors``,
+``RankFailure``, defined in ``zt._torch_loader``). torch is imported lazily,
+on first use of either: the zt package does not depend on it."""
 
 from __future__ import annotations
 
@@ -9,6 +11,19 @@ from collections.abc import Mapping
 import numpy as np
 
 from . import _write
+
+_FRONT = ("DataLoader", "IterableDataset", "RankFailure", "as_tensors")
+
+
+def __getattr__(name: str):
+    # The loader front subclasses torch's IterableDataset, so it can only be
+    # defined once torch is imported: do that on first access.
+    if name in _FRONT:
+        _torch()
+        from . import _torch_loader
+
+        return getattr(_torch_loader, name)
+    raise AttributeError(f"module 'zt.torch' has no attribute {name!r}")
 
 
 def _torch():

@@ -1,0 +1,491 @@
+"""The torch front of zt.loader: ``zt.torch.DataLoader``, ``zt.torch.IterableDataset``,
+``zt.torch.as_tensors`` and ``zt.torch.RankFailure`` (imported from ``zt.torch``
+on first use, so ``import zt.torch`` does not import torch).
+
+* :class:`DataLoader` runs :class:`zt.loader.DataLoader` in this process and
+  hands each batch over as torch tensors that share the loader's buffers
+  (DLPack, no copy). Waiting for a batch releases the GIL; there is no Python
+  generator between batches, only a method call.
+* :class:`IterableDataset` is for code that already wraps its data in
+  ``torch.utils.data.DataLoader``. With ``num_workers=n`` torch worker ``i``
+  takes steps ``start + i, start + i + n, ...`` and torch's in-order
+  round-robin over its workers then yields every step once, in step order.
+  Tensors cross from torch's worker processes through shared memory (torch
+  copies them there), so this path cannot be zero-copy; :class:`DataLoader`
+  is.
+* ``health_check=seconds`` (in :class:`DataLoader`) makes every step start
+  with a tiny all-reduce over a gloo group of all ranks. A rank that died
+  closes its sockets, so the others fail at once with :class:`RankFailure`
+  naming the step; a rank that hangs or whose machine vanished makes them
+  fail after ``seconds``. It also catches ranks at different steps (a rank
+  resumed from another state). What it does not cover: a rank that dies
+  while the others wait inside your own collectives (the gradient
+  all-reduce) fails them there, under that collective's timeout.
+"""
+
+from __future__ import annotations
+
+import datetime
+import warnings
+from typing import Any
+
+import numpy as np
+import torch
+import torch.utils.data as tud
+
+from . import loader as _loader
+from .torch import _to_torch
+
+__all__ = ["DataLoader", "IterableDataset", "RankFailure", "as_tensors"]
+
+
+class RankFailure(RuntimeError):
+    """A peer rank is gone, stalled, or at another step: raised by
+    :class:`DataLoader` with ``health_check`` at the step it hit (``.step``)."""
+
+    def __init__(self, message: str, step: int):
+        super().__init__(message)
+        self.step = step
+
+
+RankFailure.__module__ = "zt.torch"  # where users import it from
+
+# -- numpy batches -> torch -------------------------------------------------------
+
+
+def _tensor(array: np.ndarray) -> torch.Tensor:
+    """A tensor over the array's memory (DLPack; ml_dtypes types such as
+    bfloat16, which numpy cannot export, through a same-width integer view)."""
+    try:
+        return torch.from_dlpack(array)
+    except (BufferError, TypeError, RuntimeError):
+        return _to_torch(torch, array)
+
+
+def _ragged(values: np.ndarray, offsets: np.ndarray, shapes: np.ndarray) -> list[torch.Tensor]:
+    """One tensor per record, each a view of the batch's one values tensor."""
+    flat = _tensor(values)
+    bounds = offsets.tolist()
+    return [flat[a:b].view(s) for a, b, s in zip(bounds[:-1], bounds[1:], shapes.tolist())]
+
+
+def as_tensors(batch: dict[str, Any]) -> dict[str, Any]:
+    """A :class:`zt.loader.DataLoader` batch as torch tensors, sharing its
+    memory: a Dense column becomes one tensor; a packed Ragged column
+    ``(values, offsets, shapes)`` three; a list of arrays a list of tensors."""
+    out = {}
+    for name, value in batch.items():
+        if isinstance(value, np.ndarray):
+            out[name] = _tensor(value)
+        elif isinstance(value, tuple):
+            out[name] = tuple(_tensor(v) for v in value)
+        elif isinstance(value, list):
+            out[name] = [_tensor(v) for v in value]
+        else:
+            out[name] = value
+    return out
+
+
+class _Columns:
+    """Builds the torch batch from the native columns directly (Ragged
+    records as views of one values tensor), whatever form ``packed`` asks
+    for: one conversion instead of numpy views converted one by one."""
+
+    def __init__(self, streams: dict[str, Any], packed: bool):
+        from .zrecord import Dense
+
+        self.packed = packed
+        self.names = list(streams)
+        # Anything not Dense is Ragged here; zt.loader.DataLoader refuses
+        # streams that are neither before any batch is built.
+        dtypes = [None if isinstance(ds, Dense) else getattr(ds, "dtype", None) for ds in streams.values()]
+        self.kinds = [None if d is None else (d, np.uint64(d.itemsize)) for d in dtypes]
+
+    def __call__(self, columns) -> dict[str, Any]:
+        out = {}
+        for name, kind, column in zip(self.names, self.kinds, columns):
+            if kind is None:
+                out[name] = _tensor(np.asarray(column))
+                continue
+            dtype, itemsize = kind
+            values, offsets, shapes = (np.asarray(p) for p in column)
+            values, offsets = values.view(dtype), offsets // itemsize
+            if self.packed:
+                out[name] = (_tensor(values), _tensor(offsets.view(np.int64)), _tensor(shapes.view(np.int64)))
+            else:
+                out[name] = _ragged(values, offsets, shapes)
+        return out
+
+
+def _pinned(value: Any) -> Any:
+    """``value`` with every CPU tensor in it copied to page-locked memory."""
+    if isinstance(value, torch.Tensor):
+        return value.pin_memory()
+    if isinstance(value, dict):
+        return {k: _pinned(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_pinned(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_pinned(v) for v in value)
+    return value
+
+
+def _finisher(transform: Any, pin_memory: bool):
+    """What runs on the loader's worker threads after the conversion: the
+    user's transform, then the pinning copy (None when neither is asked)."""
+    if transform is None and not pin_memory:
+        return None
+    if not pin_memory:
+        return transform
+    if transform is None:
+        return _pinned
+    return lambda batch: _pinned(transform(batch))
+
+
+def _can_pin() -> bool:
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is not None and hasattr(accelerator, "is_available"):
+        return bool(accelerator.is_available())
+    return torch.cuda.is_available()
+
+
+def _positional_guard(cls: str, positional: tuple) -> None:
+    if positional:
+        raise TypeError(
+            f"{cls} takes one positional argument (streams) and its settings by keyword, "
+            f"e.g. {cls}(streams, batch_size=256); got {len(positional)} more positional: "
+            f"{', '.join(map(repr, positional))}"
+        )
+
+
+# -- the in-process front -------------------------------------------------------------
+
+
+class DataLoader:
+    """:class:`zt.loader.DataLoader` with batches as torch tensors.
+
+    Same streams, settings, order, resume and sharding as
+    :class:`zt.loader.DataLoader` (everything after ``streams`` is
+    keyword-only). Each Dense column is one tensor over the loader's own
+    buffer (``torch.from_dlpack``, no copy); a Ragged column is a list of
+    tensors that are views of one values tensor, or with ``packed=True`` the
+    ``(values, offsets, shapes)`` tensors (offsets in elements).
+
+    ``transform(batch)`` receives the torch batch and runs on the loader's
+    worker threads. ``pin_memory=True`` copies each batch into page-locked
+    memory on the worker threads, for ``.to(device, non_blocking=True)``;
+    without an accelerator it warns and leaves memory unpinned, as
+    ``torch.utils.data.DataLoader`` does. ``health_check=seconds`` checks the
+    other ranks before each step (see the module docs) and raises
+    :class:`RankFailure` naming the step.
+    """
+
+    def __init__(
+        self,
+        streams: dict[str, Any],
+        *positional: Any,
+        batch_size: int = 256,
+        mode: int = _loader.CYCLIC,
+        seed: int = 42,
+        workers: int = 4,
+        prefetch: int = 4,
+        transform: Any = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+        start_step: int = 0,
+        packed: bool = False,
+        pin_memory: bool = False,
+        health_check: float | None = None,
+    ):
+        _positional_guard("zt.torch.DataLoader", positional)
+        self._loader = None
+        if transform is not None and not callable(transform):
+            raise TypeError(f"transform must be callable, got {type(transform).__name__}")
+        if pin_memory and not _can_pin():
+            warnings.warn(
+                "pin_memory=True but no accelerator is available: batches stay in ordinary (pageable) memory",
+                stacklevel=2,
+            )
+            pin_memory = False
+        self.pin_memory = pin_memory
+        self._loader = _loader.DataLoader(
+            streams,
+            batch_size=batch_size,
+            mode=mode,
+            seed=seed,
+            workers=workers,
+            prefetch=prefetch,
+            # With a transform or pinning, the conversion (and the pinning
+            # copy) run on the worker threads; otherwise at hand-off.
+            transform=_finisher(transform, pin_memory),
+            rank=rank,
+            world_size=world_size,
+            start_step=start_step,
+            _assemble=_Columns(streams, packed),
+        )
+        try:
+            self._health = None if health_check is None else _HealthCheck(self._loader.sampler, health_check)
+        except BaseException:
+            self._loader.close()
+            raise
+
+    # -- iteration --------------------------------------------------------------------
+
+    def __iter__(self) -> DataLoader:
+        return self
+
+    def __next__(self) -> dict[str, Any]:
+        loader = self._loader
+        if self._health is not None and not loader.closed:
+            try:
+                self._health.check(loader.step)
+            except RankFailure:
+                loader.close()
+                raise
+        return next(loader)
+
+    def next(self) -> dict[str, Any]:
+        """The next step's batch (``StopIteration`` once closed)."""
+        return self.__next__()
+
+    def __len__(self):
+        raise TypeError("Eternal loader has no length.")
+
+    # -- position (zt.loader.DataLoader's) ------------------------------------------
+
+    @property
+    def step(self) -> int:
+        """The step the next ``next()`` returns."""
+        return self._loader.step
+
+    def seek(self, step: int) -> None:
+        self._loader.seek(step)
+
+    def state_dict(self) -> dict[str, int]:
+        """See :meth:`zt.loader.DataLoader.state_dict`: the global step and the
+        settings of the global stream, the same on every rank."""
+        return self._loader.state_dict()
+
+    def load_state_dict(self, state: dict[str, int], *, rebase: bool = False) -> None:
+        """See :meth:`zt.loader.DataLoader.load_state_dict` (any world size)."""
+        self._loader.load_state_dict(state, rebase=rebase)
+
+    @property
+    def sampler(self) -> _loader.Sampler:
+        return self._loader.sampler
+
+    @property
+    def loader(self) -> _loader.DataLoader:
+        """The :class:`zt.loader.DataLoader` underneath."""
+        return self._loader
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._loader is None or self._loader.closed
+
+    def close(self) -> None:
+        if self._loader is not None:
+            self._loader.close()
+
+    def __enter__(self) -> DataLoader:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<zt.torch.DataLoader over {self._loader!r}>"
+
+
+class _HealthCheck:
+    """One all-reduce per step over a gloo group of every rank: the group's
+    timeout bounds how long a lost rank can stall the others, and the
+    reduced step numbers show a rank at another step."""
+
+    def __init__(self, sampler: _loader.Sampler, seconds: float):
+        import torch.distributed as dist
+
+        if not (seconds > 0):
+            raise ValueError(f"health_check must be a positive number of seconds, got {seconds!r}")
+        if not (dist.is_available() and dist.is_initialized()):
+            raise ValueError("health_check needs torch.distributed initialised (init_process_group)")
+        if dist.get_world_size() != sampler.world_size or dist.get_rank() != sampler.rank:
+            raise ValueError(
+                f"health_check checks the torch.distributed group (rank {dist.get_rank()} of "
+                f"{dist.get_world_size()}), but this loader is rank {sampler.rank} of {sampler.world_size}"
+            )
+        self.dist = dist
+        self.seconds = seconds
+        self.rank, self.world = sampler.rank, sampler.world_size
+        # Every rank builds its loader, so every rank joins this collective.
+        self.group = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=seconds))
+        self.buffer = torch.zeros(2, dtype=torch.int64)
+
+    def check(self, step: int) -> None:
+        buffer = self.buffer
+        buffer[0], buffer[1] = step, -step
+        try:
+            self.dist.all_reduce(buffer, op=self.dist.ReduceOp.MAX, group=self.group)
+        except Exception as exc:  # gloo raises RuntimeError or DistBackendError
+            raise RankFailure(
+                f"zt.torch.DataLoader health check before step {step} failed on rank {self.rank} of "
+                f"{self.world}: another rank is gone, or has not reached this step within "
+                f"{self.seconds:g} s ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}). "
+                "Restart every rank from the last saved state_dict(); any world size that divides the "
+                "global batch resumes the same sequence.",
+                step,
+            ) from exc
+        highest, lowest = int(buffer[0]), -int(buffer[1])
+        if highest != step or lowest != step:
+            raise RankFailure(
+                f"zt.torch.DataLoader health check before step {step} on rank {self.rank} of {self.world}: "
+                f"the ranks are at steps {lowest}..{highest}. Every rank must resume from the same "
+                "state_dict() and take one batch per step.",
+                step,
+            )
+
+
+# -- inside torch.utils.data.DataLoader --------------------------------------------
+
+
+class IterableDataset(tud.IterableDataset):
+    """zt's step-ordered batches for ``torch.utils.data.DataLoader``.
+
+    Each item is one whole step's batch (this rank's slice), so give torch's
+    loader ``batch_size=None``. With ``num_workers=n`` torch worker ``i``
+    takes steps ``start_step + i, start_step + i + n, ...`` through its own
+    :class:`zt.loader.DataLoader` (``workers`` threads); torch's in-order
+    round-robin then yields the steps in order, each once, the same sequence
+    for any ``num_workers``. ``steps`` bounds an iteration (each new
+    iteration starts again at ``start_step``); without it the stream is
+    endless. The rank and world size are found once, here in the main
+    process, and passed to the workers.
+
+    ``streams`` are opened readers; torch's worker processes reopen them by
+    path when they are started with ``spawn`` (forked workers share the
+    parent's).
+    """
+
+    def __init__(
+        self,
+        streams: dict[str, Any],
+        *positional: Any,
+        batch_size: int = 256,
+        mode: int = _loader.CYCLIC,
+        seed: int = 42,
+        workers: int = 2,
+        prefetch: int = 2,
+        rank: int | None = None,
+        world_size: int | None = None,
+        start_step: int = 0,
+        steps: int | None = None,
+        packed: bool = False,
+    ):
+        from .zrecord import Dense
+
+        _positional_guard("zt.torch.IterableDataset", positional)
+        super().__init__()
+        streams = dict(streams)
+        # Validates the streams and settings now, in the main process.
+        probe = _loader.DataLoader(
+            streams,
+            batch_size=batch_size,
+            mode=mode,
+            seed=seed,
+            workers=1,
+            prefetch=1,
+            rank=rank,
+            world_size=world_size,
+        )
+        probe.close()
+        s = probe.sampler
+        self._settings = dict(
+            batch_size=s.batch_size,
+            mode=int(s.mode),
+            seed=s.seed,
+            workers=workers,
+            prefetch=prefetch,
+            rank=s.rank,
+            world_size=s.world_size,
+            packed=packed,
+        )
+        self._config = dict(s._config)
+        self._global_batch_len = s.global_batch_len
+        self.rank, self.world_size = s.rank, s.world_size
+        self.start_step = _loader._u64("start_step", start_step, 0)
+        self.steps = None if steps is None else _loader._u64("steps", steps, 0)
+        self._streams = streams
+        self._kinds = {name: (isinstance(ds, Dense), str(ds.path)) for name, ds in streams.items()}
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_streams"] = None  # reopened by path in a spawned worker
+        return state
+
+    def _open(self) -> tuple[dict[str, Any], bool]:
+        """The readers (the parent's, or reopened by path) and whether they are ours to close."""
+        if self._streams is not None:
+            return self._streams, False
+        from .zrecord import Dense, Ragged
+
+        return {name: (Dense if dense else Ragged).open(path) for name, (dense, path) in self._kinds.items()}, True
+
+    def __iter__(self) -> _Share:
+        info = tud.get_worker_info()
+        worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
+        count = None
+        if self.steps is not None:
+            count = 0 if self.steps <= worker else -(-(self.steps - worker) // workers)
+        streams, owned = self._open()
+        settings = dict(self._settings)
+        packed = settings.pop("packed")
+        loader = _loader.DataLoader(
+            streams,
+            start_step=self.start_step + worker,
+            step_stride=workers,
+            _assemble=_Columns(streams, packed),
+            **settings,
+        )
+        return _Share(loader, count, streams if owned else None)
+
+    # -- resume ---------------------------------------------------------------------
+
+    def state_at(self, step: int) -> dict[str, int]:
+        """The state dict of a run whose next step is ``step`` (count the
+        batches you took from torch's loader: that count plus ``start_step``)."""
+        return _loader._state(self._config, _loader._u64("step", step, 0), self._global_batch_len)
+
+    def load_state_dict(self, state: dict[str, int], *, rebase: bool = False) -> None:
+        """Make the next iteration start where ``state`` left off (checked as
+        :meth:`zt.loader.DataLoader.load_state_dict` checks it)."""
+        self.start_step = _loader._resume_step(state, self._config, self._global_batch_len, rebase, "dataset")
+
+
+class _Share:
+    """One torch worker's share of the steps: a plain iterator (no generator
+    frame is kept between batches)."""
+
+    def __init__(self, loader: _loader.DataLoader, count: int | None, owned):
+        self.loader, self.left, self.owned = loader, count, owned
+
+    def __iter__(self) -> _Share:
+        return self
+
+    def __next__(self) -> dict[str, Any]:
+        if self.left is not None:
+            if self.left <= 0:
+                self.close()
+                raise StopIteration
+            self.left -= 1
+        return next(self.loader)
+
+    def close(self) -> None:
+        self.loader.close()
+        for ds in (self.owned or {}).values():
+            ds.close()
+        self.owned = None
+
+    def __del__(self):
+        self.close()

@@ -1,0 +1,194 @@
+"""zt.torch's loader front in one process: tensors that share the loader's
+memory, the IterableDataset inside torch.utils.data.DataLoader worker
+processes (each sample of a step once, steps in order, for any worker
+count), pinned memory as torch's own DataLoader handles it, torch.compile,
+and the argument checks."""
+
+from __future__ import annotations
+
+import gc
+import warnings
+
+import numpy as np
+import pytest
+from ranks_data import GLOBAL_BATCH, MODES, SEED, dense_rows, ragged_records, reference, write_stores
+
+torch = pytest.importorskip("torch")
+import torch.utils.data as tud  # noqa: E402
+
+import zt.torch as ztt  # noqa: E402
+from zt.loader import CYCLIC, DataLoader, Mode  # noqa: E402
+from zt.zrecord import Dense, Ragged  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory):
+    return write_stores(tmp_path_factory.mktemp("torch-front"))
+
+
+@pytest.fixture
+def streams(stores):
+    d, r = Dense.open(stores / "d.zr"), Ragged.open(stores / "r.zr")
+    yield {"d": d, "r": r}
+    d.close()
+    r.close()
+
+
+def _samples(batch):
+    from ranks_data import digest
+
+    rows = batch["d"].numpy()
+    recs = [t.numpy() for t in batch["r"]]
+    return [[int(row[0]), digest(row, rec)] for row, rec in zip(rows, recs)]
+
+
+def test_as_tensors_shares_memory_through_dlpack(streams):
+    with DataLoader(streams, batch_size=GLOBAL_BATCH, seed=SEED, rank=0, world_size=1, packed=True) as dl:
+        batch = next(dl)
+    tensors = ztt.as_tensors(batch)
+    assert tensors["d"].data_ptr() == batch["d"].ctypes.data  # the same bytes, not a copy
+    values, offsets, shapes = batch["r"]
+    assert tensors["r"][0].data_ptr() == values.ctypes.data
+    assert tensors["d"].dtype == torch.int64 and tuple(tensors["d"].shape) == (GLOBAL_BATCH, 3)
+    tensors["d"][0, 1] = 12345  # writable, and the write is seen through the array
+    assert batch["d"][0, 1] == 12345
+
+
+def test_torch_dataloader_batches_are_the_loaders_buffers(streams):
+    want = reference("CYCLIC", range(6))
+    with ztt.DataLoader(streams, batch_size=GLOBAL_BATCH, seed=SEED, workers=2, prefetch=2, rank=0, world_size=1) as dl:
+        kept = []
+        for step in range(6):
+            batch = next(dl)
+            assert isinstance(batch["d"], torch.Tensor) and all(isinstance(t, torch.Tensor) for t in batch["r"])
+            assert _samples(batch) == want[step]
+            # Each record of a Ragged column is a view into one values buffer.
+            bases = {t.untyped_storage().data_ptr() for t in batch["r"]}
+            assert len(bases) == 1
+            kept.append(batch["d"])
+            del batch
+        gc.collect()
+        # The tensors alone keep the native buffers alive: they are not copies.
+        assert dl.loader.live_batches >= len(kept)
+        del kept
+        gc.collect()
+        assert dl.loader.live_batches <= 2 + 1
+
+
+def test_transform_runs_on_torch_batches(streams):
+    def transform(batch):
+        return {"sum": batch["d"][:, 0].sum(), "n": len(batch["r"])}
+
+    want = reference("IID", range(4))
+    with ztt.DataLoader(
+        streams, batch_size=GLOBAL_BATCH, mode=Mode.IID, seed=SEED, transform=transform, rank=0, world_size=1
+    ) as dl:
+        for step in range(4):
+            out = next(dl)
+            assert int(out["sum"]) == sum(i for i, _ in want[step]) and out["n"] == GLOBAL_BATCH
+
+
+def _through_torch(ds, **kw):
+    return [_samples(b) for b in tud.DataLoader(ds, batch_size=None, **kw)]
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create 3 worker processes")  # 3 on 2 cores, on purpose
+@pytest.mark.parametrize("mode", MODES)
+def test_iterable_dataset_in_torch_workers_yields_each_step_once_in_order(streams, mode):
+    """torch worker i takes steps start+i, start+i+n, ...; torch's in-order
+    round-robin then gives steps start, start+1, ... with each sample once."""
+    start, steps = 5, 11
+    want = reference(mode, range(start, start + steps))
+    ds = ztt.IterableDataset(
+        streams,
+        batch_size=GLOBAL_BATCH,
+        mode=Mode[mode],
+        seed=SEED,
+        rank=0,
+        world_size=1,
+        start_step=start,
+        steps=steps,
+    )
+    by_workers = {n: _through_torch(ds, num_workers=n) for n in (0, 2, 3)}
+    for n, got in by_workers.items():
+        assert got == want, f"num_workers={n}"
+
+
+def test_iterable_dataset_under_spawn_reopens_by_path_and_resumes(streams):
+    ds = ztt.IterableDataset(streams, batch_size=GLOBAL_BATCH, seed=SEED, rank=1, world_size=2, steps=6)
+    first = _through_torch(ds, num_workers=2, multiprocessing_context="spawn")
+    full = reference("CYCLIC", range(12))
+    half = GLOBAL_BATCH // 2
+    assert first == [s[half:] for s in full[:6]], "rank 1 of 2 gets the second half of each global batch"
+    ds.load_state_dict(ds.state_at(6))
+    assert ds.start_step == 6
+    assert _through_torch(ds, num_workers=2) == [s[half:] for s in full[6:12]]
+    with pytest.raises(ValueError, match="seed: saved"):
+        ds.load_state_dict({**ds.state_at(6), "seed": SEED + 1})
+
+
+def test_pin_memory_without_an_accelerator_warns_as_torch_does(streams):
+    if torch.cuda.is_available():
+        pytest.skip("an accelerator is present: see test_pin_memory_pins")
+    # torch's own DataLoader warns and does not pin when there is nothing to pin for.
+    with warnings.catch_warnings(record=True) as theirs:
+        warnings.simplefilter("always")
+        next(iter(tud.DataLoader(list(range(4)), batch_size=2, pin_memory=True)))
+    assert any("pin_memory" in str(w.message) for w in theirs)
+    with pytest.warns(UserWarning, match="pin_memory=True but no accelerator"):
+        dl = ztt.DataLoader(streams, batch_size=GLOBAL_BATCH, rank=0, world_size=1, pin_memory=True)
+    with dl:
+        assert not dl.pin_memory and not next(dl)["d"].is_pinned()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="pinning needs an accelerator")
+def test_pin_memory_pins(streams):
+    with ztt.DataLoader(streams, batch_size=GLOBAL_BATCH, rank=0, world_size=1, pin_memory=True) as dl:
+        batch = next(dl)
+        assert batch["d"].is_pinned() and all(t.is_pinned() for t in batch["r"])
+        assert _samples({k: v for k, v in batch.items()}) == reference("CYCLIC", range(1))[0]
+
+
+def test_compiled_step_consumes_batches(streams):
+    """The batches are ordinary tensors: a fullgraph torch.compile'd step
+    traces them without graph breaks (eager backend: no C++ toolchain)."""
+
+    @torch.compile(backend="eager", fullgraph=True)
+    def step(x):
+        return (x.float() * 2).sum(dim=1)
+
+    with ztt.DataLoader(streams, batch_size=GLOBAL_BATCH, seed=SEED, rank=0, world_size=1) as dl:
+        for _ in range(3):
+            x = next(dl)["d"]
+            torch.testing.assert_close(step(x), (x.float() * 2).sum(dim=1))
+
+
+def test_arguments_are_checked(streams):
+    with pytest.raises(TypeError, match="settings by keyword"):
+        ztt.DataLoader(streams, 8)
+    with pytest.raises(TypeError, match="settings by keyword"):
+        ztt.IterableDataset(streams, 8)
+    with pytest.raises(ValueError, match="health_check needs torch.distributed initialised"):
+        ztt.DataLoader(streams, batch_size=GLOBAL_BATCH, rank=0, world_size=1, health_check=5)
+    with pytest.raises(ValueError, match="batch_size divisible by 5"):
+        ztt.DataLoader(streams, batch_size=GLOBAL_BATCH, rank=0, world_size=5)
+    with pytest.raises(ValueError, match="opened for reading"):
+        ztt.DataLoader({"x": np.zeros(3)}, batch_size=4, rank=0, world_size=1)
+    assert ztt.RankFailure.__module__ == "zt.torch"
+    assert len(dense_rows()) == len(ragged_records())
+    assert CYCLIC == Mode.CYCLIC
+
+
+def test_readme_torch_example(tmp_path, monkeypatch):
+    """The README's torch example (its ```python torch block), run as written."""
+    import re
+
+    from conftest import ROOT
+
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)
+    blocks = re.findall(r"```python torch\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S)
+    assert blocks, "README has no torch example"
+    for code in blocks:
+        exec(compile(code, "README.md", "exec"), {"__name__": "readme"})
