@@ -136,6 +136,10 @@ def start(base_dir: str | None = None, timeout: float = 60.0) -> S3Server:
         "-master.telemetry=false",
         "-webdav=false",
         "-admin.ui=false",
+        # One collection per bucket, each with volumes of its own: the
+        # tests make a bucket per test.
+        "-volume.max=2000",
+        "-master.volumeSizeLimitMB=64",
         f"-s3.port={port}",
         "-s3.port.iceberg=0",
         "-s3.port.lance=0",

@@ -11,7 +11,9 @@
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
 
-use pyo3::exceptions::{PyFileNotFoundError, PyIndexError, PyRuntimeError, PyValueError};
+use pyo3::exceptions::{
+    PyFileNotFoundError, PyIndexError, PyOSError, PyPermissionError, PyRuntimeError, PyValueError,
+};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
 
@@ -38,6 +40,16 @@ fn to_py(e: Error) -> PyErr {
         | Error::DtypeNotInLayout { .. }
         | Error::RecordSize { .. } => PyValueError::new_err(message),
         Error::OutOfRange { .. } => PyIndexError::new_err(message),
+        Error::Remote { kind, .. } => match kind {
+            zrecord::RemoteKind::PermissionDenied => PyPermissionError::new_err(message),
+            zrecord::RemoteKind::Config | zrecord::RemoteKind::Unsupported => {
+                PyValueError::new_err(message)
+            }
+            zrecord::RemoteKind::Network => PyOSError::new_err(message),
+            zrecord::RemoteKind::Changed | zrecord::RemoteKind::BadResponse => {
+                crate::FormatError::new_err(message)
+            }
+        },
         other => {
             let code = other.code();
             Python::attach(|py| {
@@ -131,6 +143,17 @@ pub struct RecordWriter {
     codec: Codec,
     data_shards: usize,
     layout: Layout,
+    /// For an `s3://` destination: where the store is built, uploaded on
+    /// `close` (nothing is uploaded on discard).
+    staged: Mutex<Option<Staged>>,
+}
+
+/// A store built locally for an object-storage destination.
+struct Staged {
+    _spool: zt::remote::client::Spool,
+    local: PathBuf,
+    dest: PathBuf,
+    storage_options: Vec<(String, String)>,
 }
 
 /// The layout for its name (`"loaderx-2.8"` / `"loaderx-2.3"`).
@@ -180,7 +203,7 @@ impl RecordWriter {
     /// `dtype` and `dtype_name` are NumPy's `dtype.str` and `dtype.name`;
     /// `layout` is `"loaderx-2.8"` or `"loaderx-2.3"`.
     #[staticmethod]
-    #[pyo3(signature = (path, dtype, dtype_name, item_shape, ndim, codec, data_shards, dict_bytes, level = None, layout = "loaderx-2.8"))]
+    #[pyo3(signature = (path, dtype, dtype_name, item_shape, ndim, codec, data_shards, dict_bytes, level = None, layout = "loaderx-2.8", storage_options = None))]
     #[allow(clippy::too_many_arguments)]
     fn create(
         py: Python<'_>,
@@ -194,6 +217,7 @@ impl RecordWriter {
         dict_bytes: Option<Vec<u8>>,
         level: Option<i32>,
         layout: &str,
+        storage_options: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Self> {
         let codec = Codec::from_name(codec)
             .ok_or_else(|| PyValueError::new_err(format!("unknown codec {codec:?}")))?;
@@ -211,14 +235,35 @@ impl RecordWriter {
             dict: dict_bytes,
             level,
         };
+        let staged = if zrecord::remote::is_url(&path) {
+            let storage_options = crate::storage_options_from_py(storage_options)?;
+            let config = zt::remote::config(&storage_options).map_err(crate::to_py_err)?;
+            let spool = zt::remote::client::Spool::create(&config)
+                .map_err(|e| crate::to_py_err(zt::remote::error(e)))?;
+            let name = path
+                .file_name()
+                .map_or("store".into(), |n| n.to_string_lossy().into_owned());
+            Some(Staged {
+                local: spool.path_for(&name),
+                _spool: spool,
+                dest: path.clone(),
+                storage_options,
+            })
+        } else {
+            None
+        };
+        let build_at = staged
+            .as_ref()
+            .map_or(path.as_path(), |s| s.local.as_path());
         let writer = py
-            .detach(|| Writer::create(&path, &schema, &options))
+            .detach(|| Writer::create(build_at, &schema, &options))
             .map_err(to_py)?;
         Ok(RecordWriter {
             inner: Mutex::new(Some(writer)),
             codec,
             data_shards,
             layout,
+            staged: Mutex::new(staged),
         })
     }
 
@@ -331,11 +376,17 @@ impl RecordWriter {
             .is_none()
     }
 
-    /// Publish the store (waits for a running append). Idempotent.
+    /// Publish the store (waits for a running append); for an object URL,
+    /// upload it (shards first, `meta.zr` last). Idempotent.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         py.detach(|| {
             let writer = self.inner.lock().unwrap_or_else(|e| e.into_inner()).take();
-            writer.map_or(Ok(()), Writer::close)
+            writer.map_or(Ok(()), Writer::close)?;
+            let staged = self.staged.lock().unwrap_or_else(|e| e.into_inner()).take();
+            match staged {
+                Some(s) => zrecord::remote::publish(&s.local, &s.dest, &s.storage_options),
+                None => Ok(()),
+            }
         })
         .map_err(to_py)
     }
@@ -345,6 +396,7 @@ impl RecordWriter {
         py.detach(|| {
             let writer = self.inner.lock().unwrap_or_else(|e| e.into_inner()).take();
             drop(writer);
+            self.staged.lock().unwrap_or_else(|e| e.into_inner()).take();
         })
     }
 }
@@ -370,8 +422,17 @@ impl RecordReader {
 impl RecordReader {
     /// Open a store whose schema is Dense (`dense=True`) or Ragged.
     #[staticmethod]
-    fn open(py: Python<'_>, path: PathBuf, dense: bool) -> PyResult<Self> {
-        let reader = py.detach(|| Reader::open(&path, dense)).map_err(to_py)?;
+    #[pyo3(signature = (path, dense, storage_options = None))]
+    fn open(
+        py: Python<'_>,
+        path: PathBuf,
+        dense: bool,
+        storage_options: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Self> {
+        let storage_options = crate::storage_options_from_py(storage_options)?;
+        let reader = py
+            .detach(|| Reader::open_at(&path, Some(dense), &storage_options))
+            .map_err(to_py)?;
         Ok(RecordReader {
             inner: RwLock::new(Some(Arc::new(reader))),
         })

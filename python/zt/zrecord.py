@@ -151,6 +151,15 @@ def _schema_dtype(name: str) -> np.dtype:
         return np.dtype(name)
 
 
+def _location(path):
+    """A store's location: a ``Path``, or an object URL kept as text
+    (``pathlib`` would fold the ``//`` of ``s3://``)."""
+    text = os.fspath(path)
+    if isinstance(text, str) and text.startswith(("s3://", "http://", "https://")):
+        return text
+    return Path(path)
+
+
 def _check_layout(layout):
     if layout not in LAYOUTS:
         raise ValueError(f"unknown layout {layout!r}, expected one of {list(LAYOUTS)}")
@@ -165,10 +174,10 @@ class _Base:
 
     # -- construction -------------------------------------------------------
 
-    def _open(self, path, dense):
-        self.path = Path(path)
+    def _open(self, path, dense, storage_options=None):
+        self.path = _location(path)
         self._writer = None
-        self._reader = _zt.RecordReader.open(os.fspath(self.path), dense)
+        self._reader = _zt.RecordReader.open(os.fspath(self.path), dense, storage_options)
         try:
             dtype, ndim, item_shape = self._reader.schema()
             self.dtype = _validate_dtype(_schema_dtype(dtype))
@@ -183,10 +192,10 @@ class _Base:
             self._reader.close()
             raise
 
-    def _create(self, path, dtype, item_shape, ndim, codec, dict_bytes, data_shards, level, layout):
+    def _create(self, path, dtype, item_shape, ndim, codec, dict_bytes, data_shards, level, layout, storage_options):
         dict_bytes = _check_codec(codec, dict_bytes)
         self.layout = _check_layout(layout)
-        self.path = Path(path)
+        self.path = _location(path)
         self.dtype = _validate_dtype(np.dtype(dtype))
         self.codec = codec
         self.data_shards = _validate_data_shards(data_shards)
@@ -212,6 +221,7 @@ class _Base:
             dict_bytes,
             level,
             self.layout,
+            storage_options,
         )
 
     # -- lifecycle ----------------------------------------------------------
@@ -310,23 +320,35 @@ class Dense(_Base):
     return ``ndarray`` of shape ``(n, *item_shape)``."""
 
     @classmethod
-    def open(cls, path):
-        """Open an existing dense store for reading."""
+    def open(cls, path, *, storage_options=None):
+        """Open an existing dense store for reading: a directory, or an
+        ``s3://`` prefix (``storage_options`` as for :func:`zt.open`)."""
         self = cls.__new__(cls)
-        self._open(path, True)
+        self._open(path, True, storage_options)
         return self
 
     @classmethod
     def create(
-        cls, path, dtype, item_shape, *, codec="raw", dict_bytes=None, data_shards=4, level=None, layout=DEFAULT_LAYOUT
+        cls,
+        path,
+        dtype,
+        item_shape,
+        *,
+        codec="raw",
+        dict_bytes=None,
+        data_shards=4,
+        level=None,
+        layout=DEFAULT_LAYOUT,
+        storage_options=None,
     ):
         """Create a new append-only dense store with an explicit schema.
         ``level`` overrides the zstd level (default 3 for both codecs, as
         loaderx 2.3.8 and 2.8.19 write; 15 is loaderx 2.3.5's dictionary
         level). ``layout`` is ``"loaderx-2.8"`` (default) or ``"loaderx-2.3"``
-        (see the module docs)."""
+        (see the module docs). An ``s3://`` path is built locally and
+        uploaded on :meth:`close` (shards first, ``meta.zr`` last)."""
         self = cls.__new__(cls)
-        self._create(path, dtype, item_shape, None, codec, dict_bytes, data_shards, level, layout)
+        self._create(path, dtype, item_shape, None, codec, dict_bytes, data_shards, level, layout, storage_options)
         return self
 
     def append(self, records):
@@ -365,20 +387,32 @@ class Ragged(_Base):
     :meth:`gather_packed` returns that buffer with offsets and shapes."""
 
     @classmethod
-    def open(cls, path):
-        """Open an existing ragged store for reading."""
+    def open(cls, path, *, storage_options=None):
+        """Open an existing ragged store for reading (a directory or an
+        ``s3://`` prefix)."""
         self = cls.__new__(cls)
-        self._open(path, False)
+        self._open(path, False, storage_options)
         return self
 
     @classmethod
     def create(
-        cls, path, dtype, ndim, *, codec="raw", dict_bytes=None, data_shards=4, level=None, layout=DEFAULT_LAYOUT
+        cls,
+        path,
+        dtype,
+        ndim,
+        *,
+        codec="raw",
+        dict_bytes=None,
+        data_shards=4,
+        level=None,
+        layout=DEFAULT_LAYOUT,
+        storage_options=None,
     ):
         """Create a ragged store with an explicit dtype and record rank
-        (``level`` and ``layout`` as in :meth:`Dense.create`)."""
+        (``level``, ``layout`` and ``s3://`` paths as in
+        :meth:`Dense.create`)."""
         self = cls.__new__(cls)
-        self._create(path, dtype, None, ndim, codec, dict_bytes, data_shards, level, layout)
+        self._create(path, dtype, None, ndim, codec, dict_bytes, data_shards, level, layout, storage_options)
         return self
 
     def append(self, records):

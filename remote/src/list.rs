@@ -9,9 +9,20 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::runtime::{block_on, stats, store_for, Stats};
 use crate::url::{ObjectUrl, Scheme};
 
-/// The objects directly under `prefix_url` (`s3://bucket/dir`), as
-/// (name relative to the prefix, size), sorted by name.
-pub fn list(prefix_url: &str, config: &RemoteConfig) -> Result<Vec<(String, u64)>> {
+/// One object of a listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    /// The name relative to the listed prefix.
+    pub name: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// ETag, if the server gave one.
+    pub etag: Option<String>,
+}
+
+/// The objects directly under `prefix_url` (`s3://bucket/dir`), sorted by
+/// name.
+pub fn list(prefix_url: &str, config: &RemoteConfig) -> Result<Vec<Listed>> {
     let url = ObjectUrl::parse(prefix_url)?;
     if url.scheme != Scheme::S3 {
         return Err(Error::new(
@@ -31,16 +42,19 @@ pub fn list(prefix_url: &str, config: &RemoteConfig) -> Result<Vec<(String, u64)
     } else {
         format!("{prefix}/")
     };
-    let mut out: Vec<(String, u64)> = result
+    let mut out: Vec<Listed> = result
         .objects
         .into_iter()
         .filter_map(|m| {
             let key = m.location.to_string();
-            key.strip_prefix(&strip)
-                .map(|name| (name.to_string(), m.size))
+            key.strip_prefix(&strip).map(|name| Listed {
+                name: name.to_string(),
+                size: m.size,
+                etag: m.e_tag.clone(),
+            })
         })
         .collect();
-    out.sort();
+    out.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(out)
 }
 

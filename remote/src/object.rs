@@ -242,6 +242,23 @@ impl RemoteObject {
         })
     }
 
+    /// An object whose size and ETag a listing already gave: no request is
+    /// sent until it is read, and every read is pinned to `etag`.
+    pub fn listed(
+        url: &str,
+        config: Arc<RemoteConfig>,
+        size: u64,
+        etag: String,
+    ) -> Result<RemoteObject> {
+        Ok(RemoteObject {
+            url: ObjectUrl::parse(url)?,
+            config,
+            size,
+            version: Version::ETag(etag),
+            cache: Mutex::new(ExtentCache::default()),
+        })
+    }
+
     /// The object's URL.
     pub fn url(&self) -> &str {
         &self.url.text

@@ -44,11 +44,12 @@ mod json;
 pub mod layout;
 mod msgpack;
 pub mod reader;
+pub mod remote;
 pub mod schema;
 pub mod writer;
 
 pub use codec::{train_dict, Codec, DictTier, DICT_TIERS};
-pub use error::{Error, Result};
+pub use error::{Error, RemoteKind, Result};
 pub use reader::{RaggedBatch, Reader};
 pub use schema::{Geometry, Layout, Schema};
 pub use writer::{CreateOptions, Writer};

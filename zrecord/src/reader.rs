@@ -47,17 +47,30 @@ fn prefetch(data: &[u8], at: usize) {
     let _ = (data, at);
 }
 
-/// An opened store (read-only, shared lock held until dropped).
+/// An opened store (read-only; a local store's shared lock is held until
+/// dropped).
 pub struct Reader {
     path: PathBuf,
-    _meta: File,
-    header: Header,
-    schema: Schema,
-    /// `meta.zr` from the first RecordLoc on (`None` for an empty store).
-    locs: Option<Mmap>,
-    /// Each shard mapped up to its committed tail (`None` when empty).
-    shards: Vec<Option<Mmap>>,
-    decoder: Decoder,
+    /// `meta.zr`, holding the shared lock (local stores).
+    _meta: Option<File>,
+    pub(crate) header: Header,
+    pub(crate) schema: Schema,
+    bytes: Bytes,
+    pub(crate) decoder: Decoder,
+}
+
+/// Where a reader's RecordLocs and records are.
+enum Bytes {
+    /// Mapped local files.
+    Mapped {
+        /// `meta.zr` from the first RecordLoc on (`None` for an empty store).
+        locs: Option<Mmap>,
+        /// Each shard mapped up to its committed tail (`None` when empty).
+        shards: Vec<Option<Mmap>>,
+    },
+    /// The objects of a store in object storage, read by ranged GETs.
+    #[cfg(feature = "remote")]
+    Remote(crate::remote::Objects),
 }
 
 /// A Ragged gather: payloads end to end, their byte offsets and shapes.
@@ -144,17 +157,17 @@ fn check_files(dest: &Path, header: &Header) -> Result<(Vec<File>, Option<Vec<u8
         Err(e) if e.kind() == ErrorKind::NotFound => None,
         Err(e) => return Err(Error::io(dict_path, e)),
     };
-    match (header.codec, &dict) {
-        (Codec::ZstdDict, None) => return Err(Error::MissingDict { path: dest.into() }),
-        (Codec::ZstdDict, Some(d)) if d.is_empty() => {
-            return Err(Error::MissingDict { path: dest.into() })
-        }
-        (Codec::Raw | Codec::Zstd, Some(_)) => {
-            return Err(Error::UnexpectedDict { path: dest.into() })
-        }
-        _ => {}
-    }
+    check_dict(dest, header.codec, dict.as_deref())?;
     Ok((files, dict))
+}
+
+/// A dictionary codec needs a non-empty `dict.zr`; the others have none.
+pub(crate) fn check_dict(dest: &Path, codec: Codec, dict: Option<&[u8]>) -> Result<()> {
+    match (codec, dict) {
+        (Codec::ZstdDict, None | Some([])) => Err(Error::MissingDict { path: dest.into() }),
+        (Codec::Raw | Codec::Zstd, Some(_)) => Err(Error::UnexpectedDict { path: dest.into() }),
+        _ => Ok(()),
+    }
 }
 
 fn map(file: &File, offset: u64, len: u64, path: &Path) -> Result<Option<Mmap>> {
@@ -181,8 +194,57 @@ impl Reader {
         Self::open_with(path, None)
     }
 
+    /// Open the store at `path`, a local directory or (with the `remote`
+    /// feature) an `s3://` prefix read with `storage_options`.
+    pub fn open_at(
+        path: impl AsRef<Path>,
+        dense: Option<bool>,
+        storage_options: &[(String, String)],
+    ) -> Result<Reader> {
+        let path = path.as_ref();
+        if crate::remote::is_url(path) {
+            return crate::remote::open(path, dense, storage_options);
+        }
+        Self::open_with(path, dense)
+    }
+
+    /// A reader over parts already opened and checked.
+    pub(crate) fn decode_schema(
+        header: &Header,
+        dense: Option<bool>,
+        meta_path: &Path,
+    ) -> Result<Schema> {
+        match dense {
+            Some(dense) => Schema::decode(&header.schema, dense, meta_path),
+            None => Schema::decode(&header.schema, true, meta_path)
+                .or_else(|_| Schema::decode(&header.schema, false, meta_path)),
+        }
+    }
+
+    #[cfg(feature = "remote")]
+    pub(crate) fn remote(
+        path: PathBuf,
+        header: Header,
+        schema: Schema,
+        objects: crate::remote::Objects,
+        dict: Option<&[u8]>,
+    ) -> Reader {
+        let decoder = Decoder::new(header.codec, dict);
+        Reader {
+            path,
+            _meta: None,
+            header,
+            schema,
+            bytes: Bytes::Remote(objects),
+            decoder,
+        }
+    }
+
     fn open_with(path: impl AsRef<Path>, dense: Option<bool>) -> Result<Reader> {
         let dest = path.as_ref().to_path_buf();
+        if crate::remote::is_url(&dest) {
+            return crate::remote::open(&dest, dense, &[]);
+        }
         let meta_path = dest.join("meta.zr");
         let mut meta = open_meta(&dest)?;
         if !try_lock(&meta, false).map_err(|e| Error::io(&meta_path, e))? {
@@ -194,11 +256,7 @@ impl Reader {
             .map_err(|e| Error::io(&meta_path, e))?;
         let header = Header::decode(&page, meta_len, &meta_path)?;
         let (files, dict) = check_files(&dest, &header)?;
-        let schema = match dense {
-            Some(dense) => Schema::decode(&header.schema, dense, &meta_path)?,
-            None => Schema::decode(&header.schema, true, &meta_path)
-                .or_else(|_| Schema::decode(&header.schema, false, &meta_path))?,
-        };
+        let schema = Self::decode_schema(&header, dense, &meta_path)?;
         let locs = map(&meta, PAGE as u64, header.length * LOC as u64, &meta_path)?;
         let shards = files
             .iter()
@@ -209,11 +267,10 @@ impl Reader {
         let decoder = Decoder::new(header.codec, dict.as_deref());
         Ok(Reader {
             path: dest,
-            _meta: meta,
+            _meta: Some(meta),
             header,
             schema,
-            locs,
-            shards,
+            bytes: Bytes::Mapped { locs, shards },
             decoder,
         })
     }
@@ -261,7 +318,7 @@ impl Reader {
         }
     }
 
-    fn check_indices(&self, idxs: &[u64]) -> Result<()> {
+    pub(crate) fn check_indices(&self, idxs: &[u64]) -> Result<()> {
         let len = self.len();
         match idxs.iter().find(|&&i| i >= len) {
             Some(&index) => Err(Error::OutOfRange { index, len }),
@@ -269,27 +326,50 @@ impl Reader {
         }
     }
 
-    /// Record `index`'s location and stored frame, validated.
-    fn frame(&self, index: u64) -> Result<(RecordLoc, &[u8])> {
-        let locs = self.locs.as_deref().unwrap_or(&[]);
-        let at = index as usize * LOC;
-        let loc = RecordLoc::decode(&locs[at..at + LOC]);
+    /// Check record `index`'s location against its shard's tail: the shard
+    /// and the end of its stored frame.
+    pub(crate) fn check_loc(&self, index: u64, loc: RecordLoc) -> Result<(usize, u64)> {
         let shard = (index % self.header.data_shards as u64) as usize;
-        let bad = |reason| Error::BadLoc {
-            path: self.path.clone(),
-            index,
-            reason,
-        };
         let end = loc
             .check(self.header.codec, self.header.tails[shard])
-            .map_err(bad)?;
-        let data = self.shards[shard].as_deref().unwrap_or(&[]);
+            .map_err(|reason| Error::BadLoc {
+                path: self.path.clone(),
+                index,
+                reason,
+            })?;
+        Ok((shard, end))
+    }
+
+    /// The mapped RecordLoc table and shards (local stores only).
+    fn mapped(&self) -> (&[u8], &[Option<Mmap>]) {
+        match &self.bytes {
+            Bytes::Mapped { locs, shards } => (locs.as_deref().unwrap_or(&[]), shards),
+            #[cfg(feature = "remote")]
+            Bytes::Remote(_) => (&[], &[]),
+        }
+    }
+
+    /// Record `index`'s location and stored frame, validated (local stores).
+    fn frame(&self, index: u64) -> Result<(RecordLoc, &[u8])> {
+        let (locs, shards) = self.mapped();
+        let at = index as usize * LOC;
+        let loc = RecordLoc::decode(&locs[at..at + LOC]);
+        let (shard, end) = self.check_loc(index, loc)?;
+        let data = shards[shard].as_deref().unwrap_or(&[]);
         Ok((loc, &data[loc.offset as usize..end as usize]))
     }
 
     /// The logical length of each record (what a Ragged gather allocates).
     pub fn record_lengths(&self, idxs: &[u64]) -> Result<Vec<u64>> {
         self.check_indices(idxs)?;
+        #[cfg(feature = "remote")]
+        if let Bytes::Remote(objects) = &self.bytes {
+            return Ok(objects
+                .locs(self, idxs)?
+                .iter()
+                .map(|loc| u64::from(loc.logic))
+                .collect());
+        }
         idxs.iter()
             .map(|&i| Ok(u64::from(self.frame(i)?.0.logic)))
             .collect()
@@ -312,6 +392,10 @@ impl Reader {
         if idxs.is_empty() {
             return Ok(());
         }
+        #[cfg(feature = "remote")]
+        if let Bytes::Remote(objects) = &self.bytes {
+            return objects.gather_dense(self, idxs, dst, row);
+        }
         let threads = rayon::current_num_threads().max(1);
         if (dst.len() as u64) < self.parallel_from() || threads == 1 || idxs.len() < 2 {
             return self.gather_rows(idxs, dst, row);
@@ -329,16 +413,32 @@ impl Reader {
         }
         for (j, &index) in idxs.iter().enumerate() {
             let (loc, frame) = self.frame(index)?;
-            self.check_row(index, loc, row)?;
-            self.decoder
-                .decode(frame, &mut dst[j * row..(j + 1) * row])
-                .map_err(|reason| Error::Decode {
-                    path: self.path.clone(),
-                    index,
-                    reason,
-                })?;
+            self.decode_row(index, loc, frame, &mut dst[j * row..(j + 1) * row])?;
         }
         Ok(())
+    }
+
+    /// One Dense record into its row: checked against the schema's width,
+    /// copied (raw) or decoded.
+    pub(crate) fn decode_row(
+        &self,
+        index: u64,
+        loc: RecordLoc,
+        frame: &[u8],
+        out: &mut [u8],
+    ) -> Result<()> {
+        self.check_row(index, loc, out.len())?;
+        if self.header.codec == Codec::Raw {
+            out.copy_from_slice(frame);
+            return Ok(());
+        }
+        self.decoder
+            .decode(frame, out)
+            .map_err(|reason| Error::Decode {
+                path: self.path.clone(),
+                index,
+                reason,
+            })
     }
 
     fn check_row(&self, index: u64, loc: RecordLoc, row: usize) -> Result<()> {
@@ -372,9 +472,10 @@ impl Reader {
             spans.push(((index % shards) as usize, start, start + frame.len()));
         }
         let mut j = 0;
+        let (_, shard_maps) = self.mapped();
         while j < spans.len() {
             if let Some(&(shard, start, _)) = spans.get(j + PREFETCH_AHEAD) {
-                prefetch(self.shards[shard].as_deref().unwrap_or(&[]), start);
+                prefetch(shard_maps[shard].as_deref().unwrap_or(&[]), start);
             }
             let (shard, start, mut end) = spans[j];
             let mut k = j + 1;
@@ -382,7 +483,7 @@ impl Reader {
                 end = spans[k].2;
                 k += 1;
             }
-            let data = self.shards[shard].as_deref().unwrap_or(&[]);
+            let data = shard_maps[shard].as_deref().unwrap_or(&[]);
             dst[j * row..k * row].copy_from_slice(&data[start..end]);
             j = k;
         }
@@ -405,12 +506,26 @@ impl Reader {
             Geometry::Dense { .. } => return Err(Error::invalid("gather_ragged on a dense store")),
         };
         self.check_indices(idxs)?;
+        #[cfg(feature = "remote")]
+        let remote_locs = match &self.bytes {
+            Bytes::Remote(objects) => Some(objects.locs(self, idxs)?),
+            Bytes::Mapped { .. } => None,
+        };
         let prefix = self.schema.shape_prefix_bytes();
         let mut offsets = Vec::with_capacity(idxs.len() + 1);
         offsets.push(0u64);
         let mut total = 0u64;
-        for &i in idxs {
-            let (loc, _) = self.frame(i)?;
+        for (j, &i) in idxs.iter().enumerate() {
+            #[cfg(feature = "remote")]
+            let loc = match &remote_locs {
+                Some(locs) => locs[j],
+                None => self.frame(i)?.0,
+            };
+            #[cfg(not(feature = "remote"))]
+            let loc = {
+                let _ = j;
+                self.frame(i)?.0
+            };
             let logic = loc.logic as usize;
             if logic <= prefix {
                 return Err(Error::Decode {
@@ -437,6 +552,16 @@ impl Reader {
             let values =
                 unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr() as *mut u8, len) };
             let threads = rayon::current_num_threads().max(1);
+            #[cfg(feature = "remote")]
+            if let (Bytes::Remote(objects), Some(locs)) = (&self.bytes, &remote_locs) {
+                objects.fill_ragged(self, idxs, locs, &offsets, values, &mut shapes, ndim)?;
+                return Ok(RaggedBatch {
+                    words,
+                    len,
+                    offsets,
+                    shapes,
+                });
+            }
             if total < self.parallel_from() || threads == 1 || idxs.len() < 2 {
                 self.fill_ragged(idxs, &offsets, values, &mut shapes, ndim)?;
             } else {
@@ -464,44 +589,61 @@ impl Reader {
         ndim: usize,
     ) -> Result<()> {
         let base = offsets[0];
-        let dim_bytes = self.schema.layout.dim_bytes();
-        let prefix = ndim * dim_bytes;
         let mut scratch = Vec::new();
         for (j, &i) in idxs.iter().enumerate() {
             let (loc, frame) = self.frame(i)?;
-            let record: &[u8] = if self.header.codec == Codec::Raw {
-                frame
-            } else {
-                scratch.resize(loc.logic as usize, 0);
-                self.decoder
-                    .decode(frame, &mut scratch)
-                    .map_err(|reason| Error::Decode {
-                        path: self.path.clone(),
-                        index: i,
-                        reason,
-                    })?;
-                &scratch
-            };
-            let shape = &mut shapes[j * ndim..(j + 1) * ndim];
-            for (d, b) in shape
-                .iter_mut()
-                .zip(record[..prefix].chunks_exact(dim_bytes))
-            {
-                *d = b.iter().rev().fold(0u64, |a, &x| (a << 8) | u64::from(x));
-            }
-            let payload = &record[prefix..];
-            let elements = shape.iter().try_fold(1u64, |a, &d| a.checked_mul(d));
-            let expect = elements.and_then(|e| e.checked_mul(self.schema.itemsize as u64));
-            if expect != Some(payload.len() as u64) {
-                return Err(Error::Decode {
-                    path: self.path.clone(),
-                    index: i,
-                    reason: "corrupt ragged record shape".into(),
-                });
-            }
             let at = (offsets[j] - base) as usize;
-            values[at..at + payload.len()].copy_from_slice(payload);
+            let end = (offsets[j + 1] - base) as usize;
+            let shape = &mut shapes[j * ndim..(j + 1) * ndim];
+            self.place_ragged(i, loc, frame, &mut scratch, shape, &mut values[at..end])?;
         }
+        Ok(())
+    }
+
+    /// One Ragged record: decoded (into `scratch`) unless raw, its shape
+    /// prefix read into `shape` and checked against the payload, the
+    /// payload copied into `out`.
+    pub(crate) fn place_ragged(
+        &self,
+        index: u64,
+        loc: RecordLoc,
+        frame: &[u8],
+        scratch: &mut Vec<u8>,
+        shape: &mut [u64],
+        out: &mut [u8],
+    ) -> Result<()> {
+        let dim_bytes = self.schema.layout.dim_bytes();
+        let prefix = shape.len() * dim_bytes;
+        let record: &[u8] = if self.header.codec == Codec::Raw {
+            frame
+        } else {
+            scratch.resize(loc.logic as usize, 0);
+            self.decoder
+                .decode(frame, scratch)
+                .map_err(|reason| Error::Decode {
+                    path: self.path.clone(),
+                    index,
+                    reason,
+                })?;
+            scratch
+        };
+        for (d, b) in shape
+            .iter_mut()
+            .zip(record[..prefix].chunks_exact(dim_bytes))
+        {
+            *d = b.iter().rev().fold(0u64, |a, &x| (a << 8) | u64::from(x));
+        }
+        let payload = &record[prefix..];
+        let elements = shape.iter().try_fold(1u64, |a, &d| a.checked_mul(d));
+        let expect = elements.and_then(|e| e.checked_mul(self.schema.itemsize as u64));
+        if expect != Some(payload.len() as u64) || payload.len() != out.len() {
+            return Err(Error::Decode {
+                path: self.path.clone(),
+                index,
+                reason: "corrupt ragged record shape".into(),
+            });
+        }
+        out.copy_from_slice(payload);
         Ok(())
     }
 }

@@ -1,0 +1,363 @@
+//! Stores in object storage (`s3://bucket/prefix.zr`): the same layout as
+//! on disk, one object per file (`meta.zr`, `data_N.zr`, `dict.zr`).
+//!
+//! Opening reads `meta.zr`'s head (the 4096-byte page and the first
+//! RecordLocs) and tail in two concurrent GETs and lists the prefix once:
+//! the listing gives every shard's size and ETag, so shards cost no request
+//! until a gather reads them, and every read is pinned to the version
+//! listed. The RecordLoc table is fetched whole when it is small and paged
+//! in on demand when it is large. A gather looks up every RecordLoc first,
+//! sorts the records by (shard, offset), coalesces neighbours, sends the
+//! requests of all shards concurrently, and decodes into the caller's
+//! buffer.
+//!
+//! Writing: a store is built locally in a spool and, on close, its shards
+//! and dictionary are uploaded first and `meta.zr` last, so a reader that
+//! finds `meta.zr` finds the complete store. Object storage has no
+//! multi-object atomicity: replacing an existing store in place is refused.
+
+use std::path::Path;
+
+#[cfg(feature = "remote")]
+pub use enabled::{open, publish, Objects};
+
+use crate::error::{Error, RemoteKind, Result};
+
+/// True if `path` names an object-storage location rather than a directory.
+pub fn is_url(path: &Path) -> bool {
+    path.to_str().is_some_and(|s| {
+        ["s3://", "http://", "https://"]
+            .iter()
+            .any(|p| s.starts_with(p))
+    })
+}
+
+/// Without the `remote` feature a URL cannot be opened.
+#[cfg(not(feature = "remote"))]
+pub fn open(
+    path: &Path,
+    _dense: Option<bool>,
+    _storage_options: &[(String, String)],
+) -> Result<crate::Reader> {
+    Err(unsupported(path))
+}
+
+#[cfg(not(feature = "remote"))]
+fn unsupported(path: &Path) -> Error {
+    Error::Remote {
+        path: path.into(),
+        kind: RemoteKind::Unsupported,
+        detail: "this build of zrecord has no object-storage support (the `remote` feature)".into(),
+    }
+}
+
+#[cfg(feature = "remote")]
+mod enabled {
+    use std::collections::HashMap;
+    use std::path::{Path, PathBuf};
+    use std::sync::Arc;
+
+    use rayon::prelude::*;
+    use zt_remote::{ErrorKind, RemoteConfig, RemoteObject};
+
+    use super::*;
+    use crate::layout::{Header, RecordLoc, LOC, PAGE};
+    use crate::Reader;
+
+    /// RecordLoc tables up to this size are fetched whole at open.
+    const LOADED_LOCS: u64 = 64 << 20;
+
+    fn error(path: &Path, e: zt_remote::Error) -> Error {
+        let kind = match e.kind {
+            ErrorKind::NotFound => return Error::NotFound { path: path.into() },
+            ErrorKind::PermissionDenied => RemoteKind::PermissionDenied,
+            ErrorKind::Changed => RemoteKind::Changed,
+            ErrorKind::BadResponse => RemoteKind::BadResponse,
+            ErrorKind::Config => RemoteKind::Config,
+            ErrorKind::Unsupported => RemoteKind::Unsupported,
+            ErrorKind::Io => RemoteKind::Network,
+        };
+        Error::Remote {
+            path: PathBuf::from(e.url),
+            kind,
+            detail: e.detail,
+        }
+    }
+
+    fn text(path: &Path) -> Result<&str> {
+        path.to_str().ok_or_else(|| Error::Remote {
+            path: path.into(),
+            kind: RemoteKind::Config,
+            detail: "the URL is not UTF-8".into(),
+        })
+    }
+
+    fn config(path: &Path, storage_options: &[(String, String)]) -> Result<Arc<RemoteConfig>> {
+        RemoteConfig::from_options(storage_options)
+            .map(Arc::new)
+            .map_err(|e| error(path, e))
+    }
+
+    /// Where a remote store's RecordLocs come from.
+    enum LocTable {
+        /// The whole table, fetched at open.
+        Loaded(Vec<u8>),
+        /// `meta.zr` itself, read (through its cache) as gathers need it.
+        Paged(Arc<RemoteObject>),
+    }
+
+    /// The objects of a store in object storage.
+    pub struct Objects {
+        locs: LocTable,
+        /// Each data shard (`None` when empty).
+        shards: Vec<Option<Arc<RemoteObject>>>,
+    }
+
+    /// Open the store at the URL `path`.
+    pub fn open(
+        path: &Path,
+        dense: Option<bool>,
+        storage_options: &[(String, String)],
+    ) -> Result<Reader> {
+        let url = text(path)?.trim_end_matches('/').to_string();
+        let config = config(path, storage_options)?;
+        let meta_url = format!("{url}/meta.zr");
+        let meta_path = PathBuf::from(&meta_url);
+        let meta =
+            RemoteObject::open(&meta_url, Arc::clone(&config)).map_err(|e| error(path, e))?;
+        let page = meta
+            .read(0, (PAGE as u64).min(meta.len()))
+            .map_err(|e| error(path, e))?;
+        let header = Header::decode(&page, meta.len(), &meta_path)?;
+        let listing = zt_remote::list::list(&url, &config).map_err(|e| error(path, e))?;
+        let (shards, dict_entry) = check_objects(path, &url, &header, listing, &config)?;
+        let dict = match dict_entry {
+            Some(dict) => Some(dict.read(0, dict.len()).map_err(|e| error(path, e))?),
+            None => None,
+        };
+        crate::reader::check_dict(path, header.codec, dict.as_deref())?;
+        let schema = Reader::decode_schema(&header, dense, &meta_path)?;
+        let table = header.length * LOC as u64;
+        let meta = Arc::new(meta);
+        let locs = if table <= LOADED_LOCS {
+            LocTable::Loaded(meta.read(PAGE as u64, table).map_err(|e| error(path, e))?)
+        } else {
+            LocTable::Paged(meta)
+        };
+        let objects = Objects { locs, shards };
+        Ok(Reader::remote(
+            path.to_path_buf(),
+            header,
+            schema,
+            objects,
+            dict.as_deref(),
+        ))
+    }
+
+    /// The listing must hold exactly the shards the header names (each at
+    /// least as long as its tail), as a local open checks the directory.
+    #[allow(clippy::type_complexity)]
+    fn check_objects(
+        path: &Path,
+        url: &str,
+        header: &Header,
+        listing: Vec<zt_remote::list::Listed>,
+        config: &Arc<RemoteConfig>,
+    ) -> Result<(Vec<Option<Arc<RemoteObject>>>, Option<RemoteObject>)> {
+        let count = header.data_shards as usize;
+        let mut found: HashMap<usize, zt_remote::list::Listed> = HashMap::new();
+        let mut dict = None;
+        let object = |l: &zt_remote::list::Listed| {
+            let object_url = format!("{url}/{}", l.name);
+            match &l.etag {
+                Some(tag) => {
+                    RemoteObject::listed(&object_url, Arc::clone(config), l.size, tag.clone())
+                }
+                None => RemoteObject::open(&object_url, Arc::clone(config)),
+            }
+            .map_err(|e| error(path, e))
+        };
+        for l in listing {
+            if l.name == "dict.zr" {
+                dict = Some(object(&l)?);
+            } else if let Some(rest) = l.name.strip_prefix("data_") {
+                let n = rest
+                    .strip_suffix(".zr")
+                    .and_then(|n| n.parse::<usize>().ok())
+                    .filter(|&n| n < count && format!("data_{n}.zr") == l.name);
+                match n {
+                    Some(n) => {
+                        found.insert(n, l);
+                    }
+                    None => {
+                        return Err(Error::UnexpectedShard {
+                            path: path.into(),
+                            name: l.name,
+                        })
+                    }
+                }
+            }
+        }
+        let mut shards = Vec::with_capacity(count);
+        for (s, &tail) in header.tails.iter().enumerate() {
+            let l = found.remove(&s).ok_or(Error::MissingShard {
+                path: path.into(),
+                shard: s,
+            })?;
+            if l.size < tail {
+                return Err(Error::ShortShard {
+                    path: PathBuf::from(format!("{url}/{}", l.name)),
+                    len: l.size,
+                    tail,
+                });
+            }
+            shards.push(if tail == 0 {
+                None
+            } else {
+                Some(Arc::new(object(&l)?))
+            });
+        }
+        Ok((shards, dict))
+    }
+
+    impl Objects {
+        /// The validated RecordLocs of `idxs` (in order).
+        pub(crate) fn locs(&self, reader: &Reader, idxs: &[u64]) -> Result<Vec<RecordLoc>> {
+            let decode = |bytes: &[u8]| RecordLoc::decode(bytes);
+            let locs: Vec<RecordLoc> = match &self.locs {
+                LocTable::Loaded(table) => idxs
+                    .iter()
+                    .map(|&i| decode(&table[i as usize * LOC..(i as usize + 1) * LOC]))
+                    .collect(),
+                LocTable::Paged(meta) => {
+                    let ranges: Vec<(u64, u64)> = idxs
+                        .iter()
+                        .map(|&i| (PAGE as u64 + i * LOC as u64, LOC as u64))
+                        .collect();
+                    meta.prefetch(&ranges)
+                        .map_err(|e| error(reader.path(), e))?;
+                    ranges
+                        .iter()
+                        .map(|&(at, len)| meta.read(at, len).map(|b| decode(&b)))
+                        .collect::<zt_remote::Result<_>>()
+                        .map_err(|e| error(reader.path(), e))?
+                }
+            };
+            for (&i, &loc) in idxs.iter().zip(&locs) {
+                reader.check_loc(i, loc)?;
+            }
+            Ok(locs)
+        }
+
+        /// The stored frames of `idxs` (whose `locs` were looked up): the
+        /// records of every shard planned together (sorted, neighbours
+        /// coalesced) and the shards fetched concurrently.
+        fn frames(
+            &self,
+            reader: &Reader,
+            idxs: &[u64],
+            locs: &[RecordLoc],
+        ) -> Result<Vec<Vec<u8>>> {
+            let shards = reader.header.data_shards as u64;
+            let mut by_shard: Vec<Vec<usize>> = vec![Vec::new(); self.shards.len()];
+            for (j, &i) in idxs.iter().enumerate() {
+                by_shard[(i % shards) as usize].push(j);
+            }
+            let fetched: Vec<Vec<(usize, Vec<u8>)>> = by_shard
+                .into_par_iter()
+                .enumerate()
+                .filter(|(_, members)| !members.is_empty())
+                .map(|(s, members)| {
+                    let object = self.shards[s].as_ref().ok_or_else(|| Error::BadLoc {
+                        path: reader.path().into(),
+                        index: idxs[members[0]],
+                        reason: "record in an empty shard",
+                    })?;
+                    let ranges: Vec<(u64, u64)> = members
+                        .iter()
+                        .map(|&j| (locs[j].offset, u64::from(locs[j].phys)))
+                        .collect();
+                    let bytes = object
+                        .read_ranges(&ranges)
+                        .map_err(|e| error(reader.path(), e))?;
+                    Ok(members.into_iter().zip(bytes).collect())
+                })
+                .collect::<Result<_>>()?;
+            let mut out: Vec<Vec<u8>> = vec![Vec::new(); idxs.len()];
+            for (j, bytes) in fetched.into_iter().flatten() {
+                out[j] = bytes;
+            }
+            Ok(out)
+        }
+
+        /// A Dense gather of fixed-width rows into `dst`.
+        pub(crate) fn gather_dense(
+            &self,
+            reader: &Reader,
+            idxs: &[u64],
+            dst: &mut [u8],
+            row: usize,
+        ) -> Result<()> {
+            let locs = self.locs(reader, idxs)?;
+            let frames = self.frames(reader, idxs, &locs)?;
+            dst.par_chunks_mut(row.max(1))
+                .zip(idxs.par_iter().zip(locs.par_iter().zip(frames.par_iter())))
+                .try_for_each(|(out, (&i, (&loc, frame)))| reader.decode_row(i, loc, frame, out))
+        }
+
+        /// Fill a Ragged gather's payloads and shapes (offsets computed from
+        /// `locs` by the caller).
+        #[allow(clippy::too_many_arguments)]
+        pub(crate) fn fill_ragged(
+            &self,
+            reader: &Reader,
+            idxs: &[u64],
+            locs: &[RecordLoc],
+            offsets: &[u64],
+            values: &mut [u8],
+            shapes: &mut [u64],
+            ndim: usize,
+        ) -> Result<()> {
+            let frames = self.frames(reader, idxs, locs)?;
+            let mut scratch = Vec::new();
+            for (j, &i) in idxs.iter().enumerate() {
+                let (at, end) = (offsets[j] as usize, offsets[j + 1] as usize);
+                let shape = &mut shapes[j * ndim..(j + 1) * ndim];
+                reader.place_ragged(
+                    i,
+                    locs[j],
+                    &frames[j],
+                    &mut scratch,
+                    shape,
+                    &mut values[at..end],
+                )?;
+            }
+            Ok(())
+        }
+    }
+
+    /// Upload the store built at `local` (a published local store) to the
+    /// URL `dest`: shards and dictionary first, `meta.zr` last. A store
+    /// already at `dest` is refused ([`Error::AlreadyExists`]).
+    pub fn publish(local: &Path, dest: &Path, storage_options: &[(String, String)]) -> Result<()> {
+        let url = text(dest)?.trim_end_matches('/').to_string();
+        let config = config(dest, storage_options)?;
+        let existing = zt_remote::list::list(&url, &config).map_err(|e| error(dest, e))?;
+        if existing.iter().any(|l| l.name == "meta.zr") {
+            return Err(Error::AlreadyExists { path: dest.into() });
+        }
+        let mut names: Vec<String> = std::fs::read_dir(local)
+            .map_err(|e| Error::io(local, e))?
+            .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
+            .collect::<std::io::Result<_>>()
+            .map_err(|e| Error::io(local, e))?;
+        // meta.zr names the store's shape: it goes last.
+        names.sort_by_key(|n| (n == "meta.zr", n.clone()));
+        for name in names {
+            let file = local.join(&name);
+            zt_remote::upload_file(&file, &format!("{url}/{name}"), &config)
+                .map_err(|e| error(dest, e))?;
+        }
+        Ok(())
+    }
+}
