@@ -23,6 +23,7 @@ from . import (
     read_h5,
     read_onnx,
     read_pt,
+    remote_bench,
     report,
     sampler_bench,
     saveopen_bench,
@@ -104,6 +105,12 @@ COMPARISONS = {
         dict(vision=2500, tokens=200_000, ragged=200_000, runs=5, write_rounds=3, batches=40),
         stores_bench.run,
         stores_bench.header,
+    ),
+    "remote": (
+        dict(size_mb=64, runs=2, records=2048, batches=4, model=remote_bench.SMALL_MODEL, formats=False),
+        dict(size_mb=1024, runs=5, records=20_000, batches=20, model=remote_bench.MEDIUM_MODEL),
+        remote_bench.run,
+        remote_bench.header,
     ),
     "zrecord": (
         dict(vision=48, tokens=8192, ragged=8192, runs=2, write_rounds=1, batches=8),

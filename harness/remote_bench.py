@@ -1,0 +1,370 @@
+"""Object storage: zt reading models and record stores from a local S3
+server (SeaweedFS, the same server the tests use), against what users
+would otherwise run.
+
+Tables, each measured in one run with cases interleaved:
+  * whole-model load of a safetensors file: zt (`zt.numpy.load_file` on
+    the s3:// URL) against the obvious user path (boto3 download to disk,
+    then `safetensors.numpy.load_file`), obstore ranged gets, AWS
+    s3torchconnector's checkpoint reader and Run:ai's model streamer;
+  * the Llama-shaped model in each format: zt against a boto3 download and
+    the format's own library;
+  * open (metadata only) of a 1,000-tensor safetensors file: zt.open
+    against boto3 ranged GETs of the header and its JSON parse, with the
+    requests each makes;
+  * zrecord random gathers (batch 256 of 4 KiB and of 150 KiB records)
+    from the server against the same gathers from local disk.
+
+Client and server share this machine's two cores over loopback: use the
+ratios between clients on the same server, not the absolute speeds.
+
+    python -m harness.remote_bench --size-mb 1024 --runs 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+
+import numpy as np
+import safetensors.numpy
+
+import zt
+
+from . import common, read_formats, report
+
+BUCKET = "zt-bench"
+BOTO3 = "boto3 download + safetensors.numpy.load_file"
+
+
+def server(work):
+    sys.path.insert(0, os.fspath(common.ROOT / "tests"))
+    import s3server
+
+    srv = s3server.start(os.fspath(work))
+    os.environ.update(srv.env)
+    srv.boto3().create_bucket(Bucket=BUCKET)
+    return srv
+
+
+def digests(arrays) -> dict[str, int]:
+    return {k: common.digest(v) for k, v in arrays.items()}
+
+
+# ------------------------------------------------------------------ readers
+
+
+def zt_load(url: str) -> dict[str, int]:
+    return digests(zt.numpy.load_file(url))
+
+
+def boto3_load(client, key: str, local) -> dict[str, int]:
+    client.download_file(BUCKET, key, os.fspath(local))
+    try:
+        return digests(safetensors.numpy.load_file(os.fspath(local)))
+    finally:
+        os.unlink(local)
+
+
+def obstore_load(store, key: str) -> dict[str, int]:
+    """obstore as a user would drive it for safetensors: the header, then
+    every tensor's range in one `get_ranges` call."""
+    import obstore
+
+    n = int.from_bytes(bytes(obstore.get_range(store, key, start=0, end=8)), "little")
+    header = json.loads(bytes(obstore.get_range(store, key, start=8, end=8 + n)))
+    header.pop("__metadata__", None)
+    names = list(header)
+    starts = [8 + n + header[k]["data_offsets"][0] for k in names]
+    ends = [8 + n + header[k]["data_offsets"][1] for k in names]
+    dtypes = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, "I64": np.int64, "I32": np.int32}
+    out = {}
+    for name, buf in zip(names, obstore.get_ranges(store, key, starts=starts, ends=ends)):
+        info = header[name]
+        out[name] = np.frombuffer(memoryview(buf), dtypes[info["dtype"]]).reshape(info["shape"])
+    return digests(out)
+
+
+def s3torchconnector_load(checkpoint, url: str) -> dict[str, int]:
+    import safetensors.torch
+
+    with checkpoint.reader(url) as r:
+        data = r.read()
+    return {k: common.digest(v.numpy()) for k, v in safetensors.torch.load(data).items()}
+
+
+def runai_load(url: str) -> dict[str, int]:
+    from runai_model_streamer import SafetensorsStreamer
+
+    with SafetensorsStreamer() as s:
+        s.stream_file(url)
+        return {name: common.digest(t.numpy()) for name, t in s.get_tensors()}
+
+
+def peers(srv) -> dict:
+    """The peer clients that install here, and why the others are missing."""
+    found, missing = {}, {}
+    try:
+        from obstore.store import S3Store
+
+        found["obstore"] = S3Store(
+            BUCKET,
+            endpoint=srv.endpoint,
+            access_key_id=srv.env["AWS_ACCESS_KEY_ID"],
+            secret_access_key=srv.env["AWS_SECRET_ACCESS_KEY"],
+            region=srv.env["AWS_REGION"],
+            client_options={"allow_http": True},
+        )
+    except ImportError as e:
+        missing["obstore get_ranges"] = f"missing: {e}"
+    try:
+        from s3torchconnector import S3Checkpoint, S3ClientConfig
+
+        found["s3torchconnector"] = S3Checkpoint(
+            region=srv.env["AWS_REGION"], endpoint=srv.endpoint, s3client_config=S3ClientConfig(force_path_style=True)
+        )
+    except ImportError as e:
+        missing["s3torchconnector S3Checkpoint"] = f"missing: {e}"
+    try:
+        import runai_model_streamer  # noqa: F401
+
+        os.environ["RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING"] = "0"
+        os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
+        found["runai"] = True
+    except ImportError as e:
+        missing["runai-model-streamer"] = f"missing: {e}"
+    return found, missing
+
+
+# ------------------------------------------------------------------ tables
+
+
+def whole_model(srv, work, size_mb: int, runs: int) -> report.Result:
+    from .read_bench import big_arrays
+
+    arrays = big_arrays(size_mb)
+    want = digests(arrays)
+    nbytes = sum(a.nbytes for a in arrays.values())
+    path = work / f"model-{size_mb}.safetensors"
+    safetensors.numpy.save_file(arrays, os.fspath(path))
+    del arrays
+    client = srv.boto3()
+    client.upload_file(os.fspath(path), BUCKET, path.name)
+    path.unlink()
+    url = f"s3://{BUCKET}/{path.name}"
+    found, missing = peers(srv)
+    cases = {
+        "zt.numpy.load_file (s3://)": lambda: zt_load(url),
+        BOTO3: lambda: boto3_load(client, path.name, work / "download.safetensors"),
+    }
+    if "obstore" in found:
+        cases["obstore get_ranges"] = lambda: obstore_load(found["obstore"], path.name)
+    if "s3torchconnector" in found:
+        cases["s3torchconnector S3Checkpoint"] = lambda: s3torchconnector_load(found["s3torchconnector"], url)
+    if "runai" in found:
+        cases["runai-model-streamer"] = lambda: runai_load(url)
+    times, values = common.interleaved(cases, runs)
+    for name, got in values.items():
+        assert got == want, f"{name} read wrong bytes"
+    times.update({name: [] for name in missing})
+    fastest_peer = min((common.summary(t)[0], name) for name, t in times.items() if t and not name.startswith("zt"))
+    zt_median = common.summary(times["zt.numpy.load_file (s3://)"])[0]
+    return report.Result(
+        "remote",
+        f"Whole-model load over S3: {nbytes / 2**30:.2f} GiB safetensors",
+        times,
+        peer=BOTO3,
+        nbytes=nbytes,
+        notes=[
+            f"zt ÷ the fastest peer ({fastest_peer[1]}): {fastest_peer[0] / zt_median:.2f}×.",
+            *(f"{name}: {why}" for name, why in missing.items()),
+        ],
+        modules=["safetensors", "boto3", "obstore", "s3torchconnector", "runai_model_streamer"],
+    )
+
+
+def per_format(srv, work, runs: int, model: dict) -> report.Result:
+    client = srv.boto3()
+    shapes = read_formats.llama_shapes(**model)
+    samples, notes, nbytes = {}, [], 0
+    for fmt in read_formats.FORMATS:
+        if fmt.read is None or not read_formats.importable(fmt.module):
+            notes.append(f"{fmt.name}: its own library is missing here")
+            continue
+        local = work / f"llama.{fmt.ext}"
+        read_formats.write(fmt, shapes, local, model["hidden"], model["layers"])
+        files = fmt.files(local)
+        for f in files:
+            client.upload_file(os.fspath(f), BUCKET, f"llama/{f.name}")
+        want = sorted(fmt.read(local).values())
+        nbytes = max(nbytes, sum(f.stat().st_size for f in files))
+        for f in files:
+            f.unlink()
+        url = f"s3://{BUCKET}/llama/{local.name}"
+        down = work / "download"
+
+        def via_boto3(fmt=fmt, files=files, down=down):
+            down.mkdir(exist_ok=True)
+            try:
+                for f in files:
+                    client.download_file(BUCKET, f"llama/{f.name}", os.fspath(down / f.name))
+                return sorted(fmt.read(down / files[0].name).values())
+            finally:
+                shutil.rmtree(down, ignore_errors=True)
+
+        cases = {f"{fmt.name}: zt (s3://)": lambda url=url: sorted(zt_load(url).values())}
+        cases[f"{fmt.name}: boto3 download + {fmt.peer}"] = via_boto3
+        times, values = common.interleaved(cases, runs)
+        for name, got in values.items():
+            assert got == want, f"{name} read wrong bytes"
+        samples.update(times)
+        zt_med = common.summary(times[f"{fmt.name}: zt (s3://)"])[0]
+        peer_med = common.summary(times[f"{fmt.name}: boto3 download + {fmt.peer}"])[0]
+        notes.append(f"{fmt.name}: zt {peer_med / zt_med:.2f}× the boto3 path.")
+    return report.Result(
+        "remote",
+        f"The Llama-shaped model ({nbytes / 2**20:.0f} MiB) in each format, over S3",
+        samples,
+        notes=notes,
+        modules=["boto3", "torch", "gguf", "onnx", "h5py"],
+    )
+
+
+def open_table(srv, work, runs: int) -> report.Result:
+    arrays = {f"layer.{i}.w": np.full(64, i, np.float32) for i in range(1000)}
+    path = work / "open-1000.safetensors"
+    safetensors.numpy.save_file(arrays, os.fspath(path))
+    client = srv.boto3()
+    client.upload_file(os.fspath(path), BUCKET, path.name)
+    url = f"s3://{BUCKET}/{path.name}"
+
+    def with_zt():
+        with zt.open(url) as src:
+            return len(src)
+
+    def with_boto3():
+        n = int.from_bytes(client.get_object(Bucket=BUCKET, Key=path.name, Range="bytes=0-7")["Body"].read(), "little")
+        body = client.get_object(Bucket=BUCKET, Key=path.name, Range=f"bytes=8-{7 + n}")["Body"].read()
+        header = json.loads(body)
+        header.pop("__metadata__", None)
+        return len(header)
+
+    before = zt.remote_stats()["gets"]
+    with_zt()
+    zt_requests = zt.remote_stats()["gets"] - before
+    times, values = common.interleaved({"zt.open (s3://)": with_zt, "boto3 ranged GETs + json": with_boto3}, runs)
+    assert values["zt.open (s3://)"] == values["boto3 ranged GETs + json"] == 1000
+    return report.Result(
+        "remote",
+        "Open (metadata only) of a 1,000-tensor safetensors file over S3",
+        times,
+        peer="boto3 ranged GETs + json",
+        extra={
+            "zt.open (s3://)": {"requests": f"{zt_requests} (concurrent)"},
+            "boto3 ranged GETs + json": {"requests": "2 (one after the other)"},
+        },
+    )
+
+
+def gathers(srv, work, runs: int, records: int, batches: int) -> list[report.Result]:
+    from zt.zrecord import Dense
+
+    client = srv.boto3()
+    rng = np.random.default_rng(3)
+    out = []
+    for label, width in (("4 KiB", 4096), ("150 KiB", 150 * 1024)):
+        n = records if width == 4096 else max(256, records // 16)
+        local = work / f"records-{width}.zr"
+        shutil.rmtree(local, ignore_errors=True)
+        with Dense.create(local, np.uint8, (width,), data_shards=4) as store:
+            for start in range(0, n, 256):
+                store.append(rng.integers(0, 255, size=(min(256, n - start), width), dtype=np.uint8))
+        for f in sorted(local.iterdir()):
+            client.upload_file(os.fspath(f), BUCKET, f"records-{width}.zr/{f.name}")
+        plans = [rng.choice(n, size=256, replace=False).astype(np.uint64) for _ in range(batches)]
+        stores = {
+            "zrecord over S3": Dense.open(f"s3://{BUCKET}/records-{width}.zr"),
+            "zrecord on local disk": Dense.open(local),
+        }
+        latencies = {name: [] for name in stores}
+
+        def sweep(name, stores=stores, plans=plans, latencies=latencies):
+            store, acc = stores[name], 0
+            for idxs in plans:
+                t0 = time.perf_counter()
+                batch = store[idxs]
+                latencies[name].append(time.perf_counter() - t0)
+                acc ^= common.digest(batch)
+            return acc
+
+        times, values = common.interleaved({name: (lambda name=name: sweep(name)) for name in stores}, runs)
+        assert len(set(values.values())) == 1, "the two stores gathered different bytes"
+        nbytes = batches * 256 * width
+        extra = {name: {"p95 batch": common.fmt_time(float(np.percentile(latencies[name], 95)))} for name in stores}
+        out.append(
+            report.Result(
+                "remote",
+                f"zrecord random gathers, batch 256 of {label} records ({batches} batches)",
+                times,
+                peer="zrecord on local disk",
+                nbytes=nbytes,
+                extra=extra,
+                notes=[
+                    "MosaicML streaming and litdata are not in this table: their releases pin numpy < 2.2, "
+                    "which conflicts with this environment (see results/ranks.md for them over local shards)."
+                ],
+            )
+        )
+        for store in stores.values():
+            store.close()
+    return out
+
+
+def run(size_mb: int, runs: int, records: int, batches: int, model: dict, formats: bool = True) -> list[report.Result]:
+    work = common.bench_dir("remote")
+    srv = server(work)
+    try:
+        results = [whole_model(srv, work, size_mb, runs), open_table(srv, work, runs)]
+        if formats:
+            results.append(per_format(srv, work, runs, model))
+        results.extend(gathers(srv, work, runs, records, batches))
+        return results
+    finally:
+        srv.stop()
+
+
+def header(runs: int) -> str:
+    work = common.bench_dir("remote")
+    return (
+        "## Object storage: zt against the clients users reach for\n\n"
+        f"A SeaweedFS S3 server (`weed mini`, signature checking on) on 127.0.0.1, its data on "
+        f"{common.filesystem_of(work)} at `{work}`. Client and server share the machine's cores over loopback, "
+        "so compare ratios between clients in one table, not absolute speeds. "
+        f"{runs} interleaved runs after one warm-up; every byte digested and checked against what was written."
+    )
+
+
+SMALL_MODEL = dict(layers=2, hidden=1024, intermediate=4096, heads=16, kv_heads=4, vocab=8_000)
+# Llama-shaped, a quarter of Llama-3.2-1B's layers at its width (~0.6 GiB):
+# every format is written, uploaded and read five times each way.
+MEDIUM_MODEL = dict(layers=4, hidden=2048, intermediate=8192, heads=32, kv_heads=8, vocab=32_000)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--size-mb", type=int, default=1024)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--records", type=int, default=20_000)
+    ap.add_argument("--batches", type=int, default=20)
+    ap.add_argument("--out", default="remote")
+    args = ap.parse_args()
+    results = run(args.size_mb, args.runs, args.records, args.batches, SMALL_MODEL)
+    print(report.save(results, args.out, header(args.runs)).read_text())
+
+
+if __name__ == "__main__":
+    main()
