@@ -18,7 +18,12 @@ def blocks(lang: str) -> list[str]:
     return re.findall(rf"```{lang}\n(.*?)```", text, flags=re.S)
 
 
-def test_readme_python_and_shell_examples(tmp, zt_cli, monkeypatch):
+def test_readme_python_and_shell_examples(tmp, zt_cli, monkeypatch, s3):
+    # The object-storage example writes to this bucket of the test server
+    # (the s3 fixture points the AWS variables at it).
+    client = s3.boto3()
+    if "zt-readme" not in {b["Name"] for b in client.list_buckets()["Buckets"]}:
+        client.create_bucket(Bucket="zt-readme")
     monkeypatch.chdir(tmp)
     python = blocks("python")
     assert python, "README has no Python example"
