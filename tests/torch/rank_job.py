@@ -109,8 +109,13 @@ def main() -> None:
     before = Sampler(200, GLOBAL_BATCH, CYCLIC, SEED).rank_source
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    root = pathlib.Path(spec["stores"])
-    streams = {"d": Dense.open(root / "d.zr"), "r": Ragged.open(root / "r.zr")}
+    root = spec["stores"]
+
+    def at(name: str):
+        # An object-storage prefix, or a directory.
+        return f"{root}/{name}" if root.startswith("s3://") else pathlib.Path(root) / name
+
+    streams = {"d": Dense.open(at("d.zr")), "r": Ragged.open(at("r.zr"))}
     out = {"world_size": dist.get_world_size(), "source_before_init": before}
     for job in spec["jobs"]:
         if job["kind"] == "gather":

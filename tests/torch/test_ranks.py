@@ -108,6 +108,28 @@ def test_elastic_resume_over_world_sizes_2_4_1_3_equals_the_uninterrupted_run(la
             assert states[0]["seed"] == SEED
 
 
+def test_two_ranks_over_s3_stores_match_one_process(stores, s3, bucket, tmp_path):
+    """The same matrix on 2 ranks, every rank reading the stores from the
+    test S3 server (s3:// prefixes; credentials from the environment)."""
+    client = s3.boto3()
+    for f in sorted(stores.rglob("*")):
+        if f.is_file():
+            client.upload_file(str(f), bucket, f"ranks/{f.relative_to(stores)}")
+    jobs = [
+        {"id": f"matrix-{mode}", "kind": "gather", "front": "loader", "mode": mode, "steps": MATRIX_STEPS}
+        for mode in MODES
+    ]
+    spec, out = tmp_path / "spec.json", tmp_path / "report.json"
+    spec.write_text(json.dumps({"stores": f"s3://{bucket}/ranks", "out": str(out), "jobs": jobs}))
+    with Launches(tmp_path / "logs") as group:
+        run = group.start("torchrun-s3", torchrun_argv(2, HERE / "rank_job.py", str(spec)), rank_env())
+        rc = run.wait(LAUNCH_TIMEOUT)
+        assert rc == 0, f"torchrun over s3:// failed (exit {rc})\n{run.output()}"
+    report = json.loads(out.read_text())
+    for mode in MODES:
+        _check_steps(report[f"matrix-{mode}"]["steps"], 2, reference(mode, range(MATRIX_STEPS)), f"{mode} over s3://")
+
+
 # -- node loss ------------------------------------------------------------------------
 
 
