@@ -234,12 +234,26 @@ def test_sharded_safetensors_index_under_one_prefix(s3, bucket, tmp):
 # ------------------------------------------------ open is metadata only
 
 
-@pytest.mark.parametrize("fmt", ["safetensors", "gguf", "zt", "npy"])
+@pytest.mark.parametrize("fmt", list(MAKERS))
 def test_open_takes_two_concurrent_gets(s3, bucket, tmp, fmt):
+    # Every single-file format (these fixtures fit the head and tail an
+    # open fetches): the two opening GETs, nothing else.
     path, _ = MAKERS[fmt](tmp)
     url = upload(s3, bucket, path)
     _, used = gets_during(lambda: zt.open(url).close())
     assert used["gets"] == 2 and used["heads"] == 0, used
+
+
+def test_open_request_counts_of_multi_file_formats(s3, bucket, tmp):
+    # PyTorch zip: two; ONNX with external data: two for the model, two for
+    # the data file it names; a shard index: two for the index, two per shard.
+    url = upload(s3, bucket, PT_DATA / "state_dict.pt")
+    _, used = gets_during(lambda: zt.open(url).close())
+    assert used["gets"] == 2, used
+    make_onnx(tmp)
+    upload_dir(s3, bucket, tmp, "onnx")
+    _, used = gets_during(lambda: zt.open(f"s3://{bucket}/onnx/m.onnx").close())
+    assert used["gets"] == 4, used
 
 
 def test_zip_formats_fetch_their_local_headers_in_one_batch(s3, bucket, tmp):
