@@ -266,7 +266,7 @@ def test_zip_formats_fetch_their_local_headers_in_one_batch(s3, bucket, tmp):
         _, used = gets_during(lambda: same_bits(zt.open(url, storage_options={"coalesce_gap": 0}), local))
     # 2 to open + at most one per member header (all concurrent, in one
     # batch), then the tensor bytes (one request per 2 MiB member, fewer
-    # than the 8 MiB part size).
+    # than the 16 MiB part size).
     assert used["gets"] <= 2 + 6 + 6, used
 
 

@@ -22,8 +22,11 @@ use object_store::{BackoffConfig, ClientConfigKey, ObjectStore, RetryConfig};
 
 use crate::error::{Error, ErrorKind, Result};
 
-/// Default size of one ranged GET of a large read, and of one uploaded part.
-pub const DEFAULT_PART_SIZE: u64 = 8 << 20;
+/// Default size of one ranged GET of a large read, and of one uploaded part
+/// (AWS's guidance is 8–16 MiB; on the loopback benchmark 16 MiB parts
+/// loaded 1 GiB ~10% faster than 8 MiB ones: fewer requests to sign and
+/// serve).
+pub const DEFAULT_PART_SIZE: u64 = 16 << 20;
 /// Default number of requests in flight for one read or upload.
 pub const DEFAULT_CONCURRENCY: usize = 16;
 /// Neighbouring small reads closer than this are fetched as one request.
