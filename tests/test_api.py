@@ -80,3 +80,18 @@ def test_formats_detected_before_they_are_readable(tmp):
     # A zTensor data shard: magic, then a footer whose manifest fields are all zero.
     ztf.write_bytes(b"\x89ZT2\r\n\x1a\n" + struct.pack("<QQQII", 0, 0, 0, 2, 0) + b"\x89ZT2\r\n\x1a\n")
     assert [zt.detect(p) for p in (gguf, h5, ztf)] == ["gguf", "h5", "zt"]
+
+
+def test_array_copy_false_raises_when_a_copy_is_unavoidable(tmp):
+    # numpy 2's __array__ contract: copy=False never copies.
+    zt.numpy.save_file({"a": np.arange(6, dtype=np.float32)}, tmp / "m.safetensors")
+    zt.numpy.save_file({"a": np.arange(6, dtype=np.float32)}, tmp / "c.zt", compression=True)
+    with zt.open(tmp / "m.safetensors") as src:
+        view = np.asarray(src["a"], copy=False)
+        assert not view.flags.writeable and view.tolist() == list(range(6))
+        with pytest.raises(ValueError, match="copy"):
+            np.asarray(src["a"], dtype=np.float64, copy=False)
+    with zt.open(tmp / "c.zt") as src:
+        with pytest.raises(ValueError, match="without a copy"):
+            np.asarray(src["a"], copy=False)
+        assert np.asarray(src["a"]).tolist() == list(range(6))  # copy=None decodes

@@ -1,7 +1,9 @@
 //! One error type for every plugin: a variant per reason, each carrying the
 //! context a user needs to find the problem (file, tensor, byte offset).
 //!
-//! Tests match on the variant, never on the message text.
+//! Tests match on the variant; the few that also match message text check
+//! what a user reads (that a message names the file or the rule), not how
+//! the variant is chosen.
 
 use std::fmt;
 use std::path::{Path, PathBuf};

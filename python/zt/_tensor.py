@@ -61,6 +61,15 @@ def _unpack_nibbles(packed: np.ndarray, shape: tuple[int, ...], dtype) -> np.nda
     return codes[:count].view(dtype).reshape(shape)
 
 
+def _views_the_file(arr: np.ndarray) -> bool:
+    """True if ``arr`` is a view of a mapped file (no bytes were copied or
+    decoded to make it)."""
+    base = arr
+    while isinstance(base, np.ndarray) and base.base is not None:
+        base = base.base
+    return isinstance(base, _zt.ArrayView) and base.readonly
+
+
 class Tensor:
     """One tensor (or one part of a multi-part tensor) of a :class:`zt.Source`."""
 
@@ -114,8 +123,17 @@ class Tensor:
         return np.asarray(self._native._dequantize())
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        # numpy 2's contract: copy=True always copies, None copies only if
+        # it must, False never copies and raises when a copy is unavoidable.
         arr = self.numpy(copy=bool(copy))
+        if copy is False and not _views_the_file(arr):
+            raise ValueError(
+                f"tensor {self.name!r} cannot be viewed without a copy ({self.layout}, caps {self.caps}); "
+                "pass copy=None (or call numpy()) to let it be decoded or copied"
+            )
         if dtype is not None and np.dtype(dtype) != arr.dtype:
+            if copy is False:
+                raise ValueError(f"converting tensor {self.name!r} to {np.dtype(dtype)} needs a copy")
             arr = arr.astype(dtype)
         return arr
 

@@ -50,7 +50,6 @@ __all__ = ["DEFAULT_LAYOUT", "DICT_TIERS", "LAYOUTS", "Dense", "Ragged", "Zrecor
 CODECS = ("raw", "zstd", "zstd_dict")
 MAX_DATA_SHARDS = 255
 MAX_RECORD_LEN = 1 << 31
-MAX_SCHEMA_LEN = 4096 - (16 + 255 * 8)
 DICT_TIERS = {name: {"dict_bytes": d, "sample_budget": s} for name, (d, s) in _zt.dict_tiers().items()}
 # loaderx 2.3.8 and 2.8.19 both train one 32 KiB dictionary on at most 4 MiB
 # of samples: tier "fast", byte for byte the same dictionary.

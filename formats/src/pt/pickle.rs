@@ -30,7 +30,8 @@ pub enum Node {
     Bool(bool),
     /// An int that fits in `i64`.
     Int(i64),
-    /// A larger int: two's-complement little-endian bytes.
+    /// A larger int: two's-complement little-endian bytes (from LONG1/LONG4
+    /// as stored, from protocol 0's decimal INT/LONG converted).
     BigInt(Box<[u8]>),
     /// A float.
     Float(f64),
@@ -887,11 +888,58 @@ fn text_int(line: &[u8]) -> Option<Node> {
     if let Ok(v) = s.parse::<i64>() {
         return Some(Node::Int(v));
     }
-    // Too large for i64: keep it only as a big integer's sign and digits
-    // are not needed by anything zt reads; record the digits as bytes.
-    let digits = s.strip_prefix('-').unwrap_or(s);
-    (!digits.is_empty() && digits.bytes().all(|c| c.is_ascii_digit()))
-        .then(|| Node::BigInt(s.as_bytes().into()))
+    // Too large for i64: the same two's-complement bytes a binary LONG
+    // holds, so a big int reads the same whatever the protocol.
+    let (negative, digits) = match s.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, s.strip_prefix('+').unwrap_or(s)),
+    };
+    // Python refuses more than 4300 digits (sys.int_info.default_max_str_digits);
+    // the bound also keeps the quadratic conversion below cheap.
+    if digits.is_empty() || digits.len() > 4300 || !digits.bytes().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    Some(Node::BigInt(twos_complement_le(digits, negative).into()))
+}
+
+/// Little-endian two's-complement bytes of a decimal magnitude and sign,
+/// as short as they can be (with a sign bit), as pickle's LONG1 stores them.
+fn twos_complement_le(digits: &str, negative: bool) -> Vec<u8> {
+    // The magnitude in base 256, least significant first.
+    let mut bytes: Vec<u8> = vec![0];
+    for d in digits.bytes() {
+        let mut carry = u32::from(d - b'0');
+        for b in bytes.iter_mut() {
+            let v = u32::from(*b) * 10 + carry;
+            *b = v as u8;
+            carry = v >> 8;
+        }
+        while carry > 0 {
+            bytes.push(carry as u8);
+            carry >>= 8;
+        }
+    }
+    if negative {
+        // Two's complement: invert and add one.
+        let mut carry = true;
+        for b in bytes.iter_mut() {
+            let (v, c) = (!*b).overflowing_add(u8::from(carry));
+            *b = v;
+            carry = c;
+        }
+    }
+    // Keep exactly one byte of sign.
+    let sign = if negative { 0xFF } else { 0x00 };
+    while bytes.len() > 1
+        && bytes[bytes.len() - 1] == sign
+        && (bytes[bytes.len() - 2] & 0x80 == sign & 0x80)
+    {
+        bytes.pop();
+    }
+    if bytes[bytes.len() - 1] & 0x80 != sign & 0x80 {
+        bytes.push(sign);
+    }
+    bytes
 }
 
 fn decimal(line: &[u8]) -> Option<u64> {
@@ -1004,6 +1052,21 @@ mod tests {
         assert!(matches!(long_node(&[0x00, 0x80]), Node::Int(-32768)));
         assert!(matches!(long_node(&[0xff, 0x00]), Node::Int(255)));
         assert!(matches!(long_node(&[1; 9]), Node::BigInt(_)));
+        // Protocol 0's decimal digits become the bytes LONG1 would hold.
+        let big = |text: &str| match text_int(text.as_bytes()) {
+            Some(Node::BigInt(b)) => b.into_vec(),
+            other => panic!("{text}: {other:?}"),
+        };
+        assert_eq!(big("18446744073709551616"), [0, 0, 0, 0, 0, 0, 0, 0, 1]); // 2^64
+        assert_eq!(
+            big("-9223372036854775809"),
+            [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 0xff]
+        ); // -2^63-1
+        assert_eq!(big("9223372036854775808"), [0, 0, 0, 0, 0, 0, 0, 0x80, 0]); // 2^63
+        assert!(
+            text_int("1".repeat(4301).as_bytes()).is_none(),
+            "more digits than Python reads"
+        );
         assert!(matches!(long_node(&[]), Node::Int(0)));
     }
 
