@@ -189,3 +189,99 @@ def test_deflate_bomb_fails_cleanly(tmp):
         z.writestr("x.npy", header.getvalue() + b"\0" * (64 << 20))
     with pytest.raises(zt.FormatError, match="limit"):
         zt.open(path2, limits={"decoded_bytes": 1 << 20})
+
+
+# Dtypes numpy reads without unpickling but zt has no element type for:
+# read as numpy reads them, the same numpy dtype over the same bytes.
+RECORD_DTYPES = {
+    "structured": np.dtype([("a", "<i4"), ("b", "<f8", (2,)), ("s", "S3")]),
+    "aligned": np.dtype([("x", "u1"), ("y", "<f8")], align=True),  # padding fields
+    "nested": np.dtype([("p", [("x", "<f4"), ("y", "<f4")]), ("id", "<u8")]),
+    "titles": np.dtype({"names": ["n"], "formats": ["<i2"], "titles": ["The title"]}),
+    "big_endian_fields": np.dtype([("be", ">i4"), ("le", "<u2")]),
+    "unicode": np.dtype("<U7"),
+    "bytes": np.dtype("S5"),
+    "void": np.dtype("V6"),
+    "datetime": np.dtype("<M8[ms]"),
+    "timedelta": np.dtype("<m8[s]"),
+    "long_double": np.dtype(np.longdouble),
+}
+
+
+def record_sample(dtype: np.dtype, shape) -> np.ndarray:
+    raw = RNG.integers(0, 256, size=int(np.prod(shape)) * dtype.itemsize, dtype=np.uint8)
+    arr = raw.view(dtype).reshape(shape).copy()
+    if dtype.kind == "U":
+        arr[...] = "héllo"[: dtype.itemsize // 4]
+    return arr
+
+
+def same_bytes(got: np.ndarray, want: np.ndarray) -> None:
+    """Same dtype, shape and bits, field by field: numpy leaves the padding
+    between fields of an array it reads from a zip uninitialised (it assigns
+    fields), where zt's bytes are the file's."""
+    assert got.dtype == want.dtype and got.shape == want.shape
+    if got.dtype.names:
+        for name in got.dtype.names:
+            same_bytes(got[name], want[name])
+    else:
+        assert np.ascontiguousarray(got).tobytes() == np.ascontiguousarray(want).tobytes()
+
+
+@pytest.mark.parametrize("kind", sorted(RECORD_DTYPES))
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_npy_dtypes_read_as_numpy_reads_them(tmp, kind, order):
+    arr = record_sample(RECORD_DTYPES[kind], (3, 4))
+    if order == "F":
+        arr = np.asfortranarray(arr)
+    np.save(tmp / "r.npy", arr)
+    want = np.load(tmp / "r.npy")
+    with zt.open(tmp / "r.npy") as src:
+        t = src["r"]
+        assert t.layout == "npy.descr/1" and t.shape == (3, 4)
+        same_bytes(t.numpy(), want)
+        same_bytes(t.numpy(copy=True), want)
+    for got in (zt.numpy.load_file(tmp / "r.npy"), zt.numpy.load((tmp / "r.npy").read_bytes())):
+        (arr,) = got.values()  # from bytes, a lone array is "arr_0", as np.savez names it
+        same_bytes(arr, want)
+        assert arr.flags.writeable
+    with zt.safe_open(tmp / "r.npy", "np") as f:
+        same_bytes(f.get_tensor("r"), want)
+        same_bytes(f.get_slice("r")[1:, ::2], want[1:, ::2])
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+def test_npz_with_records_and_object_members(tmp, compressed):
+    """An archive with structured and string members reads whole; an object
+    member (a pickle, which numpy.load refuses without allow_pickle) is
+    listed in `npz.skipped` instead of refusing the archive."""
+    members = {k: record_sample(d, (5,)) for k, d in RECORD_DTYPES.items()}
+    members["plain"] = np.arange(4.0)
+    members["objects"] = np.array([1, "two", None], dtype=object)
+    (np.savez_compressed if compressed else np.savez)(tmp / "a.npz", **members)
+    with np.load(tmp / "a.npz") as want, zt.open(tmp / "a.npz") as src:
+        assert set(src) == set(members) - {"objects"}
+        for name in src:
+            same_bytes(src[name].numpy(), want[name])
+        with pytest.raises(ValueError):
+            want["objects"]  # numpy refuses it too, without allow_pickle
+        assert [e["name"] for e in src.attributes["npz.skipped"]] == ["objects"]
+    got = zt.numpy.load_file(tmp / "a.npz")
+    assert set(got) == set(members) - {"objects"}
+    same_bytes(got["structured"], members["structured"])
+
+
+def test_record_arrays_survive_a_zt_round_trip(tmp):
+    """A .zt file keeps an `npy.descr/1` object structurally (upstream
+    ztensor reads it as one), and zt views it as numpy's dtype again; a
+    format with no such layout refuses it by name."""
+    import ztensor
+
+    arr = record_sample(RECORD_DTYPES["structured"], (2, 3))
+    np.savez(tmp / "r.npz", r=arr, f=np.ones(2))
+    zt.convert(tmp / "r.npz", tmp / "r.zt")
+    with zt.open(tmp / "r.zt") as src:
+        same_bytes(src["r"].numpy(), arr)
+    assert ztensor.open(str(tmp / "r.zt"))["r"].layout == "npy.descr/1"
+    with pytest.raises(zt.FormatError, match="npy.descr/1"):
+        zt.convert(tmp / "r.npz", tmp / "r.safetensors")

@@ -276,12 +276,32 @@ def test_sparse_initializer_is_coo(tmp, linear):
         assert t.attributes["origin"] == "sparse_initializer"
 
 
-def test_string_tensor_is_refused(tmp):
-    tp = helper.make_tensor("s", TensorProto.STRING, [2], [b"a", b"b"])
+def test_string_tensors_are_listed_and_numeric_ones_read(tmp):
+    """A STRING tensor (a vocabulary, labels) no longer refuses the model:
+    it is listed in `onnx.skipped` (name, shape), as HDF5 lists its strings
+    in `h5.skipped`, and every numeric tensor reads as onnx reads it."""
+    labels = helper.make_tensor("labels", TensorProto.STRING, [2, 3], [b"a", b"bb", b"", b"c", b"d", b"e"])
+    w = numpy_helper.from_array(sample(np.float32, (3, 4)), "w")
+    const = helper.make_tensor("vocab", TensorProto.STRING, [1], [b"x"])
+    node = helper.make_node("Constant", [], ["names"], value=const)
+    sparse = helper.make_sparse_tensor(
+        helper.make_tensor("sv", TensorProto.STRING, [2], [b"p", b"q"]),
+        numpy_helper.from_array(np.array([0, 3], dtype=np.int64), "si"),
+        [4],
+    )
     path = tmp / "m.onnx"
-    save(path, [tp])
-    with pytest.raises(zt.FormatError, match="STRING"):
-        zt.open(path)
+    model = save(path, [labels, w], nodes=[node], sparse=[sparse])
+    src = zt.open(path)
+    assert list(src) == ["w"]
+    loaded = onnx.load(os.fspath(path))
+    assert_bits(src["w"], numpy_helper.to_array(loaded.graph.initializer[1]))
+    skipped = {e["name"]: e for e in src.attributes["onnx.skipped"]}
+    # Every STRING tensor onnx itself finds, with the shape onnx gives it.
+    assert set(skipped) == {"labels", "names", "sv"}
+    assert skipped["labels"]["shape"] == list(numpy_helper.to_array(model.graph.initializer[0]).shape)
+    assert skipped["names"]["shape"] == [1] and skipped["names"]["origin"] == "constant"
+    assert skipped["sv"]["shape"] == [4] and skipped["labels"]["dtype"] == "string"
+    assert zt.numpy.load_file(path).keys() == {"w"}
 
 
 def external_model(tmp, location: str):

@@ -3,6 +3,7 @@ and compared bit for bit."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import struct
 
@@ -261,3 +262,330 @@ def test_prefetch_and_evict(tmp):
         assert 0 < dropped <= 4 * 4 * page + page
         assert np.array_equal(big.numpy(), arrays["big"])  # pages fault back in
         assert src["small"].evict() == 0  # shares its pages with the header and 'big'
+
+
+# ------------------------------------------ a drop-in for safetensors' API
+#
+# Each test runs the real safetensors (0.8.0, pinned) beside zt on the same
+# input: zt.numpy's save/load/save_file/load_file and zt.safe_open must give
+# what safetensors gives (byte for byte, for what is written).
+
+
+def st_header(data: bytes) -> tuple[int, dict]:
+    n = struct.unpack("<Q", data[:8])[0]
+    return n, json.loads(data[8 : 8 + n])
+
+
+# Inputs that exercise the writer's layout: every dtype numpy has in
+# safetensors (mixed, so its dtype order matters), rank 0, zero-size,
+# big-endian arrays (written little-endian), names JSON must escape, and
+# names that sort differently as bytes and as text.
+SAVE_CASES = {
+    "empty": {},
+    "one": {"w": np.arange(6, dtype=np.float32).reshape(2, 3)},
+    "every_dtype": {f"t_{n}": sample(d, (3, 2)) for n, d in NUMPY_DTYPES.items()},
+    "same_width_mixed": {
+        "a": sample(np.int32, (4,)),
+        "b": sample(np.float32, (4,)),
+        "c": sample(np.uint32, (4,)),
+        "d": sample(np.int64, (2,)),
+        "e": sample(np.float64, (2,)),
+        "f": sample(np.uint64, (2,)),
+        "g": np.ones(2, np.complex64),
+        "h": sample(np.int16, (3,)),
+        "i": sample(np.float16, (3,)),
+        "j": sample(np.uint16, (3,)),
+        "k": sample(np.bool_, (5,)),
+        "l": sample(np.int8, (5,)),
+        "m": sample(np.uint8, (5,)),
+    },
+    "shapes": {"scalar": np.array(3.5), "zero": np.zeros((0, 3), np.int8), "deep": np.zeros((1, 2, 1, 3), np.float16)},
+    "big_endian": {"be": np.arange(5, dtype=">i4"), "bf": np.linspace(0, 1, 3).astype(">f8")},
+    "names": {
+        'q"uote': np.ones(1, np.int8),
+        "back\\slash": np.ones(1, np.int8),
+        "ünï": np.ones(2),
+        "\n\t": np.ones(1),
+        "Z": np.ones(1),
+        "a.b": np.ones(1),
+    },
+}
+METADATA_CASES = [None, {}, {"format": "np"}, {"ünicode": 'q"uo\\te'}]
+
+
+@pytest.mark.parametrize("case", sorted(SAVE_CASES))
+@pytest.mark.parametrize("metadata", METADATA_CASES, ids=["none", "empty", "one", "escaped"])
+def test_save_and_save_file_are_byte_identical_to_safetensors(tmp, case, metadata):
+    tensors = SAVE_CASES[case]
+    want = safetensors.numpy.save(tensors, metadata=metadata)
+    if not tensors and metadata == {}:
+        # safetensors' one broken output: no tensors and an empty
+        # metadata dict give the header `{},"__metadata__":{}}`, which
+        # safetensors itself cannot read back. zt writes valid JSON.
+        with pytest.raises(safetensors.SafetensorError):
+            safetensors.numpy.load(want)
+        assert zt.numpy.load(zt.numpy.save(tensors, metadata=metadata)) == {}
+        return
+    assert zt.numpy.save(tensors, metadata=metadata) == want
+    safetensors.numpy.save_file(tensors, tmp / "st.safetensors", metadata=metadata)
+    zt.numpy.save_file(tensors, tmp / "zt.safetensors", metadata=metadata)
+    assert (tmp / "zt.safetensors").read_bytes() == (tmp / "st.safetensors").read_bytes() == want
+
+
+def test_several_metadata_keys_differ_only_in_safetensors_own_order(tmp):
+    # safetensors keeps __metadata__ in a Rust HashMap, so with two or more
+    # keys its own output changes from run to run; zt writes the caller's
+    # order. Everything else is identical.
+    metadata = {f"k{i}": str(i) for i in range(6)}
+    tensors = SAVE_CASES["same_width_mixed"]
+    want, got = safetensors.numpy.save(tensors, metadata=metadata), zt.numpy.save(tensors, metadata=metadata)
+    (n_want, h_want), (n_got, h_got) = st_header(want), st_header(got)
+    assert n_got == n_want and h_got == h_want and got[8 + n_got :] == want[8 + n_want :]
+    assert list(h_got["__metadata__"]) == list(metadata)
+
+
+def test_load_and_load_file_match_safetensors_and_are_writable(tmp):
+    import mmap
+
+    tensors = {**SAVE_CASES["every_dtype"], **SAVE_CASES["shapes"]}
+    path = tmp / "m.safetensors"
+    safetensors.numpy.save_file(tensors, path, metadata={"k": "v"})
+    original = path.read_bytes()
+    for got in (zt.numpy.load(original), zt.numpy.load_file(path), zt.numpy.load_file(path, backend="pread")):
+        want = safetensors.numpy.load_file(path)
+        assert got.keys() == want.keys()
+        for name, arr in want.items():
+            assert got[name].dtype == arr.dtype and got[name].shape == arr.shape, name
+            assert np.array_equal(got[name], arr), name
+            assert got[name].flags.writeable, name
+    # Writable without a copy: views of a private copy-on-write mapping.
+    # A write changes the array, never the file.
+    arrays = zt.numpy.load_file(path)
+    w = arrays["t_f32"]
+    base = w
+    while not isinstance(base, mmap.mmap) and getattr(base, "base", None) is not None:
+        base = base.base
+    assert isinstance(base, mmap.mmap)
+    w[...] = 7
+    assert (w == 7).all() and path.read_bytes() == original
+    assert np.array_equal(zt.numpy.load_file(path)["t_f32"], tensors["t_f32"])
+    # Read-only views of the shared mapping on request, copies on request.
+    assert not zt.numpy.load_file(path, readonly=True)["t_f32"].flags.writeable
+    copied = zt.numpy.load_file(path, copy=True)["t_f32"]
+    base = copied
+    while getattr(base, "base", None) is not None:
+        base = base.base
+    assert copied.flags.writeable and not isinstance(base, mmap.mmap)
+
+
+def test_save_file_names_and_format(tmp):
+    tensors = SAVE_CASES["one"]
+    want = safetensors.numpy.save(tensors)
+    # Any name safetensors would write (no extension, an unknown one) is safetensors.
+    for name in ("weights", "model.ckpt", "model.SAFETENSORS", "x.tmp"):
+        zt.numpy.save_file(tensors, tmp / name)
+        assert (tmp / name).read_bytes() == want, name
+    # format= overrides the extension, for every writer.
+    zt.numpy.save_file(tensors, tmp / "really.safetensors", format="npz")
+    assert zt.detect(tmp / "really.safetensors") == "npz"
+    assert np.array_equal(np.load(tmp / "really.safetensors")["w"], tensors["w"])
+    zt.numpy.save_file(tensors, tmp / "m.npz", format="safetensors")
+    assert (tmp / "m.npz").read_bytes() == want
+    zt.numpy.save_file(tensors, tmp / "m.bin", format="zt")
+    assert zt.detect(tmp / "m.bin") == "zt"
+    assert zt.numpy.load(zt.numpy.save(tensors, format="npz"))["w"].tolist() == tensors["w"].tolist()
+    zt.convert(tmp / "weights", tmp / "out.data", format="npz")
+    assert np.array_equal(np.load(tmp / "out.data")["w"], tensors["w"])
+    with pytest.raises(ValueError, match="no format"):
+        zt.numpy.save_file(tensors, tmp / "x", format="tiff")
+
+
+def test_refusals_are_value_errors(tmp):
+    # safetensors.numpy refuses these too, though by accident (AttributeError
+    # from a missing `.dtype`); zt says ValueError, as safetensors.torch does.
+    for bad in ({"a": 3}, {"a": [1, 2]}):
+        with pytest.raises(AttributeError):
+            safetensors.numpy.save(bad)
+        with pytest.raises(ValueError):
+            zt.numpy.save(bad)
+        with pytest.raises(ValueError):
+            zt.numpy.save_file(bad, tmp / "x.safetensors")
+    with pytest.raises(ValueError):
+        zt.numpy.save([("a", np.ones(2))])
+    with pytest.raises(ValueError):
+        zt.numpy.save({"o": np.array([object()])})
+    with pytest.raises(TypeError):
+        zt.numpy.save({"a": np.ones(2)}, metadata={"k": 1})
+    assert list(tmp.iterdir()) == []
+
+
+def test_non_contiguous_arrays_are_written_as_their_values(tmp):
+    # A deliberate difference: safetensors.numpy writes a non-contiguous
+    # array's memory in storage order (a transpose comes back scrambled);
+    # zt writes its values, which is what safetensors.torch insists on.
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    assert not np.array_equal(safetensors.numpy.load(safetensors.numpy.save({"t": a.T}))["t"], a.T)
+    assert np.array_equal(zt.numpy.load(zt.numpy.save({"t": a.T}))["t"], a.T)
+    assert zt.numpy.save({"t": a.T}) == safetensors.numpy.save({"t": np.ascontiguousarray(a.T)})
+
+
+# Keys safetensors' get_slice takes, and ones only zt takes (numpy's rules:
+# negative bounds, negative steps, bounds that clamp).
+ST_KEYS = [
+    0,
+    -1,
+    slice(None),
+    (slice(None), 1),
+    (Ellipsis, 1),
+    (Ellipsis, slice(1, 3)),
+    (slice(None, None, 2),),
+    (0, slice(None, None, 2)),
+    (slice(1, 3), slice(0, 5, 3)),
+    (0, 0, 0),
+    (Ellipsis,),
+    (0, Ellipsis, 1),
+    (slice(1, 2), Ellipsis, slice(None, None, 2)),
+]
+NUMPY_KEYS = [
+    (slice(-2, None),),
+    (slice(None, None, -1),),
+    (slice(None), slice(None, None, -2), slice(-3, -1)),
+    (slice(5, 9),),
+    (slice(1, 100), slice(None, None, 7)),
+    (-2, slice(None), -1),
+]
+
+
+def slice_fixture(tmp):
+    arrays = {
+        "a": np.arange(4 * 5 * 6, dtype=np.float32).reshape(4, 5, 6),
+        "i": sample(np.int16, (7, 3, 2)),
+        "e": np.zeros((0, 4, 3), np.float64),
+    }
+    path = tmp / "s.safetensors"
+    safetensors.numpy.save_file(arrays, path, metadata={"k": "v"})
+    return path, arrays
+
+
+def test_safe_open_matches_safetensors(tmp):
+    path, arrays = slice_fixture(tmp)
+    with zt.safe_open(path, framework="np") as f, safetensors.safe_open(path, framework="np") as g:
+        assert f.keys() == g.keys() and f.offset_keys() == g.offset_keys()
+        assert f.metadata() == g.metadata() == {"k": "v"}
+        for name in g.keys():  # noqa: SIM118 - safe_open's keys(), not a dict's
+            want = g.get_tensor(name)
+            got = f.get_tensor(name)
+            assert got.dtype == want.dtype and np.array_equal(got, want) and got.flags.writeable
+            s, r = f.get_slice(name), g.get_slice(name)
+            assert s.get_shape() == r.get_shape() and s.get_dtype() == r.get_dtype()
+            if name == "e":
+                continue
+            for key in ST_KEYS:
+                try:
+                    want = r[key]
+                except safetensors.SafetensorError:
+                    # safetensors refuses a bound past the end; numpy clamps.
+                    want = arrays[name][key]
+                got = s[key]
+                assert got.shape == want.shape and got.dtype == want.dtype, (name, key)
+                assert np.array_equal(got, want), (name, key)
+                assert got.flags.writeable and got.flags.c_contiguous
+            for key in NUMPY_KEYS:
+                assert np.array_equal(s[key], arrays[name][key]), (name, key)
+        assert {k: v.tolist() for k, v in f.get_tensors().items()} == {
+            k: v.tolist() for k, v in g.get_tensors().items()
+        }
+        with pytest.raises(IndexError):
+            f.get_slice("a")[4]
+        with pytest.raises(IndexError):
+            f.get_slice("a")[0, 0, 0, 0]
+        with pytest.raises(KeyError):
+            f.get_tensor("nope")
+    # metadata() is None when the file has none, as safetensors says.
+    safetensors.numpy.save_file(arrays, tmp / "bare.safetensors")
+    with (
+        zt.safe_open(tmp / "bare.safetensors", "numpy") as f,
+        safetensors.safe_open(tmp / "bare.safetensors", "numpy") as g,
+    ):
+        assert f.metadata() is g.metadata() is None
+
+
+def test_get_slice_for_every_format(tmp):
+    """get_slice over every reader: raw stored bytes (safetensors, npy,
+    stored npz, pt, zt, gguf), decoded ones (big-endian npy, deflated npz,
+    zstd-seekable .zt, onnx typed fields), and the fallbacks (Fortran order,
+    fp4): always what numpy indexing of the whole array gives."""
+    import gguf
+    import onnx
+    from onnx import helper
+
+    a = np.arange(6 * 8, dtype=np.float32).reshape(6, 8)
+    files = {}
+    for ext in ("safetensors", "npz", "pt", "zt"):
+        files[ext] = tmp / f"m.{ext}"
+        zt.numpy.save_file({"a": a}, files[ext])
+    files["zstd"] = tmp / "c.zt"
+    zt.numpy.save_file({"a": a}, files["zstd"], compression=True)
+    files["be"] = tmp / "a.npy"
+    np.save(files["be"], a.astype(">f4"))
+    files["fortran"] = tmp / "f" / "a.npy"
+    files["fortran"].parent.mkdir()
+    np.save(files["fortran"], np.asfortranarray(a))
+    files["deflated"] = tmp / "d.npz"
+    np.savez_compressed(files["deflated"], a=a)
+    files["gguf"] = tmp / "m.gguf"
+    w = gguf.GGUFWriter(files["gguf"], "llama")
+    w.add_tensor("a", a)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    files["onnx"] = tmp / "m.onnx"
+    tp = helper.make_tensor("a", onnx.TensorProto.FLOAT, a.shape, a.reshape(-1).tolist())  # float_data, decoded
+    onnx.save_model(helper.make_model(helper.make_graph([], "g", [], [], initializer=[tp])), files["onnx"])
+    for (kind, path), backend in itertools.product(files.items(), ("mmap", "pread")):
+        with zt.safe_open(path, "np", backend=backend) as f:
+            s = f.get_slice("a")
+            assert s.get_shape() == [6, 8] and s.get_dtype() == "F32", kind
+            for key in ST_KEYS[:9] + NUMPY_KEYS:
+                key = key if isinstance(key, tuple) else (key,)
+                key = key[:2] if len(key) > 2 and Ellipsis not in key else key
+                try:
+                    want = a[key]
+                except IndexError:
+                    continue
+                assert np.array_equal(s[key], want), (kind, backend, key)
+    f4 = np.array([[0.5, 1.0, -2.0, 6.0], [0.0, 3.0, -0.5, 1.5]], dtype=ml_dtypes.float4_e2m1fn)
+    zt.numpy.save_file({"f4": f4}, tmp / "f4.safetensors")
+    with zt.safe_open(tmp / "f4.safetensors", "np") as f:
+        assert f.get_slice("f4").get_dtype() == "F4"
+        assert np.array_equal(f.get_slice("f4")[1, ::2], f4[1, ::2])
+
+
+def test_get_slice_over_s3_reads_only_the_slice(tmp, s3, bucket):
+    """Tensor-parallel sharding of a remote checkpoint: a slice comes by
+    ranged reads of the runs it covers, not the whole tensor. Runs closer
+    than the remote planner's coalescing gap (1 MiB by default) are fetched
+    as one request, gap included, so a column block of a narrow matrix
+    reads the span of its rows; of a wide one, only its own runs."""
+    tall = RNG.standard_normal((2048, 1024)).astype(np.float32)
+    wide = RNG.standard_normal((8, 1 << 19)).astype(np.float32)
+    path = tmp / "big.safetensors"
+    safetensors.numpy.save_file({"tall": tall, "wide": wide, "b": np.ones(3, np.float32)}, path)
+    s3.boto3().upload_file(str(path), bucket, "big.safetensors")
+    url = f"s3://{bucket}/big.safetensors"
+    row = 1024 * 4
+    cases = [
+        ("tall", (slice(512, 768),), 256 * row, 256 * row),
+        ("tall", (slice(1500, 1504), slice(None, None, 2)), 4 * row - 4, 4 * row),
+        ("tall", (slice(None), slice(0, 128)), 2048 * 128 * 4, 2047 * row + 128 * 4),
+        ("wide", (slice(None), slice(0, 1024)), 8 * 1024 * 4, 8 * 1024 * 4),
+        ("wide", (slice(2, 6), slice(-4096, None, 3)), 4 * 1366 * 4, 4 * 4096 * 4),
+    ]
+    with zt.safe_open(url, "np") as f:
+        for name, key, need, most in cases:
+            before = zt.remote_stats()["bytes_in"]
+            got = f.get_slice(name)[key]
+            moved = zt.remote_stats()["bytes_in"] - before
+            assert np.array_equal(got, {"tall": tall, "wide": wide}[name][key]), (name, key)
+            assert need <= moved <= most, (name, key, moved)

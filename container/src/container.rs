@@ -92,6 +92,19 @@ pub fn read_footer(store: &Store) -> Result<Footer> {
             format!("footer version {} (this reader speaks 2)", footer.version),
         ));
     }
+    // §2.2: a data shard zeroes all three manifest fields. A zero length
+    // with a nonzero offset or hash is a manifest reference gone wrong, not
+    // a shard (upstream's corpus case `reject/data-shard-nonzero-offset`).
+    if footer.is_data_shard() && (footer.manifest_offset != 0 || footer.manifest_hash != 0) {
+        return Err(Error::range(
+            ctx.at(len - FOOTER_LEN),
+            format!(
+                "the footer has manifest length 0 (a data shard) but offset {} and hash {:016x}; \
+                 a data shard's footer zeroes all three",
+                footer.manifest_offset, footer.manifest_hash
+            ),
+        ));
+    }
     Ok(footer)
 }
 

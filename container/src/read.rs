@@ -15,6 +15,11 @@ use zt_core::format::OpenInput;
 use zt_core::limits::Limits;
 use zt_core::store::Store;
 
+/// The object attribute a reader adds to an object of an object-local
+/// profile that breaks the profile's rules (see
+/// [`validate::interpret_or_structural`]): the reason, as text.
+pub const INVALID_ATTRIBUTE: &str = "zt.invalid";
+
 /// Read the footer and, unless the file is a data shard, the checked
 /// manifest.
 pub fn manifest_of(store: &Store, limits: &Limits) -> Result<(Footer, Option<Manifest>)> {
@@ -25,6 +30,27 @@ pub fn manifest_of(store: &Store, limits: &Limits) -> Result<(Footer, Option<Man
     let bytes = container::read_manifest(store, &footer, limits)?;
     let m = manifest::parse(&bytes, &store.ctx(), footer.manifest_offset)?;
     Ok((footer, Some(m)))
+}
+
+/// Check a file image the way upstream's `format::validate::image` does,
+/// without opening any other file: the footer, the manifest, every blob
+/// reference (a shard's by the size its table entry declares) and every
+/// object against its layout. `Ok(None)` for a data shard, else the number
+/// of objects. [`open`] does all of this and then resolves the shards.
+pub fn validate_image(store: &Store, limits: &Limits) -> Result<Option<usize>> {
+    let (footer, manifest) = manifest_of(store, limits)?;
+    let Some(m) = manifest else {
+        return Ok(None);
+    };
+    let ctx = store.ctx();
+    limits.check_tensors(&ctx, m.objects.len() as u64)?;
+    check_blobs(&m, &footer, store)?;
+    for o in &m.objects {
+        let in_object = |e: Error| e.in_tensor(&o.name);
+        limits.check_rank(&ctx, o.shape.len()).map_err(in_object)?;
+        validate::interpret_or_structural(o, &ctx).map_err(in_object)?;
+    }
+    Ok(Some(m.objects.len()))
 }
 
 /// The positional shard resolver (Appendix B): shard `n` of `<stem>.zt` is
@@ -120,9 +146,14 @@ pub fn open(input: &OpenInput<'_>) -> Result<Catalog> {
     for (oi, o) in m.objects.into_iter().enumerate() {
         let in_object = |e: Error| e.in_tensor(&o.name);
         limits.check_rank(&ctx, o.shape.len()).map_err(in_object)?;
-        let views = validate::interpret(&o, &ctx).map_err(in_object)?;
-        let mut parts = Vec::with_capacity(o.parts.len());
-        for (pi, (p, view)) in o.parts.into_iter().zip(views).enumerate() {
+        let (views, invalid) = validate::interpret_or_structural(&o, &ctx).map_err(in_object)?;
+        // Parts in name order, as upstream lists them (its catalog is a
+        // BTreeMap); the manifest's order is CBOR's canonical key order,
+        // which puts shorter names first ("indptr" before "indices").
+        let mut defs: Vec<_> = o.parts.into_iter().zip(views).collect();
+        defs.sort_by(|a, b| a.0.name.cmp(&b.0.name));
+        let mut parts = Vec::with_capacity(defs.len());
+        for (pi, (p, view)) in defs.into_iter().enumerate() {
             let file = match &p.shard {
                 None => Arc::clone(store),
                 Some(s) => Arc::clone(&shards[s]),
@@ -166,7 +197,20 @@ pub fn open(input: &OpenInput<'_>) -> Result<Catalog> {
             shape: o.shape,
             layout: o.layout.into(),
             parts,
-            attributes: attributes_of(&o.attributes),
+            attributes: {
+                let mut a = attributes_of(&o.attributes);
+                if let Some(reason) = invalid {
+                    // Why the object reads structurally: it breaks its
+                    // profile. The file stays readable; only this object
+                    // lost its interpretation.
+                    a.retain(|(k, _)| k != INVALID_ATTRIBUTE);
+                    a.push((
+                        INVALID_ATTRIBUTE.into(),
+                        zt_core::catalog::Value::Str(reason),
+                    ));
+                }
+                a
+            },
         });
     }
     Ok(catalog)

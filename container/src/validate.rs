@@ -372,24 +372,66 @@ pub fn interpret(obj: &ObjectDef, ctx: &Context) -> Result<Vec<PartView>> {
                 need(data, want, ctx, "blocks x block_bytes")?;
                 put(data, DType::U8, vec![want]);
             }
-            None => {
-                // Unknown layout: structural access only. A part whose
-                // logical type is unknown is exposed as raw bytes, never
-                // reinterpreted as its storage type.
-                for p in &obj.parts {
-                    let known = p.logical.as_deref().map(logical_type);
-                    let (t, n) = match known {
-                        None if p.decoded_size() % p.dtype.size().expect("storage") == 0 => {
-                            (p.dtype, p.decoded_size() / p.dtype.size().expect("storage"))
-                        }
-                        _ => (DType::U8, p.decoded_size()),
-                    };
-                    put(p, t, vec![n]);
-                }
-            }
+            None => return Ok(structural(obj)),
         },
     }
     finish_views(obj, views)
+}
+
+/// The registered profiles upstream ztensor 2.1.2 passes through without
+/// validating. zt checks them, but a file upstream opens must open here
+/// too, so an object that breaks its profile fails alone (see
+/// [`interpret_or_structural`]).
+pub fn is_object_local_profile(layout: &str) -> bool {
+    matches!(layout, "zt.sparse_coo/1" | "zt.quant_group/1" | "zt.mx/1")
+        || gguf_type(layout).is_some()
+}
+
+/// [`interpret`] for reading: an object of an object-local profile
+/// ([`is_object_local_profile`]) that breaks the profile's rules does not
+/// refuse the file. It is exposed structurally, as an unknown layout is,
+/// and the reason comes back for the reader to record. Every other error
+/// (dense, `zt.sparse_csr/1`, names, sizes of unknown layouts) stays fatal,
+/// as it is upstream.
+pub fn interpret_or_structural(
+    obj: &ObjectDef,
+    ctx: &Context,
+) -> Result<(Vec<PartView>, Option<String>)> {
+    match interpret(obj, ctx) {
+        Ok(views) => Ok((views, None)),
+        Err(e) if is_object_local_profile(&obj.layout) => {
+            Ok((structural(obj), Some(e.to_string())))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Structural access, for unknown layouts: every part a flat array of its
+/// element type. A part whose logical type is unknown is exposed as raw
+/// bytes, never reinterpreted as its storage type; a registered logical
+/// type of whole bytes (bool, fp8, complex) keeps its type, and sub-byte
+/// ones (fp4), whose element count the bytes alone do not give, are bytes.
+fn structural(obj: &ObjectDef) -> Vec<PartView> {
+    obj.parts
+        .iter()
+        .map(|p| {
+            let t = match p.logical.as_deref() {
+                None => p.dtype,
+                Some(name) => match logical_type(name) {
+                    Some((d, storage)) if storage == p.dtype && d.size().is_some() => d,
+                    _ => DType::U8,
+                },
+            };
+            let (t, n) = match t.size() {
+                Some(size) if p.decoded_size() % size == 0 => (t, p.decoded_size() / size),
+                _ => (DType::U8, p.decoded_size()),
+            };
+            PartView {
+                dtype: t,
+                shape: vec![n],
+            }
+        })
+        .collect()
 }
 
 /// The views in the order of `obj.parts`.

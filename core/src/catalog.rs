@@ -108,6 +108,21 @@ impl Decode for ByteSwapped {
     fn describe(&self) -> &'static str {
         "byteswap"
     }
+
+    /// Only the range's bytes: a range starting on a scalar boundary (as
+    /// element runs do) swaps on its own.
+    fn decode_range(&self, start: u64, len: u64, limits: &Limits) -> Result<Vec<u8>> {
+        let width = self.width.max(1) as u64;
+        if start % width != 0 || len % width != 0 {
+            let all = self.decode(limits)?;
+            let end = start.saturating_add(len).min(all.len() as u64) as usize;
+            return Ok(all[(start as usize).min(end)..end].to_vec());
+        }
+        limits.check_decoded(&self.store.ctx().at(self.offset + start), len)?;
+        let mut out = self.store.read(self.offset + start, len)?.into_owned();
+        crate::buffer::swap_units(&mut out, self.width);
+        Ok(out)
+    }
 }
 
 /// Where a part's bytes are.

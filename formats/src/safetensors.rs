@@ -90,6 +90,39 @@ pub fn dtype_to_str(d: DType) -> Option<&'static str> {
     })
 }
 
+/// The position of a dtype in the reference crate's `Dtype` enum, which is
+/// declared in increasing alignment order; its writer lays tensors out by
+/// this, descending, then by name.
+fn writer_rank(d: DType) -> usize {
+    const ENUM: [&str; 22] = [
+        "BOOL",
+        "F4",
+        "F6_E2M3",
+        "F6_E3M2",
+        "U8",
+        "I8",
+        "F8_E5M2",
+        "F8_E4M3",
+        "F8_E8M0",
+        "F8_E4M3FNUZ",
+        "F8_E5M2FNUZ",
+        "I16",
+        "U16",
+        "F16",
+        "BF16",
+        "I32",
+        "U32",
+        "F32",
+        "C64",
+        "F64",
+        "I64",
+        "U64",
+    ];
+    dtype_to_str(d)
+        .and_then(|s| ENUM.iter().position(|e| *e == s))
+        .unwrap_or(0)
+}
+
 /// One tensor entry as the header declares it.
 #[derive(Deserialize)]
 struct Info<'a> {
@@ -331,11 +364,54 @@ fn parse_metadata(map: serde_json::Map<String, serde_json::Value>) -> Result<Vec
 }
 
 /// Write tensors as safetensors, laid out as the reference writer lays them
-/// out (dtype alignment descending, then name; header padded with spaces to
+/// out (its dtype order descending, then name; header padded with spaces to
 /// a multiple of 8) so every tensor is aligned for its dtype. The file is
-/// built beside `path` and renamed into place.
+/// built beside `path` and renamed into place. No `__metadata__` is written
+/// when `metadata` is empty; see [`write_with`] to write an empty one.
 pub fn write(path: &Path, tensors: &[TensorIn<'_>], metadata: &[(String, String)]) -> Result<u64> {
-    let ctx = Context::file(path);
+    write_with(path, tensors, (!metadata.is_empty()).then_some(metadata))
+}
+
+/// [`write`], with `metadata: None` for no `__metadata__` at all and
+/// `Some(&[])` for an empty one (as the reference writes `metadata={}`).
+pub fn write_with(
+    path: &Path,
+    tensors: &[TensorIn<'_>],
+    metadata: Option<&[(String, String)]>,
+) -> Result<u64> {
+    let (header, order) = prepare(&Context::file(path), tensors, metadata)?;
+    publish(path, |w| {
+        w.write_all(&header)?;
+        for t in &order {
+            w.write_all(t.data)?;
+        }
+        Ok(())
+    })
+}
+
+/// The whole file [`write_with`] would write, in memory (what
+/// `safetensors.*.save` returns).
+pub fn to_bytes(
+    tensors: &[TensorIn<'_>],
+    metadata: Option<&[(String, String)]>,
+) -> Result<Vec<u8>> {
+    let (header, order) = prepare(&Context::default(), tensors, metadata)?;
+    let total = order.iter().map(|t| t.data.len()).sum::<usize>() + header.len();
+    let mut out = Vec::with_capacity(total);
+    out.extend_from_slice(&header);
+    for t in &order {
+        out.extend_from_slice(t.data);
+    }
+    Ok(out)
+}
+
+/// Check the tensors, order them as the reference writer does, and build
+/// the length prefix and header.
+fn prepare<'t, 'a>(
+    ctx: &Context,
+    tensors: &'t [TensorIn<'a>],
+    metadata: Option<&[(String, String)]>,
+) -> Result<(Vec<u8>, Vec<&'t TensorIn<'a>>)> {
     let mut order: Vec<&TensorIn<'_>> = tensors.iter().collect();
     for t in &order {
         if t.name == "__metadata__" {
@@ -350,12 +426,13 @@ pub fn write(path: &Path, tensors: &[TensorIn<'_>], metadata: &[(String, String)
                 reason: format!("safetensors has no {} dtype", t.dtype),
             });
         }
-        t.check(&ctx)?;
+        t.check(ctx)?;
     }
+    // The reference writer sorts by its `Dtype` enum descending (the enum
+    // is declared in increasing alignment order), then by name.
     order.sort_by(|a, b| {
-        b.dtype
-            .alignment()
-            .cmp(&a.dtype.alignment())
+        writer_rank(b.dtype)
+            .cmp(&writer_rank(a.dtype))
             .then_with(|| a.name.cmp(b.name))
     });
     for pair in order.windows(2) {
@@ -366,54 +443,49 @@ pub fn write(path: &Path, tensors: &[TensorIn<'_>], metadata: &[(String, String)
         }
     }
 
-    let mut header = serde_json::Map::new();
-    if !metadata.is_empty() {
-        let meta = metadata
-            .iter()
-            .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
-            .collect();
-        header.insert("__metadata__".into(), serde_json::Value::Object(meta));
+    // Written by hand, byte for byte what the reference writer's serde
+    // derive produces: `__metadata__` first (in the caller's order; the
+    // reference iterates a HashMap, so with two or more keys its own order
+    // varies from run to run), then each tensor's fields in declaration
+    // order `dtype, shape, data_offsets` (a `serde_json::Map` would sort
+    // them), no whitespace, and spaces to a multiple of 8.
+    let quote = |s: &str| serde_json::to_string(s).expect("a string serializes");
+    let mut json = String::from("{");
+    if let Some(metadata) = metadata {
+        json.push_str("\"__metadata__\":{");
+        for (i, (k, v)) in metadata.iter().enumerate() {
+            if i > 0 {
+                json.push(',');
+            }
+            json.push_str(&quote(k));
+            json.push(':');
+            json.push_str(&quote(v));
+        }
+        json.push('}');
     }
     let mut offset = 0u64;
-    let mut names = Vec::with_capacity(order.len());
-    for t in &order {
-        let end = offset + t.data.len() as u64;
-        names.push((
-            t.name.to_string(),
-            serde_json::json!({"dtype": dtype_to_str(t.dtype), "shape": t.shape, "data_offsets": [offset, end]}),
-        ));
-        offset = end;
-    }
-    let mut json = String::from("{");
-    let mut first = true;
-    let mut push = |k: &str, v: &serde_json::Value| {
-        if !first {
+    for (i, t) in order.iter().enumerate() {
+        if i > 0 || metadata.is_some() {
             json.push(',');
         }
-        first = false;
-        json.push_str(&serde_json::to_string(k).expect("string"));
-        json.push(':');
-        json.push_str(&v.to_string());
-    };
-    if let Some(m) = header.get("__metadata__") {
-        push("__metadata__", m);
-    }
-    for (k, v) in &names {
-        push(k, v);
+        let end = offset + t.data.len() as u64;
+        let shape: Vec<String> = t.shape.iter().map(u64::to_string).collect();
+        json.push_str(&format!(
+            "{}:{{\"dtype\":\"{}\",\"shape\":[{}],\"data_offsets\":[{offset},{end}]}}",
+            quote(t.name),
+            dtype_to_str(t.dtype).expect("checked above"),
+            shape.join(",")
+        ));
+        offset = end;
     }
     json.push('}');
     while json.len() % 8 != 0 {
         json.push(' ');
     }
-
-    publish(path, |w| {
-        w.write_all(&(json.len() as u64).to_le_bytes())?;
-        w.write_all(json.as_bytes())?;
-        for t in &order {
-            w.write_all(t.data)?;
-        }
-        Ok(())
-    })
+    let mut header = Vec::with_capacity(8 + json.len());
+    header.extend_from_slice(&(json.len() as u64).to_le_bytes());
+    header.extend_from_slice(json.as_bytes());
+    Ok((header, order))
 }
 
 /// The safetensors [`FormatWriter`]: dense tensors, and file attributes

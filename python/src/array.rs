@@ -172,6 +172,11 @@ impl ArrayView {
         }
     }
 
+    /// An owned, writable array of `shape` over `bytes` (C order).
+    pub fn from_owned(bytes: Vec<u8>, typestr: &'static str, shape: Vec<u64>) -> Self {
+        Self::owned(bytes, typestr, shape, None)
+    }
+
     /// An owned, writable f32 array of `shape` (dequantized values).
     pub fn from_f32(values: Vec<f32>, shape: Vec<u64>) -> Self {
         let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();

@@ -15,6 +15,7 @@ use pyo3::types::{PyBytes, PyDict, PyList};
 
 mod array;
 mod batch_pool;
+mod buffer;
 mod dataloader;
 mod dlpack;
 mod loader;
@@ -174,9 +175,10 @@ fn detect(
 /// Convert files (read as one source) to `dst`, whose extension picks the
 /// format. `align` is None, "canonical", "auto" or an int; `compression` a
 /// zstd level; `storage_options` reach `s3://` sources and destinations.
-/// Returns the bytes written.
+/// Returns the bytes written. `format` (a writer's name: "safetensors",
+/// "npz", "npy", "pt", "gguf", "zt") overrides the extension.
 #[pyfunction]
-#[pyo3(signature = (sources, dst, align = None, compression = None, storage_options = None))]
+#[pyo3(signature = (sources, dst, align = None, compression = None, storage_options = None, format = None))]
 fn convert(
     py: Python<'_>,
     sources: Vec<PathBuf>,
@@ -184,7 +186,15 @@ fn convert(
     align: Option<Bound<'_, PyAny>>,
     compression: Option<i32>,
     storage_options: Option<&Bound<'_, PyDict>>,
+    format: Option<String>,
 ) -> PyResult<u64> {
+    let writer = match format.as_deref() {
+        None => None,
+        Some(name) => Some(zt::registry().writer_named(name).ok_or_else(|| {
+            let known: Vec<&str> = zt::registry().writers().iter().map(|w| w.name()).collect();
+            PyValueError::new_err(format!("zt writes no format {name:?}; it writes {known:?}"))
+        })?),
+    };
     let align = align.as_ref().map(align_from_py).transpose()?;
     let storage_options = storage_options_from_py(storage_options)?;
     let open = zt::OpenOptions {
@@ -198,7 +208,12 @@ fn convert(
     };
     py.detach(|| {
         let source = zt::open_all_with(&sources, &open)?;
-        zt::convert(&source, &dst, &options)
+        match writer {
+            None => zt::convert(&source, &dst, &options),
+            Some(w) => zt::publish::to_location(&dst, &options.storage_options, |local| {
+                w.write(&source, local, &options)
+            }),
+        }
     })
     .map_err(to_py_err)
 }
@@ -243,6 +258,7 @@ fn _zt(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(convert, m)?)?;
     m.add_function(wrap_pyfunction!(remote_stats, m)?)?;
     m.add_function(wrap_pyfunction!(writers::write_safetensors, m)?)?;
+    m.add_function(wrap_pyfunction!(writers::safetensors_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(writers::write_npy, m)?)?;
     m.add_function(wrap_pyfunction!(writers::write_npz, m)?)?;
     m.add_function(wrap_pyfunction!(writers::write_pt, m)?)?;
@@ -254,6 +270,7 @@ fn _zt(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<tensor::Source>()?;
     m.add_class::<tensor::Tensor>()?;
     m.add_class::<array::ArrayView>()?;
+    m.add("BufferExporter", buffer::exporter_type(m.py())?)?;
     m.add_class::<loader::Sampler>()?;
     zrecord::register(m)?;
     m.add_class::<dataloader::DataLoaderCore>()?;

@@ -297,6 +297,38 @@ impl Tensor {
             .map_err(to_py_err)
     }
 
+    /// The elements of a selection (`start`, `count`, `step` per dimension)
+    /// as a writable C-order array of shape `counts`, reading only the bytes
+    /// the selection needs (see `zt::PartRef::read_selection`). Fails for
+    /// sub-byte element types and parts not stored in C order; the Python
+    /// side then slices the whole array instead.
+    fn _read_selection(
+        &self,
+        py: Python<'_>,
+        starts: Vec<u64>,
+        counts: Vec<u64>,
+        steps: Vec<u64>,
+    ) -> PyResult<ArrayView> {
+        if starts.len() != counts.len() || starts.len() != steps.len() {
+            return Err(PyValueError::new_err(
+                "starts, counts and steps differ in length",
+            ));
+        }
+        let part = self.part_ref()?;
+        let sel: Vec<zt::part::Sel> = starts
+            .iter()
+            .zip(&counts)
+            .zip(&steps)
+            .map(|((&start, &count), &step)| zt::part::Sel { start, count, step })
+            .collect();
+        let bytes = py.detach(|| part.read_selection(&sel)).map_err(to_py_err)?;
+        Ok(ArrayView::from_owned(
+            bytes,
+            crate::array::typestr(part.dtype()),
+            counts,
+        ))
+    }
+
     /// The tensor's values as f32 (GGUF block types, and dense f32 / f16 /
     /// bf16 tensors), in its logical shape.
     fn _dequantize(&self, py: Python<'_>) -> PyResult<ArrayView> {

@@ -89,20 +89,36 @@ fn write_to(
         .map_err(to_py_err)
 }
 
-/// Write a safetensors file; returns the bytes written.
+/// Write a safetensors file; returns the bytes written. `metadata=None`
+/// writes no `__metadata__`, an empty list an empty one.
 #[pyfunction]
-#[pyo3(signature = (path, tensors, metadata = Vec::new(), storage_options = None))]
+#[pyo3(signature = (path, tensors, metadata = None, storage_options = None))]
 pub fn write_safetensors(
     py: Python<'_>,
     path: PathBuf,
     tensors: Vec<RawTensor>,
-    metadata: Vec<(String, String)>,
+    metadata: Option<Vec<(String, String)>>,
     storage_options: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<u64> {
     let borrowed = Borrowed::new(tensors)?;
     write_to(py, &path, storage_options, |local| {
-        zt::formats::safetensors::write(local, &borrowed.tensors(), &metadata)
+        zt::formats::safetensors::write_with(local, &borrowed.tensors(), metadata.as_deref())
     })
+}
+
+/// A safetensors file in memory, as `safetensors.*.save` returns it.
+#[pyfunction]
+#[pyo3(signature = (tensors, metadata = None))]
+pub fn safetensors_bytes<'py>(
+    py: Python<'py>,
+    tensors: Vec<RawTensor>,
+    metadata: Option<Vec<(String, String)>>,
+) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
+    let borrowed = Borrowed::new(tensors)?;
+    let bytes = py
+        .detach(|| zt::formats::safetensors::to_bytes(&borrowed.tensors(), metadata.as_deref()))
+        .map_err(to_py_err)?;
+    Ok(pyo3::types::PyBytes::new(py, &bytes))
 }
 
 /// Write one array as `.npy`; returns the bytes written.

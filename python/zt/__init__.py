@@ -34,6 +34,7 @@ __all__ = [
     "open",
     "page_size",
     "remote_stats",
+    "safe_open",
     "loader",
     "numpy",
     "torch",
@@ -168,9 +169,12 @@ def convert(
     align: str | int | None = None,
     compression: int | None = None,
     storage_options: dict | None = None,
+    format: str | None = None,
 ) -> int:
     """Convert a file (or several, read as one source) to ``dst``; the
-    extension of ``dst`` picks the format. ``align`` and ``compression``
+    extension of ``dst`` picks the format unless ``format`` names it
+    (``"safetensors"``, ``"npz"``, ``"npy"``, ``"pt"``, ``"gguf"``,
+    ``"zt"``). ``align`` and ``compression``
     apply to ``.zt`` output. The output is written beside ``dst`` and renamed
     into place; an ``s3://`` destination is uploaded by multipart upload
     and appears only when complete. Sources and destination may be object
@@ -178,7 +182,9 @@ def convert(
     written."""
     if isinstance(src, (str, bytes, os.PathLike)):
         src = [src]
-    return _zt.convert([os.fspath(p) for p in src], os.fspath(dst), align, compression, _storage(storage_options))
+    return _zt.convert(
+        [os.fspath(p) for p in src], os.fspath(dst), align, compression, _storage(storage_options), format
+    )
 
 
 def detect(path: PathLike, *, storage_options: dict | None = None) -> str:
@@ -196,4 +202,5 @@ def remote_stats() -> dict[str, int]:
 
 
 from . import loader, numpy, torch, zrecord  # noqa: E402  (the submodules import the names above)
+from ._safe_open import safe_open  # noqa: E402
 from ._zt_writer import Sink, Writer, canonical_violations, content_id, verify  # noqa: E402

@@ -70,10 +70,55 @@ def _views_the_file(arr: np.ndarray) -> bool:
     return isinstance(base, _zt.ArrayView) and base.readonly
 
 
-class Tensor:
-    """One tensor (or one part of a multi-part tensor) of a :class:`zt.Source`."""
+def _record_dtype(attributes: dict) -> np.dtype:
+    """The numpy dtype of an ``npy.descr/1`` object: the descr its ``.npy``
+    header stored, read as ``numpy.load`` reads it (the bytes per element
+    checked against what the file holds)."""
+    import ast
+
+    from numpy.lib.format import descr_to_dtype
+
+    dtype = descr_to_dtype(ast.literal_eval(attributes["descr"]))
+    if dtype.hasobject or dtype.itemsize != attributes["itemsize"]:
+        raise _zt.FormatError(f"descr {attributes['descr']} does not describe {attributes['itemsize']}-byte elements")
+    return dtype
+
+
+RECORD_LAYOUT = "npy.descr/1"
+
+
+class Tensor(_zt.BufferExporter):
+    """One tensor (or one part of a multi-part tensor) of a :class:`zt.Source`.
+
+    It exports the buffer protocol, as upstream ztensor's ``Tensor`` does:
+    ``memoryview(t)``, ``bytes(t)``, ``np.frombuffer(t, ...)`` see its bytes,
+    read-only, a view of the mapped file where the stored bytes lie raw
+    (a decoded copy otherwise), typed as :meth:`numpy` types them (its
+    shape and strides too). bf16/fp8, which no buffer format names, export
+    their stored integers (``uint16``/``uint8``), packed fp4/int4 their
+    packed bytes, and arrays numpy cannot export (datetimes) their rows of
+    bytes. numpy asks for a buffer before ``__array__``, so for those types
+    ``np.asarray(t)`` is the stored integers: use ``t.numpy()``.
+    """
 
     __slots__ = ("_native",)
+
+    def _zt_buffer(self) -> np.ndarray:
+        """The read-only array the buffer protocol exports (called by the
+        native base type's buffer slot)."""
+        name = self._native.dtype
+        if name in _ML_DTYPES or name in _NIBBLES or name in ("f6_e2m3", "f6_e3m2"):
+            arr = np.asarray(self._native._array(False))
+        else:
+            arr = self.numpy()
+            try:
+                memoryview(arr)
+            except (ValueError, TypeError, BufferError):
+                arr = np.asarray(self._native._array(False))
+        if arr.flags.writeable:
+            arr = arr.view()
+            arr.flags.writeable = False
+        return arr
 
     def __init__(self, native: _zt.Tensor):
         self._native = native
@@ -106,6 +151,19 @@ class Tensor:
         """The numpy array over a native array view of this tensor."""
         arr = np.asarray(view)
         name = self._native.dtype
+        if self._native.layout == RECORD_LAYOUT and self._native.parts == ["data"]:
+            # Structured, string, datetime ... arrays: the bytes (one row of
+            # `itemsize` per element) viewed as numpy's own dtype.
+            dtype = _record_dtype(self._native.attributes)
+            shape = tuple(self._native.shape)
+            if arr.ndim == 1 and arr.size == int(np.prod(shape, dtype=np.int64)) * dtype.itemsize:
+                # Stored flat (a .zt file keeps the layout structurally).
+                arr = arr.reshape(shape + (dtype.itemsize,))
+            if arr.ndim == 0 or arr.shape[-1] != dtype.itemsize:
+                raise _zt.FormatError(f"{self.name!r}: stored rows are not {dtype.itemsize} bytes")
+            if arr.strides[-1] != 1:
+                arr = np.ascontiguousarray(arr)
+            return arr.view(dtype)[..., 0]
         if name in _ML_DTYPES:
             arr = arr.view(_ML_DTYPES[name])
         elif name in _NIBBLES:

@@ -56,6 +56,8 @@ def _pack_f4(arr: np.ndarray) -> np.ndarray:
 def prepare(name: str, value) -> tuple[tuple, np.ndarray]:
     """Describe one array for the native writer and return the buffer that
     must stay alive during the call (little-endian, C-contiguous)."""
+    if not isinstance(value, (np.ndarray, np.generic)):
+        raise ValueError(f"Key `{name}` is invalid, expected np.ndarray but received {type(value)}")
     arr = np.asarray(value)
     if arr.dtype.hasobject or arr.dtype.fields is not None:
         raise ValueError(f"{name!r}: object and structured arrays cannot be stored")
@@ -67,20 +69,35 @@ def prepare(name: str, value) -> tuple[tuple, np.ndarray]:
     return (name, dtype, [int(d) for d in arr.shape], address, int(buf.nbytes)), buf
 
 
-def save(
-    tensors: Mapping[str, np.ndarray],
-    path,
-    metadata: Mapping[str, str] | None = None,
-    align: int | str | None = None,
-    compression: bool | int = False,
-    storage_options: dict | None = None,
-) -> int:
-    """Write ``tensors`` to ``path`` (a local path or an ``s3://`` URL) in
-    the format its extension names. ``align`` and ``compression`` apply to
-    ``.zt`` only."""
-    path = os.fspath(path)
+# What a file name's extension picks, and what a `format=` may name.
+_BY_EXTENSION = {
+    ".zt": "zt",
+    ".safetensors": "safetensors",
+    ".npz": "npz",
+    ".npy": "npy",
+    ".pt": "pt",
+    ".pth": "pt",
+    ".bin": "pt",
+}
+FORMATS = ("safetensors", "zt", "npz", "npy", "pt")
+
+
+def format_of(path: str, format: str | None) -> str:
+    """The format to write: ``format`` when given, else the extension's,
+    else safetensors (what code written for ``safetensors.save_file``
+    expects of a name like ``model.ckpt`` or ``weights``)."""
+    if format is not None:
+        if format not in FORMATS:
+            raise ValueError(f"zt writes no format {format!r}; it writes {', '.join(FORMATS)}")
+        return format
+    return _BY_EXTENSION.get(os.path.splitext(path)[1].lower(), "safetensors")
+
+
+def describe(tensors: Mapping[str, np.ndarray]) -> tuple[list[tuple], list[np.ndarray]]:
+    """The native writers' descriptions of ``tensors`` and the buffers that
+    must outlive the call."""
     if not isinstance(tensors, Mapping):
-        raise TypeError("tensors must be a mapping of name to array")
+        raise ValueError(f"Expected a dict of [str, np.ndarray] but received {type(tensors)}")
     described, keep_alive = [], []
     for name, value in tensors.items():
         if not isinstance(name, str):
@@ -88,27 +105,92 @@ def save(
         info, buf = prepare(name, value)
         described.append(info)
         keep_alive.append(buf)
-    ext = os.path.splitext(path)[1].lower()
-    if (align is not None or compression) and ext != ".zt":
-        raise ValueError(f"{ext or 'this format'} files have no alignment or compression options; use .zt")
-    if metadata is not None and ext not in (".safetensors", ".zt"):
-        raise ValueError(f"{ext or 'this format'} files cannot carry metadata; use .safetensors or .zt")
-    if ext == ".zt":
+    return described, keep_alive
+
+
+def metadata_pairs(metadata: Mapping[str, str] | None) -> list[tuple[str, str]] | None:
+    """``__metadata__`` for the native writer: ``None`` writes none, ``{}`` an
+    empty one (as safetensors does). Keys and values must be ``str``, as
+    safetensors requires (it raises ``TypeError`` otherwise)."""
+    if metadata is None:
+        return None
+    pairs = []
+    for k, v in dict(metadata).items():
+        if not isinstance(k, str) or not isinstance(v, str):
+            raise TypeError(f"metadata must map str to str, got {k!r}: {v!r}")
+        pairs.append((k, v))
+    return pairs
+
+
+def save(
+    tensors: Mapping[str, np.ndarray],
+    path,
+    metadata: Mapping[str, str] | None = None,
+    align: int | str | None = None,
+    compression: bool | int = False,
+    storage_options: dict | None = None,
+    format: str | None = None,
+) -> int:
+    """Write ``tensors`` to ``path`` (a local path or an ``s3://`` URL) in
+    ``format``, or the format its extension names (safetensors for any
+    other name). ``align`` and ``compression`` apply to ``.zt`` only."""
+    path = os.fspath(path)
+    described, keep_alive = describe(tensors)
+    fmt = format_of(path, format)
+    if (align is not None or compression) and fmt != "zt":
+        raise ValueError(f"{fmt} files have no alignment or compression options; use .zt")
+    if metadata is not None and fmt not in ("safetensors", "zt"):
+        raise ValueError(f"{fmt} files cannot carry metadata; use .safetensors or .zt")
+    if fmt == "zt":
         from ._zt_writer import save_zt
 
         written = save_zt(described, path, metadata, align, compression, storage_options)
-    elif ext == ".safetensors":
-        meta = [(str(k), str(v)) for k, v in (metadata or {}).items()]
-        written = _zt.write_safetensors(path, described, meta, storage_options)
-    elif ext == ".npz":
+    elif fmt == "safetensors":
+        written = _zt.write_safetensors(path, described, metadata_pairs(metadata), storage_options)
+    elif fmt == "npz":
         written = _zt.write_npz(path, described, storage_options)
-    elif ext in (".pt", ".pth", ".bin"):
+    elif fmt == "pt":
         written = _zt.write_pt(path, described, storage_options)
-    elif ext == ".npy":
+    else:  # npy
         if len(described) != 1:
             raise ValueError(f".npy holds exactly one array, got {len(described)}")
         written = _zt.write_npy(path, described[0], storage_options)
-    else:
-        raise ValueError(f"cannot write {path!r}: zt writes .zt, .safetensors, .npz, .npy and .pt/.pth/.bin")
     del keep_alive  # the buffers had to outlive the native call
     return written
+
+
+def save_bytes(
+    tensors: Mapping[str, np.ndarray], metadata: Mapping[str, str] | None = None, format: str = "safetensors"
+) -> bytes:
+    """What :func:`save` would write, as bytes (``safetensors.*.save``)."""
+    fmt = format_of("", format)
+    if fmt == "safetensors":
+        described, keep_alive = describe(tensors)
+        data = _zt.safetensors_bytes(described, metadata_pairs(metadata))
+        del keep_alive
+        return data
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="zt-save-") as d:
+        path = os.path.join(d, "data")
+        save(tensors, path, metadata, format=fmt)
+        with open(path, "rb") as f:
+            return f.read()
+
+
+def open_bytes(data):
+    """A :class:`zt.Source` over ``data`` (the bytes of a file in any format
+    zt reads), for ``load``. The bytes go to a temporary file that is
+    unlinked at once; the mapping keeps them."""
+    import tempfile
+
+    import zt
+
+    view = memoryview(data).cast("B")
+    # A lone .npy is named after its file: "arr_0", as np.savez names a
+    # positional array.
+    with tempfile.TemporaryDirectory(prefix="zt-load-") as d:
+        path = os.path.join(d, "arr_0")
+        with open(path, "wb") as f:
+            f.write(view)
+        return zt.open(path)

@@ -48,7 +48,7 @@ def _part(pname: str, spec: Any, keep: list) -> tuple:
             )
         level = _level(spec.get("encoding"), spec.get("compression"))
     else:
-        (_, dtype, _, _, _), data = prepare(pname, spec)
+        (_, dtype, _, _, _), data = prepare(pname, np.asarray(spec))
         level = None
     keep.append(data)
     address = data.__array_interface__["data"][0] if data.nbytes else 0
@@ -59,29 +59,54 @@ class Sink:
     """Accepts the bytes of a streamed object, in part-name order. Close it
     (or use it as a context manager) before using the writer again."""
 
-    def __init__(self, writer: Writer):
+    def __init__(self, writer: Writer, sizes: Mapping[str, int] | None = None):
         self._writer = writer
+        self._order = sorted(sizes or {})
+        self._sizes = dict(sizes or {})
+        # What `written` reports, as upstream ztensor counts it: the bytes
+        # of the part being written, kept at a finished part's size until
+        # the next write reaches the next part (so after the last byte it is
+        # the last part's size, not 0).
+        self._written = 0
+        self._closed = False
 
     def write(self, chunk) -> None:
         """Write the next bytes (any buffer: bytes, numpy array, memoryview)."""
         arr = np.ascontiguousarray(np.frombuffer(memoryview(chunk).cast("B"), dtype=np.uint8))
-        self._writer._native.write_chunk(arr.__array_interface__["data"][0] if arr.nbytes else 0, int(arr.nbytes))
+        native = self._writer._native
+        before = native.stream_position()
+        native.write_chunk(arr.__array_interface__["data"][0] if arr.nbytes else 0, int(arr.nbytes))
+        after = native.stream_position()
+        if not arr.nbytes:
+            # Upstream starts counting the next part on any write, even an
+            # empty one.
+            if after is not None:
+                self._written = after[1]
+            return
+        if after is not None and (after[1] > 0 or before is None or after[0] == before[0]):
+            self._written = after[1]
+        else:
+            # This write finished a part and no byte has reached the next
+            # one yet: report the part just finished.
+            done = self._order.index(after[0]) - 1 if after is not None else len(self._order) - 1
+            self._written = self._sizes.get(self._order[done], 0) if 0 <= done < len(self._order) else 0
 
     @property
     def part(self) -> str | None:
-        """The part the next bytes go to."""
-        pos = self._writer._native.stream_position()
+        """The part the next bytes go to (``None`` once every byte arrived)."""
+        pos = None if self._closed else self._writer._native.stream_position()
         return pos[0] if pos else None
 
     @property
     def written(self) -> int:
-        """Bytes written into the current part."""
-        pos = self._writer._native.stream_position()
-        return pos[1] if pos else 0
+        """Bytes written into the current part (after the last byte, the
+        last part's size, as upstream ztensor reports it); 0 once closed."""
+        return 0 if self._closed else self._written
 
     def close(self) -> None:
         """Finish the object; every declared byte must have arrived."""
         self._writer._native.close_stream()
+        self._closed = True
 
     def __enter__(self) -> Sink:
         return self
@@ -151,7 +176,7 @@ class Writer:
         logical?}``. Identical parts are still shared."""
         described = [(p, spec.get("logical") or spec["dtype"], int(spec["nbytes"])) for p, spec in parts.items()]
         self._native.stream(name, [int(d) for d in shape], described, layout, attributes)
-        return Sink(self)
+        return Sink(self, {p: int(spec["nbytes"]) for p, spec in parts.items()})
 
     def set_attributes(self, attributes: Mapping[str, Any]) -> None:
         """Set the file attributes (str keys; int, float, str, bytes, bool,

@@ -1,4 +1,6 @@
-"""safetensors-shaped helpers over numpy arrays.
+"""safetensors-shaped helpers over numpy arrays: ``save``, ``load``,
+``save_file``, ``load_file`` with ``safetensors.numpy``'s signatures and
+semantics, for every format zt reads (and the formats it writes).
 
 >>> zt.numpy.save_file({"w": np.ones((2, 2), np.float32)}, "m.safetensors")  # doctest: +SKIP
 >>> zt.numpy.load_file("m.safetensors")["w"]                                  # doctest: +SKIP
@@ -13,32 +15,55 @@ import numpy as np
 from . import _write
 
 
+def _arrays(source, copy: bool, dequantize: bool, readonly: bool) -> dict[str, np.ndarray]:
+    """Every tensor of an open source as arrays (see :func:`load_file`)."""
+    tensors = [source[name] for name in source]
+    plain = [t for t in tensors if not (dequantize and t.layout.startswith("gguf."))]
+    if source._native.remote:
+        # Over the network every tensor is fetched in one planned batch
+        # of concurrent ranged GETs, not one request after another; the
+        # arrays own their bytes (writable).
+        views = source._native._arrays([t.name for t in plain], copy)
+        arrays = {t.name: t._wrap(v) for t, v in zip(plain, views)}
+    elif readonly or copy:
+        arrays = {t.name: t.numpy(copy=copy) for t in plain}
+    else:
+        from ._load import writable_arrays
+
+        arrays = writable_arrays(source, plain)
+    return {t.name: arrays[t.name] if t.name in arrays else t.dequantize() for t in tensors}
+
+
 def load_file(
-    path, copy: bool = False, dequantize: bool = False, *, storage_options: dict | None = None
+    path,
+    copy: bool = False,
+    dequantize: bool = False,
+    *,
+    readonly: bool = False,
+    backend: str = "mmap",
+    storage_options: dict | None = None,
 ) -> dict[str, np.ndarray]:
     """Every tensor of a file (any readable format) as numpy arrays.
 
-    ``copy=False`` returns read-only views of the mapped file where the
-    bytes allow it; ``copy=True`` returns independent writable arrays.
+    The arrays are writable, as ``safetensors.numpy.load_file``'s are, and
+    still not copies where the bytes allow it: views of a private
+    copy-on-write mapping of the file (a write copies only the page it
+    touches, never the file). ``readonly=True`` returns read-only views of
+    the shared mapping instead (decoded tensors are still fresh arrays);
+    ``copy=True`` returns independent arrays in fresh memory.
     ``dequantize=True`` turns GGUF block-quantized tensors into float32
     arrays of their logical shape (see :meth:`zt.Tensor.dequantize`);
     without it they come back as their raw block bytes (uint8).
-    ``path`` may be an object URL (``storage_options`` as for
-    :func:`zt.open`).
+    ``backend="pread"`` reads with positional I/O instead of mapping, as
+    safetensors' option does. ``path`` may be an object URL
+    (``storage_options`` as for :func:`zt.open`).
     """
     import zt
 
-    with zt.open(path, storage_options=storage_options) as source:
-        tensors = [source[name] for name in source]
-        plain = [t for t in tensors if not (dequantize and t.layout.startswith("gguf."))]
-        if source._native.remote:
-            # Over the network every tensor is fetched in one planned batch
-            # of concurrent ranged GETs, not one request after another.
-            views = source._native._arrays([t.name for t in plain], copy)
-            arrays = {t.name: t._wrap(v) for t, v in zip(plain, views)}
-        else:
-            arrays = {t.name: t.numpy(copy=copy) for t in plain}
-        return {t.name: arrays[t.name] if t.name in arrays else t.dequantize() for t in tensors}
+    if backend not in ("mmap", "pread"):
+        raise ValueError(f"backend must be 'mmap' or 'pread', got {backend!r}")
+    with zt.open(path, map=backend == "mmap", storage_options=storage_options) as source:
+        return _arrays(source, copy, dequantize, readonly)
 
 
 def save_file(
@@ -48,13 +73,33 @@ def save_file(
     *,
     align: int | str | None = None,
     compression: bool | int = False,
+    format: str | None = None,
     storage_options: dict | None = None,
 ) -> int:
-    """Write arrays to ``path``; the extension picks the format
-    (``.zt``, ``.safetensors``, ``.npz``, or ``.npy`` for a single array).
+    """Write arrays to ``path``: in ``format`` (``"safetensors"``, ``"zt"``,
+    ``"npz"``, ``"npy"``, ``"pt"``) when given, else in the format the
+    extension names (``.zt``, ``.safetensors``, ``.npz``, ``.npy`` for a
+    single array, ``.pt``/``.pth``/``.bin``), else safetensors, as
+    ``safetensors.numpy.save_file`` writes any name. A safetensors file is
+    byte for byte what ``safetensors.numpy.save_file`` writes.
     ``metadata`` (str -> str) is stored by safetensors and ``.zt``. For
     ``.zt``: canonical unless ``align`` (``"auto"`` or a power of two >= 4096)
     or ``compression`` (True or a zstd level) is given; rank-0 arrays keep
     shape ``()``. The file is written beside ``path`` and renamed into place;
     an ``s3://`` path is uploaded when complete. Returns bytes written."""
-    return _write.save(tensors, path, metadata, align, compression, storage_options)
+    return _write.save(tensors, path, metadata, align, compression, storage_options, format=format)
+
+
+def save(
+    tensors: Mapping[str, np.ndarray], metadata: Mapping[str, str] | None = None, *, format: str = "safetensors"
+) -> bytes:
+    """The file :func:`save_file` would write, as bytes: by default the
+    safetensors bytes ``safetensors.numpy.save`` returns."""
+    return _write.save_bytes(tensors, metadata, format)
+
+
+def load(data: bytes, *, dequantize: bool = False) -> dict[str, np.ndarray]:
+    """Every tensor of a file's bytes (any format zt reads) as independent,
+    writable numpy arrays, as ``safetensors.numpy.load`` takes them."""
+    with _write.open_bytes(data) as source:
+        return _arrays(source, True, dequantize, False)

@@ -1,4 +1,5 @@
-"""torch helpers: safetensors-shaped ``load_file`` / ``save_file``, and the
+"""torch helpers: safetensors.torch's API (``save``, ``load``, ``save_file``,
+``load_file``, ``save_model``, ``load_model``), and the
 DataLoader front (``DataLoader``, ``IterableDataset``, ``as_tensors``,
 ``RankFailure``, defined in ``zt._torch_loader``). torch is imported lazily,
 on first use of either: the zt package does not depend on it."""
@@ -35,7 +36,10 @@ def _torch():
 
 
 def _to_torch(torch, arr: np.ndarray):
-    """numpy (incl. ml_dtypes) -> torch without copying where possible."""
+    """numpy (incl. ml_dtypes) -> torch without copying where possible.
+    fp4 (one ml_dtypes element per byte in zt's arrays) is packed two per
+    byte into ``torch.float4_e2m1fn_x2``, the type safetensors loads F4 as,
+    which halves the last dimension."""
     special = {
         "bfloat16": torch.bfloat16,
         "float8_e4m3fn": torch.float8_e4m3fn,
@@ -48,34 +52,142 @@ def _to_torch(torch, arr: np.ndarray):
     with warnings.catch_warnings():
         # Read-only views of a mapping: torch warns that it cannot mark them read-only.
         warnings.simplefilter("ignore", UserWarning)
+        if name == "float4_e2m1fn":
+            if not arr.shape or arr.shape[-1] % 2:
+                raise ValueError(
+                    f"an fp4 tensor of shape {arr.shape} has no float4_e2m1fn_x2 form (its last dimension must be even)"
+                )
+            codes = np.ascontiguousarray(arr).view(np.uint8) & 0x0F
+            packed = codes[..., 0::2] | (codes[..., 1::2] << 4)
+            return torch.from_numpy(np.ascontiguousarray(packed)).view(torch.float4_e2m1fn_x2)
         if name in special:
             width = {1: np.uint8, 2: np.int16}[arr.dtype.itemsize]
             return torch.from_numpy(arr.view(width)).view(special[name])
         return torch.from_numpy(arr)
 
 
-def load_file(path, device: str = "cpu", copy: bool = True, *, storage_options: dict | None = None) -> dict:
-    """Every tensor of a file (a local path or an object URL) as torch
-    tensors. ``copy=False`` shares the read-only mapping (writing to such a
-    tensor is an error)."""
+def _to_device(out: dict, device) -> dict:
+    if device in ("cpu", None):
+        return out
+    return {k: v.to(device) for k, v in out.items()}
+
+
+def load_file(
+    path,
+    device="cpu",
+    copy: bool = False,
+    *,
+    readonly: bool = False,
+    backend: str = "mmap",
+    storage_options: dict | None = None,
+) -> dict:
+    """Every tensor of a file (a local path or an object URL, any format zt
+    reads) as torch tensors, as ``safetensors.torch.load_file`` returns
+    them: writable, and views of a private copy-on-write mapping where the
+    bytes allow it (see :func:`zt.numpy.load_file`). ``readonly=True``
+    shares the read-only mapping (writing to such a tensor is an error);
+    ``copy=True`` gives tensors in fresh memory."""
     from .numpy import load_file as load_arrays
 
     torch = _torch()
-    arrays = load_arrays(path, copy=copy, storage_options=storage_options)
-    out = {name: _to_torch(torch, arr) for name, arr in arrays.items()}
-    return {k: v.to(device) for k, v in out.items()} if device != "cpu" else out
+    arrays = load_arrays(path, copy=copy, readonly=readonly, backend=backend, storage_options=storage_options)
+    return _to_device({name: _to_torch(torch, arr) for name, arr in arrays.items()}, device)
 
 
-def save_file(
-    tensors: Mapping[str, object],
-    path,
-    metadata: Mapping[str, str] | None = None,
-    *,
-    storage_options: dict | None = None,
-) -> int:
-    """Write torch tensors to a local path or an ``s3://`` URL; the
-    extension picks the format."""
+def load(data: bytes) -> dict:
+    """Every tensor of a file's bytes (any format zt reads) as independent
+    torch tensors, as ``safetensors.torch.load`` takes them."""
+    from .numpy import load as load_arrays
+
     torch = _torch()
+    return {name: _to_torch(torch, arr) for name, arr in load_arrays(data).items()}
+
+
+# ---- what safetensors.torch refuses, refused the same way -----------------
+
+
+def _storage(torch, t):
+    """(data pointer, bytes) of the storage behind ``t``."""
+    try:
+        storage = t.untyped_storage()
+        return storage.data_ptr(), storage.nbytes()
+    except (NotImplementedError, RuntimeError):
+        return 0, 0
+
+
+def _span(t) -> tuple[int, int]:
+    """[first byte, end) of ``t``'s own elements in memory."""
+    start = t.data_ptr()
+    if not t.nelement():
+        return start, start
+    return start, t.view(-1)[-1].data_ptr() + t.element_size()
+
+
+def _shared_groups(torch, tensors: Mapping[str, object]) -> list[set[str]]:
+    """Names whose tensors share memory, grouped as safetensors groups them:
+    by storage, then split where their element spans do not overlap."""
+    by_storage: dict = {}
+    for name, t in tensors.items():
+        ptr, size = _storage(torch, t)
+        if t.device.type != "meta" and ptr != 0 and size != 0:
+            by_storage.setdefault((t.device, ptr, size), set()).add(name)
+    groups = []
+    for names in sorted(by_storage.values(), key=sorted):
+        if len(names) < 2:
+            groups.append(names)
+            continue
+        spans = sorted((*_span(tensors[n]), n) for n in names)
+        _, last_end, first = spans[0]
+        groups.append({first})
+        for start, end, name in spans[1:]:
+            if start >= last_end:
+                groups.append({name})
+            else:
+                groups[-1].add(name)
+            last_end = end
+    return groups
+
+
+def _refuse(torch, tensors) -> None:
+    """Raise what ``safetensors.torch.save_file`` raises for the same input:
+    ValueError for a non-dict, a non-tensor value, a sparse or a
+    non-contiguous tensor; RuntimeError for tensors that share memory."""
+    if not isinstance(tensors, Mapping):
+        raise ValueError(f"Expected a dict of [str, torch.Tensor] but received {type(tensors)}")
+    sparse = []
+    for name, t in tensors.items():
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"Key `{name}` is invalid, expected torch.Tensor but received {type(t)}")
+        if t.layout != torch.strided:
+            sparse.append(name)
+    if sparse:
+        raise ValueError(
+            f"You are trying to save a sparse tensors: `{sparse}` which this library does not support."
+            " You can make it a dense tensor before saving with `.to_dense()` but be aware this might"
+            " make a much larger file than needed."
+        )
+    shared = [g for g in _shared_groups(torch, tensors) if len(g) > 1]
+    if shared:
+        raise RuntimeError(
+            f"Some tensors share memory, this will lead to duplicate memory on disk and potential differences"
+            f" when loading them again: {shared}. A potential way to correctly save your model is to use"
+            " `save_model`."
+        )
+    for name, t in tensors.items():
+        if not t.is_contiguous():
+            raise ValueError(
+                f"You are trying to save a non contiguous tensor: `{name}` which is not allowed. It either means"
+                " you are trying to save tensors which are reference of each other in which case it's"
+                " recommended to save only the full tensors, and reslice at load time, or simply call"
+                " `.contiguous()` on your tensor to pack it before saving."
+            )
+
+
+def _arrays(tensors: Mapping[str, object]) -> dict[str, np.ndarray]:
+    """torch tensors -> numpy arrays over the same memory (CPU tensors are
+    not copied): every dtype torch and safetensors share, fp4 included."""
+    torch = _torch()
+    _refuse(torch, tensors)
     import ml_dtypes
 
     special = {
@@ -86,12 +198,128 @@ def save_file(
         torch.float8_e5m2fnuz: ml_dtypes.float8_e5m2fnuz,
         torch.float8_e8m0fnu: ml_dtypes.float8_e8m0fnu,
     }
+    fp4x2 = getattr(torch, "float4_e2m1fn_x2", None)
     arrays = {}
     for name, t in tensors.items():
-        t = t.detach().cpu().contiguous()
-        if t.dtype in special:
+        t = t.detach().cpu()
+        if fp4x2 is not None and t.dtype == fp4x2:
+            # Two fp4 values per byte, low nibble first: one ml_dtypes fp4
+            # per byte, the last dimension doubled (as safetensors records
+            # the shape).
+            packed = t.view(torch.uint8).numpy()
+            codes = np.empty(packed.shape[:-1] + (packed.shape[-1] * 2,), np.uint8) if packed.ndim else None
+            if codes is None:
+                raise ValueError(f"Key `{name}`: a rank-0 float4_e2m1fn_x2 tensor has no shape to double")
+            codes[..., 0::2] = packed & 0x0F
+            codes[..., 1::2] = packed >> 4
+            arrays[name] = codes.view(ml_dtypes.float4_e2m1fn)
+        elif t.dtype in special:
             width = {1: torch.uint8, 2: torch.int16}[t.element_size()]
             arrays[name] = t.view(width).numpy().view(special[t.dtype])
         else:
             arrays[name] = t.numpy()
-    return _write.save(arrays, path, metadata, storage_options=storage_options)
+    return arrays
+
+
+def save_file(
+    tensors: Mapping[str, object],
+    path,
+    metadata: Mapping[str, str] | None = None,
+    *,
+    format: str | None = None,
+    storage_options: dict | None = None,
+) -> int:
+    """Write torch tensors to a local path or an ``s3://`` URL, as
+    ``safetensors.torch.save_file`` does (byte for byte, for a safetensors
+    file), refusing what it refuses with the same exception types. The
+    format is ``format``, else the extension's, else safetensors."""
+    return _write.save(_arrays(tensors), path, metadata, storage_options=storage_options, format=format)
+
+
+def save(
+    tensors: Mapping[str, object], metadata: Mapping[str, str] | None = None, *, format: str = "safetensors"
+) -> bytes:
+    """The bytes :func:`save_file` would write (``safetensors.torch.save``)."""
+    return _write.save_bytes(_arrays(tensors), metadata, format)
+
+
+# ---- models: shared tensors, as safetensors handles them ------------------
+
+
+def _duplicates(torch, state_dict, *, preferred=None) -> dict[str, list[str]]:
+    """For each group of names sharing memory: the name kept (the first in
+    name order among those covering the whole storage, preferring
+    ``preferred`` names) and the names dropped, as safetensors chooses."""
+    preferred = set(preferred or ())
+    drop: dict[str, list[str]] = {}
+    for group in _shared_groups(torch, state_dict):
+        if len(group) < 2:
+            continue
+        complete = set()
+        for name in group:
+            t = state_dict[name]
+            ptr, size = _storage(torch, t)
+            if t.data_ptr() == ptr and t.nelement() * t.element_size() == size:
+                complete.add(name)
+        if not complete:
+            raise RuntimeError(
+                f"Error while trying to find names to remove to save state dict, but found no suitable name to"
+                f" keep for saving amongst: {group}. None is covering the entire storage. Refusing to save/load"
+                " the model since you could be storing much more memory than needed."
+            )
+        keep = sorted(complete)[0]
+        if preferred & complete:
+            keep = sorted(preferred & complete)[0]
+        drop[keep] = [n for n in sorted(group) if n != keep]
+    return drop
+
+
+def save_model(
+    model, filename, metadata: Mapping[str, str] | None = None, force_contiguous: bool = True, *, format=None
+):
+    """``safetensors.torch.save_model``: the model's state dict without the
+    duplicate names of shared tensors (each dropped name recorded in the
+    metadata as ``{dropped: kept}`` unless the caller set that key), made
+    contiguous unless ``force_contiguous=False``."""
+    torch = _torch()
+    state_dict = model.state_dict()
+    for kept, dropped in _duplicates(torch, state_dict).items():
+        for name in dropped:
+            metadata = {} if metadata is None else metadata
+            if name not in metadata:
+                metadata[name] = kept
+            del state_dict[name]
+    if force_contiguous:
+        state_dict = {k: v.contiguous() for k, v in state_dict.items()}
+    try:
+        save_file(state_dict, filename, metadata=metadata, format=format)
+    except ValueError as e:
+        raise ValueError(
+            f"{e} Or use save_model(..., force_contiguous=True), read the docs for potential caveats."
+        ) from None
+
+
+def load_model(model, filename, strict: bool = True, device="cpu", *, backend: str = "mmap"):
+    """``safetensors.torch.load_model``: load a file (any format zt reads)
+    into ``model``, where names the model shares with a loaded one count
+    as loaded. Returns ``(missing, unexpected)``; with ``strict`` either
+    being non-empty raises ``RuntimeError``."""
+    torch = _torch()
+    state_dict = load_file(filename, device=device, backend=backend)
+    drop = _duplicates(torch, model.state_dict(), preferred=state_dict.keys())
+    missing, unexpected = model.load_state_dict(state_dict, strict=False)
+    missing = set(missing)
+    for names in drop.values():
+        for name in names:
+            if name in missing:
+                missing.remove(name)
+            else:
+                unexpected.append(name)
+    if strict and (missing or unexpected):
+        error = f"Error(s) in loading state_dict for {model.__class__.__name__}:"
+        if missing:
+            error += "\n    Missing key(s) in state_dict: " + ", ".join(f'"{k}"' for k in sorted(missing))
+        if unexpected:
+            error += "\n    Unexpected key(s) in state_dict: " + ", ".join(f'"{k}"' for k in sorted(unexpected))
+        raise RuntimeError(error)
+    return missing, unexpected

@@ -344,20 +344,57 @@ fn unsupported_dtypes_are_refused() {
         zt::open(&path),
         Err(Error::UnsupportedDType { .. })
     ));
-    for descr in ["<U10", "|S5", "<M8[ns]", "<m8[s]", "<f16", "|V16", "<c32"] {
-        let path = dir.file("x.npy", &npy(&dict(descr, false, "()"), &[0; 16]));
+    // Dtypes numpy reads without unpickling are read as their bytes, for
+    // the Python side to view through the same numpy dtype: layout
+    // `npy.descr/1`, one u8 part of `shape + [itemsize]`.
+    for (descr, itemsize) in [
+        ("<U10", 40u64),
+        ("|S5", 5),
+        ("<M8[ns]", 8),
+        ("<m8[s]", 8),
+        ("<f16", 16),
+        ("|V16", 16),
+        ("<c32", 32),
+    ] {
+        let data = vec![7u8; itemsize as usize];
+        let path = dir.file("x.npy", &npy(&dict(descr, false, "()"), &data));
+        let src = zt::open(&path).unwrap_or_else(|e| panic!("{descr}: {e}"));
+        let t = src.tensor("x").unwrap();
+        assert_eq!(t.layout(), zt::formats::npy::RECORD_LAYOUT, "{descr}");
+        assert_eq!(t.shape(), &[] as &[u64]);
+        let part = t.data().unwrap();
+        assert_eq!(part.shape(), &[itemsize]);
+        assert_eq!(&*part.bytes().unwrap(), &data[..]);
+        let attr = |k: &str| {
+            t.attributes()
+                .iter()
+                .find(|(n, _)| n == k)
+                .map(|(_, v)| v.clone())
+        };
+        assert_eq!(attr("descr"), Some(zt::Value::Str(format!("'{descr}'"))));
+        assert_eq!(attr("itemsize"), Some(zt::Value::Int(itemsize as i64)));
+    }
+    // A descr zt cannot size (and numpy would not read) is still refused.
+    for descr in ["<c7", "<U", "|X4", "<M8[", "<i3"] {
+        let path = dir.file("y.npy", &npy(&dict(descr, false, "()"), &[0; 16]));
         assert!(
             matches!(zt::open(&path), Err(Error::UnsupportedDType { .. })),
             "{descr}"
         );
     }
+    // Structured, Fortran order: the rows are records, through strides.
     let structured =
-        "{'descr': [('a', '<i4'), ('b', '<f8')], 'fortran_order': False, 'shape': (1,), }";
-    let path = dir.file("s.npy", &npy(structured, &[0; 12]));
-    assert!(matches!(
-        zt::open(&path),
-        Err(Error::UnsupportedDType { .. })
-    ));
+        "{'descr': [('a', '<i4'), ('b', '<f8')], 'fortran_order': True, 'shape': (2, 2), }";
+    let data: Vec<u8> = (0..48).collect();
+    let path = dir.file("s.npy", &npy(structured, &data));
+    let src = zt::open(&path).unwrap();
+    let part = src.tensor("s").unwrap().data().unwrap();
+    assert_eq!(part.shape(), &[2, 2, 12]);
+    // Element (0, 1) is the third record in Fortran order.
+    assert_eq!(&part.bytes().unwrap()[12..24], &data[24..36]);
+    // A record size that disagrees with the data is refused.
+    let path = dir.file("short.npy", &npy(structured, &data[..40]));
+    assert!(zt::open(&path).is_err());
 }
 
 #[test]
@@ -936,16 +973,28 @@ fn npz_unsupported_members() {
         &zip(&[stored("a.npy", &a), other], ZipStyle::default()),
     );
     assert_eq!(zt::open(&path).unwrap().tensors().count(), 1);
-    // An object array inside an npz.
+    // An object array inside an npz is listed as skipped; the rest reads.
     let obj = npy(&dict("|O", false, "(1,)"), b"\x80\x04.");
     let path = dir.file(
         "obj.npz",
-        &zip(&[deflated("o.npy", &obj)], ZipStyle::default()),
+        &zip(
+            &[deflated("o.npy", &obj), stored("a.npy", &a)],
+            ZipStyle::default(),
+        ),
     );
-    assert!(matches!(
-        zt::open(&path),
-        Err(Error::UnsupportedDType { .. })
-    ));
+    let src = zt::open(&path).unwrap();
+    assert_eq!(src.names().collect::<Vec<_>>(), ["a"]);
+    let skipped = src
+        .attributes()
+        .iter()
+        .find(|(k, _)| k == "npz.skipped")
+        .map(|(_, v)| v.clone());
+    let Some(zt::Value::List(entries)) = skipped else {
+        panic!("no npz.skipped: {:?}", src.attributes())
+    };
+    assert!(
+        matches!(&entries[..], [zt::Value::Map(m)] if m[0] == ("name".into(), zt::Value::Str("o".into())))
+    );
 }
 
 #[test]

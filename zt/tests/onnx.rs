@@ -369,9 +369,36 @@ fn nesting_deeper_than_the_limit_is_refused() {
 }
 
 #[test]
-fn strings_and_types_without_a_zt_dtype_are_refused() {
+fn string_tensors_are_listed_as_skipped() {
     let dir = Dir::new();
-    for code in [8, 25, 26, 0, 99] {
+    let s = cat(&[tensor_head("s", 8, &[2, 1]), fl(6, b"x"), fl(6, b"yz")]);
+    let w = raw_tensor("w", 1, &[2], &f32s(&[1.0, 2.0]));
+    let file = model(&graph(&[initializer(&s), initializer(&w)]));
+    let source = open_bytes(&dir, &file).unwrap();
+    assert_eq!(source.names().collect::<Vec<_>>(), ["w"]);
+    let skipped = source
+        .attributes()
+        .iter()
+        .find(|(k, _)| k == "onnx.skipped")
+        .map(|(_, v)| v.clone());
+    let Some(zt::Value::List(entries)) = skipped else {
+        panic!("no onnx.skipped: {:?}", source.attributes())
+    };
+    let [zt::Value::Map(entry)] = &entries[..] else {
+        panic!("{entries:?}")
+    };
+    let field = |k: &str| entry.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    assert_eq!(field("name"), Some(zt::Value::Str("s".into())));
+    assert_eq!(
+        field("shape"),
+        Some(zt::Value::List(vec![zt::Value::Int(2), zt::Value::Int(1)]))
+    );
+}
+
+#[test]
+fn types_without_a_zt_dtype_are_refused() {
+    let dir = Dir::new();
+    for code in [25, 26, 0, 99] {
         let t = cat(&[tensor_head("s", code, &[1]), fl(6, b"x")]);
         let file = model(&graph(&[initializer(&t)]));
         let got = open_bytes(&dir, &file);

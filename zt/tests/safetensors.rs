@@ -404,3 +404,48 @@ fn detect_is_structural() {
     assert_eq!(zt::detect(&p).unwrap(), "gguf");
     assert_eq!(zt::open(&p).unwrap().len(), 0);
 }
+
+/// The header as the reference writer's serde derive writes it: fields in
+/// declaration order (`dtype, shape, data_offsets`), tensors by its dtype
+/// enum descending then name (F32 before U32 before I32 at one width), the
+/// caller's `__metadata__` first, and `None` / `Some(&[])` telling no
+/// metadata from an empty one. (Byte identity with safetensors itself is
+/// tested against the library in tests/test_safetensors.py.)
+#[test]
+fn header_is_laid_out_as_the_reference_writes_it() {
+    fn t<'a>(name: &'a str, dtype: DType, data: &'a [u8]) -> TensorIn<'a> {
+        TensorIn {
+            name,
+            dtype,
+            shape: &[1],
+            data,
+        }
+    }
+    let (four, eight) = ([0u8; 4], [0u8; 8]);
+    let (four, eight) = (&four[..], &eight[..]);
+    let tensors = [
+        t("a", DType::I32, four),
+        t("b", DType::U32, four),
+        t("c", DType::F32, four),
+        t("d", DType::Complex64, eight),
+    ];
+    let bytes =
+        zt::formats::safetensors::to_bytes(&tensors, Some(&[("k".into(), "v".into())])).unwrap();
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header = std::str::from_utf8(&bytes[8..8 + n]).unwrap();
+    assert_eq!(
+        header.trim_end(),
+        r#"{"__metadata__":{"k":"v"},"d":{"dtype":"C64","shape":[1],"data_offsets":[0,8]},"c":{"dtype":"F32","shape":[1],"data_offsets":[8,12]},"b":{"dtype":"U32","shape":[1],"data_offsets":[12,16]},"a":{"dtype":"I32","shape":[1],"data_offsets":[16,20]}}"#
+    );
+    assert_eq!(n % 8, 0);
+    let empty = zt::formats::safetensors::to_bytes(&tensors[..1], Some(&[])).unwrap();
+    assert!(empty[8..].starts_with(br#"{"__metadata__":{},"a":"#));
+    let none = zt::formats::safetensors::to_bytes(&tensors[..1], None).unwrap();
+    assert!(none[8..].starts_with(br#"{"a":"#));
+    // The file writer writes the same bytes.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("h.safetensors");
+    zt::formats::safetensors::write_with(&path, &tensors, Some(&[("k".into(), "v".into())]))
+        .unwrap();
+    assert_eq!(std::fs::read(&path).unwrap(), bytes);
+}

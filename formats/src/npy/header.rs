@@ -70,6 +70,21 @@ pub struct Header {
     pub fortran_order: bool,
     /// Shape; `()` is a scalar.
     pub shape: Vec<u64>,
+    /// A dtype zt has no element type for but numpy reads without
+    /// unpickling (structured, subarray, `S`/`U`/`V` strings, datetimes):
+    /// then `dtype` is `U8` and the data is `itemsize` bytes per element.
+    pub record: Option<Record>,
+}
+
+/// A numpy dtype read as its bytes: the descr as a Python literal (what
+/// `numpy.lib.format.descr_to_dtype` takes after `ast.literal_eval`) and
+/// the bytes of one element.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// The descr, written back as a Python literal.
+    pub descr: String,
+    /// Bytes per element.
+    pub itemsize: u64,
 }
 
 /// Map a numpy `descr` string to a dtype and whether its bytes need
@@ -183,24 +198,29 @@ fn header_from_dict(ctx: &Context, items: Vec<(Lit, Lit)>, limits: &Limits) -> R
     let fortran = fortran.ok_or_else(|| missing("fortran_order"))?;
     let shape = shape.ok_or_else(|| missing("shape"))?;
 
-    let (dtype, swap) = match &descr {
-        Lit::Str(s) => parse_descr(s).ok_or_else(|| Error::UnsupportedDType {
-            ctx: ctx.clone(),
-            dtype: s.clone(),
-        })?,
-        // A list is a structured dtype, a tuple a subarray: both valid numpy,
-        // neither a plain tensor.
-        Lit::List(_) | Lit::Tuple(_) => {
-            return Err(Error::UnsupportedDType {
-                ctx: ctx.clone(),
-                dtype: format!("structured or subarray descr ({})", descr.describe()),
-            })
-        }
+    let plain = match &descr {
+        Lit::Str(s) => parse_descr(s),
+        Lit::List(_) | Lit::Tuple(_) => None,
         other => {
             return Err(Error::header(
                 ctx.clone(),
                 format!("descr is {}, not a string", other.describe()),
             ))
+        }
+    };
+    // Anything else numpy reads without unpickling (a list is a structured
+    // dtype, a tuple a subarray; strings, bytes, voids and datetimes) is
+    // read as its bytes, for Python to view through the same numpy dtype.
+    // Object fields are pickles: refused.
+    let (dtype, swap, record) = match plain {
+        Some((dtype, swap)) => (dtype, swap, None),
+        None => {
+            let itemsize = descr_itemsize(&descr, ctx, 0)?;
+            let record = Record {
+                descr: descr.repr(),
+                itemsize,
+            };
+            (DType::U8, false, Some(record))
         }
     };
     let Lit::Bool(fortran_order) = fortran else {
@@ -231,7 +251,142 @@ fn header_from_dict(ctx: &Context, items: Vec<(Lit, Lit)>, limits: &Limits) -> R
         swap,
         fortran_order,
         shape,
+        record,
     })
+}
+
+/// The bytes one element of a numpy descr takes, as numpy lays it out: a
+/// typestr's size (`U` counts 4-byte code points), a list's fields one after
+/// another (numpy writes padding as explicit `('', '|Vn')` fields), a
+/// subarray's base times its shape. An object (`O`) anywhere is a pickle:
+/// [`Error::UnsupportedDType`].
+fn descr_itemsize(descr: &Lit, ctx: &Context, depth: usize) -> Result<u64> {
+    let unsupported = |why: String| Error::UnsupportedDType {
+        ctx: ctx.clone(),
+        dtype: why,
+    };
+    let overflow = || Error::Overflow {
+        ctx: ctx.clone(),
+        what: "npy dtype size",
+    };
+    // The parser bounded the nesting of the text already; this bounds the
+    // recursion over it the same way.
+    if depth > 64 {
+        return Err(unsupported("a descr nested too deeply".into()));
+    }
+    let times_shape = |size: u64, shape: &Lit| -> Result<u64> {
+        let dims = match shape {
+            Lit::Int(n) => vec![*n],
+            Lit::Tuple(items) => items
+                .iter()
+                .map(|d| match d {
+                    Lit::Int(n) => Ok(*n),
+                    other => Err(unsupported(format!(
+                        "subarray shape holds {}",
+                        other.describe()
+                    ))),
+                })
+                .collect::<Result<_>>()?,
+            other => {
+                return Err(unsupported(format!(
+                    "subarray shape is {}",
+                    other.describe()
+                )))
+            }
+        };
+        dims.iter()
+            .try_fold(size, |acc, &d| acc.checked_mul(d))
+            .ok_or_else(overflow)
+    };
+    match descr {
+        Lit::Str(s) => typestr_size(s).ok_or_else(|| {
+            unsupported(
+                if s.trim_start_matches(['<', '>', '|', '=']).starts_with('O') {
+                    format!("{s:?}: object arrays are pickles, which zt never loads")
+                } else {
+                    format!("{s:?}")
+                },
+            )
+        }),
+        // `(base, shape)`: a subarray dtype.
+        Lit::Tuple(items) if items.len() == 2 => {
+            times_shape(descr_itemsize(&items[0], ctx, depth + 1)?, &items[1])
+        }
+        Lit::List(fields) => {
+            let mut total = 0u64;
+            for field in fields {
+                let Lit::Tuple(f) = field else {
+                    return Err(unsupported(format!(
+                        "structured field is {}",
+                        field.describe()
+                    )));
+                };
+                let size = match f.as_slice() {
+                    [name, base] | [name, base, _] => {
+                        // A name is a string, or a (title, name) pair.
+                        let named = match name {
+                            Lit::Str(_) => true,
+                            Lit::Tuple(t) => {
+                                t.len() == 2 && t.iter().all(|x| matches!(x, Lit::Str(_)))
+                            }
+                            _ => false,
+                        };
+                        if !named {
+                            return Err(unsupported(format!("field name is {}", name.describe())));
+                        }
+                        let size = descr_itemsize(base, ctx, depth + 1)?;
+                        match f.get(2) {
+                            Some(shape) => times_shape(size, shape)?,
+                            None => size,
+                        }
+                    }
+                    _ => {
+                        return Err(unsupported(format!(
+                            "structured field is {}",
+                            field.describe()
+                        )))
+                    }
+                };
+                total = total.checked_add(size).ok_or_else(overflow)?;
+            }
+            Ok(total)
+        }
+        other => Err(unsupported(format!("descr {}", other.describe()))),
+    }
+}
+
+/// The size of a numpy typestr (`dtype.str`: byte order, kind, size, and a
+/// unit for datetimes), for the kinds numpy reads without unpickling.
+fn typestr_size(s: &str) -> Option<u64> {
+    let code = s.strip_prefix(['<', '>', '|', '=']).unwrap_or(s);
+    let kind = code.chars().next()?;
+    let rest = &code[kind.len_utf8()..];
+    let (digits, unit) = match rest.find('[') {
+        Some(i) => (&rest[..i], Some(&rest[i..])),
+        None => (rest, None),
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) || digits.len() > 18 {
+        return None;
+    }
+    let n: u64 = digits.parse().ok()?;
+    let unit_ok = |u: Option<&str>| match u {
+        None => true,
+        Some(u) => {
+            u.len() > 2
+                && u.ends_with(']')
+                && u[1..u.len() - 1].bytes().all(|b| b.is_ascii_alphanumeric())
+        }
+    };
+    match kind {
+        'b' if n == 1 && unit.is_none() => Some(1),
+        'i' | 'u' if matches!(n, 1 | 2 | 4 | 8) && unit.is_none() => Some(n),
+        'f' if matches!(n, 2 | 4 | 8 | 12 | 16) && unit.is_none() => Some(n),
+        'c' if matches!(n, 8 | 16 | 24 | 32) && unit.is_none() => Some(n),
+        'S' | 'a' | 'V' if unit.is_none() => Some(n),
+        'U' if unit.is_none() => n.checked_mul(4),
+        'M' | 'm' if n == 8 && unit_ok(unit) => Some(8),
+        _ => None,
+    }
 }
 
 /// A Python literal from the supported subset.
@@ -247,6 +402,30 @@ enum Lit {
 }
 
 impl Lit {
+    /// The value as a Python literal, for `ast.literal_eval` (the parser
+    /// admits no escapes, so a string needs none either).
+    fn repr(&self) -> String {
+        let join = |v: &[Lit]| v.iter().map(Lit::repr).collect::<Vec<_>>().join(", ");
+        match self {
+            Lit::Str(s) if s.contains('\'') => format!("\"{s}\""),
+            Lit::Str(s) => format!("'{s}'"),
+            Lit::Int(n) => n.to_string(),
+            Lit::Bool(true) => "True".into(),
+            Lit::Bool(false) => "False".into(),
+            Lit::None => "None".into(),
+            Lit::Tuple(v) if v.len() == 1 => format!("({},)", v[0].repr()),
+            Lit::Tuple(v) => format!("({})", join(v)),
+            Lit::List(v) => format!("[{}]", join(v)),
+            Lit::Dict(v) => {
+                let items: Vec<String> = v
+                    .iter()
+                    .map(|(k, x)| format!("{}: {}", k.repr(), x.repr()))
+                    .collect();
+                format!("{{{}}}", items.join(", "))
+            }
+        }
+    }
+
     /// A short description for error messages (never the whole value).
     fn describe(&self) -> String {
         match self {
@@ -630,14 +809,44 @@ mod tests {
     fn unsupported_descrs() {
         let cases = [
             "{'descr': '|O', 'fortran_order': False, 'shape': (2,)}",
-            "{'descr': [('a', '<i4'), ('b', '<f8', (2,))], 'fortran_order': False, 'shape': (2,)}",
-            "{'descr': ('<f4', (2,)), 'fortran_order': False, 'shape': (2,)}",
+            "{'descr': [('a', '<i4'), ('b', '|O')], 'fortran_order': False, 'shape': (2,)}",
+            "{'descr': ('|O', (2,)), 'fortran_order': False, 'shape': (2,)}",
+            "{'descr': '<f4 ', 'fortran_order': False, 'shape': (2,)}",
+            "{'descr': [('a', '<i3')], 'fortran_order': False, 'shape': (2,)}",
+            "{'descr': [(1, '<i4')], 'fortran_order': False, 'shape': (2,)}",
         ];
         for text in cases {
-            assert!(matches!(
-                parse_str(text, 1),
-                Err(Error::UnsupportedDType { .. })
-            ));
+            assert!(
+                matches!(parse_str(text, 1), Err(Error::UnsupportedDType { .. })),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn records_are_read_as_bytes() {
+        let cases = [
+            (
+                "[('a', '<i4'), ('b', '<f8', (2,))]",
+                20,
+                "[('a', '<i4'), ('b', '<f8', (2,))]",
+            ),
+            ("('<f4', (2, 3))", 24, "('<f4', (2, 3))"),
+            ("'<U5'", 20, "'<U5'"),
+            ("'|S3'", 3, "'|S3'"),
+            ("'<M8[ns]'", 8, "'<M8[ns]'"),
+            (
+                "[(('t', 'n'), '>i2'), ('', '|V6'), ('s', [('x', '|u1')], 3)]",
+                11,
+                "[(('t', 'n'), '>i2'), ('', '|V6'), ('s', [('x', '|u1')], 3)]",
+            ),
+        ];
+        for (descr, size, repr) in cases {
+            let text = format!("{{'descr': {descr}, 'fortran_order': False, 'shape': (2,)}}");
+            let h = parse_str(&text, 1).unwrap();
+            assert_eq!(h.dtype, DType::U8);
+            let r = h.record.expect("a record");
+            assert_eq!((r.itemsize, r.descr.as_str()), (size, repr), "{descr}");
         }
     }
 

@@ -3,8 +3,12 @@
 //! `.npy` is a preamble, a Python-dict header (parsed in `header.rs`) and
 //! the raw array. Little-endian data is served zero-copy (C order as is,
 //! Fortran order through element strides); big-endian data is byte-swapped
-//! on demand. Object, string, datetime and structured arrays are refused:
-//! object arrays are pickles and are never loaded.
+//! on demand. Arrays of other dtypes numpy reads without unpickling
+//! (structured, subarray, string, void, datetime) are read as their bytes,
+//! layout [`RECORD_LAYOUT`], which the Python side views through the same
+//! numpy dtype. Object arrays are pickles and are never loaded: a lone
+//! `.npy` of one is refused, an `.npz` member is listed in the archive's
+//! `npz.skipped` attribute and the rest of the archive reads.
 //!
 //! `.npz` is a zip of `.npy` members (read by [`crate::zip`]). Stored members are
 //! file ranges like a lone `.npy`; deflated members are inflated on demand,
@@ -18,8 +22,8 @@ use std::io::{self, Read, Write};
 use std::path::Path;
 use std::sync::Arc;
 
-use zt_core::catalog::{ByteSwapped, Catalog, Decode, Object, Payload};
-use zt_core::dtype::{f_strides, num_elements};
+use zt_core::catalog::{ByteSwapped, Catalog, Decode, Object, Part, Payload, Value};
+use zt_core::dtype::{f_strides, num_elements, DType};
 use zt_core::error::{Context, Error, Result};
 use zt_core::format::{Format, OpenInput, Probe};
 use zt_core::limits::Limits;
@@ -119,17 +123,36 @@ impl Format for Npz {
         let limits = input.limits;
         let entries = zip::read_entries(store, &ctx, limits)?;
         let mut objects = Vec::new();
+        let mut skipped = Vec::new();
         // numpy.load exposes only members ending in `.npy`, under the name
         // without the suffix; other members (and directories) are ignored.
         for entry in &entries {
             let Some(name) = entry.name.strip_suffix(".npy") else {
                 continue;
             };
-            limits.check_tensors(&ctx, objects.len() as u64 + 1)?;
-            objects.push(open_member(store, entry, name, &ctx, limits)?);
+            limits.check_tensors(&ctx, (objects.len() + skipped.len()) as u64 + 1)?;
+            match open_member(store, entry, name, &ctx, limits) {
+                Ok(object) => objects.push(object),
+                // A member zt does not read (an object array: a pickle)
+                // does not refuse the archive; it is listed instead, as
+                // HDF5's unread datasets are in `h5.skipped`.
+                Err(Error::UnsupportedDType { dtype, .. }) => skipped.push(Value::Map(vec![
+                    ("name".into(), Value::Str(name.to_string())),
+                    (
+                        "reason".into(),
+                        Value::Str(format!("unsupported dtype {dtype}")),
+                    ),
+                ])),
+                Err(e) => return Err(e),
+            }
+        }
+        let mut attributes = Vec::new();
+        if !skipped.is_empty() {
+            attributes.push(("npz.skipped".into(), Value::List(skipped)));
         }
         Ok(Catalog {
             objects,
+            attributes,
             ..Catalog::default()
         })
     }
@@ -221,12 +244,62 @@ impl Layout {
     /// them into C order).
     fn object(self, name: String, payload: Payload) -> Object {
         let h = self.header;
+        if let Some(record) = h.record {
+            return record_object(name, h.shape, h.fortran_order, record, payload);
+        }
         let mut object = Object::dense(name, h.dtype, h.shape, payload);
         if h.fortran_order {
             let part = &mut object.parts[0];
             part.strides = Some(f_strides(&part.shape));
         }
         object
+    }
+}
+
+/// The layout of an array whose numpy dtype zt has no element type for
+/// (structured, subarray, strings, datetimes): see [`record_object`].
+pub const RECORD_LAYOUT: &str = "npy.descr/1";
+
+/// An array of a numpy dtype zt reads as bytes: layout [`RECORD_LAYOUT`],
+/// the array's shape, attributes `descr` (the header's descr as a Python
+/// literal) and `itemsize`, and one part `data`, `u8` of shape
+/// `shape + [itemsize]` (Fortran-ordered arrays through strides), which
+/// `zt`'s Python side views as `numpy.lib.format.descr_to_dtype(descr)`:
+/// the array `numpy.load` returns, over the same bytes.
+fn record_object(
+    name: String,
+    shape: Vec<u64>,
+    fortran_order: bool,
+    record: header::Record,
+    payload: Payload,
+) -> Object {
+    let mut part_shape = shape.clone();
+    part_shape.push(record.itemsize);
+    let strides = fortran_order.then(|| {
+        let mut strides = Vec::with_capacity(part_shape.len());
+        let mut step = record.itemsize as i64;
+        for &d in &shape {
+            strides.push(step);
+            step = step.saturating_mul(d.max(1) as i64);
+        }
+        strides.push(1);
+        strides
+    });
+    Object {
+        name,
+        shape,
+        layout: RECORD_LAYOUT.into(),
+        parts: vec![Part {
+            name: "data".into(),
+            dtype: DType::U8,
+            shape: part_shape,
+            strides,
+            payload,
+        }],
+        attributes: vec![
+            ("descr".into(), Value::Str(record.descr)),
+            ("itemsize".into(), Value::Int(record.itemsize as i64)),
+        ],
     }
 }
 
@@ -288,7 +361,10 @@ fn read_layout(src: &mut dyn Read, total: u64, ctx: &Context, limits: &Limits) -
 
     let data_offset = p.prefix_len + hlen;
     let data_len = num_elements(&header.shape)
-        .and_then(|n| header.dtype.nbytes(n))
+        .and_then(|n| match &header.record {
+            Some(r) => n.checked_mul(r.itemsize),
+            None => header.dtype.nbytes(n),
+        })
         .ok_or(Error::Overflow {
             ctx: ctx.clone(),
             what: "npy data size",

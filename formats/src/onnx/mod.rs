@@ -153,9 +153,13 @@ impl Format for Onnx {
             store,
             limits: input.limits,
             objects: Vec::new(),
+            skipped: Vec::new(),
             ext: Externals::new(input),
         };
-        let attributes = walker.model(Reader::new(&bytes, 0))?;
+        let mut attributes = walker.model(Reader::new(&bytes, 0))?;
+        if !walker.skipped.is_empty() {
+            attributes.push(("onnx.skipped".into(), Value::List(walker.skipped)));
+        }
         Ok(Catalog {
             objects: walker.objects,
             attributes,
@@ -170,6 +174,8 @@ struct Walker<'s> {
     store: &'s Arc<Store>,
     limits: &'s Limits,
     objects: Vec<Object>,
+    /// Tensors not read (STRING), for the `onnx.skipped` attribute.
+    skipped: Vec<Value>,
     ext: Externals<'s>,
 }
 
@@ -433,8 +439,38 @@ impl Walker<'_> {
         Ok(())
     }
 
+    /// Record a STRING tensor as skipped (as the HDF5 reader lists its
+    /// strings in `h5.skipped`): zt's tensors are numeric, and one string
+    /// tensor (a vocabulary, a label list) must not refuse the model.
+    fn skip_string(&mut self, name: String, dims: &[u64], origin: &str) -> Result<()> {
+        let ctx = Context::default().tensor(&name);
+        Limits::check(
+            &ctx,
+            "entries",
+            self.skipped.len() as u64 + 1,
+            self.limits.entries,
+        )?;
+        self.skipped.push(Value::Map(vec![
+            ("name".into(), Value::Str(name)),
+            (
+                "shape".into(),
+                Value::List(dims.iter().map(|&d| Value::Int(d as i64)).collect()),
+            ),
+            ("dtype".into(), Value::Str("string".into())),
+            ("origin".into(), Value::Str(origin.into())),
+            (
+                "reason".into(),
+                Value::Str("STRING tensors are not numeric; zt does not read them".into()),
+            ),
+        ]));
+        Ok(())
+    }
+
     /// A dense tensor object.
     fn dense(&mut self, name: String, info: &TensorInfo, origin: &str) -> Result<()> {
+        if info.is_string() {
+            return self.skip_string(name, &info.dims, origin);
+        }
         let (dtype, payload) = info
             .payload(self.store, &mut self.ext, self.limits)
             .map_err(|e| e.in_tensor(&name))?;
@@ -491,6 +527,9 @@ impl Walker<'_> {
         dims: Vec<u64>,
         origin: &str,
     ) -> Result<()> {
+        if values.is_string() {
+            return self.skip_string(name, &dims, origin);
+        }
         let named = |e: Error| e.in_tensor(&name);
         let ctx = Context::default().tensor(&name);
         let (vtype, vpayload) = values

@@ -230,6 +230,11 @@ impl TensorInfo {
         Ok(())
     }
 
+    /// True for a STRING tensor, which zt lists as skipped instead of reading.
+    pub fn is_string(&self) -> bool {
+        self.data_type == STRING
+    }
+
     /// `ctx` naming this tensor's message.
     fn ctx(&self) -> Context {
         Context::default().at(self.at)
