@@ -270,6 +270,41 @@ def open_table(srv, work, runs: int) -> report.Result:
     )
 
 
+def gather_peers(client, work, width: int, records: np.ndarray, plans: list) -> tuple[dict, list[str]]:
+    """MosaicML streaming and litdata over the same records in the same
+    bucket, each in a child process of the peer venv (they pin numpy < 2.2);
+    a peer that does not install or write is a note, not a row."""
+    from . import ranks_bench, remote_peers
+
+    python, venv = ranks_bench.peer_python()
+    npy, plan_file = work / f"records-{width}.npy", work / f"plans-{width}.npy"
+    np.save(npy, records)
+    np.save(plan_file, np.stack(plans))
+    peers, notes = {}, []
+    for case in (remote_peers.STREAMING, remote_peers.LITDATA):
+        module = remote_peers.MODULE[case]
+        if not ranks_bench._importable(python, module):
+            notes.append(f"{module}: does not import in {venv}")
+            continue
+        out = work / f"{remote_peers.FORMAT[case]}-{width}"
+        if not remote_peers.prepare(python, common.ROOT, case, npy, out):
+            notes.append(f"{module}: its writer failed")
+            continue
+        prefix = f"{out.name}"
+        for f in sorted(p for p in out.rglob("*") if p.is_file() and p.name != ".complete"):
+            client.upload_file(os.fspath(f), BUCKET, f"{prefix}/{f.relative_to(out)}")
+        scratch = common.bench_dir(f"remote-cache-{module}")
+        spec = {"case": case, "url": f"s3://{BUCKET}/{prefix}", "plans": os.fspath(plan_file), "width": width}
+        peers[case] = remote_peers.Peer(python, common.ROOT, spec | {"scratch": os.fspath(scratch)})
+    if peers:
+        notes.append(
+            f"streaming and litdata ran in {venv} (they pin numpy < 2.2), each in one child process kept "
+            "for the table; their time includes opening the dataset with an empty local cache, since both "
+            "download the whole shard or chunk that holds a record and read it locally from then on."
+        )
+    return peers, notes
+
+
 def gathers(srv, work, runs: int, records: int, batches: int) -> list[report.Result]:
     from zt.zrecord import Dense
 
@@ -280,9 +315,10 @@ def gathers(srv, work, runs: int, records: int, batches: int) -> list[report.Res
         n = records if width == 4096 else max(256, records // 16)
         local = work / f"records-{width}.zr"
         shutil.rmtree(local, ignore_errors=True)
+        records = rng.integers(0, 255, size=(n, width), dtype=np.uint8)
         with Dense.create(local, np.uint8, (width,), data_shards=4) as store:
             for start in range(0, n, 256):
-                store.append(rng.integers(0, 255, size=(min(256, n - start), width), dtype=np.uint8))
+                store.append(records[start : start + 256])
         for f in sorted(local.iterdir()):
             client.upload_file(os.fspath(f), BUCKET, f"records-{width}.zr/{f.name}")
         plans = [rng.choice(n, size=256, replace=False).astype(np.uint64) for _ in range(batches)]
@@ -305,10 +341,19 @@ def gathers(srv, work, runs: int, records: int, batches: int) -> list[report.Res
                 acc ^= common.digest(batch)
             return acc
 
-        times, values = common.interleaved({name: (lambda name=name: sweep(name)) for name in stores}, runs)
-        assert len(set(values.values())) == 1, "the two stores gathered different bytes"
+        cases = {name: (lambda name=name: sweep(name)) for name in stores}
+        peers, peer_notes = gather_peers(client, work, width, records, plans)
+        del records
+        cases.update({name: peer.sweep for name, peer in peers.items()})
+        try:
+            times, values = common.interleaved(cases, runs)
+        finally:
+            for peer in peers.values():
+                peer.close()
+        assert len(set(values.values())) == 1, f"the readers gathered different bytes: {values}"
+        latencies.update({name: peer.latencies for name, peer in peers.items()})
         nbytes = batches * 256 * width
-        extra = {name: {"p95 batch": common.fmt_time(float(np.percentile(latencies[name], 95)))} for name in stores}
+        extra = {name: {"p95 batch": common.fmt_time(float(np.percentile(latencies[name], 95)))} for name in cases}
         out.append(
             report.Result(
                 "remote",
@@ -321,8 +366,7 @@ def gathers(srv, work, runs: int, records: int, batches: int) -> list[report.Res
                     "Over loopback a request costs far less than on S3 (about 0.3 ms against 50–100 ms to the "
                     "first byte), so near-exact ranges win here; the 1 MiB default is for real object storage, "
                     "where merging neighbours saves whole round trips.",
-                    "MosaicML streaming and litdata are not in this table: their releases pin numpy < 2.2, "
-                    "which conflicts with this environment (see results/ranks.md for them over local shards).",
+                    *peer_notes,
                 ],
             )
         )
