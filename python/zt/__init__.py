@@ -41,7 +41,9 @@ __all__ = [
     "verify",
     "zrecord",
 ]
-__version__ = _zt.__version__
+__version__: str = _zt.__version__
+#: The git commit the extension was built from (12 hex digits), or "unknown".
+__commit__: str = _zt.__commit__
 
 PathLike = Union[str, "os.PathLike[str]"]
 
