@@ -47,9 +47,9 @@ def test_the_wheel_alone_brings_zt_and_its_command(tmp):
     wheels = tmp / "wheels"
     maturin = pathlib.Path(sys.executable).parent / "maturin"
     build = subprocess.run(
-        # --strip: without debug info the wheel is a tenth the size (faster
-        # to zip and unzip); the code is the same.
-        [maturin, "build", "--quiet", "--strip", "--profile", profile(), "-m", "python/Cargo.toml", "-o", wheels],
+        # The same flags as `maturin develop` (no --strip, which would
+        # recompile the extension crate instead of reusing it).
+        [maturin, "build", "--quiet", "--profile", profile(), "-m", "python/Cargo.toml", "-o", wheels],
         cwd=ROOT,
         env={**os.environ, "CARGO_TARGET_DIR": os.fspath(target_dir())},
         capture_output=True,
