@@ -54,6 +54,21 @@ def test_readme_python_examples_pass_mypy_strict(tmp):
     for i, code in enumerate(blocks("python")):
         files.append(tmp / f"readme_{i}.py")
         files[-1].write_text(code)
+    # And the types are real ones, not Any: what mypy infers for the API.
+    revealed = {
+        "zt.open('m.safetensors')['w'].numpy()": "numpy.ndarray[tuple[Any, ...], numpy.dtype[Any]]",
+        "zt.numpy.load_file('m.npz')": "dict[str, numpy.ndarray[tuple[Any, ...], numpy.dtype[Any]]]",
+        "zt.detect('m.npz')": "str",
+        "zt.convert('a.npz', 'b.zt')": "int",
+        "zt.verify('b.zt')": "tuple[int, int]",
+        "zt.FormatError('x')": "zt._zt.FormatError",
+        "zt.zrecord.Dense.open('d')": "zt.zrecord.Dense",
+        "zt.zrecord.train_dict(None)": "bytes",
+        "zt.loader.Sampler(10, 2, 0).mode": "zt.loader.Mode",
+        "zt.__version__": "str",
+    }
+    files.append(tmp / "api_types.py")
+    files[-1].write_text("import zt\n" + "".join(f"reveal_type({e})\n" for e in revealed))
     out = subprocess.run(
         [sys.executable, "-m", "mypy", "--strict", "--cache-dir", ROOT / ".mypy_cache", *files],
         cwd=tmp,
@@ -62,6 +77,8 @@ def test_readme_python_examples_pass_mypy_strict(tmp):
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert f"no issues found in {len(files)} source files" in out.stdout
+    got = re.findall(r'api_types.py:\d+: note: Revealed type is "(.*)"', out.stdout)
+    assert got == list(revealed.values()), out.stdout
 
 
 def test_quick_start_has_exactly_two_commands():
