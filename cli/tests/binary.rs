@@ -73,17 +73,18 @@ fn detect_and_diff_print_json() {
 
 #[test]
 fn completions_for_each_shell() {
-    for (shell, mark) in [
-        ("bash", "complete -F _zt"),
-        ("zsh", "#compdef zt"),
-        ("fish", "complete -c zt"),
+    // fish spells a long flag `-l json`.
+    for (shell, mark, json_flag) in [
+        ("bash", "complete -F _zt", "--json"),
+        ("zsh", "#compdef zt", "--json"),
+        ("fish", "complete -c zt", "-l json"),
     ] {
         let out = zt(&["completions".as_ref(), shell.as_ref()]);
         assert!(out.status.success(), "{shell}");
         let script = text(&out);
         assert!(script.contains(mark), "{shell}: {script}");
         assert!(
-            script.contains("verify") && script.contains("--json"),
+            script.contains("verify") && script.contains(json_flag),
             "{shell}"
         );
     }
