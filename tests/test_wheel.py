@@ -6,6 +6,7 @@ here (the project's own venv would hide both)."""
 
 from __future__ import annotations
 
+import filecmp
 import os
 import pathlib
 import re
@@ -13,6 +14,8 @@ import subprocess
 import sys
 
 from conftest import ROOT
+
+import zt
 
 DATA = ROOT / "tests" / "data" / "pt"
 
@@ -22,12 +25,16 @@ def target_dir() -> pathlib.Path:
 
 
 def profile() -> str:
-    """The profile whose build is already there: scripts/setup.sh builds the
-    extension in release, a developer's `maturin develop` in dev. Reusing it
-    makes the wheel build a link and a zip, not a compile (same code)."""
-    release, dev = (target_dir() / p / "lib_zt.so" for p in ("release", "debug"))
-    if dev.exists() and (not release.exists() or dev.stat().st_mtime > release.stat().st_mtime):
-        return "dev"
+    """The profile of the extension this venv runs: scripts/setup.sh's
+    `maturin develop --release`, or a developer's plain `maturin develop`
+    (that copies the built library unchanged). Building the wheel in that
+    profile reuses the build (a link and a zip, not a compile); the code is
+    the same in either."""
+    installed = pathlib.Path(zt._zt.__file__)
+    for name, folder in (("release", "release"), ("dev", "debug")):
+        built = target_dir() / folder / "lib_zt.so"
+        if built.exists() and filecmp.cmp(installed, built, shallow=False):
+            return name
     return "release"
 
 
