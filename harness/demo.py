@@ -8,7 +8,7 @@ read-speed comparison.
 from __future__ import annotations
 
 import os
-import shutil
+import pathlib
 import subprocess
 import sys
 
@@ -47,7 +47,8 @@ def main() -> None:
                 f"{zero_copy} zero-copy, every tensor bit-exact"
             )
 
-    cli = shutil.which("zt") or os.fspath(common.ROOT / "target" / "release" / "zt")
+    # The package's `zt` command, installed beside this interpreter by setup.sh.
+    cli = os.fspath(pathlib.Path(sys.executable).parent / "zt")
     print(f"\n$ zt info {st_path.name}")
     subprocess.run([cli, "info", os.fspath(st_path)], check=True)
     print(f"\n$ zt ls {npz_path.name}   (first lines)")

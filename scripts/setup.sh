@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up everything zt needs on a fresh machine: a virtualenv with the pinned
 # Python packages, the native extension (release build, installed into the
-# venv), and the `zt` CLI. Safe to run again: finished steps are skipped.
+# venv, with its `zt` command). Safe to run again: finished steps are skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -24,9 +24,11 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 
-echo "==> building the zt extension and CLI (release)"
+echo "==> building the zt extension (release) and installing the package"
 export VIRTUAL_ENV="$VENV" PATH="$VENV/bin:$PATH"
-cargo build --release --quiet -p zt-cli --bin zt
+# The package brings the `zt` command ([project.scripts]: the Rust CLI inside
+# the extension, the same program as the cargo binary `cargo build -p zt-cli`
+# makes for Rust users). A link left by older setups would shadow it.
+if [ -L "$VENV/bin/zt" ]; then rm "$VENV/bin/zt"; fi
 maturin develop --release --quiet -m python/Cargo.toml >/dev/null
-ln -sf "$ROOT/target/release/zt" "$VENV/bin/zt"
 echo "==> ready: $VENV (python -c 'import zt'), CLI: $VENV/bin/zt"

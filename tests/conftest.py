@@ -7,6 +7,7 @@ import itertools
 import os
 import pathlib
 import re
+import sys
 
 import pytest
 
@@ -20,10 +21,11 @@ def tmp(tmp_path: pathlib.Path) -> pathlib.Path:
 
 @pytest.fixture(scope="session")
 def zt_cli() -> str:
-    """Path to the `zt` binary built by scripts/setup.sh."""
-    path = ROOT / "target" / "release" / "zt"
+    """The `zt` command installed with the package into this interpreter's
+    environment (by scripts/setup.sh): the Rust CLI inside the extension."""
+    path = pathlib.Path(sys.executable).parent / "zt"
     if not path.exists():
-        pytest.fail("target/release/zt is missing: run scripts/setup.sh")
+        pytest.fail(f"{path} is missing: run scripts/setup.sh (it installs the package's `zt` command)")
     return os.fspath(path)
 
 

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -43,6 +44,41 @@ def test_readme_python_and_shell_examples(tmp, zt_cli, monkeypatch, s3):
             expected = line.split("#", 1)[1].strip() if "#" in line else ""
             if args[1] == "detect":
                 assert out.stdout.strip() == expected
+
+
+def test_readme_python_examples_pass_mypy_strict(tmp):
+    """The public API is typed (inline annotations, py.typed): every README
+    Python example type-checks under `mypy --strict` against the installed
+    package. (The torch example needs torch, outside this venv.)"""
+    files = []
+    for i, code in enumerate(blocks("python")):
+        files.append(tmp / f"readme_{i}.py")
+        files[-1].write_text(code)
+    # And the types are real ones, not Any: what mypy infers for the API.
+    revealed = {
+        "zt.open('m.safetensors')['w'].numpy()": "numpy.ndarray[tuple[Any, ...], numpy.dtype[Any]]",
+        "zt.numpy.load_file('m.npz')": "dict[str, numpy.ndarray[tuple[Any, ...], numpy.dtype[Any]]]",
+        "zt.detect('m.npz')": "str",
+        "zt.convert('a.npz', 'b.zt')": "int",
+        "zt.verify('b.zt')": "tuple[int, int]",
+        "zt.FormatError('x')": "zt._zt.FormatError",
+        "zt.zrecord.Dense.open('d')": "zt.zrecord.Dense",
+        "zt.zrecord.train_dict(None)": "bytes",
+        "zt.loader.Sampler(10, 2, 0).mode": "zt.loader.Mode",
+        "zt.__version__": "str",
+    }
+    files.append(tmp / "api_types.py")
+    files[-1].write_text("import zt\n" + "".join(f"reveal_type({e})\n" for e in revealed))
+    out = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--cache-dir", ROOT / ".mypy_cache", *files],
+        cwd=tmp,
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"no issues found in {len(files)} source files" in out.stdout
+    got = re.findall(r'api_types.py:\d+: note: Revealed type is "(.*)"', out.stdout)
+    assert got == list(revealed.values()), out.stdout
 
 
 def test_quick_start_has_exactly_two_commands():

@@ -16,6 +16,7 @@ use pyo3::types::{PyBytes, PyDict, PyList};
 mod array;
 mod batch_pool;
 mod buffer;
+mod cli;
 mod dataloader;
 mod dlpack;
 mod loader;
@@ -275,6 +276,8 @@ fn _zt(m: &Bound<'_, PyModule>) -> PyResult<()> {
     zrecord::register(m)?;
     m.add_class::<dataloader::DataLoaderCore>()?;
     m.add_class::<dataloader::LoaderBuffer>()?;
+    m.add_function(wrap_pyfunction!(cli::cli_main, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("__commit__", zt_cli::COMMIT)?;
     Ok(())
 }

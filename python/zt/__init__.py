@@ -41,7 +41,9 @@ __all__ = [
     "verify",
     "zrecord",
 ]
-__version__ = _zt.__version__
+__version__: str = _zt.__version__
+#: The git commit the extension was built from (12 hex digits), or "unknown".
+__commit__: str = _zt.__commit__
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -68,7 +70,7 @@ class Source(Mapping):
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and name in self._native
 
-    def keys(self):  # noqa: D102 - Mapping.keys, kept in file order
+    def keys(self) -> list[str]:  # type: ignore[override]  # noqa: D102 - Mapping.keys, kept in file order
         return self._native.names()
 
     @property
@@ -102,7 +104,7 @@ class Source(Mapping):
     def __enter__(self) -> Source:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __repr__(self) -> str:

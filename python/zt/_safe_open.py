@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import operator
 import os
+from typing import Any
 
 import numpy as np
 
@@ -77,8 +78,14 @@ class safe_open:  # noqa: N801 - the name safetensors gives it
     """
 
     def __init__(
-        self, filename, framework, device="cpu", *, backend: str = "mmap", storage_options: dict | None = None
-    ):
+        self,
+        filename: str | os.PathLike[str],
+        framework: str,
+        device: Any = "cpu",
+        *,
+        backend: str = "mmap",
+        storage_options: dict[str, Any] | None = None,
+    ) -> None:
         import zt
 
         if backend not in ("mmap", "pread"):
@@ -93,7 +100,7 @@ class safe_open:  # noqa: N801 - the name safetensors gives it
     def __enter__(self) -> safe_open:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def close(self) -> None:
@@ -134,7 +141,7 @@ class safe_open:  # noqa: N801 - the name safetensors gives it
 
         return _to_device({"t": _to_torch(_torch(), arr)}, self._device)["t"]
 
-    def get_tensor(self, name: str):
+    def get_tensor(self, name: str) -> Any:
         """The whole tensor, writable."""
         from ._load import PrivateMaps
 
@@ -181,7 +188,7 @@ class SafeSlice:
     def __len__(self) -> int:
         return len(self._t)
 
-    def __getitem__(self, key):
+    def __getitem__(self, key: Any) -> Any:
         return self._convert(self._read(key))
 
     def _read(self, key) -> np.ndarray:

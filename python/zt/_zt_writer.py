@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Union
 
 import numpy as np
 
 from . import _zt
 from ._write import prepare, zt_dtype
+
+PathLike = Union[str, "os.PathLike[str]"]
 
 _LOGICAL = {
     "bool": "u8",
@@ -70,7 +72,7 @@ class Sink:
         self._written = 0
         self._closed = False
 
-    def write(self, chunk) -> None:
+    def write(self, chunk: Any) -> None:
         """Write the next bytes (any buffer: bytes, numpy array, memoryview)."""
         arr = np.ascontiguousarray(np.frombuffer(memoryview(chunk).cast("B"), dtype=np.uint8))
         native = self._writer._native
@@ -111,7 +113,7 @@ class Sink:
     def __enter__(self) -> Sink:
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         if exc_type is None:
             self.close()
 
@@ -136,18 +138,27 @@ class Writer:
 
     def __init__(
         self,
-        path,
+        path: PathLike,
         canonical: bool = True,
         align: int | str | None = None,
         publish: bool = False,
         append: bool = False,
         compression: int | bool | None = None,
-        storage_options: dict | None = None,
-    ):
+        storage_options: dict[str, Any] | None = None,
+    ) -> None:
         level = _level(None, compression)
         self._native = _zt.Writer(os.fspath(path), canonical, align, publish, append, level, storage_options)
 
-    def add(self, name: str, data, shape=None, dtype: str | None = None, logical=None, encoding=None, compression=None):
+    def add(
+        self,
+        name: str,
+        data: Any,
+        shape: Sequence[int] | None = None,
+        dtype: str | None = None,
+        logical: str | None = None,
+        encoding: str | None = None,
+        compression: int | bool | None = None,
+    ) -> None:
         """Add a dense tensor: a numpy array, or raw bytes with ``shape`` and
         ``dtype`` (a storage dtype, with ``logical`` for bool/fp8/fp4/complex)."""
         keep: list = []
@@ -163,14 +174,28 @@ class Writer:
             part = _part("data", spec, keep)
         self._native.add_object(name, [int(d) for d in shape], [part], "dense", None)
 
-    def add_object(self, name: str, shape, parts: Mapping[str, Any], layout: str = "dense", attributes=None):
+    def add_object(
+        self,
+        name: str,
+        shape: Sequence[int],
+        parts: Mapping[str, Any],
+        layout: str = "dense",
+        attributes: Mapping[str, Any] | None = None,
+    ) -> None:
         """Add an object with any parts: each a numpy array or a dict
         ``{dtype, data, logical?, encoding?}``."""
         keep: list = []
         described = [_part(p, spec, keep) for p, spec in parts.items()]
         self._native.add_object(name, [int(d) for d in shape], described, layout, attributes)
 
-    def stream(self, name: str, shape, parts: Mapping[str, Mapping[str, Any]], layout: str = "dense", attributes=None):
+    def stream(
+        self,
+        name: str,
+        shape: Sequence[int],
+        parts: Mapping[str, Mapping[str, Any]],
+        layout: str = "dense",
+        attributes: Mapping[str, Any] | None = None,
+    ) -> Sink:
         """Declare an object whose bytes are written afterwards through the
         returned :class:`Sink`; ``parts`` maps names to ``{dtype, nbytes,
         logical?}``. Identical parts are still shared."""
@@ -183,7 +208,7 @@ class Writer:
         None, lists and dicts as values)."""
         self._native.set_attributes(dict(attributes))
 
-    def ingest(self, source) -> None:
+    def ingest(self, source: Any) -> None:
         """Add every tensor of a :class:`zt.Source` (any format)."""
         self._native.ingest(source._native)
 
@@ -198,27 +223,27 @@ class Writer:
     def __enter__(self) -> Writer:
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         if exc_type is not None:
             self.abandon()
         elif not self._native.closed:
             self.finish()
 
 
-def verify(path, deep: bool = False) -> tuple[int, int]:
+def verify(path: PathLike, deep: bool = False) -> tuple[int, int]:
     """Check a file: every structural rule and every part digest (and, with
     ``deep``, every shard's whole-file digest). Returns ``(checked,
     undigested)``; raises :class:`zt.FormatError` on any mismatch."""
     return _zt.verify(os.fspath(path), deep)
 
 
-def content_id(path) -> str:
+def content_id(path: PathLike) -> str:
     """The content digest of a ``.zt`` file (independent of placement,
     sharding and encoding)."""
     return _zt.content_id(os.fspath(path))
 
 
-def canonical_violations(path) -> list[tuple[int, str]]:
+def canonical_violations(path: PathLike) -> list[tuple[int, str]]:
     """The canonical-form rules (§6.3) a ``.zt`` file breaks; empty when canonical."""
     return _zt.canonical_violations(os.fspath(path))
 

@@ -96,6 +96,10 @@ def _u64(name: str, value: Any, low: int) -> int:
     return value
 
 
+# The class attribute Sampler.Mode shadows the enum inside the class body.
+_Mode = Mode
+
+
 class Sampler:
     """Endless stream of index batches over ``[0, length)``.
 
@@ -116,7 +120,7 @@ class Sampler:
         seed: int = 42,
         rank: int | None = None,
         world_size: int | None = None,
-    ):
+    ) -> None:
         length = _u64("length", length, 1)
         batch_size = _u64("batch_size", batch_size, 1)
         try:
@@ -245,7 +249,7 @@ class Sampler:
         return self._config["batch_size"]
 
     @property
-    def mode(self) -> Mode:
+    def mode(self) -> _Mode:
         return Mode(self._config["mode"])
 
     @property
@@ -310,7 +314,7 @@ class Sampler:
     def __enter__(self) -> Sampler:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def _native_or_raise(self):
@@ -514,7 +518,7 @@ class DataLoader:
         step_stride: int = 1,
         packed: bool = False,
         _assemble: Any = None,
-    ):
+    ) -> None:
         # `_assemble` (internal: zt.torch's front) replaces the function that
         # turns the native columns into a batch (numpy arrays by default).
         from .zrecord import Dense, Ragged
@@ -575,7 +579,7 @@ class DataLoader:
     def __iter__(self) -> DataLoader:
         return self
 
-    def __next__(self):
+    def __next__(self) -> Any:
         core = self._core
         if core is None or self._closed:
             raise StopIteration
@@ -585,11 +589,11 @@ class DataLoader:
         _step, transformed, value = item
         return value if transformed else self._assemble(value)
 
-    def next(self):
+    def next(self) -> Any:
         """The next step's batch (``StopIteration`` once closed)."""
         return self.__next__()
 
-    def __len__(self):
+    def __len__(self) -> int:
         raise TypeError("Eternal loader has no length.")
 
     # -- position ---------------------------------------------------------------------
@@ -676,10 +680,10 @@ class DataLoader:
     def __enter__(self) -> DataLoader:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __del__(self):
+    def __del__(self) -> None:
         core = getattr(self, "_core", None)
         if core is not None:
             core.close()

@@ -8,11 +8,15 @@ semantics, for every format zt reads (and the formats it writes).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
+from typing import Union
 
 import numpy as np
 
 from . import _write
+
+PathLike = Union[str, "os.PathLike[str]"]
 
 
 def _arrays(source, copy: bool, dequantize: bool, readonly: bool) -> dict[str, np.ndarray]:
@@ -35,7 +39,7 @@ def _arrays(source, copy: bool, dequantize: bool, readonly: bool) -> dict[str, n
 
 
 def load_file(
-    path,
+    path: PathLike,
     copy: bool = False,
     dequantize: bool = False,
     *,
@@ -68,7 +72,7 @@ def load_file(
 
 def save_file(
     tensors: Mapping[str, np.ndarray],
-    path,
+    path: PathLike,
     metadata: Mapping[str, str] | None = None,
     *,
     align: int | str | None = None,

@@ -6,17 +6,24 @@ on first use of either: the zt package does not depend on it."""
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
 
 from . import _write
 
+if TYPE_CHECKING:
+    import torch as _torch_types
+
+PathLike = Union[str, "os.PathLike[str]"]
+
 _FRONT = ("DataLoader", "IterableDataset", "RankFailure", "as_tensors")
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     # The loader front subclasses torch's IterableDataset, so it can only be
     # defined once torch is imported: do that on first access.
     if name in _FRONT:
@@ -73,14 +80,14 @@ def _to_device(out: dict, device) -> dict:
 
 
 def load_file(
-    path,
-    device="cpu",
+    path: PathLike,
+    device: str | int | _torch_types.device = "cpu",
     copy: bool = False,
     *,
     readonly: bool = False,
     backend: str = "mmap",
-    storage_options: dict | None = None,
-) -> dict:
+    storage_options: dict[str, Any] | None = None,
+) -> dict[str, _torch_types.Tensor]:
     """Every tensor of a file (a local path or an object URL, any format zt
     reads) as torch tensors, as ``safetensors.torch.load_file`` returns
     them: writable, and views of a private copy-on-write mapping where the
@@ -94,7 +101,7 @@ def load_file(
     return _to_device({name: _to_torch(torch, arr) for name, arr in arrays.items()}, device)
 
 
-def load(data: bytes) -> dict:
+def load(data: bytes) -> dict[str, _torch_types.Tensor]:
     """Every tensor of a file's bytes (any format zt reads) as independent
     torch tensors, as ``safetensors.torch.load`` takes them."""
     from .numpy import load as load_arrays
@@ -223,11 +230,11 @@ def _arrays(tensors: Mapping[str, object]) -> dict[str, np.ndarray]:
 
 def save_file(
     tensors: Mapping[str, object],
-    path,
+    path: PathLike,
     metadata: Mapping[str, str] | None = None,
     *,
     format: str | None = None,
-    storage_options: dict | None = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> int:
     """Write torch tensors to a local path or an ``s3://`` URL, as
     ``safetensors.torch.save_file`` does (byte for byte, for a safetensors
@@ -275,8 +282,13 @@ def _duplicates(torch, state_dict, *, preferred=None) -> dict[str, list[str]]:
 
 
 def save_model(
-    model, filename, metadata: Mapping[str, str] | None = None, force_contiguous: bool = True, *, format=None
-):
+    model: _torch_types.nn.Module,
+    filename: PathLike,
+    metadata: Mapping[str, str] | None = None,
+    force_contiguous: bool = True,
+    *,
+    format: str | None = None,
+) -> None:
     """``safetensors.torch.save_model``: the model's state dict without the
     duplicate names of shared tensors (each dropped name recorded in the
     metadata as ``{dropped: kept}`` unless the caller set that key), made
@@ -299,7 +311,14 @@ def save_model(
         ) from None
 
 
-def load_model(model, filename, strict: bool = True, device="cpu", *, backend: str = "mmap"):
+def load_model(
+    model: _torch_types.nn.Module,
+    filename: PathLike,
+    strict: bool = True,
+    device: str | int | _torch_types.device = "cpu",
+    *,
+    backend: str = "mmap",
+) -> tuple[set[str], list[str]]:
     """``safetensors.torch.load_model``: load a file (any format zt reads)
     into ``model``, where names the model shares with a loaded one count
     as loaded. Returns ``(missing, unexpected)``; with ``strict`` either

@@ -38,12 +38,22 @@ from __future__ import annotations
 import math
 import operator
 import os
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
+import numpy.typing as npt
 
 from . import _zt
 from ._zt import ZrecordError
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+PathLike = Union[str, "os.PathLike[str]"]
+#: Object-storage options, as for :func:`zt.open`.
+StorageOptions = Union[Mapping[str, Any], None]
 
 __all__ = ["DEFAULT_LAYOUT", "DICT_TIERS", "LAYOUTS", "Dense", "Ragged", "ZrecordError", "train_dict"]
 
@@ -236,7 +246,7 @@ class _Base:
             raise RuntimeError("Container is closed")
         return handle
 
-    def __len__(self):
+    def __len__(self) -> int:
         handle = self._writer if self._writer is not None else self._reader
         if handle is None or handle.closed:
             raise RuntimeError("Container is closed")
@@ -247,11 +257,11 @@ class _Base:
         handle = self._writer if self._writer is not None else self._reader
         return handle is None or handle.closed
 
-    def has_dict(self):
+    def has_dict(self) -> bool:
         """True if the store uses a zstd dictionary."""
         return self.codec == "zstd_dict"
 
-    def close(self):
+    def close(self) -> None:
         """Publish a created store (rename into place), or release a reader.
         Idempotent. Waits for a running append; a running gather keeps the
         store open until it returns."""
@@ -260,15 +270,15 @@ class _Base:
         if getattr(self, "_reader", None) is not None:
             self._reader.close()
 
-    def discard(self):
+    def discard(self) -> None:
         """Abandon a store being created: nothing is published."""
         if getattr(self, "_writer", None) is not None:
             self._writer.discard()
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, exc_type, exc_val, exc_tb):
+    def __exit__(self, exc_type: object, exc_val: object, exc_tb: object) -> None:
         # An exception inside `with create(...)` discards the build rather
         # than publishing a partial store.
         if exc_type is not None:
@@ -303,13 +313,13 @@ class _Base:
             raise IndexError(f"record index out of range for container of length {length}")
         return idxs
 
-    def __getitem__(self, idx):
+    def __getitem__(self, idx: Any) -> Any:
         """``ds[i]`` is one record; a list, tuple, ndarray, slice or bool mask
         is a record set (a gather)."""
         values = self.__getitems__(idx)
         return values[0] if isinstance(idx, (int, np.integer)) else values
 
-    def __getitems__(self, idxs):
+    def __getitems__(self, idxs: Any) -> Any:
         reader = self._require(False)
         return self._gather(reader, self._idxs(idxs))
 
@@ -319,7 +329,7 @@ class Dense(_Base):
     return ``ndarray`` of shape ``(n, *item_shape)``."""
 
     @classmethod
-    def open(cls, path, *, storage_options=None):
+    def open(cls, path: PathLike, *, storage_options: StorageOptions = None) -> Self:
         """Open an existing dense store for reading: a directory, or an
         ``s3://`` prefix (``storage_options`` as for :func:`zt.open`)."""
         self = cls.__new__(cls)
@@ -329,17 +339,17 @@ class Dense(_Base):
     @classmethod
     def create(
         cls,
-        path,
-        dtype,
-        item_shape,
+        path: PathLike,
+        dtype: npt.DTypeLike,
+        item_shape: int | Sequence[int],
         *,
-        codec="raw",
-        dict_bytes=None,
-        data_shards=4,
-        level=None,
-        layout=DEFAULT_LAYOUT,
-        storage_options=None,
-    ):
+        codec: str = "raw",
+        dict_bytes: bytes | None = None,
+        data_shards: int = 4,
+        level: int | None = None,
+        layout: str = DEFAULT_LAYOUT,
+        storage_options: StorageOptions = None,
+    ) -> Self:
         """Create a new append-only dense store with an explicit schema.
         ``level`` overrides the zstd level (default 3 for both codecs, as
         loaderx 2.3.8 and 2.8.19 write; 15 is loaderx 2.3.5's dictionary
@@ -350,7 +360,7 @@ class Dense(_Base):
         self._create(path, dtype, item_shape, None, codec, dict_bytes, data_shards, level, layout, storage_options)
         return self
 
-    def append(self, records):
+    def append(self, records: np.ndarray) -> None:
         """Append one ``(batch, *item_shape)`` array (synchronous, GIL released)."""
         writer = self._require(True)
         batch = records
@@ -386,7 +396,7 @@ class Ragged(_Base):
     :meth:`gather_packed` returns that buffer with offsets and shapes."""
 
     @classmethod
-    def open(cls, path, *, storage_options=None):
+    def open(cls, path: PathLike, *, storage_options: StorageOptions = None) -> Self:
         """Open an existing ragged store for reading (a directory or an
         ``s3://`` prefix)."""
         self = cls.__new__(cls)
@@ -396,17 +406,17 @@ class Ragged(_Base):
     @classmethod
     def create(
         cls,
-        path,
-        dtype,
-        ndim,
+        path: PathLike,
+        dtype: npt.DTypeLike,
+        ndim: int,
         *,
-        codec="raw",
-        dict_bytes=None,
-        data_shards=4,
-        level=None,
-        layout=DEFAULT_LAYOUT,
-        storage_options=None,
-    ):
+        codec: str = "raw",
+        dict_bytes: bytes | None = None,
+        data_shards: int = 4,
+        level: int | None = None,
+        layout: str = DEFAULT_LAYOUT,
+        storage_options: StorageOptions = None,
+    ) -> Self:
         """Create a ragged store with an explicit dtype and record rank
         (``level``, ``layout`` and ``s3://`` paths as in
         :meth:`Dense.create`)."""
@@ -414,7 +424,7 @@ class Ragged(_Base):
         self._create(path, dtype, None, ndim, codec, dict_bytes, data_shards, level, layout, storage_options)
         return self
 
-    def append(self, records):
+    def append(self, records: Iterable[np.ndarray]) -> None:
         """Append an iterable of arrays as one batch (validated as a whole
         before anything is written)."""
         writer = self._require(True)
@@ -463,7 +473,7 @@ class Ragged(_Base):
             values = np.concatenate([a.reshape(-1) for a in arrays], dtype=self.dtype)
         writer.append_ragged((_address(values), values.nbytes), _address(sizes), _address(shapes), count)
 
-    def gather_packed(self, idxs):
+    def gather_packed(self, idxs: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """One native pass: ``(values, offsets, shapes)`` where ``values`` is
         every record's elements end to end (1-D, store dtype), ``offsets`` the
         ``n + 1`` element offsets and ``shapes`` an ``(n, ndim)`` uint64 array."""
@@ -550,7 +560,7 @@ def _pack_samples(source, budget):
     return np.frombuffer(b"".join(chunks), dtype=np.uint8), sizes
 
 
-def train_dict(source, tier=None, *, path=None):
+def train_dict(source: Any, tier: str | None = None, *, path: PathLike | None = None) -> bytes:
     """Train a zstd dictionary for ``codec="zstd_dict"`` on ``source``: an
     ndarray of records, an opened Dense/Ragged store or an iterable of
     records. ``tier`` is one of :data:`DICT_TIERS` (default ``"fast"``: the

@@ -1,17 +1,36 @@
-//! The `zt` command line tool.
+//! The `zt` command line tool, as a library: [`run`] is the whole program.
+//!
+//! Two front ends call it, so there is one implementation of the CLI: the
+//! cargo binary (`src/bin/zt.rs`, for Rust users) and the Python package's
+//! `zt` command and `python -m zt` (`zt._zt.cli_main`, which installing the
+//! wheel provides). `--json` output is described in `docs/CLI.md`.
 
+mod diff;
+mod json_out;
 mod progress;
 
-use std::io::IsTerminal;
+use std::ffi::OsString;
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
-use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use serde_json::json;
 use zt::{Align, Source, Value, WriteOptions};
 
+/// `zt --version`: the crate version and the git commit it was built from
+/// (`build.rs`; "unknown" outside a git checkout, e.g. from an sdist).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("ZT_GIT_COMMIT"),
+    ")"
+);
+
+/// The git commit zt was built from (12 hex digits), or "unknown".
+pub const COMMIT: &str = env!("ZT_GIT_COMMIT");
+
 #[derive(Parser)]
-#[command(name = "zt", version, about = "Inspect tensor files of every format")]
+#[command(name = "zt", version = VERSION, about = "Inspect tensor files of every format")]
 struct Cli {
     /// S3 endpoint for s3:// paths (sets AWS_ENDPOINT_URL; an http://
     /// endpoint allows plain HTTP). Credentials, region and profile come
@@ -64,6 +83,9 @@ enum Command {
     Detect {
         /// The file.
         file: PathBuf,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Check a file: structure and every part digest (.zt); exit 1 on failure.
     Verify {
@@ -75,6 +97,9 @@ enum Command {
         /// Also check the six rules of canonical form.
         #[arg(long)]
         canonical: bool,
+        /// Print JSON (also when the check fails).
+        #[arg(long)]
+        json: bool,
     },
     /// Print the content digest of a .zt file (independent of placement,
     /// sharding and encoding).
@@ -89,6 +114,9 @@ enum Command {
         a: PathBuf,
         /// Second file.
         b: PathBuf,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Remove what killed writers left behind: partial files beside each
     /// DEST whose writer is gone, and (always) dead processes' upload spools
@@ -97,10 +125,38 @@ enum Command {
         /// Destinations whose stale partial files to remove.
         dests: Vec<PathBuf>,
     },
+    /// Print a shell completion script: `source <(zt completions bash)`.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
 }
 
-fn main() -> ExitCode {
-    let cli = Cli::parse();
+/// Run the `zt` command line on `args` (the first is the program name, as
+/// in `std::env::args_os`) and return the process exit status: 0 success,
+/// 1 a failed check (`verify`, `diff`), 2 an error or a usage error.
+/// Everything is printed to this process's stdout and stderr, which are
+/// flushed before returning.
+pub fn run<I, T>(args: I) -> u8
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let status = match Cli::try_parse_from(args) {
+        Ok(cli) => dispatch(cli),
+        Err(e) => {
+            // Help and version go to stdout with status 0, usage errors to
+            // stderr with status 2: what `Cli::parse` does, minus the exit.
+            let _ = e.print();
+            u8::try_from(e.exit_code()).unwrap_or(2)
+        }
+    };
+    let _ = std::io::stdout().flush();
+    let _ = std::io::stderr().flush();
+    status
+}
+
+fn dispatch(cli: Cli) -> u8 {
     if let Some(endpoint) = &cli.endpoint {
         // Before any thread starts: every s3:// open, related file and
         // upload of this process reads the standard variable.
@@ -121,34 +177,57 @@ fn main() -> ExitCode {
             write_options(align.as_deref(), compress.as_deref())
                 .and_then(|options| convert(&paths, &out, &options, show))
         }
-        Command::Detect { file } => zt::detect(&file).map(|f| println!("{f}")),
+        Command::Detect { file, json } => zt::detect(&file).map(|f| {
+            if json {
+                json_out::print(&json!({"file": file.display().to_string(), "format": f}));
+            } else {
+                println!("{f}");
+            }
+        }),
         Command::Verify {
             file,
             deep,
             canonical,
-        } => match verify(&file, deep, canonical) {
-            Ok(true) => Ok(()),
-            Ok(false) => return ExitCode::from(1),
-            Err(e) => {
+            json,
+        } => {
+            let outcome = verify(&file, deep, canonical, json);
+            if let Err(e) = &outcome {
+                if json {
+                    json_out::print(&json_out::verify_failed(&file, deep, e));
+                }
                 eprintln!("zt: {e}");
-                return ExitCode::from(1);
             }
-        },
+            return match outcome {
+                Ok(true) => 0,
+                _ => 1,
+            };
+        }
         Command::Id { file } => {
             zt::container::verify::content_digest(&file).map(|d| println!("{d}"))
         }
-        Command::Diff { a, b } => match diff(&a, &b) {
+        Command::Diff { a, b, json } => match diff(&a, &b, json) {
             Ok(true) => Ok(()),
-            Ok(false) => return ExitCode::from(1),
+            Ok(false) => return 1,
             Err(e) => Err(e),
         },
         Command::Clean { dests } => clean(&dests),
+        Command::Completions { shell } => {
+            // Into a buffer: clap_complete panics on a failed write (a
+            // closed pipe); this reports it instead.
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "zt", &mut script);
+            if let Err(e) = std::io::stdout().write_all(&script) {
+                eprintln!("zt: writing the completion script: {e}");
+                return 2;
+            }
+            Ok(())
+        }
     };
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) => 0,
         Err(e) => {
             eprintln!("zt: {e}");
-            ExitCode::from(2)
+            2
         }
     }
 }
@@ -366,8 +445,15 @@ fn info(files: &[PathBuf], as_json: bool) -> zt::Result<()> {
 
 /// `zt verify`: prints what was checked; false when the canonical check
 /// finds violations (integrity failures are errors).
-fn verify(file: &std::path::Path, deep: bool, canonical: bool) -> zt::Result<bool> {
+fn verify(file: &std::path::Path, deep: bool, canonical: bool, as_json: bool) -> zt::Result<bool> {
     let v = zt::verify(file, deep)?;
+    if as_json {
+        let violations = canonical
+            .then(|| zt::container::verify::canonical_violations(file))
+            .transpose()?;
+        json_out::print(&json_out::verified(file, deep, &v, violations.as_deref()));
+        return Ok(violations.is_none_or(|x| x.is_empty()));
+    }
     println!(
         "{}: ok, {} parts verified, {} without a digest{}",
         file.display(),
@@ -395,68 +481,17 @@ fn verify(file: &std::path::Path, deep: bool, canonical: bool) -> zt::Result<boo
 }
 
 /// `zt diff`: true when the two files hold the same content.
-fn diff(a: &std::path::Path, b: &std::path::Path) -> zt::Result<bool> {
-    let (sa, sb) = (zt::open(a)?, zt::open(b)?);
-    let mut same = true;
-    let mut names: Vec<&str> = sa.names().chain(sb.names()).collect();
-    names.sort_unstable();
-    names.dedup();
-    for name in names {
-        let (ta, tb) = match (sa.get(name), sb.get(name)) {
-            (Some(x), Some(y)) => (x, y),
-            (Some(_), None) => {
-                println!("- {name} (only in {})", a.display());
-                same = false;
-                continue;
-            }
-            _ => {
-                println!("+ {name} (only in {})", b.display());
-                same = false;
-                continue;
-            }
-        };
-        if ta.layout() != tb.layout() || ta.shape() != tb.shape() {
-            println!(
-                "~ {name}: {} {:?} vs {} {:?}",
-                ta.layout(),
-                ta.shape(),
-                tb.layout(),
-                tb.shape()
-            );
-            same = false;
-            continue;
+fn diff(a: &std::path::Path, b: &std::path::Path, as_json: bool) -> zt::Result<bool> {
+    let differences = diff::differences(&zt::open(a)?, &zt::open(b)?)?;
+    if as_json {
+        json_out::print(&diff::to_json(a, b, &differences));
+    } else {
+        for d in &differences {
+            println!("{}", d.text(a, b));
         }
-        let pa: Vec<_> = ta.parts().collect();
-        let pb: Vec<_> = tb.parts().collect();
-        if pa.len() != pb.len() {
-            println!("~ {name}: {} parts vs {}", pa.len(), pb.len());
-            same = false;
-            continue;
-        }
-        for p in &pa {
-            let Some(q) = tb.part(p.name()) else {
-                println!("~ {name}: part {} only in {}", p.name(), a.display());
-                same = false;
-                continue;
-            };
-            if p.dtype() != q.dtype() || p.shape() != q.shape() {
-                println!(
-                    "~ {name}/{}: {} {:?} vs {} {:?}",
-                    p.name(),
-                    p.dtype(),
-                    p.shape(),
-                    q.dtype(),
-                    q.shape()
-                );
-                same = false;
-            } else if p.bytes()? != q.bytes()? {
-                println!("~ {name}/{}: contents differ", p.name());
-                same = false;
-            }
+        if differences.is_empty() {
+            println!("same content");
         }
     }
-    if same {
-        println!("same content");
-    }
-    Ok(same)
+    Ok(differences.is_empty())
 }

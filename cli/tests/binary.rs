@@ -1,0 +1,91 @@
+//! The cargo binary is `zt_cli::run`: its version line, `--json` and
+//! completions as a user sees them (the Python suite checks the package's
+//! `zt` command prints byte for byte what this binary prints).
+
+use std::process::{Command, Output};
+
+use zt::{DType, TensorIn};
+
+fn zt(args: &[&std::ffi::OsStr]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_zt"))
+        .args(args)
+        .output()
+        .expect("run the zt binary")
+}
+
+fn text(out: &Output) -> String {
+    String::from_utf8(out.stdout.clone()).expect("UTF-8 output")
+}
+
+#[test]
+fn version_names_the_version_and_the_commit() {
+    let out = zt(&["--version".as_ref()]);
+    assert!(out.status.success());
+    let line = text(&out);
+    assert_eq!(line, format!("zt {}\n", zt_cli::VERSION));
+    let commit = zt_cli::COMMIT;
+    assert!(
+        commit == "unknown"
+            || (commit.len() == 12 && commit.bytes().all(|b| b.is_ascii_hexdigit())),
+        "{commit}"
+    );
+    assert!(line.starts_with(&format!("zt {} (commit ", env!("CARGO_PKG_VERSION"))));
+}
+
+#[test]
+fn detect_and_diff_print_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (
+        dir.path().join("a.safetensors"),
+        dir.path().join("b.safetensors"),
+    );
+    let one: Vec<u8> = [1.0f32, 2.0].iter().flat_map(|x| x.to_le_bytes()).collect();
+    let two: Vec<u8> = [1.0f32, 3.0].iter().flat_map(|x| x.to_le_bytes()).collect();
+    for (path, data) in [(&a, &one), (&b, &two)] {
+        let t = TensorIn {
+            name: "w",
+            dtype: DType::F32,
+            shape: &[2],
+            data,
+        };
+        zt::formats::safetensors::write(path, &[t], &[]).unwrap();
+    }
+    let out = zt(&["detect".as_ref(), "--json".as_ref(), a.as_os_str()]);
+    let got: serde_json::Value = serde_json::from_str(&text(&out)).unwrap();
+    assert_eq!(
+        got,
+        serde_json::json!({"file": a.display().to_string(), "format": "safetensors"})
+    );
+    let out = zt(&[
+        "diff".as_ref(),
+        "--json".as_ref(),
+        a.as_os_str(),
+        b.as_os_str(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let got: serde_json::Value = serde_json::from_str(&text(&out)).unwrap();
+    assert_eq!(got["same"], false);
+    assert_eq!(
+        got["differences"],
+        serde_json::json!([{"kind": "contents", "name": "w", "part": "data"}])
+    );
+}
+
+#[test]
+fn completions_for_each_shell() {
+    // fish spells a long flag `-l json`.
+    for (shell, mark, json_flag) in [
+        ("bash", "complete -F _zt", "--json"),
+        ("zsh", "#compdef zt", "--json"),
+        ("fish", "complete -c zt", "-l json"),
+    ] {
+        let out = zt(&["completions".as_ref(), shell.as_ref()]);
+        assert!(out.status.success(), "{shell}");
+        let script = text(&out);
+        assert!(script.contains(mark), "{shell}: {script}");
+        assert!(
+            script.contains("verify") && script.contains(json_flag),
+            "{shell}"
+        );
+    }
+}
