@@ -15,6 +15,7 @@ use pyo3::types::{PyBytes, PyDict, PyList};
 
 mod array;
 mod batch_pool;
+mod borrow;
 mod buffer;
 mod dataloader;
 mod dlpack;
@@ -257,12 +258,7 @@ fn _zt(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(page_size, m)?)?;
     m.add_function(wrap_pyfunction!(convert, m)?)?;
     m.add_function(wrap_pyfunction!(remote_stats, m)?)?;
-    m.add_function(wrap_pyfunction!(writers::write_safetensors, m)?)?;
-    m.add_function(wrap_pyfunction!(writers::safetensors_bytes, m)?)?;
-    m.add_function(wrap_pyfunction!(writers::write_npy, m)?)?;
-    m.add_function(wrap_pyfunction!(writers::write_npz, m)?)?;
-    m.add_function(wrap_pyfunction!(writers::write_pt, m)?)?;
-    m.add_function(wrap_pyfunction!(zt_writer::write_zt, m)?)?;
+    m.add_function(wrap_pyfunction!(writers::save, m)?)?;
     m.add_function(wrap_pyfunction!(zt_writer::verify, m)?)?;
     m.add_function(wrap_pyfunction!(zt_writer::content_id, m)?)?;
     m.add_function(wrap_pyfunction!(zt_writer::canonical_violations, m)?)?;

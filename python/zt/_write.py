@@ -53,9 +53,10 @@ def _pack_f4(arr: np.ndarray) -> np.ndarray:
     return (codes[0::2] | (codes[1::2] << 4)).astype(np.uint8)
 
 
-def prepare(name: str, value) -> tuple[tuple, np.ndarray]:
-    """Describe one array for the native writer and return the buffer that
-    must stay alive during the call (little-endian, C-contiguous)."""
+def prepare(name: str, value) -> tuple[str, np.ndarray]:
+    """The zt dtype name of one array and the little-endian, C-contiguous
+    array holding its bytes, which the native writer borrows (fp4 packed two
+    per byte)."""
     if not isinstance(value, (np.ndarray, np.generic)):
         raise ValueError(f"Key `{name}` is invalid, expected np.ndarray but received {type(value)}")
     arr = np.asarray(value)
@@ -65,8 +66,7 @@ def prepare(name: str, value) -> tuple[tuple, np.ndarray]:
     if arr.dtype.byteorder == ">":
         arr = arr.astype(arr.dtype.newbyteorder("<"))
     buf = _pack_f4(arr) if dtype == "f4_e2m1" else np.ascontiguousarray(arr)
-    address = buf.__array_interface__["data"][0] if buf.nbytes else 0
-    return (name, dtype, [int(d) for d in arr.shape], address, int(buf.nbytes)), buf
+    return dtype, buf
 
 
 # What a file name's extension picks, and what a `format=` may name.
@@ -93,19 +93,18 @@ def format_of(path: str, format: str | None) -> str:
     return _BY_EXTENSION.get(os.path.splitext(path)[1].lower(), "safetensors")
 
 
-def describe(tensors: Mapping[str, np.ndarray]) -> tuple[list[tuple], list[np.ndarray]]:
-    """The native writers' descriptions of ``tensors`` and the buffers that
-    must outlive the call."""
+def describe(tensors: Mapping[str, np.ndarray]) -> list[tuple]:
+    """``(name, dtype, shape, array)`` of each tensor for ``_zt.save``,
+    which borrows each array's buffer for the call."""
     if not isinstance(tensors, Mapping):
         raise ValueError(f"Expected a dict of [str, np.ndarray] but received {type(tensors)}")
-    described, keep_alive = [], []
+    described = []
     for name, value in tensors.items():
         if not isinstance(name, str):
             raise TypeError(f"tensor names must be str, got {name!r}")
-        info, buf = prepare(name, value)
-        described.append(info)
-        keep_alive.append(buf)
-    return described, keep_alive
+        dtype, buf = prepare(name, value)
+        described.append((name, dtype, [int(d) for d in np.shape(value)], buf))
+    return described
 
 
 def metadata_pairs(metadata: Mapping[str, str] | None) -> list[tuple[str, str]] | None:
@@ -135,28 +134,26 @@ def save(
     ``format``, or the format its extension names (safetensors for any
     other name). ``align`` and ``compression`` apply to ``.zt`` only."""
     path = os.fspath(path)
-    described, keep_alive = describe(tensors)
+    described = describe(tensors)
     fmt = format_of(path, format)
     if (align is not None or compression) and fmt != "zt":
         raise ValueError(f"{fmt} files have no alignment or compression options; use .zt")
     if metadata is not None and fmt not in ("safetensors", "zt"):
         raise ValueError(f"{fmt} files cannot carry metadata; use .safetensors or .zt")
+    if fmt == "npy" and len(described) != 1:
+        raise ValueError(f".npy holds exactly one array, got {len(described)}")
+    level = None
     if fmt == "zt":
-        from ._zt_writer import save_zt
+        from ._zt_writer import _level
 
-        written = save_zt(described, path, metadata, align, compression, storage_options)
-    elif fmt == "safetensors":
-        written = _zt.write_safetensors(path, described, metadata_pairs(metadata), storage_options)
-    elif fmt == "npz":
-        written = _zt.write_npz(path, described, storage_options)
-    elif fmt == "pt":
-        written = _zt.write_pt(path, described, storage_options)
-    else:  # npy
-        if len(described) != 1:
-            raise ValueError(f".npy holds exactly one array, got {len(described)}")
-        written = _zt.write_npy(path, described[0], storage_options)
-    del keep_alive  # the buffers had to outlive the native call
-    return written
+        level = _level(None, compression)
+    elif metadata is not None:  # safetensors: str to str, as safetensors requires
+        metadata = dict(metadata_pairs(metadata))
+    return _zt.save(path, fmt, described, _as_dict(metadata), align, level, storage_options)
+
+
+def _as_dict(metadata: Mapping | None) -> dict | None:
+    return None if metadata is None else dict(metadata)
 
 
 def save_bytes(
@@ -165,10 +162,8 @@ def save_bytes(
     """What :func:`save` would write, as bytes (``safetensors.*.save``)."""
     fmt = format_of("", format)
     if fmt == "safetensors":
-        described, keep_alive = describe(tensors)
-        data = _zt.safetensors_bytes(described, metadata_pairs(metadata))
-        del keep_alive
-        return data
+        pairs = metadata_pairs(metadata)
+        return _zt.save(None, fmt, describe(tensors), None if pairs is None else dict(pairs))
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="zt-save-") as d:

@@ -37,7 +37,7 @@ def _level(encoding, compression) -> int | None:
     return int(compression)
 
 
-def _part(pname: str, spec: Any, keep: list) -> tuple:
+def _part(pname: str, spec: Any) -> tuple:
     """One part from a numpy array, or a dict ``{dtype, data, logical?, encoding?}``."""
     if isinstance(spec, Mapping):
         data = np.ascontiguousarray(np.frombuffer(memoryview(spec["data"]).cast("B"), dtype=np.uint8))
@@ -48,11 +48,9 @@ def _part(pname: str, spec: Any, keep: list) -> tuple:
             )
         level = _level(spec.get("encoding"), spec.get("compression"))
     else:
-        (_, dtype, _, _, _), data = prepare(pname, np.asarray(spec))
+        dtype, data = prepare(pname, np.asarray(spec))
         level = None
-    keep.append(data)
-    address = data.__array_interface__["data"][0] if data.nbytes else 0
-    return (pname, dtype, address, int(data.nbytes), level)
+    return (pname, dtype, data, level)
 
 
 class Sink:
@@ -75,7 +73,7 @@ class Sink:
         arr = np.ascontiguousarray(np.frombuffer(memoryview(chunk).cast("B"), dtype=np.uint8))
         native = self._writer._native
         before = native.stream_position()
-        native.write_chunk(arr.__array_interface__["data"][0] if arr.nbytes else 0, int(arr.nbytes))
+        native.write_chunk(arr)
         after = native.stream_position()
         if not arr.nbytes:
             # Upstream starts counting the next part on any write, even an
@@ -150,24 +148,20 @@ class Writer:
     def add(self, name: str, data, shape=None, dtype: str | None = None, logical=None, encoding=None, compression=None):
         """Add a dense tensor: a numpy array, or raw bytes with ``shape`` and
         ``dtype`` (a storage dtype, with ``logical`` for bool/fp8/fp4/complex)."""
-        keep: list = []
         if dtype is None:
             arr = np.asarray(data)
             shape = list(arr.shape)
-            (_, dt, _, _, _), buf = prepare(name, arr)
-            keep.append(buf)
-            part = ("data", dt, buf.__array_interface__["data"][0] if buf.nbytes else 0, int(buf.nbytes))
-            part = (*part, _level(encoding, compression))
+            dt, buf = prepare(name, arr)
+            part = ("data", dt, buf, _level(encoding, compression))
         else:
             spec = {"dtype": dtype, "data": data, "logical": logical, "encoding": encoding, "compression": compression}
-            part = _part("data", spec, keep)
+            part = _part("data", spec)
         self._native.add_object(name, [int(d) for d in shape], [part], "dense", None)
 
     def add_object(self, name: str, shape, parts: Mapping[str, Any], layout: str = "dense", attributes=None):
         """Add an object with any parts: each a numpy array or a dict
         ``{dtype, data, logical?, encoding?}``."""
-        keep: list = []
-        described = [_part(p, spec, keep) for p, spec in parts.items()]
+        described = [_part(p, spec) for p, spec in parts.items()]
         self._native.add_object(name, [int(d) for d in shape], described, layout, attributes)
 
     def stream(self, name: str, shape, parts: Mapping[str, Mapping[str, Any]], layout: str = "dense", attributes=None):
@@ -223,16 +217,4 @@ def canonical_violations(path) -> list[tuple[int, str]]:
     return _zt.canonical_violations(os.fspath(path))
 
 
-def save_zt(described: list[tuple], path: str, metadata, align, compression, storage_options=None) -> int:
-    """Batch-write dense tensors described by ``_write.prepare``."""
-    level = _level(None, compression)
-    canonical = align is None and level is None
-    objects = [
-        (name, shape, "dense", [("data", dtype, address, nbytes, None)])
-        for name, dtype, shape, address, nbytes in described
-    ]
-    attrs = dict(metadata) if metadata is not None else None
-    return _zt.write_zt(path, objects, attrs, canonical, align, level, storage_options)
-
-
-__all__ = ["Sink", "Writer", "canonical_violations", "content_id", "save_zt", "verify", "zt_dtype"]
+__all__ = ["Sink", "Writer", "canonical_violations", "content_id", "verify", "zt_dtype"]

@@ -135,10 +135,6 @@ def _check_codec(codec, dict_bytes):
     return None if dict_bytes is None else bytes(dict_bytes)
 
 
-def _address(array: np.ndarray) -> int:
-    return array.__array_interface__["data"][0]
-
-
 def _schema_dtype(name: str) -> np.dtype:
     """The dtype a schema names: NumPy's (``"<i4"``, ``"int32"``) or one of
     ml_dtypes' (``"bfloat16"``, ``"float8_e4m3fn"``), which loaderx 2.8 uses."""
@@ -365,7 +361,7 @@ class Dense(_Base):
         if len(batch) == 0:
             raise ValueError("append needs at least one record")
         src = np.ascontiguousarray(batch)
-        writer.append_dense(_address(src), src.nbytes)
+        writer.append_dense(src)
 
     def _gather(self, reader, idxs):
         shape = (idxs.size, *self.item_shape)
@@ -376,7 +372,7 @@ class Dense(_Base):
             values = np.asarray(_zt.batch_buffer(nbytes)).view(self.dtype).reshape(shape)
         else:
             values = np.empty(shape, dtype=self.dtype)
-        reader.gather_dense(_address(idxs), idxs.size, _address(values), values.nbytes)
+        reader.gather_dense(idxs, values)
         return values
 
 
@@ -451,8 +447,7 @@ class Ragged(_Base):
             # packing them first cost a second copy and, for a fresh
             # batch-sized buffer, a page fault per 4 KiB (2x loaderx's time).
             arrays = [a if a.flags.c_contiguous else np.ascontiguousarray(a) for a in arrays]
-            addrs = np.fromiter((a.ctypes.data for a in arrays), dtype=np.uint64, count=count)
-            writer.append_ragged_each(_address(addrs), _address(sizes), _address(shapes), count)
+            writer.append_ragged_each(arrays, shapes)
             return
         # Small records (tokens): one packed buffer; per-record Python work
         # would cost more than the copy. `dtype=` keeps the store's byte
@@ -461,7 +456,7 @@ class Ragged(_Base):
             values = np.concatenate(arrays, dtype=self.dtype) if count > 1 else np.ascontiguousarray(arrays[0])
         else:
             values = np.concatenate([a.reshape(-1) for a in arrays], dtype=self.dtype)
-        writer.append_ragged((_address(values), values.nbytes), _address(sizes), _address(shapes), count)
+        writer.append_ragged(values, sizes, shapes)
 
     def gather_packed(self, idxs):
         """One native pass: ``(values, offsets, shapes)`` where ``values`` is
@@ -471,7 +466,7 @@ class Ragged(_Base):
         return self._packed(reader, self._idxs(idxs))
 
     def _packed(self, reader, idxs):
-        values, offsets, shapes = reader.gather_ragged(_address(idxs), idxs.size)
+        values, offsets, shapes = reader.gather_ragged(idxs)
         values = np.asarray(values).view(self.dtype)
         offsets = np.asarray(offsets) // np.uint64(self.dtype.itemsize)
         return values, offsets, np.asarray(shapes)
@@ -562,7 +557,7 @@ def train_dict(source, tier=None, *, path=None):
     spec = DICT_TIERS[tier]
     samples, sizes = _pack_samples(source, spec["sample_budget"])
     samples = np.ascontiguousarray(samples)
-    d = _zt.train_dict((_address(samples), samples.nbytes), sizes, spec["dict_bytes"])
+    d = _zt.train_dict(samples, sizes, spec["dict_bytes"])
     if path is not None:
         Path(path).write_bytes(d)
     return d
