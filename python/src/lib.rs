@@ -20,6 +20,7 @@ mod buffer;
 mod dataloader;
 mod dlpack;
 mod loader;
+mod tables;
 mod tensor;
 mod writers;
 mod zrecord;
@@ -269,8 +270,8 @@ fn _zt(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("BufferExporter", buffer::exporter_type(m.py())?)?;
     m.add_class::<loader::Sampler>()?;
     zrecord::register(m)?;
+    tables::register(m)?;
     m.add_class::<dataloader::DataLoaderCore>()?;
-    m.add_class::<dataloader::LoaderBuffer>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -1,6 +1,6 @@
 //! Native half of `zt.zrecord`: `RecordWriter`, `RecordReader`, the
-//! dictionary trainer and `RecordBuffer` (owned gather output exposed to
-//! numpy through `__array_interface__`).
+//! dictionary trainer. Gather output reaches numpy as `ArrayView`s over
+//! pooled words (`array.rs`, `batch_pool.rs`).
 //!
 //! Arrays cross as the objects themselves, whose buffers are borrowed and
 //! held for the call (`borrow.rs`: C-contiguous, writable where a gather
@@ -17,10 +17,11 @@ use pyo3::exceptions::{
     PyFileNotFoundError, PyIndexError, PyOSError, PyPermissionError, PyRuntimeError, PyValueError,
 };
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyTuple};
+use pyo3::types::{PyBytes, PyDict};
 
 use zrecord::{Codec, CreateOptions, Error, Geometry, Layout, Reader, Schema, Writer};
 
+use crate::array::{ArrayView, Keep};
 use crate::batch_pool::{self, Pooled};
 use crate::borrow::{Access, Borrowed};
 
@@ -91,29 +92,6 @@ fn words(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Borrowed> {
     let b = Borrowed::get(obj, what, Access::Read, true)?;
     b.u64s(what)?;
     Ok(b)
-}
-
-/// Owned gather output (u64 words so any element type is aligned).
-#[pyclass(frozen, module = "zt._zt")]
-pub struct RecordBuffer {
-    words: Pooled,
-    typestr: &'static str,
-    shape: Vec<usize>,
-}
-
-#[pymethods]
-impl RecordBuffer {
-    /// numpy's array interface, version 3 (writable, C order).
-    #[getter]
-    fn __array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let dict = PyDict::new(py);
-        dict.set_item("version", 3)?;
-        dict.set_item("shape", PyTuple::new(py, &self.shape)?)?;
-        dict.set_item("typestr", self.typestr)?;
-        dict.set_item("data", (self.words.address(), false))?;
-        dict.set_item("strides", py.None())?;
-        Ok(dict)
-    }
 }
 
 /// A store under construction (`Dense.create` / `Ragged.create`).
@@ -480,7 +458,7 @@ impl RecordReader {
         &self,
         py: Python<'_>,
         idxs: Bound<'_, PyAny>,
-    ) -> PyResult<(RecordBuffer, RecordBuffer, RecordBuffer)> {
+    ) -> PyResult<(ArrayView, ArrayView, ArrayView)> {
         let reader = self.get()?;
         let ndim = reader.schema().ndim();
         let idxs = words(&idxs, "idxs")?;
@@ -492,22 +470,22 @@ impl RecordReader {
         let batch = py
             .detach(|| reader.gather_ragged_into(idxs, words))
             .map_err(to_py)?;
-        let values = RecordBuffer {
-            words: Pooled::new(batch.words),
-            typestr: "|u1",
-            shape: vec![batch.len],
+        // Owned u64 words, so any element type is aligned.
+        let view = |words: Vec<u64>, typestr: &'static str, shape| {
+            let address = words.as_ptr() as usize;
+            ArrayView::kept(
+                Keep::Pooled(Pooled::new(words)),
+                address,
+                typestr.into(),
+                shape,
+            )
         };
-        let offsets = RecordBuffer {
-            typestr: "<u8",
-            shape: vec![batch.offsets.len()],
-            words: Pooled::new(batch.offsets),
-        };
-        let shapes = RecordBuffer {
-            typestr: "<u8",
-            shape: vec![count, ndim],
-            words: Pooled::new(batch.shapes),
-        };
-        Ok((values, offsets, shapes))
+        let offsets_len = batch.offsets.len();
+        Ok((
+            view(batch.words, "|u1", vec![batch.len]),
+            view(batch.offsets, "<u8", vec![offsets_len]),
+            view(batch.shapes, "<u8", vec![count, ndim]),
+        ))
     }
 
     /// Release this handle (a running gather keeps its own reference).
@@ -546,7 +524,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ZrecordError", m.py().get_type::<ZrecordError>())?;
     m.add_class::<RecordWriter>()?;
     m.add_class::<RecordReader>()?;
-    m.add_class::<RecordBuffer>()?;
     m.add_function(wrap_pyfunction!(train_dict, m)?)?;
     m.add_function(wrap_pyfunction!(dict_tiers, m)?)?;
     Ok(())

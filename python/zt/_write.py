@@ -5,33 +5,16 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-import ml_dtypes
 import numpy as np
 
 from . import _zt
+from ._tensor import numpy_dtype
 
+# numpy dtype -> zt name, from Rust's dtype table (`_zt.DTYPES`): every
+# dtype zTensor registers that numpy (or ml_dtypes) has a type for (fp6 has
+# none; int4/uint4 are ONNX's, which zTensor does not register).
 _BY_NUMPY = {
-    np.dtype("<f8"): "f64",
-    np.dtype("<f4"): "f32",
-    np.dtype("<f2"): "f16",
-    np.dtype("<i8"): "i64",
-    np.dtype("<i4"): "i32",
-    np.dtype("<i2"): "i16",
-    np.dtype("i1"): "i8",
-    np.dtype("<u8"): "u64",
-    np.dtype("<u4"): "u32",
-    np.dtype("<u2"): "u16",
-    np.dtype("u1"): "u8",
-    np.dtype("?"): "bool",
-    np.dtype("<c8"): "complex64",
-    np.dtype("<c16"): "complex128",
-    np.dtype(ml_dtypes.bfloat16): "bf16",
-    np.dtype(ml_dtypes.float8_e4m3fn): "f8_e4m3fn",
-    np.dtype(ml_dtypes.float8_e5m2): "f8_e5m2",
-    np.dtype(ml_dtypes.float8_e4m3fnuz): "f8_e4m3fnuz",
-    np.dtype(ml_dtypes.float8_e5m2fnuz): "f8_e5m2fnuz",
-    np.dtype(ml_dtypes.float8_e8m0fnu): "f8_e8m0",
-    np.dtype(ml_dtypes.float4_e2m1fn): "f4_e2m1",
+    numpy_dtype(name): name for name, d in _zt.DTYPES.items() if d["zt"] and (d["ml_dtypes"] or d["bits"] % 8 == 0)
 }
 
 
@@ -45,8 +28,8 @@ def zt_dtype(dtype: np.dtype) -> str:
         raise ValueError(f"zt cannot store numpy dtype {dtype}") from None
 
 
-def _pack_f4(arr: np.ndarray) -> np.ndarray:
-    """One ml_dtypes fp4 per byte -> two per byte, low nibble first."""
+def _pack_nibbles(arr: np.ndarray) -> np.ndarray:
+    """One ml_dtypes 4-bit element per byte -> two per byte, low nibble first."""
     codes = arr.reshape(-1).view(np.uint8) & 0x0F
     if codes.size % 2:
         codes = np.append(codes, np.uint8(0))
@@ -65,7 +48,7 @@ def prepare(name: str, value) -> tuple[str, np.ndarray]:
     dtype = zt_dtype(arr.dtype)
     if arr.dtype.byteorder == ">":
         arr = arr.astype(arr.dtype.newbyteorder("<"))
-    buf = _pack_f4(arr) if dtype == "f4_e2m1" else np.ascontiguousarray(arr)
+    buf = _pack_nibbles(arr) if _zt.DTYPES[dtype]["bits"] == 4 else np.ascontiguousarray(arr)
     return dtype, buf
 
 

@@ -11,17 +11,8 @@ import numpy as np
 from . import _zt
 from ._write import prepare, zt_dtype
 
-_LOGICAL = {
-    "bool": "u8",
-    "f8_e4m3fn": "u8",
-    "f8_e5m2": "u8",
-    "f8_e4m3fnuz": "u8",
-    "f8_e5m2fnuz": "u8",
-    "f8_e8m0": "u8",
-    "f4_e2m1": "u8",
-    "complex64": "f32",
-    "complex128": "f64",
-}
+# Logical type -> the storage dtype it rides on, from Rust's dtype table.
+_LOGICAL = {name: d["storage"] for name, d in _zt.DTYPES.items() if d["storage"] != name and d["zt"]}
 
 _ENCODING = "zt.zstd-seekable/1"
 

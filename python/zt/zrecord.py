@@ -47,15 +47,17 @@ from ._zt import ZrecordError
 
 __all__ = ["DEFAULT_LAYOUT", "DICT_TIERS", "LAYOUTS", "Dense", "Ragged", "ZrecordError", "train_dict"]
 
-CODECS = ("raw", "zstd", "zstd_dict")
-MAX_DATA_SHARDS = 255
-MAX_RECORD_LEN = 1 << 31
+# The store's names and bounds, from the zrecord crate (`_zt.ZRECORD_LIMITS`).
+_LIMITS = _zt.ZRECORD_LIMITS
+CODECS = _LIMITS["codecs"]
+MAX_DATA_SHARDS = _LIMITS["max_data_shards"]
+MAX_RECORD_LEN = _LIMITS["max_record_len"]
 DICT_TIERS = {name: {"dict_bytes": d, "sample_budget": s} for name, (d, s) in _zt.dict_tiers().items()}
 # loaderx 2.3.8 and 2.8.19 both train one 32 KiB dictionary on at most 4 MiB
 # of samples: tier "fast", byte for byte the same dictionary.
 DEFAULT_TIER = "fast"
-LAYOUTS = ("loaderx-2.8", "loaderx-2.3")
-DEFAULT_LAYOUT = "loaderx-2.8"
+LAYOUTS = _LIMITS["layouts"]
+DEFAULT_LAYOUT = _LIMITS["default_layout"]
 
 _NUMPY_MAX_NDIMS = 64 if int(np.__version__.split(".", 1)[0]) >= 2 else 32
 _MAX_INTP = np.iinfo(np.intp).max
