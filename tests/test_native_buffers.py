@@ -140,3 +140,43 @@ def test_sampler_out_is_checked_natively_on_every_call():
 def test_train_dict_reads_only_its_buffer():
     with pytest.raises(TypeError, match="buffer"):
         _zt.train_dict(0x1000, [16], 1024)
+
+
+def test_dtype_and_zrecord_tables_come_from_rust():
+    import ml_dtypes
+
+    from zt import zrecord
+    from zt._tensor import numpy_dtype
+    from zt._write import zt_dtype
+
+    assert set(_zt.DTYPES) == {
+        "f64", "f32", "f16", "bf16", "i64", "i32", "i16", "i8", "u64", "u32", "u16", "u8", "bool",
+        "f8_e4m3fn", "f8_e5m2", "f8_e4m3fnuz", "f8_e5m2fnuz", "f8_e8m0", "f4_e2m1", "f6_e2m3", "f6_e3m2",
+        "complex64", "complex128", "i4", "u4",
+    }  # fmt: skip
+    assert numpy_dtype("bf16") == np.dtype(ml_dtypes.bfloat16) and numpy_dtype("i8") == np.dtype("i1")
+    assert numpy_dtype("f6_e2m3") == np.dtype("u1")  # numpy has no fp6: its bytes
+    assert zt_dtype(np.dtype(">f4")) == "f32" and zt_dtype(ml_dtypes.float8_e8m0fnu) == "f8_e8m0"
+    # zTensor registers no int4: saving one is refused before any native call.
+    with pytest.raises(ValueError, match="cannot store numpy dtype int4"):
+        zt_dtype(ml_dtypes.int4)
+    assert _zt.DTYPES["complex64"]["storage"] == "f32" and _zt.DTYPES["f4_e2m1"]["bits"] == 4
+    limits = _zt.ZRECORD_LIMITS
+    assert zrecord.CODECS == limits["codecs"] == ("raw", "zstd", "zstd_dict")
+    assert (zrecord.MAX_DATA_SHARDS, zrecord.MAX_RECORD_LEN) == (255, 1 << 31)
+
+
+def test_every_native_array_is_an_array_view(tmp):
+    from zt import zrecord
+
+    with zrecord.Ragged.create(tmp / "r", dtype=np.int32, ndim=1) as r:
+        r.append([np.arange(3, dtype=np.int32), np.arange(5, dtype=np.int32)])
+    values, offsets, shapes = zrecord.Ragged.open(tmp / "r").gather_packed([1, 0])
+    for arr in (values, shapes):  # offsets are rescaled to elements: a new array
+        base = arr
+        while isinstance(base, np.ndarray) and base.base is not None:
+            base = base.base
+        assert type(base) is _zt.ArrayView and not base.readonly
+    assert values.tolist() == [0, 1, 2, 3, 4, 0, 1, 2] and offsets.tolist() == [0, 5, 8]
+    for gone in ("RecordBuffer", "LoaderBuffer", "write_safetensors", "write_zt", "safetensors_bytes"):
+        assert not hasattr(_zt, gone)
