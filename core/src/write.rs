@@ -6,6 +6,7 @@ use std::borrow::Cow;
 use std::path::Path;
 use std::str::FromStr;
 
+use crate::catalog::Value;
 use crate::dtype::{num_elements, DType};
 use crate::error::{Context, Error, Result};
 use crate::source::Source;
@@ -99,6 +100,59 @@ pub trait FormatWriter: Send + Sync + 'static {
     /// Write every tensor of `source` to `path` (built beside it and renamed
     /// into place). Returns the bytes written.
     fn write(&self, source: &Source, path: &Path, options: &WriteOptions) -> Result<u64>;
+
+    /// Write in-memory tensors (what `zt.save` and `zt.numpy.save_file` are
+    /// handed) to `path`, with `metadata` as file attributes (`None` writes
+    /// none; `Some(&[])` an empty set, where the format tells the two
+    /// apart). Returns the bytes written. A format that holds no file
+    /// attributes refuses metadata; one that can only be converted to (not
+    /// written from arrays) keeps this default, which refuses.
+    fn write_arrays(
+        &self,
+        tensors: &[TensorIn<'_>],
+        metadata: Option<&[(String, Value)]>,
+        path: &Path,
+        options: &WriteOptions,
+    ) -> Result<u64> {
+        let _ = (tensors, metadata, options);
+        Err(Error::Write {
+            ctx: Context::file(path),
+            reason: format!(
+                "{} files are written by conversion only, not from arrays",
+                self.name()
+            ),
+        })
+    }
+}
+
+/// Refuse `metadata` for a format that holds no file attributes.
+pub fn refuse_metadata(
+    name: &str,
+    path: &Path,
+    metadata: Option<&[(String, Value)]>,
+) -> Result<()> {
+    if metadata.is_some() {
+        return Err(Error::Write {
+            ctx: Context::file(path),
+            reason: format!("{name} files cannot carry metadata"),
+        });
+    }
+    Ok(())
+}
+
+/// `metadata` as string pairs, for formats whose attributes are strings
+/// (safetensors' `__metadata__`); any other value is refused.
+pub fn string_metadata(path: &Path, metadata: &[(String, Value)]) -> Result<Vec<(String, String)>> {
+    metadata
+        .iter()
+        .map(|(k, v)| match v {
+            Value::Str(s) => Ok((k.clone(), s.clone())),
+            other => Err(Error::Write {
+                ctx: Context::file(path),
+                reason: format!("metadata {k:?} must be a string, got {other:?}"),
+            }),
+        })
+        .collect()
 }
 
 /// A dense tensor of a source, its bytes borrowed from the mapping when

@@ -24,7 +24,9 @@ use zt_core::format::{Format, OpenInput, Probe};
 use zt_core::limits::Limits;
 use zt_core::publish::publish;
 use zt_core::source::Source;
-use zt_core::write::{dense_tensors, refuse_zt_options, FormatWriter, TensorIn, WriteOptions};
+use zt_core::write::{
+    dense_tensors, refuse_zt_options, string_metadata, FormatWriter, TensorIn, WriteOptions,
+};
 
 /// The safetensors plugin.
 pub struct Safetensors;
@@ -515,5 +517,17 @@ impl FormatWriter for SafetensorsWriter {
             })
             .collect();
         write(path, &inputs, &metadata)
+    }
+
+    fn write_arrays(
+        &self,
+        tensors: &[TensorIn<'_>],
+        metadata: Option<&[(String, Value)]>,
+        path: &Path,
+        options: &WriteOptions,
+    ) -> Result<u64> {
+        refuse_zt_options("safetensors", path, options)?;
+        let metadata = metadata.map(|m| string_metadata(path, m)).transpose()?;
+        write_with(path, tensors, metadata.as_deref())
     }
 }

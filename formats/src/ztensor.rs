@@ -3,12 +3,16 @@
 
 use std::path::Path;
 
+use zt_container::cbor::Cbor;
 use zt_container::container::MAGIC;
+use zt_container::manifest::from_value;
+use zt_container::write::{write_objects, ObjectIn, Options};
 use zt_core::catalog::Catalog;
+use zt_core::catalog::Value;
 use zt_core::error::Result;
 use zt_core::format::{Format, OpenInput, Probe};
 use zt_core::source::Source;
-use zt_core::write::{FormatWriter, WriteOptions};
+use zt_core::write::{Align, FormatWriter, TensorIn, WriteOptions};
 
 /// zTensor v2 files.
 pub struct Zt;
@@ -55,5 +59,42 @@ impl FormatWriter for ZtWriter {
 
     fn write(&self, source: &Source, path: &Path, options: &WriteOptions) -> Result<u64> {
         zt_container::write::convert(source, path, options)
+    }
+
+    /// Dense objects of one `data` part each, canonical unless `align` or
+    /// `compression` is given (an explicit `align`, even `"canonical"`,
+    /// places blobs without the rest of the canonical form, as
+    /// `zt.Writer(canonical=False, align=...)` does), with `metadata` as
+    /// the file attributes in the order given.
+    fn write_arrays(
+        &self,
+        tensors: &[TensorIn<'_>],
+        metadata: Option<&[(String, Value)]>,
+        path: &Path,
+        options: &WriteOptions,
+    ) -> Result<u64> {
+        let canonical = options.align.is_none() && options.compression.is_none();
+        let opts = Options {
+            canonical,
+            align: options.align.unwrap_or(if canonical {
+                Align::Canonical
+            } else {
+                Align::Auto
+            }),
+            compression: options.compression,
+            ..Options::default()
+        };
+        let objects = tensors
+            .iter()
+            .map(|t| ObjectIn::dense(t.name, t.dtype, t.shape, t.data))
+            .collect();
+        let attributes = metadata.map(|m| {
+            Cbor::Map(
+                m.iter()
+                    .map(|(k, v)| (Cbor::Text(k.clone().into()), from_value(v)))
+                    .collect(),
+            )
+        });
+        write_objects(path, objects, attributes, &opts)
     }
 }

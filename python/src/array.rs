@@ -1,11 +1,15 @@
-//! `ArrayView`: an object exposing numpy's `__array_interface__` over a
-//! tensor's bytes, which numpy turns into an array whose `base` is this
-//! object. That keeps the mapping (or the owned buffer) alive for as long as
-//! any array views it, without depending on numpy's C API (so the wheel is
+//! `ArrayView`: the one object through which native memory reaches numpy.
+//! It exposes numpy's `__array_interface__` over a tensor's bytes, a
+//! gather's output (zrecord) or a DataLoader batch's column, and numpy
+//! turns it into an array whose `base` is this object. That keeps the
+//! mapping (or the owned buffer, or the batch) alive for as long as any
+//! array views it, without depending on numpy's C API (so the wheel is
 //! abi3 and numpy-version independent).
 
 use std::borrow::Cow;
 use std::sync::Arc;
+
+use zloader::dataloader::{BatchLease, DenseColumn};
 
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
@@ -20,6 +24,11 @@ pub enum Keep {
     Owned(#[allow(dead_code)] Vec<u8>),
     /// A gather's output buffer, returned to the pool when dropped.
     Pooled(#[allow(dead_code)] crate::batch_pool::Pooled),
+    /// A DataLoader batch's Dense column.
+    Column(#[allow(dead_code)] DenseColumn),
+    /// Words of a DataLoader batch's Ragged column, with the lease that
+    /// keeps the batch counted as live while any of its arrays is.
+    Batch(#[allow(dead_code)] Vec<u64>, #[allow(dead_code)] BatchLease),
 }
 
 /// Array memory plus its numpy description.
@@ -27,7 +36,7 @@ pub enum Keep {
 pub struct ArrayView {
     _keep: Keep,
     address: usize,
-    typestr: &'static str,
+    typestr: Cow<'static, str>,
     shape: Vec<u64>,
     /// Byte strides; `None` for C order.
     strides: Option<Vec<i64>>,
@@ -123,7 +132,7 @@ impl ArrayView {
             return Ok(ArrayView {
                 address: bytes.as_ptr() as usize,
                 _keep: Keep::Mapped(source),
-                typestr: typestr(dtype),
+                typestr: typestr(dtype).into(),
                 shape: part.shape().to_vec(),
                 strides,
                 readonly: true,
@@ -163,7 +172,7 @@ impl ArrayView {
             Cow::Borrowed(b) if !copy => ArrayView {
                 address: b.as_ptr() as usize,
                 _keep: Keep::Mapped(source),
-                typestr,
+                typestr: typestr.into(),
                 shape,
                 strides,
                 readonly: true,
@@ -186,11 +195,17 @@ impl ArrayView {
     /// A writable uint8 array over the first `len` bytes of a pooled
     /// buffer starting at `address`.
     pub fn pooled(buf: crate::batch_pool::Pooled, address: usize, len: usize) -> Self {
+        Self::kept(Keep::Pooled(buf), address, "|u1".into(), vec![len])
+    }
+
+    /// A writable C-order array of `shape` over memory that `keep` owns,
+    /// starting at `address` (a gather's output, a batch's column).
+    pub fn kept(keep: Keep, address: usize, typestr: Cow<'static, str>, shape: Vec<usize>) -> Self {
         ArrayView {
-            _keep: Keep::Pooled(buf),
+            _keep: keep,
             address,
-            typestr: "|u1",
-            shape: vec![len as u64],
+            typestr,
+            shape: shape.into_iter().map(|d| d as u64).collect(),
             strides: None,
             readonly: false,
         }
@@ -205,7 +220,7 @@ impl ArrayView {
         ArrayView {
             address: bytes.as_ptr() as usize,
             _keep: Keep::Owned(bytes),
-            typestr,
+            typestr: typestr.into(),
             shape,
             strides,
             readonly: false,
@@ -221,7 +236,7 @@ impl ArrayView {
         let dict = PyDict::new(py);
         dict.set_item("version", 3)?;
         dict.set_item("shape", PyTuple::new(py, &self.shape)?)?;
-        dict.set_item("typestr", self.typestr)?;
+        dict.set_item("typestr", self.typestr.as_ref())?;
         dict.set_item("data", (self.address, self.readonly))?;
         match &self.strides {
             Some(s) => dict.set_item("strides", PyTuple::new(py, s)?)?,

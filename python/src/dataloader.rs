@@ -8,20 +8,21 @@
 //! user's transform); the result or the exception (with its traceback) is
 //! what the consumer receives at that step.
 //!
-//! Columns cross as [`LoaderBuffer`]s: owned buffers exposed through
-//! `__array_interface__`, so a numpy array made from one keeps it (and the
-//! batch's memory) alive for as long as the array lives.
+//! Columns cross as `ArrayView`s (`array.rs`) over the batch's own
+//! memory, so a numpy array made from one keeps it (and the batch's
+//! memory) alive for as long as the array lives.
 
 use std::sync::Arc;
 
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyTuple};
+use pyo3::types::PyList;
 
-use zloader::dataloader::{BatchLease, Column, Config, DenseColumn};
+use zloader::dataloader::{Column, Config};
 use zloader::{Batch, DataLoader, GatherError, Mode, Plan, Stream};
 use zrecord::Geometry;
 
+use crate::array::{ArrayView, Keep};
 use crate::zrecord::RecordReader;
 
 /// What a worker hands over: the raw batch (no transform) or the
@@ -29,42 +30,6 @@ use crate::zrecord::RecordReader;
 enum Item {
     Raw(Result<Batch, GatherError>),
     Done(u64, PyResult<Py<PyAny>>),
-}
-
-/// The memory behind one array of a batch.
-enum Owner {
-    Dense(DenseColumn),
-    Words(Vec<u64>),
-}
-
-/// One owned array of a batch, read by numpy through the array interface.
-#[pyclass(frozen, module = "zt._zt")]
-pub struct LoaderBuffer {
-    owner: Owner,
-    typestr: String,
-    shape: Vec<usize>,
-    /// Keeps the batch counted as live while this buffer is (Ragged
-    /// offsets and shapes belong to the same batch as its values).
-    _batch: Option<BatchLease>,
-}
-
-#[pymethods]
-impl LoaderBuffer {
-    /// numpy's array interface, version 3 (writable, C order).
-    #[getter]
-    fn __array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let address = match &self.owner {
-            Owner::Dense(c) => c.as_ptr() as usize,
-            Owner::Words(w) => w.as_ptr() as usize,
-        };
-        let dict = PyDict::new(py);
-        dict.set_item("version", 3)?;
-        dict.set_item("shape", PyTuple::new(py, &self.shape)?)?;
-        dict.set_item("typestr", &self.typestr)?;
-        dict.set_item("data", (address, false))?;
-        dict.set_item("strides", py.None())?;
-        Ok(dict)
-    }
 }
 
 /// The Python form of a batch's columns: a Dense column is one buffer of
@@ -83,22 +48,20 @@ fn columns_to_py<'py>(
             (Column::Dense(c), Geometry::Dense { item_shape }) => {
                 let mut shape = vec![n];
                 shape.extend(item_shape.iter().map(|&d| d as usize));
-                let buf = LoaderBuffer {
-                    owner: Owner::Dense(c),
-                    typestr: schema.dtype.clone(),
-                    shape,
-                    _batch: None,
-                };
+                let address = c.as_ptr() as usize;
+                let typestr = schema.dtype.clone().into();
+                let buf = ArrayView::kept(Keep::Column(c), address, typestr, shape);
                 list.append(Py::new(py, buf)?)?;
             }
             (Column::Ragged(r), Geometry::Ragged { ndim }) => {
                 let keep = r.lease();
                 let batch = r.batch;
-                let buffer = |words, typestr: &str, shape| LoaderBuffer {
-                    owner: Owner::Words(words),
-                    typestr: typestr.into(),
-                    shape,
-                    _batch: Some(keep.clone()),
+                // Each array keeps the batch counted as live (offsets and
+                // shapes belong to the same batch as the values).
+                let buffer = |words: Vec<u64>, typestr: &'static str, shape| {
+                    let address = words.as_ptr() as usize;
+                    let keep = Keep::Batch(words, keep.clone());
+                    ArrayView::kept(keep, address, typestr.into(), shape)
                 };
                 let values = buffer(batch.words, "|u1", vec![batch.len]);
                 let offsets_len = batch.offsets.len();

@@ -15,11 +15,13 @@ use pyo3::types::{PyBytes, PyDict, PyList};
 
 mod array;
 mod batch_pool;
+mod borrow;
 mod buffer;
 mod cli;
 mod dataloader;
 mod dlpack;
 mod loader;
+mod tables;
 mod tensor;
 mod writers;
 mod zrecord;
@@ -258,12 +260,7 @@ fn _zt(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(page_size, m)?)?;
     m.add_function(wrap_pyfunction!(convert, m)?)?;
     m.add_function(wrap_pyfunction!(remote_stats, m)?)?;
-    m.add_function(wrap_pyfunction!(writers::write_safetensors, m)?)?;
-    m.add_function(wrap_pyfunction!(writers::safetensors_bytes, m)?)?;
-    m.add_function(wrap_pyfunction!(writers::write_npy, m)?)?;
-    m.add_function(wrap_pyfunction!(writers::write_npz, m)?)?;
-    m.add_function(wrap_pyfunction!(writers::write_pt, m)?)?;
-    m.add_function(wrap_pyfunction!(zt_writer::write_zt, m)?)?;
+    m.add_function(wrap_pyfunction!(writers::save, m)?)?;
     m.add_function(wrap_pyfunction!(zt_writer::verify, m)?)?;
     m.add_function(wrap_pyfunction!(zt_writer::content_id, m)?)?;
     m.add_function(wrap_pyfunction!(zt_writer::canonical_violations, m)?)?;
@@ -274,8 +271,8 @@ fn _zt(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("BufferExporter", buffer::exporter_type(m.py())?)?;
     m.add_class::<loader::Sampler>()?;
     zrecord::register(m)?;
+    tables::register(m)?;
     m.add_class::<dataloader::DataLoaderCore>()?;
-    m.add_class::<dataloader::LoaderBuffer>()?;
     m.add_function(wrap_pyfunction!(cli::cli_main, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("__commit__", zt_cli::COMMIT)?;

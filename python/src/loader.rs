@@ -4,8 +4,9 @@
 //! counter, so it is thread-safe without a lock: concurrent `next_*` calls
 //! each draw a distinct step. Batches come back either as a fresh
 //! `bytearray` (which the Python side views as an int64 array without a
-//! copy) or written into a caller's buffer given by address, the same
-//! address-passing contract as the writers (`writers.rs`).
+//! copy) or written into a caller's array, whose buffer is borrowed
+//! (`borrow.rs`: writable, C-contiguous, native 8-byte integers, exactly
+//! one rank's batch long) for the fill.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -14,6 +15,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyByteArray;
 
 use zloader::{Mode, Plan};
+
+use crate::borrow::{Access, Borrowed};
 
 /// Batches at least this long are filled with the GIL released: below it,
 /// releasing and re-taking the GIL costs more than the fill.
@@ -65,27 +68,19 @@ impl Sampler {
         })
     }
 
-    /// The caller's buffer at `address` as one rank's batch, after checking
-    /// its length and alignment.
-    ///
-    /// SAFETY (upheld by the caller, `zt/loader.py`): `address` is the data
-    /// of a C-contiguous, writable numpy array of `len` 8-byte integers that
-    /// the caller keeps alive, and does not resize, until the fill returns.
-    #[allow(clippy::mut_from_ref)]
-    unsafe fn borrow_address(&self, address: usize, len: usize) -> PyResult<&mut [u64]> {
+    /// The caller's `out` as one rank's batch, after checking that it is
+    /// a writable, C-contiguous buffer of exactly `batch_len` native 8-byte
+    /// integers.
+    fn borrow_out(&self, out: &Bound<'_, PyAny>) -> PyResult<Borrowed> {
+        let mut held = Borrowed::get(out, "out", Access::Write, true)?;
+        let len = held.u64s_mut("out")?.len();
         if len != self.len() {
             return Err(to_py_err(zloader::Error::BufferLength {
                 expected: self.plan.batch_len(),
                 got: len as u64,
             }));
         }
-        if address == 0 || !(address as *const u64).is_aligned() {
-            return Err(PyValueError::new_err(
-                "the output buffer must be a non-null address aligned for 8-byte integers",
-            ));
-        }
-        // SAFETY: see above.
-        Ok(unsafe { std::slice::from_raw_parts_mut(address as *mut u64, len) })
+        Ok(held)
     }
 
     fn advance(&self) -> u64 {
@@ -131,14 +126,13 @@ impl Sampler {
         self.fresh(py, step)
     }
 
-    /// Fill the buffer at `address` (`len` u64s) with the current step's
-    /// batch; advances the step and returns the step drawn.
-    fn next_into(&self, py: Python<'_>, address: usize, len: usize) -> PyResult<u64> {
-        // SAFETY: the contract of `borrow_address`, upheld by `zt/loader.py`.
+    /// Fill `out` (one rank's batch of int64/uint64) with the current
+    /// step's batch; advances the step and returns the step drawn.
+    fn next_into(&self, py: Python<'_>, out: Bound<'_, PyAny>) -> PyResult<u64> {
         // Checked before the step is taken, so a bad buffer consumes no step.
-        let out = unsafe { self.borrow_address(address, len)? };
+        let mut out = self.borrow_out(&out)?;
         let step = self.advance();
-        self.fill(py, step, out)?;
+        self.fill(py, step, out.u64s_mut("out")?)?;
         Ok(step)
     }
 
@@ -147,11 +141,10 @@ impl Sampler {
         self.fresh(py, step)
     }
 
-    /// Any step's batch into the buffer at `address` (the counter is untouched).
-    fn batch_into(&self, py: Python<'_>, step: u64, address: usize, len: usize) -> PyResult<()> {
-        // SAFETY: the contract of `borrow_address`, upheld by `zt/loader.py`.
-        let out = unsafe { self.borrow_address(address, len)? };
-        self.fill(py, step, out)
+    /// Any step's batch into `out`, as `next_into` (the counter is untouched).
+    fn batch_into(&self, py: Python<'_>, step: u64, out: Bound<'_, PyAny>) -> PyResult<()> {
+        let mut out = self.borrow_out(&out)?;
+        self.fill(py, step, out.u64s_mut("out")?)
     }
 
     /// Make `step` the next step drawn.

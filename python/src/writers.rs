@@ -1,168 +1,164 @@
-//! Writers called by `zt.numpy.save_file` and friends.
+//! `zt._zt.save`: the one native entry behind `zt.save`,
+//! `zt.numpy.save_file`, `safetensors`-style `save` and friends, for every
+//! format in the writer registry.
 //!
-//! The Python side hands over each array as `(name, dtype, shape, address,
-//! nbytes)`, where the address is a C-contiguous numpy buffer that the
-//! caller keeps alive for the duration of the call. That lets the write
-//! run without the GIL and without copying every tensor into `bytes` first.
+//! The Python side hands over each array as `(name, dtype, shape, array)`:
+//! the array object itself (C-contiguous, little-endian, prepared by
+//! `zt/_write.py`), whose buffer is borrowed and held for the call
+//! (`borrow.rs`), so the write runs without the GIL and without copying
+//! every tensor into `bytes` first.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyBytes, PyDict};
 
-use zt::dtype::DType;
-use zt::TensorIn;
+use zt::dtype::{num_elements, DType};
+use zt::{TensorIn, Value};
 
+use crate::borrow::{Access, Borrowed};
 use crate::{storage_options_from_py, to_py_err};
 
 /// One array as the Python wrapper describes it.
-type RawTensor = (String, String, Vec<u64>, usize, usize);
+type RawTensor<'py> = (String, String, Vec<u64>, Bound<'py, PyAny>);
 
-/// Validated descriptions whose data slices borrow the caller's buffers.
-struct Borrowed {
+/// Checked descriptions and the held buffers their data slices borrow.
+struct Arrays {
     names: Vec<String>,
     dtypes: Vec<DType>,
     shapes: Vec<Vec<u64>>,
-    spans: Vec<(usize, usize)>,
+    buffers: Vec<Borrowed>,
 }
 
-impl Borrowed {
-    fn new(tensors: Vec<RawTensor>) -> PyResult<Self> {
-        let mut out = Borrowed {
+impl Arrays {
+    /// Borrow every array's buffer, checking that it holds exactly the
+    /// bytes its dtype and shape need, in elements of its dtype's width
+    /// (or bytes: packed and raw data).
+    fn new(tensors: Vec<RawTensor<'_>>) -> PyResult<Self> {
+        let mut out = Arrays {
             names: Vec::new(),
             dtypes: Vec::new(),
             shapes: Vec::new(),
-            spans: Vec::new(),
+            buffers: Vec::new(),
         };
-        for (name, dtype, shape, address, nbytes) in tensors {
-            let dtype = DType::from_name(&dtype).ok_or_else(|| {
-                PyValueError::new_err(format!("unknown dtype {dtype:?} for {name:?}"))
-            })?;
-            if address == 0 && nbytes != 0 {
-                return Err(PyValueError::new_err(format!("null buffer for {name:?}")));
-            }
+        for (name, dtype, shape, array) in tensors {
+            let what = format!("tensor {name:?}");
+            let dtype = dtype_named(&dtype, &what)?;
+            let need = num_elements(&shape)
+                .and_then(|n| dtype.nbytes(n))
+                .ok_or_else(|| {
+                    PyValueError::new_err(format!("{what}: shape {shape:?} overflows"))
+                })?;
+            let buffer = Borrowed::get(&array, &what, Access::Read, false)?;
+            buffer.expect_len(&what, need)?;
+            buffer.expect_dtype_width(&what, dtype)?;
             out.names.push(name);
             out.dtypes.push(dtype);
             out.shapes.push(shape);
-            out.spans.push((address, nbytes));
+            out.buffers.push(buffer);
         }
         Ok(out)
     }
 
-    /// The tensors as `TensorIn`s.
-    ///
-    /// SAFETY (upheld by the caller, `zt/_write.py`): every address points to
-    /// `nbytes` readable bytes of a numpy array that stays alive, and is not
-    /// resized, until the write returns.
+    /// The tensors as `TensorIn`s, borrowing the held buffers.
     fn tensors(&self) -> Vec<TensorIn<'_>> {
         (0..self.names.len())
-            .map(|i| {
-                let (address, nbytes) = self.spans[i];
-                let data: &[u8] = if nbytes == 0 {
-                    &[]
-                } else {
-                    // SAFETY: see the method documentation.
-                    unsafe { std::slice::from_raw_parts(address as *const u8, nbytes) }
-                };
-                TensorIn {
-                    name: &self.names[i],
-                    dtype: self.dtypes[i],
-                    shape: &self.shapes[i],
-                    data,
-                }
+            .map(|i| TensorIn {
+                name: &self.names[i],
+                dtype: self.dtypes[i],
+                shape: &self.shapes[i],
+                data: self.buffers[i].bytes(),
             })
             .collect()
     }
 }
 
-/// Write through `write` to `path`: in place for a local path, staged and
-/// uploaded for an `s3://` URL.
-fn write_to(
-    py: Python<'_>,
-    path: &Path,
-    storage_options: Option<&Bound<'_, PyDict>>,
-    write: impl FnOnce(&Path) -> zt::Result<u64> + Send,
-) -> PyResult<u64> {
-    let storage_options = storage_options_from_py(storage_options)?;
-    py.detach(|| zt::publish::to_location(path, &storage_options, write))
-        .map_err(to_py_err)
+/// A dtype by its zTensor name.
+pub(crate) fn dtype_named(name: &str, what: &str) -> PyResult<DType> {
+    DType::from_name(name)
+        .ok_or_else(|| PyValueError::new_err(format!("unknown dtype {name:?} for {what}")))
 }
 
-/// Write a safetensors file; returns the bytes written. `metadata=None`
-/// writes no `__metadata__`, an empty list an empty one.
-#[pyfunction]
-#[pyo3(signature = (path, tensors, metadata = None, storage_options = None))]
-pub fn write_safetensors(
-    py: Python<'_>,
-    path: PathBuf,
-    tensors: Vec<RawTensor>,
-    metadata: Option<Vec<(String, String)>>,
-    storage_options: Option<&Bound<'_, PyDict>>,
-) -> PyResult<u64> {
-    let borrowed = Borrowed::new(tensors)?;
-    write_to(py, &path, storage_options, |local| {
-        zt::formats::safetensors::write_with(local, &borrowed.tensors(), metadata.as_deref())
-    })
+/// File metadata as attributes: a dict (str keys) of attribute values.
+fn metadata_from_py(
+    metadata: Option<&Bound<'_, PyDict>>,
+) -> PyResult<Option<Vec<(String, Value)>>> {
+    let Some(dict) = metadata else {
+        return Ok(None);
+    };
+    let zt::container::cbor::Cbor::Map(entries) = crate::zt_writer::dict_to_cbor(dict)? else {
+        unreachable!("dict_to_cbor returns a map");
+    };
+    Ok(Some(
+        entries
+            .iter()
+            .map(|(k, v)| {
+                let key = match k {
+                    zt::container::cbor::Cbor::Text(t) => t.to_string(),
+                    _ => unreachable!("dict_to_cbor keys are text"),
+                };
+                (key, zt::container::manifest::to_value(v))
+            })
+            .collect(),
+    ))
 }
 
-/// A safetensors file in memory, as `safetensors.*.save` returns it.
+/// Write `tensors` to `path` (a local path or an `s3://` URL) in `format`,
+/// a writer's name in the registry; returns the bytes written. With
+/// `path=None`, returns the file's bytes instead (safetensors only, what
+/// `safetensors.*.save` returns). `metadata` (a dict, or `None` for none)
+/// becomes the file attributes; `align` and `compression` reach writers
+/// that place or compress (`.zt`), and the others refuse them.
 #[pyfunction]
-#[pyo3(signature = (tensors, metadata = None))]
-pub fn safetensors_bytes<'py>(
+#[pyo3(signature = (path, format, tensors, metadata = None, align = None, compression = None, storage_options = None))]
+#[allow(clippy::too_many_arguments)]
+pub fn save<'py>(
     py: Python<'py>,
-    tensors: Vec<RawTensor>,
-    metadata: Option<Vec<(String, String)>>,
-) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
-    let borrowed = Borrowed::new(tensors)?;
-    let bytes = py
-        .detach(|| zt::formats::safetensors::to_bytes(&borrowed.tensors(), metadata.as_deref()))
+    path: Option<PathBuf>,
+    format: &str,
+    tensors: Vec<RawTensor<'py>>,
+    metadata: Option<&Bound<'py, PyDict>>,
+    align: Option<&Bound<'py, PyAny>>,
+    compression: Option<i32>,
+    storage_options: Option<&Bound<'py, PyDict>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let writer = zt::registry().writer_named(format).ok_or_else(|| {
+        let known: Vec<&str> = zt::registry().writers().iter().map(|w| w.name()).collect();
+        PyValueError::new_err(format!(
+            "zt writes no format {format:?}; it writes {known:?}"
+        ))
+    })?;
+    let arrays = Arrays::new(tensors)?;
+    let metadata = metadata_from_py(metadata)?;
+    let Some(path) = path else {
+        if format != "safetensors" {
+            return Err(PyValueError::new_err(format!(
+                "only safetensors is written to memory; {format} needs a path"
+            )));
+        }
+        let bytes = py
+            .detach(|| {
+                let pairs = metadata
+                    .as_deref()
+                    .map(|m| zt::write::string_metadata(std::path::Path::new(""), m))
+                    .transpose()?;
+                zt::formats::safetensors::to_bytes(&arrays.tensors(), pairs.as_deref())
+            })
+            .map_err(to_py_err)?;
+        return Ok(PyBytes::new(py, &bytes).into_any());
+    };
+    let options = zt::WriteOptions {
+        align: align.map(crate::align_from_py).transpose()?,
+        compression,
+        storage_options: storage_options_from_py(storage_options)?,
+    };
+    let written = py
+        .detach(|| {
+            zt::publish::to_location(&path, &options.storage_options, |local| {
+                writer.write_arrays(&arrays.tensors(), metadata.as_deref(), local, &options)
+            })
+        })
         .map_err(to_py_err)?;
-    Ok(pyo3::types::PyBytes::new(py, &bytes))
-}
-
-/// Write one array as `.npy`; returns the bytes written.
-#[pyfunction]
-#[pyo3(signature = (path, tensor, storage_options = None))]
-pub fn write_npy(
-    py: Python<'_>,
-    path: PathBuf,
-    tensor: RawTensor,
-    storage_options: Option<&Bound<'_, PyDict>>,
-) -> PyResult<u64> {
-    let borrowed = Borrowed::new(vec![tensor])?;
-    write_to(py, &path, storage_options, |local| {
-        zt::formats::npy::write_npy(local, &borrowed.tensors()[0])
-    })
-}
-
-/// Write arrays as an uncompressed `.npz`; returns the bytes written.
-#[pyfunction]
-#[pyo3(signature = (path, tensors, storage_options = None))]
-pub fn write_npz(
-    py: Python<'_>,
-    path: PathBuf,
-    tensors: Vec<RawTensor>,
-    storage_options: Option<&Bound<'_, PyDict>>,
-) -> PyResult<u64> {
-    let borrowed = Borrowed::new(tensors)?;
-    write_to(py, &path, storage_options, |local| {
-        zt::formats::npy::write_npz(local, &borrowed.tensors())
-    })
-}
-
-/// Write arrays as a PyTorch zip checkpoint (a state dict that
-/// `torch.load(weights_only=True)` reads); returns the bytes written.
-#[pyfunction]
-#[pyo3(signature = (path, tensors, storage_options = None))]
-pub fn write_pt(
-    py: Python<'_>,
-    path: PathBuf,
-    tensors: Vec<RawTensor>,
-    storage_options: Option<&Bound<'_, PyDict>>,
-) -> PyResult<u64> {
-    let borrowed = Borrowed::new(tensors)?;
-    write_to(py, &path, storage_options, |local| {
-        zt::formats::pt::write(local, &borrowed.tensors())
-    })
+    Ok(written.into_pyobject(py)?.into_any())
 }

@@ -1,10 +1,12 @@
 //! Native half of `zt.zrecord`: `RecordWriter`, `RecordReader`, the
-//! dictionary trainer and `RecordBuffer` (owned gather output exposed to
-//! numpy through `__array_interface__`).
+//! dictionary trainer. Gather output reaches numpy as `ArrayView`s over
+//! pooled words (`array.rs`, `batch_pool.rs`).
 //!
-//! Buffers cross as `(address, nbytes)` of C-contiguous numpy arrays that
-//! the Python wrapper (`zt/zrecord.py`) keeps alive for the call, so every
-//! append and gather runs without the GIL. Readers are `Arc`s behind a
+//! Arrays cross as the objects themselves, whose buffers are borrowed and
+//! held for the call (`borrow.rs`: C-contiguous, writable where a gather
+//! writes, index arrays of native 8-byte integers), so every append and
+//! gather runs without the GIL and no Python caller can name memory it
+//! does not own. Readers are `Arc`s behind a
 //! lock: `close()` drops the handle's reference, and a gather still running
 //! keeps its own, so closing never frees a mapping under a read.
 
@@ -15,11 +17,13 @@ use pyo3::exceptions::{
     PyFileNotFoundError, PyIndexError, PyOSError, PyPermissionError, PyRuntimeError, PyValueError,
 };
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyTuple};
+use pyo3::types::{PyBytes, PyDict};
 
 use zrecord::{Codec, CreateOptions, Error, Geometry, Layout, Reader, Schema, Writer};
 
+use crate::array::{ArrayView, Keep};
 use crate::batch_pool::{self, Pooled};
+use crate::borrow::{Access, Borrowed};
 
 pyo3::create_exception!(
     zt,
@@ -61,79 +65,33 @@ fn to_py(e: Error) -> PyErr {
     }
 }
 
-/// A caller's buffer.
-///
-/// SAFETY (upheld by `zt/zrecord.py`): `address` points to `len` bytes of a
-/// live, C-contiguous numpy array that is neither freed nor resized until
-/// the call returns.
-unsafe fn borrowed<'a>(address: usize, len: usize) -> PyResult<&'a [u8]> {
-    if len == 0 {
-        return Ok(&[]);
-    }
-    if address == 0 {
-        return Err(PyValueError::new_err("null buffer"));
-    }
-    Ok(std::slice::from_raw_parts(address as *const u8, len))
-}
-
-/// Like [`borrowed`], writable.
-unsafe fn borrowed_mut<'a>(address: usize, len: usize) -> PyResult<&'a mut [u8]> {
-    if len == 0 {
-        return Ok(&mut []);
-    }
-    if address == 0 {
-        return Err(PyValueError::new_err("null buffer"));
-    }
-    Ok(std::slice::from_raw_parts_mut(address as *mut u8, len))
-}
-
-/// A caller's uint64 array.
-unsafe fn borrowed_u64<'a>(address: usize, count: usize) -> PyResult<&'a [u64]> {
-    if count == 0 {
-        return Ok(&[]);
-    }
-    if address == 0 || !address.is_multiple_of(std::mem::align_of::<u64>()) {
-        return Err(PyValueError::new_err("index array must be aligned uint64"));
-    }
-    Ok(std::slice::from_raw_parts(address as *const u64, count))
-}
-
 /// The `count * ndim` uint64 shapes of a Ragged append (`ndim` from the
-/// writer's schema), as a store error so it surfaces like the writer's own.
-///
-/// # Safety
-/// As [`borrowed_u64`].
-unsafe fn borrowed_shapes<'a>(
-    address: usize,
-    count: usize,
-    w: &Writer,
-) -> Result<&'a [u64], Error> {
-    borrowed_u64(address, count * w.schema().ndim()).map_err(|e| Error::Invalid {
-        reason: e.to_string(),
-    })
-}
-
-/// Owned gather output (u64 words so any element type is aligned).
-#[pyclass(frozen, module = "zt._zt")]
-pub struct RecordBuffer {
-    words: Pooled,
-    typestr: &'static str,
-    shape: Vec<usize>,
-}
-
-#[pymethods]
-impl RecordBuffer {
-    /// numpy's array interface, version 3 (writable, C order).
-    #[getter]
-    fn __array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let dict = PyDict::new(py);
-        dict.set_item("version", 3)?;
-        dict.set_item("shape", PyTuple::new(py, &self.shape)?)?;
-        dict.set_item("typestr", self.typestr)?;
-        dict.set_item("data", (self.words.address(), false))?;
-        dict.set_item("strides", py.None())?;
-        Ok(dict)
+/// writer's schema), checked as a store error so it surfaces like the
+/// writer's own.
+fn shapes_of<'a>(shapes: &'a Borrowed, count: usize, w: &Writer) -> Result<&'a [u64], Error> {
+    let invalid = |reason: String| Error::Invalid { reason };
+    let words = shapes.u64s("shapes").map_err(|e| invalid(e.to_string()))?;
+    let want = count.checked_mul(w.schema().ndim());
+    if want != Some(words.len()) {
+        return Err(invalid(format!(
+            "shapes holds {} integers, expected {count} records x {} dims",
+            words.len(),
+            w.schema().ndim()
+        )));
     }
+    Ok(words)
+}
+
+/// A read-only C-contiguous buffer of `obj`.
+fn read(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Borrowed> {
+    Borrowed::get(obj, what, Access::Read, false)
+}
+
+/// A buffer of native 8-byte integers (`idxs`, `sizes`, `shapes`).
+fn words(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Borrowed> {
+    let b = Borrowed::get(obj, what, Access::Read, true)?;
+    b.u64s(what)?;
+    Ok(b)
 }
 
 /// A store under construction (`Dense.create` / `Ragged.create`).
@@ -267,29 +225,29 @@ impl RecordWriter {
         })
     }
 
-    /// Append whole Dense rows from a C-contiguous buffer.
-    fn append_dense(&self, py: Python<'_>, address: usize, nbytes: usize) -> PyResult<u64> {
-        // SAFETY: see `borrowed`.
-        let src = unsafe { borrowed(address, nbytes)? };
-        self.with(py, |w| w.append_dense(src))
+    /// Append whole Dense rows from a C-contiguous array.
+    fn append_dense(&self, py: Python<'_>, records: Bound<'_, PyAny>) -> PyResult<u64> {
+        let src = read(&records, "records")?;
+        self.with(py, |w| w.append_dense(src.bytes()))
     }
 
-    /// Append Ragged records: payloads end to end in one buffer, their byte
-    /// sizes and their shapes (`count * ndim` uint64).
+    /// Append Ragged records: payloads end to end in one array, their byte
+    /// sizes (uint64) and their shapes (`count * ndim` uint64).
     fn append_ragged(
         &self,
         py: Python<'_>,
-        values: (usize, usize),
-        sizes: usize,
-        shapes: usize,
-        count: usize,
+        values: Bound<'_, PyAny>,
+        sizes: Bound<'_, PyAny>,
+        shapes: Bound<'_, PyAny>,
     ) -> PyResult<u64> {
-        // SAFETY: see `borrowed`.
-        let src = unsafe { borrowed(values.0, values.1)? };
-        let sizes = unsafe { borrowed_u64(sizes, count)? };
+        let values = read(&values, "values")?;
+        let sizes = words(&sizes, "sizes")?;
+        let shapes = words(&shapes, "shapes")?;
+        let src = values.bytes();
+        let sizes = sizes.u64s("sizes")?;
+        let count = sizes.len();
         self.with(py, |w| {
-            // SAFETY: see `borrowed`.
-            let shapes = unsafe { borrowed_shapes(shapes, count, w)? };
+            let shapes = shapes_of(&shapes, count, w)?;
             let mut payloads = Vec::with_capacity(count);
             let mut at = 0usize;
             for &size in sizes {
@@ -307,35 +265,25 @@ impl RecordWriter {
         })
     }
 
-    /// Append Ragged records that each sit in their own buffer: `addrs` and
-    /// `sizes` are `count` uint64 (address, byte size) pairs, `shapes`
-    /// `count * ndim` uint64. Large records go to the file straight from
-    /// the caller's arrays instead of being packed into one buffer first.
+    /// Append Ragged records that each sit in their own array (C-contiguous;
+    /// a record's bytes are its array's), with their shapes (`count * ndim`
+    /// uint64). Large records go to the file straight from the caller's
+    /// arrays instead of being packed into one buffer first.
     fn append_ragged_each(
         &self,
         py: Python<'_>,
-        addrs: usize,
-        sizes: usize,
-        shapes: usize,
-        count: usize,
+        records: Vec<Bound<'_, PyAny>>,
+        shapes: Bound<'_, PyAny>,
     ) -> PyResult<u64> {
-        // SAFETY: see `borrowed`; the caller keeps every record alive.
-        let addrs = unsafe { borrowed_u64(addrs, count)? };
-        let sizes = unsafe { borrowed_u64(sizes, count)? };
-        let payloads = addrs
+        let held = records
             .iter()
-            .zip(sizes)
-            .map(|(&a, &n)| {
-                let (a, n) = (usize::try_from(a), usize::try_from(n));
-                match (a, n) {
-                    (Ok(a), Ok(n)) => unsafe { borrowed(a, n) },
-                    _ => Err(PyValueError::new_err("record address or size out of range")),
-                }
-            })
-            .collect::<PyResult<Vec<&[u8]>>>()?;
+            .enumerate()
+            .map(|(i, r)| read(r, &format!("records[{i}]")))
+            .collect::<PyResult<Vec<_>>>()?;
+        let shapes = words(&shapes, "shapes")?;
+        let payloads: Vec<&[u8]> = held.iter().map(Borrowed::bytes).collect();
         self.with(py, |w| {
-            // SAFETY: see `borrowed`.
-            let shapes = unsafe { borrowed_shapes(shapes, count, w)? };
+            let shapes = shapes_of(&shapes, payloads.len(), w)?;
             w.append_ragged(&payloads, shapes)
         })
     }
@@ -488,19 +436,20 @@ impl RecordReader {
         Ok(self.get()?.codec() == Codec::ZstdDict)
     }
 
-    /// Gather Dense rows for `count` uint64 indices into a C-contiguous buffer.
+    /// Gather Dense rows for uint64 indices `idxs` into `out`, a writable
+    /// C-contiguous array of exactly their bytes (the reader checks the
+    /// length).
     fn gather_dense(
         &self,
         py: Python<'_>,
-        idxs: usize,
-        count: usize,
-        dst: usize,
-        nbytes: usize,
+        idxs: Bound<'_, PyAny>,
+        out: Bound<'_, PyAny>,
     ) -> PyResult<()> {
         let reader = self.get()?;
-        // SAFETY: see `borrowed`.
-        let idxs = unsafe { borrowed_u64(idxs, count)? };
-        let dst = unsafe { borrowed_mut(dst, nbytes)? };
+        let idxs = words(&idxs, "idxs")?;
+        let mut out = Borrowed::get(&out, "out", Access::Write, false)?;
+        let idxs = idxs.u64s("idxs")?;
+        let dst = out.bytes_mut();
         py.detach(|| reader.gather_dense(idxs, dst)).map_err(to_py)
     }
 
@@ -508,35 +457,35 @@ impl RecordReader {
     fn gather_ragged(
         &self,
         py: Python<'_>,
-        idxs: usize,
-        count: usize,
-    ) -> PyResult<(RecordBuffer, RecordBuffer, RecordBuffer)> {
+        idxs: Bound<'_, PyAny>,
+    ) -> PyResult<(ArrayView, ArrayView, ArrayView)> {
         let reader = self.get()?;
         let ndim = reader.schema().ndim();
-        // SAFETY: see `borrowed`.
-        let idxs = unsafe { borrowed_u64(idxs, count)? };
+        let idxs = words(&idxs, "idxs")?;
+        let idxs = idxs.u64s("idxs")?;
+        let count = idxs.len();
         // The payloads go into a kept buffer of a dropped batch when there is
         // one (see batch_pool): large batches otherwise fault in fresh pages.
         let words = batch_pool::take_latest();
         let batch = py
             .detach(|| reader.gather_ragged_into(idxs, words))
             .map_err(to_py)?;
-        let values = RecordBuffer {
-            words: Pooled::new(batch.words),
-            typestr: "|u1",
-            shape: vec![batch.len],
+        // Owned u64 words, so any element type is aligned.
+        let view = |words: Vec<u64>, typestr: &'static str, shape| {
+            let address = words.as_ptr() as usize;
+            ArrayView::kept(
+                Keep::Pooled(Pooled::new(words)),
+                address,
+                typestr.into(),
+                shape,
+            )
         };
-        let offsets = RecordBuffer {
-            typestr: "<u8",
-            shape: vec![batch.offsets.len()],
-            words: Pooled::new(batch.offsets),
-        };
-        let shapes = RecordBuffer {
-            typestr: "<u8",
-            shape: vec![count, ndim],
-            words: Pooled::new(batch.shapes),
-        };
-        Ok((values, offsets, shapes))
+        let offsets_len = batch.offsets.len();
+        Ok((
+            view(batch.words, "|u1", vec![batch.len]),
+            view(batch.offsets, "<u8", vec![offsets_len]),
+            view(batch.shapes, "<u8", vec![count, ndim]),
+        ))
     }
 
     /// Release this handle (a running gather keeps its own reference).
@@ -549,14 +498,13 @@ impl RecordReader {
 #[pyfunction]
 pub fn train_dict<'py>(
     py: Python<'py>,
-    samples: (usize, usize),
+    samples: Bound<'py, PyAny>,
     sizes: Vec<usize>,
     dict_bytes: usize,
 ) -> PyResult<Bound<'py, PyBytes>> {
-    // SAFETY: see `borrowed`.
-    let samples = unsafe { borrowed(samples.0, samples.1)? };
+    let samples = read(&samples, "samples")?;
     let dict = py
-        .detach(|| zrecord::train_dict(samples, &sizes, dict_bytes))
+        .detach(|| zrecord::train_dict(samples.bytes(), &sizes, dict_bytes))
         .map_err(to_py)?;
     Ok(PyBytes::new(py, &dict))
 }
@@ -576,7 +524,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ZrecordError", m.py().get_type::<ZrecordError>())?;
     m.add_class::<RecordWriter>()?;
     m.add_class::<RecordReader>()?;
-    m.add_class::<RecordBuffer>()?;
     m.add_function(wrap_pyfunction!(train_dict, m)?)?;
     m.add_function(wrap_pyfunction!(dict_tiers, m)?)?;
     Ok(())

@@ -1,9 +1,10 @@
 //! The `.zt` writer, verification and identity, for `zt.Writer`,
 //! `zt.verify`, `zt.numpy.save_file(..., "x.zt")`.
 //!
-//! Arrays arrive as `(address, nbytes)` of C-contiguous numpy buffers the
-//! Python side keeps alive for the call (see `writers.rs`), so writes run
-//! without the GIL and without copies.
+//! Arrays arrive as the objects themselves, whose buffers are borrowed and
+//! held for the call (see `borrow.rs`), so writes run without the GIL and
+//! without copies. The batch write (`zt.numpy.save_file(..., "x.zt")`) is
+//! `writers.rs`'s `save`, over the writer registry.
 
 use std::borrow::Cow;
 use std::path::PathBuf;
@@ -18,6 +19,8 @@ use zt::container::write::{ObjectIn, Options, PartIn, Writer as ZtWriter};
 use zt::dtype::DType;
 use zt::Align;
 
+use crate::borrow::{Access, Borrowed};
+use crate::writers::dtype_named;
 use crate::{storage_options_from_py, to_py_err};
 
 /// A Python value as a CBOR attribute value.
@@ -87,23 +90,6 @@ pub fn dict_to_cbor(d: &Bound<'_, PyDict>) -> PyResult<Cbor> {
     Ok(Cbor::Map(out))
 }
 
-fn dtype_of(name: &str) -> PyResult<DType> {
-    DType::from_name(name).ok_or_else(|| PyValueError::new_err(format!("unknown dtype {name:?}")))
-}
-
-/// SAFETY contract (upheld by `zt/_zt_writer.py`): `address` points to
-/// `nbytes` readable bytes that stay alive and unchanged during the call.
-unsafe fn borrow<'a>(address: usize, nbytes: usize) -> PyResult<&'a [u8]> {
-    if nbytes == 0 {
-        return Ok(&[]);
-    }
-    if address == 0 {
-        return Err(PyValueError::new_err("null buffer"));
-    }
-    // SAFETY: see the function contract.
-    Ok(unsafe { std::slice::from_raw_parts(address as *const u8, nbytes) })
-}
-
 /// Parse the Python-side placement into writer options.
 pub fn options(
     canonical: bool,
@@ -126,29 +112,57 @@ pub fn options(
     })
 }
 
-/// One part as Python describes it: (name, dtype, address, nbytes, zstd level or None).
-type RawPart = (String, String, usize, usize, Option<i32>);
+/// One part as Python describes it: (name, dtype, array, zstd level or None).
+type RawPart<'py> = (String, String, Bound<'py, PyAny>, Option<i32>);
 
-fn parts_in(parts: Vec<RawPart>) -> PyResult<Vec<PartIn<'static>>> {
-    parts
-        .into_iter()
-        .map(|(name, dtype, address, nbytes, compression)| {
-            Ok(PartIn {
-                name,
-                dtype: dtype_of(&dtype)?,
-                // SAFETY: the caller keeps the buffers alive for the call;
-                // the 'static lifetime never escapes it.
-                data: Cow::Borrowed(unsafe { borrow(address, nbytes)? }),
-                compression,
+/// Parts whose buffers are borrowed and held while the writer reads them.
+struct HeldParts {
+    described: Vec<(String, DType, Option<i32>)>,
+    buffers: Vec<Borrowed>,
+}
+
+impl HeldParts {
+    /// Borrow each part's buffer: C-contiguous, in bytes or elements of its
+    /// dtype's storage width (the writer checks the lengths against the
+    /// shape and layout).
+    fn new(parts: Vec<RawPart<'_>>) -> PyResult<Self> {
+        let mut out = HeldParts {
+            described: Vec::with_capacity(parts.len()),
+            buffers: Vec::with_capacity(parts.len()),
+        };
+        for (name, dtype, array, compression) in parts {
+            let what = format!("part {name:?}");
+            let dtype = dtype_named(&dtype, &what)?;
+            let buffer = Borrowed::get(&array, &what, Access::Read, false)?;
+            buffer.expect_dtype_width(&what, dtype)?;
+            out.described.push((name, dtype, compression));
+            out.buffers.push(buffer);
+        }
+        Ok(out)
+    }
+
+    /// The parts, borrowing the held buffers.
+    fn parts(&self) -> Vec<PartIn<'_>> {
+        self.described
+            .iter()
+            .zip(&self.buffers)
+            .map(|((name, dtype, compression), buffer)| PartIn {
+                name: name.clone(),
+                dtype: *dtype,
+                data: Cow::Borrowed(buffer.bytes()),
+                compression: *compression,
             })
-        })
-        .collect()
+            .collect()
+    }
 }
 
 /// The native `.zt` writer behind `zt.Writer`.
 #[pyclass(frozen, module = "zt._zt")]
 pub struct Writer {
-    inner: Mutex<Option<ZtWriter>>,
+    /// Boxed: the writer's hasher state is 64-byte aligned, more than the
+    /// 16 bytes CPython's allocator gives a Python object, so it cannot
+    /// live inline in one (a debug build's alignment check aborts).
+    inner: Mutex<Option<Box<ZtWriter>>>,
     /// For an `s3://` destination: the staged local file, uploaded by
     /// `finish` (dropped, with nothing uploaded, on abandon).
     staged: Mutex<Option<zt::remote::Staged>>,
@@ -203,30 +217,30 @@ impl Writer {
             .detach(|| ZtWriter::create(local, opts))
             .map_err(to_py_err)?;
         Ok(Writer {
-            inner: Mutex::new(Some(w)),
+            inner: Mutex::new(Some(Box::new(w))),
             staged: Mutex::new(staged),
         })
     }
 
-    /// Add an object: `parts` is a list of (name, dtype, address, nbytes, level).
+    /// Add an object: `parts` is a list of (name, dtype, array, level).
     #[pyo3(signature = (name, shape, parts, layout = "dense".to_string(), attributes = None))]
     fn add_object(
         &self,
         py: Python<'_>,
         name: String,
         shape: Vec<u64>,
-        parts: Vec<RawPart>,
+        parts: Vec<RawPart<'_>>,
         layout: String,
         attributes: Option<Bound<'_, PyDict>>,
     ) -> PyResult<()> {
         let attributes = attributes.map(|a| dict_to_cbor(&a)).transpose()?;
-        let parts = parts_in(parts)?;
+        let held = HeldParts::new(parts)?;
         let o = ObjectIn {
             name,
             shape,
             layout,
             attributes,
-            parts,
+            parts: held.parts(),
         };
         self.with(py, move |w| w.add_object(o))
     }
@@ -245,7 +259,10 @@ impl Writer {
         let attributes = attributes.map(|a| dict_to_cbor(&a)).transpose()?;
         let parts = parts
             .into_iter()
-            .map(|(n, d, l)| Ok((n, dtype_of(&d)?, l)))
+            .map(|(n, d, l)| {
+                let d = dtype_named(&d, &format!("part {n:?}"))?;
+                Ok((n, d, l))
+            })
             .collect::<PyResult<Vec<_>>>()?;
         self.with(py, move |w| {
             let refs: Vec<(&str, DType, u64)> =
@@ -254,11 +271,10 @@ impl Writer {
         })
     }
 
-    /// Write bytes of the open stream (address, nbytes of a live buffer).
-    fn write_chunk(&self, py: Python<'_>, address: usize, nbytes: usize) -> PyResult<()> {
-        // SAFETY: the caller keeps the buffer alive for the call.
-        let chunk = unsafe { borrow(address, nbytes)? };
-        self.with(py, move |w| w.write_chunk(chunk))
+    /// Write the bytes of `chunk` (any C-contiguous buffer) to the open stream.
+    fn write_chunk(&self, py: Python<'_>, chunk: Bound<'_, PyAny>) -> PyResult<()> {
+        let chunk = Borrowed::get(&chunk, "chunk", Access::Read, false)?;
+        self.with(py, |w| w.write_chunk(chunk.bytes()))
     }
 
     /// (part name, bytes written) of the open stream, or None.
@@ -322,44 +338,6 @@ impl Writer {
             .unwrap_or_else(|e| e.into_inner())
             .is_none()
     }
-}
-
-/// Write objects in one batch (`zt.numpy.save_file`): objects are
-/// (name, shape, layout, parts) with parts as in `Writer.add_object`.
-#[pyfunction]
-#[pyo3(signature = (path, objects, attributes = None, canonical = true, align = None, compression = None, storage_options = None))]
-#[allow(clippy::type_complexity, clippy::too_many_arguments)]
-pub fn write_zt(
-    py: Python<'_>,
-    path: PathBuf,
-    objects: Vec<(String, Vec<u64>, String, Vec<RawPart>)>,
-    attributes: Option<Bound<'_, PyDict>>,
-    canonical: bool,
-    align: Option<Bound<'_, PyAny>>,
-    compression: Option<i32>,
-    storage_options: Option<&Bound<'_, PyDict>>,
-) -> PyResult<u64> {
-    let storage_options = storage_options_from_py(storage_options)?;
-    let opts = options(canonical, align.as_ref(), false, false, compression)?;
-    let attributes = attributes.map(|a| dict_to_cbor(&a)).transpose()?;
-    let objects = objects
-        .into_iter()
-        .map(|(name, shape, layout, parts)| {
-            Ok(ObjectIn {
-                name,
-                shape,
-                layout,
-                attributes: None,
-                parts: parts_in(parts)?,
-            })
-        })
-        .collect::<PyResult<Vec<_>>>()?;
-    py.detach(|| {
-        zt::publish::to_location(&path, &storage_options, |local| {
-            zt::container::write::write_objects(local, objects, attributes, &opts)
-        })
-    })
-    .map_err(to_py_err)
 }
 
 /// Verify a file; returns (checked, undigested).

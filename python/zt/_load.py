@@ -19,17 +19,18 @@ import os
 
 import numpy as np
 
-from ._tensor import _ML_DTYPES, _NIBBLES, RECORD_LAYOUT, Tensor, numpy_dtype
+from . import _zt
+from ._tensor import _ML_DTYPES, RECORD_LAYOUT, SUBBYTE, Tensor, numpy_dtype
 
 # Element types stored below a byte: the raw bytes are unpacked (copied).
-_SUBBYTE = set(_NIBBLES) | {"f6_e2m3", "f6_e3m2"}
+_SUBBYTE = SUBBYTE
 
 
 def _storage_dtype(name: str) -> np.dtype:
     """The numpy dtype of the stored elements (ml_dtypes types as the
     unsigned integer of their width, which ``Tensor._wrap`` re-views)."""
     if name in _ML_DTYPES:
-        return np.dtype({1: "u1", 2: "<u2"}[np.dtype(_ML_DTYPES[name]).itemsize])
+        return np.dtype(_zt.DTYPES[name]["typestr"])
     return numpy_dtype(name)
 
 

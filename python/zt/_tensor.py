@@ -9,47 +9,24 @@ import numpy as np
 
 from . import _zt
 
-# dtypes numpy has no builtin for; the native side hands out same-width
-# unsigned integers, re-viewed here as the ml_dtypes type.
-_ML_DTYPES = {
-    "bf16": ml_dtypes.bfloat16,
-    "f8_e4m3fn": ml_dtypes.float8_e4m3fn,
-    "f8_e5m2": ml_dtypes.float8_e5m2,
-    "f8_e4m3fnuz": ml_dtypes.float8_e4m3fnuz,
-    "f8_e5m2fnuz": ml_dtypes.float8_e5m2fnuz,
-    "f8_e8m0": ml_dtypes.float8_e8m0fnu,
-}
+# The dtype table is Rust's (`_zt.DTYPES`: bits, storage, the typestr the
+# native side hands out, the ml_dtypes type); these lookups are built from it.
+_ML = {name: getattr(ml_dtypes, d["ml_dtypes"]) for name, d in _zt.DTYPES.items() if d["ml_dtypes"]}
+# 4-bit types, stored two per byte (low nibble first), unpacked here to one
+# ml_dtypes element per byte.
+_NIBBLES = {name: t for name, t in _ML.items() if _zt.DTYPES[name]["bits"] == 4}
+# Other dtypes numpy has no builtin for; the native side hands out
+# same-width unsigned integers, re-viewed here as the ml_dtypes type.
+_ML_DTYPES = {name: t for name, t in _ML.items() if name not in _NIBBLES}
+# Packed to fewer than 8 bits per element (4-bit and 6-bit types).
+SUBBYTE = frozenset(name for name, d in _zt.DTYPES.items() if d["bits"] % 8)
+_NUMPY = {name: np.dtype(_ML.get(name, d["typestr"])) for name, d in _zt.DTYPES.items()}
 
 
 def numpy_dtype(name: str) -> np.dtype:
-    """The numpy dtype zt uses for a zt dtype name."""
-    if name in _ML_DTYPES:
-        return np.dtype(_ML_DTYPES[name])
-    if name in _NIBBLES:
-        return np.dtype(_NIBBLES[name])
-    return np.dtype(
-        {
-            "f64": "<f8",
-            "f32": "<f4",
-            "f16": "<f2",
-            "i64": "<i8",
-            "i32": "<i4",
-            "i16": "<i2",
-            "i8": "i1",
-            "u64": "<u8",
-            "u32": "<u4",
-            "u16": "<u2",
-            "u8": "u1",
-            "bool": "?",
-            "complex64": "<c8",
-            "complex128": "<c16",
-        }.get(name, "u1")
-    )
-
-
-# 4-bit types, stored two per byte (low nibble first), unpacked here to one
-# ml_dtypes element per byte.
-_NIBBLES = {"f4_e2m1": ml_dtypes.float4_e2m1fn, "i4": ml_dtypes.int4, "u4": ml_dtypes.uint4}
+    """The numpy dtype zt uses for a zt dtype name (bytes for a type numpy
+    cannot hold, fp6)."""
+    return _NUMPY.get(name, np.dtype("u1"))
 
 
 def _unpack_nibbles(packed: np.ndarray, shape: tuple[int, ...], dtype) -> np.ndarray:
@@ -107,7 +84,7 @@ class Tensor(_zt.BufferExporter):
         """The read-only array the buffer protocol exports (called by the
         native base type's buffer slot)."""
         name = self._native.dtype
-        if name in _ML_DTYPES or name in _NIBBLES or name in ("f6_e2m3", "f6_e3m2"):
+        if name in _ML_DTYPES or name in SUBBYTE:
             arr = np.asarray(self._native._array(False))
         else:
             arr = self.numpy()

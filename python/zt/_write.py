@@ -5,33 +5,16 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-import ml_dtypes
 import numpy as np
 
 from . import _zt
+from ._tensor import numpy_dtype
 
+# numpy dtype -> zt name, from Rust's dtype table (`_zt.DTYPES`): every
+# dtype zTensor registers that numpy (or ml_dtypes) has a type for (fp6 has
+# none; int4/uint4 are ONNX's, which zTensor does not register).
 _BY_NUMPY = {
-    np.dtype("<f8"): "f64",
-    np.dtype("<f4"): "f32",
-    np.dtype("<f2"): "f16",
-    np.dtype("<i8"): "i64",
-    np.dtype("<i4"): "i32",
-    np.dtype("<i2"): "i16",
-    np.dtype("i1"): "i8",
-    np.dtype("<u8"): "u64",
-    np.dtype("<u4"): "u32",
-    np.dtype("<u2"): "u16",
-    np.dtype("u1"): "u8",
-    np.dtype("?"): "bool",
-    np.dtype("<c8"): "complex64",
-    np.dtype("<c16"): "complex128",
-    np.dtype(ml_dtypes.bfloat16): "bf16",
-    np.dtype(ml_dtypes.float8_e4m3fn): "f8_e4m3fn",
-    np.dtype(ml_dtypes.float8_e5m2): "f8_e5m2",
-    np.dtype(ml_dtypes.float8_e4m3fnuz): "f8_e4m3fnuz",
-    np.dtype(ml_dtypes.float8_e5m2fnuz): "f8_e5m2fnuz",
-    np.dtype(ml_dtypes.float8_e8m0fnu): "f8_e8m0",
-    np.dtype(ml_dtypes.float4_e2m1fn): "f4_e2m1",
+    numpy_dtype(name): name for name, d in _zt.DTYPES.items() if d["zt"] and (d["ml_dtypes"] or d["bits"] % 8 == 0)
 }
 
 
@@ -45,17 +28,18 @@ def zt_dtype(dtype: np.dtype) -> str:
         raise ValueError(f"zt cannot store numpy dtype {dtype}") from None
 
 
-def _pack_f4(arr: np.ndarray) -> np.ndarray:
-    """One ml_dtypes fp4 per byte -> two per byte, low nibble first."""
+def _pack_nibbles(arr: np.ndarray) -> np.ndarray:
+    """One ml_dtypes 4-bit element per byte -> two per byte, low nibble first."""
     codes = arr.reshape(-1).view(np.uint8) & 0x0F
     if codes.size % 2:
         codes = np.append(codes, np.uint8(0))
     return (codes[0::2] | (codes[1::2] << 4)).astype(np.uint8)
 
 
-def prepare(name: str, value) -> tuple[tuple, np.ndarray]:
-    """Describe one array for the native writer and return the buffer that
-    must stay alive during the call (little-endian, C-contiguous)."""
+def prepare(name: str, value) -> tuple[str, np.ndarray]:
+    """The zt dtype name of one array and the little-endian, C-contiguous
+    array holding its bytes, which the native writer borrows (fp4 packed two
+    per byte)."""
     if not isinstance(value, (np.ndarray, np.generic)):
         raise ValueError(f"Key `{name}` is invalid, expected np.ndarray but received {type(value)}")
     arr = np.asarray(value)
@@ -64,9 +48,8 @@ def prepare(name: str, value) -> tuple[tuple, np.ndarray]:
     dtype = zt_dtype(arr.dtype)
     if arr.dtype.byteorder == ">":
         arr = arr.astype(arr.dtype.newbyteorder("<"))
-    buf = _pack_f4(arr) if dtype == "f4_e2m1" else np.ascontiguousarray(arr)
-    address = buf.__array_interface__["data"][0] if buf.nbytes else 0
-    return (name, dtype, [int(d) for d in arr.shape], address, int(buf.nbytes)), buf
+    buf = _pack_nibbles(arr) if _zt.DTYPES[dtype]["bits"] == 4 else np.ascontiguousarray(arr)
+    return dtype, buf
 
 
 # What a file name's extension picks, and what a `format=` may name.
@@ -93,19 +76,18 @@ def format_of(path: str, format: str | None) -> str:
     return _BY_EXTENSION.get(os.path.splitext(path)[1].lower(), "safetensors")
 
 
-def describe(tensors: Mapping[str, np.ndarray]) -> tuple[list[tuple], list[np.ndarray]]:
-    """The native writers' descriptions of ``tensors`` and the buffers that
-    must outlive the call."""
+def describe(tensors: Mapping[str, np.ndarray]) -> list[tuple]:
+    """``(name, dtype, shape, array)`` of each tensor for ``_zt.save``,
+    which borrows each array's buffer for the call."""
     if not isinstance(tensors, Mapping):
         raise ValueError(f"Expected a dict of [str, np.ndarray] but received {type(tensors)}")
-    described, keep_alive = [], []
+    described = []
     for name, value in tensors.items():
         if not isinstance(name, str):
             raise TypeError(f"tensor names must be str, got {name!r}")
-        info, buf = prepare(name, value)
-        described.append(info)
-        keep_alive.append(buf)
-    return described, keep_alive
+        dtype, buf = prepare(name, value)
+        described.append((name, dtype, [int(d) for d in np.shape(value)], buf))
+    return described
 
 
 def metadata_pairs(metadata: Mapping[str, str] | None) -> list[tuple[str, str]] | None:
@@ -135,28 +117,26 @@ def save(
     ``format``, or the format its extension names (safetensors for any
     other name). ``align`` and ``compression`` apply to ``.zt`` only."""
     path = os.fspath(path)
-    described, keep_alive = describe(tensors)
+    described = describe(tensors)
     fmt = format_of(path, format)
     if (align is not None or compression) and fmt != "zt":
         raise ValueError(f"{fmt} files have no alignment or compression options; use .zt")
     if metadata is not None and fmt not in ("safetensors", "zt"):
         raise ValueError(f"{fmt} files cannot carry metadata; use .safetensors or .zt")
+    if fmt == "npy" and len(described) != 1:
+        raise ValueError(f".npy holds exactly one array, got {len(described)}")
+    level = None
     if fmt == "zt":
-        from ._zt_writer import save_zt
+        from ._zt_writer import _level
 
-        written = save_zt(described, path, metadata, align, compression, storage_options)
-    elif fmt == "safetensors":
-        written = _zt.write_safetensors(path, described, metadata_pairs(metadata), storage_options)
-    elif fmt == "npz":
-        written = _zt.write_npz(path, described, storage_options)
-    elif fmt == "pt":
-        written = _zt.write_pt(path, described, storage_options)
-    else:  # npy
-        if len(described) != 1:
-            raise ValueError(f".npy holds exactly one array, got {len(described)}")
-        written = _zt.write_npy(path, described[0], storage_options)
-    del keep_alive  # the buffers had to outlive the native call
-    return written
+        level = _level(None, compression)
+    elif metadata is not None:  # safetensors: str to str, as safetensors requires
+        metadata = dict(metadata_pairs(metadata))
+    return _zt.save(path, fmt, described, _as_dict(metadata), align, level, storage_options)
+
+
+def _as_dict(metadata: Mapping | None) -> dict | None:
+    return None if metadata is None else dict(metadata)
 
 
 def save_bytes(
@@ -165,10 +145,8 @@ def save_bytes(
     """What :func:`save` would write, as bytes (``safetensors.*.save``)."""
     fmt = format_of("", format)
     if fmt == "safetensors":
-        described, keep_alive = describe(tensors)
-        data = _zt.safetensors_bytes(described, metadata_pairs(metadata))
-        del keep_alive
-        return data
+        pairs = metadata_pairs(metadata)
+        return _zt.save(None, fmt, describe(tensors), None if pairs is None else dict(pairs))
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="zt-save-") as d:

@@ -13,17 +13,8 @@ from ._write import prepare, zt_dtype
 
 PathLike = Union[str, "os.PathLike[str]"]
 
-_LOGICAL = {
-    "bool": "u8",
-    "f8_e4m3fn": "u8",
-    "f8_e5m2": "u8",
-    "f8_e4m3fnuz": "u8",
-    "f8_e5m2fnuz": "u8",
-    "f8_e8m0": "u8",
-    "f4_e2m1": "u8",
-    "complex64": "f32",
-    "complex128": "f64",
-}
+# Logical type -> the storage dtype it rides on, from Rust's dtype table.
+_LOGICAL = {name: d["storage"] for name, d in _zt.DTYPES.items() if d["storage"] != name and d["zt"]}
 
 _ENCODING = "zt.zstd-seekable/1"
 
@@ -39,7 +30,7 @@ def _level(encoding, compression) -> int | None:
     return int(compression)
 
 
-def _part(pname: str, spec: Any, keep: list) -> tuple:
+def _part(pname: str, spec: Any) -> tuple:
     """One part from a numpy array, or a dict ``{dtype, data, logical?, encoding?}``."""
     if isinstance(spec, Mapping):
         data = np.ascontiguousarray(np.frombuffer(memoryview(spec["data"]).cast("B"), dtype=np.uint8))
@@ -50,11 +41,9 @@ def _part(pname: str, spec: Any, keep: list) -> tuple:
             )
         level = _level(spec.get("encoding"), spec.get("compression"))
     else:
-        (_, dtype, _, _, _), data = prepare(pname, np.asarray(spec))
+        dtype, data = prepare(pname, np.asarray(spec))
         level = None
-    keep.append(data)
-    address = data.__array_interface__["data"][0] if data.nbytes else 0
-    return (pname, dtype, address, int(data.nbytes), level)
+    return (pname, dtype, data, level)
 
 
 class Sink:
@@ -77,7 +66,7 @@ class Sink:
         arr = np.ascontiguousarray(np.frombuffer(memoryview(chunk).cast("B"), dtype=np.uint8))
         native = self._writer._native
         before = native.stream_position()
-        native.write_chunk(arr.__array_interface__["data"][0] if arr.nbytes else 0, int(arr.nbytes))
+        native.write_chunk(arr)
         after = native.stream_position()
         if not arr.nbytes:
             # Upstream starts counting the next part on any write, even an
@@ -161,17 +150,14 @@ class Writer:
     ) -> None:
         """Add a dense tensor: a numpy array, or raw bytes with ``shape`` and
         ``dtype`` (a storage dtype, with ``logical`` for bool/fp8/fp4/complex)."""
-        keep: list = []
         if dtype is None:
             arr = np.asarray(data)
             shape = list(arr.shape)
-            (_, dt, _, _, _), buf = prepare(name, arr)
-            keep.append(buf)
-            part = ("data", dt, buf.__array_interface__["data"][0] if buf.nbytes else 0, int(buf.nbytes))
-            part = (*part, _level(encoding, compression))
+            dt, buf = prepare(name, arr)
+            part = ("data", dt, buf, _level(encoding, compression))
         else:
             spec = {"dtype": dtype, "data": data, "logical": logical, "encoding": encoding, "compression": compression}
-            part = _part("data", spec, keep)
+            part = _part("data", spec)
         self._native.add_object(name, [int(d) for d in shape], [part], "dense", None)
 
     def add_object(
@@ -184,8 +170,7 @@ class Writer:
     ) -> None:
         """Add an object with any parts: each a numpy array or a dict
         ``{dtype, data, logical?, encoding?}``."""
-        keep: list = []
-        described = [_part(p, spec, keep) for p, spec in parts.items()]
+        described = [_part(p, spec) for p, spec in parts.items()]
         self._native.add_object(name, [int(d) for d in shape], described, layout, attributes)
 
     def stream(
@@ -248,16 +233,4 @@ def canonical_violations(path: PathLike) -> list[tuple[int, str]]:
     return _zt.canonical_violations(os.fspath(path))
 
 
-def save_zt(described: list[tuple], path: str, metadata, align, compression, storage_options=None) -> int:
-    """Batch-write dense tensors described by ``_write.prepare``."""
-    level = _level(None, compression)
-    canonical = align is None and level is None
-    objects = [
-        (name, shape, "dense", [("data", dtype, address, nbytes, None)])
-        for name, dtype, shape, address, nbytes in described
-    ]
-    attrs = dict(metadata) if metadata is not None else None
-    return _zt.write_zt(path, objects, attrs, canonical, align, level, storage_options)
-
-
-__all__ = ["Sink", "Writer", "canonical_violations", "content_id", "save_zt", "verify", "zt_dtype"]
+__all__ = ["Sink", "Writer", "canonical_violations", "content_id", "verify", "zt_dtype"]

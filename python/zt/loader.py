@@ -143,10 +143,10 @@ class Sampler:
         self._len: int = self._native.batch_len
         self._dtype = np.dtype(np.int64) if length <= 1 << 63 else np.dtype(np.uint64)
         self._shape = (self._len,)
-        # The last `out` array checked and its data address, as one tuple so
-        # that threads passing different arrays never pair one array with
-        # another's address (see `next`).
-        self._borrowed: tuple[np.ndarray | None, int] = (None, 0)
+        # The last `out` array checked (its Python-level checks are skipped
+        # while the same array comes back; the native fill checks its buffer
+        # on every call).
+        self._adopted: np.ndarray | None = None
 
     # -- drawing --------------------------------------------------------------
 
@@ -157,20 +157,20 @@ class Sampler:
         C-contiguous 1-D array of :attr:`dtype` and length :attr:`batch_len`),
         the indices are written into ``out`` and ``out`` itself is returned:
         a borrow that the next ``next(out=out)`` overwrites, so copy it to keep
-        a batch. ``out`` is validated the first time it is passed; the sampler
-        then keeps a reference to it (so numpy refuses to resize it and its
-        memory stays put) and writes into that memory on each call until
-        another ``out`` replaces it.
+        a batch. ``out`` is validated (with loaderx's messages) the first time
+        it is passed; the native fill borrows its buffer on every call and
+        checks again that it is writable, C-contiguous and exactly one batch
+        of 8-byte integers, so no change to ``out`` can make it write
+        elsewhere.
         """
         native = self._native
         if native is None:
             raise RuntimeError("Sampler is closed")
         if out is None:
             return _frombuffer(native.next_bytes(), self._dtype)
-        held, address = self._borrowed
-        if out is not held:
-            address = self._adopt(out)
-        native.next_into(address, self._len)
+        if out is not self._adopted:
+            self._adopt(out)
+        native.next_into(out)
         return out
 
     def batch(self, step: int, out: np.ndarray | None = None) -> np.ndarray:
@@ -180,20 +180,13 @@ class Sampler:
         native = self._native_or_raise()
         if out is None:
             return _frombuffer(native.batch_bytes(step), self._dtype)
-        held, address = self._borrowed
-        if out is not held:
-            address = self._adopt(out)
-        native.batch_into(step, address, self._len)
+        if out is not self._adopted:
+            self._adopt(out)
+        native.batch_into(step, out)
         return out
 
-    def _adopt(self, out: np.ndarray) -> int:
-        """Validate a new ``out``, cache it with its data address, and return
-        the address.
-
-        Checking once is enough for memory safety: nothing done to an array
-        in place (changing its shape, dtype, strides or flags) changes which
-        bytes it owns, and the reference kept here makes numpy refuse to
-        resize it."""
+    def _adopt(self, out: np.ndarray) -> None:
+        """Validate a new ``out`` with loaderx's messages and remember it."""
         if not isinstance(out, np.ndarray):
             raise TypeError(f"out must be a numpy array, got {type(out).__name__}")
         if out.dtype != self._dtype:
@@ -202,9 +195,7 @@ class Sampler:
             raise ValueError(f"out must have shape {self._shape}, got {out.shape}")
         if not out.flags.c_contiguous or not out.flags.writeable:
             raise ValueError("out must be C-contiguous and writeable")
-        address = out.ctypes.data
-        self._borrowed = (out, address)
-        return address
+        self._adopted = out
 
     # -- position ---------------------------------------------------------------
 
@@ -309,7 +300,7 @@ class Sampler:
     def close(self) -> None:
         """Release the native sampler; later draws raise ``RuntimeError``."""
         self._native = None
-        self._borrowed = (None, 0)
+        self._adopted = None
 
     def __enter__(self) -> Sampler:
         return self

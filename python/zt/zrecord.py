@@ -57,15 +57,17 @@ StorageOptions = Union[Mapping[str, Any], None]
 
 __all__ = ["DEFAULT_LAYOUT", "DICT_TIERS", "LAYOUTS", "Dense", "Ragged", "ZrecordError", "train_dict"]
 
-CODECS = ("raw", "zstd", "zstd_dict")
-MAX_DATA_SHARDS = 255
-MAX_RECORD_LEN = 1 << 31
+# The store's names and bounds, from the zrecord crate (`_zt.ZRECORD_LIMITS`).
+_LIMITS = _zt.ZRECORD_LIMITS
+CODECS = _LIMITS["codecs"]
+MAX_DATA_SHARDS = _LIMITS["max_data_shards"]
+MAX_RECORD_LEN = _LIMITS["max_record_len"]
 DICT_TIERS = {name: {"dict_bytes": d, "sample_budget": s} for name, (d, s) in _zt.dict_tiers().items()}
 # loaderx 2.3.8 and 2.8.19 both train one 32 KiB dictionary on at most 4 MiB
 # of samples: tier "fast", byte for byte the same dictionary.
 DEFAULT_TIER = "fast"
-LAYOUTS = ("loaderx-2.8", "loaderx-2.3")
-DEFAULT_LAYOUT = "loaderx-2.8"
+LAYOUTS = _LIMITS["layouts"]
+DEFAULT_LAYOUT = _LIMITS["default_layout"]
 
 _NUMPY_MAX_NDIMS = 64 if int(np.__version__.split(".", 1)[0]) >= 2 else 32
 _MAX_INTP = np.iinfo(np.intp).max
@@ -143,10 +145,6 @@ def _check_codec(codec, dict_bytes):
     if codec != "zstd_dict" and dict_bytes is not None:
         raise ValueError("dict_bytes requires codec='zstd_dict'")
     return None if dict_bytes is None else bytes(dict_bytes)
-
-
-def _address(array: np.ndarray) -> int:
-    return array.__array_interface__["data"][0]
 
 
 def _schema_dtype(name: str) -> np.dtype:
@@ -375,7 +373,7 @@ class Dense(_Base):
         if len(batch) == 0:
             raise ValueError("append needs at least one record")
         src = np.ascontiguousarray(batch)
-        writer.append_dense(_address(src), src.nbytes)
+        writer.append_dense(src)
 
     def _gather(self, reader, idxs):
         shape = (idxs.size, *self.item_shape)
@@ -386,7 +384,7 @@ class Dense(_Base):
             values = np.asarray(_zt.batch_buffer(nbytes)).view(self.dtype).reshape(shape)
         else:
             values = np.empty(shape, dtype=self.dtype)
-        reader.gather_dense(_address(idxs), idxs.size, _address(values), values.nbytes)
+        reader.gather_dense(idxs, values)
         return values
 
 
@@ -461,8 +459,7 @@ class Ragged(_Base):
             # packing them first cost a second copy and, for a fresh
             # batch-sized buffer, a page fault per 4 KiB (2x loaderx's time).
             arrays = [a if a.flags.c_contiguous else np.ascontiguousarray(a) for a in arrays]
-            addrs = np.fromiter((a.ctypes.data for a in arrays), dtype=np.uint64, count=count)
-            writer.append_ragged_each(_address(addrs), _address(sizes), _address(shapes), count)
+            writer.append_ragged_each(arrays, shapes)
             return
         # Small records (tokens): one packed buffer; per-record Python work
         # would cost more than the copy. `dtype=` keeps the store's byte
@@ -471,7 +468,7 @@ class Ragged(_Base):
             values = np.concatenate(arrays, dtype=self.dtype) if count > 1 else np.ascontiguousarray(arrays[0])
         else:
             values = np.concatenate([a.reshape(-1) for a in arrays], dtype=self.dtype)
-        writer.append_ragged((_address(values), values.nbytes), _address(sizes), _address(shapes), count)
+        writer.append_ragged(values, sizes, shapes)
 
     def gather_packed(self, idxs: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """One native pass: ``(values, offsets, shapes)`` where ``values`` is
@@ -481,7 +478,7 @@ class Ragged(_Base):
         return self._packed(reader, self._idxs(idxs))
 
     def _packed(self, reader, idxs):
-        values, offsets, shapes = reader.gather_ragged(_address(idxs), idxs.size)
+        values, offsets, shapes = reader.gather_ragged(idxs)
         values = np.asarray(values).view(self.dtype)
         offsets = np.asarray(offsets) // np.uint64(self.dtype.itemsize)
         return values, offsets, np.asarray(shapes)
@@ -572,7 +569,7 @@ def train_dict(source: Any, tier: str | None = None, *, path: PathLike | None = 
     spec = DICT_TIERS[tier]
     samples, sizes = _pack_samples(source, spec["sample_budget"])
     samples = np.ascontiguousarray(samples)
-    d = _zt.train_dict((_address(samples), samples.nbytes), sizes, spec["dict_bytes"])
+    d = _zt.train_dict(samples, sizes, spec["dict_bytes"])
     if path is not None:
         Path(path).write_bytes(d)
     return d

@@ -30,7 +30,9 @@ use zt_core::limits::Limits;
 use zt_core::publish::publish;
 use zt_core::source::Source;
 use zt_core::store::Store;
-use zt_core::write::{dense_tensors, refuse_zt_options, FormatWriter, TensorIn, WriteOptions};
+use zt_core::write::{
+    dense_tensors, refuse_metadata, refuse_zt_options, FormatWriter, TensorIn, WriteOptions,
+};
 
 pub use header::{descr_for, parse_descr};
 
@@ -630,6 +632,18 @@ impl FormatWriter for NpzWriter {
         let inputs: Vec<TensorIn<'_>> = tensors.iter().map(|t| t.input()).collect();
         write_npz(path, &inputs)
     }
+
+    fn write_arrays(
+        &self,
+        tensors: &[TensorIn<'_>],
+        metadata: Option<&[(String, Value)]>,
+        path: &Path,
+        options: &WriteOptions,
+    ) -> Result<u64> {
+        refuse_zt_options("npz", path, options)?;
+        refuse_metadata("npz", path, metadata)?;
+        write_npz(path, tensors)
+    }
 }
 
 impl FormatWriter for NpyWriter {
@@ -644,16 +658,31 @@ impl FormatWriter for NpyWriter {
     fn write(&self, source: &Source, path: &Path, options: &WriteOptions) -> Result<u64> {
         refuse_zt_options("npy", path, options)?;
         let tensors = dense_tensors(source, path)?;
-        match tensors.as_slice() {
-            [one] => write_npy(path, &one.input()),
-            many => Err(Error::Write {
-                ctx: Context::file(path),
-                reason: format!(
-                    ".npy holds exactly one array; the source has {}",
-                    many.len()
-                ),
-            }),
-        }
+        let inputs: Vec<TensorIn<'_>> = tensors.iter().map(|t| t.input()).collect();
+        write_one_npy(path, &inputs, "the source has")
+    }
+
+    fn write_arrays(
+        &self,
+        tensors: &[TensorIn<'_>],
+        metadata: Option<&[(String, Value)]>,
+        path: &Path,
+        options: &WriteOptions,
+    ) -> Result<u64> {
+        refuse_zt_options("npy", path, options)?;
+        refuse_metadata("npy", path, metadata)?;
+        write_one_npy(path, tensors, "got")
+    }
+}
+
+/// `.npy` of the only tensor of `tensors` (`got` words the count's error).
+fn write_one_npy(path: &Path, tensors: &[TensorIn<'_>], got: &str) -> Result<u64> {
+    match tensors {
+        [one] => write_npy(path, one),
+        many => Err(Error::Write {
+            ctx: Context::file(path),
+            reason: format!(".npy holds exactly one array; {got} {}", many.len()),
+        }),
     }
 }
 

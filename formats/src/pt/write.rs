@@ -9,11 +9,14 @@ use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 use crate::zip::{write_stored_aligned, Member};
+use zt_core::catalog::Value;
 use zt_core::dtype::{c_strides, DType};
 use zt_core::error::{Context, Error, Result};
 use zt_core::publish::publish;
 use zt_core::source::Source;
-use zt_core::write::{dense_tensors, refuse_zt_options, FormatWriter, TensorIn, WriteOptions};
+use zt_core::write::{
+    dense_tensors, refuse_metadata, refuse_zt_options, FormatWriter, TensorIn, WriteOptions,
+};
 
 /// The folder every record sits in (what `torch.save` uses for buffers).
 const ROOT: &str = "archive";
@@ -269,6 +272,18 @@ impl FormatWriter for PtWriter {
         let tensors = dense_tensors(source, path)?;
         let inputs: Vec<TensorIn<'_>> = tensors.iter().map(|t| t.input()).collect();
         write(path, &inputs)
+    }
+
+    fn write_arrays(
+        &self,
+        tensors: &[TensorIn<'_>],
+        metadata: Option<&[(String, Value)]>,
+        path: &Path,
+        options: &WriteOptions,
+    ) -> Result<u64> {
+        refuse_zt_options("pt", path, options)?;
+        refuse_metadata("pt", path, metadata)?;
+        write(path, tensors)
     }
 }
 
