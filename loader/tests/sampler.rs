@@ -114,6 +114,20 @@ fn sequential_slides_and_wraps() {
     assert_eq!(short.next(), &[2, 0, 1, 2, 0, 1, 2, 0]);
 }
 
+/// The last batch of a cycle over 2^64 - 1 records ends at position
+/// 2^64 - 2; filling it must not step past it (a debug-build overflow once).
+#[test]
+fn cyclic_last_batch_of_the_largest_length() {
+    let plan = Plan::new(u64::MAX, 1, Mode::Cyclic, 7).unwrap();
+    let mut out = [0u64];
+    plan.fill(u64::MAX - 1, &mut out).unwrap();
+    assert!(out[0] < u64::MAX);
+    let plan = Plan::new(u64::MAX, 3, Mode::Cyclic, 7).unwrap();
+    let mut out = [0u64; 3];
+    plan.fill(u64::MAX / 3 - 1, &mut out).unwrap();
+    assert!(out.iter().all(|&v| v < u64::MAX));
+}
+
 /// Exact ring arithmetic where loaderx's 64-bit arithmetic wraps: the
 /// expected values are computed in 128 bits here, independently.
 #[test]

@@ -278,8 +278,10 @@ impl Plan {
         // stays below global_len, so positions stay below length: no overflow.
         let first = (step % self.steps_per_cycle) * self.batch_size + self.local_start;
         let permutation = Permutation::for_cycle(self.seed, cycle, self.length);
-        for (position, slot) in (first..).zip(out.iter_mut()) {
-            *slot = permutation.apply(position);
+        // Indexed, not `(first..).zip(out)`: that zip takes one position past
+        // the batch, whose successor overflows when the batch ends at 2^64-2.
+        for (j, slot) in (0u64..).zip(out.iter_mut()) {
+            *slot = permutation.apply(first + j);
         }
     }
 }
