@@ -13,6 +13,9 @@ from collections.abc import Mapping
 import numpy as np
 
 from . import _write
+from ._load_into import LoadResult, load_into
+
+__all__ = ["LoadResult", "load", "load_file", "load_into", "save", "save_file"]
 
 
 def _arrays(source, copy: bool, dequantize: bool, readonly: bool) -> dict[str, np.ndarray]:
