@@ -15,7 +15,9 @@ import time
 
 from . import (
     common,
+    load_into_bench,
     loader_bench,
+    open_bench,
     ranks_bench,
     read_bench,
     read_formats,
@@ -34,6 +36,18 @@ from . import (
 
 # name -> (quick settings, full settings, runner, header)
 COMPARISONS = {
+    "open": (
+        dict(tensors=5000, runs=3),
+        dict(tensors=50_000, runs=21),
+        open_bench.run,
+        open_bench.header,
+    ),
+    "load_into": (
+        dict(size_mb=32, runs=2),
+        dict(size_mb=512, runs=7),
+        load_into_bench.run,
+        load_into_bench.header,
+    ),
     "read": (
         dict(tensors=2000, size_mb=128, runs=3),
         dict(tensors=10_000, size_mb=1024, runs=5),

@@ -107,24 +107,23 @@ pub const MAX_DEPTH: usize = 32;
 
 /// Decode exactly one item that fills `bytes` completely.
 pub fn decode(bytes: &[u8], limits: DecodeLimits) -> Res<Cbor> {
-    let mut d = Decoder {
-        buf: bytes,
-        pos: 0,
-        limits,
-    };
-    let item = d.item(0)?;
-    if d.pos != bytes.len() {
-        return Err(d.err(format!(
-            "{} trailing bytes after the top-level item",
-            bytes.len() - d.pos
-        )));
-    }
+    let mut p = Pull::new(bytes, limits);
+    let item = p.item(0)?;
+    p.finish()?;
     Ok(item)
 }
 
-/// Text the manifest repeats for every tensor, as a static; anything else
-/// is copied.
-fn interned(s: &str) -> Cow<'static, str> {
+/// Check that `bytes` is exactly one item of the permitted subset, building
+/// nothing.
+pub fn check(bytes: &[u8], limits: DecodeLimits) -> Res<()> {
+    let mut p = Pull::new(bytes, limits);
+    p.skip(0)?;
+    p.finish()
+}
+
+/// Text the manifest repeats for every tensor, as a static (`None` for
+/// anything else, which callers copy or borrow).
+pub fn interned(s: &str) -> Option<&'static str> {
     const VOCABULARY: &[&str] = &[
         // Keys of the root, objects and parts (spec §4).
         "objects",
@@ -170,19 +169,96 @@ fn interned(s: &str) -> Cow<'static, str> {
         "f8_e4m3fn",
         "f8_e5m2",
     ];
-    match VOCABULARY.iter().find(|&&w| w == s) {
-        Some(w) => Cow::Borrowed(w),
-        None => Cow::Owned(s.to_string()),
+    VOCABULARY.iter().find(|&&w| w == s).copied()
+}
+
+/// One head of the permitted subset, as a pull parser hands it out. Strings
+/// borrow the input; arrays and maps give their item count, and their items
+/// follow as the next tokens.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Token<'a> {
+    /// Major type 0.
+    UInt(u64),
+    /// Major type 1: `-1 - n`.
+    NInt(u64),
+    /// Major type 2.
+    Bytes(&'a [u8]),
+    /// Major type 3 (checked UTF-8).
+    Text(&'a str),
+    /// Major type 4 with this many items.
+    Array(usize),
+    /// Major type 5 with this many key/value pairs.
+    Map(usize),
+    /// `false` / `true`.
+    Bool(bool),
+    /// `null`.
+    Null,
+    /// A float of the narrowest exact width.
+    Float(f64),
+}
+
+impl Token<'_> {
+    /// A short name of the token's type, for error messages (as [`Cbor::kind`]).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Token::UInt(_) => "unsigned integer",
+            Token::NInt(_) => "negative integer",
+            Token::Bytes(_) => "byte string",
+            Token::Text(_) => "text string",
+            Token::Array(_) => "array",
+            Token::Map(_) => "map",
+            Token::Bool(_) => "bool",
+            Token::Null => "null",
+            Token::Float(_) => "float",
+        }
     }
 }
 
-struct Decoder<'a> {
+/// Map keys seen so far in one map: each must sort strictly after the one
+/// before it, on its encoded bytes (§4.2.1), so duplicates are refused too.
+#[derive(Debug, Default)]
+pub struct KeyOrder {
+    prev: Option<(usize, usize)>,
+}
+
+/// A pull parser over one encoded item: every head, count, string and
+/// float is checked as it is read (the same rules as [`decode`]), so a
+/// reader can walk the manifest and keep only what it needs, borrowing
+/// strings from the input rather than building a tree. Depth is the
+/// number of arrays and maps around a token; a container at depth `d`
+/// needs `d + 1 <= limits.depth`.
+pub struct Pull<'a> {
     buf: &'a [u8],
     pos: usize,
     limits: DecodeLimits,
 }
 
-impl Decoder<'_> {
+impl<'a> Pull<'a> {
+    /// A parser at the start of `buf`.
+    pub fn new(buf: &'a [u8], limits: DecodeLimits) -> Self {
+        Pull {
+            buf,
+            pos: 0,
+            limits,
+        }
+    }
+
+    /// The offset of the next token.
+    pub fn pos(&self) -> usize {
+        self.pos
+    }
+
+    /// Refuse bytes after the top-level item.
+    pub fn finish(&self) -> Res<()> {
+        if self.pos != self.buf.len() {
+            return Err(self.err(format!(
+                "{} trailing bytes after the top-level item",
+                self.buf.len() - self.pos
+            )));
+        }
+        Ok(())
+    }
+
     fn err(&self, reason: impl Into<String>) -> CborError {
         CborError {
             at: self.pos,
@@ -190,7 +266,7 @@ impl Decoder<'_> {
         }
     }
 
-    fn take(&mut self, n: usize) -> Res<&[u8]> {
+    fn take(&mut self, n: usize) -> Res<&'a [u8]> {
         let end = self
             .pos
             .checked_add(n)
@@ -245,7 +321,7 @@ impl Decoder<'_> {
     }
 
     /// A declared count of items, each at least one byte: refuse counts the
-    /// remaining bytes cannot hold before allocating for them.
+    /// remaining bytes cannot hold before anyone allocates for them.
     fn count(&self, n: u64, min_bytes_each: u64) -> Res<usize> {
         let left = (self.buf.len() - self.pos) as u64;
         match n.checked_mul(min_bytes_each) {
@@ -254,22 +330,23 @@ impl Decoder<'_> {
         }
     }
 
-    fn item(&mut self, depth: usize) -> Res<Cbor> {
+    /// The next token, found at nesting `depth`.
+    pub fn token(&mut self, depth: usize) -> Res<Token<'a>> {
         let start = self.pos;
         let (major, ai, v) = self.head()?;
         match major {
-            0 => Ok(Cbor::UInt(v)),
-            1 => Ok(Cbor::NInt(v)),
+            0 => Ok(Token::UInt(v)),
+            1 => Ok(Token::NInt(v)),
             2 => {
                 let n = self.count(v, 1)?;
-                Ok(Cbor::Bytes(self.take(n)?.to_vec()))
+                Ok(Token::Bytes(self.take(n)?))
             }
             3 => {
                 let n = self.count(v, 1)?;
                 let at = self.pos;
                 let raw = self.take(n)?;
                 match std::str::from_utf8(raw) {
-                    Ok(s) => Ok(Cbor::Text(interned(s))),
+                    Ok(s) => Ok(Token::Text(s)),
                     Err(_) => Err(CborError {
                         at,
                         reason: "text string is not UTF-8".into(),
@@ -278,44 +355,11 @@ impl Decoder<'_> {
             }
             4 => {
                 self.enter(depth, start)?;
-                let n = self.count(v, 1)?;
-                let mut items = Vec::with_capacity(n);
-                for _ in 0..n {
-                    items.push(self.item(depth + 1)?);
-                }
-                Ok(Cbor::Array(items))
+                Ok(Token::Array(self.count(v, 1)?))
             }
             5 => {
                 self.enter(depth, start)?;
-                let n = self.count(v, 2)?;
-                let mut entries = Vec::with_capacity(n);
-                let mut prev: Option<(usize, usize)> = None;
-                for _ in 0..n {
-                    let key_start = self.pos;
-                    let key = self.item(depth + 1)?;
-                    let key_span = (key_start, self.pos);
-                    if let Some((ps, pe)) = prev {
-                        match self.buf[ps..pe].cmp(&self.buf[key_span.0..key_span.1]) {
-                            Ordering::Less => {}
-                            Ordering::Equal => {
-                                return Err(CborError {
-                                    at: key_start,
-                                    reason: "duplicate map key".into(),
-                                })
-                            }
-                            Ordering::Greater => {
-                                return Err(CborError {
-                                    at: key_start,
-                                    reason: "map keys not in bytewise order".into(),
-                                })
-                            }
-                        }
-                    }
-                    prev = Some(key_span);
-                    let value = self.item(depth + 1)?;
-                    entries.push((key, value));
-                }
-                Ok(Cbor::Map(entries))
+                Ok(Token::Map(self.count(v, 2)?))
             }
             6 => {
                 self.pos = start;
@@ -323,6 +367,107 @@ impl Decoder<'_> {
             }
             _ => self.simple(ai, v, start),
         }
+    }
+
+    /// A map key at `depth` (the map's depth + 1), whole (a key that is an
+    /// array or map is read to its end), checked to sort after the map's
+    /// previous key.
+    pub fn key(&mut self, depth: usize, order: &mut KeyOrder) -> Res<Token<'a>> {
+        let start = self.pos;
+        let key = self.token(depth)?;
+        self.skip_items(key, depth)?;
+        let span = (start, self.pos);
+        if let Some((ps, pe)) = order.prev {
+            match self.buf[ps..pe].cmp(&self.buf[span.0..span.1]) {
+                Ordering::Less => {}
+                Ordering::Equal => {
+                    return Err(CborError {
+                        at: start,
+                        reason: "duplicate map key".into(),
+                    })
+                }
+                Ordering::Greater => {
+                    return Err(CborError {
+                        at: start,
+                        reason: "map keys not in bytewise order".into(),
+                    })
+                }
+            }
+        }
+        order.prev = Some(span);
+        Ok(key)
+    }
+
+    /// Skip (checking) the items of a container whose head `tok` was just
+    /// read at `depth`; nothing for any other token.
+    pub fn skip_items(&mut self, tok: Token<'a>, depth: usize) -> Res<()> {
+        match tok {
+            Token::Array(n) => {
+                for _ in 0..n {
+                    self.skip(depth + 1)?;
+                }
+            }
+            Token::Map(n) => {
+                let mut order = KeyOrder::default();
+                for _ in 0..n {
+                    self.key(depth + 1, &mut order)?;
+                    self.skip(depth + 1)?;
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Skip (checking) one whole item at `depth`.
+    pub fn skip(&mut self, depth: usize) -> Res<()> {
+        let tok = self.token(depth)?;
+        self.skip_items(tok, depth)
+    }
+
+    /// The rest of an item whose head `tok` was read at `depth`, as a tree.
+    pub fn finish_item(&mut self, tok: Token<'a>, depth: usize) -> Res<Cbor> {
+        Ok(match tok {
+            Token::UInt(v) => Cbor::UInt(v),
+            Token::NInt(v) => Cbor::NInt(v),
+            Token::Bytes(b) => Cbor::Bytes(b.to_vec()),
+            Token::Text(s) => Cbor::Text(match interned(s) {
+                Some(w) => Cow::Borrowed(w),
+                None => Cow::Owned(s.to_string()),
+            }),
+            Token::Array(n) => {
+                let mut items = Vec::with_capacity(n);
+                for _ in 0..n {
+                    items.push(self.item(depth + 1)?);
+                }
+                Cbor::Array(items)
+            }
+            Token::Map(n) => {
+                let mut order = KeyOrder::default();
+                let mut entries = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let start = self.pos;
+                    self.key(depth + 1, &mut order)?;
+                    let end = self.pos;
+                    // Re-read the (already checked) key as a tree.
+                    self.pos = start;
+                    let key = self.item(depth + 1)?;
+                    debug_assert_eq!(self.pos, end);
+                    entries.push((key, self.item(depth + 1)?));
+                }
+                Cbor::Map(entries)
+            }
+            Token::Bool(b) => Cbor::Bool(b),
+            Token::Null => Cbor::Null,
+            Token::Float(f) => Cbor::Float(f),
+        })
+    }
+
+    /// One whole item at `depth`, as a tree (for attribute values, which
+    /// zt keeps).
+    pub fn item(&mut self, depth: usize) -> Res<Cbor> {
+        let tok = self.token(depth)?;
+        self.finish_item(tok, depth)
     }
 
     fn enter(&mut self, depth: usize, start: usize) -> Res<()> {
@@ -333,21 +478,21 @@ impl Decoder<'_> {
         Ok(())
     }
 
-    fn simple(&mut self, ai: u8, v: u64, start: usize) -> Res<Cbor> {
+    fn simple(&mut self, ai: u8, v: u64, start: usize) -> Res<Token<'a>> {
         let fail = |d: &mut Self, why: &str| {
             d.pos = start;
             Err(d.err(why.to_string()))
         };
         match ai {
-            20 => Ok(Cbor::Bool(false)),
-            21 => Ok(Cbor::Bool(true)),
-            22 => Ok(Cbor::Null),
+            20 => Ok(Token::Bool(false)),
+            21 => Ok(Token::Bool(true)),
+            22 => Ok(Token::Null),
             25 => {
                 let f = f16_to_f64(v as u16);
                 if f.is_nan() && v != 0x7e00 {
                     return fail(self, "NaN other than f9 7e00");
                 }
-                Ok(Cbor::Float(f))
+                Ok(Token::Float(f))
             }
             26 => {
                 let f = f64::from(f32::from_bits(v as u32));
@@ -357,7 +502,7 @@ impl Decoder<'_> {
                 if f64_to_f16(f).is_some() {
                     return fail(self, "single float whose value fits a half");
                 }
-                Ok(Cbor::Float(f))
+                Ok(Token::Float(f))
             }
             27 => {
                 let f = f64::from_bits(v);
@@ -367,7 +512,7 @@ impl Decoder<'_> {
                 if fits_f32(f) {
                     return fail(self, "double float whose value fits a narrower float");
                 }
-                Ok(Cbor::Float(f))
+                Ok(Token::Float(f))
             }
             _ => fail(self, "simple value other than false, true, null or a float"),
         }
@@ -567,5 +712,48 @@ mod tests {
         assert!(rejects(&deep).contains("nesting"));
         let ok: Vec<u8> = std::iter::repeat_n(0x81u8, 32).chain([0x00]).collect();
         assert!(decode(&ok, L).is_ok());
+    }
+
+    #[test]
+    fn the_pull_parser_checks_what_the_tree_decoder_checks() {
+        // Every rejection above, and a few valid items, through `check`
+        // (which builds nothing): same verdict, same offset, same reason.
+        let cases: &[&[u8]] = &[
+            &[0x18, 0x05],
+            &[0x9f, 0xff],
+            &[0xa2, 0x61, 0x62, 0x00, 0x61, 0x61, 0x00],
+            &[0xa2, 0x61, 0x61, 0x00, 0x61, 0x61, 0x00],
+            &[0xa1, 0x81, 0x18, 0x01, 0x00],
+            &[0xc1, 0x00],
+            &[0xf9, 0x7e, 0x01],
+            &[0x62, 0xff, 0xfe],
+            &[0x00, 0x00],
+            &[0x82, 0x01],
+            &[0xa2, 0x61, 0x61, 0x00, 0x61, 0x62, 0x00],
+            &[0xa1, 0x82, 0x01, 0x02, 0x63, 0x61, 0x62, 0x63],
+            &[0x83, 0xf9, 0x3c, 0x00, 0x42, 0x01, 0x02, 0xf6],
+        ];
+        for bytes in cases {
+            let tree = decode(bytes, L).map(|_| ());
+            assert_eq!(check(bytes, L), tree, "{bytes:02x?}");
+        }
+        let deep: Vec<u8> = std::iter::repeat_n(0x81u8, 33).chain([0x00]).collect();
+        assert_eq!(check(&deep, L), decode(&deep, L).map(|_| ()));
+    }
+
+    #[test]
+    fn the_pull_parser_borrows_text_and_counts_containers() {
+        let bytes = encode(&Cbor::map([("k", Cbor::Array(vec![Cbor::UInt(7)]))]));
+        let mut p = Pull::new(&bytes, L);
+        assert_eq!(p.token(0).unwrap(), Token::Map(1));
+        let key = p.key(1, &mut KeyOrder::default()).unwrap();
+        let Token::Text(k) = key else {
+            panic!("{key:?}")
+        };
+        // Borrowed from the input, not copied.
+        assert!(bytes.as_ptr_range().contains(&k.as_ptr()));
+        assert_eq!(p.token(1).unwrap(), Token::Array(1));
+        assert_eq!(p.token(2).unwrap(), Token::UInt(7));
+        p.finish().unwrap();
     }
 }

@@ -3,7 +3,9 @@
 //! shard references, attribute values). Unknown keys are ignored at every
 //! level, as the spec requires.
 
-use crate::cbor::{self, Cbor, DecodeLimits};
+use std::borrow::Cow;
+
+use crate::cbor::{self, Cbor, CborError, DecodeLimits, KeyOrder, Pull, Token};
 use zt_core::catalog::{Digest, Value};
 use zt_core::dtype::{num_elements, DType};
 use zt_core::error::{Context, Error, Result};
@@ -34,7 +36,7 @@ pub struct ObjectDef {
     /// Logical shape.
     pub shape: Vec<u64>,
     /// `"dense"` or a profile id.
-    pub layout: String,
+    pub layout: Cow<'static, str>,
     /// Parts in manifest order.
     pub parts: Vec<PartDef>,
     /// Per-object attributes, if present.
@@ -45,11 +47,11 @@ pub struct ObjectDef {
 #[derive(Debug, Clone, PartialEq)]
 pub struct PartDef {
     /// Part name.
-    pub name: String,
+    pub name: Cow<'static, str>,
     /// Storage type (one of the twelve primitives).
     pub dtype: DType,
     /// Logical type name, if any (`"bool"`, `"f4_e2m1"`, ...).
-    pub logical: Option<String>,
+    pub logical: Option<Cow<'static, str>>,
     /// Blob offset.
     pub offset: u64,
     /// Blob length (encoded length for encoded parts).
@@ -57,7 +59,7 @@ pub struct PartDef {
     /// Shard name; `None` is the containing file.
     pub shard: Option<String>,
     /// Encoding profile id; `None` is raw.
-    pub encoding: Option<String>,
+    pub encoding: Option<Cow<'static, str>>,
     /// Decoded length (present iff `encoding` is).
     pub decoded_length: Option<u64>,
     /// The digest string as stored (`"xxh3:..."`), if any.
@@ -87,57 +89,346 @@ pub struct ShardDef {
     pub digest: String,
 }
 
+/// Why a walk of the manifest stopped: the bytes break deterministic CBOR,
+/// or they are CBOR that breaks the schema.
+enum Stop {
+    Cbor(CborError),
+    Schema(Error),
+}
+
+impl From<CborError> for Stop {
+    fn from(e: CborError) -> Self {
+        Stop::Cbor(e)
+    }
+}
+
+impl From<Error> for Stop {
+    fn from(e: Error) -> Self {
+        Stop::Schema(e)
+    }
+}
+
+type Walk<T> = std::result::Result<T, Stop>;
+
+const LIMITS: DecodeLimits = DecodeLimits {
+    depth: cbor::MAX_DEPTH,
+};
+
 /// Parse and check a manifest. `base` is the manifest's file offset, used
 /// to place errors.
+///
+/// One pass of a pull parser over the bytes: CBOR rules and the schema are
+/// checked together and only the manifest's own structs are built (no CBOR
+/// tree: at 50k tensors the tree was most of the open time). A CBOR
+/// violation anywhere outranks a schema error, as when the whole item was
+/// decoded first: a schema error triggers a check of the remaining bytes.
 pub fn parse(bytes: &[u8], ctx: &Context, base: u64) -> Result<Manifest> {
-    let root = cbor::decode(
-        bytes,
-        DecodeLimits {
-            depth: cbor::MAX_DEPTH,
-        },
-    )
-    .map_err(|e| {
+    let cbor_error = |e: CborError| {
         Error::header(
             ctx.clone().at(base + e.at as u64),
             format!("manifest is not deterministic CBOR: {}", e.reason),
         )
-    })?;
-    from_cbor(&root, ctx)
+    };
+    let mut p = Pull::new(bytes, LIMITS);
+    match walk_root(&mut p, ctx).and_then(|m| p.finish().map(|()| m).map_err(Stop::from)) {
+        Ok(m) => Ok(m),
+        Err(Stop::Cbor(e)) => Err(cbor_error(e)),
+        Err(Stop::Schema(e)) => {
+            cbor::check(bytes, LIMITS).map_err(cbor_error)?;
+            Err(e)
+        }
+    }
 }
 
-/// Check the schema of an already decoded manifest.
+/// Check the schema of an already decoded manifest (it is re-encoded, which
+/// a decoded item survives byte for byte, and walked as [`parse`] walks).
 pub fn from_cbor(root: &Cbor, ctx: &Context) -> Result<Manifest> {
-    let bad = |reason: String| Error::header(ctx.clone(), reason);
-    let Cbor::Map(_) = root else {
-        return Err(bad(format!("manifest is a {}, not a map", root.kind())));
+    parse(&cbor::encode(root), ctx, 0)
+}
+
+fn walk_root(p: &mut Pull<'_>, ctx: &Context) -> Walk<Manifest> {
+    let bad = |reason: String| Stop::Schema(Error::header(ctx.clone(), reason));
+    let n = match p.token(0)? {
+        Token::Map(n) => n,
+        other => return Err(bad(format!("manifest is a {}, not a map", other.kind()))),
     };
-    let shards = match root.get("shards") {
-        None => Vec::new(),
-        Some(s) => parse_shards(s, ctx)?,
-    };
-    let attributes = root
-        .get("attributes")
-        .map(|a| check_attributes(a, ctx).map(|()| a.clone()))
-        .transpose()?;
-    let Some(objects) = root.get("objects") else {
+    let mut shards = Vec::new();
+    let mut attributes = None;
+    let mut objects = None;
+    let mut order = KeyOrder::default();
+    // Deterministic key order puts "shards" before "objects" before
+    // "attributes", so the shard table is known when parts name shards.
+    for _ in 0..n {
+        match p.key(1, &mut order)? {
+            Token::Text("shards") => shards = walk_shards(p, ctx)?,
+            Token::Text("objects") => objects = Some(walk_objects(p, &shards, ctx)?),
+            Token::Text("attributes") => attributes = Some(walk_attributes(p, 1, ctx)?),
+            _ => p.skip(1)?,
+        }
+    }
+    let Some(objects) = objects else {
         return Err(bad("manifest has no \"objects\" map".into()));
     };
-    let Cbor::Map(entries) = objects else {
-        return Err(bad(format!(
-            "\"objects\" is a {}, not a map",
-            objects.kind()
-        )));
-    };
-    let mut out = Vec::with_capacity(entries.len());
-    for (k, v) in entries {
-        let name = text_name(k, ctx, "object name")?;
-        let obj = parse_object(name, v, &shards, ctx).map_err(|e| e.in_tensor(name))?;
-        out.push(obj);
-    }
     Ok(Manifest {
-        objects: out,
+        objects,
         shards,
         attributes,
+    })
+}
+
+/// An attributes value at `depth`, kept as a tree (attributes are few and
+/// zt hands them out).
+fn walk_attributes(p: &mut Pull<'_>, depth: usize, ctx: &Context) -> Walk<Cbor> {
+    let a = p.item(depth)?;
+    check_attributes(&a, ctx)?;
+    Ok(a)
+}
+
+fn walk_objects(p: &mut Pull<'_>, shards: &[ShardDef], ctx: &Context) -> Walk<Vec<ObjectDef>> {
+    let n = match p.token(1)? {
+        Token::Map(n) => n,
+        other => {
+            return Err(Stop::Schema(Error::header(
+                ctx.clone(),
+                format!("\"objects\" is a {}, not a map", other.kind()),
+            )))
+        }
+    };
+    let mut out = Vec::with_capacity(n);
+    let mut order = KeyOrder::default();
+    for _ in 0..n {
+        let key = p.key(2, &mut order)?;
+        let name = key_name(key, ctx, "object name")?;
+        let obj = walk_object(p, name, shards, ctx).map_err(|e| match e {
+            Stop::Schema(e) => Stop::Schema(e.in_tensor(name)),
+            cbor => cbor,
+        })?;
+        out.push(obj);
+    }
+    Ok(out)
+}
+
+/// A map key that must be a name (§3.5).
+fn key_name<'a>(key: Token<'a>, ctx: &Context, what: &str) -> Result<&'a str> {
+    match key {
+        Token::Text(t) => {
+            check_name(t, ctx, what)?;
+            Ok(t)
+        }
+        other => Err(Error::header(
+            ctx.clone(),
+            format!("{what} is a {}, not text", other.kind()),
+        )),
+    }
+}
+
+/// A text value: the manifest's vocabulary as a static, anything else copied.
+fn owned_text(t: &str) -> Cow<'static, str> {
+    match cbor::interned(t) {
+        Some(w) => Cow::Borrowed(w),
+        None => Cow::Owned(t.to_string()),
+    }
+}
+
+fn text_token<'a>(tok: Token<'a>, ctx: &Context, what: &str) -> Result<&'a str> {
+    match tok {
+        Token::Text(t) => Ok(t),
+        other => Err(Error::header(
+            ctx.clone(),
+            format!("{what} is a {}, not text", other.kind()),
+        )),
+    }
+}
+
+fn uint_token(tok: Token<'_>, ctx: &Context, what: &str) -> Result<u64> {
+    match tok {
+        Token::UInt(u) => Ok(u),
+        other => Err(Error::header(
+            ctx.clone(),
+            format!("{what} is a {}, not an unsigned integer", other.kind()),
+        )),
+    }
+}
+
+/// A text value at `depth` (a container is a schema error, read past first
+/// only so the CBOR check of [`parse`] can run).
+fn walk_text<'a>(p: &mut Pull<'a>, depth: usize, ctx: &Context, what: &str) -> Walk<&'a str> {
+    let tok = p.token(depth)?;
+    Ok(text_token(tok, ctx, what)?)
+}
+
+fn walk_uint(p: &mut Pull<'_>, depth: usize, ctx: &Context, what: &str) -> Walk<u64> {
+    let tok = p.token(depth)?;
+    Ok(uint_token(tok, ctx, what)?)
+}
+
+/// An array of unsigned integers at `depth` (shape, blob).
+fn walk_uints(
+    p: &mut Pull<'_>,
+    n: usize,
+    depth: usize,
+    ctx: &Context,
+    what: &str,
+) -> Walk<Vec<u64>> {
+    let mut v = Vec::with_capacity(n);
+    for _ in 0..n {
+        v.push(walk_uint(p, depth + 1, ctx, what)?);
+    }
+    Ok(v)
+}
+
+fn walk_object(
+    p: &mut Pull<'_>,
+    name: &str,
+    shards: &[ShardDef],
+    ctx: &Context,
+) -> Walk<ObjectDef> {
+    let bad = |reason: String| Stop::Schema(Error::header(ctx.clone(), reason));
+    let n = match p.token(2)? {
+        Token::Map(n) => n,
+        other => return Err(bad(format!("object is a {}, not a map", other.kind()))),
+    };
+    let (mut shape, mut layout, mut attributes, mut parts) = (None, None, None, None);
+    let mut order = KeyOrder::default();
+    for _ in 0..n {
+        match p.key(3, &mut order)? {
+            Token::Text("shape") => match p.token(3)? {
+                Token::Array(dims) => {
+                    if dims > MAX_RANK {
+                        return Err(Stop::Schema(Error::Limit {
+                            ctx: ctx.clone(),
+                            limit: "zt rank",
+                            value: dims as u64,
+                            max: MAX_RANK as u64,
+                        }));
+                    }
+                    shape = Some(walk_uints(p, dims, 3, ctx, "shape dimension")?);
+                }
+                other => return Err(bad(format!("shape is a {}, not an array", other.kind()))),
+            },
+            Token::Text("layout") => layout = Some(owned_text(walk_text(p, 3, ctx, "layout")?)),
+            Token::Text("attributes") => attributes = Some(walk_attributes(p, 3, ctx)?),
+            Token::Text("parts") => match p.token(3)? {
+                Token::Map(0) => return Err(bad("object has no parts".into())),
+                Token::Map(np) => {
+                    let mut v = Vec::with_capacity(np);
+                    let mut porder = KeyOrder::default();
+                    for _ in 0..np {
+                        let key = p.key(4, &mut porder)?;
+                        let pname = key_name(key, ctx, "part name")?;
+                        v.push(walk_part(p, pname, shards, ctx)?);
+                    }
+                    parts = Some(v);
+                }
+                other => return Err(bad(format!("parts is a {}, not a map", other.kind()))),
+            },
+            _ => p.skip(3)?,
+        }
+    }
+    let Some(shape) = shape else {
+        return Err(bad("object has no shape".into()));
+    };
+    if num_elements(&shape).is_none() {
+        return Err(Stop::Schema(Error::Overflow {
+            ctx: ctx.clone(),
+            what: "element count of the shape",
+        }));
+    }
+    let Some(layout) = layout else {
+        return Err(bad("object has no layout".into()));
+    };
+    let Some(parts) = parts else {
+        return Err(bad("object has no parts".into()));
+    };
+    Ok(ObjectDef {
+        name: name.to_string(),
+        shape,
+        layout,
+        parts,
+        attributes,
+    })
+}
+
+/// One of the twelve storage types (logical types are not storage types).
+pub fn storage_dtype(name: &str) -> Option<DType> {
+    DType::from_name(name).filter(|d| !d.is_logical())
+}
+
+fn walk_part(p: &mut Pull<'_>, name: &str, shards: &[ShardDef], ctx: &Context) -> Walk<PartDef> {
+    let bad = |reason: String| {
+        Stop::Schema(Error::header(
+            ctx.clone(),
+            format!("part {name:?}: {reason}"),
+        ))
+    };
+    let n = match p.token(4)? {
+        Token::Map(n) => n,
+        other => return Err(bad(format!("is a {}, not a map", other.kind()))),
+    };
+    let (mut dtype, mut logical, mut blob, mut shard) = (None, None, None, None);
+    let (mut encoding, mut decoded_length, mut digest) = (None, None, None);
+    let mut order = KeyOrder::default();
+    for _ in 0..n {
+        match p.key(5, &mut order)? {
+            Token::Text("dtype") => {
+                let d = walk_text(p, 5, ctx, "dtype")?;
+                dtype = Some(storage_dtype(d).ok_or_else(|| Error::UnsupportedDType {
+                    ctx: ctx.clone(),
+                    dtype: d.to_string(),
+                })?);
+            }
+            Token::Text("type") => logical = Some(owned_text(walk_text(p, 5, ctx, "type")?)),
+            Token::Text("blob") => match p.token(5)? {
+                Token::Array(2) => {
+                    let offset = walk_uint(p, 6, ctx, "blob offset")?;
+                    let length = walk_uint(p, 6, ctx, "blob length")?;
+                    blob = Some((offset, length));
+                }
+                Token::Array(k) => return Err(bad(format!("blob has {k} elements, not 2"))),
+                other => return Err(bad(format!("blob is a {}, not an array", other.kind()))),
+            },
+            Token::Text("shard") => {
+                let s = walk_text(p, 5, ctx, "shard")?;
+                if !shards.iter().any(|d| d.name == s) {
+                    return Err(bad(format!("shard {s:?} is not in the shard table")));
+                }
+                shard = Some(s.to_string());
+            }
+            Token::Text("encoding") => {
+                encoding = Some(owned_text(walk_text(p, 5, ctx, "encoding")?));
+            }
+            Token::Text("decoded_length") => {
+                decoded_length = Some(walk_uint(p, 5, ctx, "decoded_length")?);
+            }
+            Token::Text("digest") => {
+                let d = walk_text(p, 5, ctx, "digest")?;
+                check_digest_syntax(d).map_err(|why| bad(format!("digest {d:?}: {why}")))?;
+                digest = Some(d.to_string());
+            }
+            _ => p.skip(5)?,
+        }
+    }
+    let Some(dtype) = dtype else {
+        return Err(bad("no dtype".into()));
+    };
+    let Some((offset, length)) = blob else {
+        return Err(bad("no blob".into()));
+    };
+    if encoding.is_some() != decoded_length.is_some() {
+        return Err(bad(
+            "decoded_length must be present exactly when encoding is".into(),
+        ));
+    }
+    Ok(PartDef {
+        name: owned_text(name),
+        dtype,
+        logical,
+        offset,
+        length,
+        shard,
+        encoding,
+        decoded_length,
+        digest,
     })
 }
 
@@ -200,136 +491,6 @@ fn text<'a>(v: &'a Cbor, ctx: &Context, what: &str) -> Result<&'a str> {
     }
 }
 
-fn parse_object(name: &str, v: &Cbor, shards: &[ShardDef], ctx: &Context) -> Result<ObjectDef> {
-    let bad = |reason: String| Error::header(ctx.clone(), reason);
-    let Cbor::Map(_) = v else {
-        return Err(bad(format!("object is a {}, not a map", v.kind())));
-    };
-    let shape = match v.get("shape") {
-        Some(Cbor::Array(dims)) => {
-            if dims.len() > MAX_RANK {
-                return Err(Error::Limit {
-                    ctx: ctx.clone(),
-                    limit: "zt rank",
-                    value: dims.len() as u64,
-                    max: MAX_RANK as u64,
-                });
-            }
-            dims.iter()
-                .map(|d| uint(d, ctx, "shape dimension"))
-                .collect::<Result<Vec<u64>>>()?
-        }
-        Some(other) => return Err(bad(format!("shape is a {}, not an array", other.kind()))),
-        None => return Err(bad("object has no shape".into())),
-    };
-    if num_elements(&shape).is_none() {
-        return Err(Error::Overflow {
-            ctx: ctx.clone(),
-            what: "element count of the shape",
-        });
-    }
-    let layout = match v.get("layout") {
-        Some(l) => text(l, ctx, "layout")?.to_string(),
-        None => return Err(bad("object has no layout".into())),
-    };
-    let attributes = v
-        .get("attributes")
-        .map(|a| check_attributes(a, ctx).map(|()| a.clone()))
-        .transpose()?;
-    let parts = match v.get("parts") {
-        Some(Cbor::Map(entries)) if !entries.is_empty() => entries
-            .iter()
-            .map(|(k, p)| {
-                let pname = text_name(k, ctx, "part name")?;
-                parse_part(pname, p, shards, ctx)
-            })
-            .collect::<Result<Vec<_>>>()?,
-        Some(Cbor::Map(_)) => return Err(bad("object has no parts".into())),
-        Some(other) => return Err(bad(format!("parts is a {}, not a map", other.kind()))),
-        None => return Err(bad("object has no parts".into())),
-    };
-    Ok(ObjectDef {
-        name: name.to_string(),
-        shape,
-        layout,
-        parts,
-        attributes,
-    })
-}
-
-/// One of the twelve storage types (logical types are not storage types).
-pub fn storage_dtype(name: &str) -> Option<DType> {
-    DType::from_name(name).filter(|d| !d.is_logical())
-}
-
-fn parse_part(name: &str, p: &Cbor, shards: &[ShardDef], ctx: &Context) -> Result<PartDef> {
-    let bad = |reason: String| Error::header(ctx.clone(), format!("part {name:?}: {reason}"));
-    let Cbor::Map(_) = p else {
-        return Err(bad(format!("is a {}, not a map", p.kind())));
-    };
-    let dtype_name = match p.get("dtype") {
-        Some(d) => text(d, ctx, "dtype")?,
-        None => return Err(bad("no dtype".into())),
-    };
-    let dtype = storage_dtype(dtype_name).ok_or_else(|| Error::UnsupportedDType {
-        ctx: ctx.clone(),
-        dtype: dtype_name.to_string(),
-    })?;
-    let logical = p
-        .get("type")
-        .map(|t| text(t, ctx, "type").map(str::to_string))
-        .transpose()?;
-    let (offset, length) = match p.get("blob") {
-        Some(Cbor::Array(a)) if a.len() == 2 => (
-            uint(&a[0], ctx, "blob offset")?,
-            uint(&a[1], ctx, "blob length")?,
-        ),
-        Some(Cbor::Array(a)) => return Err(bad(format!("blob has {} elements, not 2", a.len()))),
-        Some(other) => return Err(bad(format!("blob is a {}, not an array", other.kind()))),
-        None => return Err(bad("no blob".into())),
-    };
-    let shard = p
-        .get("shard")
-        .map(|s| text(s, ctx, "shard").map(str::to_string))
-        .transpose()?;
-    if let Some(s) = &shard {
-        if !shards.iter().any(|d| &d.name == s) {
-            return Err(bad(format!("shard {s:?} is not in the shard table")));
-        }
-    }
-    let encoding = p
-        .get("encoding")
-        .map(|e| text(e, ctx, "encoding").map(str::to_string))
-        .transpose()?;
-    let decoded_length = p
-        .get("decoded_length")
-        .map(|d| uint(d, ctx, "decoded_length"))
-        .transpose()?;
-    if encoding.is_some() != decoded_length.is_some() {
-        return Err(bad(
-            "decoded_length must be present exactly when encoding is".into(),
-        ));
-    }
-    let digest = p
-        .get("digest")
-        .map(|d| text(d, ctx, "digest").map(str::to_string))
-        .transpose()?;
-    if let Some(d) = &digest {
-        check_digest_syntax(d).map_err(|why| bad(format!("digest {d:?}: {why}")))?;
-    }
-    Ok(PartDef {
-        name: name.to_string(),
-        dtype,
-        logical,
-        offset,
-        length,
-        shard,
-        encoding,
-        decoded_length,
-        digest,
-    })
-}
-
 /// `"<algorithm>:<lowercase hex>"`; registered algorithms must have their
 /// exact length. Unknown algorithms are accepted (and left unverified).
 pub fn check_digest_syntax(d: &str) -> std::result::Result<(), &'static str> {
@@ -360,6 +521,12 @@ pub fn valid_shard_name(name: &str) -> bool {
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+/// The shard table (a handful of entries), read as a tree.
+fn walk_shards(p: &mut Pull<'_>, ctx: &Context) -> Walk<Vec<ShardDef>> {
+    let table = p.item(1)?;
+    Ok(parse_shards(&table, ctx)?)
 }
 
 fn parse_shards(s: &Cbor, ctx: &Context) -> Result<Vec<ShardDef>> {
@@ -451,5 +618,66 @@ pub fn attributes_of(a: &Option<Cbor>) -> zt_core::catalog::Attributes {
             })
             .collect(),
         _ => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dense(shape: Option<u64>, extra: Vec<(&str, Cbor)>) -> Cbor {
+        let part = Cbor::map([
+            ("dtype", Cbor::Text("f32".into())),
+            ("blob", Cbor::Array(vec![Cbor::UInt(64), Cbor::UInt(16)])),
+        ]);
+        let mut fields = vec![
+            ("layout", Cbor::Text("dense".into())),
+            ("parts", Cbor::map([("data", part)])),
+        ];
+        if let Some(n) = shape {
+            fields.push(("shape", Cbor::Array(vec![Cbor::UInt(n)])));
+        }
+        fields.extend(extra);
+        Cbor::map(fields)
+    }
+
+    #[test]
+    fn the_walk_builds_the_manifest_with_the_vocabulary_borrowed() {
+        let root = Cbor::map([("objects", Cbor::map([("w", dense(Some(4), vec![]))]))]);
+        let m = parse(&cbor::encode(&root), &Context::default(), 0).unwrap();
+        let [o] = &m.objects[..] else { panic!("{m:?}") };
+        assert_eq!((o.name.as_str(), &o.shape[..]), ("w", &[4u64][..]));
+        assert!(matches!(o.layout, Cow::Borrowed("dense")));
+        let p = &o.parts[0];
+        assert!(matches!(p.name, Cow::Borrowed("data")));
+        assert_eq!((p.dtype, p.offset, p.length), (DType::F32, 64, 16));
+        assert_eq!(from_cbor(&root, &Context::default()).unwrap(), m);
+    }
+
+    #[test]
+    fn a_cbor_violation_anywhere_outranks_an_earlier_schema_error() {
+        // Object "a" has no shape (a schema error met first); object "b"
+        // holds, under a key zt ignores, a non-shortest integer head.
+        let root = Cbor::map([(
+            "objects",
+            Cbor::map([
+                ("a", dense(None, vec![])),
+                ("b", dense(Some(4), vec![("zz", Cbor::UInt(0x17))])),
+            ]),
+        )]);
+        let good = cbor::encode(&root);
+        let at = good.windows(4).position(|w| w == b"\x62zz\x17").unwrap() + 3;
+        let schema_only = parse(&good, &Context::default(), 0).unwrap_err();
+        assert!(
+            matches!(&schema_only, Error::Header { ctx, .. } if ctx.tensor.as_deref() == Some("a")),
+            "{schema_only:?}"
+        );
+        let mut bad = good.clone();
+        bad.splice(at..at + 1, [0x18, 0x17]);
+        let e = parse(&bad, &Context::default(), 1000).unwrap_err();
+        assert!(
+            matches!(&e, Error::Header { ctx, .. } if ctx.offset == Some(1000 + at as u64) && ctx.tensor.is_none()),
+            "{e:?}"
+        );
     }
 }

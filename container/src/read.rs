@@ -185,7 +185,7 @@ pub fn open(input: &OpenInput<'_>) -> Result<Catalog> {
                 catalog.digests.push((oi, pi, d));
             }
             parts.push(Part {
-                name: p.name.into(),
+                name: p.name,
                 dtype: view.dtype,
                 shape: view.shape,
                 strides: None,
@@ -195,7 +195,7 @@ pub fn open(input: &OpenInput<'_>) -> Result<Catalog> {
         catalog.objects.push(Object {
             name: o.name,
             shape: o.shape,
-            layout: o.layout.into(),
+            layout: o.layout,
             parts,
             attributes: {
                 let mut a = attributes_of(&o.attributes);

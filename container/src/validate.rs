@@ -60,7 +60,7 @@ pub fn element_type(part: &PartDef, ctx: &Context) -> Result<DType> {
             )),
             None => Err(Error::UnsupportedDType {
                 ctx: ctx.clone(),
-                dtype: name.clone(),
+                dtype: name.to_string(),
             }),
         },
     }
@@ -102,26 +102,28 @@ fn bad(ctx: &Context, layout: &str, reason: impl std::fmt::Display) -> Error {
 
 /// Exactly these part names (in any order); returns them in that order.
 fn parts_named<'a>(obj: &'a ObjectDef, names: &[&str], ctx: &Context) -> Result<Vec<&'a PartDef>> {
-    let mut found: Vec<String> = obj.parts.iter().map(|p| p.name.clone()).collect();
-    found.sort();
-    let mut want: Vec<String> = names.iter().map(|s| s.to_string()).collect();
-    want.sort();
-    if found != want {
-        return Err(bad(
+    // Part names are unique (map keys), so equal counts and every wanted
+    // name found means exactly these parts; no sorting or copying on the
+    // path every tensor takes.
+    let found: Option<Vec<&PartDef>> = (obj.parts.len() == names.len())
+        .then(|| {
+            names
+                .iter()
+                .map(|n| obj.parts.iter().find(|p| p.name == *n))
+                .collect()
+        })
+        .flatten();
+    found.ok_or_else(|| {
+        let mut found: Vec<&str> = obj.parts.iter().map(|p| p.name.as_ref()).collect();
+        found.sort_unstable();
+        let mut want = names.to_vec();
+        want.sort_unstable();
+        bad(
             ctx,
             &obj.layout,
             format!("parts are {found:?}, the layout needs exactly {want:?}"),
-        ));
-    }
-    Ok(names
-        .iter()
-        .map(|n| {
-            obj.parts
-                .iter()
-                .find(|p| p.name == *n)
-                .expect("checked above")
-        })
-        .collect())
+        )
+    })
 }
 
 fn plain_index(p: &PartDef, obj: &ObjectDef, ctx: &Context) -> Result<()> {
@@ -193,16 +195,16 @@ fn gguf_type(layout: &str) -> Option<&str> {
 
 /// Check `obj` against its layout and return how each of its parts reads,
 /// in the order of `obj.parts`.
-pub fn interpret(obj: &ObjectDef, ctx: &Context) -> Result<Vec<PartView>> {
+pub fn interpret<'a>(obj: &'a ObjectDef, ctx: &Context) -> Result<Vec<PartView>> {
     let elements = num_elements(&obj.shape).ok_or(Error::Overflow {
         ctx: ctx.clone(),
         what: "element count",
     })?;
-    let mut views: Vec<(String, PartView)> = Vec::new();
-    let mut put = |p: &PartDef, dtype: DType, shape: Vec<u64>| {
-        views.push((p.name.clone(), PartView { dtype, shape }));
+    let mut views: Vec<(&str, PartView)> = Vec::new();
+    let mut put = |p: &'a PartDef, dtype: DType, shape: Vec<u64>| {
+        views.push((p.name.as_ref(), PartView { dtype, shape }));
     };
-    match obj.layout.as_str() {
+    match obj.layout.as_ref() {
         "dense" => {
             let [data] = parts_named(obj, &["data"], ctx)?[..] else {
                 unreachable!("one part")
@@ -435,27 +437,27 @@ fn structural(obj: &ObjectDef) -> Vec<PartView> {
 }
 
 /// The views in the order of `obj.parts`.
-fn finish_views(obj: &ObjectDef, views: Vec<(String, PartView)>) -> Result<Vec<PartView>> {
+fn finish_views(obj: &ObjectDef, mut views: Vec<(&str, PartView)>) -> Result<Vec<PartView>> {
     Ok(obj
         .parts
         .iter()
         .map(|p| {
-            views
+            let i = views
                 .iter()
-                .find(|(n, _)| *n == p.name)
-                .map(|(_, v)| v.clone())
-                .expect("every part interpreted")
+                .position(|(n, _)| *n == p.name)
+                .expect("every part interpreted");
+            views.swap_remove(i).1
         })
         .collect())
 }
 
-fn quant_group(
-    obj: &ObjectDef,
+fn quant_group<'a>(
+    obj: &'a ObjectDef,
     elements: u64,
     ctx: &Context,
-    put: &mut impl FnMut(&PartDef, DType, Vec<u64>),
+    put: &mut impl FnMut(&'a PartDef, DType, Vec<u64>),
 ) -> Result<()> {
-    let l = obj.layout.as_str();
+    let l = obj.layout.as_ref();
     let zp =
         attr(obj, "zero_point").ok_or_else(|| bad(ctx, l, "attribute zero_point is required"))?;
     let form = match zp.get("form") {

@@ -245,7 +245,7 @@ pub fn content_digest_of(m: &Manifest, ctx: &Context) -> Result<Digest> {
                 ("digest", Cbor::Text(d.clone().into())),
             ];
             if let Some(t) = &p.logical {
-                e.push(("type", Cbor::Text(t.clone().into())));
+                e.push(("type", Cbor::Text(t.clone())));
             }
             parts.push((p.name.clone(), Cbor::map(e)));
         }
@@ -254,7 +254,7 @@ pub fn content_digest_of(m: &Manifest, ctx: &Context) -> Result<Digest> {
                 "shape",
                 Cbor::Array(o.shape.iter().map(|&d| Cbor::UInt(d)).collect()),
             ),
-            ("layout", Cbor::Text(o.layout.clone().into())),
+            ("layout", Cbor::Text(o.layout.clone())),
             ("parts", Cbor::map(parts)),
         ];
         if let Some(a) = &o.attributes {
@@ -331,7 +331,7 @@ pub fn canonical_violations(path: &Path) -> Result<Vec<Violation>> {
                 let off = cursor.div_ceil(CANONICAL_ALIGN) * CANONICAL_ALIGN;
                 cursor = off + p.length;
                 e.insert(off);
-                first.insert(key, (o.name.clone(), p.name.clone()));
+                first.insert(key, (o.name.clone(), p.name.to_string()));
             }
             let want = expected[&key];
             if p.offset != want {

@@ -318,7 +318,7 @@ fn check_object(
     let def = manifest::ObjectDef {
         name: o.name.clone(),
         shape: o.shape.clone(),
-        layout: o.layout.clone(),
+        layout: o.layout.clone().into(),
         attributes: o.attributes.clone(),
         parts: o
             .parts
@@ -327,9 +327,9 @@ fn check_object(
                 check_name(&p.name, &octx, "part name").map_err(|e| bad(e.to_string()))?;
                 let (storage, logical) = storage_and_type(p.dtype, &octx)?;
                 Ok(manifest::PartDef {
-                    name: p.name.clone(),
+                    name: p.name.clone().into(),
                     dtype: storage,
-                    logical: logical.map(str::to_string),
+                    logical: logical.map(std::borrow::Cow::Borrowed),
                     offset: FLOOR,
                     length: p.data.len() as u64,
                     shard: None,
@@ -1139,16 +1139,16 @@ impl Writer {
         let def = manifest::ObjectDef {
             name: probe.name.clone(),
             shape: probe.shape.clone(),
-            layout: probe.layout.clone(),
+            layout: probe.layout.clone().into(),
             attributes: probe.attributes.clone(),
             parts: parts
                 .iter()
                 .map(|(n, d, l)| {
                     let (storage, logical) = storage_and_type(*d, &self.ctx())?;
                     Ok(manifest::PartDef {
-                        name: n.clone(),
+                        name: n.clone().into(),
                         dtype: storage,
-                        logical: logical.map(str::to_string),
+                        logical: logical.map(std::borrow::Cow::Borrowed),
                         offset: FLOOR,
                         length: *l,
                         shard: None,

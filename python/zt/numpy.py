@@ -15,6 +15,9 @@ from typing import Union
 import numpy as np
 
 from . import _write
+from ._load_into import LoadResult, load_into
+
+__all__ = ["LoadResult", "load", "load_file", "load_into", "save", "save_file"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 

@@ -1,0 +1,137 @@
+"""zt.numpy.load_into: checks first (load_state_dict's strict semantics),
+then every tensor copied into the caller's own arrays. Files are written
+by each format's own library and compared with that library's reading."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+import safetensors.numpy
+
+import zt
+import zt.numpy
+
+
+def model(seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {
+        "embed.weight": rng.standard_normal((64, 32)).astype(np.float32),
+        "layer.0.bias": rng.standard_normal(32).astype(np.float16),
+        "layer.0.weight": rng.standard_normal((32, 32)).astype(ml_dtypes.bfloat16),
+        "steps": np.arange(7, dtype=np.int64),
+        "scalar": np.array(3.5, dtype=np.float64),
+    }
+
+
+def empty_like(arrays):
+    return {k: np.zeros_like(v) for k, v in arrays.items()}
+
+
+def written(tmp_path, fmt: str, arrays):
+    """A file of `arrays` written by the format's own library, and that
+    library's reading of it."""
+    if fmt == "safetensors":
+        path = tmp_path / "m.safetensors"
+        safetensors.numpy.save_file(arrays, path)
+        return path, safetensors.numpy.load_file(path)
+    if fmt == "npz":
+        path = tmp_path / "m.npz"
+        plain = {k: v for k, v in arrays.items() if v.dtype != ml_dtypes.bfloat16}
+        np.savez(path, **plain)
+        with np.load(path) as f:
+            return path, {k: f[k] for k in f.files}
+    if fmt == "npz-compressed":
+        path = tmp_path / "c.npz"
+        plain = {k: v for k, v in arrays.items() if v.dtype != ml_dtypes.bfloat16}
+        np.savez_compressed(path, **plain)
+        with np.load(path) as f:
+            return path, {k: f[k] for k in f.files}
+    path = tmp_path / "m.zt"
+    zt.numpy.save_file(arrays, path, compression=3 if fmt == "zt-zstd" else False)
+    return path, dict(arrays)
+
+
+@pytest.mark.parametrize("fmt", ["safetensors", "npz", "npz-compressed", "zt", "zt-zstd"])
+def test_loads_into_the_callers_arrays_in_place(tmp_path, fmt):
+    path, want = written(tmp_path, fmt, model())
+    dest = empty_like(want)
+    addresses = {k: v.ctypes.data for k, v in dest.items()}
+    result = zt.numpy.load_into(dest, path)
+    assert result == zt.numpy.LoadResult([], [])
+    assert sorted(dest) == sorted(want)
+    for k, v in want.items():
+        assert dest[k].ctypes.data == addresses[k], k  # the same memory, filled
+        assert dest[k].dtype == v.dtype and dest[k].shape == v.shape, k
+        assert dest[k].tobytes() == np.asarray(v).tobytes(), k
+
+
+def test_a_strided_destination_is_filled_through_its_strides(tmp_path):
+    arrays = {"w": np.arange(24, dtype=np.float32).reshape(4, 6)}
+    path, _ = written(tmp_path, "safetensors", arrays)
+    backing = np.zeros((4, 12), np.float32)
+    dest = {"w": backing[:, ::2]}
+    zt.numpy.load_into(dest, path)
+    np.testing.assert_array_equal(backing[:, ::2], arrays["w"])
+    assert not backing[:, 1::2].any()
+
+
+def test_strict_names_missing_and_unexpected_keys_and_writes_nothing(tmp_path):
+    arrays = model()
+    path, _ = written(tmp_path, "safetensors", arrays)
+    dest = empty_like(arrays)
+    del dest["steps"]
+    dest["extra"] = np.zeros(3, np.float32)
+    with pytest.raises(ValueError, match=r"(?s)Missing key\(s\): 'extra'.*Unexpected key\(s\): 'steps'"):
+        zt.numpy.load_into(dest, path)
+    assert not any(v.any() for v in dest.values())
+
+
+def test_not_strict_skips_and_reports_the_difference(tmp_path):
+    arrays = model()
+    path, want = written(tmp_path, "safetensors", arrays)
+    dest = empty_like(arrays)
+    del dest["steps"]
+    dest["extra"] = np.zeros(3, np.float32)
+    result = zt.numpy.load_into(dest, path, strict=False)
+    assert result.missing_keys == ["extra"] and result.unexpected_keys == ["steps"]
+    assert not dest["extra"].any()
+    np.testing.assert_array_equal(dest["embed.weight"], want["embed.weight"])
+
+
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        ({"embed.weight": np.zeros((32, 64), np.float32)}, r"shape \(64, 32\) in the file, \(32, 64\)"),
+        ({"embed.weight": np.zeros((64, 32), np.float64)}, r"dtype float32 in the file, float64"),
+        ({"embed.weight": [0.0] * 64}, r"not a numpy array"),
+    ],
+)
+def test_shape_and_dtype_mismatches_are_refused_before_any_copy(tmp_path, bad, match):
+    # Shape and dtype are checked even with strict=False, as load_state_dict does.
+    arrays = model()
+    path, _ = written(tmp_path, "safetensors", arrays)
+    dest = {**empty_like(arrays), **bad}
+    with pytest.raises(ValueError, match=match):
+        zt.numpy.load_into(dest, path, strict=False)
+    assert not any(v.any() for v in dest.values() if isinstance(v, np.ndarray))
+
+
+def test_a_read_only_destination_is_refused(tmp_path):
+    arrays = model()
+    path, _ = written(tmp_path, "safetensors", arrays)
+    dest = empty_like(arrays)
+    dest["steps"].flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        zt.numpy.load_into(dest, path)
+
+
+def test_many_tensors_over_both_threads(tmp_path):
+    # More than one claim's worth, so both copying threads take part.
+    rng = np.random.default_rng(5)
+    arrays = {f"t.{i:04d}": rng.standard_normal(4096).astype(np.float32) for i in range(600)}
+    path, want = written(tmp_path, "zt", arrays)
+    dest = empty_like(arrays)
+    zt.numpy.load_into(dest, path)
+    for k, v in want.items():
+        np.testing.assert_array_equal(dest[k], v)
