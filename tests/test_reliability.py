@@ -270,3 +270,20 @@ def test_onnx_sparse_nnz_by_rank_indices_in_bounds_read_transposed(tmp):
     onnx.save(model, path)
     with zt.open(path) as src:
         np.testing.assert_array_equal(src["sp"].part("coords").numpy(), np.array([[0, 2], [1, 3]]))
+
+
+def test_zrecord_ragged_gather_sized_by_meta_zr_is_a_memory_error(tmp):
+    """meta.zr claims 2 GiB for one zstd record; a gather of it four times
+    would allocate 8 GiB before decoding anything."""
+    from zt import zrecord
+
+    store = tmp / "store"
+    w = zrecord.Ragged.create(store, np.int32, 1, codec="zstd")
+    w.append([np.arange(10, dtype=np.int32)])
+    w.close()
+    meta = store / "meta.zr"
+    raw = bytearray(meta.read_bytes())
+    raw[4096 + 12 : 4096 + 16] = struct.pack("<I", 1 << 31)  # RecordLoc[0].logic
+    meta.write_bytes(bytes(raw))
+    got = limited.run(f"from zt import zrecord\nzrecord.Ragged.open({os.fspath(store)!r}).gather_packed([0, 0, 0, 0])")
+    assert got["kind"] == "MemoryError" and "store" in got["message"], got
