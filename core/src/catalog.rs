@@ -248,6 +248,12 @@ pub struct Catalog {
 pub trait Check: fmt::Debug + Send + Sync {
     /// `Err(reason)` when the bytes do not match.
     fn check(&self) -> std::result::Result<(), String>;
+
+    /// Whether reads run the check (else only `verify` does): a check that
+    /// would fetch the bytes a second time over the network can opt out.
+    fn on_read(&self) -> bool {
+        true
+    }
 }
 
 /// A registered digest algorithm (zTensor §3.4).

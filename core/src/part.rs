@@ -213,8 +213,13 @@ impl<'a> PartRef<'a> {
     /// Run the object's lazy checksum (a zip member's CRC-32), once per
     /// source: bytes whose checksum failed are never handed out.
     fn guard(&self) -> Result<()> {
+        self.guard_as(false)
+    }
+
+    /// [`PartRef::guard`]; `verify` also runs checks that skip reads.
+    fn guard_as(&self, verify: bool) -> Result<()> {
         match self.source.checks.get(&self.object_index) {
-            Some(check) => check.run().map_err(|reason| Error::Integrity {
+            Some(check) => check.run(verify).map_err(|reason| Error::Integrity {
                 ctx: self.ctx(),
                 reason: reason.to_string(),
             }),
@@ -403,7 +408,7 @@ impl<'a> PartRef<'a> {
     /// matches, `Ok(false)` when the part has no digest, and
     /// [`Error::Integrity`] when it does not match.
     pub fn verify(&self) -> Result<bool> {
-        self.guard()?;
+        self.guard_as(true)?;
         let Some(want) = self.digest() else {
             return Ok(self.has_check());
         };

@@ -45,7 +45,15 @@ pub(crate) struct LazyCheck {
 }
 
 impl LazyCheck {
-    pub(crate) fn run(&self) -> std::result::Result<(), &str> {
+    /// Run the check (once) unless it opted out of reads and `verify` is
+    /// false; a failure seen before fails every later read.
+    pub(crate) fn run(&self, verify: bool) -> std::result::Result<(), &str> {
+        if !verify && !self.check.on_read() {
+            return match self.outcome.get() {
+                Some(Err(reason)) => Err(reason.as_str()),
+                _ => Ok(()),
+            };
+        }
         self.outcome
             .get_or_init(|| self.check.check())
             .as_ref()
