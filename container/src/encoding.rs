@@ -41,6 +41,9 @@ pub struct Frame {
     pub decoded: u64,
 }
 
+/// zstd's largest block (`Block_Maximum_Size`, RFC 8878 §3.1.1.2.4).
+const ZSTD_BLOCK_MAX: u64 = 128 << 10;
+
 fn le32(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
 }
@@ -82,6 +85,14 @@ pub fn seek_table(blob: &[u8], decoded_len: u64, ctx: &Context) -> Result<Vec<Fr
         let (c, d) = (u64::from(le32(blob, at)), u64::from(le32(blob, at + 4)));
         if d > MAX_FRAME {
             return Err(bad(format!("frame {i} decodes to {d} bytes, over 16 MiB")));
+        }
+        // A zstd block takes at least 4 bytes (3 of header, 1 of RLE byte)
+        // and yields at most 128 KiB, so a frame of `c` bytes yields at most
+        // c / 4 * 128 KiB: a table of empty frames cannot claim gigabytes.
+        if d > (c / 4) * ZSTD_BLOCK_MAX {
+            return Err(bad(format!(
+                "frame {i} of {c} bytes cannot decode to {d} bytes"
+            )));
         }
         out.push(Frame {
             offset: c_off,
@@ -189,7 +200,7 @@ impl Decode for ZstdSeekable {
         limits.check_decoded(&ctx, self.decoded_len)?;
         let blob = self.store.read(self.offset, self.len)?;
         let frames = seek_table(&blob, self.decoded_len, &ctx)?;
-        let mut out = vec![0u8; self.decoded_len as usize];
+        let mut out = zt_core::buffer::try_zeroed(&ctx, "a decoded part", self.decoded_len)?;
         for f in &frames {
             let src = &blob[f.offset as usize..(f.offset + f.compressed) as usize];
             let dst = &mut out[f.decoded_offset as usize..(f.decoded_offset + f.decoded) as usize];
@@ -221,7 +232,7 @@ impl Decode for ZstdSeekable {
         limits.check_decoded(&ctx, len)?;
         let blob = self.store.read(self.offset, self.len)?;
         let frames = seek_table(&blob, self.decoded_len, &ctx)?;
-        let mut out = Vec::with_capacity(len as usize);
+        let mut out = zt_core::buffer::try_with_capacity(&ctx, "a decoded range", len)?;
         let mut scratch = Vec::new();
         for f in frames
             .iter()
@@ -284,5 +295,27 @@ mod tests {
         .unwrap();
         assert_eq!(&out[..], &data[WRITE_FRAME..2 * WRITE_FRAME]);
         assert!(seek_table(&enc, data.len() as u64 + 1, &Context::default()).is_err());
+    }
+
+    /// Zeros compress as far as zstd can (RLE blocks) and still pass the
+    /// per-frame bound; a table of empty frames claiming gigabytes does not.
+    #[test]
+    fn empty_frames_cannot_claim_gigabytes() {
+        let zeros = vec![0u8; 5 * WRITE_FRAME];
+        let enc = encode(&zeros, 19).unwrap();
+        assert!(seek_table(&enc, zeros.len() as u64, &Context::default()).is_ok());
+        let frames = 1000u32;
+        let mut blob = Vec::new();
+        blob.extend_from_slice(&SKIPPABLE_MAGIC.to_le_bytes());
+        blob.extend_from_slice(&(frames * 8 + 9).to_le_bytes());
+        for _ in 0..frames {
+            blob.extend_from_slice(&0u32.to_le_bytes());
+            blob.extend_from_slice(&(MAX_FRAME as u32).to_le_bytes());
+        }
+        blob.extend_from_slice(&frames.to_le_bytes());
+        blob.push(0);
+        blob.extend_from_slice(&SEEKABLE_MAGIC.to_le_bytes());
+        let e = seek_table(&blob, u64::from(frames) * MAX_FRAME, &Context::default()).unwrap_err();
+        assert!(e.to_string().contains("cannot decode to"), "{e}");
     }
 }

@@ -781,8 +781,10 @@ pub fn convert(source: &Source, path: &Path, options: &WriteOptions) -> Result<u
     write_objects(path, objects, attributes_cbor(source.attributes()), &opts)
 }
 
-/// The streaming XXH3 state (wrapped for `Debug`).
-struct Hasher(xxhash_rust::xxh3::Xxh3);
+/// The streaming XXH3 state (wrapped for `Debug`), boxed: `Xxh3` is
+/// 64-byte aligned, and a `Writer` held inline by a Python object (whose
+/// allocator aligns to 16) would otherwise sit misaligned.
+struct Hasher(Box<xxhash_rust::xxh3::Xxh3>);
 
 impl std::fmt::Debug for Hasher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -1123,7 +1125,7 @@ impl Writer {
             parts: sorted,
             current: 0,
             written: 0,
-            hasher: Hasher(xxhash_rust::xxh3::Xxh3::new()),
+            hasher: Hasher(Box::new(xxhash_rust::xxh3::Xxh3::new())),
             part_start: (0, 0),
         };
         self.begin_part(&mut s);
@@ -1202,7 +1204,7 @@ impl Writer {
         let offset = self.heap.place(len, self.options.align_for(len));
         s.part_start.1 = offset;
         s.written = 0;
-        s.hasher = Hasher(xxhash_rust::xxh3::Xxh3::new());
+        s.hasher = Hasher(Box::new(xxhash_rust::xxh3::Xxh3::new()));
     }
 
     /// Finish every part of the open stream that is complete (zero-length

@@ -99,8 +99,10 @@ pub struct ByteSwapped {
 
 impl Decode for ByteSwapped {
     fn decode(&self, limits: &Limits) -> Result<Vec<u8>> {
-        limits.check_decoded(&self.store.ctx().at(self.offset), self.len)?;
-        let mut out = self.store.read(self.offset, self.len)?.into_owned();
+        let ctx = self.store.ctx().at(self.offset);
+        limits.check_decoded(&ctx, self.len)?;
+        let read = self.store.read(self.offset, self.len)?;
+        let mut out = crate::buffer::try_own(&ctx, "a byte-swapped copy", read)?;
         crate::buffer::swap_units(&mut out, self.width);
         Ok(out)
     }
@@ -118,8 +120,10 @@ impl Decode for ByteSwapped {
             let end = start.saturating_add(len).min(all.len() as u64) as usize;
             return Ok(all[(start as usize).min(end)..end].to_vec());
         }
-        limits.check_decoded(&self.store.ctx().at(self.offset + start), len)?;
-        let mut out = self.store.read(self.offset + start, len)?.into_owned();
+        let ctx = self.store.ctx().at(self.offset + start);
+        limits.check_decoded(&ctx, len)?;
+        let read = self.store.read(self.offset + start, len)?;
+        let mut out = crate::buffer::try_own(&ctx, "a byte-swapped copy", read)?;
         crate::buffer::swap_units(&mut out, self.width);
         Ok(out)
     }
@@ -232,6 +236,24 @@ pub struct Catalog {
     /// Digests the format stores, as `(object index, part index, digest)`
     /// into `objects`: what `PartRef::verify` checks and `Caps::verify` reports.
     pub digests: Vec<(usize, usize, Digest)>,
+    /// Checksums the format keeps over an object's stored bytes (a zip
+    /// member's CRC-32), as `(object index, check)`: run once, at the first
+    /// read of any of the object's parts (so open stays metadata-only), and
+    /// every later read of a failed object fails too.
+    pub checks: Vec<(usize, Arc<dyn Check>)>,
+}
+
+/// A checksum over stored bytes, run lazily by the source (see
+/// [`Catalog::checks`]).
+pub trait Check: fmt::Debug + Send + Sync {
+    /// `Err(reason)` when the bytes do not match.
+    fn check(&self) -> std::result::Result<(), String>;
+
+    /// Whether reads run the check (else only `verify` does): a check that
+    /// would fetch the bytes a second time over the network can opt out.
+    fn on_read(&self) -> bool {
+        true
+    }
 }
 
 /// A registered digest algorithm (zTensor §3.4).

@@ -148,7 +148,11 @@ pub enum Error {
         ctx: Context,
     },
     /// A configured limit would be exceeded.
-    #[error("{ctx}: limit exceeded: {limit} is {value}, the limit is {max}")]
+    #[error(
+        "{ctx}: limit exceeded: {limit} is {value}, the limit is {max} \
+         (a budget, not a verdict on the file: raise it with limits={{\"{limit}\": N}} \
+         in zt.open, or Limits::{limit} in Rust)"
+    )]
     Limit {
         /// Where.
         ctx: Context,
@@ -158,6 +162,21 @@ pub enum Error {
         value: u64,
         /// The configured maximum.
         max: u64,
+    },
+    /// Memory for a buffer whose size comes from the file could not be
+    /// allocated (the process's address-space or memory limit): an error the
+    /// caller can catch, never an abort.
+    #[error(
+        "{ctx}: out of memory: cannot allocate {bytes} bytes for {what} \
+         (the process's memory or address-space limit; a zero-copy read needs no buffer)"
+    )]
+    Memory {
+        /// Where.
+        ctx: Context,
+        /// The buffer's purpose.
+        what: &'static str,
+        /// Bytes asked for.
+        bytes: u64,
     },
     /// Compressed data failed to decode or decoded to the wrong length.
     #[error("{ctx}: decode failed: {reason}")]
@@ -267,6 +286,7 @@ impl Error {
             | Error::Range { ctx, .. }
             | Error::DuplicateName { ctx }
             | Error::Limit { ctx, .. }
+            | Error::Memory { ctx, .. }
             | Error::Decode { ctx, .. }
             | Error::Unsupported { ctx, .. }
             | Error::NoSuchTensor { ctx, .. }
@@ -290,6 +310,7 @@ impl Error {
             | Error::Range { ctx, .. }
             | Error::DuplicateName { ctx }
             | Error::Limit { ctx, .. }
+            | Error::Memory { ctx, .. }
             | Error::Decode { ctx, .. }
             | Error::Unsupported { ctx, .. }
             | Error::NoSuchTensor { ctx, .. }

@@ -30,7 +30,7 @@ pub mod store;
 pub mod write;
 
 pub use catalog::{
-    Attributes, Catalog, Decode, Digest, DigestAlgorithm, Object, Part, Payload, Value,
+    Attributes, Catalog, Check, Decode, Digest, DigestAlgorithm, Object, Part, Payload, Value,
 };
 pub use dtype::DType;
 pub use error::{Context, Error, RemoteKind, Result};

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use crate::catalog::{Attributes, Digest, Object, Part, Payload};
 use crate::dtype::{c_strides, num_elements, DType};
 use crate::error::{Context, Error, Result};
+use crate::limits::Limits;
 use crate::source::Source;
 
 /// Zero-copy and I/O capabilities of one part, each computed by the same
@@ -195,7 +196,8 @@ impl<'a> PartRef<'a> {
         self.part.payload.len()
     }
 
-    fn ctx(&self) -> Context {
+    /// The context naming this part's file and tensor (for errors).
+    pub fn ctx(&self) -> Context {
         let file = match &self.part.payload {
             Payload::Stored { store, .. } => Context::file(store.path()),
             Payload::Decoded { .. } => self
@@ -208,6 +210,38 @@ impl<'a> PartRef<'a> {
         file.tensor(&self.object.name)
     }
 
+    /// Run the object's lazy checksum (a zip member's CRC-32), once per
+    /// source: bytes whose checksum failed are never handed out.
+    fn guard(&self) -> Result<()> {
+        self.guard_as(false)
+    }
+
+    /// [`PartRef::guard`]; `verify` also runs checks that skip reads.
+    fn guard_as(&self, verify: bool) -> Result<()> {
+        match self.source.checks.get(&self.object_index) {
+            Some(check) => check.run(verify).map_err(|reason| Error::Integrity {
+                ctx: self.ctx(),
+                reason: reason.to_string(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Name this part's tensor, and its file when the error names none (a
+    /// decoder's errors know neither).
+    fn name_err(&self, e: Error) -> Error {
+        let e = e.in_tensor(&self.object.name);
+        match self.ctx().file {
+            Some(file) => e.in_file(&file),
+            None => e,
+        }
+    }
+
+    /// Whether the object has a lazy checksum ([`PartRef::verify`] runs it).
+    fn has_check(&self) -> bool {
+        self.source.checks.contains_key(&self.object_index)
+    }
+
     /// Capabilities of this part.
     pub fn caps(&self) -> Caps {
         match &self.part.payload {
@@ -216,7 +250,7 @@ impl<'a> PartRef<'a> {
                 locate: true,
                 evict: store.is_mapped()
                     && self.source.exclusive_pages(store, *offset, *len).is_some(),
-                verify: self.digest().is_some(),
+                verify: self.digest().is_some() || self.has_check(),
                 alignment: 1 << offset.trailing_zeros().min(20),
                 remote: store.is_remote(),
             },
@@ -224,7 +258,7 @@ impl<'a> PartRef<'a> {
                 map: false,
                 locate: false,
                 evict: false,
-                verify: self.digest().is_some(),
+                verify: self.digest().is_some() || self.has_check(),
                 alignment: 1,
                 remote: self.source.remote,
             },
@@ -245,6 +279,7 @@ impl<'a> PartRef<'a> {
     /// an npz member's data often starts at an odd offset). Fails for
     /// decoded payloads and unmapped stores.
     pub fn map_unaligned(&self) -> Result<&'a [u8]> {
+        self.guard()?;
         match &self.part.payload {
             Payload::Stored { store, offset, len } if store.is_mapped() => store
                 .slice(*offset, *len)
@@ -256,6 +291,7 @@ impl<'a> PartRef<'a> {
     /// The stored bytes as a zero-copy view of the mapping. Fails for
     /// decoded payloads, unmapped stores, and bytes not aligned for the dtype.
     pub fn map(&self) -> Result<&'a [u8]> {
+        self.guard()?;
         match &self.part.payload {
             Payload::Stored { store, offset, len } if self.mappable() => store
                 .slice(*offset, *len)
@@ -282,6 +318,7 @@ impl<'a> PartRef<'a> {
     /// The stored bytes in storage order (strides apply): borrowed from the
     /// mapping when possible, decoded otherwise.
     pub fn storage_bytes(&self) -> Result<Cow<'a, [u8]>> {
+        self.guard()?;
         match &self.part.payload {
             Payload::Stored { store, offset, len } => store
                 .read(*offset, *len)
@@ -295,7 +332,7 @@ impl<'a> PartRef<'a> {
                     .check_decoded(&self.ctx(), *decoded_len)?;
                 let bytes = decoder
                     .decode(&self.source.limits)
-                    .map_err(|e| e.in_tensor(&self.object.name))?;
+                    .map_err(|e| self.name_err(e))?;
                 if bytes.len() as u64 != *decoded_len {
                     return Err(Error::Decode {
                         ctx: self.ctx(),
@@ -311,6 +348,7 @@ impl<'a> PartRef<'a> {
     /// reading a slice of a tensor: borrowed from the mapping when raw, and
     /// for seekable encodings only the frames the range touches are decoded.
     pub fn storage_range(&self, start: u64, len: u64) -> Result<Cow<'a, [u8]>> {
+        self.guard()?;
         let total = self.part.payload.len();
         let end = start
             .checked_add(len)
@@ -329,7 +367,7 @@ impl<'a> PartRef<'a> {
                 self.source.limits.check_decoded(&self.ctx(), len)?;
                 let bytes = decoder
                     .decode_range(start, len, &self.source.limits)
-                    .map_err(|e| e.in_tensor(&self.object.name))?;
+                    .map_err(|e| self.name_err(e))?;
                 if bytes.len() as u64 != len {
                     return Err(Error::Decode {
                         ctx: self.ctx(),
@@ -350,11 +388,13 @@ impl<'a> PartRef<'a> {
         }
         let size = self.part.dtype.size().unwrap_or(1) as usize;
         Ok(Cow::Owned(materialize(
+            &self.ctx(),
+            &self.source.limits,
             &storage,
             &self.part.shape,
             &self.strides(),
             size,
-        )))
+        )?))
     }
 
     /// The digest the file stores for this part's decoded bytes, if any.
@@ -368,8 +408,9 @@ impl<'a> PartRef<'a> {
     /// matches, `Ok(false)` when the part has no digest, and
     /// [`Error::Integrity`] when it does not match.
     pub fn verify(&self) -> Result<bool> {
+        self.guard_as(true)?;
         let Some(want) = self.digest() else {
-            return Ok(false);
+            return Ok(self.has_check());
         };
         let bytes = self.storage_bytes()?;
         let got = want.algorithm().digest(&bytes);
@@ -385,7 +426,8 @@ impl<'a> PartRef<'a> {
         Ok(true)
     }
 
-    /// The file range of raw stored bytes, for caller-driven I/O.
+    /// The file range of raw stored bytes, for caller-driven I/O (which
+    /// bypasses the lazy checksum; [`PartRef::verify`] runs it).
     pub fn locate(&self) -> Option<Location> {
         match &self.part.payload {
             Payload::Stored { store, offset, len } => Some(Location {
@@ -460,6 +502,7 @@ impl PartRef<'_> {
     /// only the range the runs span (for seekable encodings, the frames it
     /// touches). Needs a contiguous part of whole-byte elements.
     pub fn read_selection(&self, sel: &[Sel]) -> Result<Vec<u8>> {
+        self.guard()?;
         let ctx = self.ctx();
         let Some(size) = self.part.dtype.size() else {
             return Err(Error::Unsupported {
@@ -514,7 +557,7 @@ impl PartRef<'_> {
             return Ok(Vec::new());
         }
         let runs = Runs::new(shape, sel, size);
-        let mut out = crate::buffer::with_capacity(out_len as usize);
+        let mut out = crate::buffer::try_with_capacity(&self.ctx(), "a selection", out_len)?;
         match &self.part.payload {
             Payload::Stored { store, offset, len } if store.is_mapped() => {
                 // Copy run by run: only the pages the runs touch are read.
@@ -662,6 +705,7 @@ pub fn storage_bytes_of<'a>(parts: &[PartRef<'a>]) -> Result<Vec<Cow<'a, [u8]>>>
     let mut out: Vec<Option<Cow<'a, [u8]>>> = (0..parts.len()).map(|_| None).collect();
     let mut remote: Vec<(&'a std::sync::Arc<crate::store::Store>, Vec<usize>)> = Vec::new();
     for (i, p) in parts.iter().enumerate() {
+        p.guard()?;
         match &p.part.payload {
             Payload::Stored { store, .. } if store.is_remote() => {
                 match remote
@@ -697,27 +741,41 @@ pub fn storage_bytes_of<'a>(parts: &[PartRef<'a>]) -> Result<Vec<Cow<'a, [u8]>>>
 /// together as [`storage_bytes_of`] reads them.
 pub fn bytes_of<'a>(parts: &[PartRef<'a>]) -> Result<Vec<Cow<'a, [u8]>>> {
     let storage = storage_bytes_of(parts)?;
-    Ok(parts
+    parts
         .iter()
         .zip(storage)
         .map(|(p, bytes)| {
             if p.is_contiguous() {
-                bytes
+                Ok(bytes)
             } else {
                 let size = p.part.dtype.size().unwrap_or(1) as usize;
-                Cow::Owned(materialize(&bytes, &p.part.shape, &p.strides(), size))
+                let (ctx, limits) = (p.ctx(), &p.source.limits);
+                materialize(&ctx, limits, &bytes, &p.part.shape, &p.strides(), size).map(Cow::Owned)
             }
         })
-        .collect())
+        .collect()
 }
 
 /// Gather a strided array into C order. `strides` are in elements and were
 /// validated against `storage` when the source was built.
-pub fn materialize(storage: &[u8], shape: &[u64], strides: &[i64], size: usize) -> Vec<u8> {
-    let n = num_elements(shape).unwrap_or(0) as usize;
-    let mut out = crate::buffer::with_capacity(n * size);
-    if n == 0 {
-        return out;
+///
+/// The C-order size is computed with checked arithmetic and bounded by
+/// `limits.decoded_bytes` before anything is allocated: a stride-0 view
+/// (`expand` in torch) can declare far more elements than it stores, so
+/// the stored size says nothing about the materialized one.
+pub fn materialize(
+    ctx: &Context,
+    limits: &Limits,
+    storage: &[u8],
+    shape: &[u64],
+    strides: &[i64],
+    size: usize,
+) -> Result<Vec<u8>> {
+    let len = materialized_len(ctx, shape, size)?;
+    limits.check_decoded(ctx, len)?;
+    let mut out = crate::buffer::try_with_capacity(ctx, "a strided tensor in C order", len)?;
+    if len == 0 {
+        return Ok(out);
     }
     let rank = shape.len();
     let mut idx = vec![0u64; rank];
@@ -740,7 +798,7 @@ pub fn materialize(storage: &[u8], shape: &[u64], strides: &[i64], size: usize) 
         let mut d = outer_rank;
         loop {
             if d == 0 {
-                return out;
+                return Ok(out);
             }
             d -= 1;
             idx[d] += 1;
@@ -750,6 +808,16 @@ pub fn materialize(storage: &[u8], shape: &[u64], strides: &[i64], size: usize) 
             idx[d] = 0;
         }
     }
+}
+
+/// Bytes of `shape` in C order at `size` bytes per element, overflow-checked.
+pub fn materialized_len(ctx: &Context, shape: &[u64], size: usize) -> Result<u64> {
+    num_elements(shape)
+        .and_then(|n| n.checked_mul(size as u64))
+        .ok_or_else(|| Error::Overflow {
+            ctx: ctx.clone(),
+            what: "the materialized size of a strided tensor",
+        })
 }
 
 #[cfg(test)]
@@ -815,15 +883,51 @@ mod tests {
     fn materialize_fortran() {
         // A 2x3 array stored column-major: [[0,1,2],[3,4,5]] -> 0,3,1,4,2,5
         let storage: Vec<u8> = vec![0, 3, 1, 4, 2, 5];
-        let out = materialize(&storage, &[2, 3], &[1, 2], 1);
+        let (ctx, limits) = (Context::default(), Limits::default());
+        let out = materialize(&ctx, &limits, &storage, &[2, 3], &[1, 2], 1).unwrap();
         assert_eq!(out, vec![0, 1, 2, 3, 4, 5]);
     }
 
     #[test]
     fn materialize_rank0_and_rows() {
-        assert_eq!(materialize(&[9], &[], &[], 1), vec![9]);
+        let (ctx, limits) = (Context::default(), Limits::default());
+        let m = |s: &[u8], shape: &[u64], strides: &[i64]| {
+            materialize(&ctx, &limits, s, shape, strides, 1).unwrap()
+        };
+        assert_eq!(m(&[9], &[], &[]), vec![9]);
         // Every other row of a 4x2 array.
         let storage: Vec<u8> = (0..8).collect();
-        assert_eq!(materialize(&storage, &[2, 2], &[4, 1], 1), vec![0, 1, 4, 5]);
+        assert_eq!(m(&storage, &[2, 2], &[4, 1]), vec![0, 1, 4, 5]);
+    }
+
+    /// A stride-0 view declares far more than it stores: materializing it
+    /// is bounded by `decoded_bytes` before allocating, and a size that
+    /// wraps is an overflow error, never a wrapped allocation.
+    #[test]
+    fn materialize_stride_zero_is_bounded() {
+        let ctx = Context::file("x.pt").tensor("t");
+        let limits = Limits::default();
+        let e = materialize(&ctx, &limits, &[0; 4], &[1 << 36], &[0], 4).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::Limit {
+                    limit: "decoded_bytes",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        let e = materialize(&ctx, &limits, &[0; 4], &[1 << 62], &[0], 4).unwrap_err();
+        assert!(matches!(e, Error::Overflow { .. }), "{e}");
+        let small = Limits {
+            decoded_bytes: 15,
+            ..Limits::default()
+        };
+        assert!(materialize(&ctx, &small, &[7; 4], &[4], &[0], 4).is_err());
+        assert_eq!(
+            materialize(&ctx, &limits, &[7, 8], &[3], &[0], 2).unwrap(),
+            vec![7, 8, 7, 8, 7, 8]
+        );
     }
 }

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::catalog::{Attributes, Catalog, Digest, Object, Part, Payload};
+use crate::catalog::{Attributes, Catalog, Check, Digest, Object, Part, Payload};
 use crate::dtype::num_elements;
 use crate::error::{Context, Error, Result};
 use crate::limits::Limits;
@@ -30,8 +30,36 @@ pub struct Source {
     pub(crate) occupancy: HashMap<usize, Vec<(u64, u64)>>,
     /// Stored digests by (object index, part index).
     pub(crate) digests: HashMap<(usize, usize), Digest>,
+    /// Lazy checksums by object index (see `Catalog::checks`).
+    pub(crate) checks: HashMap<usize, Arc<LazyCheck>>,
     /// Some store is read over the network.
     pub(crate) remote: bool,
+}
+
+/// A [`Check`] run at most once; its outcome is kept, so a failed object
+/// stays failed and a passed one costs nothing more.
+#[derive(Debug)]
+pub(crate) struct LazyCheck {
+    check: Arc<dyn Check>,
+    outcome: std::sync::OnceLock<std::result::Result<(), String>>,
+}
+
+impl LazyCheck {
+    /// Run the check (once) unless it opted out of reads and `verify` is
+    /// false; a failure seen before fails every later read.
+    pub(crate) fn run(&self, verify: bool) -> std::result::Result<(), &str> {
+        if !verify && !self.check.on_read() {
+            return match self.outcome.get() {
+                Some(Err(reason)) => Err(reason.as_str()),
+                _ => Ok(()),
+            };
+        }
+        self.outcome
+            .get_or_init(|| self.check.check())
+            .as_ref()
+            .map(|_| ())
+            .map_err(String::as_str)
+    }
 }
 
 pub(crate) fn store_key(store: &Arc<Store>) -> usize {
@@ -106,6 +134,18 @@ impl Source {
             })
             .map(|&(o, p, d)| ((o, p), d))
             .collect();
+        let checks = catalog
+            .checks
+            .into_iter()
+            .filter(|(o, _)| *o < catalog.objects.len())
+            .map(|(o, check)| {
+                let lazy = LazyCheck {
+                    check,
+                    outcome: std::sync::OnceLock::new(),
+                };
+                (o, Arc::new(lazy))
+            })
+            .collect();
         Ok(Source {
             format,
             files,
@@ -115,6 +155,7 @@ impl Source {
             limits,
             occupancy,
             digests,
+            checks,
             remote,
         })
     }
@@ -139,6 +180,9 @@ impl Source {
                     .into_iter()
                     .map(|((o, p), d)| ((o + base, p), d)),
             );
+            merged
+                .checks
+                .extend(source.checks.into_iter().map(|(o, c)| (o + base, c)));
             for object in source.objects {
                 if merged.index.contains_key(&object.name) {
                     return Err(Error::DuplicateName {
@@ -283,6 +327,14 @@ impl Source {
 fn validate_part(part: &Part, limits: &Limits) -> Result<()> {
     let ctx = &Context::default();
     limits.check_rank(ctx, part.shape.len())?;
+    // numpy, torch and DLPack index with a signed 64-bit integer: a larger
+    // dimension (even of a zero-element tensor) cannot be served.
+    if let Some(&d) = part.shape.iter().find(|&&d| d > i64::MAX as u64) {
+        return Err(Error::range(
+            ctx.clone(),
+            format!("part {:?}: dimension {d} is past 2^63 - 1", part.name),
+        ));
+    }
     let elements = num_elements(&part.shape).ok_or(Error::Overflow {
         ctx: ctx.clone(),
         what: "element count",

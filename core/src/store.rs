@@ -181,7 +181,7 @@ impl Store {
                 &map[offset as usize..(offset + len) as usize],
             )),
             Backing::Positional(file) => {
-                let mut buf = vec![0u8; len as usize];
+                let mut buf = crate::buffer::try_zeroed(&self.ctx().at(offset), "a read", len)?;
                 file.read_exact_at(&mut buf, offset)
                     .map_err(|e| Error::Io {
                         ctx: self.ctx().at(offset),

@@ -524,6 +524,8 @@ pub enum ShortRead {
     Ended(usize),
     /// The stream failed.
     Io(io::Error),
+    /// The buffer could not grow to this many bytes (out of memory).
+    Memory(usize),
 }
 
 /// Read exactly `len` bytes from `src` into a buffer that grows with what
@@ -545,7 +547,9 @@ pub fn read_exact_growing(
                 out.len()
             };
             let grow = grow.min(len - out.len());
-            out.reserve_exact(grow);
+            if out.try_reserve_exact(grow).is_err() {
+                return Err(ShortRead::Memory(filled + grow));
+            }
             out.resize(filled + grow, 0);
         }
         match src.read(&mut out[filled..]) {
@@ -576,6 +580,11 @@ fn inflate_exact(ctx: &Context, name: &str, raw: &[u8], len: u64) -> Result<Vec<
             fail(format!("deflate stream ends after {filled} of {len} bytes"))
         }
         ShortRead::Io(e) => fail(format!("deflate: {e}")),
+        ShortRead::Memory(bytes) => Error::Memory {
+            ctx: ctx.clone().tensor(name),
+            what: "an inflated member",
+            bytes: bytes as u64,
+        },
     })?;
     let mut probe = [0u8; 1];
     loop {

@@ -12,8 +12,20 @@ use libfuzzer_sys::fuzz_target;
 use zt::OpenOptions;
 
 /// Detection also looks at the extension (an empty zip is an npz only by
-/// name), so the input length picks one without changing the bytes.
-const EXTENSIONS: [&str; 4] = ["bin", "npy", "npz", "safetensors"];
+/// name), so the input length picks one without changing the bytes. Every
+/// format a reader is registered for is named, so each plugin's extension
+/// rules are reached (detection itself is structural).
+const EXTENSIONS: [&str; 9] = [
+    "bin",
+    "npy",
+    "npz",
+    "safetensors",
+    "gguf",
+    "pt",
+    "onnx",
+    "h5",
+    "zt",
+];
 
 /// One scratch directory per fuzzing process.
 fn scratch() -> &'static PathBuf {
@@ -28,8 +40,12 @@ fn scratch() -> &'static PathBuf {
 fn read_all(options: &OpenOptions, path: &std::path::Path) {
     if let Ok(source) = zt::open_with(path, options) {
         for tensor in source.tensors() {
-            let _ = tensor.data().and_then(|p| p.bytes().map(|b| b.len()));
+            for part in tensor.parts() {
+                let _ = part.bytes().map(|b| b.len());
+            }
         }
+        // Digests and lazy checksums (npz CRC-32) of every part.
+        let _ = zt::container::verify::verify(&source, false);
     }
 }
 
@@ -45,5 +61,17 @@ fuzz_target!(|data: &[u8]| {
         };
         read_all(&options, &path);
     }
+    // Tight budgets too, so `-malloc_limit_mb` stays meaningful: with the
+    // defaults a valid 40 GiB fill may (rightly) ask for 40 GiB, and the
+    // fallible path turns a refusal into an error the fuzzer cannot see.
+    let tight = OpenOptions {
+        limits: zt::Limits {
+            decoded_bytes: 256 << 20,
+            total_decoded_bytes: 1 << 30,
+            ..zt::Limits::default()
+        },
+        ..OpenOptions::default()
+    };
+    read_all(&tight, &path);
     let _ = std::fs::remove_file(&path);
 });

@@ -16,12 +16,19 @@ fuzz_target!(|data: &[u8]| {
     let _ = Schema::decode(&header.schema, true, path);
     let _ = Schema::decode(&header.schema, false, path);
     let table = &data[PAGE..];
-    for (i, raw) in table.chunks_exact(LOC).take(header.length as usize).enumerate() {
+    for (i, raw) in table
+        .chunks_exact(LOC)
+        .take(header.length as usize)
+        .enumerate()
+    {
         let loc = RecordLoc::decode(raw);
         let tail = header.tails[i % header.data_shards as usize];
         let _ = loc.check(header.codec, tail);
     }
     // A page that decodes re-encodes to the same bytes (schema padding aside).
     let page = header.encode();
-    assert_eq!(&page[..2056 + header.schema.len()], &data[..2056 + header.schema.len()]);
+    assert_eq!(
+        &page[..2056 + header.schema.len()],
+        &data[..2056 + header.schema.len()]
+    );
 });

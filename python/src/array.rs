@@ -22,6 +22,8 @@ pub enum Keep {
     Mapped(#[allow(dead_code)] Arc<zt::Source>),
     /// An owned buffer (decoded or copied bytes).
     Owned(#[allow(dead_code)] Vec<u8>),
+    /// Owned f32 values (dequantized), kept as they are: no second buffer.
+    OwnedF32(#[allow(dead_code)] Vec<f32>),
     /// A gather's output buffer, returned to the pool when dropped.
     Pooled(#[allow(dead_code)] crate::batch_pool::Pooled),
     /// A DataLoader batch's Dense column.
@@ -76,26 +78,38 @@ impl ArrayView {
         part: &zt::PartRef<'_>,
         copy: bool,
         storage: Cow<'_, [u8]>,
-    ) -> Self {
+    ) -> zt::Result<Self> {
         let dtype = part.dtype();
+        let ctx = part.ctx();
         let Some(size) = dtype.size() else {
-            return Self::from_bytes(source, storage, copy, vec![part.nbytes()], None, "|u1");
+            let shape = vec![part.nbytes()];
+            return Self::from_bytes(&ctx, source, storage, copy, shape, None, "|u1");
         };
         let shape = part.shape().to_vec();
         if part.is_contiguous() {
-            return Self::from_bytes(source, storage, copy, shape, None, typestr(dtype));
+            return Self::from_bytes(&ctx, source, storage, copy, shape, None, typestr(dtype));
         }
         if copy {
+            let (shape_in, strides) = (part.shape(), part.strides());
+            let limits = source.limits();
             let c_order =
-                zt::part::materialize(&storage, part.shape(), &part.strides(), size as usize);
-            return Self::owned(c_order, typestr(dtype), shape, None);
+                zt::part::materialize(&ctx, limits, &storage, shape_in, &strides, size as usize)?;
+            return Ok(Self::owned(c_order, typestr(dtype), shape, None));
         }
         let strides = part
             .strides()
             .into_iter()
             .map(|s| s * size as i64)
             .collect();
-        Self::from_bytes(source, storage, false, shape, Some(strides), typestr(dtype))
+        Self::from_bytes(
+            &ctx,
+            source,
+            storage,
+            false,
+            shape,
+            Some(strides),
+            typestr(dtype),
+        )
     }
 
     /// Describe `part`'s bytes for numpy.
@@ -108,14 +122,8 @@ impl ArrayView {
         // Sub-byte packed types: hand out the raw bytes; Python unpacks them.
         let Some(size) = dtype.size() else {
             let bytes = part.bytes()?;
-            return Ok(Self::from_bytes(
-                source,
-                bytes,
-                copy,
-                vec![part.nbytes()],
-                None,
-                "|u1",
-            ));
+            let shape = vec![part.nbytes()];
+            return Self::from_bytes(&part.ctx(), source, bytes, copy, shape, None, "|u1");
         };
         let byte_strides =
             |strides: Vec<i64>| strides.into_iter().map(|s| s * size as i64).collect();
@@ -140,7 +148,7 @@ impl ArrayView {
         }
         if copy {
             // A copy is always C order and writable.
-            let bytes = zt::buffer::own(part.bytes()?);
+            let bytes = zt::buffer::try_own(&part.ctx(), "a copy", part.bytes()?)?;
             return Ok(Self::owned(
                 bytes,
                 typestr(dtype),
@@ -150,7 +158,7 @@ impl ArrayView {
         }
         // Not in a mapping (decoded, positional): owned storage bytes
         // with the stored strides, so no materialization happens twice.
-        let storage = zt::buffer::own(part.storage_bytes()?);
+        let storage = zt::buffer::try_own(&part.ctx(), "a copy", part.storage_bytes()?)?;
         let strides = (!part.is_contiguous()).then(|| byte_strides(part.strides()));
         Ok(Self::owned(
             storage,
@@ -161,14 +169,15 @@ impl ArrayView {
     }
 
     fn from_bytes(
+        ctx: &zt::Context,
         source: Arc<zt::Source>,
         bytes: Cow<'_, [u8]>,
         copy: bool,
         shape: Vec<u64>,
         strides: Option<Vec<i64>>,
         typestr: &'static str,
-    ) -> Self {
-        match bytes {
+    ) -> zt::Result<Self> {
+        Ok(match bytes {
             Cow::Borrowed(b) if !copy => ArrayView {
                 address: b.as_ptr() as usize,
                 _keep: Keep::Mapped(source),
@@ -177,8 +186,13 @@ impl ArrayView {
                 strides,
                 readonly: true,
             },
-            other => Self::owned(zt::buffer::own(other), typestr, shape, strides),
-        }
+            other => Self::owned(
+                zt::buffer::try_own(ctx, "a copy", other)?,
+                typestr,
+                shape,
+                strides,
+            ),
+        })
     }
 
     /// An owned, writable array of `shape` over `bytes` (C order).
@@ -188,8 +202,18 @@ impl ArrayView {
 
     /// An owned, writable f32 array of `shape` (dequantized values).
     pub fn from_f32(values: Vec<f32>, shape: Vec<u64>) -> Self {
-        let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-        Self::owned(bytes, "<f4", shape, None)
+        ArrayView {
+            address: values.as_ptr() as usize,
+            _keep: Keep::OwnedF32(values),
+            typestr: if cfg!(target_endian = "little") {
+                "<f4"
+            } else {
+                ">f4"
+            },
+            shape,
+            strides: None,
+            readonly: false,
+        }
     }
 
     /// A writable uint8 array over the first `len` bytes of a pooled

@@ -210,7 +210,10 @@ pub fn export<'py>(
         )
     } else {
         let bytes = py
-            .detach(|| part.bytes().map(zt::buffer::own))
+            .detach(|| {
+                part.bytes()
+                    .and_then(|b| zt::buffer::try_own(&part.ctx(), "a DLPack copy", b))
+            })
             .map_err(to_py_err)?;
         let data = bytes.as_ptr() as *mut c_void;
         (

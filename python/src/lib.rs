@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 
 use pyo3::exceptions::{
-    PyFileNotFoundError, PyKeyError, PyOSError, PyPermissionError, PyValueError,
+    PyFileNotFoundError, PyKeyError, PyMemoryError, PyOSError, PyPermissionError, PyValueError,
 };
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
@@ -41,6 +41,7 @@ pub(crate) fn to_py_err(e: zt::Error) -> PyErr {
         zt::Error::NotFound { .. } => PyFileNotFoundError::new_err(message),
         zt::Error::NoSuchTensor { .. } => PyKeyError::new_err(message),
         zt::Error::Io { .. } => PyOSError::new_err(message),
+        zt::Error::Memory { .. } => PyMemoryError::new_err(message),
         zt::Error::Remote { kind, .. } => match kind {
             zt::RemoteKind::PermissionDenied => PyPermissionError::new_err(message),
             zt::RemoteKind::Network => PyOSError::new_err(message),

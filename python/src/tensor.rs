@@ -78,14 +78,14 @@ impl Source {
                 return parts
                     .iter()
                     .map(|p| ArrayView::for_part(Arc::clone(&source), p, copy))
-                    .collect();
+                    .collect::<zt::Result<Vec<_>>>();
             }
             let storage = zt::part::storage_bytes_of(&parts)?;
-            Ok(parts
+            parts
                 .iter()
                 .zip(storage)
                 .map(|(p, bytes)| ArrayView::for_part_read(Arc::clone(&source), p, copy, bytes))
-                .collect())
+                .collect()
         })
         .map_err(to_py_err)
     }

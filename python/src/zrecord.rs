@@ -44,6 +44,7 @@ fn to_py(e: Error) -> PyErr {
         | Error::DtypeNotInLayout { .. }
         | Error::RecordSize { .. } => PyValueError::new_err(message),
         Error::OutOfRange { .. } => PyIndexError::new_err(message),
+        Error::Memory { .. } => pyo3::exceptions::PyMemoryError::new_err(message),
         Error::Remote { kind, .. } => match kind {
             zrecord::RemoteKind::PermissionDenied => PyPermissionError::new_err(message),
             zrecord::RemoteKind::Config | zrecord::RemoteKind::Unsupported => {

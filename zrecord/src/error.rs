@@ -227,6 +227,17 @@ pub enum Error {
         /// Its encoded length.
         len: u64,
     },
+    /// A buffer sized from the store (a Ragged gather's payload) could not
+    /// be allocated: an error the caller can catch, never an abort.
+    #[error("{path}: out of memory: cannot allocate {bytes} bytes for {what}")]
+    Memory {
+        /// The store directory.
+        path: PathBuf,
+        /// The buffer's purpose.
+        what: &'static str,
+        /// Bytes asked for.
+        bytes: u64,
+    },
     /// A caller's argument is inconsistent (buffer sizes, shapes, counts).
     #[error("invalid argument: {reason}")]
     Invalid {

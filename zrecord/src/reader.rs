@@ -540,13 +540,20 @@ impl Reader {
         let len = usize::try_from(total)
             .map_err(|_| Error::invalid("gathered records exceed the addressable buffer"))?;
         let need = len.div_ceil(8);
+        let memory = |what, bytes: u64| Error::Memory {
+            path: self.path.clone(),
+            what,
+            bytes,
+        };
         if words.capacity() < need {
             // calloc: fresh pages the kernel zeroes only when first touched.
-            words = vec![0u64; need];
+            words = zeroed_words(need).ok_or_else(|| memory("a Ragged gather", total))?;
         } else {
             words.resize(need, 0);
         }
-        let mut shapes = vec![0u64; idxs.len() * ndim];
+        let shape_words = idxs.len() * ndim;
+        let mut shapes = zeroed_words(shape_words)
+            .ok_or_else(|| memory("Ragged shapes", shape_words as u64 * 8))?;
         {
             // SAFETY: `words` holds len.div_ceil(8) * 8 >= len bytes.
             let values =
@@ -617,7 +624,15 @@ impl Reader {
         let record: &[u8] = if self.header.codec == Codec::Raw {
             frame
         } else {
-            scratch.resize(loc.logic as usize, 0);
+            let logic = loc.logic as usize;
+            if scratch.len() < logic && scratch.try_reserve(logic - scratch.len()).is_err() {
+                return Err(Error::Memory {
+                    path: self.path.clone(),
+                    what: "a decoded record",
+                    bytes: logic as u64,
+                });
+            }
+            scratch.resize(logic, 0);
             self.decoder
                 .decode(frame, scratch)
                 .map_err(|reason| Error::Decode {
@@ -673,4 +688,20 @@ fn split_blocks<'a>(
         start = end;
     }
     blocks
+}
+
+/// `n` zero words, or `None` when they cannot be allocated. Zeroed
+/// allocation (`calloc`) leaves untouched pages to the kernel's zero page.
+fn zeroed_words(n: usize) -> Option<Vec<u64>> {
+    if n == 0 {
+        return Some(Vec::new());
+    }
+    let layout = std::alloc::Layout::array::<u64>(n).ok()?;
+    // SAFETY: non-zero size; a null return is failure.
+    let ptr = unsafe { std::alloc::alloc_zeroed(layout) } as *mut u64;
+    if ptr.is_null() {
+        return None;
+    }
+    // SAFETY: allocated by the global allocator for `n` u64s, all zeroed.
+    Some(unsafe { Vec::from_raw_parts(ptr, n, n) })
 }

@@ -77,7 +77,8 @@ pub fn dequantize_blocks(ty: &GgmlType, blocks: &[u8]) -> Result<Vec<f32>> {
         ));
     }
     let epb = ty.elems_per_block as usize;
-    let mut out = vec![0f32; blocks.len() / bb * epb];
+    let mut out = f32_buffer(&ctx, (blocks.len() / bb) as u64 * epb as u64)?;
+    out.resize(blocks.len() / bb * epb, 0.0);
     for (block, dst) in blocks.chunks_exact(bb).zip(out.chunks_exact_mut(epb)) {
         kernel(block, dst);
     }
@@ -94,7 +95,8 @@ pub fn dequantize(tensor: &Tensor<'_>) -> Result<Vec<f32>> {
 /// supported block type, or a dense f32 / f16 / bf16 tensor. The output
 /// (4 bytes per element) is checked against `limits.decoded_bytes` first.
 pub fn dequantize_with(tensor: &Tensor<'_>, limits: &Limits) -> Result<Vec<f32>> {
-    let ctx = Context::default().tensor(tensor.name());
+    let part = tensor.data()?;
+    let ctx = part.ctx();
     let elements = zt_core::dtype::num_elements(tensor.shape()).ok_or(Error::Overflow {
         ctx: ctx.clone(),
         what: "element count",
@@ -104,19 +106,26 @@ pub fn dequantize_with(tensor: &Tensor<'_>, limits: &Limits) -> Result<Vec<f32>>
         what: "dequantized size",
     })?;
     limits.check_decoded(&ctx, out_bytes)?;
-    let part = tensor.data()?;
     let bytes = part.bytes()?;
     let out = if tensor.layout() == "dense" {
-        dense_to_f32(part.dtype(), &bytes).ok_or_else(|| Error::Unsupported {
+        let mut out = f32_buffer(&ctx, elements)?;
+        dense_to_f32(part.dtype(), &bytes, &mut out).ok_or_else(|| Error::Unsupported {
             ctx: ctx.clone(),
             reason: format!("dequantizing a dense {} tensor", part.dtype()),
-        })?
+        })?;
+        out
     } else {
         let ty = types::by_layout(tensor.layout()).ok_or_else(|| Error::Unsupported {
             ctx: ctx.clone(),
             reason: format!("layout {} is not a ggml block type", tensor.layout()),
         })?;
-        dequantize_blocks(ty, &bytes).map_err(|e| e.in_tensor(tensor.name()))?
+        dequantize_blocks(ty, &bytes).map_err(|e| {
+            let e = e.in_tensor(tensor.name());
+            match &ctx.file {
+                Some(file) => e.in_file(file),
+                None => e,
+            }
+        })?
     };
     if out.len() as u64 != elements {
         return Err(Error::range(
@@ -127,19 +136,33 @@ pub fn dequantize_with(tensor: &Tensor<'_>, limits: &Limits) -> Result<Vec<f32>>
     Ok(out)
 }
 
-fn dense_to_f32(dtype: DType, b: &[u8]) -> Option<Vec<f32>> {
-    Some(match dtype {
-        DType::F32 => b
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect(),
-        DType::F16 => b.chunks_exact(2).map(|c| f16_at(c, 0)).collect(),
-        DType::BF16 => b
-            .chunks_exact(2)
-            .map(|c| f32::from_bits(u32::from(u16::from_le_bytes([c[0], c[1]])) << 16))
-            .collect(),
+/// An empty f32 buffer with room for `n` values, or [`Error::Memory`].
+fn f32_buffer(ctx: &Context, n: u64) -> Result<Vec<f32>> {
+    let fail = || Error::Memory {
+        ctx: ctx.clone(),
+        what: "dequantized values",
+        bytes: n.saturating_mul(4),
+    };
+    let n = usize::try_from(n).map_err(|_| fail())?;
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| fail())?;
+    Ok(v)
+}
+
+fn dense_to_f32(dtype: DType, b: &[u8], out: &mut Vec<f32>) -> Option<()> {
+    match dtype {
+        DType::F32 => out.extend(
+            b.chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+        ),
+        DType::F16 => out.extend(b.chunks_exact(2).map(|c| f16_at(c, 0))),
+        DType::BF16 => out.extend(
+            b.chunks_exact(2)
+                .map(|c| f32::from_bits(u32::from(u16::from_le_bytes([c[0], c[1]])) << 16)),
+        ),
         _ => return None,
-    })
+    }
+    Some(())
 }
 
 /// The 4-bit quant of element `j` of a 32-element block whose 16 bytes of

@@ -247,15 +247,13 @@ struct Fill {
 }
 
 fn filled(pattern: &[u8], len: u64, limits: &Limits) -> Result<Vec<u8>> {
-    limits.check_decoded(&Context::default(), len)?;
-    let len = usize::try_from(len).map_err(|_| Error::Overflow {
-        ctx: Context::default(),
-        what: "decoded size",
-    })?;
+    let ctx = Context::default();
+    limits.check_decoded(&ctx, len)?;
     if pattern.iter().all(|&b| b == 0) || pattern.is_empty() {
-        return Ok(vec![0; len]);
+        return zt_core::buffer::try_zeroed(&ctx, "a fill-value dataset", len);
     }
-    let mut out = Vec::with_capacity(len);
+    let mut out = zt_core::buffer::try_with_capacity(&ctx, "a fill-value dataset", len)?;
+    let len = len as usize;
     while out.len() + pattern.len() <= len {
         out.extend_from_slice(pattern);
     }

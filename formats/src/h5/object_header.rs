@@ -37,6 +37,7 @@ impl Message {
 /// order, continuation blocks followed (NIL and continuation messages are
 /// dropped).
 pub fn read(r: &Reader<'_>, addr: u64) -> Result<Vec<Message>> {
+    r.spend_bytes(addr, 16)?;
     let head = r.block_upto(addr, 16, "object header")?;
     let mut out = Vec::new();
     let mut pending = Vec::new();
@@ -48,6 +49,7 @@ pub fn read(r: &Reader<'_>, addr: u64) -> Result<Vec<Message>> {
     } else {
         read_v1_first(r, addr, &mut out, &mut pending)?;
         follow(r, addr, pending, &mut out, |r, at, len, out, pending| {
+            r.spend_bytes(at, len)?;
             let buf = r.block(at, len, "object header continuation")?;
             let c = r.cursor(&buf, at, "object header continuation");
             v1_messages(r, c, out, pending)
@@ -89,6 +91,7 @@ fn read_v1_first(
     out: &mut Vec<Message>,
     pending: &mut Vec<Block>,
 ) -> Result<()> {
+    r.spend_bytes(addr, 16)?;
     let prefix = r.block(addr, 16, "object header")?;
     let mut c = r.cursor(&prefix, addr, "object header");
     let version = c.u8()?;
@@ -101,6 +104,7 @@ fn read_v1_first(
     let start = addr
         .checked_add(16)
         .ok_or_else(|| c.bad("address overflow"))?;
+    r.spend_bytes(start, u64::from(size))?;
     let buf = r.block(start, u64::from(size), "object header")?;
     let c = r.cursor(&buf, start, "object header");
     v1_messages(r, c, out, pending)?;
@@ -165,6 +169,7 @@ fn read_v2_first(
 ) -> Result<bool> {
     // Prefix: signature, version, flags, up to 16 bytes of times, 4 of
     // attribute phase change values, up to 8 of chunk size.
+    r.spend_bytes(addr, 4 + 2 + 16 + 4 + 8)?;
     let prefix = r.block_upto(addr, 4 + 2 + 16 + 4 + 8, "object header")?;
     let mut c = r.cursor(&prefix, addr, "object header");
     c.sig(b"OHDR")?;
@@ -185,6 +190,7 @@ fn read_v2_first(
         .checked_add(size)
         .and_then(|n| n.checked_add(4))
         .ok_or_else(|| c.bad("chunk size overflows"))?;
+    r.spend_bytes(addr, total)?;
     let buf = r.block(addr, total, "object header")?;
     let mut c = r.cursor(&buf, addr, "object header");
     c.seek(buf.len() - 4)?;
@@ -205,6 +211,7 @@ fn read_v2_block(
     out: &mut Vec<Message>,
     pending: &mut Vec<Block>,
 ) -> Result<()> {
+    r.spend_bytes(at, len)?;
     let buf = r.block(at, len, "object header continuation")?;
     let mut c = r.cursor(&buf, at, "object header continuation");
     c.sig(b"OCHK")?;

@@ -33,6 +33,8 @@ pub struct Reader<'a> {
     /// Bounds to respect.
     pub limits: &'a Limits,
     work: Cell<u64>,
+    /// Object-header bytes read so far (see [`Reader::spend_bytes`]).
+    read: Cell<u64>,
 }
 
 impl<'a> Reader<'a> {
@@ -43,7 +45,32 @@ impl<'a> Reader<'a> {
             geo,
             limits,
             work: Cell::new(0),
+            read: Cell::new(0),
         }
+    }
+
+    /// Count `len` object-header bytes read. A walk reads each object
+    /// header about once, so the budget is twice the file plus
+    /// `header_bytes`: overlapping continuation blocks (which share bytes)
+    /// cannot make a small file cost gigabytes, and no honest file comes
+    /// near it.
+    pub fn spend_bytes(&self, at: u64, len: u64) -> Result<()> {
+        let used = self.read.get().saturating_add(len);
+        self.read.set(used);
+        let budget = self
+            .store
+            .len()
+            .saturating_mul(2)
+            .saturating_add(self.limits.header_bytes);
+        if used > budget {
+            return Err(Error::Limit {
+                ctx: Context::default().at(at),
+                limit: "header_bytes",
+                value: used,
+                max: budget,
+            });
+        }
+        Ok(())
     }
 
     /// Spend `n` units of the work budget; fails with [`Error::Limit`] on

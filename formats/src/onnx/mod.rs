@@ -555,37 +555,26 @@ impl Walker<'_> {
         }
         let rank = dims.len() as u64;
         let coords = match indices.dims.as_slice() {
-            // [nnz, rank] coordinates: the transpose, through strides.
-            [n, r] if *n == nnz && *r == rank => Part {
-                name: "coords".into(),
-                dtype: DType::I64,
-                shape: vec![rank, nnz],
-                strides: Some(vec![1, rank.max(1) as i64]),
-                payload: ipayload,
-            },
-            // [nnz] linear indices: split into coordinates on demand.
+            // Both forms become [rank, nnz] coordinates when read, each
+            // checked against the dense shape as `onnx.checker` checks it:
+            // [nnz, rank] coordinates transposed, [nnz] linear indices split.
+            [n, r] if *n == nnz && *r == rank => {
+                let len = coords_len(&ctx, nnz, rank, self.limits)?;
+                let decoder = Arc::new(Coordinates {
+                    indices: ipayload,
+                    dims: dims.clone(),
+                    nnz,
+                });
+                coords_part(decoder, rank, nnz, len)
+            }
             [n] if *n == nnz => {
-                let len = nnz.checked_mul(rank).and_then(|n| n.checked_mul(8)).ok_or(
-                    Error::Overflow {
-                        ctx: ctx.clone(),
-                        what: "sparse coordinates",
-                    },
-                )?;
-                self.limits.check_decoded(&ctx, len)?;
-                Part {
-                    name: "coords".into(),
-                    dtype: DType::I64,
-                    shape: vec![rank, nnz],
-                    strides: None,
-                    payload: Payload::Decoded {
-                        decoder: Arc::new(Unravel {
-                            linear: ipayload,
-                            dims: dims.clone(),
-                            nnz,
-                        }),
-                        decoded_len: len,
-                    },
-                }
+                let len = coords_len(&ctx, nnz, rank, self.limits)?;
+                let decoder = Arc::new(Unravel {
+                    linear: ipayload,
+                    dims: dims.clone(),
+                    nnz,
+                });
+                coords_part(decoder, rank, nnz, len)
             }
             other => {
                 return Err(Error::header(
@@ -637,6 +626,83 @@ fn payload_bytes<'a>(payload: &'a Payload, limits: &Limits) -> Result<std::borro
     }
 }
 
+/// Bytes of `[rank, nnz]` i64 coordinates, overflow- and limit-checked.
+fn coords_len(ctx: &Context, nnz: u64, rank: u64, limits: &Limits) -> Result<u64> {
+    let len = nnz
+        .checked_mul(rank)
+        .and_then(|n| n.checked_mul(8))
+        .ok_or(Error::Overflow {
+            ctx: ctx.clone(),
+            what: "sparse coordinates",
+        })?;
+    limits.check_decoded(ctx, len)?;
+    Ok(len)
+}
+
+/// The `coords` part of a sparse object: `[rank, nnz]` i64, decoded.
+fn coords_part(decoder: Arc<dyn Decode>, rank: u64, nnz: u64, len: u64) -> Part {
+    Part {
+        name: "coords".into(),
+        dtype: DType::I64,
+        shape: vec![rank, nnz],
+        strides: None,
+        payload: Payload::Decoded {
+            decoder,
+            decoded_len: len,
+        },
+    }
+}
+
+/// `[nnz, rank]` sparse coordinates transposed to one row per dimension;
+/// a coordinate outside its dimension is a decode error.
+#[derive(Debug)]
+struct Coordinates {
+    indices: Payload,
+    dims: Vec<u64>,
+    nnz: u64,
+}
+
+impl Decode for Coordinates {
+    fn decode(&self, limits: &Limits) -> Result<Vec<u8>> {
+        let bytes = payload_bytes(&self.indices, limits)?;
+        let rank = self.dims.len();
+        let n = self.nnz as usize;
+        let len = (n * rank * 8) as u64;
+        let ctx = Context::default();
+        if bytes.len() as u64 != len {
+            return Err(Error::Decode {
+                ctx,
+                reason: format!(
+                    "sparse indices hold {} bytes, [{n}, {rank}] needs {len}",
+                    bytes.len()
+                ),
+            });
+        }
+        let mut coords = zt_core::buffer::try_zeroed(&ctx, "sparse coordinates", len)?;
+        for (k, row) in bytes.chunks_exact(8 * rank.max(1)).enumerate().take(n) {
+            for (d, chunk) in row.chunks_exact(8).enumerate() {
+                let c = i64::from_le_bytes(chunk.try_into().expect("8 bytes"));
+                if c < 0 || c as u64 >= self.dims[d] {
+                    return Err(Error::Decode {
+                        ctx,
+                        reason: format!(
+                            "sparse coordinate {c} of element {k} outside dimension {d} of shape {:?}",
+                            self.dims
+                        ),
+                    });
+                }
+                let at = (d * n + k) * 8;
+                coords[at..at + 8].copy_from_slice(chunk);
+            }
+        }
+        Ok(coords)
+    }
+
+    fn describe(&self) -> &'static str {
+        "sparse coordinates"
+    }
+}
+
 /// Linear (row-major) sparse indices split into one row of coordinates per
 /// dimension. An index outside the dense shape is a decode error.
 #[derive(Debug)]
@@ -652,7 +718,9 @@ impl Decode for Unravel {
         let rank = self.dims.len();
         let n = self.nnz as usize;
         let total = zt_core::dtype::num_elements(&self.dims).unwrap_or(u64::MAX);
-        let mut coords = vec![0u8; n * rank * 8];
+        let len = (n * rank * 8) as u64;
+        let mut coords =
+            zt_core::buffer::try_zeroed(&Context::default(), "sparse coordinates", len)?;
         for (k, chunk) in bytes.chunks_exact(8).enumerate().take(n) {
             let index = i64::from_le_bytes(chunk.try_into().expect("8 bytes"));
             if index < 0 || index as u64 >= total {

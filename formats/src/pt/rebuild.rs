@@ -4,7 +4,7 @@
 //! an inert node. Then the search for tensors anywhere in the unpickled
 //! object, named by their dotted path.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use super::pickle::{Id, Interpret, Node, Outcome, Vm};
 use zt_core::catalog::Value;
@@ -523,6 +523,8 @@ pub fn find_tensors(vm: &Vm, root: Id, root_name: &str) -> Result<Found> {
         on_path: HashSet::new(),
         empty: HashSet::new(),
         names: HashSet::new(),
+        suffixes: HashMap::new(),
+        segments: 0,
         found: Found::default(),
         root_name,
     };
@@ -541,6 +543,12 @@ struct Walker<'a> {
     /// tree of 2^n paths), and walking it again would find nothing again.
     empty: HashSet<Id>,
     names: HashSet<String>,
+    /// The next `#n` suffix to try per colliding name, so naming many
+    /// collisions stays linear.
+    suffixes: HashMap<String, u64>,
+    /// Path segments pushed so far: zero at the root object, so an empty
+    /// dict key (`{"": t}`, named `""` as torch names it) is not the root.
+    segments: usize,
     found: Found,
     root_name: &'a str,
 }
@@ -550,7 +558,10 @@ impl Walker<'_> {
         self.vm.ctx().clone()
     }
 
-    fn walk(&mut self, id: Id, path: &mut String, depth: usize) -> Result<()> {
+    /// Count one step and refuse nesting past `pickle_depth`: every
+    /// recursive method calls this first, so no chain of them (nested
+    /// `BUILD` state tuples included) can outgrow the stack.
+    fn step(&mut self, depth: usize) -> Result<()> {
         self.steps += 1;
         Limits::check(
             &self.ctx(),
@@ -563,7 +574,11 @@ impl Walker<'_> {
             "pickle_depth",
             depth as u64,
             self.limits.pickle_depth as u64,
-        )?;
+        )
+    }
+
+    fn walk(&mut self, id: Id, path: &mut String, depth: usize) -> Result<()> {
+        self.step(depth)?;
         let vm = self.vm;
         match vm.get(id) {
             Node::Torch(t) => match t.as_ref() {
@@ -614,17 +629,22 @@ impl Walker<'_> {
 
     fn child(&mut self, id: Id, path: &mut String, seg: &str, depth: usize) -> Result<()> {
         let len = path.len();
-        if !path.is_empty() {
+        if self.segments > 0 {
             path.push('.');
         }
         path.push_str(seg);
+        self.segments += 1;
         let r = self.walk(id, path, depth + 1);
+        self.segments -= 1;
         path.truncate(len);
         r
     }
 
+    /// A dict's entries as Python builds the dict: a repeated key keeps its
+    /// first position and its last value (what `torch.load` returns), found
+    /// in one pass over the items.
     fn dict(&mut self, items: &[(Id, Id)], path: &mut String, depth: usize) -> Result<()> {
-        for &(k, v) in items {
+        for (k, v) in dedup_keys(self.vm, items) {
             let seg = key_name(self.vm, k);
             self.child(v, path, &seg, depth)?;
         }
@@ -642,10 +662,11 @@ impl Walker<'_> {
     /// An `nn.Module`'s `_parameters`, `_buffers` and `_modules` are
     /// flattened so its tensors get their `state_dict` names.
     fn state(&mut self, state: Id, path: &mut String, depth: usize) -> Result<()> {
+        self.step(depth)?;
         let vm = self.vm;
         match vm.get(state) {
             Node::Dict(items) => self.container(state, |w| {
-                for &(k, v) in items {
+                for (k, v) in dedup_keys(vm, items) {
                     match vm.str(k) {
                         Some("_parameters" | "_buffers" | "_modules") => {
                             w.walk(v, path, depth + 1)?
@@ -668,7 +689,7 @@ impl Walker<'_> {
     }
 
     fn name_for(&mut self, path: &str) -> String {
-        let base = if path.is_empty() {
+        let base = if self.segments == 0 {
             self.root_name.to_string()
         } else {
             path.to_string()
@@ -676,11 +697,17 @@ impl Walker<'_> {
         if self.names.insert(base.clone()) {
             return base;
         }
-        // Keys with dots can collide with nested paths; keep both.
-        (2..)
-            .map(|n| format!("{base}#{n}"))
-            .find(|n| self.names.insert(n.clone()))
-            .expect("an unused suffix")
+        // Keys with dots can collide with nested paths; keep both. The
+        // suffix search resumes where the last one for this name stopped.
+        let mut n = self.suffixes.get(&base).copied().unwrap_or(2);
+        loop {
+            let name = format!("{base}#{n}");
+            n += 1;
+            if self.names.insert(name.clone()) {
+                self.suffixes.insert(base, n);
+                return name;
+            }
+        }
     }
 
     fn emit(&mut self, path: &str, t: &TensorRef) -> Result<()> {
@@ -696,14 +723,14 @@ impl Walker<'_> {
     }
 
     fn scalar(&mut self, path: &str, value: Value) -> Result<()> {
-        if !path.is_empty() && self.found.attributes.len() < MAX_ATTRIBUTES {
+        if self.segments > 0 && self.found.attributes.len() < MAX_ATTRIBUTES {
             self.found.attributes.push((path.to_string(), value));
         }
         Ok(())
     }
 
     fn refusal(&self, path: &str, r: &Refusal) -> Error {
-        let name = if path.is_empty() {
+        let name = if self.segments == 0 {
             self.root_name
         } else {
             path
@@ -720,6 +747,55 @@ impl Walker<'_> {
             },
         }
     }
+}
+
+/// Deepest tuple key compared for merging.
+const KEY_DEPTH: usize = 8;
+
+/// The key as Python's dict compares it, where the node can say: equal
+/// numbers are one key (`1`, `1.0` and `True`), a `str` never equals
+/// `bytes`. `None` for keys zt cannot compare (kept apart, never merged),
+/// and for tuples nested past `KEY_DEPTH` (so no key can outgrow the stack).
+fn key_identity(vm: &Vm, k: Id, depth: usize) -> Option<String> {
+    Some(match vm.get(k) {
+        Node::Str(s) => format!("s{s}"),
+        Node::Bytes(b) => format!("b{}", String::from_utf8_lossy(b)),
+        Node::Int(i) => format!("n{i}"),
+        Node::Bool(b) => format!("n{}", u8::from(*b)),
+        Node::Float(f) if f.fract() == 0.0 && f.abs() < 9.0e15 => format!("n{}", *f as i64),
+        Node::Float(f) => format!("f{}", f.to_bits()),
+        Node::None => "N".to_string(),
+        Node::Tuple(t) if depth < KEY_DEPTH => {
+            let parts: Option<Vec<String>> =
+                t.iter().map(|&i| key_identity(vm, i, depth + 1)).collect();
+            format!("t({})", parts?.join(","))
+        }
+        _ => return None,
+    })
+}
+
+/// `items` with repeated keys merged as a Python dict merges them: the
+/// first position, the last value. Linear in the number of items.
+fn dedup_keys(vm: &Vm, items: &[(Id, Id)]) -> Vec<(Id, Id)> {
+    let mut out: Vec<(Id, Id)> = Vec::with_capacity(items.len());
+    if items.len() < 2 {
+        out.extend_from_slice(items);
+        return out;
+    }
+    let mut at: HashMap<String, usize> = HashMap::with_capacity(items.len());
+    for &(k, v) in items {
+        match key_identity(vm, k, 0) {
+            Some(key) => match at.get(&key) {
+                Some(&i) => out[i].1 = v,
+                None => {
+                    at.insert(key, out.len());
+                    out.push((k, v));
+                }
+            },
+            None => out.push((k, v)),
+        }
+    }
+    out
 }
 
 /// A dict key as a path segment.
