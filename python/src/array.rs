@@ -206,9 +206,9 @@ impl ArrayView {
             address: values.as_ptr() as usize,
             _keep: Keep::OwnedF32(values),
             typestr: if cfg!(target_endian = "little") {
-                "<f4"
+                "<f4".into()
             } else {
-                ">f4"
+                ">f4".into()
             },
             shape,
             strides: None,
