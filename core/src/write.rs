@@ -99,6 +99,11 @@ pub trait FormatWriter: Send + Sync + 'static {
     /// Write every tensor of `source` to `path` (built beside it and renamed
     /// into place). Returns the bytes written.
     fn write(&self, source: &Source, path: &Path, options: &WriteOptions) -> Result<u64>;
+    /// How this format's sharded checkpoints are laid out; `None` (the
+    /// default) for a format that has no sharded form.
+    fn shard_layout(&self) -> Option<crate::shard::ShardLayout> {
+        None
+    }
 }
 
 /// A dense tensor of a source, its bytes borrowed from the mapping when
