@@ -166,3 +166,61 @@ pub fn write_pt(
         zt::formats::pt::write(local, &borrowed.tensors())
     })
 }
+
+/// Write a checkpoint in shards of at most `max_shard_size` bytes, split,
+/// named and indexed as Hugging Face does (see `zt::shard`); one shard is a
+/// plain file at `path`. `format` is `"safetensors"` or `"pt"` (`.zt` goes
+/// through `write_zt`). Returns (bytes written, files published).
+#[pyfunction]
+#[pyo3(signature = (path, format, tensors, max_shard_size, metadata = None, storage_options = None))]
+pub fn write_sharded(
+    py: Python<'_>,
+    path: PathBuf,
+    format: &str,
+    tensors: Vec<RawTensor>,
+    max_shard_size: u64,
+    metadata: Option<Vec<(String, String)>>,
+    storage_options: Option<&Bound<'_, PyDict>>,
+) -> PyResult<(u64, Vec<PathBuf>)> {
+    let storage_options = storage_options_from_py(storage_options)?;
+    let layout = zt::registry()
+        .writer_named(format)
+        .and_then(|w| w.shard_layout())
+        .ok_or_else(|| PyValueError::new_err(format!("{format} has no sharded layout")))?;
+    let borrowed = Borrowed::new(tensors)?;
+    let all = borrowed.tensors();
+    let names: Vec<&str> = all.iter().map(|t| t.name).collect();
+    let items: Vec<zt::shard::Item> = all
+        .iter()
+        .map(|t| zt::shard::Item {
+            size: t.data.len() as u64,
+            storage: None,
+        })
+        .collect();
+    let pt = format == "pt";
+    let write = |indexes: &[usize], local: &Path| {
+        let subset: Vec<TensorIn<'_>> = indexes.iter().map(|&i| all[i]).collect();
+        if pt {
+            zt::formats::pt::write(local, &subset)
+        } else {
+            zt::formats::safetensors::write_with(local, &subset, metadata.as_deref())
+        }
+    };
+    let attributes = Vec::new();
+    let tensors = zt::shard::Tensors {
+        names: &names,
+        items: &items,
+        attributes: &attributes,
+        write: &write,
+    };
+    let written = py
+        .detach(|| zt::shard::write(&path, &layout, &tensors, max_shard_size, &storage_options))
+        .map_err(to_py_err)?;
+    Ok((written.bytes, written.files))
+}
+
+/// Bytes from a shard size string (`"5GB"`, `"4GiB"`, `"1000"`).
+#[pyfunction]
+pub fn parse_shard_size(text: &str) -> PyResult<u64> {
+    zt::shard::parse_size(text).map_err(PyValueError::new_err)
+}

@@ -6,7 +6,7 @@
 //! without the GIL and without copies.
 
 use std::borrow::Cow;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -327,7 +327,7 @@ impl Writer {
 /// Write objects in one batch (`zt.numpy.save_file`): objects are
 /// (name, shape, layout, parts) with parts as in `Writer.add_object`.
 #[pyfunction]
-#[pyo3(signature = (path, objects, attributes = None, canonical = true, align = None, compression = None, storage_options = None))]
+#[pyo3(signature = (path, objects, attributes = None, canonical = true, align = None, compression = None, storage_options = None, max_shard_size = None))]
 #[allow(clippy::type_complexity, clippy::too_many_arguments)]
 pub fn write_zt(
     py: Python<'_>,
@@ -338,6 +338,7 @@ pub fn write_zt(
     align: Option<Bound<'_, PyAny>>,
     compression: Option<i32>,
     storage_options: Option<&Bound<'_, PyDict>>,
+    max_shard_size: Option<u64>,
 ) -> PyResult<u64> {
     let storage_options = storage_options_from_py(storage_options)?;
     let opts = options(canonical, align.as_ref(), false, false, compression)?;
@@ -354,12 +355,54 @@ pub fn write_zt(
             })
         })
         .collect::<PyResult<Vec<_>>>()?;
+    if let Some(max) = max_shard_size {
+        return write_zt_sharded(py, &path, objects, attributes, &opts, max, &storage_options);
+    }
     py.detach(|| {
         zt::publish::to_location(&path, &storage_options, |local| {
             zt::container::write::write_objects(local, objects, attributes, &opts)
         })
     })
     .map_err(to_py_err)
+}
+
+/// `write_zt` in shards of at most `max` bytes: ordinary `.zt` shards
+/// `STEM-00001.zt`, ... and a root at `path` (see `zt::shard`).
+fn write_zt_sharded(
+    py: Python<'_>,
+    path: &Path,
+    objects: Vec<ObjectIn<'_>>,
+    attributes: Option<Cbor>,
+    opts: &Options,
+    max: u64,
+    storage_options: &[(String, String)],
+) -> PyResult<u64> {
+    let layout = zt::registry()
+        .writer_named("zt")
+        .and_then(|w| w.shard_layout())
+        .expect("the .zt writer has a shard layout");
+    let names: Vec<&str> = objects.iter().map(|o| o.name.as_str()).collect();
+    let items: Vec<zt::shard::Item> = objects
+        .iter()
+        .map(|o| zt::shard::Item {
+            size: o.parts.iter().map(|p| p.data.len() as u64).sum(),
+            storage: None,
+        })
+        .collect();
+    let attrs = zt::container::manifest::attributes_of(&attributes);
+    let write = |indexes: &[usize], local: &Path| {
+        let subset: Vec<ObjectIn<'_>> = indexes.iter().map(|&i| objects[i].clone()).collect();
+        zt::container::write::write_objects(local, subset, attributes.clone(), opts)
+    };
+    let tensors = zt::shard::Tensors {
+        names: &names,
+        items: &items,
+        attributes: &attrs,
+        write: &write,
+    };
+    py.detach(|| zt::shard::write(path, &layout, &tensors, max, storage_options))
+        .map(|w| w.bytes)
+        .map_err(to_py_err)
 }
 
 /// Verify a file; returns (checked, undigested).

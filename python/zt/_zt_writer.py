@@ -223,8 +223,11 @@ def canonical_violations(path) -> list[tuple[int, str]]:
     return _zt.canonical_violations(os.fspath(path))
 
 
-def save_zt(described: list[tuple], path: str, metadata, align, compression, storage_options=None) -> int:
-    """Batch-write dense tensors described by ``_write.prepare``."""
+def save_zt(
+    described: list[tuple], path: str, metadata, align, compression, storage_options=None, max_shard_size=None
+) -> int:
+    """Batch-write dense tensors described by ``_write.prepare`` (in shards
+    of at most ``max_shard_size`` bytes and a root, when given)."""
     level = _level(None, compression)
     canonical = align is None and level is None
     objects = [
@@ -232,7 +235,7 @@ def save_zt(described: list[tuple], path: str, metadata, align, compression, sto
         for name, dtype, shape, address, nbytes in described
     ]
     attrs = dict(metadata) if metadata is not None else None
-    return _zt.write_zt(path, objects, attrs, canonical, align, level, storage_options)
+    return _zt.write_zt(path, objects, attrs, canonical, align, level, storage_options, max_shard_size)
 
 
 __all__ = ["Sink", "Writer", "canonical_violations", "content_id", "save_zt", "verify", "zt_dtype"]
