@@ -29,6 +29,7 @@ from . import (
     report,
     sampler_bench,
     saveopen_bench,
+    shard_bench,
     stores_bench,
     write_bench,
     zrecord_bench,
@@ -77,6 +78,12 @@ COMPARISONS = {
         dict(**read_formats.LLAMA_3_2_1B, runs=5),
         read_formats.run,
         read_formats.header,
+    ),
+    "shard": (
+        dict(layers=2, hidden=1024, intermediate=4096, heads=16, kv_heads=4, vocab=8_000, runs=3),
+        dict(**read_formats.LLAMA_3_2_1B, runs=5),
+        shard_bench.run,
+        shard_bench.header,
     ),
     "read_pt": (
         dict(tensors=2000, size_mb=64, runs=3),

@@ -231,6 +231,29 @@ def test_sharded_safetensors_index_under_one_prefix(s3, bucket, tmp):
             assert src[name].numpy().tobytes() == want.tobytes()
 
 
+def test_sharded_write_to_s3_reads_back_through_its_index(s3, bucket, tmp, zt_cli):
+    # Shards are uploaded first and the index last, each by the upload path
+    # every writer uses; the index then opens as one source.
+    tensors = {f"layers.{i}.weight": RNG.standard_normal((64, 64)).astype(np.float32) for i in range(6)}
+    zt.numpy.save_file(tensors, f"s3://{bucket}/np/model.safetensors", max_shard_size="40KB")
+    safetensors.numpy.save_file(tensors, os.fspath(tmp / "in.safetensors"))
+    done = subprocess.run(
+        [zt_cli, "convert", tmp / "in.safetensors", f"s3://{bucket}/cli/model.safetensors", "--max-shard-size", "40KB"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    for prefix in ("np", "cli"):
+        keys = sorted(o["Key"] for o in s3.boto3().list_objects_v2(Bucket=bucket, Prefix=prefix)["Contents"])
+        assert keys == [f"{prefix}/model-0000{i}-of-00003.safetensors" for i in (1, 2, 3)] + [
+            f"{prefix}/model.safetensors.index.json"
+        ]
+        with zt.open(f"s3://{bucket}/{prefix}/model.safetensors.index.json") as src:
+            assert sorted(src) == sorted(tensors)
+            for name, want in tensors.items():
+                np.testing.assert_array_equal(src[name].numpy(), want)
+
+
 # ------------------------------------------------ open is metadata only
 
 

@@ -5,6 +5,7 @@
 //! `zt` command and `python -m zt` (`zt._zt.cli_main`, which installing the
 //! wheel provides). `--json` output is described in `docs/CLI.md`.
 
+mod convert;
 mod diff;
 mod json_out;
 mod progress;
@@ -61,11 +62,22 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Convert files (read as one source) to the format OUT's extension names.
+    /// Convert files (read as one source) to the format OUT's extension
+    /// names; or a model directory (its checkpoint, sharded or not, and
+    /// its other files) to a model directory.
     Convert {
-        /// Input files, then the output path last.
+        /// Input files (or one model directory), then the output path last
+        /// (a directory when it ends with / or is one).
         #[arg(required = true, num_args = 2..)]
         paths: Vec<PathBuf>,
+        /// Write shards of at most this size, named and indexed as Hugging
+        /// Face does: bytes, or a number with KB/MB/GB/TB or KiB/MiB/GiB/TiB
+        /// (directory outputs default to 5GB).
+        #[arg(long, value_name = "SIZE")]
+        max_shard_size: Option<String>,
+        /// Format of a directory output: safetensors (the default), pt or zt.
+        #[arg(long, value_name = "FORMAT")]
+        to: Option<String>,
         /// Blob placement for .zt: canonical, auto, or a power of two >= 4096.
         #[arg(long)]
         align: Option<String>,
@@ -167,15 +179,25 @@ fn dispatch(cli: Cli) -> u8 {
         Command::Info { files, json } => info(&files, json),
         Command::Convert {
             mut paths,
+            max_shard_size,
+            to,
             align,
             compress,
             progress,
             no_progress,
         } => {
             let out = paths.pop().expect("clap requires two paths");
-            let show = progress || (!no_progress && std::io::stderr().is_terminal());
-            write_options(align.as_deref(), compress.as_deref())
-                .and_then(|options| convert(&paths, &out, &options, show))
+            let show_progress = progress || (!no_progress && std::io::stderr().is_terminal());
+            write_options(align.as_deref(), compress.as_deref()).and_then(|options| {
+                convert::run(&convert::Request {
+                    inputs: &paths,
+                    out: &out,
+                    options: &options,
+                    max_shard_size: convert::shard_size(max_shard_size.as_deref())?,
+                    to: to.as_deref(),
+                    show_progress,
+                })
+            })
         }
         Command::Detect { file, json } => zt::detect(&file).map(|f| {
             if json {
@@ -349,34 +371,6 @@ fn clean(dests: &[PathBuf]) -> zt::Result<()> {
     for url in zt::remote::client::upload::abort_orphans(&config) {
         println!("aborted the unfinished upload of {url}");
     }
-    Ok(())
-}
-
-/// Conversions of less than this draw no progress line.
-const PROGRESS_FROM: u64 = 64 << 20;
-
-fn convert(
-    inputs: &[PathBuf],
-    out: &std::path::Path,
-    options: &WriteOptions,
-    show_progress: bool,
-) -> zt::Result<()> {
-    let source = zt::open_all(inputs)?;
-    let expected = source.total_bytes();
-    let started = std::time::Instant::now();
-    let bar = (show_progress && expected >= PROGRESS_FROM)
-        .then(|| progress::Progress::start(out.to_path_buf(), expected));
-    let result = zt::convert(&source, out, options);
-    if let Some(bar) = bar {
-        bar.finish(result.as_ref().ok().copied(), expected, started.elapsed());
-    }
-    let written = result?;
-    println!(
-        "{}: {} tensors, {written} bytes ({})",
-        out.display(),
-        source.len(),
-        zt::writer_for(out)?.name()
-    );
     Ok(())
 }
 

@@ -55,15 +55,28 @@ impl Progress {
     }
 }
 
-/// The size of this process's partial file of `dest`, if it has one.
+/// The size of this process's partial file of `dest`, if it has one; for
+/// a sharded write, its staging directory: every shard in it, finished
+/// or still a partial, so the line counts bytes across all shards.
 fn own_partial_size(dest: &Path) -> Option<u64> {
     let mine = format!(".{}.", std::process::id());
-    zt::publish::partials_of(dest)
+    let partial = zt::publish::partials_of(dest)
         .ok()?
         .into_iter()
-        .filter(|p| p.to_string_lossy().contains(&mine))
-        .find_map(|p| std::fs::metadata(p).ok())
-        .map(|m| m.len())
+        .find(|p| p.to_string_lossy().contains(&mine))?;
+    let meta = std::fs::metadata(&partial).ok()?;
+    if !meta.is_dir() {
+        return Some(meta.len());
+    }
+    let entries = std::fs::read_dir(&partial).ok()?;
+    Some(
+        entries
+            .flatten()
+            .filter_map(|e| e.metadata().ok())
+            .filter(|m| m.is_file())
+            .map(|m| m.len())
+            .sum(),
+    )
 }
 
 fn draw(text: String) {

@@ -9,6 +9,7 @@
 //! | [`validate`] | logical types and layout profiles |
 //! | [`encoding`] | `zt.zstd-seekable/1` |
 //! | [`read`] | open a file into a catalog (shards resolved positionally) |
+//! | [`root`] | the root of a sharded checkpoint: shard table, objects pointing into the shards |
 //! | [`write`] | [`Writer`]: canonical, aligned, compressed, publish, append |
 //! | [`verify`] | digests, shard digests, content digest, canonical check |
 
@@ -18,6 +19,7 @@ pub mod container;
 pub mod encoding;
 pub mod manifest;
 pub mod read;
+pub mod root;
 mod scout;
 mod sink;
 pub mod validate;

@@ -71,16 +71,84 @@ pub fn partials_of(dest: &Path) -> Result<Vec<PathBuf>> {
     Ok(out)
 }
 
-/// Remove the partial files of `dest` whose writer is gone (their lock is
-/// free). Returns what was removed. A live writer's partial is left alone.
+/// Remove the partial files (and staging directories) of `dest` whose
+/// writer is gone (their lock is free). Returns what was removed. A live
+/// writer's partial is left alone.
 pub fn remove_stale(dest: &Path) -> Result<Vec<PathBuf>> {
     let mut removed = Vec::new();
     for path in partials_of(dest)? {
-        if zt_fsutil::is_stale(&path) && std::fs::remove_file(&path).is_ok() {
+        if !zt_fsutil::is_stale(&path) {
+            continue;
+        }
+        let gone = match std::fs::symlink_metadata(&path) {
+            Ok(m) if m.is_dir() => std::fs::remove_dir_all(&path).is_ok(),
+            Ok(_) => std::fs::remove_file(&path).is_ok(),
+            Err(_) => false,
+        };
+        if gone {
             removed.push(path);
         }
     }
     Ok(removed)
+}
+
+/// A directory being built beside its destination (the shards of a
+/// checkpoint, or a whole model directory): `.NAME.PID.RANDOM.partial`,
+/// made by `mkdir` (which never reuses or follows what is there), locked
+/// (`flock` on the directory itself) while its builder lives, removed
+/// with its contents on drop. Its files are published by renaming them
+/// (or it) into place; a stale one is removed by the next write, like a
+/// stale [`Partial`].
+#[derive(Debug)]
+pub struct Staging {
+    dir: PathBuf,
+    _lock: File,
+}
+
+impl Staging {
+    /// Create and lock a staging directory for `dest`, removing stale
+    /// partials of `dest` first.
+    pub fn create(dest: &Path) -> Result<Staging> {
+        let name = file_name(dest)?;
+        let parent = parent_dir(dest);
+        remove_stale(dest)?;
+        loop {
+            let dir = parent.join(format!(
+                ".{name}.{}.{:016x}.partial",
+                std::process::id(),
+                zt_fsutil::random_u64()
+            ));
+            match std::fs::create_dir(&dir) {
+                Ok(()) => {
+                    let lock = File::open(&dir).and_then(|f| {
+                        zt_fsutil::lock(&f, zt_fsutil::Lock::Exclusive, true).map(|_| f)
+                    });
+                    return match lock {
+                        Ok(lock) => Ok(Staging { dir, _lock: lock }),
+                        Err(e) => {
+                            let _ = std::fs::remove_dir_all(&dir);
+                            Err(Error::io(&dir, e))
+                        }
+                    };
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(Error::io(&dir, e)),
+            }
+        }
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        // After a directory publish the path is the destination's old
+        // name, now absent: nothing to remove.
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
 
 impl Partial {

@@ -144,4 +144,109 @@ impl Registry {
             writer.write(source, local, options)
         })
     }
+
+    /// Write every tensor of `source` to `path` (a local path or an `s3://`
+    /// URL) in shards of at most `max_shard_size` bytes, laid out as the
+    /// format of `path`'s extension shards a checkpoint (see
+    /// [`crate::shard`]). One shard is a plain file at `path`.
+    pub fn convert_sharded(
+        &self,
+        source: &Source,
+        path: &Path,
+        max_shard_size: u64,
+        options: &WriteOptions,
+    ) -> Result<crate::shard::Written> {
+        let writer = self.writer_for(path)?;
+        let layout = sharded(writer, path)?;
+        with_tensors(writer, source, options, |tensors| {
+            crate::shard::write(
+                path,
+                &layout,
+                tensors,
+                max_shard_size,
+                &options.storage_options,
+            )
+        })
+    }
+
+    /// Write `source` as a model directory `dir` (a path or an `s3://`
+    /// prefix) in the format named `format`: its checkpoint sharded at
+    /// `max_shard_size` with its index or root, and copies of `extra`
+    /// files `(name, path)`. Published whole when complete (see
+    /// [`crate::shard::write_dir`]).
+    pub fn convert_dir(
+        &self,
+        source: &Source,
+        dir: &Path,
+        format: &str,
+        max_shard_size: u64,
+        extra: &[(String, std::path::PathBuf)],
+        options: &WriteOptions,
+    ) -> Result<crate::shard::Written> {
+        let writer = self.writer_named(format).ok_or_else(|| Error::Write {
+            ctx: Context::file(dir),
+            reason: format!(
+                "zt writes no format {format:?} (it writes {})",
+                self.writers
+                    .iter()
+                    .map(|w| w.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        })?;
+        let layout = sharded(writer, dir)?;
+        with_tensors(writer, source, options, |tensors| {
+            crate::shard::write_dir(
+                dir,
+                &layout,
+                tensors,
+                max_shard_size,
+                extra,
+                &options.storage_options,
+            )
+        })
+    }
+}
+
+/// The writer's shard layout, or an error naming the format that has none.
+fn sharded(writer: &dyn FormatWriter, path: &Path) -> Result<crate::shard::ShardLayout> {
+    writer.shard_layout().ok_or_else(|| Error::Write {
+        ctx: Context::file(path),
+        reason: format!("{} has no sharded checkpoint layout", writer.name()),
+    })
+}
+
+/// The tensors of `source` as a sharded write sees them: names, sizes
+/// (every part's payload) and a writer of any subset.
+fn with_tensors<T>(
+    writer: &dyn FormatWriter,
+    source: &Source,
+    options: &WriteOptions,
+    body: impl FnOnce(&crate::shard::Tensors<'_>) -> Result<T>,
+) -> Result<T> {
+    let names: Vec<&str> = source.names().collect();
+    let items: Vec<crate::shard::Item> = source
+        .tensors()
+        .map(|t| crate::shard::Item {
+            size: t.object().parts.iter().map(|p| p.payload.len()).sum(),
+            storage: None,
+        })
+        .collect();
+    let local = WriteOptions {
+        storage_options: Vec::new(),
+        ..options.clone()
+    };
+    let write = |indexes: &[usize], path: &Path| {
+        if indexes.len() == source.len() && indexes.iter().enumerate().all(|(i, &j)| i == j) {
+            writer.write(source, path, &local)
+        } else {
+            writer.write(&source.select(indexes), path, &local)
+        }
+    };
+    body(&crate::shard::Tensors {
+        names: &names,
+        items: &items,
+        attributes: source.attributes(),
+        write: &write,
+    })
 }

@@ -206,6 +206,41 @@ impl Source {
         Ok(merged)
     }
 
+    /// A source of the tensors at `indexes` (in that order), sharing this
+    /// one's stores: what one shard of a sharded write holds.
+    pub fn select(&self, indexes: &[usize]) -> Source {
+        let mut objects = Vec::with_capacity(indexes.len());
+        let mut index = HashMap::with_capacity(indexes.len());
+        let mut digests = HashMap::new();
+        let mut checks = HashMap::new();
+        for (new, &old) in indexes.iter().enumerate() {
+            let object = self.objects[old].clone();
+            index.insert(object.name.clone(), new);
+            // The lazy check is shared: its outcome holds for every view.
+            if let Some(check) = self.checks.get(&old) {
+                checks.insert(new, Arc::clone(check));
+            }
+            for p in 0..object.parts.len() {
+                if let Some(d) = self.digests.get(&(old, p)) {
+                    digests.insert((new, p), *d);
+                }
+            }
+            objects.push(object);
+        }
+        Source {
+            format: self.format,
+            files: self.files.clone(),
+            objects,
+            index,
+            attributes: self.attributes.clone(),
+            limits: self.limits.clone(),
+            occupancy: self.occupancy.clone(),
+            digests,
+            checks,
+            remote: self.remote,
+        }
+    }
+
     /// The detected format (`"safetensors"`, `"npz"`, ... or `"mixed"`).
     pub fn format(&self) -> &'static str {
         self.format

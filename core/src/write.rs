@@ -123,6 +123,12 @@ pub trait FormatWriter: Send + Sync + 'static {
             ),
         })
     }
+
+    /// How this format's sharded checkpoints are laid out; `None` (the
+    /// default) for a format that has no sharded form.
+    fn shard_layout(&self) -> Option<crate::shard::ShardLayout> {
+        None
+    }
 }
 
 /// Refuse `metadata` for a format that holds no file attributes.

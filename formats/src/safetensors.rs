@@ -495,6 +495,15 @@ fn prepare<'t, 'a>(
 pub struct SafetensorsWriter;
 
 impl FormatWriter for SafetensorsWriter {
+    /// Hugging Face's sharded layout: `model.safetensors` in a model directory,
+    /// shards `STEM-00001-of-00003.EXT` and `NAME.index.json`.
+    fn shard_layout(&self) -> Option<zt_core::shard::ShardLayout> {
+        Some(zt_core::shard::ShardLayout {
+            checkpoint_name: "model.safetensors",
+            tie: zt_core::shard::Tie::Index,
+        })
+    }
+
     fn name(&self) -> &'static str {
         "safetensors"
     }

@@ -49,6 +49,18 @@ impl Format for Zt {
 pub struct ZtWriter;
 
 impl FormatWriter for ZtWriter {
+    /// zTensor's sharded layout (spec §7, the positional resolver of
+    /// Appendix B): shards `STEM-00001.zt`, each an ordinary `.zt` with its
+    /// own manifest and digests, and a root at the checkpoint's name whose
+    /// shard table records each shard's size and digest and whose objects
+    /// point into them.
+    fn shard_layout(&self) -> Option<zt_core::shard::ShardLayout> {
+        Some(zt_core::shard::ShardLayout {
+            checkpoint_name: "model.zt",
+            tie: zt_core::shard::Tie::Root(zt_container::root::write_root),
+        })
+    }
+
     fn name(&self) -> &'static str {
         "zt"
     }

@@ -182,7 +182,8 @@ fn detect(
 /// Returns the bytes written. `format` (a writer's name: "safetensors",
 /// "npz", "npy", "pt", "gguf", "zt") overrides the extension.
 #[pyfunction]
-#[pyo3(signature = (sources, dst, align = None, compression = None, storage_options = None, format = None))]
+#[pyo3(signature = (sources, dst, align = None, compression = None, storage_options = None, format = None, max_shard_size = None))]
+#[allow(clippy::too_many_arguments)]
 fn convert(
     py: Python<'_>,
     sources: Vec<PathBuf>,
@@ -191,6 +192,7 @@ fn convert(
     compression: Option<i32>,
     storage_options: Option<&Bound<'_, PyDict>>,
     format: Option<String>,
+    max_shard_size: Option<u64>,
 ) -> PyResult<u64> {
     let writer = match format.as_deref() {
         None => None,
@@ -212,6 +214,15 @@ fn convert(
     };
     py.detach(|| {
         let source = zt::open_all_with(&sources, &open)?;
+        if let Some(max) = max_shard_size {
+            if writer.is_some() {
+                return Err(zt::Error::Write {
+                    ctx: zt::Context::file(&dst),
+                    reason: "a sharded write takes its format from the extension".into(),
+                });
+            }
+            return zt::convert_sharded(&source, &dst, max, &options).map(|w| w.bytes);
+        }
         match writer {
             None => zt::convert(&source, &dst, &options),
             Some(w) => zt::publish::to_location(&dst, &options.storage_options, |local| {
@@ -262,6 +273,7 @@ fn _zt(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(convert, m)?)?;
     m.add_function(wrap_pyfunction!(remote_stats, m)?)?;
     m.add_function(wrap_pyfunction!(writers::save, m)?)?;
+    m.add_function(wrap_pyfunction!(writers::parse_shard_size, m)?)?;
     m.add_function(wrap_pyfunction!(zt_writer::verify, m)?)?;
     m.add_function(wrap_pyfunction!(zt_writer::content_id, m)?)?;
     m.add_function(wrap_pyfunction!(zt_writer::canonical_violations, m)?)?;

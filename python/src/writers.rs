@@ -111,7 +111,7 @@ fn metadata_from_py(
 /// becomes the file attributes; `align` and `compression` reach writers
 /// that place or compress (`.zt`), and the others refuse them.
 #[pyfunction]
-#[pyo3(signature = (path, format, tensors, metadata = None, align = None, compression = None, storage_options = None))]
+#[pyo3(signature = (path, format, tensors, metadata = None, align = None, compression = None, storage_options = None, max_shard_size = None))]
 #[allow(clippy::too_many_arguments)]
 pub fn save<'py>(
     py: Python<'py>,
@@ -122,6 +122,7 @@ pub fn save<'py>(
     align: Option<&Bound<'py, PyAny>>,
     compression: Option<i32>,
     storage_options: Option<&Bound<'py, PyDict>>,
+    max_shard_size: Option<u64>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let writer = zt::registry().writer_named(format).ok_or_else(|| {
         let known: Vec<&str> = zt::registry().writers().iter().map(|w| w.name()).collect();
@@ -153,12 +154,71 @@ pub fn save<'py>(
         compression,
         storage_options: storage_options_from_py(storage_options)?,
     };
-    let written = py
-        .detach(|| {
+    let written = match max_shard_size {
+        Some(max) => {
+            let layout = writer
+                .shard_layout()
+                .ok_or_else(|| PyValueError::new_err(format!("{format} has no sharded layout")))?;
+            let all = arrays.tensors();
+            py.detach(|| {
+                write_shards(
+                    writer,
+                    &layout,
+                    &all,
+                    metadata.as_deref(),
+                    &path,
+                    &options,
+                    max,
+                )
+            })
+        }
+        None => py.detach(|| {
             zt::publish::to_location(&path, &options.storage_options, |local| {
                 writer.write_arrays(&arrays.tensors(), metadata.as_deref(), local, &options)
             })
-        })
-        .map_err(to_py_err)?;
+        }),
+    }
+    .map_err(to_py_err)?;
     Ok(written.into_pyobject(py)?.into_any())
+}
+
+/// `tensors` as a checkpoint in shards of at most `max` bytes, split, named
+/// and indexed as Hugging Face does (see `zt::shard`; one shard is a plain
+/// file at `path`); each shard is written by the format's `write_arrays`.
+fn write_shards(
+    writer: &dyn zt::FormatWriter,
+    layout: &zt::shard::ShardLayout,
+    all: &[TensorIn<'_>],
+    metadata: Option<&[(String, Value)]>,
+    path: &std::path::Path,
+    options: &zt::WriteOptions,
+    max: u64,
+) -> zt::Result<u64> {
+    let names: Vec<&str> = all.iter().map(|t| t.name).collect();
+    let items: Vec<zt::shard::Item> = all
+        .iter()
+        .map(|t| zt::shard::Item {
+            size: t.data.len() as u64,
+            storage: None,
+        })
+        .collect();
+    let write = |indexes: &[usize], local: &std::path::Path| {
+        let subset: Vec<TensorIn<'_>> = indexes.iter().map(|&i| all[i]).collect();
+        writer.write_arrays(&subset, metadata, local, options)
+    };
+    // A `.zt` root records the file attributes; an index has none.
+    let attributes = metadata.map(<[_]>::to_vec).unwrap_or_default();
+    let tensors = zt::shard::Tensors {
+        names: &names,
+        items: &items,
+        attributes: &attributes,
+        write: &write,
+    };
+    zt::shard::write(path, layout, &tensors, max, &options.storage_options).map(|w| w.bytes)
+}
+
+/// Bytes from a shard size string (`"5GB"`, `"4GiB"`, `"1000"`).
+#[pyfunction]
+pub fn parse_shard_size(text: &str) -> PyResult<u64> {
+    zt::shard::parse_size(text).map_err(PyValueError::new_err)
 }

@@ -172,6 +172,7 @@ def convert(
     compression: int | None = None,
     storage_options: dict | None = None,
     format: str | None = None,
+    max_shard_size: int | str | None = None,
 ) -> int:
     """Convert a file (or several, read as one source) to ``dst``; the
     extension of ``dst`` picks the format unless ``format`` names it
@@ -180,12 +181,16 @@ def convert(
     apply to ``.zt`` output. The output is written beside ``dst`` and renamed
     into place; an ``s3://`` destination is uploaded by multipart upload
     and appears only when complete. Sources and destination may be object
-    URLs (``storage_options`` as for :func:`open`). Returns the bytes
-    written."""
+    URLs (``storage_options`` as for :func:`open`). ``max_shard_size``
+    (bytes, or ``"5GB"``) writes a sharded checkpoint as ``zt convert
+    --max-shard-size`` does. Returns the bytes written."""
     if isinstance(src, (str, bytes, os.PathLike)):
         src = [src]
+    from ._write import shard_size
+
+    max_bytes = None if max_shard_size is None else shard_size(max_shard_size)
     return _zt.convert(
-        [os.fspath(p) for p in src], os.fspath(dst), align, compression, _storage(storage_options), format
+        [os.fspath(p) for p in src], os.fspath(dst), align, compression, _storage(storage_options), format, max_bytes
     )
 
 

@@ -112,13 +112,20 @@ def save(
     compression: bool | int = False,
     storage_options: dict | None = None,
     format: str | None = None,
+    max_shard_size: int | str | None = None,
 ) -> int:
     """Write ``tensors`` to ``path`` (a local path or an ``s3://`` URL) in
     ``format``, or the format its extension names (safetensors for any
-    other name). ``align`` and ``compression`` apply to ``.zt`` only."""
+    other name). ``align`` and ``compression`` apply to ``.zt`` only.
+    ``max_shard_size`` writes a sharded checkpoint (see :func:`shard_size`)."""
     path = os.fspath(path)
     described = describe(tensors)
     fmt = format_of(path, format)
+    max_bytes = None
+    if max_shard_size is not None:
+        max_bytes = shard_size(max_shard_size)
+        if fmt not in ("safetensors", "pt", "zt"):
+            raise ValueError(f"{fmt} has no sharded layout; shard safetensors, pt or zt")
     if (align is not None or compression) and fmt != "zt":
         raise ValueError(f"{fmt} files have no alignment or compression options; use .zt")
     if metadata is not None and fmt not in ("safetensors", "zt"):
@@ -132,11 +139,24 @@ def save(
         level = _level(None, compression)
     elif metadata is not None:  # safetensors: str to str, as safetensors requires
         metadata = dict(metadata_pairs(metadata))
-    return _zt.save(path, fmt, described, _as_dict(metadata), align, level, storage_options)
+    return _zt.save(path, fmt, described, _as_dict(metadata), align, level, storage_options, max_bytes)
 
 
 def _as_dict(metadata: Mapping | None) -> dict | None:
     return None if metadata is None else dict(metadata)
+
+
+def shard_size(size: int | str) -> int:
+    """Bytes from a shard size as Hugging Face writes one: an int, or a
+    string like ``"5GB"`` (decimal KB/MB/GB/TB, as huggingface_hub reads
+    them) or ``"4GiB"`` (binary KiB/MiB/GiB/TiB, as transformers reads them)."""
+    if isinstance(size, bool) or not isinstance(size, (int, str)):
+        raise TypeError(f"max_shard_size must be an int or a str like '5GB', got {size!r}")
+    if isinstance(size, int):
+        if size <= 0:
+            raise ValueError(f"max_shard_size must be positive, got {size}")
+        return size
+    return _zt.parse_shard_size(size)
 
 
 def save_bytes(

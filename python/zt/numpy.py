@@ -82,6 +82,7 @@ def save_file(
     compression: bool | int = False,
     format: str | None = None,
     storage_options: dict | None = None,
+    max_shard_size: int | str | None = None,
 ) -> int:
     """Write arrays to ``path``: in ``format`` (``"safetensors"``, ``"zt"``,
     ``"npz"``, ``"npy"``, ``"pt"``) when given, else in the format the
@@ -93,8 +94,16 @@ def save_file(
     ``.zt``: canonical unless ``align`` (``"auto"`` or a power of two >= 4096)
     or ``compression`` (True or a zstd level) is given; rank-0 arrays keep
     shape ``()``. The file is written beside ``path`` and renamed into place;
-    an ``s3://`` path is uploaded when complete. Returns bytes written."""
-    return _write.save(tensors, path, metadata, align, compression, storage_options, format=format)
+    an ``s3://`` path is uploaded when complete. Returns bytes written.
+
+    ``max_shard_size`` (bytes, or ``"5GB"``, ``"500MB"``, ``"4GiB"``) writes a
+    sharded checkpoint as Hugging Face does: safetensors or pt shards
+    ``STEM-00001-of-00003.EXT`` and ``PATH.index.json``; for ``.zt``, shards
+    ``STEM-00001.zt`` and a root at ``path``. Tensors keep the dict's order
+    and are never split; one shard is a plain file at ``path``."""
+    return _write.save(
+        tensors, path, metadata, align, compression, storage_options, format=format, max_shard_size=max_shard_size
+    )
 
 
 def save(

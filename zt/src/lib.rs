@@ -55,8 +55,10 @@ pub use zt_core::{
     Probe, Registry, RemoteKind, Result, Source, Store, Tensor, TensorIn, Value, WriteOptions,
 };
 
+pub mod model_dir;
 mod registry;
 pub use registry::registry;
+pub use zt_core::shard;
 
 /// The README's Rust example, compiled and run as a doctest.
 #[doc = include_str!("../../README.md")]
@@ -110,4 +112,30 @@ pub fn writers() -> &'static [&'static dyn FormatWriter] {
 /// Write every tensor of `source` to `path`, in the format its extension names.
 pub fn convert(source: &Source, path: &Path, options: &WriteOptions) -> Result<u64> {
     registry().convert(source, path, options)
+}
+
+/// Write every tensor of `source` to `path` in shards of at most
+/// `max_shard_size` bytes, as the format of its extension shards a
+/// checkpoint (Hugging Face's index for safetensors and PyTorch, a root
+/// for `.zt`); see [`shard`].
+pub fn convert_sharded(
+    source: &Source,
+    path: &Path,
+    max_shard_size: u64,
+    options: &WriteOptions,
+) -> Result<shard::Written> {
+    registry().convert_sharded(source, path, max_shard_size, options)
+}
+
+/// Write `source` as a model directory `dir` in `format`, with `extra`
+/// files copied in; see [`Registry::convert_dir`].
+pub fn convert_dir(
+    source: &Source,
+    dir: &Path,
+    format: &str,
+    max_shard_size: u64,
+    extra: &[(String, std::path::PathBuf)],
+    options: &WriteOptions,
+) -> Result<shard::Written> {
+    registry().convert_dir(source, dir, format, max_shard_size, extra, options)
 }

@@ -259,6 +259,15 @@ fn state_dict_pickle(tensors: &[TensorIn<'_>]) -> Vec<u8> {
 pub struct PtWriter;
 
 impl FormatWriter for PtWriter {
+    /// Hugging Face's sharded layout: `pytorch_model.bin` in a model directory,
+    /// shards `STEM-00001-of-00003.EXT` and `NAME.index.json`.
+    fn shard_layout(&self) -> Option<zt_core::shard::ShardLayout> {
+        Some(zt_core::shard::ShardLayout {
+            checkpoint_name: "pytorch_model.bin",
+            tie: zt_core::shard::Tie::Index,
+        })
+    }
+
     fn name(&self) -> &'static str {
         "pt"
     }

@@ -1,0 +1,108 @@
+//! `zt convert`: files to a file, files to a sharded checkpoint
+//! (`--max-shard-size`), and model directories to model directories.
+
+use std::path::{Path, PathBuf};
+
+use zt::{Source, WriteOptions};
+
+use crate::progress;
+
+/// Conversions of less than this draw no progress line.
+const PROGRESS_FROM: u64 = 64 << 20;
+
+/// What `zt convert` was asked.
+pub struct Request<'a> {
+    /// Input files, or one model directory.
+    pub inputs: &'a [PathBuf],
+    /// Output file or directory.
+    pub out: &'a Path,
+    /// `--align`, `--compress`.
+    pub options: &'a WriteOptions,
+    /// `--max-shard-size`, parsed.
+    pub max_shard_size: Option<u64>,
+    /// `--to`: the format of a directory output.
+    pub to: Option<&'a str>,
+    /// Draw the progress line.
+    pub show_progress: bool,
+}
+
+/// A directory output: the path ends with `/`, is a directory, or has no
+/// extension while the input is a model directory.
+fn is_dir_output(out: &Path, input_is_dir: bool) -> bool {
+    out.to_string_lossy().ends_with('/')
+        || out.is_dir()
+        || (input_is_dir && out.extension().is_none())
+}
+
+pub fn run(req: &Request<'_>) -> zt::Result<()> {
+    let input_dir = match req.inputs {
+        [one] if one.is_dir() => Some(one.as_path()),
+        _ => None,
+    };
+    let source: Source = match input_dir {
+        Some(dir) => zt::open(zt::model_dir::checkpoint_in(dir)?)?,
+        None => zt::open_all(req.inputs)?,
+    };
+    let dir_out = is_dir_output(req.out, input_dir.is_some());
+    if req.to.is_some() && !dir_out {
+        return Err(usage(
+            "--to names the format of a directory output; a file's extension names its format",
+        ));
+    }
+    let expected = source.total_bytes();
+    let started = std::time::Instant::now();
+    let bar = (req.show_progress && expected >= PROGRESS_FROM)
+        .then(|| progress::Progress::start(req.out.to_path_buf(), expected));
+    let result = if dir_out {
+        let extra = match input_dir {
+            Some(dir) => zt::model_dir::companions(dir)?,
+            None => Vec::new(),
+        };
+        let format = req.to.unwrap_or("safetensors");
+        let max = req
+            .max_shard_size
+            .unwrap_or(zt::shard::DEFAULT_MAX_SHARD_SIZE);
+        zt::convert_dir(&source, req.out, format, max, &extra, req.options)
+    } else if let Some(max) = req.max_shard_size {
+        zt::convert_sharded(&source, req.out, max, req.options)
+    } else {
+        zt::convert(&source, req.out, req.options).map(|bytes| zt::shard::Written {
+            files: vec![req.out.to_path_buf()],
+            bytes,
+        })
+    };
+    if let Some(bar) = bar {
+        let done = result.as_ref().ok().map(|w| w.bytes);
+        bar.finish(done, expected, started.elapsed());
+    }
+    let written = result?;
+    let format = if dir_out {
+        req.to.unwrap_or("safetensors")
+    } else {
+        zt::writer_for(req.out)?.name()
+    };
+    let files = match written.files.len() {
+        1 => String::new(),
+        n => format!(", {n} files"),
+    };
+    println!(
+        "{}: {} tensors, {} bytes ({format}{files})",
+        req.out.display(),
+        source.len(),
+        written.bytes
+    );
+    Ok(())
+}
+
+fn usage(reason: &str) -> zt::Error {
+    zt::Error::Write {
+        ctx: zt::Context::default(),
+        reason: reason.into(),
+    }
+}
+
+/// Parse `--max-shard-size`.
+pub fn shard_size(text: Option<&str>) -> zt::Result<Option<u64>> {
+    text.map(|t| zt::shard::parse_size(t).map_err(|e| usage(&format!("--max-shard-size: {e}"))))
+        .transpose()
+}

@@ -1,0 +1,602 @@
+//! Sharded checkpoints: splitting a model's tensors into files of at most
+//! a given size exactly as Hugging Face does, naming the files, and
+//! publishing the set so that a reader never finds an index (or root)
+//! whose shards are missing or half-written.
+//!
+//! The split is `huggingface_hub`'s `split_state_dict_into_shards_factory`
+//! (what `save_pretrained` and `split_torch_state_dict_into_shards` use):
+//! tensors in the caller's order, a new shard when the next tensor would
+//! tip the current one over the limit, a tensor larger than the limit
+//! alone in a shard of its own (listed before the shard being filled),
+//! tensors sharing storage with an earlier one in that one's shard.
+//! Tensors are never split.
+//!
+//! How the shards are tied together is the format's: [`ShardLayout`],
+//! which a [`crate::FormatWriter`] returns. Hugging Face's index
+//! (`model-00001-of-00003.safetensors` + `model.safetensors.index.json`)
+//! is built here; a format with a root file of its own (`.zt`) supplies
+//! the function that writes it.
+
+use std::path::{Path, PathBuf};
+
+use crate::catalog::Attributes;
+use crate::error::{Context, Error, Result};
+use crate::location::{is_url, parent_dir, sibling};
+use crate::publish::Staging;
+
+/// Hugging Face's default shard size (`huggingface_hub`'s `MAX_SHARD_SIZE`).
+pub const DEFAULT_MAX_SHARD_SIZE: u64 = 5_000_000_000;
+
+/// Parse a shard size as Hugging Face writes one: a number of bytes
+/// (`"1000000"`), or a number and a unit, decimal (`"5GB"`, `"500MB"`,
+/// `"1.5TB"`; `KB MB GB TB`, as `huggingface_hub` reads them, any case)
+/// or binary (`"4GiB"`; `KiB MiB GiB TiB`, as `transformers` reads them).
+pub fn parse_size(text: &str) -> std::result::Result<u64, String> {
+    let t = text.trim();
+    let bad = || {
+        format!("shard size {text:?}: expected bytes or a number with a unit (5GB, 500MB, 4GiB)")
+    };
+    if let Ok(n) = t.parse::<u64>() {
+        return if n == 0 { Err(bad()) } else { Ok(n) };
+    }
+    const UNITS: [(&str, f64); 8] = [
+        ("KIB", 1024.0),
+        ("MIB", 1048576.0),
+        ("GIB", 1073741824.0),
+        ("TIB", 1099511627776.0),
+        ("KB", 1e3),
+        ("MB", 1e6),
+        ("GB", 1e9),
+        ("TB", 1e12),
+    ];
+    let upper = t.to_ascii_uppercase();
+    for (unit, scale) in UNITS {
+        if let Some(number) = upper.strip_suffix(unit) {
+            let value: f64 = number.trim().parse().map_err(|_| bad())?;
+            // `int(value * multiplier)`, as huggingface_hub computes it.
+            let bytes = value * scale;
+            if !(bytes >= 1.0 && bytes < u64::MAX as f64) {
+                return Err(bad());
+            }
+            return Ok(bytes as u64);
+        }
+    }
+    Err(bad())
+}
+
+/// One tensor to place: its size in bytes and, for tensors that share
+/// storage with others, an identifier of that storage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Item {
+    /// Bytes the tensor adds to a shard.
+    pub size: u64,
+    /// Tensors with the same storage go into one shard, counted once.
+    pub storage: Option<u64>,
+}
+
+/// Which tensors go into which shard.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// Per shard, the indexes of its tensors (into the items given).
+    pub shards: Vec<Vec<usize>>,
+    /// `metadata.total_size` of the index: every tensor's size, a shared
+    /// storage once.
+    pub total_size: u64,
+}
+
+/// Split `items` (in order) into shards of at most `max` bytes, exactly as
+/// `huggingface_hub.split_state_dict_into_shards_factory` does.
+pub fn plan(items: &[Item], max: u64) -> Plan {
+    let mut shards: Vec<Vec<usize>> = Vec::new();
+    let mut current: Vec<usize> = Vec::new();
+    let mut current_size = 0u64;
+    let mut total_size = 0u64;
+    // Storage id -> the tensors that share it, the first one placed.
+    let mut shared: Vec<(u64, Vec<usize>)> = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        if let Some(id) = item.storage {
+            if let Some((_, keys)) = shared.iter_mut().find(|(s, _)| *s == id) {
+                keys.push(i);
+                continue;
+            }
+            shared.push((id, vec![i]));
+        }
+        if item.size > max {
+            total_size += item.size;
+            shards.push(vec![i]);
+            continue;
+        }
+        if current_size + item.size > max {
+            shards.push(std::mem::take(&mut current));
+            current_size = 0;
+        }
+        current.push(i);
+        current_size += item.size;
+        total_size += item.size;
+    }
+    if !current.is_empty() {
+        shards.push(current);
+    }
+    for (_, keys) in &shared {
+        if let Some(shard) = shards.iter_mut().find(|s| s.contains(&keys[0])) {
+            shard.extend(&keys[1..]);
+        }
+    }
+    // huggingface_hub's first shard exists even for an empty state dict
+    // (one file, no index).
+    if shards.is_empty() {
+        shards.push(Vec::new());
+    }
+    Plan { shards, total_size }
+}
+
+/// Writes the file that ties a format's shards together (its root), at
+/// `root`, given the shard files (already complete, in order), the labels
+/// the root names them by, and the checkpoint's attributes. Returns the
+/// bytes written.
+pub type WriteRoot =
+    fn(root: &Path, shards: &[PathBuf], labels: &[String], attributes: &Attributes) -> Result<u64>;
+
+/// How a format lays out a sharded checkpoint.
+#[derive(Debug, Clone, Copy)]
+pub struct ShardLayout {
+    /// The checkpoint's file name in a model directory
+    /// (`model.safetensors`, `pytorch_model.bin`, `model.zt`).
+    pub checkpoint_name: &'static str,
+    /// What ties the shards together.
+    pub tie: Tie,
+}
+
+/// What ties the shards of a checkpoint together.
+#[derive(Debug, Clone, Copy)]
+pub enum Tie {
+    /// Hugging Face's: shards `STEM-00001-of-00003.EXT` and
+    /// `NAME.index.json` (`metadata.total_size`, `weight_map`).
+    Index,
+    /// A root file at the checkpoint's own name, written by the function,
+    /// naming shards `STEM-00001.EXT` by the labels `00001`, ...
+    Root(WriteRoot),
+}
+
+impl ShardLayout {
+    /// The file names of shard `i` of `n` of the checkpoint `name`.
+    pub fn shard_name(&self, name: &str, i: usize, n: usize) -> String {
+        let (stem, ext) = split_name(name);
+        match self.tie {
+            Tie::Index => format!("{stem}-{:05}-of-{n:05}{ext}", i + 1),
+            Tie::Root(_) => format!("{stem}-{}{ext}", root_label(i)),
+        }
+    }
+
+    /// True if `file` is named like a shard of the checkpoint `name` (of
+    /// any count): what an earlier save left and a new one replaces.
+    pub fn is_shard_name(&self, name: &str, file: &str) -> bool {
+        let (stem, ext) = split_name(name);
+        let Some(middle) = file
+            .strip_prefix(stem)
+            .and_then(|r| r.strip_prefix('-'))
+            .and_then(|r| r.strip_suffix(ext))
+        else {
+            return false;
+        };
+        let digits = |s: &str| s.len() == 5 && s.bytes().all(|b| b.is_ascii_digit());
+        match self.tie {
+            Tie::Index => middle
+                .split_once("-of-")
+                .is_some_and(|(a, b)| digits(a) && digits(b)),
+            Tie::Root(_) => digits(middle),
+        }
+    }
+}
+
+/// The label a root gives shard `i`: `00001`, ...
+pub fn root_label(i: usize) -> String {
+    format!("{:05}", i + 1)
+}
+
+/// `("model", ".safetensors")` of `model.safetensors`.
+fn split_name(name: &str) -> (&str, &str) {
+    match name.rfind('.') {
+        Some(dot) if dot > 0 => name.split_at(dot),
+        _ => (name, ""),
+    }
+}
+
+/// Hugging Face's index: `{"metadata": {"total_size": N}, "weight_map":
+/// {tensor: file}}`, keys sorted and indented by two, as `save_pretrained`
+/// writes it (`json.dumps(index, indent=2, sort_keys=True) + "\n"`).
+pub fn index_json(total_size: u64, weight_map: &[(&str, &str)]) -> Vec<u8> {
+    let map: std::collections::BTreeMap<&str, &str> = weight_map.iter().copied().collect();
+    let index = serde_json::json!({
+        "metadata": {"total_size": total_size},
+        "weight_map": map,
+    });
+    let mut text = serde_json::to_string_pretty(&index).expect("JSON of strings");
+    text.push('\n');
+    text.into_bytes()
+}
+
+/// What a sharded write produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Written {
+    /// The files (or URLs) published, the index or root last.
+    pub files: Vec<PathBuf>,
+    /// Bytes written, every file together.
+    pub bytes: u64,
+}
+
+/// The tensors of a checkpoint to write: their names and items (in order),
+/// the checkpoint's attributes (for a root), and how to write a subset of
+/// them (by index, in the order given) as one file of the format.
+pub struct Tensors<'a> {
+    /// Names, in order.
+    pub names: &'a [&'a str],
+    /// Sizes and storages, in the same order.
+    pub items: &'a [Item],
+    /// The checkpoint's attributes (a root records them).
+    pub attributes: &'a Attributes,
+    /// Write the tensors with these indexes to this local path (publishing
+    /// it there, as every writer does); returns the bytes written.
+    pub write: &'a (dyn Fn(&[usize], &Path) -> Result<u64> + Sync),
+}
+
+/// Write a checkpoint at `dest` (a file path or an `s3://` URL) in shards
+/// of at most `max` bytes. One shard is one plain file at `dest`, as
+/// Hugging Face saves it; more are built in a staging directory beside
+/// `dest` and moved into place only when all are complete, the index (or
+/// root) last, after which earlier shards of `dest` that the new set does
+/// not reuse are removed.
+pub fn write(
+    dest: &Path,
+    layout: &ShardLayout,
+    tensors: &Tensors<'_>,
+    max: u64,
+    storage_options: &[(String, String)],
+) -> Result<Written> {
+    let plan = plan(tensors.items, max);
+    if plan.shards.len() == 1 {
+        let bytes = crate::publish::to_location(dest, storage_options, |local| {
+            (tensors.write)(&plan.shards[0], local)
+        })?;
+        return Ok(Written {
+            files: vec![dest.to_path_buf()],
+            bytes,
+        });
+    }
+    let name = file_name(dest)?;
+    let publish = |staged: &Path, files: &[String]| {
+        if is_url(dest) {
+            upload(staged, files, dest, storage_options)
+        } else {
+            move_into(staged, files, &parent_dir(dest))?;
+            remove_replaced(&parent_dir(dest), layout, &name, files);
+            Ok(())
+        }
+    };
+    build_and_publish(dest, storage_options, |dir| {
+        let (files, bytes) = build(dir, &name, layout, tensors, &plan)?;
+        publish(dir, &files)?;
+        Ok(Written {
+            files: files.iter().map(|f| sibling(dest, f)).collect(),
+            bytes,
+        })
+    })
+}
+
+/// Write a model directory at `dest_dir` (a path or an `s3://` prefix):
+/// the checkpoint (`layout.checkpoint_name`, sharded at `max`, with its
+/// index or root) and copies of `extra` files (`(name, source path)`:
+/// configuration, tokenizer). Locally the directory is built beside
+/// `dest_dir` and renamed into place when complete, so a failed or killed
+/// conversion leaves nothing there; an existing destination must be an
+/// empty directory. Remotely every file is uploaded, the index last.
+pub fn write_dir(
+    dest_dir: &Path,
+    layout: &ShardLayout,
+    tensors: &Tensors<'_>,
+    max: u64,
+    extra: &[(String, PathBuf)],
+    storage_options: &[(String, String)],
+) -> Result<Written> {
+    let plan = plan(tensors.items, max);
+    let name = layout.checkpoint_name;
+    let remote = is_url(dest_dir);
+    if !remote {
+        refuse_occupied(dest_dir)?;
+    }
+    build_and_publish(dest_dir, storage_options, |dir| {
+        let mut files = Vec::new();
+        let mut bytes = 0;
+        for (extra_name, src) in extra {
+            bytes += copy_into(src, &dir.join(extra_name))?;
+            files.push(extra_name.clone());
+        }
+        let (checkpoint, n) = if plan.shards.len() == 1 {
+            let n = (tensors.write)(&plan.shards[0], &dir.join(name))?;
+            (vec![name.to_string()], n)
+        } else {
+            build(dir, name, layout, tensors, &plan)?
+        };
+        files.extend(checkpoint);
+        bytes += n;
+        if remote {
+            upload(dir, &files, &dest_dir.join(name), storage_options)?;
+        } else {
+            rename_dir(dir, dest_dir)?;
+        }
+        Ok(Written {
+            files: files.iter().map(|f| dest_dir.join(f)).collect(),
+            bytes,
+        })
+    })
+}
+
+/// Build in a staging directory for `dest` (beside it, or a private spool
+/// for a URL) and run `body` on it; the directory is removed afterwards
+/// whatever happened (after a successful local directory publish it is
+/// the destination, and nothing is left to remove).
+fn build_and_publish(
+    dest: &Path,
+    storage_options: &[(String, String)],
+    body: impl FnOnce(&Path) -> Result<Written>,
+) -> Result<Written> {
+    if is_url(dest) {
+        return spool_then(dest, storage_options, body);
+    }
+    let staging = Staging::create(dest)?;
+    let out = body(staging.path());
+    drop(staging);
+    out
+}
+
+#[cfg(feature = "remote")]
+fn spool_then(
+    dest: &Path,
+    storage_options: &[(String, String)],
+    body: impl FnOnce(&Path) -> Result<Written>,
+) -> Result<Written> {
+    let config = crate::remote::config(storage_options)?;
+    let spool = zt_remote::Spool::create(&config).map_err(crate::remote::error)?;
+    let dir = spool.path_for("checkpoint");
+    std::fs::create_dir(&dir).map_err(|e| Error::io(&dir, e))?;
+    let _ = dest;
+    body(&dir)
+}
+
+#[cfg(not(feature = "remote"))]
+fn spool_then(
+    dest: &Path,
+    _storage_options: &[(String, String)],
+    _body: impl FnOnce(&Path) -> Result<Written>,
+) -> Result<Written> {
+    Err(no_remote(dest))
+}
+
+#[cfg(not(feature = "remote"))]
+fn no_remote(dest: &Path) -> Error {
+    Error::Remote {
+        ctx: Context::file(dest),
+        kind: crate::error::RemoteKind::Unsupported,
+        detail: "this build of zt has no object-storage support (the `remote` feature)".into(),
+    }
+}
+
+/// Upload the staged `files` beside `base` (a URL), in order: the index
+/// or root goes last, so it is never visible before its shards.
+#[cfg(feature = "remote")]
+fn upload(
+    staged: &Path,
+    files: &[String],
+    base: &Path,
+    storage_options: &[(String, String)],
+) -> Result<()> {
+    let config = crate::remote::config(storage_options)?;
+    for f in files {
+        let url = sibling(base, f);
+        let text = url.to_string_lossy().into_owned();
+        zt_remote::upload_file(&staged.join(f), &text, &config).map_err(crate::remote::error)?;
+    }
+    Ok(())
+}
+
+#[cfg(not(feature = "remote"))]
+fn upload(_: &Path, _: &[String], base: &Path, _: &[(String, String)]) -> Result<()> {
+    Err(no_remote(base))
+}
+
+/// Write the shards of `plan` and what ties them into `dir`, for the
+/// checkpoint `name`. Returns the file names in publish order (the index
+/// or root last) and the bytes written.
+fn build(
+    dir: &Path,
+    name: &str,
+    layout: &ShardLayout,
+    tensors: &Tensors<'_>,
+    plan: &Plan,
+) -> Result<(Vec<String>, u64)> {
+    let n = plan.shards.len();
+    let mut files: Vec<String> = (0..n).map(|i| layout.shard_name(name, i, n)).collect();
+    let mut bytes = 0;
+    for (shard, file) in plan.shards.iter().zip(&files) {
+        bytes += (tensors.write)(shard, &dir.join(file))?;
+    }
+    match layout.tie {
+        Tie::Index => {
+            let mut weight_map = Vec::with_capacity(tensors.names.len());
+            for (shard, file) in plan.shards.iter().zip(&files) {
+                weight_map.extend(shard.iter().map(|&i| (tensors.names[i], file.as_str())));
+            }
+            let index = format!("{name}.index.json");
+            let json = index_json(plan.total_size, &weight_map);
+            bytes += crate::publish::publish(&dir.join(&index), |w| {
+                std::io::Write::write_all(w, &json)
+            })?;
+            files.push(index);
+        }
+        Tie::Root(write_root) => {
+            let paths: Vec<PathBuf> = files.iter().map(|f| dir.join(f)).collect();
+            let labels: Vec<String> = (0..n).map(root_label).collect();
+            bytes += write_root(&dir.join(name), &paths, &labels, tensors.attributes)?;
+            files.push(name.to_string());
+        }
+    }
+    Ok((files, bytes))
+}
+
+fn file_name(dest: &Path) -> Result<String> {
+    dest.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .ok_or_else(|| Error::Write {
+            ctx: Context::file(dest),
+            reason: "destination has no file name".into(),
+        })
+}
+
+/// Move the staged files into `dir` in order (the index or root last),
+/// then flush the directory.
+fn move_into(staged: &Path, files: &[String], dir: &Path) -> Result<()> {
+    for f in files {
+        let to = dir.join(f);
+        std::fs::rename(staged.join(f), &to).map_err(|e| Error::io(&to, e))?;
+    }
+    crate::publish::sync_dir(dir)
+}
+
+/// Remove earlier shards of the checkpoint `name` in `dir` that the new
+/// set of `files` does not include (a save in 4 shards after one in 5
+/// would otherwise leave `model-00005-of-00005`), as `save_pretrained`
+/// cleans its folder. Best effort: the new checkpoint is complete already.
+fn remove_replaced(dir: &Path, layout: &ShardLayout, name: &str, files: &[String]) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let file = entry.file_name().to_string_lossy().into_owned();
+        if layout.is_shard_name(name, &file) && !files.contains(&file) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
+/// Refuse a destination directory that exists and is not empty: a model
+/// directory is replaced only where nothing would be lost.
+fn refuse_occupied(dest_dir: &Path) -> Result<()> {
+    match std::fs::symlink_metadata(dest_dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Error::io(dest_dir, e)),
+        Ok(m) if m.is_dir() => {
+            let mut entries = std::fs::read_dir(dest_dir).map_err(|e| Error::io(dest_dir, e))?;
+            if entries.next().is_some() {
+                return Err(Error::Write {
+                    ctx: Context::file(dest_dir),
+                    reason: "the destination directory exists and is not empty".into(),
+                });
+            }
+            Ok(())
+        }
+        Ok(_) => Err(Error::Write {
+            ctx: Context::file(dest_dir),
+            reason: "the destination exists and is not a directory".into(),
+        }),
+    }
+}
+
+/// Rename the complete staging directory to `dest_dir` (which is absent
+/// or an empty directory, which the rename replaces), durably.
+fn rename_dir(staged: &Path, dest_dir: &Path) -> Result<()> {
+    crate::publish::sync_dir(staged)?;
+    std::fs::rename(staged, dest_dir).map_err(|e| Error::io(dest_dir, e))?;
+    crate::publish::sync_dir(&parent_dir(dest_dir))
+}
+
+/// Copy a file (following a symlink, as a Hugging Face cache's snapshot
+/// holds them) into the staging directory, durably. Returns its size.
+fn copy_into(src: &Path, to: &Path) -> Result<u64> {
+    let n = std::fs::copy(src, to).map_err(|e| Error::io(src, e))?;
+    std::fs::File::open(to)
+        .and_then(|f| f.sync_data())
+        .map_err(|e| Error::io(to, e))?;
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn items(sizes: &[u64]) -> Vec<Item> {
+        sizes
+            .iter()
+            .map(|&size| Item {
+                size,
+                storage: None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn sizes_parse_as_hugging_face_reads_them() {
+        assert_eq!(parse_size("5GB"), Ok(5_000_000_000));
+        assert_eq!(parse_size("500MB"), Ok(500_000_000));
+        assert_eq!(parse_size("1.5kb"), Ok(1500));
+        assert_eq!(parse_size("4GiB"), Ok(4 << 30));
+        assert_eq!(parse_size(" 1000 "), Ok(1000));
+        for bad in ["", "0", "GB", "5XB", "-1GB", "five"] {
+            assert!(parse_size(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_split_is_huggingface_hubs() {
+        // huggingface_hub's docstring: limit 10, sizes [6, 6, 2, 6, 2, 2]
+        // give [6], [6+2], [6+2+2].
+        let p = plan(&items(&[6, 6, 2, 6, 2, 2]), 10);
+        assert_eq!(p.shards, [vec![0], vec![1, 2], vec![3, 4, 5]]);
+        assert_eq!(p.total_size, 24);
+        // A tensor over the limit gets its own shard, listed before the
+        // shard still being filled.
+        let p = plan(&items(&[2, 12, 3, 7]), 10);
+        assert_eq!(p.shards, [vec![1], vec![0, 2], vec![3]]);
+        // Shared storage: counted once, placed with its first tensor.
+        let mut it = items(&[4, 4, 4, 4]);
+        it[0].storage = Some(7);
+        it[3].storage = Some(7);
+        let p = plan(&it, 8);
+        assert_eq!(p.shards, [vec![0, 1, 3], vec![2]]);
+        assert_eq!(p.total_size, 12);
+        assert_eq!(plan(&[], 10).shards, [Vec::<usize>::new()]);
+    }
+
+    #[test]
+    fn names_follow_each_layout() {
+        let hf = ShardLayout {
+            checkpoint_name: "model.safetensors",
+            tie: Tie::Index,
+        };
+        assert_eq!(
+            hf.shard_name("model.safetensors", 0, 3),
+            "model-00001-of-00003.safetensors"
+        );
+        assert!(hf.is_shard_name("model.safetensors", "model-00002-of-00005.safetensors"));
+        assert!(!hf.is_shard_name("model.safetensors", "model.safetensors"));
+        assert!(!hf.is_shard_name("model.safetensors", "model-2-of-5.safetensors"));
+        fn no_root(_: &Path, _: &[PathBuf], _: &[String], _: &Attributes) -> Result<u64> {
+            Ok(0)
+        }
+        let root = ShardLayout {
+            checkpoint_name: "model.zt",
+            tie: Tie::Root(no_root),
+        };
+        assert_eq!(root.shard_name("llama.zt", 4, 5), "llama-00005.zt");
+        assert!(root.is_shard_name("llama.zt", "llama-00003.zt"));
+        assert!(!root.is_shard_name("llama.zt", "llama-00003-of-00005.zt"));
+    }
+
+    #[test]
+    fn the_index_is_sorted_and_indented_like_save_pretrained() {
+        let json = index_json(12, &[("b", "m-2"), ("a", "m-1")]);
+        assert_eq!(
+            String::from_utf8(json).unwrap(),
+            "{\n  \"metadata\": {\n    \"total_size\": 12\n  },\n  \"weight_map\": {\n    \"a\": \"m-1\",\n    \"b\": \"m-2\"\n  }\n}\n"
+        );
+    }
+}
