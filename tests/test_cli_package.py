@@ -38,10 +38,13 @@ def model(tmp):
 
 
 def cargo_binary() -> pathlib.Path | None:
-    """The cargo-built `zt` binary (`cargo test` builds it for cli/tests)."""
+    """The cargo-built `zt` binary (`cargo test` builds it for cli/tests),
+    if one was built from the commit the extension was (a binary left from
+    an earlier build would differ for that reason alone)."""
     target = pathlib.Path(os.environ.get("CARGO_TARGET_DIR") or ROOT / "target")
     found = [p for p in (target / "debug" / "zt", target / "release" / "zt") if p.exists()]
-    return max(found, key=lambda p: p.stat().st_mtime) if found else None
+    same = [p for p in found if zt.__commit__ in run([os.fspath(p)], "--version").stdout]
+    return max(same, key=lambda p: p.stat().st_mtime) if same else None
 
 
 def test_the_command_is_the_packages_entry_point(zt_cli):
