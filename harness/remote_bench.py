@@ -315,10 +315,10 @@ def gathers(srv, work, runs: int, records: int, batches: int) -> list[report.Res
         n = records if width == 4096 else max(256, records // 16)
         local = work / f"records-{width}.zr"
         shutil.rmtree(local, ignore_errors=True)
-        records = rng.integers(0, 255, size=(n, width), dtype=np.uint8)
+        data = rng.integers(0, 255, size=(n, width), dtype=np.uint8)
         with Dense.create(local, np.uint8, (width,), data_shards=4) as store:
             for start in range(0, n, 256):
-                store.append(records[start : start + 256])
+                store.append(data[start : start + 256])
         for f in sorted(local.iterdir()):
             client.upload_file(os.fspath(f), BUCKET, f"records-{width}.zr/{f.name}")
         plans = [rng.choice(n, size=256, replace=False).astype(np.uint64) for _ in range(batches)]
@@ -342,8 +342,8 @@ def gathers(srv, work, runs: int, records: int, batches: int) -> list[report.Res
             return acc
 
         cases = {name: (lambda name=name: sweep(name)) for name in stores}
-        peers, peer_notes = gather_peers(client, work, width, records, plans)
-        del records
+        peers, peer_notes = gather_peers(client, work, width, data, plans)
+        del data
         cases.update({name: peer.sweep for name, peer in peers.items()})
         try:
             times, values = common.interleaved(cases, runs)
