@@ -300,7 +300,10 @@ def gather_peers(client, work, width: int, records: np.ndarray, plans: list) -> 
         notes.append(
             f"streaming and litdata ran in {venv} (they pin numpy < 2.2), each in one child process kept "
             "for the table; their time includes opening the dataset with an empty local cache, since both "
-            "download the whole shard or chunk that holds a record and read it locally from then on."
+            "download the whole shard or chunk that holds a record and read it locally from then on. "
+            "Both are driven map-style (`dataset[i]`), the random access a gather needs; their own "
+            "iteration (chunks prefetched in order) is the path they optimise, and litdata's map-style "
+            "reads wait on its chunk downloader."
         )
     return peers, notes
 
