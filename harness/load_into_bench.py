@@ -12,10 +12,10 @@ each run, mincore-checked):
   copied into its destination (what `model.load_state_dict(load_file(path))`
   does, for numpy).
 
-Peak RSS: each case once more in a fresh process (`ru_maxrss`), the
+Peak RSS: each case once more in a fresh process (`VmHWM`), the
 destination allocated and touched first, so the figure over the destination
-is the second allocation a load makes. No torch rows yet: torch is not in
-the harness environment and `zt.torch.load_into` is not built.
+is the second allocation a load makes. No torch rows yet:
+`zt.torch.load_into` is not built.
 
     python -m harness.load_into_bench --size-mb 512 --runs 7
 """
@@ -74,14 +74,20 @@ def peak_rss(case: str, path) -> int:
     counts the page-cache pages a mapping touches (shared, reclaimable) as
     well as fresh allocations, so a mapped load shows the file's size here
     without allocating it."""
+    # VmHWM, not ru_maxrss: Linux carries ru_maxrss across exec, so a child
+    # of this (large) process would start at the parent's peak and every
+    # load would read as 0.
     code = (
-        "import json, resource, sys\n"
+        "import json, sys\n"
         "from harness import load_into_bench as b\n"
+        "def hwm():\n"
+        "    for line in open('/proc/self/status'):\n"
+        "        if line.startswith('VmHWM:'): return int(line.split()[1])\n"
         "dest = b.destination(sys.argv[2])\n"
         "for a in dest.values(): a.fill(1)\n"
-        "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "before = hwm()\n"
         "b.CASES[sys.argv[1]](dest, sys.argv[2])\n"
-        "after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "after = hwm()\n"
         "print(json.dumps([before * 1024, after * 1024]))\n"
     )
     out = subprocess.run(
@@ -138,7 +144,7 @@ def run(size_mb: int, runs: int) -> list[report.Result]:
                 extra=extra,
             )
         )
-    results[-1].notes.append("No torch rows: torch is not installed in the harness environment.")
+    results[-1].notes.append("No torch rows: `zt.torch.load_into` is not built yet.")
     return results
 
 
