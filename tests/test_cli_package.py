@@ -237,14 +237,19 @@ def test_ctrl_c_ends_a_conversion_at_once_and_publishes_nothing(zt_cli, tmp):
     proc = subprocess.Popen(
         [zt_cli, "convert", "--compress", "zstd:19", src, dst], stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
-    deadline = time.monotonic() + 60
-    while not list(tmp.glob(".out.zt.*.partial")):
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "the conversion never started"
-        time.sleep(0.01)
-    started = time.monotonic()
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=30)
+    try:
+        deadline = time.monotonic() + 60
+        while not list(tmp.glob(".out.zt.*.partial")):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the conversion never started"
+            time.sleep(0.01)
+        started = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:  # by PID, whatever failed above
+            proc.kill()
+            proc.communicate()
     assert proc.returncode == -signal.SIGINT, err
     assert time.monotonic() - started < 5
     assert b"Traceback" not in err and b"KeyboardInterrupt" not in err

@@ -293,18 +293,21 @@ def test_killed_directory_conversion_leaves_nothing(tmp, zt_cli):
         [zt_cli, "convert", src_dir, out, "--max-shard-size", "5MB"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
     staging = None
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and proc.poll() is None:
-        found = [p for p in tmp.iterdir() if p.name.startswith(".out.") and p.name.endswith(".partial")]
-        if found and len(os.listdir(found[0])) >= 3:
-            staging = found[0]
-            break
-        time.sleep(0.005)
-    if staging is None:
-        proc.wait()
-        pytest.skip("the conversion finished before it could be killed")
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and proc.poll() is None:
+            found = [p for p in tmp.iterdir() if p.name.startswith(".out.") and p.name.endswith(".partial")]
+            if found and len(os.listdir(found[0])) >= 3:
+                staging = found[0]
+                break
+            time.sleep(0.005)
+        if staging is None:
+            proc.communicate(timeout=120)
+            pytest.skip("the conversion finished before it could be killed")
+    finally:
+        if proc.poll() is None:  # by PID, whatever happened above
+            os.kill(proc.pid, signal.SIGKILL)
+        proc.communicate()
     assert not out.exists()
     assert staging.exists()  # a dead writer's build, its lock free
     # The next conversion to the same destination removes it and succeeds.
