@@ -16,6 +16,7 @@
 mod ahead;
 pub mod cbor;
 pub mod container;
+mod dedup;
 pub mod encoding;
 pub mod manifest;
 pub mod read;

@@ -18,12 +18,14 @@
 //! part has the same length and the same first bytes. Only a part that
 //! matches an earlier one on both is hashed whole first and compared.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
+use std::convert::Infallible;
 use std::panic::AssertUnwindSafe;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 
 use xxhash_rust::xxh3::{xxh3_64, Xxh3};
 
+use crate::dedup::{BlobKey, Seen};
 use zt_core::catalog::Digest;
 
 /// Parts longer than this are streamed in chunks of this size; shorter ones
@@ -98,8 +100,8 @@ where
 
 /// The scout's loop. Returns `None` when the writer hung up.
 fn walk<'a>(n: usize, part: &dyn Fn(usize) -> &'a [u8], tx: &SyncSender<Scouted>) -> Option<()> {
-    // (digest, length) -> parts written so far with that key.
-    let mut written: HashMap<(u64, usize), Vec<usize>> = HashMap::new();
+    // The parts written so far, by content.
+    let mut written: Seen<usize> = Seen::default();
     // (length, prefix hash) of every large part written so far.
     let mut large: HashSet<(usize, u64)> = HashSet::new();
     let mut batch: Vec<Whole> = Vec::new();
@@ -119,7 +121,8 @@ fn walk<'a>(n: usize, part: &dyn Fn(usize) -> &'a [u8], tx: &SyncSender<Scouted>
                 tx.send(Scouted::Chunk { part: i, end }).ok()?;
             }
             let digest = hasher.digest();
-            written.entry((digest, data.len())).or_default().push(i);
+            let key = BlobKey::new(&Digest::Xxh3(digest), data.len() as u64, false);
+            written.record(key, i);
             tx.send(Scouted::Streamed {
                 part: i,
                 digest: Digest::Xxh3(digest),
@@ -128,11 +131,12 @@ fn walk<'a>(n: usize, part: &dyn Fn(usize) -> &'a [u8], tx: &SyncSender<Scouted>
             continue;
         }
         let digest = xxh3_64(data);
-        let same = written.entry((digest, data.len())).or_default();
+        let key = BlobKey::new(&Digest::Xxh3(digest), data.len() as u64, false);
         // Equality is confirmed on the bytes, not assumed from the digest.
-        let twin = same.iter().copied().find(|&j| part(j) == data);
+        let same = |j: usize| Ok::<_, Infallible>(part(j) == data);
+        let Ok(twin) = written.find(&key, same);
         if twin.is_none() {
-            same.push(i);
+            written.record(key, i);
         }
         batch.push(Whole {
             part: i,

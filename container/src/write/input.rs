@@ -1,0 +1,200 @@
+//! What `.zt` writers take ([`ObjectIn`], [`PartIn`]), the checks every
+//! object passes before any of it is written, and a source's objects as input.
+
+use unicode_normalization::is_nfc;
+
+use super::describe::storage_and_type;
+use crate::cbor::Cbor;
+use crate::container::FLOOR;
+use crate::manifest::{self, check_name};
+use crate::validate::{self};
+use zt_core::catalog::Value;
+use zt_core::dtype::DType;
+use zt_core::error::{Context, Error, Result};
+use zt_core::source::Source;
+
+/// One part handed to a writer.
+#[derive(Debug, Clone)]
+pub struct PartIn<'a> {
+    /// Part name.
+    pub name: String,
+    /// Element type (a logical type is stored as its storage dtype + `type`).
+    pub dtype: DType,
+    /// The decoded bytes.
+    pub data: std::borrow::Cow<'a, [u8]>,
+    /// zstd level for `zt.zstd-seekable/1`, or `None` for the writer's default.
+    pub compression: Option<i32>,
+}
+
+/// One object handed to a writer.
+#[derive(Debug, Clone)]
+pub struct ObjectIn<'a> {
+    /// Object name.
+    pub name: String,
+    /// Logical shape.
+    pub shape: Vec<u64>,
+    /// `"dense"` or a profile id.
+    pub layout: String,
+    /// Per-object attributes (a text-keyed map).
+    pub attributes: Option<Cbor>,
+    /// The parts.
+    pub parts: Vec<PartIn<'a>>,
+}
+
+impl<'a> ObjectIn<'a> {
+    /// A dense object.
+    pub fn dense(name: &str, dtype: DType, shape: &[u64], data: &'a [u8]) -> Self {
+        ObjectIn {
+            name: name.to_string(),
+            shape: shape.to_vec(),
+            layout: "dense".into(),
+            attributes: None,
+            parts: vec![PartIn {
+                name: "data".into(),
+                dtype,
+                data: std::borrow::Cow::Borrowed(data),
+                compression: None,
+            }],
+        }
+    }
+}
+
+/// Check an object before anything of it is written: names, canonical
+/// order and NFC, sizes against the layout.
+pub(super) fn check_object(
+    o: &ObjectIn<'_>,
+    canonical: bool,
+    prev: Option<&str>,
+    ctx: &Context,
+) -> Result<()> {
+    let octx = ctx.clone().tensor(&o.name);
+    let bad = |reason: String| Error::Write {
+        ctx: octx.clone(),
+        reason,
+    };
+    check_name(&o.name, &octx, "object name").map_err(|e| bad(e.to_string()))?;
+    if canonical {
+        if let Some(p) = prev {
+            if p >= o.name.as_str() {
+                return Err(bad(format!(
+                    "canonical form requires strictly ascending names: {:?} after {p:?}",
+                    o.name
+                )));
+            }
+        }
+        if !is_nfc(&o.name) || o.parts.iter().any(|p| !is_nfc(&p.name)) {
+            return Err(bad("canonical form requires NFC names".into()));
+        }
+    }
+    if o.parts.is_empty() {
+        return Err(bad("an object needs at least one part".into()));
+    }
+    if let Some(a) = &o.attributes {
+        manifest::check_attributes(a, &octx).map_err(|e| bad(e.to_string()))?;
+    }
+    // Validate the object as a reader will, with stand-in blob references.
+    let def = manifest::ObjectDef {
+        name: o.name.clone(),
+        shape: o.shape.clone(),
+        layout: o.layout.clone().into(),
+        attributes: o.attributes.clone(),
+        parts: o
+            .parts
+            .iter()
+            .map(|p| {
+                check_name(&p.name, &octx, "part name").map_err(|e| bad(e.to_string()))?;
+                let (storage, logical) = storage_and_type(p.dtype, &octx)?;
+                Ok(manifest::PartDef {
+                    name: p.name.clone().into(),
+                    dtype: storage,
+                    logical: logical.map(std::borrow::Cow::Borrowed),
+                    offset: FLOOR,
+                    length: p.data.len() as u64,
+                    shard: None,
+                    encoding: None,
+                    decoded_length: None,
+                    digest: None,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?,
+    };
+    let mut names: Vec<&str> = o.parts.iter().map(|p| p.name.as_str()).collect();
+    names.sort_unstable();
+    if names.windows(2).any(|w| w[0] == w[1]) {
+        return Err(bad("two parts share a name".into()));
+    }
+    if manifest::MAX_RANK < o.shape.len() {
+        return Err(bad(format!("rank {} is over 64", o.shape.len())));
+    }
+    validate::interpret(&def, &octx).map_err(|e| bad(e.to_string()))?;
+    Ok(())
+}
+
+/// Sort parts by name, the order canonical placement assigns blobs in.
+pub(super) fn sort_parts(o: &mut ObjectIn<'_>) {
+    o.parts.sort_by(|a, b| a.name.cmp(&b.name));
+}
+/// The objects of a source as writer input: every part's decoded bytes
+/// (borrowed from the mapping when raw), names and attributes kept.
+pub fn objects_of(source: &Source) -> Result<Vec<ObjectIn<'_>>> {
+    // Every part is read up front, together (one planned batch per remote
+    // object): dense tensors in C order, other layouts as stored.
+    let mut dense = Vec::new();
+    let mut stored = Vec::new();
+    for t in source.tensors() {
+        let to = if t.layout() == "dense" {
+            &mut dense
+        } else {
+            &mut stored
+        };
+        to.extend(t.parts());
+    }
+    let mut dense = zt_core::part::bytes_of(&dense)?.into_iter();
+    let mut stored = zt_core::part::storage_bytes_of(&stored)?.into_iter();
+    source
+        .tensors()
+        .map(|t| {
+            let data = if t.layout() == "dense" {
+                &mut dense
+            } else {
+                &mut stored
+            };
+            let parts = t
+                .parts()
+                .map(|p| PartIn {
+                    name: p.name().to_string(),
+                    dtype: p.dtype(),
+                    data: data.next().expect("one read per part"),
+                    compression: None,
+                })
+                .collect();
+            let attributes = if t.attributes().is_empty() {
+                None
+            } else {
+                Some(Cbor::map(
+                    t.attributes()
+                        .iter()
+                        .map(|(k, v)| (k.clone(), manifest::from_value(v))),
+                ))
+            };
+            Ok(ObjectIn {
+                name: t.name().to_string(),
+                shape: t.shape().to_vec(),
+                layout: t.layout().to_string(),
+                attributes,
+                parts,
+            })
+        })
+        .collect()
+}
+
+/// File attributes as CBOR (`None` when there are none).
+pub fn attributes_cbor(attrs: &[(String, Value)]) -> Option<Cbor> {
+    (!attrs.is_empty()).then(|| {
+        Cbor::map(
+            attrs
+                .iter()
+                .map(|(k, v)| (k.clone(), manifest::from_value(v))),
+        )
+    })
+}

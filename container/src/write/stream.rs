@@ -1,0 +1,647 @@
+//! The incremental `.zt` writer: objects added one at a time, or streamed
+//! a chunk at a time; also amends an existing file in place (append, §2.5).
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use super::describe::{finish_file, object_cbor, root_cbor, storage_and_type, ObjectOut, PartOut};
+use super::heap::Heap;
+use super::input::{check_object, objects_of, sort_parts, ObjectIn, PartIn};
+use super::options::Options;
+use crate::cbor::{self, Cbor};
+use crate::container::{self, FLOOR, MAGIC};
+use crate::dedup::BlobKey;
+use crate::encoding::{self};
+use crate::manifest::{self};
+use crate::validate::{self};
+use zt_core::catalog::{Digest, DigestAlgorithm};
+use zt_core::dtype::DType;
+use zt_core::error::{Context, Error, Result};
+use zt_core::limits::Limits;
+use zt_core::publish::Partial;
+use zt_core::source::Source;
+use zt_core::store::Store;
+
+/// The streaming XXH3 state (wrapped for `Debug`), boxed: `Xxh3` is
+/// 64-byte aligned, and a `Writer` held inline by a Python object (whose
+/// allocator aligns to 16) would otherwise sit misaligned.
+struct Hasher(Box<xxhash_rust::xxh3::Xxh3>);
+
+impl std::fmt::Debug for Hasher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Xxh3")
+    }
+}
+
+/// An open stream: the object being written a chunk at a time.
+#[derive(Debug)]
+struct Stream {
+    object: ObjectOut,
+    /// (name, dtype, declared length) of the parts, in name order.
+    parts: Vec<(String, DType, u64)>,
+    /// Index of the part being written and bytes written into it.
+    current: usize,
+    written: u64,
+    hasher: Hasher,
+    /// Heap cursor before the current part was placed (for undoing a duplicate).
+    part_start: (u64, u64),
+}
+
+/// An incremental `.zt` writer.
+///
+/// ```
+/// # fn main() -> zt::Result<()> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// use zt::container::write::{Options, Writer};
+/// let path = dir.path().join("m.zt");
+/// let mut w = Writer::create(&path, Options::default())?;
+/// w.add("w", zt::DType::F32, &[2], &[0, 0, 128, 63, 0, 0, 0, 64])?;
+/// w.finish()?;
+/// assert_eq!(zt::open(&path)?.tensor("w")?.shape(), &[2]);
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct Writer {
+    dest: PathBuf,
+    /// What is being written; `None` once finished or discarded.
+    target: Option<Target>,
+    options: Options,
+    heap: Heap,
+    objects: Vec<ObjectOut>,
+    /// The prior manifest (append mode), new objects merged into it.
+    prior: Option<Cbor>,
+    /// File length before an append (restored on abandon).
+    prior_len: Option<u64>,
+    attributes: Option<Cbor>,
+    stream: Option<Stream>,
+    names: std::collections::HashSet<String>,
+    done: bool,
+}
+
+/// The file a [`Writer`] writes.
+#[derive(Debug)]
+enum Target {
+    /// A new file, built beside its destination.
+    New(Partial),
+    /// An existing file amended in place (append, §2.5).
+    Amend(File),
+}
+
+impl Target {
+    fn file(&self) -> &File {
+        match self {
+            Target::New(partial) => partial.file(),
+            Target::Amend(file) => file,
+        }
+    }
+}
+
+impl Writer {
+    /// Start a new file (or amend one when `options.append`).
+    pub fn create(path: impl AsRef<Path>, options: Options) -> Result<Writer> {
+        let dest = path.as_ref().to_path_buf();
+        options.check(&Context::file(&dest))?;
+        if options.append {
+            return Writer::open(&dest, options);
+        }
+        let partial = Partial::create(&dest)?;
+        partial
+            .file()
+            .write_all_at(MAGIC, 0)
+            .map_err(|e| Error::io(&dest, e))?;
+        Ok(Writer {
+            dest,
+            target: Some(Target::New(partial)),
+            options,
+            heap: Heap {
+                cursor: 8,
+                ..Heap::default()
+            },
+            objects: Vec::new(),
+            prior: None,
+            prior_len: None,
+            attributes: None,
+            stream: None,
+            names: Default::default(),
+            done: false,
+        })
+    }
+
+    /// Amend an existing `.zt` root (§2.5): new blobs, a new manifest and a
+    /// new footer go past the current end; nothing existing is overwritten.
+    pub fn open(path: impl AsRef<Path>, mut options: Options) -> Result<Writer> {
+        let dest = path.as_ref().to_path_buf();
+        options.append = true;
+        options.canonical = false;
+        let store = Store::open_positional(&dest)?;
+        let (footer, m) = crate::read::manifest_of(&store, &Limits::default())?;
+        let m = m.ok_or_else(|| Error::Write {
+            ctx: Context::file(&dest),
+            reason: "a data shard has no manifest to amend".into(),
+        })?;
+        let bytes = container::read_manifest(&store, &footer, &Limits::default())?;
+        let root = cbor::decode(
+            &bytes,
+            cbor::DecodeLimits {
+                depth: cbor::MAX_DEPTH,
+            },
+        )
+        .map_err(|e| Error::header(Context::file(&dest), e.reason))?;
+        let len = store.len();
+        drop(store);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&dest)
+            .map_err(|e| Error::io(&dest, e))?;
+        Ok(Writer {
+            dest,
+            target: Some(Target::Amend(file)),
+            options,
+            heap: Heap {
+                cursor: len,
+                ..Heap::default()
+            },
+            objects: Vec::new(),
+            attributes: m.attributes.clone(),
+            names: m.objects.iter().map(|o| o.name.clone()).collect(),
+            prior: Some(root),
+            prior_len: Some(len),
+            stream: None,
+            done: false,
+        })
+    }
+
+    fn ctx(&self) -> Context {
+        Context::file(&self.dest)
+    }
+
+    fn file(&self) -> Result<&File> {
+        self.target
+            .as_ref()
+            .map(Target::file)
+            .ok_or_else(|| Error::Write {
+                ctx: self.ctx(),
+                reason: "the writer is finished".into(),
+            })
+    }
+
+    fn check_idle(&self) -> Result<()> {
+        if self.stream.is_some() {
+            return Err(Error::Write {
+                ctx: self.ctx(),
+                reason: "a streamed object is still open; close it first".into(),
+            });
+        }
+        self.file().map(|_| ())
+    }
+
+    fn check_new(&self, o: &ObjectIn<'_>) -> Result<()> {
+        let prev = self.objects.last().map(|o| o.name.as_str());
+        check_object(o, self.options.canonical, prev, &self.ctx())?;
+        if self.names.contains(&o.name) {
+            return Err(Error::DuplicateName {
+                ctx: self.ctx().tensor(&o.name),
+            });
+        }
+        Ok(())
+    }
+
+    /// Add a dense tensor.
+    pub fn add(&mut self, name: &str, dtype: DType, shape: &[u64], data: &[u8]) -> Result<()> {
+        self.add_object(ObjectIn::dense(name, dtype, shape, data))
+    }
+
+    /// Add an object with any parts and layout.
+    pub fn add_object(&mut self, mut o: ObjectIn<'_>) -> Result<()> {
+        self.check_idle()?;
+        sort_parts(&mut o);
+        self.check_new(&o)?;
+        let mut parts = Vec::with_capacity(o.parts.len());
+        for p in &o.parts {
+            let level = p.compression.or(self.options.compression);
+            if self.options.canonical && level.is_some() {
+                return Err(Error::Write {
+                    ctx: self.ctx().tensor(&o.name),
+                    reason: "canonical form stores raw parts".into(),
+                });
+            }
+            let digest = DigestAlgorithm::Xxh3.digest(&p.data);
+            // Encoded parts are shared when their decoded bytes match: the
+            // key is the decoded digest and length, confirmed on the
+            // encoded bytes.
+            let key = BlobKey::new(&digest, p.data.len() as u64, level.is_some());
+            let (offset, length, encoded) = match level {
+                None => {
+                    let (off, len) = self.put_blob(&p.data, key)?;
+                    (off, len, None)
+                }
+                Some(l) => {
+                    let enc = encoding::encode(&p.data, l).map_err(|e| Error::io(&self.dest, e))?;
+                    let (off, len) = self.put_blob(&enc, key)?;
+                    (off, len, Some(p.data.len() as u64))
+                }
+            };
+            parts.push(PartOut {
+                name: p.name.clone(),
+                dtype: p.dtype,
+                offset,
+                length,
+                encoded,
+                digest,
+            });
+        }
+        self.names.insert(o.name.clone());
+        self.objects.push(ObjectOut {
+            name: o.name,
+            shape: o.shape,
+            layout: o.layout,
+            attributes: o.attributes,
+            parts,
+        });
+        Ok(())
+    }
+
+    /// Whether the file holds exactly `data` at `offset`. The incremental
+    /// writer borrows each tensor only for the call that adds it, so an
+    /// earlier blob can only be confirmed from the file (its pages were just
+    /// written and are in the page cache). This runs only when digest and
+    /// length already match, i.e. for real duplicates, and compares window
+    /// by window so memory stays bounded whatever the tensor's size.
+    fn same_as_written(&self, offset: u64, data: &[u8]) -> Result<bool> {
+        const WINDOW: usize = 1 << 20;
+        let file = self.file()?;
+        let mut buf = vec![0u8; data.len().min(WINDOW)];
+        for (i, want) in data.chunks(WINDOW).enumerate() {
+            let got = &mut buf[..want.len()];
+            file.read_exact_at(got, offset + (i * WINDOW) as u64)
+                .map_err(|e| Error::io(&self.dest, e))?;
+            if got != want {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Whether two regions of the file being written hold the same bytes
+    /// (a streamed part against an earlier blob), window by window.
+    fn same_regions(&self, a: u64, b: u64, len: u64) -> Result<bool> {
+        const WINDOW: u64 = 1 << 20;
+        let file = self.file()?;
+        let mut x = vec![0u8; len.min(WINDOW) as usize];
+        let mut y = x.clone();
+        let mut done = 0u64;
+        while done < len {
+            let n = (len - done).min(WINDOW) as usize;
+            let io = |e| Error::io(&self.dest, e);
+            file.read_exact_at(&mut x[..n], a + done).map_err(io)?;
+            file.read_exact_at(&mut y[..n], b + done).map_err(io)?;
+            if x[..n] != y[..n] {
+                return Ok(false);
+            }
+            done += n as u64;
+        }
+        Ok(true)
+    }
+
+    /// Write a blob's stored bytes (raw, or encoded for `key`'s decoded
+    /// digest and length), or share an earlier blob with the same bytes.
+    fn put_blob(&mut self, stored: &[u8], key: BlobKey) -> Result<(u64, u64)> {
+        let len = stored.len() as u64;
+        let same = |(off, their_len)| Ok(their_len == len && self.same_as_written(off, stored)?);
+        if let Some(shared) = self.heap.seen.find(&key, same)? {
+            return Ok(shared);
+        }
+        let offset = self.heap.place(len, self.options.align_for(len));
+        self.file()?
+            .write_all_at(stored, offset)
+            .map_err(|e| Error::io(&self.dest, e))?;
+        self.heap.seen.record(key, (offset, len));
+        Ok((offset, len))
+    }
+
+    /// Declare an object whose raw parts arrive later, a chunk at a time,
+    /// in part-name order (`write_chunk`, then `close_stream`). Duplicates
+    /// are still shared: a part found identical to an earlier blob is cut
+    /// back off the end of the file.
+    pub fn stream(
+        &mut self,
+        name: &str,
+        shape: &[u64],
+        layout: &str,
+        attributes: Option<Cbor>,
+        parts: &[(&str, DType, u64)],
+    ) -> Result<()> {
+        self.check_idle()?;
+        if self.options.compression.is_some() {
+            return Err(Error::Write {
+                ctx: self.ctx().tensor(name),
+                reason: "streamed parts are written raw".into(),
+            });
+        }
+        // Validate with zero-filled stand-ins of the declared sizes (no
+        // allocation: the check only reads lengths).
+        let probe = ObjectIn {
+            name: name.to_string(),
+            shape: shape.to_vec(),
+            layout: layout.to_string(),
+            attributes: attributes.clone(),
+            parts: Vec::new(),
+        };
+        let mut sorted: Vec<(String, DType, u64)> = parts
+            .iter()
+            .map(|&(n, d, l)| (n.to_string(), d, l))
+            .collect();
+        sorted.sort_by(|a, b| a.0.cmp(&b.0));
+        self.check_stream_decl(&probe, &sorted)?;
+        let mut s = Stream {
+            object: ObjectOut {
+                name: probe.name,
+                shape: probe.shape,
+                layout: probe.layout,
+                attributes,
+                parts: Vec::new(),
+            },
+            parts: sorted,
+            current: 0,
+            written: 0,
+            hasher: Hasher(Box::new(xxhash_rust::xxh3::Xxh3::new())),
+            part_start: (0, 0),
+        };
+        self.begin_part(&mut s);
+        self.stream = Some(s);
+        self.settle_empty_parts()
+    }
+
+    fn check_stream_decl(
+        &self,
+        probe: &ObjectIn<'_>,
+        parts: &[(String, DType, u64)],
+    ) -> Result<()> {
+        let def = manifest::ObjectDef {
+            name: probe.name.clone(),
+            shape: probe.shape.clone(),
+            layout: probe.layout.clone().into(),
+            attributes: probe.attributes.clone(),
+            parts: parts
+                .iter()
+                .map(|(n, d, l)| {
+                    let (storage, logical) = storage_and_type(*d, &self.ctx())?;
+                    Ok(manifest::PartDef {
+                        name: n.clone().into(),
+                        dtype: storage,
+                        logical: logical.map(std::borrow::Cow::Borrowed),
+                        offset: FLOOR,
+                        length: *l,
+                        shard: None,
+                        encoding: None,
+                        decoded_length: None,
+                        digest: None,
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?,
+        };
+        let with_parts = ObjectIn {
+            parts: parts
+                .iter()
+                .map(|(n, d, _)| PartIn {
+                    name: n.clone(),
+                    dtype: *d,
+                    data: std::borrow::Cow::Borrowed(&[]),
+                    compression: None,
+                })
+                .collect(),
+            ..probe.clone()
+        };
+        // Names, order and NFC via check_object's rules; sizes via interpret.
+        let prev = self.objects.last().map(|o| o.name.as_str());
+        let ctx = self.ctx();
+        let octx = ctx.clone().tensor(&probe.name);
+        if parts.is_empty() {
+            return Err(Error::Write {
+                ctx: octx,
+                reason: "an object needs at least one part".into(),
+            });
+        }
+        // check_object validates sizes against the (empty) data, so run
+        // only its name rules here and the size rules on `def`.
+        if self.names.contains(&probe.name) {
+            return Err(Error::DuplicateName { ctx: octx });
+        }
+        let mut named = with_parts.clone();
+        named.layout = "zt.structural/0".into(); // unknown layout: names only
+        check_object(&named, self.options.canonical, prev, &ctx)?;
+        validate::interpret(&def, &octx).map_err(|e| Error::Write {
+            ctx: octx.clone(),
+            reason: e.to_string(),
+        })?;
+        Ok(())
+    }
+
+    fn begin_part(&mut self, s: &mut Stream) {
+        let len = s.parts.get(s.current).map_or(0, |p| p.2);
+        s.part_start = (self.heap.cursor, 0);
+        let offset = self.heap.place(len, self.options.align_for(len));
+        s.part_start.1 = offset;
+        s.written = 0;
+        s.hasher = Hasher(Box::new(xxhash_rust::xxh3::Xxh3::new()));
+    }
+
+    /// Finish every part of the open stream that is complete (zero-length
+    /// parts complete immediately).
+    fn settle_empty_parts(&mut self) -> Result<()> {
+        loop {
+            let Some(mut s) = self.stream.take() else {
+                return Ok(());
+            };
+            let done = s.current < s.parts.len() && s.written == s.parts[s.current].2;
+            if !done {
+                self.stream = Some(s);
+                return Ok(());
+            }
+            self.end_part(&mut s)?;
+            s.current += 1;
+            if s.current < s.parts.len() {
+                self.begin_part(&mut s);
+            }
+            self.stream = Some(s);
+        }
+    }
+
+    fn end_part(&mut self, s: &mut Stream) -> Result<()> {
+        let (name, dtype, len) = s.parts[s.current].clone();
+        let digest = Digest::Xxh3(s.hasher.0.digest());
+        let offset = s.part_start.1;
+        let key = BlobKey::new(&digest, len, false);
+        let same = |(off, stored)| Ok(stored == len && self.same_regions(off, offset, len)?);
+        let placed = match self.heap.seen.find(&key, same)? {
+            Some(shared) => {
+                // Shared: undo this part's placement and cut its bytes.
+                self.heap.cursor = s.part_start.0;
+                self.file()?
+                    .set_len(self.heap.cursor.max(8))
+                    .map_err(|e| Error::io(&self.dest, e))?;
+                shared
+            }
+            None => {
+                self.heap.seen.record(key, (offset, len));
+                (offset, len)
+            }
+        };
+        s.object.parts.push(PartOut {
+            name,
+            dtype,
+            offset: placed.0,
+            length: placed.1,
+            encoded: None,
+            digest,
+        });
+        Ok(())
+    }
+
+    /// Write the next bytes of the open stream.
+    pub fn write_chunk(&mut self, mut chunk: &[u8]) -> Result<()> {
+        while !chunk.is_empty() {
+            let Some(s) = self.stream.as_mut() else {
+                return Err(Error::Write {
+                    ctx: self.ctx(),
+                    reason: "no streamed object is open".into(),
+                });
+            };
+            let Some(&(_, _, len)) = s.parts.get(s.current) else {
+                let name = s.object.name.clone();
+                return Err(Error::Write {
+                    ctx: self.ctx().tensor(name),
+                    reason: "more bytes than the parts declared".into(),
+                });
+            };
+            let take = (len - s.written).min(chunk.len() as u64) as usize;
+            let at = s.part_start.1 + s.written;
+            s.hasher.0.update(&chunk[..take]);
+            s.written += take as u64;
+            let file = self.target.as_ref().expect("open while streaming").file();
+            file.write_all_at(&chunk[..take], at)
+                .map_err(|e| Error::io(&self.dest, e))?;
+            chunk = &chunk[take..];
+            self.settle_empty_parts()?;
+        }
+        Ok(())
+    }
+
+    /// Bytes written into the open stream's current part, and its name.
+    pub fn stream_position(&self) -> Option<(&str, u64)> {
+        let s = self.stream.as_ref()?;
+        s.parts.get(s.current).map(|p| (p.0.as_str(), s.written))
+    }
+
+    /// Close the open stream; every declared byte must have arrived.
+    pub fn close_stream(&mut self) -> Result<()> {
+        let Some(s) = self.stream.take() else {
+            return Err(Error::Write {
+                ctx: self.ctx(),
+                reason: "no streamed object is open".into(),
+            });
+        };
+        if s.current < s.parts.len() {
+            let (name, _, len) = &s.parts[s.current];
+            return Err(Error::Write {
+                ctx: self.ctx().tensor(&s.object.name),
+                reason: format!("part {name:?} got {} of {len} bytes", s.written),
+            });
+        }
+        self.names.insert(s.object.name.clone());
+        self.objects.push(s.object);
+        Ok(())
+    }
+
+    /// Set the file attributes (a text-keyed map).
+    pub fn set_attributes(&mut self, attributes: Cbor) -> Result<()> {
+        manifest::check_attributes(&attributes, &self.ctx()).map_err(|e| Error::Write {
+            ctx: self.ctx(),
+            reason: e.to_string(),
+        })?;
+        self.attributes = Some(attributes);
+        Ok(())
+    }
+
+    /// Add every tensor of `source` (any readable format), in name order
+    /// when canonical.
+    pub fn ingest(&mut self, source: &Source) -> Result<()> {
+        let mut objects = objects_of(source)?;
+        if self.options.canonical {
+            objects.sort_by(|a, b| a.name.cmp(&b.name));
+        }
+        for o in objects {
+            self.add_object(o)?;
+        }
+        Ok(())
+    }
+
+    /// Write the manifest and footer; publish if asked. Returns the file size.
+    pub fn finish(mut self) -> Result<u64> {
+        self.check_idle()?;
+        let ctx = self.ctx();
+        let mut objs: Vec<(String, Cbor)> = self
+            .objects
+            .iter()
+            .map(|o| Ok((o.name.clone(), object_cbor(o, &ctx)?)))
+            .collect::<Result<Vec<_>>>()?;
+        let root = match self.prior.take() {
+            None => root_cbor(&self.objects, self.attributes.take(), &ctx)?,
+            Some(Cbor::Map(mut entries)) => {
+                for (k, v) in entries.iter_mut() {
+                    if matches!(k, Cbor::Text(t) if t == "objects") {
+                        if let Cbor::Map(existing) = v {
+                            existing.extend(objs.drain(..).map(|(n, o)| (Cbor::Text(n.into()), o)));
+                        }
+                    }
+                }
+                entries.retain(|(k, _)| !matches!(k, Cbor::Text(t) if t == "attributes"));
+                if let Some(a) = self.attributes.take() {
+                    entries.push((Cbor::Text("attributes".into()), a));
+                }
+                Cbor::Map(entries)
+            }
+            Some(other) => other,
+        };
+        let target = self.target.take().expect("checked idle");
+        let total = finish_file(
+            target.file(),
+            &mut self.heap,
+            root,
+            &self.options,
+            &self.dest,
+        )?;
+        match target {
+            Target::New(partial) => partial.commit(self.options.publish)?,
+            Target::Amend(file) => file.sync_data().map_err(|e| Error::io(&self.dest, e))?,
+        }
+        self.done = true;
+        Ok(total)
+    }
+
+    /// Give up: remove what was written (an amended file is cut back to
+    /// its original length).
+    pub fn abandon(mut self) {
+        self.discard();
+    }
+
+    fn discard(&mut self) {
+        if self.done {
+            return;
+        }
+        self.done = true;
+        // An amended file is cut back to its original length; a new file's
+        // partial removes itself (the destination was never touched).
+        if let (Some(Target::Amend(file)), Some(len)) = (self.target.take(), self.prior_len) {
+            let _ = file.set_len(len);
+        }
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        self.discard();
+    }
+}
