@@ -88,14 +88,6 @@ pub enum Error {
         /// The file.
         ctx: Context,
     },
-    /// The format was recognised but zt has no reader for it yet.
-    #[error("{ctx}: format {format} is recognised but not readable yet")]
-    Unreadable {
-        /// The file.
-        ctx: Context,
-        /// The detected format.
-        format: &'static str,
-    },
     /// The file ends before a structure it declares.
     #[error("{ctx}: truncated: {what} needs {needed} bytes, {available} available")]
     Truncated {
@@ -271,14 +263,14 @@ impl fmt::Display for RemoteKind {
     }
 }
 
-impl Error {
-    /// The context of this error.
-    pub fn context(&self) -> &Context {
-        match self {
+/// The context field of any variant (every variant has one), as `&` or
+/// `&mut` after the receiver it is given.
+macro_rules! each_context {
+    ($error:expr) => {
+        match $error {
             Error::Io { ctx, .. }
             | Error::NotFound { ctx }
             | Error::UnknownFormat { ctx }
-            | Error::Unreadable { ctx, .. }
             | Error::Truncated { ctx, .. }
             | Error::Header { ctx, .. }
             | Error::UnsupportedDType { ctx, .. }
@@ -295,29 +287,29 @@ impl Error {
             | Error::Integrity { ctx, .. }
             | Error::Remote { ctx, .. } => ctx,
         }
+    };
+}
+
+impl Error {
+    /// The context of this error.
+    pub fn context(&self) -> &Context {
+        each_context!(self)
     }
 
     fn context_mut(&mut self) -> &mut Context {
-        match self {
-            Error::Io { ctx, .. }
-            | Error::NotFound { ctx }
-            | Error::UnknownFormat { ctx }
-            | Error::Unreadable { ctx, .. }
-            | Error::Truncated { ctx, .. }
-            | Error::Header { ctx, .. }
-            | Error::UnsupportedDType { ctx, .. }
-            | Error::Overflow { ctx, .. }
-            | Error::Range { ctx, .. }
-            | Error::DuplicateName { ctx }
-            | Error::Limit { ctx, .. }
-            | Error::Memory { ctx, .. }
-            | Error::Decode { ctx, .. }
-            | Error::Unsupported { ctx, .. }
-            | Error::NoSuchTensor { ctx, .. }
-            | Error::Index { ctx, .. }
-            | Error::Write { ctx, .. }
-            | Error::Integrity { ctx, .. }
-            | Error::Remote { ctx, .. } => ctx,
+        each_context!(self)
+    }
+
+    /// What went wrong, without the context: for an error re-raised under
+    /// another variant that carries its own context (a writer refusing a
+    /// name the manifest rules reject), so the file and tensor are not
+    /// printed twice.
+    pub fn detail(&self) -> String {
+        let full = self.to_string();
+        let prefix = format!("{}: ", self.context());
+        match full.strip_prefix(&prefix) {
+            Some(rest) => rest.to_string(),
+            None => full,
         }
     }
 

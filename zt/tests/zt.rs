@@ -410,3 +410,25 @@ fn shards_resolve_positionally_and_verify_deeply() {
     std::fs::remove_file(&shard_path).unwrap();
     assert!(matches!(zt::open(&root_path), Err(Error::NotFound { .. })));
 }
+
+#[test]
+fn a_refused_name_names_the_file_and_tensor_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.zt");
+    let data = f32s(&[1.0]);
+    let bad = "x\0y";
+    let err = write_objects(
+        &path,
+        vec![ObjectIn::dense(bad, DType::F32, &[1], &data)],
+        None,
+        &Options::default(),
+    )
+    .unwrap_err();
+    assert!(matches!(err, Error::Write { .. }), "{err:?}");
+    let text = err.to_string();
+    let file = path.display().to_string();
+    assert_eq!(text.matches(&file).count(), 1, "{text}");
+    assert_eq!(text.matches("tensor ").count(), 1, "{text}");
+    assert!(text.contains("breaks the name rules"), "{text}");
+    assert!(!path.exists());
+}

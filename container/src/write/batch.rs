@@ -76,7 +76,7 @@ pub fn write_objects(
     if let Some(a) = &attributes {
         manifest::check_attributes(a, &ctx).map_err(|e| Error::Write {
             ctx: ctx.clone(),
-            reason: e.to_string(),
+            reason: e.detail(),
         })?;
     }
     // Flatten parts in (object, part) order.

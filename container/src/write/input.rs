@@ -72,7 +72,7 @@ pub(super) fn check_object(
         ctx: octx.clone(),
         reason,
     };
-    check_name(&o.name, &octx, "object name").map_err(|e| bad(e.to_string()))?;
+    check_name(&o.name, &octx, "object name").map_err(|e| bad(e.detail()))?;
     if canonical {
         if let Some(p) = prev {
             if p >= o.name.as_str() {
@@ -90,7 +90,7 @@ pub(super) fn check_object(
         return Err(bad("an object needs at least one part".into()));
     }
     if let Some(a) = &o.attributes {
-        manifest::check_attributes(a, &octx).map_err(|e| bad(e.to_string()))?;
+        manifest::check_attributes(a, &octx).map_err(|e| bad(e.detail()))?;
     }
     // Validate the object as a reader will, with stand-in blob references.
     let def = manifest::ObjectDef {
@@ -102,7 +102,7 @@ pub(super) fn check_object(
             .parts
             .iter()
             .map(|p| {
-                check_name(&p.name, &octx, "part name").map_err(|e| bad(e.to_string()))?;
+                check_name(&p.name, &octx, "part name").map_err(|e| bad(e.detail()))?;
                 let (storage, logical) = storage_and_type(p.dtype, &octx)?;
                 Ok(manifest::PartDef {
                     name: p.name.clone().into(),
@@ -126,7 +126,7 @@ pub(super) fn check_object(
     if manifest::MAX_RANK < o.shape.len() {
         return Err(bad(format!("rank {} is over 64", o.shape.len())));
     }
-    validate::interpret(&def, &octx).map_err(|e| bad(e.to_string()))?;
+    validate::interpret(&def, &octx).map_err(|e| bad(e.detail()))?;
     Ok(())
 }
 

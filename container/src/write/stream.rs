@@ -434,7 +434,7 @@ impl Writer {
         check_object(&named, self.options.canonical, prev, &ctx)?;
         validate::interpret(&def, &octx).map_err(|e| Error::Write {
             ctx: octx.clone(),
-            reason: e.to_string(),
+            reason: e.detail(),
         })?;
         Ok(())
     }
@@ -559,7 +559,7 @@ impl Writer {
     pub fn set_attributes(&mut self, attributes: Cbor) -> Result<()> {
         manifest::check_attributes(&attributes, &self.ctx()).map_err(|e| Error::Write {
             ctx: self.ctx(),
-            reason: e.to_string(),
+            reason: e.detail(),
         })?;
         self.attributes = Some(attributes);
         Ok(())
