@@ -25,6 +25,7 @@ pub mod publish;
 pub mod registry;
 #[cfg(feature = "remote")]
 pub mod remote;
+pub mod selection;
 pub mod shard;
 pub mod source;
 pub mod store;

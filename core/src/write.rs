@@ -97,6 +97,11 @@ pub trait FormatWriter: Send + Sync + 'static {
     fn name(&self) -> &'static str;
     /// Extensions that select this writer, lowercase, without the dot.
     fn extensions(&self) -> &'static [&'static str];
+    /// Whether [`FormatWriter::write_arrays`] is implemented: what Python's
+    /// `save_file(format=...)` may name and a file's extension may pick.
+    fn writes_arrays(&self) -> bool {
+        false
+    }
     /// Write every tensor of `source` to `path` (built beside it and renamed
     /// into place). Returns the bytes written.
     fn write(&self, source: &Source, path: &Path, options: &WriteOptions) -> Result<u64>;

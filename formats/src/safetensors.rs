@@ -528,6 +528,10 @@ impl FormatWriter for SafetensorsWriter {
         write(path, &inputs, &metadata)
     }
 
+    fn writes_arrays(&self) -> bool {
+        true
+    }
+
     fn write_arrays(
         &self,
         tensors: &[TensorIn<'_>],

@@ -78,6 +78,10 @@ impl FormatWriter for ZtWriter {
     /// places blobs without the rest of the canonical form, as
     /// `zt.Writer(canonical=False, align=...)` does), with `metadata` as
     /// the file attributes in the order given.
+    fn writes_arrays(&self) -> bool {
+        true
+    }
+
     fn write_arrays(
         &self,
         tensors: &[TensorIn<'_>],

@@ -61,8 +61,19 @@ fn zrecord_limits(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     Ok(out)
 }
 
+/// `(name, extensions)` of every writer that writes from arrays, in the
+/// registry's order: what `format=` may name and what an extension picks.
+fn array_writers(py: Python<'_>) -> PyResult<Bound<'_, PyTuple>> {
+    let writers = zt::writers().iter().filter(|w| w.writes_arrays());
+    let rows = writers
+        .map(|w| Ok((w.name(), PyTuple::new(py, w.extensions())?)))
+        .collect::<PyResult<Vec<_>>>()?;
+    PyTuple::new(py, rows)
+}
+
 /// Add the tables to the native module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("ARRAY_WRITERS", array_writers(m.py())?)?;
     m.add("DTYPES", dtypes(m.py())?)?;
     m.add("ZRECORD_LIMITS", zrecord_limits(m.py())?)?;
     Ok(())

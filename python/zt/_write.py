@@ -52,17 +52,10 @@ def prepare(name: str, value) -> tuple[str, np.ndarray]:
     return dtype, buf
 
 
-# What a file name's extension picks, and what a `format=` may name.
-_BY_EXTENSION = {
-    ".zt": "zt",
-    ".safetensors": "safetensors",
-    ".npz": "npz",
-    ".npy": "npy",
-    ".pt": "pt",
-    ".pth": "pt",
-    ".bin": "pt",
-}
-FORMATS = ("safetensors", "zt", "npz", "npy", "pt")
+# What a `format=` may name, and what a file name's extension picks: the
+# registry's writers that write from arrays (GGUF is written by conversion).
+FORMATS = tuple(name for name, _ in _zt.ARRAY_WRITERS)
+_BY_EXTENSION = {f".{ext}": name for name, exts in _zt.ARRAY_WRITERS for ext in exts}
 
 
 def format_of(path: str, format: str | None) -> str:

@@ -699,6 +699,10 @@ impl FormatWriter for NpzWriter {
         write_npz(path, &inputs)
     }
 
+    fn writes_arrays(&self) -> bool {
+        true
+    }
+
     fn write_arrays(
         &self,
         tensors: &[TensorIn<'_>],
@@ -726,6 +730,10 @@ impl FormatWriter for NpyWriter {
         let tensors = dense_tensors(source, path)?;
         let inputs: Vec<TensorIn<'_>> = tensors.iter().map(|t| t.input()).collect();
         write_one_npy(path, &inputs, "the source has")
+    }
+
+    fn writes_arrays(&self) -> bool {
+        true
     }
 
     fn write_arrays(

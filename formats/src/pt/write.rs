@@ -283,6 +283,10 @@ impl FormatWriter for PtWriter {
         write(path, &inputs)
     }
 
+    fn writes_arrays(&self) -> bool {
+        true
+    }
+
     fn write_arrays(
         &self,
         tensors: &[TensorIn<'_>],
