@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
-"""Fetch upstream ztensor's conformance corpus (tag py-v2.1.2) for the tests.
+"""Refresh the committed copy of upstream ztensor's conformance corpus
+(tag py-v2.1.2, MIT, tests/data/ztensor-corpus/LICENSE).
 
-The project commits none of upstream's files. This script downloads the
-tag's source archive from GitHub (or takes the files from a local clone with
+The 76 files (about 1 MB) are committed under
+tests/data/ztensor-corpus/py-v2.1.2 so the tests run them on machines that
+cannot reach GitHub. This script made that copy: it downloads the tag's
+source archive from GitHub (or takes the files from a local clone with
 --from-git, or an extracted tree with --from-dir), keeps only
 conformance/corpus/{valid,reject}/*.zt, checks every file against
 tests/data/ztensor-corpus/py-v2.1.2.tsv (names and SHA-256; nothing more and
-nothing less), and puts them in DEST (default target/ztensor-corpus/py-v2.1.2,
-where zt/tests/zt_conformance.rs and tests/test_zt.py look; both also honour
+nothing less), and puts them in DEST (default: the committed copy, where
+zt/tests/zt_conformance.rs and tests/test_zt.py look; both also honour
 ZT_ZTENSOR_CORPUS). Nothing is built or run. Exits non-zero when the corpus
 cannot be had or does not match.
 
@@ -77,7 +80,9 @@ def from_dir(top: str) -> dict[str, bytes]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--dest", default=os.environ.get("ZT_ZTENSOR_CORPUS") or ROOT / "target" / "ztensor-corpus" / TAG)
+    ap.add_argument(
+        "--dest", default=os.environ.get("ZT_ZTENSOR_CORPUS") or ROOT / "tests" / "data" / "ztensor-corpus" / TAG
+    )
     source = ap.add_mutually_exclusive_group()
     source.add_argument("--from-git", metavar="GITDIR", help="a clone's git directory that has the tag")
     source.add_argument("--from-dir", metavar="DIR", help="an extracted source tree, or its corpus directory")
@@ -103,7 +108,10 @@ def main() -> int:
     extra = sorted(set(files) - set(want))
     wrong = sorted(n for n in set(want) & set(files) if hashlib.sha256(files[n]).hexdigest() != want[n])
     if missing or extra or wrong:
-        print(f"the corpus does not match {MANIFEST.name}: missing {missing}, extra {extra}, changed {wrong}", file=sys.stderr)
+        print(
+            f"the corpus does not match {MANIFEST.name}: missing {missing}, extra {extra}, changed {wrong}",
+            file=sys.stderr,
+        )
         return 1
     dest.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".corpus-", dir=dest.parent))

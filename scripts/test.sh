@@ -13,14 +13,6 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 echo "==> ruff"
 ruff check python/zt tests harness
 ruff format --check python/zt tests harness
-echo "==> upstream ztensor's conformance corpus (py-v2.1.2, fetched, never committed)"
-# The corpus tests skip without it, unless ZT_REQUIRE_UPSTREAM_CORPUS is set
-# (as CI sets it); ZTENSOR_GIT names a local clone's git directory to take
-# it from instead of GitHub.
-if ! python scripts/fetch-ztensor-corpus.py ${ZTENSOR_GIT:+--from-git "$ZTENSOR_GIT"}; then
-  if [ -n "${ZT_REQUIRE_UPSTREAM_CORPUS:-}" ]; then exit 1; fi
-  echo "    (not available here: the corpus tests will say SKIPPED)"
-fi
 echo "==> cargo test"
 cargo test --workspace --quiet
 echo "==> loaderx 2.8.19 in a Python 3.12 venv (.venv-loaderx28, requirements-loaderx28.txt)"

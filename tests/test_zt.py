@@ -346,19 +346,14 @@ def test_sink_reports_what_upstream_reports(tmp):
 
 
 def corpus_dir():
-    """Upstream's conformance corpus, fetched by scripts/fetch-ztensor-corpus.py
-    (see zt/tests/zt_conformance.rs); skipped when absent unless
-    ZT_REQUIRE_UPSTREAM_CORPUS is set."""
+    """Upstream's conformance corpus, committed under tests/data/ztensor-corpus
+    (see zt/tests/zt_conformance.rs), or the copy ZT_ZTENSOR_CORPUS names."""
     import os
     import pathlib
 
     root = pathlib.Path(__file__).resolve().parent.parent
-    d = pathlib.Path(os.environ.get("ZT_ZTENSOR_CORPUS") or root / "target" / "ztensor-corpus" / "py-v2.1.2")
-    if not d.is_dir():
-        msg = f"upstream ztensor corpus not at {d}: run scripts/fetch-ztensor-corpus.py"
-        if os.environ.get("ZT_REQUIRE_UPSTREAM_CORPUS"):
-            pytest.fail(msg)
-        pytest.skip(msg)
+    d = pathlib.Path(os.environ.get("ZT_ZTENSOR_CORPUS") or root / "tests" / "data" / "ztensor-corpus" / "py-v2.1.2")
+    assert d.is_dir(), f"upstream ztensor corpus not at {d}"
     rows = []
     for line in (root / "tests" / "data" / "ztensor-corpus" / "py-v2.1.2.tsv").read_text().splitlines():
         if line and not line.startswith("#"):
