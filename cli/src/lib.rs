@@ -357,6 +357,7 @@ fn write_options(align: Option<&str>, compress: Option<&str>) -> zt::Result<Writ
         align,
         compression,
         storage_options: Vec::new(),
+        defer_sync: false,
     })
 }
 
