@@ -62,9 +62,11 @@ def test_version_names_the_version_and_the_commit(zt_cli):
     git = ["git", "-C", os.fspath(ROOT)]
     if subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True).returncode != 0:
         pytest.skip("not a git checkout: the commit is 'unknown' here")
-    assert re.fullmatch(r"[0-9a-f]{12}", zt.__commit__), zt.__commit__
+    # 12 hex digits, "-dirty" when built from uncommitted changes.
+    assert re.fullmatch(r"[0-9a-f]{12}(-dirty)?", zt.__commit__), zt.__commit__
+    commit = zt.__commit__.removesuffix("-dirty")
     # Built from this history (HEAD itself unless commits came after the build).
-    assert subprocess.run([*git, "merge-base", "--is-ancestor", zt.__commit__, "HEAD"]).returncode == 0
+    assert subprocess.run([*git, "merge-base", "--is-ancestor", commit, "HEAD"]).returncode == 0
 
 
 def test_script_module_and_binary_behave_alike(zt_cli, model, tmp):
@@ -96,6 +98,40 @@ def test_script_module_and_binary_behave_alike(zt_cli, model, tmp):
     assert "Usage: zt " in run([sys.executable, "-m", "zt"], "ls").stderr
     if binary is None:
         pytest.skip("no cargo-built zt binary to compare with (cargo test builds one)")
+
+
+def test_a_reader_closing_the_pipe_ends_the_command_quietly(zt_cli, tmp):
+    """`zt ls BIG | head -1`: the closed pipe is a normal end (status 0,
+    nothing on stderr), as for ripgrep, in every front end."""
+    big = tmp / "big.safetensors"
+    # 4000 tensors: a listing far past a pipe's 64 KiB buffer.
+    safetensors.numpy.save_file({f"layer.{i}.weight": np.zeros(2, np.float32) for i in range(4000)}, big)
+    fronts = {"script": [zt_cli], "module": [sys.executable, "-m", "zt"]}
+    binary = cargo_binary()
+    if binary is not None:
+        fronts["binary"] = [os.fspath(binary)]
+    for front, cmd in fronts.items():
+        for args in (["ls", big], ["ls", "--json", big], ["completions", "bash"]):
+            proc = subprocess.Popen([*cmd, *map(os.fspath, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            try:
+                first = proc.stdout.readline()
+                proc.stdout.close()  # what `head -1` does after its line
+                status = proc.wait(timeout=60)
+                stderr = proc.stderr.read()
+            finally:
+                if proc.poll() is None:  # by PID, whatever happened above
+                    os.kill(proc.pid, signal.SIGKILL)
+                    proc.wait()
+            assert first, (front, args)
+            assert (status, stderr) == (0, b""), (front, args, stderr.decode(errors="replace"))
+    # Through a shell pipeline, as users meet it.
+    done = subprocess.run(
+        ["bash", "-c", 'set -o pipefail; "$0" ls "$1" | head -1', zt_cli, os.fspath(big)],
+        capture_output=True,
+        text=True,
+    )
+    assert (done.returncode, done.stderr) == (0, ""), done.stderr
+    assert done.stdout.split() == ["NAME", "DTYPE", "SHAPE", "BYTES", "OFFSET"]
 
 
 def test_ls_info_detect_json(zt_cli, model):

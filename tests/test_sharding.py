@@ -167,6 +167,119 @@ def test_sharded_zt_is_read_and_deep_verified_by_upstream_ztensor(tmp):
         ztensor.verify(str(root), deep=True)
 
 
+def sorted_model() -> dict[str, np.ndarray]:
+    """model() in name order (a canonical zt.Writer takes names in
+    ascending order), with a tensor larger than 9000 bytes in the middle."""
+    tensors = model()
+    tensors["model.layers.2.big"] = np.arange(3000, dtype=np.float32)
+    return dict(sorted(tensors.items()))
+
+
+def writer_files(tmp, name, tensors, max_shard_size, attributes_at="start", **options):
+    out = tmp / name
+    out.mkdir()
+    with zt.Writer(out / "model.zt", max_shard_size=max_shard_size, **options) as w:
+        if attributes_at == "start":
+            w.set_attributes({"origin": "test"})
+        for key, a in tensors.items():
+            w.add(key, a)
+            # Nothing is published before the writer closes.
+            assert [p for p in out.iterdir() if not p.name.startswith(".")] == []
+        if attributes_at == "end":
+            w.set_attributes({"origin": "test"})
+    return out
+
+
+@pytest.mark.parametrize(
+    ("max_shard_size", "attributes_at", "align"),
+    [(9000, "start", None), ("20KB", "end", None), (4000, "end", "auto"), ("5GB", "start", None)],
+)
+def test_writer_shards_byte_for_byte_as_save_file_does(tmp, max_shard_size, attributes_at, align):
+    tensors = sorted_model()
+    saved = tmp / "saved"
+    saved.mkdir()
+    zt.numpy.save_file(
+        tensors, saved / "model.zt", max_shard_size=max_shard_size, metadata={"origin": "test"}, align=align
+    )
+    # save_file(align="auto") is the writer's canonical=False placement.
+    options = {} if align is None else {"canonical": False, "align": align}
+    written = writer_files(tmp, "written", tensors, max_shard_size, attributes_at, **options)
+    split = hub_split(tensors, max_shard_size, pattern="model{suffix}.zt")
+    n = len(split.filename_to_tensors)
+    names = sorted(os.listdir(saved))
+    assert names == sorted(["model.zt"] + ([f"model-{i:05d}.zt" for i in range(1, n + 1)] if n > 1 else []))
+    assert sorted(os.listdir(written)) == names
+    for name in names:
+        assert (written / name).read_bytes() == (saved / name).read_bytes(), name
+    # Upstream ztensor opens what the writer published and deep-verifies it
+    # (every part digest, every shard against the root's table).
+    root = str(written / "model.zt")
+    assert ztensor.verify(root, deep=True) == (len(tensors), 0)
+    with ztensor.open(root) as src:
+        assert sorted(src) == sorted(tensors)
+        for key, want in tensors.items():
+            np.testing.assert_array_equal(np.asarray(memoryview(src[key])).view(want.dtype).reshape(want.shape), want)
+    if n > 1:
+        for i, members in enumerate(split.filename_to_tensors.values()):
+            with ztensor.open(str(written / f"model-{i + 1:05d}.zt")) as src:
+                assert sorted(src) == sorted(members)
+    with zt.open(written / "model.zt") as src:
+        assert src.attributes["origin"] == "test"
+
+
+def test_writer_streams_and_ingests_into_shards(tmp):
+    tensors = sorted_model()
+    out = tmp / "out"
+    out.mkdir()
+    safetensors.numpy.save_file({k: v for k, v in tensors.items() if k < "model.layers.2"}, tmp / "first.safetensors")
+    with zt.Writer(out / "model.zt", max_shard_size=9000) as w:
+        with zt.open(tmp / "first.safetensors") as src:
+            w.ingest(src)
+        for key, a in tensors.items():
+            if key < "model.layers.2":
+                continue
+            with w.stream(key, a.shape, {"data": {"dtype": zt._write.zt_dtype(a.dtype), "nbytes": a.nbytes}}) as sink:
+                raw = a.tobytes()
+                sink.write(raw[: len(raw) // 2])
+                sink.write(raw[len(raw) // 2 :])
+    split = hub_split(tensors, 9000, pattern="model{suffix}.zt")
+    assert len([p for p in os.listdir(out) if p != "model.zt"]) == len(split.filename_to_tensors)
+    assert ztensor.verify(str(out / "model.zt"), deep=True) == (len(tensors), 0)
+    with zt.open(out / "model.zt") as src:
+        for key, want in tensors.items():
+            np.testing.assert_array_equal(src[key].numpy(), want)
+
+
+def test_an_abandoned_or_failed_sharded_writer_leaves_nothing(tmp):
+    tensors = sorted_model()
+    dest = tmp / "model.zt"
+    w = zt.Writer(dest, max_shard_size=4000)
+    for key, a in tensors.items():
+        w.add(key, a)
+    w.abandon()
+    assert os.listdir(tmp) == []
+    with pytest.raises(RuntimeError, match="boom"):
+        with zt.Writer(dest, max_shard_size=4000) as w:
+            for key, a in tensors.items():
+                w.add(key, a)
+            raise RuntimeError("boom")
+    assert os.listdir(tmp) == []
+    # A shard's writer refusing an object (canonical order) names the
+    # destination, not the staging directory, and the writer goes on.
+    with zt.Writer(dest, max_shard_size=4000) as w:
+        w.add("b", np.zeros(4, np.float32))
+        with pytest.raises(ValueError) as e:
+            w.add("a", np.zeros(4, np.float32))
+        assert os.fspath(dest) in str(e.value) and ".partial" not in str(e.value), str(e.value)
+        with pytest.raises(ValueError, match="duplicate|already"):
+            w.add("b", np.zeros(4, np.float32))
+        w.add("c", np.zeros(4, np.float32))
+    with zt.open(dest) as src:
+        assert list(src) == ["b", "c"]
+    with pytest.raises(ValueError, match="append"):
+        zt.Writer(tmp / "x.zt", max_shard_size=4000, canonical=False, append=True)
+
+
 def test_convert_shards_a_file_in_source_order(tmp, zt_cli):
     tensors = model()
     safetensors.numpy.save_file(tensors, tmp / "in.safetensors")
@@ -278,6 +391,49 @@ def test_failed_directory_conversion_leaves_nothing(tmp, zt_cli):
     )
     assert done.returncode == 2
     assert os.listdir(out) == []
+
+
+def sparse_last_zt(path, tensors):
+    """`tensors` then an object safetensors cannot hold (CSR), as upstream
+    ztensor writes them."""
+    w = ztensor.Writer(str(path))
+    for name in sorted(tensors):
+        a = tensors[name]
+        w.add(name, a.tobytes(), list(a.shape), {np.float32: "f32", np.float16: "f16"}[a.dtype.type])
+    raw = lambda a: np.ascontiguousarray(a).view(np.uint8).reshape(-1)  # noqa: E731
+    csr = {
+        "values": {"dtype": "f32", "data": raw(np.array([1, 2, 3], np.float32))},
+        "indices": {"dtype": "u32", "data": raw(np.array([0, 2, 1], np.uint32))},
+        "indptr": {"dtype": "u32", "data": raw(np.array([0, 2, 2, 3], np.uint32))},
+    }
+    w.add_object("zz.sparse", [3, 4], csr, layout="zt.sparse_csr/1")
+    w.finish()
+
+
+def test_a_failed_shard_is_named_by_its_destination(tmp, zt_cli):
+    # The error names the shard file as it would have been published, not
+    # the hidden staging directory it was built in.
+    tensors = model()
+    sparse_last_zt(tmp / "in.zt", tensors)
+    with zt.open(tmp / "in.zt") as src:
+        ordered = {name: src[name].numpy() for name in src if name != "zz.sparse"}
+    ordered["zz.sparse"] = np.zeros(10, np.float32)  # the size of its parts, 40 bytes, as the split counts it
+    split = hub_split(ordered, 5000)
+    last = next(f for f, names in split.filename_to_tensors.items() if "zz.sparse" in names)
+    out = tmp / "out"
+    out.mkdir()
+    for attempt in ("cli", "python"):
+        if attempt == "cli":
+            cmd = [zt_cli, "convert", tmp / "in.zt", out / "model.safetensors", "--max-shard-size", "5000"]
+            message = subprocess.run(cmd, capture_output=True, text=True).stderr
+        else:
+            with pytest.raises(ValueError) as e:
+                zt.convert(tmp / "in.zt", out / "model.safetensors", max_shard_size=5000)
+            message = str(e.value)
+        assert "zz.sparse" in message, message
+        assert os.fspath(out / last) in message, (last, message)
+        assert ".partial" not in message, message
+        assert os.listdir(out) == []
 
 
 def test_killed_directory_conversion_leaves_nothing(tmp, zt_cli):

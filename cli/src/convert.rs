@@ -85,7 +85,7 @@ pub fn run(req: &Request<'_>) -> zt::Result<()> {
         1 => String::new(),
         n => format!(", {n} files"),
     };
-    println!(
+    crate::out::out!(
         "{}: {} tensors, {} bytes ({format}{files})",
         req.out.display(),
         source.len(),

@@ -7,11 +7,11 @@ use serde_json::{json, Value as Json};
 use zt::container::verify::{Verification, Violation};
 
 /// Print one JSON document on stdout.
-pub fn print(value: &Json) {
-    println!(
+pub fn print(value: &Json) -> zt::Result<()> {
+    crate::out::line(format_args!(
         "{}",
         serde_json::to_string_pretty(value).expect("a serde_json::Value always serializes")
-    );
+    ))
 }
 
 /// `zt verify --json` after a successful integrity check; `violations` is

@@ -8,7 +8,10 @@
 mod convert;
 mod diff;
 mod json_out;
+mod out;
 mod progress;
+
+use out::out;
 
 use std::ffi::OsString;
 use std::io::{IsTerminal, Write};
@@ -199,11 +202,11 @@ fn dispatch(cli: Cli) -> u8 {
                 })
             })
         }
-        Command::Detect { file, json } => zt::detect(&file).map(|f| {
+        Command::Detect { file, json } => zt::detect(&file).and_then(|f| {
             if json {
-                json_out::print(&json!({"file": file.display().to_string(), "format": f}));
+                json_out::print(&json!({"file": file.display().to_string(), "format": f}))
             } else {
-                println!("{f}");
+                out::line(format_args!("{f}"))
             }
         }),
         Command::Verify {
@@ -213,20 +216,23 @@ fn dispatch(cli: Cli) -> u8 {
             json,
         } => {
             let outcome = verify(&file, deep, canonical, json);
-            if let Err(e) = &outcome {
-                if json {
-                    json_out::print(&json_out::verify_failed(&file, deep, e));
-                }
-                eprintln!("zt: {e}");
-            }
             return match outcome {
                 Ok(true) => 0,
-                _ => 1,
+                Ok(false) => 1,
+                Err(e) if out::closed_pipe(&e) => 0,
+                Err(e) => {
+                    if json {
+                        // The failure is reported on stderr whatever
+                        // happens to the JSON document.
+                        let _ = json_out::print(&json_out::verify_failed(&file, deep, &e));
+                    }
+                    eprintln!("zt: {e}");
+                    1
+                }
             };
         }
-        Command::Id { file } => {
-            zt::container::verify::content_digest(&file).map(|d| println!("{d}"))
-        }
+        Command::Id { file } => zt::container::verify::content_digest(&file)
+            .and_then(|d| out::line(format_args!("{d}"))),
         Command::Diff { a, b, json } => match diff(&a, &b, json) {
             Ok(true) => Ok(()),
             Ok(false) => return 1,
@@ -238,15 +244,13 @@ fn dispatch(cli: Cli) -> u8 {
             // closed pipe); this reports it instead.
             let mut script = Vec::new();
             clap_complete::generate(shell, &mut Cli::command(), "zt", &mut script);
-            if let Err(e) = std::io::stdout().write_all(&script) {
-                eprintln!("zt: writing the completion script: {e}");
-                return 2;
-            }
-            Ok(())
+            out::bytes(&script)
         }
     };
     match result {
         Ok(()) => 0,
+        // stdout's reader went away (`zt ls BIG | head -1`): a quiet end.
+        Err(e) if out::closed_pipe(&e) => 0,
         Err(e) => {
             eprintln!("zt: {e}");
             2
@@ -299,7 +303,7 @@ fn ls(files: &[PathBuf], as_json: bool) -> zt::Result<()> {
                 json!({"name": t.name(), "shape": t.shape(), "layout": t.layout(), "parts": parts})
             })
             .collect();
-        println!("{}", serde_json::to_string_pretty(&list).expect("JSON"));
+        out!("{}", serde_json::to_string_pretty(&list).expect("JSON"));
         return Ok(());
     }
     let header = ["NAME", "DTYPE", "SHAPE", "BYTES", "OFFSET"].map(String::from);
@@ -323,7 +327,7 @@ fn ls(files: &[PathBuf], as_json: bool) -> zt::Result<()> {
                 }
             })
             .collect();
-        println!("{}", line.join("  ").trim_end());
+        out!("{}", line.join("  ").trim_end());
     }
     Ok(())
 }
@@ -353,23 +357,24 @@ fn write_options(align: Option<&str>, compress: Option<&str>) -> zt::Result<Writ
         align,
         compression,
         storage_options: Vec::new(),
+        defer_sync: false,
     })
 }
 
 fn clean(dests: &[PathBuf]) -> zt::Result<()> {
     for dest in dests {
         for removed in zt::publish::remove_stale(dest)? {
-            println!("removed {}", removed.display());
+            out!("removed {}", removed.display());
         }
     }
     let config = zt::remote::config(&[])?;
     for removed in zt::remote::client::upload::remove_stale_spools(
         &zt::remote::client::config::spool_dir(&config),
     ) {
-        println!("removed {}", removed.display());
+        out!("removed {}", removed.display());
     }
     for url in zt::remote::client::upload::abort_orphans(&config) {
-        println!("aborted the unfinished upload of {url}");
+        out!("aborted the unfinished upload of {url}");
     }
     Ok(())
 }
@@ -403,11 +408,11 @@ fn info(files: &[PathBuf], as_json: bool) -> zt::Result<()> {
             }));
             continue;
         }
-        println!("{}", file.display());
-        println!("  format      {}", source.format());
-        println!("  tensors     {}", source.len());
-        println!("  bytes       {}", source.total_bytes());
-        println!(
+        out!("{}", file.display());
+        out!("  format      {}", source.format());
+        out!("  tensors     {}", source.len());
+        out!("  bytes       {}", source.total_bytes());
+        out!(
             "  zero-copy   {zero_copy} of {} parts",
             source
                 .tensors()
@@ -415,7 +420,7 @@ fn info(files: &[PathBuf], as_json: bool) -> zt::Result<()> {
                 .sum::<usize>()
         );
         if !source.attributes().is_empty() {
-            println!("  attributes");
+            out!("  attributes");
             for (k, v) in source.attributes() {
                 let mut text = value_text(v);
                 if text.len() > 120 {
@@ -427,12 +432,12 @@ fn info(files: &[PathBuf], as_json: bool) -> zt::Result<()> {
                     text.truncate(cut.unwrap_or(0));
                     text.push_str("...");
                 }
-                println!("    {k} = {text}");
+                out!("    {k} = {text}");
             }
         }
     }
     if as_json {
-        println!("{}", serde_json::to_string_pretty(&out).expect("JSON"));
+        out!("{}", serde_json::to_string_pretty(&out).expect("JSON"));
     }
     Ok(())
 }
@@ -445,10 +450,10 @@ fn verify(file: &std::path::Path, deep: bool, canonical: bool, as_json: bool) ->
         let violations = canonical
             .then(|| zt::container::verify::canonical_violations(file))
             .transpose()?;
-        json_out::print(&json_out::verified(file, deep, &v, violations.as_deref()));
+        json_out::print(&json_out::verified(file, deep, &v, violations.as_deref()))?;
         return Ok(violations.is_none_or(|x| x.is_empty()));
     }
-    println!(
+    out!(
         "{}: ok, {} parts verified, {} without a digest{}",
         file.display(),
         v.checked,
@@ -458,10 +463,10 @@ fn verify(file: &std::path::Path, deep: bool, canonical: bool, as_json: bool) ->
     if canonical {
         let violations = zt::container::verify::canonical_violations(file)?;
         if violations.is_empty() {
-            println!("{}: canonical", file.display());
+            out!("{}: canonical", file.display());
         } else {
             for x in &violations {
-                println!(
+                out!(
                     "{}: not canonical (rule {}): {}",
                     file.display(),
                     x.rule,
@@ -478,13 +483,13 @@ fn verify(file: &std::path::Path, deep: bool, canonical: bool, as_json: bool) ->
 fn diff(a: &std::path::Path, b: &std::path::Path, as_json: bool) -> zt::Result<bool> {
     let differences = diff::differences(&zt::open(a)?, &zt::open(b)?)?;
     if as_json {
-        json_out::print(&diff::to_json(a, b, &differences));
+        json_out::print(&diff::to_json(a, b, &differences))?;
     } else {
         for d in &differences {
-            println!("{}", d.text(a, b));
+            out!("{}", d.text(a, b));
         }
         if differences.is_empty() {
-            println!("same content");
+            out!("same content");
         }
     }
     Ok(differences.is_empty())

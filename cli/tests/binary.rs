@@ -24,11 +24,24 @@ fn version_names_the_version_and_the_commit() {
     let line = text(&out);
     assert_eq!(line, format!("zt {}\n", zt_cli::VERSION));
     let commit = zt_cli::COMMIT;
+    let hash = commit.strip_suffix("-dirty").unwrap_or(commit);
     assert!(
-        commit == "unknown"
-            || (commit.len() == 12 && commit.bytes().all(|b| b.is_ascii_hexdigit())),
+        commit == "unknown" || (hash.len() == 12 && hash.bytes().all(|b| b.is_ascii_hexdigit())),
         "{commit}"
     );
+    // "-dirty" exactly when the sources the binary is built from differ
+    // from HEAD (cargo reran build.rs for this build if they changed).
+    if commit != "unknown" {
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+        let status = Command::new("git")
+            .args(["status", "--porcelain", "--untracked-files=no", "--"])
+            .args(env!("ZT_GIT_SOURCES").split(' '))
+            .current_dir(root)
+            .output()
+            .expect("git runs where the commit was found");
+        let dirty = !status.stdout.is_empty();
+        assert_eq!(commit.ends_with("-dirty"), dirty, "{commit}");
+    }
     assert!(line.starts_with(&format!("zt {} (commit ", env!("CARGO_PKG_VERSION"))));
 }
 

@@ -11,6 +11,7 @@
 //! | [`read`] | open a file into a catalog (shards resolved positionally) |
 //! | [`root`] | the root of a sharded checkpoint: shard table, objects pointing into the shards |
 //! | [`write`] | [`Writer`]: canonical, aligned, compressed, publish, append |
+//! | [`sharded`] | [`sharded::ShardedWriter`]: a `Writer` that rolls over to a new shard at a size, publishing shards + root at finish |
 //! | [`verify`] | digests, shard digests, content digest, canonical check |
 
 mod ahead;
@@ -22,6 +23,7 @@ pub mod manifest;
 pub mod read;
 pub mod root;
 mod scout;
+pub mod sharded;
 mod sink;
 pub mod validate;
 pub mod verify;

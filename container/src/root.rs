@@ -22,7 +22,8 @@ use zt_core::limits::Limits;
 use zt_core::store::Store;
 
 /// Write the root at `root` for the complete shard files `shards`, named
-/// by `labels` in its table, with the checkpoint's `attributes`. Shard
+/// by `labels` in its table, with the checkpoint's `attributes` (fsynced
+/// before its rename when `durable`). Shard
 /// digests are XXH3-64 of the whole file (spec §7.1 allows any registered
 /// algorithm; XXH3 costs a tenth of SHA-256 on the read-back). Returns the
 /// root's size.
@@ -31,6 +32,19 @@ pub fn write_root(
     shards: &[PathBuf],
     labels: &[String],
     attributes: &Attributes,
+    durable: bool,
+) -> Result<u64> {
+    write_root_cbor(root, shards, labels, attributes_cbor(attributes), durable)
+}
+
+/// [`write_root`] with the attributes as the CBOR map the root records
+/// (what `zt.Writer.set_attributes` gives), or none.
+pub fn write_root_cbor(
+    root: &Path,
+    shards: &[PathBuf],
+    labels: &[String],
+    attributes: Option<Cbor>,
+    durable: bool,
 ) -> Result<u64> {
     // Each shard is read back once to hash it, in parallel: the bytes were
     // just written and are in the page cache.
@@ -62,7 +76,7 @@ pub fn write_root(
         ("objects", Cbor::map(objects)),
         ("shards", Cbor::map(table)),
     ];
-    if let Some(a) = attributes_cbor(attributes) {
+    if let Some(a) = attributes {
         entries.push(("attributes", a));
     }
     let bytes = cbor::encode(&Cbor::map(entries));
@@ -72,7 +86,7 @@ pub fn write_root(
         manifest_hash: xxhash_rust::xxh3::xxh3_64(&bytes),
         version: VERSION,
     };
-    zt_core::publish::publish(root, |w| {
+    zt_core::publish::publish_with(root, durable, |w| {
         w.write_all(MAGIC)?;
         w.write_all(&vec![0u8; FLOOR as usize - MAGIC.len()])?;
         w.write_all(&bytes)?;

@@ -265,11 +265,59 @@ pub fn sync_dir(dir: &Path) -> Result<()> {
     d.sync_all().map_err(|e| Error::io(dir, e))
 }
 
+/// Flush the data of every file in `paths` to disk, the files in
+/// parallel (the device sees all their writes at once, not one file's
+/// after another's).
+pub fn sync_files(paths: &[PathBuf]) -> Result<()> {
+    std::thread::scope(|s| {
+        let jobs: Vec<_> = paths
+            .iter()
+            .map(|p| {
+                s.spawn(move || {
+                    File::open(p)
+                        .and_then(|f| f.sync_data())
+                        .map_err(|e| Error::io(p, e))
+                })
+            })
+            .collect();
+        // Every job is joined (the scope waits for the rest on an error).
+        jobs.into_iter()
+            .try_for_each(|j| j.join().expect("fsync does not panic"))
+    })
+}
+
+/// Start writing a complete file's dirty pages to disk without waiting
+/// (Linux `sync_file_range(SYNC_FILE_RANGE_WRITE)`), so the device works
+/// while the next file is built; a later [`sync_files`] waits for it.
+/// Best effort: elsewhere, or on error, the later sync does all the work.
+pub fn start_writeback(path: &Path) {
+    #[cfg(target_os = "linux")]
+    if let Ok(f) = File::open(path) {
+        use std::os::fd::AsRawFd;
+        // SAFETY: a valid descriptor, the whole file, no memory passed.
+        unsafe {
+            libc::sync_file_range(f.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE);
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = path;
+}
+
 /// Write a file through `body` (buffered) into a partial beside `path`,
 /// then commit it (durably) over `path`. Returns the bytes written. On any
 /// error the partial is removed and `path` is left as it was.
 pub fn publish(
     path: &Path,
+    body: impl FnOnce(&mut BufWriter<&File>) -> std::io::Result<()>,
+) -> Result<u64> {
+    publish_with(path, true, body)
+}
+
+/// [`publish`], fsyncing the file and its directory only when `durable`
+/// (a caller that syncs many files together passes false).
+pub fn publish_with(
+    path: &Path,
+    durable: bool,
     body: impl FnOnce(&mut BufWriter<&File>) -> std::io::Result<()>,
 ) -> Result<u64> {
     let partial = Partial::create(path)?;
@@ -282,7 +330,7 @@ pub fn publish(
         .metadata()
         .map_err(|e| Error::io(partial.path(), e))?
         .len();
-    partial.commit(true)?;
+    partial.commit(durable)?;
     Ok(written)
 }
 

@@ -236,11 +236,16 @@ fn with_tensors<T>(
         storage_options: Vec::new(),
         ..options.clone()
     };
-    let write = |indexes: &[usize], path: &Path| {
+    let deferred = WriteOptions {
+        defer_sync: true,
+        ..local.clone()
+    };
+    let write = |indexes: &[usize], path: &Path, defer_sync: bool| {
+        let options = if defer_sync { &deferred } else { &local };
         if indexes.len() == source.len() && indexes.iter().enumerate().all(|(i, &j)| i == j) {
-            writer.write(source, path, &local)
+            writer.write(source, path, options)
         } else {
-            writer.write(&source.select(indexes), path, &local)
+            writer.write(&source.select(indexes), path, options)
         }
     };
     body(&crate::shard::Tensors {

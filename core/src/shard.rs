@@ -132,10 +132,15 @@ pub fn plan(items: &[Item], max: u64) -> Plan {
 
 /// Writes the file that ties a format's shards together (its root), at
 /// `root`, given the shard files (already complete, in order), the labels
-/// the root names them by, and the checkpoint's attributes. Returns the
-/// bytes written.
-pub type WriteRoot =
-    fn(root: &Path, shards: &[PathBuf], labels: &[String], attributes: &Attributes) -> Result<u64>;
+/// the root names them by, and the checkpoint's attributes; fsynced before
+/// its rename when `durable`. Returns the bytes written.
+pub type WriteRoot = fn(
+    root: &Path,
+    shards: &[PathBuf],
+    labels: &[String],
+    attributes: &Attributes,
+    durable: bool,
+) -> Result<u64>;
 
 /// How a format lays out a sharded checkpoint.
 #[derive(Debug, Clone, Copy)]
@@ -145,6 +150,15 @@ pub struct ShardLayout {
     pub checkpoint_name: &'static str,
     /// What ties the shards together.
     pub tie: Tie,
+    /// The format's writer makes a file durable (fsync before its rename).
+    /// A sharded checkpoint is then as durable: its shards are written
+    /// without the fsync and synced all together (one wait for the device
+    /// instead of one per shard) before the index or root is written, the
+    /// index or root is synced, and so is the directory they are moved
+    /// into. Otherwise (`.zt`, which syncs only when asked: `publish`)
+    /// nothing is synced, as for one file: shards, root and directory are
+    /// renamed into place only.
+    pub durable: bool,
 }
 
 /// What ties the shards of a checkpoint together.
@@ -236,9 +250,15 @@ pub struct Tensors<'a> {
     /// The checkpoint's attributes (a root records them).
     pub attributes: &'a Attributes,
     /// Write the tensors with these indexes to this local path (publishing
-    /// it there, as every writer does); returns the bytes written.
-    pub write: &'a (dyn Fn(&[usize], &Path) -> Result<u64> + Sync),
+    /// it there, as every writer does; with `defer_sync` true, without
+    /// the fsync: [`WriteOptions::defer_sync`](crate::WriteOptions)); returns
+    /// the bytes written.
+    pub write: &'a WriteShard<'a>,
 }
+
+/// Writes the tensors with these indexes to this path, without its fsync
+/// when the flag is set; returns the bytes written.
+pub type WriteShard<'a> = dyn Fn(&[usize], &Path, bool) -> Result<u64> + Sync + 'a;
 
 /// Write a checkpoint at `dest` (a file path or an `s3://` URL) in shards
 /// of at most `max` bytes. One shard is one plain file at `dest`, as
@@ -256,7 +276,7 @@ pub fn write(
     let plan = plan(tensors.items, max);
     if plan.shards.len() == 1 {
         let bytes = crate::publish::to_location(dest, storage_options, |local| {
-            (tensors.write)(&plan.shards[0], local)
+            (tensors.write)(&plan.shards[0], local, false)
         })?;
         return Ok(Written {
             files: vec![dest.to_path_buf()],
@@ -268,13 +288,13 @@ pub fn write(
         if is_url(dest) {
             upload(staged, files, dest, storage_options)
         } else {
-            move_into(staged, files, &parent_dir(dest))?;
-            remove_replaced(&parent_dir(dest), layout, &name, files);
-            Ok(())
+            let staged: Vec<(PathBuf, String)> =
+                files.iter().map(|f| (staged.join(f), f.clone())).collect();
+            move_staged(&staged, dest, layout, layout.durable)
         }
     };
     build_and_publish(dest, storage_options, |dir| {
-        let (files, bytes) = build(dir, &name, layout, tensors, &plan)?;
+        let (files, bytes) = build(dir, &name, layout, tensors, &plan, dest)?;
         publish(dir, &files)?;
         Ok(Written {
             files: files.iter().map(|f| sibling(dest, f)).collect(),
@@ -312,10 +332,11 @@ pub fn write_dir(
             files.push(extra_name.clone());
         }
         let (checkpoint, n) = if plan.shards.len() == 1 {
-            let n = (tensors.write)(&plan.shards[0], &dir.join(name))?;
+            let n = (tensors.write)(&plan.shards[0], &dir.join(name), false)
+                .map_err(|e| relabel(e, dir, &dest_dir.join(name)))?;
             (vec![name.to_string()], n)
         } else {
-            build(dir, name, layout, tensors, &plan)?
+            build(dir, name, layout, tensors, &plan, &dest_dir.join(name))?
         };
         files.extend(checkpoint);
         bytes += n;
@@ -405,9 +426,21 @@ fn upload(_: &Path, _: &[String], base: &Path, _: &[(String, String)]) -> Result
 }
 
 /// Write the shards of `plan` and what ties them into `dir`, for the
-/// checkpoint `name`. Returns the file names in publish order (the index
-/// or root last) and the bytes written.
+/// checkpoint `name` that will be published as `dest` (errors name the
+/// files there, not in `dir`). Returns the file names in publish order
+/// (the index or root last) and the bytes written.
 fn build(
+    dir: &Path,
+    name: &str,
+    layout: &ShardLayout,
+    tensors: &Tensors<'_>,
+    plan: &Plan,
+    dest: &Path,
+) -> Result<(Vec<String>, u64)> {
+    build_in(dir, name, layout, tensors, plan).map_err(|e| relabel(e, dir, dest))
+}
+
+fn build_in(
     dir: &Path,
     name: &str,
     layout: &ShardLayout,
@@ -416,9 +449,17 @@ fn build(
 ) -> Result<(Vec<String>, u64)> {
     let n = plan.shards.len();
     let mut files: Vec<String> = (0..n).map(|i| layout.shard_name(name, i, n)).collect();
+    let paths: Vec<PathBuf> = files.iter().map(|f| dir.join(f)).collect();
     let mut bytes = 0;
-    for (shard, file) in plan.shards.iter().zip(&files) {
-        bytes += (tensors.write)(shard, &dir.join(file))?;
+    for (shard, path) in plan.shards.iter().zip(&paths) {
+        bytes += (tensors.write)(shard, path, layout.durable)?;
+        if layout.durable {
+            // The device writes this shard while the next one is built.
+            crate::publish::start_writeback(path);
+        }
+    }
+    if layout.durable {
+        crate::publish::sync_files(&paths)?;
     }
     match layout.tie {
         Tie::Index => {
@@ -428,19 +469,51 @@ fn build(
             }
             let index = format!("{name}.index.json");
             let json = index_json(plan.total_size, &weight_map);
-            bytes += crate::publish::publish(&dir.join(&index), |w| {
+            bytes += crate::publish::publish_with(&dir.join(&index), layout.durable, |w| {
                 std::io::Write::write_all(w, &json)
             })?;
             files.push(index);
         }
         Tie::Root(write_root) => {
-            let paths: Vec<PathBuf> = files.iter().map(|f| dir.join(f)).collect();
             let labels: Vec<String> = (0..n).map(root_label).collect();
-            bytes += write_root(&dir.join(name), &paths, &labels, tensors.attributes)?;
+            let root = dir.join(name);
+            bytes += write_root(&root, &paths, &labels, tensors.attributes, layout.durable)?;
             files.push(name.to_string());
         }
     }
     Ok((files, bytes))
+}
+
+/// An error about a file in the staging directory `staged` as one about
+/// the file it becomes beside `dest` (a partial `.NAME.PID.RANDOM.partial`
+/// is reported as `NAME`): the user knows the destination, not the hidden
+/// directory it is built in.
+pub fn relabel(e: Error, staged: &Path, dest: &Path) -> Error {
+    let Some(file) = e.context().file.clone() else {
+        return e;
+    };
+    let Ok(rest) = file.strip_prefix(staged) else {
+        return e;
+    };
+    let mut name = rest.to_string_lossy().into_owned();
+    if let Some(inner) = name
+        .strip_prefix('.')
+        .and_then(|n| n.strip_suffix(".partial"))
+    {
+        // NAME.PID.RANDOM: drop the last two fields.
+        let mut fields = inner.rsplitn(3, '.');
+        if let (Some(_random), Some(_pid), Some(stem)) =
+            (fields.next(), fields.next(), fields.next())
+        {
+            name = stem.to_string();
+        }
+    }
+    let shown = if name.is_empty() {
+        dest.to_path_buf()
+    } else {
+        sibling(dest, &name)
+    };
+    e.relabel(&file, &shown)
 }
 
 fn file_name(dest: &Path) -> Result<String> {
@@ -452,14 +525,28 @@ fn file_name(dest: &Path) -> Result<String> {
         })
 }
 
-/// Move the staged files into `dir` in order (the index or root last),
-/// then flush the directory.
-fn move_into(staged: &Path, files: &[String], dir: &Path) -> Result<()> {
-    for f in files {
-        let to = dir.join(f);
-        std::fs::rename(staged.join(f), &to).map_err(|e| Error::io(&to, e))?;
+/// Publish a complete sharded checkpoint built in a staging directory:
+/// move each staged file (`(path, name)`, the index or root last) into
+/// `dest`'s directory under its name, flush the directory (when
+/// `durable`), then remove earlier shards of `dest` that the new set does
+/// not include.
+pub fn move_staged(
+    staged: &[(PathBuf, String)],
+    dest: &Path,
+    layout: &ShardLayout,
+    durable: bool,
+) -> Result<()> {
+    let dir = parent_dir(dest);
+    for (from, name) in staged {
+        let to = dir.join(name);
+        std::fs::rename(from, &to).map_err(|e| Error::io(&to, e))?;
     }
-    crate::publish::sync_dir(dir)
+    if durable {
+        crate::publish::sync_dir(&dir)?;
+    }
+    let names: Vec<String> = staged.iter().map(|(_, n)| n.clone()).collect();
+    remove_replaced(&dir, layout, &file_name(dest)?, &names);
+    Ok(())
 }
 
 /// Remove earlier shards of the checkpoint `name` in `dir` that the new
@@ -571,6 +658,7 @@ mod tests {
         let hf = ShardLayout {
             checkpoint_name: "model.safetensors",
             tie: Tie::Index,
+            durable: true,
         };
         assert_eq!(
             hf.shard_name("model.safetensors", 0, 3),
@@ -579,12 +667,13 @@ mod tests {
         assert!(hf.is_shard_name("model.safetensors", "model-00002-of-00005.safetensors"));
         assert!(!hf.is_shard_name("model.safetensors", "model.safetensors"));
         assert!(!hf.is_shard_name("model.safetensors", "model-2-of-5.safetensors"));
-        fn no_root(_: &Path, _: &[PathBuf], _: &[String], _: &Attributes) -> Result<u64> {
+        fn no_root(_: &Path, _: &[PathBuf], _: &[String], _: &Attributes, _: bool) -> Result<u64> {
             Ok(0)
         }
         let root = ShardLayout {
             checkpoint_name: "model.zt",
             tie: Tie::Root(no_root),
+            durable: false,
         };
         assert_eq!(root.shard_name("llama.zt", 4, 5), "llama-00005.zt");
         assert!(root.is_shard_name("llama.zt", "llama-00003.zt"));

@@ -89,6 +89,11 @@ pub struct WriteOptions {
     /// How an `s3://` destination is reached (see `OpenOptions`); format
     /// writers never see it: the destination is published by upload.
     pub storage_options: Vec<(String, String)>,
+    /// The caller makes the file durable itself: a writer that fsyncs its
+    /// file before the rename skips that (it still builds beside and
+    /// renames). A sharded write sets it for its shards and syncs them all
+    /// together before it publishes the index (see [`crate::shard`]).
+    pub defer_sync: bool,
 }
 
 /// A format zt can write: the mirror image of [`crate::Format`].

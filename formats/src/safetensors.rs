@@ -22,7 +22,7 @@ use zt_core::dtype::{num_elements, DType};
 use zt_core::error::{Context, Error, Result};
 use zt_core::format::{Format, OpenInput, Probe};
 use zt_core::limits::Limits;
-use zt_core::publish::publish;
+use zt_core::publish::publish_with;
 use zt_core::source::Source;
 use zt_core::write::{
     dense_tensors, refuse_zt_options, string_metadata, FormatWriter, TensorIn, WriteOptions,
@@ -381,8 +381,19 @@ pub fn write_with(
     tensors: &[TensorIn<'_>],
     metadata: Option<&[(String, String)]>,
 ) -> Result<u64> {
+    write_synced(path, tensors, metadata, true)
+}
+
+/// [`write_with`], fsyncing the file before its rename only when `durable`
+/// (`WriteOptions::defer_sync` turns it off: the caller syncs).
+fn write_synced(
+    path: &Path,
+    tensors: &[TensorIn<'_>],
+    metadata: Option<&[(String, String)]>,
+    durable: bool,
+) -> Result<u64> {
     let (header, order) = prepare(&Context::file(path), tensors, metadata)?;
-    publish(path, |w| {
+    publish_with(path, durable, |w| {
         w.write_all(&header)?;
         for t in &order {
             w.write_all(t.data)?;
@@ -501,6 +512,7 @@ impl FormatWriter for SafetensorsWriter {
         Some(zt_core::shard::ShardLayout {
             checkpoint_name: "model.safetensors",
             tie: zt_core::shard::Tie::Index,
+            durable: true,
         })
     }
 
@@ -525,7 +537,8 @@ impl FormatWriter for SafetensorsWriter {
                 _ => None,
             })
             .collect();
-        write(path, &inputs, &metadata)
+        let metadata = (!metadata.is_empty()).then_some(metadata.as_slice());
+        write_synced(path, &inputs, metadata, !options.defer_sync)
     }
 
     fn writes_arrays(&self) -> bool {
@@ -541,6 +554,6 @@ impl FormatWriter for SafetensorsWriter {
     ) -> Result<u64> {
         refuse_zt_options("safetensors", path, options)?;
         let metadata = metadata.map(|m| string_metadata(path, m)).transpose()?;
-        write_with(path, tensors, metadata.as_deref())
+        write_synced(path, tensors, metadata.as_deref(), !options.defer_sync)
     }
 }

@@ -58,6 +58,7 @@ impl FormatWriter for ZtWriter {
         Some(zt_core::shard::ShardLayout {
             checkpoint_name: "model.zt",
             tie: zt_core::shard::Tie::Root(zt_container::root::write_root),
+            durable: false,
         })
     }
 

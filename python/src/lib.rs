@@ -211,6 +211,7 @@ fn convert(
         align,
         compression,
         storage_options,
+        defer_sync: false,
     };
     py.detach(|| {
         let source = zt::open_all_with(&sources, &open)?;

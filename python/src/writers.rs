@@ -153,6 +153,7 @@ pub fn save<'py>(
         align: align.map(crate::align_from_py).transpose()?,
         compression,
         storage_options: storage_options_from_py(storage_options)?,
+        defer_sync: false,
     };
     let written = match max_shard_size {
         Some(max) => {
@@ -202,8 +203,13 @@ fn write_shards(
             storage: None,
         })
         .collect();
-    let write = |indexes: &[usize], local: &std::path::Path| {
+    let deferred = zt::WriteOptions {
+        defer_sync: true,
+        ..options.clone()
+    };
+    let write = |indexes: &[usize], local: &std::path::Path, defer_sync: bool| {
         let subset: Vec<TensorIn<'_>> = indexes.iter().map(|&i| all[i]).collect();
+        let options = if defer_sync { &deferred } else { options };
         writer.write_arrays(&subset, metadata, local, options)
     };
     // A `.zt` root records the file attributes; an index has none.

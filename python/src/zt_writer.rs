@@ -15,6 +15,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
 use zt::container::cbor::Cbor;
+use zt::container::sharded::ShardedWriter;
 use zt::container::write::{ObjectIn, Options, PartIn, Writer as ZtWriter};
 use zt::dtype::DType;
 use zt::Align;
@@ -156,13 +157,66 @@ impl HeldParts {
     }
 }
 
+/// One file, or a sharded checkpoint (`max_shard_size`). Boxed: the
+/// writer's hasher state is 64-byte aligned, more than the 16 bytes
+/// CPython's allocator gives a Python object, so it cannot live inline in
+/// one (a debug build's alignment check aborts).
+enum Inner {
+    One(Box<ZtWriter>),
+    Sharded(Box<ShardedWriter>),
+}
+
+/// The same call on either writer.
+macro_rules! either {
+    ($inner:expr, $w:ident => $call:expr) => {
+        match $inner {
+            Inner::One($w) => $call,
+            Inner::Sharded($w) => $call,
+        }
+    };
+}
+
+impl Inner {
+    fn add_object(&mut self, o: ObjectIn<'_>) -> zt::Result<()> {
+        either!(self, w => w.add_object(o))
+    }
+    fn stream(
+        &mut self,
+        name: &str,
+        shape: &[u64],
+        layout: &str,
+        attributes: Option<Cbor>,
+        parts: &[(&str, DType, u64)],
+    ) -> zt::Result<()> {
+        either!(self, w => w.stream(name, shape, layout, attributes, parts))
+    }
+    fn write_chunk(&mut self, chunk: &[u8]) -> zt::Result<()> {
+        either!(self, w => w.write_chunk(chunk))
+    }
+    fn stream_position(&self) -> Option<(&str, u64)> {
+        either!(self, w => w.stream_position())
+    }
+    fn close_stream(&mut self) -> zt::Result<()> {
+        either!(self, w => w.close_stream())
+    }
+    fn set_attributes(&mut self, a: Cbor) -> zt::Result<()> {
+        either!(self, w => w.set_attributes(a))
+    }
+    fn ingest(&mut self, s: &zt::Source) -> zt::Result<()> {
+        either!(self, w => w.ingest(s))
+    }
+    fn finish(self) -> zt::Result<u64> {
+        either!(self, w => w.finish())
+    }
+    fn abandon(self) {
+        either!(self, w => w.abandon())
+    }
+}
+
 /// The native `.zt` writer behind `zt.Writer`.
 #[pyclass(frozen, module = "zt._zt")]
 pub struct Writer {
-    /// Boxed: the writer's hasher state is 64-byte aligned, more than the
-    /// 16 bytes CPython's allocator gives a Python object, so it cannot
-    /// live inline in one (a debug build's alignment check aborts).
-    inner: Mutex<Option<Box<ZtWriter>>>,
+    inner: Mutex<Option<Inner>>,
     /// For an `s3://` destination: the staged local file, uploaded by
     /// `finish` (dropped, with nothing uploaded, on abandon).
     staged: Mutex<Option<zt::remote::Staged>>,
@@ -172,7 +226,7 @@ impl Writer {
     fn with<T>(
         &self,
         py: Python<'_>,
-        f: impl FnOnce(&mut ZtWriter) -> zt::Result<T> + Send,
+        f: impl FnOnce(&mut Inner) -> zt::Result<T> + Send,
     ) -> PyResult<T>
     where
         T: Send,
@@ -188,7 +242,7 @@ impl Writer {
 #[pymethods]
 impl Writer {
     #[new]
-    #[pyo3(signature = (path, canonical = true, align = None, publish = false, append = false, compression = None, storage_options = None))]
+    #[pyo3(signature = (path, canonical = true, align = None, publish = false, append = false, compression = None, storage_options = None, max_shard_size = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -199,8 +253,24 @@ impl Writer {
         append: bool,
         compression: Option<i32>,
         storage_options: Option<&Bound<'_, PyDict>>,
+        max_shard_size: Option<u64>,
     ) -> PyResult<Self> {
         let opts = options(canonical, align.as_ref(), publish, append, compression)?;
+        if let Some(max) = max_shard_size {
+            if zt::location::is_url(&path) {
+                return Err(PyValueError::new_err(
+                    "max_shard_size writes a local checkpoint; write it locally and upload the directory, \
+                     or use zt.convert / save_file, which shard to object storage",
+                ));
+            }
+            let w = py
+                .detach(|| ShardedWriter::create(&path, opts, max))
+                .map_err(to_py_err)?;
+            return Ok(Writer {
+                inner: Mutex::new(Some(Inner::Sharded(Box::new(w)))),
+                staged: Mutex::new(None),
+            });
+        }
         let staged = if zt::location::is_url(&path) {
             if append {
                 return Err(PyValueError::new_err(
@@ -217,7 +287,7 @@ impl Writer {
             .detach(|| ZtWriter::create(local, opts))
             .map_err(to_py_err)?;
         Ok(Writer {
-            inner: Mutex::new(Some(Box::new(w))),
+            inner: Mutex::new(Some(Inner::One(Box::new(w)))),
             staged: Mutex::new(staged),
         })
     }

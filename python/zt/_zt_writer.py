@@ -9,7 +9,7 @@ from typing import Any, Union
 import numpy as np
 
 from . import _zt
-from ._write import prepare, zt_dtype
+from ._write import prepare, shard_size, zt_dtype
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -123,6 +123,17 @@ class Writer:
     unfinished leaves nothing behind (an amended file is cut back). An
     ``s3://`` destination is built in a local spool and uploaded by
     :meth:`finish` (``storage_options`` as for :func:`zt.open`).
+
+    ``max_shard_size`` (bytes, or ``"5GB"``, ``"4GiB"``, read as Hugging
+    Face reads them) writes a sharded checkpoint instead, object by
+    object: a new shard starts when the next object would take the current
+    one past the size (an object larger than the size gets a shard of its
+    own), exactly as ``save_file(..., max_shard_size=...)`` splits, names
+    and roots the same objects given in the same order (``STEM-00001.zt``,
+    ... beside a root at ``path``; one shard is a plain file at ``path``).
+    Nothing appears at ``path`` before :meth:`finish`, when the complete
+    set is published (shards first, the root last); attributes apply to
+    every shard and the root. Local paths only, and not with ``append``.
     """
 
     def __init__(
@@ -134,9 +145,11 @@ class Writer:
         append: bool = False,
         compression: int | bool | None = None,
         storage_options: dict[str, Any] | None = None,
+        max_shard_size: int | str | None = None,
     ) -> None:
         level = _level(None, compression)
-        self._native = _zt.Writer(os.fspath(path), canonical, align, publish, append, level, storage_options)
+        max_bytes = None if max_shard_size is None else shard_size(max_shard_size)
+        self._native = _zt.Writer(os.fspath(path), canonical, align, publish, append, level, storage_options, max_bytes)
 
     def add(
         self,

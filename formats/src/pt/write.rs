@@ -12,7 +12,7 @@ use crate::zip::{write_stored_aligned, Member};
 use zt_core::catalog::Value;
 use zt_core::dtype::{c_strides, DType};
 use zt_core::error::{Context, Error, Result};
-use zt_core::publish::publish;
+use zt_core::publish::publish_with;
 use zt_core::source::Source;
 use zt_core::write::{
     dense_tensors, refuse_metadata, refuse_zt_options, FormatWriter, TensorIn, WriteOptions,
@@ -60,6 +60,12 @@ fn saved_as(dtype: DType) -> Option<Saved> {
 /// Write `tensors` as a zip checkpoint at `path` (built beside it and
 /// renamed into place). Returns the bytes written.
 pub fn write(path: &Path, tensors: &[TensorIn<'_>]) -> Result<u64> {
+    write_synced(path, tensors, true)
+}
+
+/// [`write`], fsyncing the file before its rename only when `durable`
+/// (`WriteOptions::defer_sync` turns it off: the caller syncs).
+fn write_synced(path: &Path, tensors: &[TensorIn<'_>], durable: bool) -> Result<u64> {
     let ctx = Context::file(path);
     let mut seen = HashSet::with_capacity(tensors.len());
     for t in tensors {
@@ -98,7 +104,7 @@ pub fn write(path: &Path, tensors: &[TensorIn<'_>]) -> Result<u64> {
         });
     }
     members.push(small("version", b"3\n"));
-    publish(path, |w| write_stored_aligned(w, &members, ALIGN))
+    publish_with(path, durable, |w| write_stored_aligned(w, &members, ALIGN))
 }
 
 /// The pickle opcodes the writer emits.
@@ -265,6 +271,7 @@ impl FormatWriter for PtWriter {
         Some(zt_core::shard::ShardLayout {
             checkpoint_name: "pytorch_model.bin",
             tie: zt_core::shard::Tie::Index,
+            durable: true,
         })
     }
 
@@ -280,7 +287,7 @@ impl FormatWriter for PtWriter {
         refuse_zt_options("pt", path, options)?;
         let tensors = dense_tensors(source, path)?;
         let inputs: Vec<TensorIn<'_>> = tensors.iter().map(|t| t.input()).collect();
-        write(path, &inputs)
+        write_synced(path, &inputs, !options.defer_sync)
     }
 
     fn writes_arrays(&self) -> bool {
@@ -296,7 +303,7 @@ impl FormatWriter for PtWriter {
     ) -> Result<u64> {
         refuse_zt_options("pt", path, options)?;
         refuse_metadata("pt", path, metadata)?;
-        write(path, tensors)
+        write_synced(path, tensors, !options.defer_sync)
     }
 }
 
