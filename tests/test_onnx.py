@@ -346,3 +346,35 @@ def test_cli_lists_onnx(tmp, zt_cli):
     save(path, [numpy_helper.from_array(np.ones((2, 3), np.float32), "w")])
     out = subprocess.run([zt_cli, "ls", os.fspath(path)], capture_output=True, text=True, check=True).stdout
     assert "w" in out and "f32" in out
+
+
+# -- hostile files (issue 19): each runs in a child under RLIMIT_AS
+# (tests/limited.py), so an abort fails the test instead of passing by luck.
+
+
+@pytest.mark.parametrize("coord", [-1, 5])
+def test_onnx_sparse_nnz_by_rank_indices_out_of_bounds(tmp, coord):
+    values = helper.make_tensor("sp", TensorProto.FLOAT, [2], [1.0, 2.0])
+    indices = helper.make_tensor("sp_idx", TensorProto.INT64, [2, 2], [0, 1, coord, 2])
+    sparse = helper.make_sparse_tensor(values, indices, [3, 4])
+    graph = helper.make_graph([], "g", [], [], sparse_initializer=[sparse])
+    model = helper.make_model(graph)
+    with pytest.raises(onnx.checker.ValidationError):
+        onnx.checker.check_model(model)
+    path = tmp / "sparse.onnx"
+    onnx.save(model, path)
+    with zt.open(path) as src:
+        with pytest.raises(zt.FormatError, match="outside dimension"):
+            src["sp"].part("coords").numpy()
+
+
+def test_onnx_sparse_nnz_by_rank_indices_in_bounds_read_transposed(tmp):
+    values = helper.make_tensor("sp", TensorProto.FLOAT, [2], [1.0, 2.0])
+    indices = helper.make_tensor("sp_idx", TensorProto.INT64, [2, 2], [0, 1, 2, 3])
+    sparse = helper.make_sparse_tensor(values, indices, [3, 4])
+    model = helper.make_model(helper.make_graph([], "g", [], [], sparse_initializer=[sparse]))
+    onnx.checker.check_model(model)
+    path = tmp / "sparse.onnx"
+    onnx.save(model, path)
+    with zt.open(path) as src:
+        np.testing.assert_array_equal(src["sp"].part("coords").numpy(), np.array([[0, 2], [1, 3]]))
