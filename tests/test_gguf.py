@@ -405,3 +405,20 @@ def test_gguf_dequantize_of_a_sparse_4_gib_q4_0_tensor_is_a_memory_error(tmp):
     # 6 GiB of address space: the 4 GiB mapping fits, 30 GiB of f32 does not.
     got = limited.run(f"zt.open({os.fspath(path)!r})['q'].dequantize()", limit=6 * GiB)
     assert got["kind"] == "MemoryError" and "sparse.gguf" in got["message"], got
+
+
+def test_gguf_arrays_of_arrays_past_the_depth_limit_are_a_depth_error(tmp):
+    """A metadata value of arrays nested 200 deep, written by gguf-py."""
+    nested = [1]
+    for _ in range(200):
+        nested = [nested]
+    path = tmp / "deep.gguf"
+    w = gguf.GGUFWriter(os.fspath(path), "llama")
+    w.add_array("k.deep", nested)
+    w.add_tensor("t", np.ones(2, np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    got = limited.run(f"zt.open({os.fspath(path)!r})")
+    assert got["kind"] == "FormatError" and "depth" in got["message"] and "deep.gguf" in got["message"], got

@@ -398,3 +398,15 @@ def test_h5_one_continuation_block_still_reads(tmp):
     overlapping_continuations_h5(path, 1, 64)
     with zt.open(path) as src:
         np.testing.assert_array_equal(src["x"].numpy(), np.arange(4, dtype="f4"))
+
+
+def test_h5_groups_nested_past_the_depth_limit_are_a_depth_error(tmp):
+    """Groups 200 deep (valid: h5py reads it); the group walk stops at
+    `Limits.depth` and says so."""
+    path = tmp / "deep.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("/".join(["g"] * 200) + "/x", data=np.ones(2, np.float32))
+    with h5py.File(path, "r") as f:
+        assert f["/".join(["g"] * 200) + "/x"].shape == (2,)
+    got = limited.run(f"zt.open({os.fspath(path)!r})")
+    assert got["kind"] == "FormatError" and "depth" in got["message"] and "deep.h5" in got["message"], got

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import os
+import struct
 import zipfile
 
 import limited
@@ -341,3 +342,17 @@ def test_npz_stored_member_with_good_crc_reads_zero_copy(tmp):
         np.testing.assert_array_equal(a, x)
         assert not a.flags.owndata
     assert zt.verify(path)[0] >= 1
+
+
+def test_npy_header_descr_nested_100000_deep_is_a_depth_error(tmp):
+    """A header whose descr is lists 100,000 deep: numpy's own parser
+    refuses it (`ast.literal_eval` recursion); zt's stops at `Limits.depth`."""
+    descr = "[" * 100_000 + "]" * 100_000
+    header = ("{'descr': " + descr + ", 'fortran_order': False, 'shape': (1,), }").encode()
+    header += b" " * (-(len(header) + 11) % 64) + b"\n"
+    path = tmp / "deep.npy"
+    path.write_bytes(b"\x93NUMPY\x02\x00" + struct.pack("<I", len(header)) + header)
+    with pytest.raises((ValueError, RecursionError, MemoryError)):
+        np.load(path)
+    got = limited.run(f"zt.open({os.fspath(path)!r})")
+    assert got["kind"] == "FormatError" and "depth" in got["message"] and "deep.npy" in got["message"], got

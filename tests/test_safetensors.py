@@ -621,3 +621,15 @@ def test_zero_element_tensor_with_a_huge_dim_is_a_format_error(tmp):
     path.write_bytes(struct.pack("<Q", len(header)) + header)
     got = limited.run(f"src = zt.open({os.fspath(path)!r})\nsrc['a'].numpy()")
     assert got["kind"] == "FormatError" and "2^63" in got["message"], got
+
+
+def test_safetensors_header_json_nested_100000_deep_is_a_format_error(tmp):
+    """`__metadata__` holding arrays 100,000 deep: the JSON parser's depth
+    bound refuses it (no stack overflow), as safetensors itself does."""
+    header = b'{"__metadata__":{"k":' + b"[" * 100_000 + b"]" * 100_000 + b"}}"
+    path = tmp / "deep.safetensors"
+    path.write_bytes(struct.pack("<Q", len(header)) + header)
+    with pytest.raises(safetensors.SafetensorError):
+        safetensors.safe_open(path, "np")
+    got = limited.run(f"zt.open({os.fspath(path)!r})")
+    assert got["kind"] == "FormatError" and "deep.safetensors" in got["message"], got

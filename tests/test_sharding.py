@@ -356,3 +356,13 @@ def test_index_that_names_itself_or_its_twin_is_refused(tmp, zt_cli, mutual):
     assert got["kind"] == "FormatError" and "index" in got["message"], got
     proc = limited.run_cli([zt_cli, "ls", os.fspath(a)])
     assert proc.returncode != 0 and "index" in proc.stderr, proc.stderr
+
+
+def test_index_metadata_nested_100000_deep_is_refused(tmp):
+    """An index whose `metadata` is arrays 100,000 deep."""
+    safetensors.numpy.save_file({"w": np.ones(2, np.float32)}, tmp / "a.safetensors")
+    index = tmp / "m.safetensors.index.json"
+    deep = "[" * 100_000 + "]" * 100_000
+    index.write_text('{"metadata":{"k":' + deep + '},"weight_map":{"w":"a.safetensors"}}')
+    got = limited.run(f"zt.open({os.fspath(index)!r})")
+    assert got["kind"] == "FormatError" and "index" in got["message"], got
