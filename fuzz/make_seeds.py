@@ -124,6 +124,8 @@ def onnx_seeds() -> None:
     sparse2 = helper.make_sparse_tensor(values2, coords, [2, 3])
     graph = helper.make_graph([], "g", [], [], initializer=inits + [ext], sparse_initializer=[sparse, sparse2])
     onnx.save(helper.make_model(graph), d / "model.onnx")
+    # The external data file, as the fuzz bodies' scratch directory holds it.
+    (d / "w.bin").write_bytes(bytes([7]) * 256)
     onnx.save(helper.make_model(helper.make_graph([], "g", [], [], initializer=inits[:1])), d / "small.onnx")
 
 
