@@ -4,7 +4,10 @@ checked by GGUFReader and by a byte-for-byte round trip."""
 
 from __future__ import annotations
 
+import os
+
 import gguf
+import limited
 import ml_dtypes
 import numpy as np
 import pytest
@@ -13,6 +16,8 @@ from gguf import GGMLQuantizationType as Q
 from gguf import GGUFEndian, GGUFReader, GGUFValueType
 
 import zt
+
+GiB = limited.GiB
 
 RNG = np.random.default_rng(5)
 ENDIANS = [GGUFEndian.LITTLE, GGUFEndian.BIG]
@@ -376,3 +381,44 @@ def test_truncated_file_is_a_format_error(tmp):
         (tmp / "t.gguf").write_bytes(data[:cut])
         with pytest.raises(zt.FormatError, match="truncated"):
             zt.open(tmp / "t.gguf")
+
+
+# -- hostile files (issue 19): each runs in a child under RLIMIT_AS
+# (tests/limited.py), so an abort fails the test instead of passing by luck.
+
+
+def test_gguf_dequantize_of_a_sparse_4_gib_q4_0_tensor_is_a_memory_error(tmp):
+    path = tmp / "sparse.gguf"
+    blocks = (4 << 30) // 18
+    elements = blocks * 32
+    w = gguf.GGUFWriter(os.fspath(path), "llama")
+    q4_0 = gguf.GGMLQuantizationType.Q4_0
+    w.add_tensor_info("q", (blocks * 18,), np.dtype(np.uint8), blocks * 18, raw_dtype=q4_0)  # shape in bytes
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    w.close()
+    size = path.stat().st_size
+    with open(path, "r+b") as f:  # the data as holes
+        f.truncate(size + (-size % 32) + blocks * 18)
+    assert gguf.GGUFReader(os.fspath(path)).tensors[0].n_elements == elements
+    # 6 GiB of address space: the 4 GiB mapping fits, 30 GiB of f32 does not.
+    got = limited.run(f"zt.open({os.fspath(path)!r})['q'].dequantize()", limit=6 * GiB)
+    assert got["kind"] == "MemoryError" and "sparse.gguf" in got["message"], got
+
+
+def test_gguf_arrays_of_arrays_past_the_depth_limit_are_a_depth_error(tmp):
+    """A metadata value of arrays nested 200 deep, written by gguf-py."""
+    nested = [1]
+    for _ in range(200):
+        nested = [nested]
+    path = tmp / "deep.gguf"
+    w = gguf.GGUFWriter(os.fspath(path), "llama")
+    w.add_array("k.deep", nested)
+    w.add_tensor("t", np.ones(2, np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    got = limited.run(f"zt.open({os.fspath(path)!r})")
+    assert got["kind"] == "FormatError" and "depth" in got["message"] and "deep.gguf" in got["message"], got

@@ -3,12 +3,16 @@ does not use libhdf5) and compared bit for bit with h5py's `f[k][()]`."""
 
 from __future__ import annotations
 
+import os
+import struct
+import time
+
+import h5py
+import limited
 import numpy as np
 import pytest
 
 import zt
-
-h5py = pytest.importorskip("h5py")
 
 RNG = np.random.default_rng(7)
 LIBVERS = ["earliest", "latest"]
@@ -316,3 +320,93 @@ def test_extensible_array_paged_data_blocks(tmp):
         e[132_500:132_520] = 7
         e[139_990:] = 5
     assert_matches_h5py(path, ["sparse"])
+
+
+# -- hostile files (issue 19): each runs in a child under RLIMIT_AS
+# (tests/limited.py), so an abort fails the test instead of passing by luck.
+
+
+def test_h5_unallocated_40_gib_dataset_is_a_memory_error(tmp):
+    path = tmp / "empty.h5"
+    with h5py.File(path, "w") as f:  # never written: no storage allocated
+        f.create_dataset("x", shape=(40 << 30,), dtype="u1")
+    assert path.stat().st_size < 1 << 20
+    got = limited.run(f"zt.open({os.fspath(path)!r})['x'].numpy()")
+    assert got["kind"] == "MemoryError" and "empty.h5" in got["message"], got
+
+
+def test_h5_unallocated_fill_under_a_lower_limit_names_the_budget(tmp):
+    path = tmp / "empty.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("x", shape=(1 << 20,), dtype="f4", fillvalue=2.0)
+    with zt.open(path) as src:
+        np.testing.assert_array_equal(src["x"].numpy(), np.full(1 << 20, 2.0, np.float32))
+    with pytest.raises(zt.FormatError, match="decoded_bytes"):
+        zt.open(path, limits={"decoded_bytes": 1 << 20})["x"].numpy()
+
+
+def overlapping_continuations_h5(path, blocks: int, block_len: int):
+    """An h5py-written file whose dataset header gets one continuation
+    message (in place of its first message of 16+ bytes, which moves to the
+    new block) to a block of `blocks` continuation messages, each naming a different start inside
+    one shared region of `block_len` bytes of 8-byte messages: no start
+    repeats (so no cycle), but every block overlaps every other, and the
+    ~MB file asks for blocks x block_len bytes of header walking."""
+    with h5py.File(path, "w", libver="earliest") as f:
+        f.create_dataset("x", data=np.arange(4, dtype="f4"))
+    with h5py.File(path, "r") as f:
+        header = h5py.h5o.get_info(f["x"].id).addr
+    raw = bytearray(path.read_bytes())
+    assert raw[header] == 1  # a version-1 object header
+    table = len(raw) + (-len(raw) % 8)
+    # The first message of 16+ bytes (16-byte prefix; 8-byte message headers).
+    at = header + 16
+    while struct.unpack_from("<HH", raw, at)[1] < 16:
+        at += 8 + struct.unpack_from("<HH", raw, at)[1]
+    size = struct.unpack_from("<HH", raw, at)[1]
+    moved = bytes(raw[at : at + 8 + size])  # re-homed at the start of the new block
+    region = table + len(moved) + 24 * blocks
+    struct.pack_into("<HHB3xQQ", raw, at, 0x0010, size, 0, table, len(moved) + 24 * blocks)
+    raw.extend(bytes(table - len(raw)))
+    raw.extend(moved)
+    for k in range(blocks):
+        raw.extend(struct.pack("<HHB3xQQ", 0x0010, 16, 0, region + 8 * k, block_len))
+    # The shared region: messages of an unknown type with empty bodies,
+    # each one kept (an unbounded walk holds every one it visits).
+    raw.extend(struct.pack("<HHB3x", 0x0099, 0, 0) * ((block_len + 8 * blocks) // 8))
+    path.write_bytes(bytes(raw))
+
+
+def test_h5_overlapping_continuation_blocks_hit_the_header_byte_budget_fast(tmp):
+    """16,384 blocks of 1 MiB over one shared region: a 1.5 MB file that
+    used to walk 16 GiB of header (and keep 2^31 messages) is refused
+    under the header byte budget, quickly, in a 4 GiB address space."""
+    path = tmp / "overlap.h5"
+    overlapping_continuations_h5(path, 16_384, 1 << 20)
+    assert path.stat().st_size < 2 << 20
+    start = time.perf_counter()
+    got = limited.run(f"zt.open({os.fspath(path)!r})", timeout=60)
+    assert got["kind"] == "FormatError" and "overlap.h5" in got["message"], got
+    assert "header_bytes" in got["message"], got
+    assert time.perf_counter() - start < 30
+
+
+def test_h5_one_continuation_block_still_reads(tmp):
+    """The same construction with one block (no overlap): the header walk
+    follows it and the dataset reads as h5py wrote it."""
+    path = tmp / "one.h5"
+    overlapping_continuations_h5(path, 1, 64)
+    with zt.open(path) as src:
+        np.testing.assert_array_equal(src["x"].numpy(), np.arange(4, dtype="f4"))
+
+
+def test_h5_groups_nested_past_the_depth_limit_are_a_depth_error(tmp):
+    """Groups 200 deep (valid: h5py reads it); the group walk stops at
+    `Limits.depth` and says so."""
+    path = tmp / "deep.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("/".join(["g"] * 200) + "/x", data=np.ones(2, np.float32))
+    with h5py.File(path, "r") as f:
+        assert f["/".join(["g"] * 200) + "/x"].shape == (2,)
+    got = limited.run(f"zt.open({os.fspath(path)!r})")
+    assert got["kind"] == "FormatError" and "depth" in got["message"] and "deep.h5" in got["message"], got

@@ -4,12 +4,17 @@ compared bit for bit."""
 from __future__ import annotations
 
 import io
+import os
+import struct
 import zipfile
 
+import limited
 import numpy as np
 import pytest
 
 import zt
+
+GiB = limited.GiB
 
 RNG = np.random.default_rng(1)
 
@@ -285,3 +290,69 @@ def test_record_arrays_survive_a_zt_round_trip(tmp):
     assert ztensor.open(str(tmp / "r.zt"))["r"].layout == "npy.descr/1"
     with pytest.raises(zt.FormatError, match="npy.descr/1"):
         zt.convert(tmp / "r.npz", tmp / "r.safetensors")
+
+
+# -- hostile files (issue 19): each runs in a child under RLIMIT_AS
+# (tests/limited.py), so an abort fails the test instead of passing by luck.
+
+
+def test_npz_deflate_member_past_the_memory_limit_is_a_memory_error(tmp):
+    """A real deflated member of 1.25 GiB of zeros (written through
+    zipfile as numpy.savez_compressed writes it, streamed), read in a
+    process limited to 1 GiB."""
+    path = tmp / "zeros.npz"
+    n = 1280 << 20
+    header = {"descr": "|u1", "fortran_order": False, "shape": (n,)}
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as z:
+        with z.open("x.npy", "w", force_zip64=True) as m:
+            np.lib.format.write_array_header_1_0(m, header)
+            chunk = bytes(64 << 20)
+            for _ in range(n // len(chunk)):
+                m.write(chunk)
+    assert np.load(path)["x"].shape == (n,)  # valid for numpy
+    got = limited.run(f"zt.open({os.fspath(path)!r})['x'].numpy()", limit=1 * GiB)
+    assert got["kind"] == "MemoryError" and "zeros.npz" in got["message"], got
+
+
+def test_npz_stored_member_with_bad_crc_is_refused_at_first_read(tmp):
+    path = tmp / "bad.npz"
+    np.savez(path, x=np.arange(1000, dtype=np.float32), y=np.ones(3, np.int64))
+    raw = bytearray(path.read_bytes())
+    at = raw.index(np.arange(1000, dtype=np.float32)[500:502].tobytes())
+    raw[at] ^= 0xFF
+    path.write_bytes(bytes(raw))
+    with pytest.raises(zipfile.BadZipFile, match="CRC"):  # the reference refuses it
+        np.load(path)["x"]
+    with zt.open(path) as src:  # open stays metadata-only
+        assert src["x"].shape == (1000,)
+        np.testing.assert_array_equal(src["y"].numpy(), np.ones(3, np.int64))
+        for _ in range(2):  # refused every time, never handed out
+            with pytest.raises(zt.FormatError, match="CRC"):
+                src["x"].numpy()
+    with pytest.raises(zt.FormatError, match="CRC"):
+        zt.verify(path)
+
+
+def test_npz_stored_member_with_good_crc_reads_zero_copy(tmp):
+    path = tmp / "ok.npz"
+    x = np.arange(1000, dtype=np.float32)
+    np.savez(path, x=x)
+    with zt.open(path) as src:
+        a = src["x"].numpy()
+        np.testing.assert_array_equal(a, x)
+        assert not a.flags.owndata
+    assert zt.verify(path)[0] >= 1
+
+
+def test_npy_header_descr_nested_100000_deep_is_a_depth_error(tmp):
+    """A header whose descr is lists 100,000 deep: numpy's own parser
+    refuses it (`ast.literal_eval` recursion); zt's stops at `Limits.depth`."""
+    descr = "[" * 100_000 + "]" * 100_000
+    header = ("{'descr': " + descr + ", 'fortran_order': False, 'shape': (1,), }").encode()
+    header += b" " * (-(len(header) + 11) % 64) + b"\n"
+    path = tmp / "deep.npy"
+    path.write_bytes(b"\x93NUMPY\x02\x00" + struct.pack("<I", len(header)) + header)
+    with pytest.raises((ValueError, RecursionError, MemoryError)):
+        np.load(path)
+    got = limited.run(f"zt.open({os.fspath(path)!r})")
+    assert got["kind"] == "FormatError" and "depth" in got["message"] and "deep.npy" in got["message"], got

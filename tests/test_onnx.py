@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import os
 
+import limited
 import ml_dtypes
 import numpy as np
 import onnx
 import pytest
+from google.protobuf.message import DecodeError
 from onnx import TensorProto, helper, numpy_helper
 
 import zt
@@ -346,3 +348,70 @@ def test_cli_lists_onnx(tmp, zt_cli):
     save(path, [numpy_helper.from_array(np.ones((2, 3), np.float32), "w")])
     out = subprocess.run([zt_cli, "ls", os.fspath(path)], capture_output=True, text=True, check=True).stdout
     assert "w" in out and "f32" in out
+
+
+# -- hostile files (issue 19): each runs in a child under RLIMIT_AS
+# (tests/limited.py), so an abort fails the test instead of passing by luck.
+
+
+@pytest.mark.parametrize("coord", [-1, 5])
+def test_onnx_sparse_nnz_by_rank_indices_out_of_bounds(tmp, coord):
+    values = helper.make_tensor("sp", TensorProto.FLOAT, [2], [1.0, 2.0])
+    indices = helper.make_tensor("sp_idx", TensorProto.INT64, [2, 2], [0, 1, coord, 2])
+    sparse = helper.make_sparse_tensor(values, indices, [3, 4])
+    graph = helper.make_graph([], "g", [], [], sparse_initializer=[sparse])
+    model = helper.make_model(graph)
+    with pytest.raises(onnx.checker.ValidationError):
+        onnx.checker.check_model(model)
+    path = tmp / "sparse.onnx"
+    onnx.save(model, path)
+    with zt.open(path) as src:
+        with pytest.raises(zt.FormatError, match="outside dimension"):
+            src["sp"].part("coords").numpy()
+
+
+def test_onnx_sparse_nnz_by_rank_indices_in_bounds_read_transposed(tmp):
+    values = helper.make_tensor("sp", TensorProto.FLOAT, [2], [1.0, 2.0])
+    indices = helper.make_tensor("sp_idx", TensorProto.INT64, [2, 2], [0, 1, 2, 3])
+    sparse = helper.make_sparse_tensor(values, indices, [3, 4])
+    model = helper.make_model(helper.make_graph([], "g", [], [], sparse_initializer=[sparse]))
+    onnx.checker.check_model(model)
+    path = tmp / "sparse.onnx"
+    onnx.save(model, path)
+    with zt.open(path) as src:
+        np.testing.assert_array_equal(src["sp"].part("coords").numpy(), np.array([[0, 2], [1, 3]]))
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    """One length-delimited protobuf field."""
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        out.append(n & 0x7F | (0x80 if n > 0x7F else 0))
+        n >>= 7
+        if not n:
+            return bytes(out)
+
+
+def test_onnx_subgraphs_nested_past_the_depth_limit_are_a_depth_error(tmp):
+    """`If` nodes whose then-branch holds the next `If`, 200 deep, framed
+    by hand (onnx's own parser refuses to build or read it: protobuf's
+    nesting bound): zt's graph walk stops at `Limits.depth`."""
+    inner = helper.make_graph([], "g", [], [], initializer=[numpy_helper.from_array(np.ones(2, np.float32), "w")])
+    graph = inner.SerializeToString()
+    for _ in range(200):
+        # AttributeProto: name (1), g (6), type (20) = GRAPH; NodeProto:
+        # op_type (4), attribute (5); GraphProto: node (1), name (2).
+        attr = _field(1, b"then_branch") + _field(6, graph) + _varint(20 << 3) + _varint(onnx.AttributeProto.GRAPH)
+        graph = _field(1, _field(4, b"If") + _field(5, attr)) + _field(2, b"g")
+    model = helper.make_model(helper.make_graph([], "top", [], []))
+    model.ClearField("graph")
+    path = tmp / "deep.onnx"
+    path.write_bytes(model.SerializeToString() + _field(7, graph))
+    with pytest.raises(DecodeError, match="MaxDepth"):
+        onnx.load(path)
+    got = limited.run(f"zt.open({os.fspath(path)!r})")
+    assert got["kind"] == "FormatError" and "depth" in got["message"] and "deep.onnx" in got["message"], got

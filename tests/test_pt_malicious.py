@@ -5,9 +5,12 @@ payload is live: plain ``pickle.loads`` of it does create the file."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import time
 
+import limited
 import numpy as np
 import pt_attacks as atk
 import pytest
@@ -172,3 +175,75 @@ def test_deflate_bomb_record_is_bounded(tmp):
         zt.open(path)
     with pytest.raises(zt.FormatError, match="decoded_bytes"):
         zt.open(path, limits={"decoded_bytes": 1 << 20})
+
+
+# -- hostile files (issue 19): each runs in a child under RLIMIT_AS
+# (tests/limited.py), so an abort fails the test instead of passing by luck.
+
+
+@pytest.mark.parametrize("how", ["numpy_copy", "dlpack_copy", "convert"])
+def test_stride0_view_of_256_gib_is_a_limit_error(tmp, how):
+    path = atk.stride0_pt(tmp / "expand.pt", 1 << 36)
+    action = {
+        "numpy_copy": "src['w'].numpy(copy=True)",
+        "dlpack_copy": "src['w'].__dlpack__(copy=True, max_version=(1, 0))",
+        "convert": f"zt.convert({path!r}, {os.fspath(tmp / 'out.safetensors')!r})",
+    }[how]
+    got = limited.run(f"src = zt.open({path!r})\nassert src['w'].shape == ({1 << 36},)\n{action}")
+    assert got["kind"] == "FormatError", got
+    assert "decoded_bytes" in got["message"] and "expand.pt" in got["message"], got
+    assert "raise it" in got["message"], got  # the error says how to raise the budget
+    assert not (tmp / "out.safetensors").exists()
+
+
+def test_stride0_view_whose_size_wraps_is_an_overflow_error(tmp):
+    path = atk.stride0_pt(tmp / "wrap.pt", 1 << 62)
+    got = limited.run(f"zt.open({path!r})['w'].numpy(copy=True)")
+    assert got["kind"] == "FormatError" and "overflow" in got["message"], got
+
+
+def test_stride0_view_small_enough_still_reads(tmp):
+    path = atk.stride0_pt(tmp / "small.pt", 5)
+    with zt.open(path) as src:
+        np.testing.assert_array_equal(src["w"].numpy(copy=True), np.full(5, 1.5, np.float32))
+
+
+def test_stride0_convert_cli_is_an_error(tmp, zt_cli):
+    path = atk.stride0_pt(tmp / "expand.pt", 1 << 36)
+    proc = limited.run_cli([zt_cli, "convert", path, os.fspath(tmp / "out.safetensors")])
+    assert proc.returncode != 0 and "decoded_bytes" in proc.stderr, proc.stderr
+    assert sorted(p.name for p in tmp.iterdir()) == ["expand.pt"]
+
+
+def test_pickle_state_nested_20000_deep_is_a_depth_error(tmp):
+    """An object whose BUILD state is 2-tuples nested 20,000 deep."""
+    state = b"N" + b"N\x86" * 20_000
+    obj = atk.g("collections", "Thing") + b")\x81" + state + b"b"
+    body = b"\x80\x02}(" + atk.s("w") + atk.tensor() + atk.s("obj") + obj + b"u."
+    path = atk.pt_file(tmp / "deep.pt", body)
+    got = limited.run(f"zt.open({path!r})")
+    assert got["kind"] == "FormatError" and "pickle_depth" in got["message"], got
+
+
+def test_pickle_dict_with_20000_duplicate_keys_is_linear_and_last_wins(tmp):
+    """torch.load builds a dict: a repeated key keeps the last value."""
+    dup = b"".join(atk.s("a") + atk.tensor(numel=4, shape=(4,)) for _ in range(20_000))
+    last = atk.s("a") + atk.tensor(numel=4, shape=(2,), stride=(2,))
+    body = b"\x80\x02}(" + dup + last + atk.s("b") + atk.tensor() + b"u."
+    path = atk.pt_file(tmp / "dups.pt", body)
+    start = time.perf_counter()
+    got = limited.run(
+        f"src = zt.open({path!r})\nassert list(src) == ['a', 'b'], list(src)\n"
+        "np.testing.assert_array_equal(src['a'].numpy(), np.array([1, 3], np.float32))",
+        timeout=60,
+    )
+    assert got["kind"] == "none", got
+    assert time.perf_counter() - start < 30
+
+
+def test_pickle_empty_dict_key_is_named_as_torch_names_it(tmp):
+    """torch.load({"": t}) gives the key "", not the file's stem."""
+    body = b"\x80\x02}(" + atk.s("") + atk.tensor() + b"u."
+    with zt.open(atk.pt_file(tmp / "empty_key.pt", body)) as src:
+        assert list(src) == [""]
+        np.testing.assert_array_equal(src[""].numpy(), np.arange(1, 5, dtype=np.float32))

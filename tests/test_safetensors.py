@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import struct
 
+import limited
 import ml_dtypes
 import numpy as np
 import pytest
@@ -14,6 +16,8 @@ import safetensors
 import safetensors.numpy
 
 import zt
+
+GiB = limited.GiB
 
 RNG = np.random.default_rng(0)
 
@@ -589,3 +593,43 @@ def test_get_slice_over_s3_reads_only_the_slice(tmp, s3, bucket):
             moved = zt.remote_stats()["bytes_in"] - before
             assert np.array_equal(got, {"tall": tall, "wide": wide}[name][key]), (name, key)
             assert need <= moved <= most, (name, key, moved)
+
+
+# -- hostile files (issue 19): each runs in a child under RLIMIT_AS
+# (tests/limited.py), so an abort fails the test instead of passing by luck.
+
+
+def test_safetensors_copy_past_the_memory_limit_is_a_memory_error(tmp):
+    """A valid 2.2 GiB file (sparse on disk), mapped, then read with
+    copy=True in a process limited to 3 GiB of address space (the mapping
+    fits, a second 2.2 GiB does not): MemoryError, never an abort."""
+    path = tmp / "big.safetensors"
+    n = (2200 << 20) // 4
+    header = json.dumps({"w": {"dtype": "F32", "shape": [n], "data_offsets": [0, 4 * n]}}).encode()
+    header += b" " * (-len(header) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(header)) + header)
+        f.truncate(8 + len(header) + 4 * n)
+    code = f"src = zt.open({os.fspath(path)!r})\nassert src['w'].numpy().shape == ({n},)\nsrc['w'].numpy(copy=True)"
+    got = limited.run(code, limit=3 * GiB)
+    assert got["kind"] == "MemoryError" and "big.safetensors" in got["message"], got
+
+
+def test_zero_element_tensor_with_a_huge_dim_is_a_format_error(tmp):
+    path = tmp / "zero.safetensors"
+    header = json.dumps({"a": {"dtype": "F32", "shape": [0, 2**64 - 1], "data_offsets": [0, 0]}}).encode()
+    path.write_bytes(struct.pack("<Q", len(header)) + header)
+    got = limited.run(f"src = zt.open({os.fspath(path)!r})\nsrc['a'].numpy()")
+    assert got["kind"] == "FormatError" and "2^63" in got["message"], got
+
+
+def test_safetensors_header_json_nested_100000_deep_is_a_format_error(tmp):
+    """`__metadata__` holding arrays 100,000 deep: the JSON parser's depth
+    bound refuses it (no stack overflow), as safetensors itself does."""
+    header = b'{"__metadata__":{"k":' + b"[" * 100_000 + b"]" * 100_000 + b"}}"
+    path = tmp / "deep.safetensors"
+    path.write_bytes(struct.pack("<Q", len(header)) + header)
+    with pytest.raises(safetensors.SafetensorError):
+        safetensors.safe_open(path, "np")
+    got = limited.run(f"zt.open({os.fspath(path)!r})")
+    assert got["kind"] == "FormatError" and "deep.safetensors" in got["message"], got

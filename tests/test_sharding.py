@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 
+import limited
 import numpy as np
 import pytest
 import safetensors.numpy
@@ -495,3 +496,29 @@ def test_progress_counts_every_shard(tmp, zt_cli):
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+# -- hostile files (issue 19): each runs in a child under RLIMIT_AS
+# (tests/limited.py), so an abort fails the test instead of passing by luck.
+
+
+@pytest.mark.parametrize("mutual", [False, True])
+def test_index_that_names_itself_or_its_twin_is_refused(tmp, zt_cli, mutual):
+    a = tmp / "a.safetensors.index.json"
+    b = tmp / "b.safetensors.index.json"
+    a.write_text(json.dumps({"weight_map": {"w": b.name if mutual else a.name}}))
+    b.write_text(json.dumps({"weight_map": {"w": a.name}}))
+    got = limited.run(f"zt.open({os.fspath(a)!r})")
+    assert got["kind"] == "FormatError" and "index" in got["message"], got
+    proc = limited.run_cli([zt_cli, "ls", os.fspath(a)])
+    assert proc.returncode != 0 and "index" in proc.stderr, proc.stderr
+
+
+def test_index_metadata_nested_100000_deep_is_refused(tmp):
+    """An index whose `metadata` is arrays 100,000 deep."""
+    safetensors.numpy.save_file({"w": np.ones(2, np.float32)}, tmp / "a.safetensors")
+    index = tmp / "m.safetensors.index.json"
+    deep = "[" * 100_000 + "]" * 100_000
+    index.write_text('{"metadata":{"k":' + deep + '},"weight_map":{"w":"a.safetensors"}}')
+    got = limited.run(f"zt.open({os.fspath(index)!r})")
+    assert got["kind"] == "FormatError" and "index" in got["message"], got

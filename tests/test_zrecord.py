@@ -16,6 +16,7 @@ import textwrap
 import threading
 import time
 
+import limited
 import numpy as np
 import pytest
 from loaderx.utils import train_dict as lx_train_dict
@@ -765,3 +766,24 @@ def test_concurrent_appends_serialize(tmp):
     assert firsts == list(range(8))
     for i in range(0, 800, 100):
         assert (got[i : i + 100] == got[i, 0]).all()
+
+
+# -- hostile files (issue 19): each runs in a child under RLIMIT_AS
+# (tests/limited.py), so an abort fails the test instead of passing by luck.
+
+
+def test_zrecord_ragged_gather_sized_by_meta_zr_is_a_memory_error(tmp):
+    """meta.zr claims 2 GiB for one zstd record; a gather of it four times
+    would allocate 8 GiB before decoding anything."""
+    from zt import zrecord
+
+    store = tmp / "store"
+    w = zrecord.Ragged.create(store, np.int32, 1, codec="zstd")
+    w.append([np.arange(10, dtype=np.int32)])
+    w.close()
+    meta = store / "meta.zr"
+    raw = bytearray(meta.read_bytes())
+    raw[4096 + 12 : 4096 + 16] = struct.pack("<I", 1 << 31)  # RecordLoc[0].logic
+    meta.write_bytes(bytes(raw))
+    got = limited.run(f"from zt import zrecord\nzrecord.Ragged.open({os.fspath(store)!r}).gather_packed([0, 0, 0, 0])")
+    assert got["kind"] == "MemoryError" and "store" in got["message"], got

@@ -4,8 +4,11 @@ canonical writer, and upstream verifies every kind of file zt writes."""
 
 from __future__ import annotations
 
+import os
+import struct
 import subprocess
 
+import limited
 import ml_dtypes
 import numpy as np
 import pytest
@@ -498,3 +501,65 @@ def test_buffer_protocol_as_upstream_offers_it(tmp):
         assert np.frombuffer(t, np.float32).tobytes() == up["c.f32"].tobytes()
         with pytest.raises(TypeError):
             memoryview(t)[0] = 1
+
+
+# -- hostile files (issue 19): each runs in a child under RLIMIT_AS
+# (tests/limited.py), so an abort fails the test instead of passing by luck.
+
+
+def empty_frames_zt(path, frames: int = 1024) -> int:
+    """A ~17 KB `.zt` whose one zstd-seekable tensor is a seek table of
+    `frames` zero-size frames, each claiming 16 MiB (16 GiB in all, as the
+    manifest's shape and decoded_length also say). Built from a file
+    upstream ztensor writes, its manifest patched item for item (each
+    replaced CBOR item stays one item). Returns the claimed size."""
+    src = path.with_name("template.zt")
+    with ztensor.Writer(str(src), canonical=False, align=4096) as w:
+        w.add("z", np.zeros(1 << 24, np.uint8), shape=[1 << 24], dtype="u8", encoding="zt.zstd-seekable/1")
+        w.finish()
+    b = src.read_bytes()
+    offset, length = struct.unpack_from("<QQ", b, len(b) - 40)
+    manifest = b[offset : offset + length]
+    (blob_at, blob_len) = struct.unpack_from(">xHxH", manifest, manifest.index(b"dblob\x82") + 6)
+    claimed = frames << 24
+    table = struct.pack("<II", 0x184D2A5E, 8 * frames + 9) + struct.pack("<II", 0, 1 << 24) * frames
+    blob = table + struct.pack("<IBI", frames, 0, 0x8F92EAB1)
+    old_blob = b"dblob\x82\x19" + struct.pack(">H", blob_at) + b"\x19" + struct.pack(">H", blob_len)
+    manifest = manifest.replace(old_blob, old_blob[:-2] + struct.pack(">H", len(blob)))
+    manifest = manifest.replace(b"\x1a\x01\x00\x00\x00", b"\x1b" + struct.pack(">Q", claimed))  # shape, length
+    body = b[:blob_at] + blob
+    body += bytes(-len(body) % 4096)  # the manifest is 4096-aligned too
+    footer = struct.pack("<QQQI4x", len(body), len(manifest), 0, 2) + b[-8:]
+    path.write_bytes(body + manifest + footer)
+    # The footer carries the manifest's XXH3-64 (no Python xxh3 here): zt
+    # names the hash it computed when it refuses the placeholder.
+    with pytest.raises(zt.FormatError, match="manifest XXH3-64 is") as e:
+        zt.open(path)
+    digest = int(str(e.value).split("manifest XXH3-64 is ")[1][:16], 16)
+    path.write_bytes(body + manifest + struct.pack("<QQQI4x", len(body), len(manifest), digest, 2) + b[-8:])
+    src.unlink()
+    return claimed
+
+
+@pytest.mark.parametrize("how", ["numpy", "verify_deep"])
+def test_zstd_seek_table_of_empty_frames_claiming_16_gib_is_an_error(tmp, how):
+    path = tmp / "empty_frames.zt"
+    claimed = empty_frames_zt(path)
+    assert path.stat().st_size < 20 << 10
+    action = {
+        "numpy": f"src = zt.open({os.fspath(path)!r})\nassert src['z'].nbytes == {claimed}\nsrc['z'].numpy()",
+        "verify_deep": f"zt.verify({os.fspath(path)!r}, deep=True)",
+    }[how]
+    got = limited.run(action)
+    assert got["kind"] in ("FormatError", "MemoryError") and "empty_frames.zt" in got["message"], got
+    assert "cannot decode to" in got["message"], got
+
+
+def test_zstd_seek_table_of_empty_frames_cli_verify_is_an_error(tmp, zt_cli):
+    path = tmp / "empty_frames.zt"
+    empty_frames_zt(path)
+    for args in (["verify", "--deep"], ["convert"]):
+        out = [os.fspath(tmp / "out.safetensors")] if args == ["convert"] else []
+        proc = limited.run_cli([zt_cli, *args, os.fspath(path), *out])
+        assert proc.returncode != 0 and "cannot decode to" in proc.stderr, (args, proc.stderr)
+    assert sorted(p.name for p in tmp.iterdir()) == ["empty_frames.zt"]

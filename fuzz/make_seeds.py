@@ -1,0 +1,212 @@
+"""Write the fuzz targets' seed corpora with the reference libraries.
+
+    .venv/bin/python fuzz/make_seeds.py
+
+Small files (a few KB each, committed) that reach the main branches of each
+reader: dtypes, byte orders, metadata, compression, sparse and external
+data. The PyTorch and HDF5 seeds are the test suite's committed fixtures
+(tests/data/pt, zt/tests/data/h5); `pickle` and `zt_cbor` get the pickle
+streams and manifests cut out of those and of the `.zt` seeds. Which
+directories seed which target: fuzz/bodies/src/seeds.rs.
+"""
+
+from __future__ import annotations
+
+import io
+import pathlib
+import shutil
+import struct
+import zipfile
+
+import gguf
+import h5py  # noqa: F401  (the h5 fixtures' writer; see zt/tests/data/h5/make_fixtures.py)
+import numpy as np
+import onnx
+import ztensor
+from gguf import GGMLQuantizationType as Q
+from gguf import GGUFEndian, GGUFValueType
+from onnx import TensorProto, helper, numpy_helper
+from safetensors.numpy import save_file
+
+import zt.zrecord
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+SEEDS = ROOT / "fuzz" / "seeds"
+
+
+def fresh(name: str) -> pathlib.Path:
+    d = SEEDS / name
+    shutil.rmtree(d, ignore_errors=True)
+    d.mkdir(parents=True)
+    return d
+
+
+def safetensors_seeds() -> None:
+    d = fresh("safetensors")
+    save_file({"w": np.arange(6, dtype=np.float32).reshape(2, 3)}, str(d / "f32.safetensors"))
+    save_file(
+        {
+            "a": np.arange(4, dtype=np.int64),
+            "b": np.array([True, False]),
+            "c": np.zeros((0, 3), np.float16),
+            "d": np.array(3, np.uint8),
+        },
+        str(d / "mixed.safetensors"),
+        metadata={"format": "np", "k": "v"},
+    )
+    save_file({}, str(d / "empty.safetensors"))
+
+
+def gguf_write(path: pathlib.Path, endian: GGUFEndian, alignment: int | None, tensors) -> None:
+    w = gguf.GGUFWriter(path, "llama", endianess=endian)
+    if alignment:
+        w.add_custom_alignment(alignment)
+    w.add_uint8("k.u8", 7)
+    w.add_int16("k.i16", -3)
+    w.add_float32("k.f32", 0.5)
+    w.add_bool("k.bool", True)
+    w.add_uint64("k.u64", 2**63)
+    w.add_float64("k.f64", 0.25)
+    w.add_token_list(["<s>", "a"])
+    w.add_array("k.nested", [[1, 2], [3]])
+    w.add_key_value("k.u8s", [1, 2], GGUFValueType.ARRAY, sub_type=GGUFValueType.UINT8)
+    for name, arr, raw in tensors:
+        w.add_tensor(name, arr, raw_dtype=raw)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def gguf_seeds() -> None:
+    d = fresh("gguf")
+    rng = np.random.default_rng(0)
+    plain = [
+        ("f32", np.arange(6, dtype=np.float32).reshape(2, 3), None),
+        ("i16", np.arange(4, dtype=np.int16), None),
+        ("i8", np.arange(3, dtype=np.int8), None),
+    ]
+    q4 = [("q4", gguf.quants.quantize(rng.standard_normal((2, 32)).astype(np.float32), Q.Q4_0), Q.Q4_0)]
+    k = [("q4k", rng.integers(0, 256, size=(1, 144), dtype=np.uint8), Q.Q4_K)]
+    gguf_write(d / "le.gguf", GGUFEndian.LITTLE, None, plain + q4)
+    gguf_write(d / "be.gguf", GGUFEndian.BIG, None, plain + q4)
+    gguf_write(d / "align8-kquant.gguf", GGUFEndian.LITTLE, 8, k)
+
+
+def numpy_seeds() -> None:
+    d = fresh("numpy")
+    np.save(d / "f32.npy", np.arange(6, dtype=np.float32).reshape(2, 3))
+    np.save(d / "be-fortran.npy", np.asfortranarray(np.arange(6, dtype=">i4").reshape(2, 3)))
+    np.save(d / "scalar-bool.npy", np.array(True))
+    np.save(d / "c64.npy", np.array([1 + 2j], np.complex64))
+    arrays = {"a": np.arange(5, dtype=np.int16), "b": np.ones((2, 2), np.float64)}
+    np.savez(d / "stored.npz", **arrays)
+    np.savez_compressed(d / "deflated.npz", **arrays)
+
+
+def onnx_seeds() -> None:
+    d = fresh("onnx")
+    inits = [
+        numpy_helper.from_array(np.arange(6, dtype=np.float32).reshape(2, 3), "raw"),
+        helper.make_tensor("typed", TensorProto.INT64, [3], [1, -2, 3]),
+        helper.make_tensor("f16", TensorProto.FLOAT16, [2], np.array([1, 2], np.float16).view(np.uint16).tolist()),
+    ]
+    ext = TensorProto(name="ext", data_type=TensorProto.FLOAT, dims=[4])
+    ext.data_location = TensorProto.EXTERNAL
+    for key, value in (("location", "w.bin"), ("offset", "16"), ("length", "16")):
+        entry = ext.external_data.add()
+        entry.key, entry.value = key, value
+    values = helper.make_tensor("sparse", TensorProto.FLOAT, [2], [1.0, 2.0])
+    linear = helper.make_tensor("idx", TensorProto.INT64, [2], [0, 5])
+    coords = helper.make_tensor("idx2", TensorProto.INT64, [2, 2], [0, 1, 1, 2])
+    sparse = helper.make_sparse_tensor(values, linear, [2, 3])
+    values2 = helper.make_tensor("sparse2", TensorProto.FLOAT, [2], [1.0, 2.0])
+    sparse2 = helper.make_sparse_tensor(values2, coords, [2, 3])
+    graph = helper.make_graph([], "g", [], [], initializer=inits + [ext], sparse_initializer=[sparse, sparse2])
+    onnx.save(helper.make_model(graph), d / "model.onnx")
+    # The external data file, as the fuzz bodies' scratch directory holds it.
+    (d / "w.bin").write_bytes(bytes([7]) * 256)
+    onnx.save(helper.make_model(helper.make_graph([], "g", [], [], initializer=inits[:1])), d / "small.onnx")
+
+
+def zt_seeds() -> None:
+    d = fresh("zt")
+    a = np.arange(64, dtype=np.float32)
+    # Non-canonical at the smallest alignment: canonical files pad each
+    # blob to 64 KiB, and large seeds slow every libFuzzer execution.
+    with ztensor.Writer(str(d / "attributes.zt"), canonical=False, align=4096) as w:
+        w.add("a", a.view(np.uint8), shape=[8, 8], dtype="f32")
+        w.add("b", np.arange(3, dtype=np.int8).view(np.uint8), shape=[3], dtype="i8")
+        w.set_attributes({"format": "np", "n": -5, "list": [1, "x", None, True]})
+        w.finish()
+    with ztensor.Writer(str(d / "zstd.zt"), canonical=False, align=4096) as w:
+        w.add("z", a.view(np.uint8), shape=[64], dtype="f32", encoding="zt.zstd-seekable/1")
+        w.finish()
+    w = ztensor.Writer(str(d / "objects.zt"), canonical=False, align=4096)
+    f32 = np.array([1.0, 2.0, 3.0], np.float32).view(np.uint8)
+    csr = {
+        "values": {"dtype": "f32", "data": f32},
+        "indices": {"dtype": "u32", "data": np.array([0, 2, 1], np.uint32).view(np.uint8)},
+        "indptr": {"dtype": "u32", "data": np.array([0, 2, 2, 3], np.uint32).view(np.uint8)},
+    }
+    w.add_object("csr", [3, 4], csr, layout="zt.sparse_csr/1", attributes={"k": [1, {"n": 2.0}]})
+    w.finish()
+    # zt_cbor: the manifests alone (the footer's last 40 bytes locate them).
+    m = fresh("zt_cbor")
+    for f in sorted(d.iterdir()):
+        b = f.read_bytes()
+        offset, length = struct.unpack_from("<QQ", b, len(b) - 40)
+        (m / f"{f.stem}.cbor").write_bytes(b[offset : offset + length])
+
+
+def pickle_seeds() -> None:
+    d = fresh("pickle")
+    for f in sorted((ROOT / "tests" / "data" / "pt").glob("*.pt")):
+        b = f.read_bytes()
+        if not zipfile.is_zipfile(io.BytesIO(b)):
+            (d / f"{f.stem}.legacy").write_bytes(b)  # the legacy stream is pickles back to back
+            continue
+        with zipfile.ZipFile(f) as z:
+            pkl = next(n for n in z.namelist() if n.endswith("/data.pkl") or n == "data.pkl")
+            (d / f"{f.stem}.pkl").write_bytes(z.read(pkl))
+
+
+def h5_seeds() -> None:
+    # The h5 target edits a committed fixture: byte 0 picks it, then
+    # (u16 offset, xor) triples. No edits: each fixture as written.
+    d = fresh("h5")
+    (d / "earliest.edits").write_bytes(b"\x00")
+    (d / "latest.edits").write_bytes(b"\x01")
+    (d / "superblock.edits").write_bytes(b"\x01" + struct.pack("<HB", 9, 0x01))
+
+
+def zrecord_seeds() -> None:
+    d = fresh("zrecord_meta")
+    tmp = SEEDS / ".zrecord-tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    rng = np.random.default_rng(0)
+    with zt.zrecord.Dense.create(tmp / "dense", np.uint8, (2, 3), codec="zstd", data_shards=2) as w:
+        w.append(rng.integers(0, 255, (5, 2, 3), dtype=np.uint8))
+    with zt.zrecord.Ragged.create(tmp / "ragged", np.int32, 1, codec="zstd") as w:
+        w.append([np.arange(n, dtype=np.int32) for n in (1, 2, 3)])
+    for name in ("dense", "ragged"):
+        (d / f"{name}.zr").write_bytes((tmp / name / "meta.zr").read_bytes())
+    shutil.rmtree(tmp)
+
+
+def main() -> None:
+    safetensors_seeds()
+    gguf_seeds()
+    numpy_seeds()
+    onnx_seeds()
+    zt_seeds()
+    pickle_seeds()
+    h5_seeds()
+    zrecord_seeds()
+    for d in sorted(SEEDS.iterdir()):
+        files = list(d.iterdir())
+        print(f"{d.name}: {len(files)} files, {sum(f.stat().st_size for f in files)} bytes")
+
+
+if __name__ == "__main__":
+    main()
