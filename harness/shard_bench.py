@@ -7,8 +7,12 @@ to one `.safetensors` and to five shards + `model.safetensors.index.json`
 (the shard size is the smallest "N MB" for which huggingface_hub's split
 gives five shards), and the same pair for `.zt` (one canonical file; five
 canonical shards + a root whose table holds each shard's whole-file
-digest, which costs one read-back of every shard). The goal is a sharded
-conversion within 1.1x the single-file one.
+digest, which costs one read-back of every shard). Durability is the
+format writer's in both cases: safetensors is fsynced (the one file; the
+five shards all together, before the index is written), `.zt` is renamed
+into place without fsync (the one file; shards and root), as `zt convert`
+writes `.zt` unless asked to publish. The goal is a sharded conversion
+within 1.1x the single-file one.
 
 Cases are interleaved run by run; every output is deleted and `sync`ed
 outside the timed region; the source stays in the page cache (it is read
@@ -101,7 +105,11 @@ def run(layers, hidden, intermediate, heads, kv_heads, vocab, runs: int) -> list
     work = common.bench_dir("shard")
     src = work / "source.safetensors"
     read_formats.write_safetensors(arrays, os.fspath(src))
-    max_shard_size = shard_size_for(arrays, SHARDS)
+    # The split follows the source's order (safetensors sorts by dtype,
+    # then name), which is the order a conversion writes.
+    with zt.open(src) as opened:
+        in_order = {name: arrays[name] for name in opened}
+    max_shard_size = shard_size_for(in_order, SHARDS)
     try:
         with open(src, "rb") as f:  # into the page cache: conversions read it warm
             while f.read(64 << 20):
@@ -117,7 +125,8 @@ def header(runs: int) -> str:
         "## Sharded conversion: five shards against one file\n\n"
         f"Files on {common.filesystem_of(work)}; source warm in the page cache; {runs} interleaved runs after one "
         "warm-up, outputs deleted and `sync`ed outside the timed region. Throughput is payload bytes per second; "
-        "`vs` is the single-file median over the case's."
+        "`vs` is the single-file median over the case's. safetensors output is fsynced (one file, or five shards "
+        "synced together before the index); `.zt` output is renamed into place without fsync, one file or sharded."
     )
 
 
