@@ -14,6 +14,7 @@ import argparse
 import time
 
 from . import (
+    cold_bench,
     common,
     load_into_bench,
     loader_bench,
@@ -42,6 +43,12 @@ COMPARISONS = {
         dict(tensors=50_000, runs=21),
         open_bench.run,
         open_bench.header,
+    ),
+    "cold": (
+        dict(layers=1, vocab=8_000, runs=2),
+        dict(layers=2, vocab=36_000, runs=5),
+        cold_bench.run,
+        cold_bench.header,
     ),
     "load_into": (
         dict(size_mb=32, runs=2),

@@ -10,12 +10,16 @@ each run, mincore-checked):
   one copy per tensor from the mapping into the destination;
 * the safetensors path: `safetensors.numpy.load_file(path)`, then each array
   copied into its destination (what `model.load_state_dict(load_file(path))`
-  does, for numpy).
+  does, for numpy);
+* with torch installed, into an `nn.Module` holding the same tensors as
+  parameters: `zt.torch.load_into(model, path)` against
+  `model.load_state_dict(safetensors.torch.load_file(path))` and
+  `model.load_state_dict(torch.load(pt, mmap=True, weights_only=True))`
+  (`pt`: the same tensors written by `torch.save`).
 
 Peak RSS: each case once more in a fresh process (`VmHWM`), the
 destination allocated and touched first, so the figure over the destination
-is the second allocation a load makes. No torch rows yet:
-`zt.torch.load_into` is not built.
+is the second allocation a load makes.
 
     python -m harness.load_into_bench --size-mb 512 --runs 7
 """
@@ -36,7 +40,7 @@ import zt.numpy
 
 from . import common, report
 
-MODULES = ["zt", "numpy", "safetensors"]
+MODULES = ["zt", "numpy", "safetensors", "torch"]
 
 
 def model(size_mb: int) -> dict[str, np.ndarray]:
@@ -56,16 +60,76 @@ def destination(path) -> dict[str, np.ndarray]:
         return {n: np.zeros(src[n].shape, np.float16) for n in src}
 
 
-def via_safetensors(dest, path) -> None:
-    for k, v in safetensors.numpy.load_file(path).items():
-        np.copyto(dest[k], v)
+def have_torch() -> bool:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
-def via_zt(dest, path) -> None:
-    zt.numpy.load_into(dest, path)
+class Destination:
+    """What a load writes into: numpy arrays, and (with torch) a module
+    whose parameters are tensors of the same names and shapes."""
+
+    def __init__(self, path):
+        self.path = path
+        self.pt = path.with_suffix(".pt")
+        self.arrays = destination(path)
+        self.model = torch_model(self.arrays) if have_torch() else None
 
 
-CASES = {"zt.numpy.load_into": via_zt, "safetensors load_file + copy": via_safetensors}
+def torch_model(arrays: dict[str, np.ndarray]):
+    """An nn.Module tree with one zeroed fp16 parameter per name."""
+    import torch
+    from torch import nn
+
+    root = nn.Module()
+    for name, arr in arrays.items():
+        *path, leaf = name.split(".")
+        mod = root
+        for part in path:
+            if not hasattr(mod, part):
+                mod.add_module(part, nn.Module())
+            mod = getattr(mod, part)
+        mod.register_parameter(leaf, nn.Parameter(torch.zeros(arr.shape, dtype=torch.float16)))
+    return root
+
+
+def via_safetensors(d: Destination) -> None:
+    for k, v in safetensors.numpy.load_file(d.path).items():
+        np.copyto(d.arrays[k], v)
+
+
+def via_zt(d: Destination) -> None:
+    zt.numpy.load_into(d.arrays, d.path)
+
+
+def via_zt_torch(d: Destination) -> None:
+    import zt.torch
+
+    zt.torch.load_into(d.model, d.path)
+
+
+def via_safetensors_torch(d: Destination) -> None:
+    import safetensors.torch
+
+    d.model.load_state_dict(safetensors.torch.load_file(d.path))
+
+
+def via_torch_load(d: Destination) -> None:
+    import torch
+
+    d.model.load_state_dict(torch.load(d.pt, mmap=True, weights_only=True))
+
+
+NUMPY_CASES = {"zt.numpy.load_into": via_zt, "safetensors load_file + copy": via_safetensors}
+TORCH_CASES = {
+    "zt.torch.load_into(model)": via_zt_torch,
+    "load_state_dict(safetensors.torch.load_file)": via_safetensors_torch,
+    "load_state_dict(torch.load(mmap=True))": via_torch_load,
+}
+CASES = {**NUMPY_CASES, **TORCH_CASES}
 
 
 def peak_rss(case: str, path) -> int:
@@ -83,10 +147,13 @@ def peak_rss(case: str, path) -> int:
         "def hwm():\n"
         "    for line in open('/proc/self/status'):\n"
         "        if line.startswith('VmHWM:'): return int(line.split()[1])\n"
-        "dest = b.destination(sys.argv[2])\n"
-        "for a in dest.values(): a.fill(1)\n"
+        "import pathlib\n"
+        "dest = b.Destination(pathlib.Path(sys.argv[2]))\n"
+        "for a in dest.arrays.values(): a.fill(1)\n"
+        "if dest.model is not None:\n"
+        "    for p in dest.model.parameters(): p.data.fill_(1)\n"
         "before = hwm()\n"
-        "b.CASES[sys.argv[1]](dest, sys.argv[2])\n"
+        "b.CASES[sys.argv[1]](dest)\n"
         "after = hwm()\n"
         "print(json.dumps([before * 1024, after * 1024]))\n"
     )
@@ -97,6 +164,10 @@ def peak_rss(case: str, path) -> int:
     return after - before
 
 
+def model_digests(d: Destination) -> dict[str, int]:
+    return {k: common.digest(v.detach().numpy()) for k, v in d.model.state_dict().items()}
+
+
 def run(size_mb: int, runs: int) -> list[report.Result]:
     work = common.bench_dir("load_into")
     path = work / f"model-{size_mb}.safetensors"
@@ -104,55 +175,78 @@ def run(size_mb: int, runs: int) -> list[report.Result]:
     nbytes = sum(a.nbytes for a in arrays.values())
     if not path.exists():
         safetensors.numpy.save_file(arrays, path)
+    torch_ok = have_torch()
+    if torch_ok and not path.with_suffix(".pt").exists():
+        import torch
+
+        torch.save({k: torch.from_numpy(v) for k, v in arrays.items()}, path.with_suffix(".pt"))
     want = {k: common.digest(v) for k, v in arrays.items()}
     del arrays
-    dest = destination(path)
-    results = []
-    for label, cold in (("warm", False), ("cold", True)):
-        cached = []
-
-        def before(cold=cold, cached=cached):
-            if cold:
-                common.drop_cache(path)
-                cached.append(common.cached_fraction(path))
-
-        cases = {name: (lambda fn=fn: fn(dest, path)) for name, fn in CASES.items()}
-        samples, _ = common.interleaved(cases, runs, warmup=1, before=before)
-        assert {k: common.digest(v) for k, v in dest.items()} == want
-        notes = [f"{len(dest)} tensors, {nbytes / 2**20:.0f} MiB fp16, on {common.filesystem_of(work)}."]
-        if cold:
-            notes.append(
-                f"Cold: page cache dropped before every run; mincore before runs: max {max(cached, default=0):.3f} cached."
-            )
-        extra = {}
-        if not cold:
-            for name in CASES:
-                extra[name] = {"peak RSS over destination": f"{peak_rss(name, path) / 2**20:.0f} MiB"}
-            notes.append(
-                "Peak RSS includes the mapped file's page-cache pages (zt reads through a shared mapping); "
-                "it is not a measure of allocations alone."
-            )
-        results.append(
-            report.Result(
-                name=f"load_into-{label}",
-                title=f"Load into existing arrays, {nbytes / 2**20:.0f} MiB, {label} cache",
-                samples=samples,
-                peer="safetensors load_file + copy",
-                nbytes=nbytes,
-                modules=MODULES,
-                notes=notes,
-                extra=extra,
-            )
+    dest = Destination(path)
+    files = [path] + ([dest.pt] if torch_ok else [])
+    groups = [
+        (
+            "arrays",
+            NUMPY_CASES,
+            "safetensors load_file + copy",
+            lambda: {k: common.digest(v) for k, v in dest.arrays.items()},
         )
-    results[-1].notes.append("No torch rows: `zt.torch.load_into` is not built yet.")
+    ]
+    if torch_ok:
+        groups.append(
+            ("a torch module", TORCH_CASES, "load_state_dict(safetensors.torch.load_file)", lambda: model_digests(dest))
+        )
+    results = []
+    for what, group, peer, digests in groups:
+        for label, cold in (("warm", False), ("cold", True)):
+            cached: list[float] = []
+
+            def before(cold=cold, cached=cached):
+                if cold:
+                    for f in files:
+                        common.drop_cache(f)
+                    cached.append(max(common.cached_fraction(f) for f in files))
+
+            cases = {name: (lambda fn=fn: fn(dest)) for name, fn in group.items()}
+            samples, _ = common.interleaved(cases, runs, warmup=1, before=before)
+            assert digests() == want
+            notes = [f"{len(dest.arrays)} tensors, {nbytes / 2**20:.0f} MiB fp16, on {common.filesystem_of(work)}."]
+            if cold:
+                notes.append(
+                    "Cold: page cache dropped before every run; mincore before runs: "
+                    f"max {max(cached, default=0):.3f} cached."
+                )
+            extra = {}
+            if not cold:
+                for name in group:
+                    extra[name] = {"peak RSS over destination": f"{peak_rss(name, path) / 2**20:.0f} MiB"}
+                notes.append(
+                    "Peak RSS (VmHWM) includes the page-cache pages a mapping touches (zt and torch.load(mmap=True) "
+                    "read through mappings); it is not a measure of allocations alone."
+                )
+            results.append(
+                report.Result(
+                    name=f"load_into-{'torch-' if group is TORCH_CASES else ''}{label}",
+                    title=f"Load into {what}, {nbytes / 2**20:.0f} MiB, {label} cache",
+                    samples=samples,
+                    peer=peer,
+                    nbytes=nbytes,
+                    modules=MODULES,
+                    notes=notes,
+                    extra=extra,
+                )
+            )
+    if not torch_ok:
+        results[-1].notes.append("No torch rows: torch is not installed.")
     return results
 
 
 def header(runs: int) -> str:
-    v = common.versions("safetensors", "numpy")
+    v = common.versions("safetensors", "numpy", "torch")
     return (
-        "## Loading into existing arrays\n\n"
-        f"safetensors {v['safetensors']}, numpy {v['numpy']}; {runs} interleaved runs. "
+        "## Loading into existing arrays and models\n\n"
+        f"safetensors {v['safetensors']}, numpy {v['numpy']}, torch {v['torch']}; "
+        f"{runs} interleaved runs. "
         f"{report.machine_line(MODULES)}\n"
     )
 

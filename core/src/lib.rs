@@ -22,6 +22,7 @@ pub mod location;
 pub mod open;
 pub mod part;
 pub mod publish;
+pub mod readahead;
 pub mod registry;
 #[cfg(feature = "remote")]
 pub mod remote;

@@ -140,6 +140,9 @@ impl Registry {
     /// URL), in the format its extension names.
     pub fn convert(&self, source: &Source, path: &Path, options: &WriteOptions) -> Result<u64> {
         let writer = self.writer_for(path)?;
+        // A whole read: queue the source's bytes in file order first (advice
+        // only: a failure to advise is no reason to fail the conversion).
+        let _ = source.read_ahead_all();
         crate::publish::to_location(path, &options.storage_options, |local| {
             writer.write(source, local, options)
         })
@@ -224,6 +227,7 @@ fn with_tensors<T>(
     options: &WriteOptions,
     body: impl FnOnce(&crate::shard::Tensors<'_>) -> Result<T>,
 ) -> Result<T> {
+    let _ = source.read_ahead_all(); // as in `Registry::convert`
     let names: Vec<&str> = source.names().collect();
     let items: Vec<crate::shard::Item> = source
         .tensors()

@@ -267,9 +267,34 @@ impl Store {
         }
     }
 
-    /// Ask the kernel to read `[offset, offset + len)` ahead (`MADV_WILLNEED`).
-    /// A no-op for positional stores.
+    /// Ask the kernel to read `[offset, offset + len)` ahead: `MADV_WILLNEED`
+    /// on a mapping, `POSIX_FADV_WILLNEED` on a positional file (the page
+    /// cache both read from). The kernel queues the reads and returns.
     pub fn prefetch(&self, offset: u64, len: u64) -> Result<()> {
+        if let Backing::Positional(file) = &self.backing {
+            use std::os::fd::AsRawFd;
+            let len = len.min(self.len.saturating_sub(offset));
+            if len == 0 {
+                return Ok(());
+            }
+            // SAFETY: fadvise only reads the descriptor it is given; the
+            // file stays open for the call. Advice never changes the bytes.
+            let rc = unsafe {
+                libc::posix_fadvise(
+                    file.as_raw_fd(),
+                    offset as libc::off_t,
+                    len as libc::off_t,
+                    libc::POSIX_FADV_WILLNEED,
+                )
+            };
+            if rc != 0 {
+                return Err(Error::Io {
+                    ctx: self.ctx().at(offset),
+                    source: std::io::Error::from_raw_os_error(rc),
+                });
+            }
+            return Ok(());
+        }
         self.advise(offset, len, libc::MADV_WILLNEED)
     }
 

@@ -90,6 +90,23 @@ impl Source {
         .map_err(to_py_err)
     }
 
+    /// Ask the kernel to read the stored bytes of `names` (every tensor
+    /// when None) ahead, in file order, up to half the available memory
+    /// (see `zt_core::readahead`); the bytes asked for. What whole-load
+    /// calls (`load_file`, `load_into`) run before touching any tensor.
+    #[pyo3(signature = (names = None))]
+    fn _read_ahead(&self, py: Python<'_>, names: Option<Vec<String>>) -> PyResult<u64> {
+        let source = self.get()?;
+        py.detach(|| match names {
+            None => source.read_ahead_all(),
+            Some(names) => {
+                let indexes: Vec<usize> = names.iter().filter_map(|n| source.position(n)).collect();
+                source.read_ahead(&indexes)
+            }
+        })
+        .map_err(to_py_err)
+    }
+
     /// True if some bytes come over the network.
     #[getter]
     fn remote(&self) -> PyResult<bool> {

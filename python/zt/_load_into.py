@@ -154,5 +154,7 @@ def load_into(dest: Mapping[str, np.ndarray], path, strict: bool = True, *, back
         raise ValueError(f"backend must be 'mmap' or 'pread', got {backend!r}")
     with zt.open(path, map=backend == "mmap") as source:
         pairs, missing, unexpected = _check(dest, source, strict)
+        # Every read queued in file order before the copies start.
+        source._native._read_ahead([t.name for t, _ in pairs])
         _copy_all(pairs)
     return LoadResult(missing, unexpected)

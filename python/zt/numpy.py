@@ -32,7 +32,12 @@ def _arrays(source, copy: bool, dequantize: bool, readonly: bool) -> dict[str, n
         # arrays own their bytes (writable).
         views = source._native._arrays([t.name for t in plain], copy)
         arrays = {t.name: t._wrap(v) for t, v in zip(plain, views)}
-    elif readonly or copy:
+        return {t.name: arrays[t.name] if t.name in arrays else t.dequantize() for t in tensors}
+    # A whole load: the disk reads every tensor's bytes in file order with
+    # the reads queued ahead, whatever order the caller then touches the
+    # arrays in (a cold load at the device's speed; see zt_core::readahead).
+    source._native._read_ahead()
+    if readonly or copy:
         arrays = {t.name: t.numpy(copy=copy) for t in plain}
     else:
         from ._load import writable_arrays

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Union
 import numpy as np
 
 from . import _write
+from ._load_into import LoadResult
 
 if TYPE_CHECKING:
     import torch as _torch_types
@@ -108,6 +109,62 @@ def load(data: bytes) -> dict[str, _torch_types.Tensor]:
 
     torch = _torch()
     return {name: _to_torch(torch, arr) for name, arr in load_arrays(data).items()}
+
+
+def _numpy_view(torch, name: str, t) -> np.ndarray:
+    """A writable numpy view of a CPU tensor's own memory, typed as zt's
+    arrays of that dtype are (ml_dtypes for bfloat16 and fp8)."""
+    import ml_dtypes
+
+    if t.device.type != "cpu":
+        raise ValueError(f"{name!r}: destination is on {t.device}; load_into writes tensors in CPU memory")
+    special = {
+        torch.bfloat16: ml_dtypes.bfloat16,
+        torch.float8_e4m3fn: ml_dtypes.float8_e4m3fn,
+        torch.float8_e5m2: ml_dtypes.float8_e5m2,
+        torch.float8_e4m3fnuz: ml_dtypes.float8_e4m3fnuz,
+        torch.float8_e5m2fnuz: ml_dtypes.float8_e5m2fnuz,
+        torch.float8_e8m0fnu: ml_dtypes.float8_e8m0fnu,
+    }
+    t = t.detach()
+    if t.dtype in special:
+        width = {1: torch.uint8, 2: torch.int16}[t.element_size()]
+        return t.view(width).numpy().view(special[t.dtype])
+    try:
+        return t.numpy()
+    except TypeError:
+        raise ValueError(f"{name!r}: destination dtype {t.dtype} has no numpy equivalent zt reads into") from None
+
+
+def load_into(
+    model_or_state_dict: _torch_types.nn.Module | Mapping[str, _torch_types.Tensor],
+    path: PathLike,
+    strict: bool = True,
+    *,
+    backend: str = "mmap",
+) -> LoadResult:
+    """Read every tensor of ``path`` (any format zt reads) into the memory
+    of an existing model's tensors, in place: a ``torch.nn.Module`` (its
+    ``state_dict()`` tensors, which share the parameters' and buffers'
+    memory) or a mapping name -> tensor. The result equals
+    ``model.load_state_dict(safetensors.torch.load_file(path), strict)``
+    without building a second copy of the model: each tensor is one copy
+    from the page cache into its destination, in file order.
+
+    Names, shapes and dtypes are checked first (a mismatch raises
+    ``ValueError`` before anything is written); ``strict`` as in
+    ``load_state_dict``. Returns ``(missing_keys, unexpected_keys)`` (a
+    :class:`zt.numpy.LoadResult`). Destinations must be in CPU memory."""
+    from ._load_into import load_into as load_arrays
+
+    torch = _torch()
+    if isinstance(model_or_state_dict, torch.nn.Module):
+        tensors = model_or_state_dict.state_dict()
+    else:
+        tensors = model_or_state_dict
+    with torch.no_grad():
+        dest = {name: _numpy_view(torch, name, t) for name, t in tensors.items()}
+        return load_arrays(dest, path, strict, backend=backend)
 
 
 # ---- what safetensors.torch refuses, refused the same way -----------------
