@@ -1208,7 +1208,11 @@ fn upstream_ztensor_corpus() {
     let dir = std::env::var_os("ZT_ZTENSOR_CORPUS")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| root.join("tests/data/ztensor-corpus/py-v2.1.2"));
-    assert!(dir.is_dir(), "upstream ztensor corpus not at {}", dir.display());
+    assert!(
+        dir.is_dir(),
+        "upstream ztensor corpus not at {}",
+        dir.display()
+    );
     let mut seen = 0;
     for line in manifest
         .lines()
