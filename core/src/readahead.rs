@@ -4,13 +4,19 @@
 //! A cold load is only as fast as the disk when the disk sees long reads in
 //! file order with several in flight. A reader that takes tensors in name
 //! order (or dict order, or whatever order the caller touches mapped views
-//! in) jumps around the file, and each page fault reads a small window
-//! around itself. So before the tensors are handed out, the stored ranges
-//! they cover are sorted by file and offset, merged across small gaps, and
-//! handed to the kernel (`MADV_WILLNEED` on a mapping, `POSIX_FADV_WILLNEED`
-//! on a positional file) one readahead window per call, in file order: the kernel queues
-//! the reads and returns, so the device runs at full depth while later
-//! accesses find their pages read or in flight.
+//! in) jumps around the file, and each jump costs a synchronous read around
+//! the fault. So before the tensors are handed out, the stored ranges they
+//! cover are sorted by file and offset, merged across small gaps, and read
+//! into the page cache in that order (`Store::populate`: faults taken in
+//! order through the mapping, or `pread`s), which the kernel's readahead
+//! turns into large reads ahead of the reader, as for `cat`. Later accesses,
+//! in any order, find their pages cached.
+//!
+//! Measured (harness/cold_bench.py, 512 MiB, interleaved): `MADV_WILLNEED`
+//! over the same ranges was slower than no advice at all (the kernel caps
+//! one call at a readahead window and reads it in small pages, where the
+//! fault path reads large folios); `MADV_SEQUENTIAL` before populating, and
+//! `pread` into a scratch buffer, were slower than populating too.
 //!
 //! Bounded by memory: at most half of `MemAvailable` is asked for, so a
 //! model larger than memory is not read twice (the tail beyond the budget
@@ -30,32 +36,9 @@ use crate::store::Store;
 /// small tensor the load skips: cheaper to read than to split the request).
 const MERGE_GAP: u64 = 256 << 10;
 
-/// The kernel reads at most the device's readahead size per advice call
-/// (`force_page_cache_ra` caps a `WILLNEED` at `max(io_pages, ra_pages)`
-/// and silently drops the rest), so each call asks for one readahead
-/// window: the device's `read_ahead_kb`, within these bounds.
-const MIN_WINDOW: u64 = 128 << 10;
-const MAX_WINDOW: u64 = 32 << 20;
-
-/// The readahead size of the block device under `path` (the kernel's cap
-/// on one `WILLNEED`), or the kernel's default of 128 KiB when unknown.
-fn window_for(path: &std::path::Path) -> u64 {
-    use std::os::unix::fs::MetadataExt;
-    let Ok(meta) = std::fs::metadata(path) else {
-        return MIN_WINDOW;
-    };
-    let dev = meta.dev();
-    let (major, minor) = (libc::major(dev), libc::minor(dev));
-    let candidates = [
-        format!("/sys/dev/block/{major}:{minor}/queue/read_ahead_kb"),
-        format!("/sys/dev/block/{major}:{minor}/../queue/read_ahead_kb"), // a partition
-        format!("/sys/class/bdi/{major}:{minor}/read_ahead_kb"),
-    ];
-    candidates
-        .iter()
-        .find_map(|p| std::fs::read_to_string(p).ok()?.trim().parse::<u64>().ok())
-        .map_or(MIN_WINDOW, |kib| (kib << 10).clamp(MIN_WINDOW, MAX_WINDOW))
-}
+/// Each populate call covers at most this much, so the memory budget is
+/// checked as the load goes.
+const WINDOW: u64 = 64 << 20;
 
 /// One store and the `[start, end)` ranges a load reads from it.
 type StoreRanges = (Arc<Store>, Vec<(u64, u64)>);
@@ -106,11 +89,11 @@ fn available_memory() -> Option<u64> {
 }
 
 impl Source {
-    /// Ask the kernel to read the stored bytes of the objects at `objects`
-    /// (indexes, as [`Source::position`] gives) ahead, in file order, up to
-    /// half of the memory available. Returns the bytes asked for. Costs a
-    /// few system calls when the bytes are already cached; never changes
-    /// what a read returns.
+    /// Read the stored bytes of the objects at `objects` (indexes, as
+    /// [`Source::position`] gives) into the page cache in file order, up to
+    /// half of the memory available. Returns the bytes read ahead. Costs a
+    /// walk of the page tables when the bytes are already cached; never
+    /// changes what a read returns.
     pub fn read_ahead(&self, objects: &[usize]) -> Result<u64> {
         let budget = available_memory().map_or(u64::MAX, |m| m / 2);
         self.read_ahead_within(objects, budget)
@@ -125,15 +108,14 @@ impl Source {
     pub(crate) fn read_ahead_within(&self, objects: &[usize], budget: u64) -> Result<u64> {
         let mut asked = 0u64;
         for (store, ranges) in plan(self, objects) {
-            let window = window_for(store.path());
             for (start, end) in ranges {
                 let mut at = start;
                 while at < end {
-                    let len = (end - at).min(window).min(budget - asked);
+                    let len = (end - at).min(WINDOW).min(budget - asked);
                     if len == 0 {
                         return Ok(asked);
                     }
-                    store.prefetch(at, len)?;
+                    store.populate(at, len)?;
                     asked += len;
                     at += len;
                 }

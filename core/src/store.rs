@@ -298,6 +298,69 @@ impl Store {
         self.advise(offset, len, libc::MADV_WILLNEED)
     }
 
+    /// Read `[offset, offset + len)` into the page cache now, through the
+    /// kernel's own readahead: `MADV_POPULATE_READ` on a mapping (faults
+    /// taken in order, as a sequential reader takes them, so the kernel
+    /// reads ahead in large folios), `pread` into a scratch buffer on a
+    /// positional file (what `cat` does). Returns when the bytes are
+    /// cached. Unlike `WILLNEED` advice, which this kernel caps at one
+    /// readahead window per call and fills with small pages, this reads at
+    /// the device's sequential speed.
+    pub fn populate(&self, offset: u64, len: u64) -> Result<()> {
+        if len == 0 || offset >= self.len {
+            return Ok(());
+        }
+        let len = len.min(self.len - offset);
+        match &self.backing {
+            Backing::Mapped(map) => {
+                let (start, end) = Self::page_envelope(offset, len);
+                let end = end.min(map.len() as u64);
+                // SAFETY: [start, end) lies inside the mapping (start is
+                // page-aligned, end clamped to its length); populating only
+                // faults in pages of a read-only shared file mapping.
+                let rc = unsafe {
+                    libc::madvise(
+                        map.as_ptr().add(start as usize) as *mut libc::c_void,
+                        (end - start) as usize,
+                        libc::MADV_POPULATE_READ,
+                    )
+                };
+                if rc != 0 {
+                    // Kernels before 5.14 lack it: touch one byte per page
+                    // in order instead (the same faults).
+                    let page = page_size() as usize;
+                    let mut acc = 0u8;
+                    for i in (start as usize..end as usize).step_by(page) {
+                        // SAFETY: i lies inside the mapping (checked above).
+                        acc ^= unsafe { std::ptr::read_volatile(map.as_ptr().add(i)) };
+                    }
+                    std::hint::black_box(acc);
+                }
+                Ok(())
+            }
+            Backing::Positional(file) => {
+                let mut buf = crate::buffer::try_zeroed(
+                    &self.ctx().at(offset),
+                    "a read buffer",
+                    len.min(8 << 20),
+                )?;
+                let mut at = offset;
+                while at < offset + len {
+                    let n = (offset + len - at).min(buf.len() as u64) as usize;
+                    file.read_exact_at(&mut buf[..n], at)
+                        .map_err(|e| Error::Io {
+                            ctx: self.ctx().at(at),
+                            source: e,
+                        })?;
+                    at += n as u64;
+                }
+                Ok(())
+            }
+            #[cfg(feature = "remote")]
+            Backing::Remote(_) => Ok(()),
+        }
+    }
+
     /// Drop the pages `[start, end)` from this process's view of the cache
     /// (`MADV_DONTNEED`). `start` and `end` must be page-aligned; callers
     /// decide which pages are safe to drop (see `Source::evict`).
