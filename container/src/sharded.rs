@@ -21,7 +21,7 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 use crate::cbor::Cbor;
-use crate::write::{objects_of, ObjectIn, Options, Writer};
+use crate::write::{objects_to_ingest, ObjectIn, Options, Writer};
 use zt_core::dtype::DType;
 use zt_core::error::{Context, Error, Result};
 use zt_core::publish::Staging;
@@ -268,11 +268,7 @@ impl ShardedWriter {
     /// Add every tensor of `source`, one object at a time (in name order
     /// when canonical, as [`Writer::ingest`] adds them).
     pub fn ingest(&mut self, source: &Source) -> Result<()> {
-        let mut objects = objects_of(source)?;
-        if self.options.canonical {
-            objects.sort_by(|a, b| a.name.cmp(&b.name));
-        }
-        for o in objects {
+        for o in objects_to_ingest(source, self.options.canonical)? {
             self.add_object(o)?;
         }
         Ok(())

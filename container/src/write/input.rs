@@ -188,6 +188,16 @@ pub fn objects_of(source: &Source) -> Result<Vec<ObjectIn<'_>>> {
         .collect()
 }
 
+/// A source's objects in the order `ingest` adds them: name order when
+/// canonical (the order canonical placement requires), the source's otherwise.
+pub(crate) fn objects_to_ingest(source: &Source, canonical: bool) -> Result<Vec<ObjectIn<'_>>> {
+    let mut objects = objects_of(source)?;
+    if canonical {
+        objects.sort_by(|a, b| a.name.cmp(&b.name));
+    }
+    Ok(objects)
+}
+
 /// File attributes as CBOR (`None` when there are none).
 pub fn attributes_cbor(attrs: &[(String, Value)]) -> Option<Cbor> {
     (!attrs.is_empty()).then(|| {

@@ -41,6 +41,7 @@ mod options;
 mod stream;
 
 pub use batch::{convert, write_objects};
+pub(crate) use input::objects_to_ingest;
 pub use input::{attributes_cbor, objects_of, ObjectIn, PartIn};
 pub use options::{Options, AUTO_THRESHOLD, DEFAULT_LEVEL};
 pub use stream::Writer;

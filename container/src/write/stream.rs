@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use super::describe::{finish_file, object_cbor, root_cbor, storage_and_type, ObjectOut, PartOut};
 use super::heap::Heap;
-use super::input::{check_object, objects_of, sort_parts, ObjectIn, PartIn};
+use super::input::{check_object, objects_to_ingest, sort_parts, ObjectIn, PartIn};
 use super::options::Options;
 use crate::cbor::{self, Cbor};
 use crate::container::{self, FLOOR, MAGIC};
@@ -568,11 +568,7 @@ impl Writer {
     /// Add every tensor of `source` (any readable format), in name order
     /// when canonical.
     pub fn ingest(&mut self, source: &Source) -> Result<()> {
-        let mut objects = objects_of(source)?;
-        if self.options.canonical {
-            objects.sort_by(|a, b| a.name.cmp(&b.name));
-        }
-        for o in objects {
+        for o in objects_to_ingest(source, self.options.canonical)? {
             self.add_object(o)?;
         }
         Ok(())
