@@ -114,18 +114,9 @@ def load(data: bytes) -> dict[str, _torch_types.Tensor]:
 def _numpy_view(torch, name: str, t) -> np.ndarray:
     """A writable numpy view of a CPU tensor's own memory, typed as zt's
     arrays of that dtype are (ml_dtypes for bfloat16 and fp8)."""
-    import ml_dtypes
-
     if t.device.type != "cpu":
         raise ValueError(f"{name!r}: destination is on {t.device}; load_into writes tensors in CPU memory")
-    special = {
-        torch.bfloat16: ml_dtypes.bfloat16,
-        torch.float8_e4m3fn: ml_dtypes.float8_e4m3fn,
-        torch.float8_e5m2: ml_dtypes.float8_e5m2,
-        torch.float8_e4m3fnuz: ml_dtypes.float8_e4m3fnuz,
-        torch.float8_e5m2fnuz: ml_dtypes.float8_e5m2fnuz,
-        torch.float8_e8m0fnu: ml_dtypes.float8_e8m0fnu,
-    }
+    special = _ml_dtypes_of(torch)
     t = t.detach()
     if t.dtype in special:
         width = {1: torch.uint8, 2: torch.int16}[t.element_size()]
@@ -247,14 +238,11 @@ def _refuse(torch, tensors) -> None:
             )
 
 
-def _arrays(tensors: Mapping[str, object]) -> dict[str, np.ndarray]:
-    """torch tensors -> numpy arrays over the same memory (CPU tensors are
-    not copied): every dtype torch and safetensors share, fp4 included."""
-    torch = _torch()
-    _refuse(torch, tensors)
+def _ml_dtypes_of(torch) -> dict:
+    """torch dtypes numpy holds through ml_dtypes, and the ml_dtypes type of each."""
     import ml_dtypes
 
-    special = {
+    return {
         torch.bfloat16: ml_dtypes.bfloat16,
         torch.float8_e4m3fn: ml_dtypes.float8_e4m3fn,
         torch.float8_e5m2: ml_dtypes.float8_e5m2,
@@ -262,6 +250,16 @@ def _arrays(tensors: Mapping[str, object]) -> dict[str, np.ndarray]:
         torch.float8_e5m2fnuz: ml_dtypes.float8_e5m2fnuz,
         torch.float8_e8m0fnu: ml_dtypes.float8_e8m0fnu,
     }
+
+
+def _arrays(tensors: Mapping[str, object]) -> dict[str, np.ndarray]:
+    """torch tensors -> numpy arrays over the same memory (CPU tensors are
+    not copied): every dtype torch and safetensors share, fp4 included."""
+    torch = _torch()
+    _refuse(torch, tensors)
+    import ml_dtypes
+
+    special = _ml_dtypes_of(torch)
     fp4x2 = getattr(torch, "float4_e2m1fn_x2", None)
     arrays = {}
     for name, t in tensors.items():
