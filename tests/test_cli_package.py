@@ -129,6 +129,7 @@ def test_a_reader_closing_the_pipe_ends_the_command_quietly(zt_cli, tmp):
         ["bash", "-c", 'set -o pipefail; "$0" ls "$1" | head -1', zt_cli, os.fspath(big)],
         capture_output=True,
         text=True,
+        timeout=60,  # a hung pipeline is killed, not left running
     )
     assert (done.returncode, done.stderr) == (0, ""), done.stderr
     assert done.stdout.split() == ["NAME", "DTYPE", "SHAPE", "BYTES", "OFFSET"]
