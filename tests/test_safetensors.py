@@ -615,6 +615,39 @@ def test_safetensors_copy_past_the_memory_limit_is_a_memory_error(tmp):
     assert got["kind"] == "MemoryError" and "big.safetensors" in got["message"], got
 
 
+def test_a_mapping_past_the_address_space_limit_is_a_memory_error(tmp):
+    """A valid 5 GiB file (sparse on disk) opened in a process limited to
+    3 GiB of address space: the whole-file mapping cannot be made, which is
+    a MemoryError naming the file and the way around it (it was an OSError,
+    ENOMEM); map=False opens the same file with positional reads."""
+    path = tmp / "huge.safetensors"
+    n = (5 << 30) // 4
+    header = json.dumps({"w": {"dtype": "F32", "shape": [n], "data_offsets": [0, 4 * n]}}).encode()
+    header += b" " * (-len(header) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(header)) + header)
+        f.truncate(8 + len(header) + 4 * n)
+    got = limited.run(f"zt.open({os.fspath(path)!r})", limit=3 * GiB)
+    assert got["kind"] == "MemoryError", got
+    assert "huge.safetensors" in got["message"] and "map=False" in got["message"], got
+    code = f"src = zt.open({os.fspath(path)!r}, map=False)\nassert src['w'].shape == ({n},)"
+    assert limited.run(code, limit=3 * GiB)["kind"] == "none"
+
+
+def test_a_file_that_shrinks_under_a_positional_source_is_a_format_error(tmp):
+    """map=False is the safe path the README offers for files that may
+    change: a file truncated after open fails the read with a FormatError
+    saying the file shrank, in this process (a mapped view would SIGBUS)."""
+    path = tmp / "shrinks.safetensors"
+    safetensors.numpy.save_file({"a": np.arange(4096, dtype=np.float32)}, path)
+    with zt.open(path, map=False) as src:
+        os.truncate(path, 1024)
+        with pytest.raises(zt.FormatError, match="shrank after it was opened"):
+            src["a"].numpy()
+        with pytest.raises(zt.FormatError, match="shrank"):
+            src["a"].numpy(copy=True)
+
+
 def test_zero_element_tensor_with_a_huge_dim_is_a_format_error(tmp):
     path = tmp / "zero.safetensors"
     header = json.dumps({"a": {"dtype": "F32", "shape": [0, 2**64 - 1], "data_offsets": [0, 0]}}).encode()

@@ -160,7 +160,7 @@ pub enum Error {
     /// caller can catch, never an abort.
     #[error(
         "{ctx}: out of memory: cannot allocate {bytes} bytes for {what} \
-         (the process's memory or address-space limit; a zero-copy read needs no buffer)"
+         (the process's memory or address-space limit)"
     )]
     Memory {
         /// Where.

@@ -23,6 +23,13 @@ pub fn error(e: zt_remote::Error) -> Error {
         ErrorKind::Config => RemoteKind::Config,
         ErrorKind::Unsupported => RemoteKind::Unsupported,
         ErrorKind::Io => RemoteKind::Network,
+        ErrorKind::Memory { bytes } => {
+            return Error::Memory {
+                ctx,
+                what: "a read from object storage",
+                bytes,
+            }
+        }
     };
     Error::Remote {
         ctx,

@@ -49,6 +49,21 @@ pub fn page_size() -> u64 {
     })
 }
 
+/// A failed `mmap` of the whole file: `ENOMEM` (the mapping does not fit
+/// the process's address-space limit) is a [`Error::Memory`], which Python
+/// raises as `MemoryError`, like any other allocation zt cannot get; every
+/// other failure is the operating system's.
+fn map_failed(file: &File, local: &Path, location: &Path, e: std::io::Error) -> Error {
+    if e.raw_os_error() == Some(libc::ENOMEM) {
+        return Error::Memory {
+            ctx: Context::file(location),
+            what: "a memory map of the file (zt.open(path, map=False) reads without one)",
+            bytes: file.metadata().map(|m| m.len()).unwrap_or(0),
+        };
+    }
+    Error::io(local, e)
+}
+
 impl Store {
     /// Open and memory-map `path` read-only.
     pub fn open(path: impl AsRef<Path>) -> Result<Store> {
@@ -65,7 +80,7 @@ impl Store {
         // while it is mapped would raise SIGBUS on access; that is the same
         // contract every mmap-based reader (safetensors, numpy.memmap) has,
         // and `open_positional` exists for files that may change.
-        let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(local, e))?;
+        let map = unsafe { Mmap::map(&file) }.map_err(|e| map_failed(&file, local, location, e))?;
         // The length is the mapping's: a file that changed size between a
         // stat and the map must not let a range check pass that the map
         // cannot serve.
@@ -142,6 +157,25 @@ impl Store {
         Context::file(&self.path)
     }
 
+    /// A positional read that failed. A short read means the file shrank
+    /// after it was opened (the range was checked against its length then):
+    /// a [`Error::Truncated`] saying so, where a mapped store would have
+    /// died of `SIGBUS`.
+    fn read_failed(&self, file: &File, offset: u64, len: u64, e: std::io::Error) -> Error {
+        if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            return Error::Truncated {
+                ctx: self.ctx().at(offset),
+                what: "a read of a file that shrank after it was opened",
+                needed: offset.saturating_add(len),
+                available: file.metadata().map(|m| m.len()).unwrap_or(0),
+            };
+        }
+        Error::Io {
+            ctx: self.ctx().at(offset),
+            source: e,
+        }
+    }
+
     /// Check that `[offset, offset + len)` lies inside the file.
     pub fn check_range(&self, offset: u64, len: u64, what: &'static str) -> Result<()> {
         let end = offset.checked_add(len).ok_or(Error::Overflow {
@@ -183,10 +217,7 @@ impl Store {
             Backing::Positional(file) => {
                 let mut buf = crate::buffer::try_zeroed(&self.ctx().at(offset), "a read", len)?;
                 file.read_exact_at(&mut buf, offset)
-                    .map_err(|e| Error::Io {
-                        ctx: self.ctx().at(offset),
-                        source: e,
-                    })?;
+                    .map_err(|e| self.read_failed(file, offset, len, e))?;
                 Ok(Cow::Owned(buf))
             }
             #[cfg(feature = "remote")]
@@ -206,10 +237,9 @@ impl Store {
                 buf.copy_from_slice(&map[offset as usize..offset as usize + buf.len()]);
                 Ok(())
             }
-            Backing::Positional(file) => file.read_exact_at(buf, offset).map_err(|e| Error::Io {
-                ctx: self.ctx().at(offset),
-                source: e,
-            }),
+            Backing::Positional(file) => file
+                .read_exact_at(buf, offset)
+                .map_err(|e| self.read_failed(file, offset, buf.len() as u64, e)),
             #[cfg(feature = "remote")]
             Backing::Remote(object) => object.read_into(offset, buf).map_err(crate::remote::error),
         }
@@ -348,10 +378,7 @@ impl Store {
                 while at < offset + len {
                     let n = (offset + len - at).min(buf.len() as u64) as usize;
                     file.read_exact_at(&mut buf[..n], at)
-                        .map_err(|e| Error::Io {
-                            ctx: self.ctx().at(at),
-                            source: e,
-                        })?;
+                        .map_err(|e| self.read_failed(file, at, n as u64, e))?;
                     at += n as u64;
                 }
                 Ok(())

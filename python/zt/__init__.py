@@ -156,8 +156,12 @@ def open(  # noqa: A001
 
     Zero-copy views are views of the mapped file: a file truncated by
     another process while a view is alive makes the process fail with
-    SIGBUS when the view is read (as ``numpy.memmap`` does). For files that
-    may change under you, use ``map=False`` or copy (``numpy(copy=True)``).
+    SIGBUS when the view is read (as ``numpy.memmap`` does), and so does a
+    copy or conversion that reads the mapping while the file shrinks. For
+    files that may change under you, use ``map=False`` (positional reads: a
+    shrunken file raises ``FormatError``); a ``numpy(copy=True)`` taken while
+    the file is whole keeps its data. A file too large to map under the
+    process's address-space limit raises ``MemoryError``.
     """
     if isinstance(paths, (str, bytes, os.PathLike)):
         paths = [paths]

@@ -27,6 +27,12 @@ pub enum ErrorKind {
     /// A network or server failure that persisted through the retries, or a
     /// local I/O error (spool or cache files).
     Io,
+    /// The buffer for the bytes asked for could not be allocated (the
+    /// process's memory or address-space limit): an error, never an abort.
+    Memory {
+        /// Bytes asked for.
+        bytes: u64,
+    },
 }
 
 /// An object-storage error.
@@ -71,6 +77,15 @@ impl Error {
         Error::new(kind, url, detail)
     }
 
+    /// No memory for a `bytes`-long buffer reading `url`.
+    pub fn memory(url: impl Into<String>, bytes: u64) -> Error {
+        Error::new(
+            ErrorKind::Memory { bytes },
+            url,
+            format!("cannot allocate {bytes} bytes for the bytes read"),
+        )
+    }
+
     /// A local I/O error (spool, cache) about `path`.
     pub fn io(path: impl fmt::Display, e: std::io::Error) -> Error {
         Error::new(ErrorKind::Io, path.to_string(), e.to_string())
@@ -105,6 +120,7 @@ impl fmt::Display for Error {
             ErrorKind::Config => "bad configuration",
             ErrorKind::Unsupported => "unsupported",
             ErrorKind::Io => "request failed",
+            ErrorKind::Memory { .. } => "out of memory",
         };
         write!(f, "{}: {what}: {}", self.url, self.detail)
     }

@@ -87,6 +87,19 @@ pub struct RemoteObject {
     cache: Mutex<ExtentCache>,
 }
 
+/// A zeroed buffer of `len` bytes for a read whose size the file declares:
+/// an allocation the process cannot get is [`ErrorKind::Memory`], not an
+/// abort.
+fn zeroed(url: &str, len: u64) -> Result<Vec<u8>> {
+    let mut buf = Vec::new();
+    usize::try_from(len)
+        .ok()
+        .and_then(|n| buf.try_reserve_exact(n).ok().map(|()| n))
+        .map(|n| buf.resize(n, 0))
+        .ok_or_else(|| Error::memory(url, len))?;
+    Ok(buf)
+}
+
 /// Fetch `[start, start + buf.len())` of `url` into `buf`, checking that the
 /// server sent exactly those bytes.
 async fn fetch_into(
@@ -327,7 +340,7 @@ impl RemoteObject {
             return Ok(hit);
         }
         if len > BLOCK {
-            let mut out = vec![0u8; len as usize];
+            let mut out = zeroed(&self.url.text, len)?;
             self.read_into(offset, &mut out)?;
             return Ok(out);
         }
@@ -381,7 +394,7 @@ impl RemoteObject {
                     todo.push((offset, 0));
                 }
                 None => {
-                    outs.push(vec![0u8; len as usize]);
+                    outs.push(zeroed(&self.url.text, len)?);
                     todo.push((offset, len));
                 }
             }
@@ -479,5 +492,18 @@ impl RemoteObject {
             .buffer_unordered(self.config.concurrency)
             .try_collect::<Vec<()>>();
         block_on(work)?.map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_buffer_past_any_memory_is_an_error_not_an_abort() {
+        let e = zeroed("s3://b/k", 1 << 62).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Memory { bytes: 1 << 62 });
+        assert!(e.to_string().contains("out of memory"), "{e}");
+        assert_eq!(zeroed("s3://b/k", 3).unwrap(), vec![0u8; 3]);
     }
 }

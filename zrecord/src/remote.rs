@@ -76,6 +76,13 @@ mod enabled {
             ErrorKind::Config => RemoteKind::Config,
             ErrorKind::Unsupported => RemoteKind::Unsupported,
             ErrorKind::Io => RemoteKind::Network,
+            ErrorKind::Memory { bytes } => {
+                return Error::Memory {
+                    path: path.into(),
+                    what: "a read from object storage",
+                    bytes,
+                }
+            }
         };
         Error::Remote {
             path: PathBuf::from(e.url),
