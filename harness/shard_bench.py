@@ -7,12 +7,11 @@ to one `.safetensors` and to five shards + `model.safetensors.index.json`
 (the shard size is the smallest "N MB" for which huggingface_hub's split
 gives five shards), and the same pair for `.zt` (one canonical file; five
 canonical shards + a root whose table holds each shard's whole-file
-digest, which costs one read-back of every shard). Durability is the
-format writer's in both cases: safetensors is fsynced (the one file; the
-five shards all together, before the index is written), `.zt` is renamed
-into place without fsync (the one file; shards and root), as `zt convert`
-writes `.zt` unless asked to publish. The goal is a sharded conversion
-within 1.1x the single-file one.
+digest, kept by the shard's writer as it writes; no shard is read back).
+Durability is the same for every case, zt's one rule: the one file is
+fsynced before its rename; the five shards are synced all together before
+the index or root is written, which is synced too. The goal is a sharded
+conversion within 1.1x the single-file one.
 
 Cases are interleaved run by run; every output is deleted and `sync`ed
 outside the timed region; the source stays in the page cache (it is read
@@ -125,8 +124,8 @@ def header(runs: int) -> str:
         "## Sharded conversion: five shards against one file\n\n"
         f"Files on {common.filesystem_of(work)}; source warm in the page cache; {runs} interleaved runs after one "
         "warm-up, outputs deleted and `sync`ed outside the timed region. Throughput is payload bytes per second; "
-        "`vs` is the single-file median over the case's. safetensors output is fsynced (one file, or five shards "
-        "synced together before the index); `.zt` output is renamed into place without fsync, one file or sharded."
+        "`vs` is the single-file median over the case's. Every output is durable, as zt writes every format: one "
+        "file fsynced before its rename, or five shards synced together before the index or root (itself synced)."
     )
 
 

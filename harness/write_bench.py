@@ -3,8 +3,9 @@
   mixed  -- realistic transformer shapes of several sizes;
   small  -- ~50k tensors of 10 KiB each (at 512 MiB).
 Each writer writes the same arrays; runs are interleaved, the output removed
-and `sync`ed outside the timed region. No writer here fsyncs inside the timed
-region unless noted. Data: synthetic random bits (the seed's workloads are
+and `sync`ed outside the timed region. zt's writers fsync their output (every
+format, `.zt` included: zt's one durability rule) and upstream ztensor's
+does; the other libraries do not. Data: synthetic random bits (the seed's workloads are
 synthetic).
 
     python -m harness.write_bench --size-mb 512 --runs 3
@@ -179,8 +180,9 @@ def header(runs: int) -> str:
         "## Writing: zt's writers against each format's own library and upstream ztensor\n\n"
         + ", ".join(f"{k} {x}" for k, x in v.items())
         + f". Files on {common.filesystem_of(work)}; {runs} interleaved runs after one warm-up; the previous output is "
-        "deleted and `sync`ed outside the timed region. Only upstream ztensor fsyncs (in `Writer.finish`); zt writes "
-        "beside the destination and renames without fsync unless publishing. Throughput is payload bytes per second; "
+        "deleted and `sync`ed outside the timed region. zt's writers (every format) fsync the file before its rename "
+        "and the directory after; upstream ztensor fsyncs in `Writer.finish`; the other libraries do not fsync. "
+        "Throughput is payload bytes per second; "
         "`size ÷ payload` shows the padding each placement costs (the alignment trade-off)."
     )
 

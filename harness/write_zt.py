@@ -122,8 +122,8 @@ def main() -> None:
         f"Command: `python -m harness.write_zt --size-mb {args.size_mb} --runs {args.runs}`  ",
         f"Machine: {report.machine_line(list(raw['versions']))}.  ",
         f"Median of {args.runs} interleaved runs after one warm-up; "
-        "throughput is payload bytes / wall time (page cache, no fsync, except upstream ztensor, "
-        "whose writer always fsyncs).",
+        "throughput is payload bytes / wall time (zt's writers fsync the file and its directory, as "
+        "upstream ztensor's does; safetensors does not).",
         "",
         "| workload | tensors | payload MiB | writer | median s (IQR) | GB/s | file / payload | vs safetensors | vs upstream |",
         "|---|---|---|---|---|---|---|---|---|",

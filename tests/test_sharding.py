@@ -95,6 +95,35 @@ def test_oversized_tensor_gets_its_own_shard(tmp):
     }
 
 
+def test_each_shard_holds_its_tensors_in_the_order_its_library_writes_them(tmp):
+    """Which shard a tensor goes to is huggingface_hub's split of the tensors
+    in the order given; the order inside a shard is the format's own: a
+    safetensors shard is byte for byte what the safetensors library writes
+    for that shard's tensors (as save_pretrained writes each shard; it sorts
+    by dtype, then name), a `.zt` shard what zt writes for them as one file
+    (canonical: names sorted)."""
+    tensors = model()
+    assert len({a.dtype for a in tensors.values()}) > 1  # dtype order differs from name order
+    meta = {"format": "np"}
+    zt.numpy.save_file(tensors, tmp / "model.safetensors", max_shard_size=9000, metadata=meta)
+    split = hub_split(tensors, 9000)
+    assert len(split.filename_to_tensors) > 2
+    for filename, names in split.filename_to_tensors.items():
+        want = safetensors.numpy.save({n: tensors[n] for n in names}, metadata=meta)
+        assert (tmp / filename).read_bytes() == want, filename
+    out = tmp / "zt"
+    out.mkdir()
+    zt.numpy.save_file(tensors, out / "model.zt", max_shard_size=9000, metadata=meta)
+    members = hub_split(tensors, 9000, pattern="model{suffix}.zt").filename_to_tensors.values()
+    for i, names in enumerate(members):
+        alone = tmp / f"alone-{i}.zt"
+        zt.numpy.save_file({n: tensors[n] for n in names}, alone, metadata=meta)
+        shard = out / f"model-{i + 1:05d}.zt"
+        assert shard.read_bytes() == alone.read_bytes(), shard.name
+        with ztensor.open(str(shard)) as src:
+            assert list(src) == sorted(names)
+
+
 def test_sizes_read_as_huggingface_hub_reads_them():
     for text in ["5GB", "500MB", "1.5KB", "2tb", " 10 MB "]:
         assert zt._write.shard_size(text) == parse_size_to_int(text)

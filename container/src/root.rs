@@ -6,30 +6,31 @@
 //! copies their object entries and adds the `shard` label. Upstream
 //! ztensor opens the result with its positional resolver (`STEM-LABEL.zt`
 //! beside the root) and `verify_shards` hashes each shard against the
-//! table.
+//! table. The root is written from what each shard's writer kept while
+//! writing it (digest and manifest); no shard is read back.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::cbor::{self, Cbor};
 use crate::container::{Footer, FLOOR, MAGIC, VERSION};
-use crate::manifest::ObjectDef;
-use crate::read::manifest_of;
+use crate::manifest::{self, ObjectDef};
 use crate::write::attributes_cbor;
 use zt_core::catalog::{Attributes, Digest};
 use zt_core::error::{Context, Error, Result};
-use zt_core::limits::Limits;
-use zt_core::store::Store;
+use zt_core::write::WrittenFile;
 
-/// Write the root at `root` for the complete shard files `shards`, named
-/// by `labels` in its table, with the checkpoint's `attributes` (fsynced
-/// before its rename when `durable`). Shard
-/// digests are XXH3-64 of the whole file (spec §7.1 allows any registered
-/// algorithm; XXH3 costs a tenth of SHA-256 on the read-back). Returns the
-/// root's size.
+/// Write the root at `root` for the complete shard files `shards` (as
+/// their writer described them: [`crate::write::write_shard`],
+/// [`crate::write::Writer::finish_shard`]), named by `labels` in its
+/// table, with the checkpoint's `attributes` (fsynced before its rename
+/// when `durable`). Shard digests are XXH3-64 of the whole file (spec
+/// §7.1 allows any registered algorithm), computed by the shard's writer
+/// over the bytes as it wrote them, and the objects come from the
+/// manifest it wrote: no shard is read back. Returns the root's size.
 pub fn write_root(
     root: &Path,
-    shards: &[PathBuf],
+    shards: &[WrittenFile],
     labels: &[String],
     attributes: &Attributes,
     durable: bool,
@@ -41,30 +42,19 @@ pub fn write_root(
 /// (what `zt.Writer.set_attributes` gives), or none.
 pub fn write_root_cbor(
     root: &Path,
-    shards: &[PathBuf],
+    shards: &[WrittenFile],
     labels: &[String],
     attributes: Option<Cbor>,
     durable: bool,
 ) -> Result<u64> {
-    // Each shard is read back once to hash it, in parallel: the bytes were
-    // just written and are in the page cache.
-    let described: Vec<Result<(u64, Digest, Vec<ObjectDef>)>> = std::thread::scope(|s| {
-        let jobs: Vec<_> = shards
-            .iter()
-            .map(|path| s.spawn(move || describe(path)))
-            .collect();
-        jobs.into_iter()
-            .map(|j| j.join().expect("hashing a shard does not panic"))
-            .collect()
-    });
     let mut objects = Vec::new();
     let mut table = Vec::new();
-    for (d, label) in described.into_iter().zip(labels) {
-        let (size, digest, objs) = d?;
+    for (shard, label) in shards.iter().zip(labels) {
+        let (digest, objs) = describe(shard)?;
         table.push((
             label.clone(),
             Cbor::map([
-                ("size", Cbor::UInt(size)),
+                ("size", Cbor::UInt(shard.bytes)),
                 ("digest", Cbor::Text(digest.to_string().into())),
             ]),
         ));
@@ -94,16 +84,19 @@ pub fn write_root_cbor(
     })
 }
 
-/// A shard's size, whole-file digest and objects.
-fn describe(path: &Path) -> Result<(u64, Digest, Vec<ObjectDef>)> {
-    let store = Store::open(path)?;
-    let (_, m) = manifest_of(&store, &Limits::default())?;
-    let m = m.ok_or_else(|| Error::Write {
-        ctx: Context::file(path),
-        reason: "a shard written for a root must have a manifest".into(),
-    })?;
-    let digest = Digest::Xxh3(xxhash_rust::xxh3::xxh3_64(store.slice(0, store.len())?));
-    Ok((store.len(), digest, m.objects))
+/// A shard's whole-file digest and objects, from what its writer kept.
+fn describe(shard: &WrittenFile) -> Result<(Digest, Vec<ObjectDef>)> {
+    let ctx = Context::file(&shard.path);
+    let (Some(digest), Some(manifest)) = (shard.digest, &shard.manifest) else {
+        return Err(Error::Write {
+            ctx,
+            reason: "a shard written for a root must come with its digest and manifest".into(),
+        });
+    };
+    // The manifest's offset only places errors, and this one was just
+    // written by zt: any error here is zt's own.
+    let m = manifest::parse(manifest, &ctx, 0)?;
+    Ok((digest, m.objects))
 }
 
 /// A shard's object entry as the root lists it: the same, each part

@@ -29,11 +29,12 @@ use zt_core::shard::{self, ShardLayout, Tie};
 use zt_core::source::Source;
 
 /// The layout the `.zt` writer declares (`ZtWriter::shard_layout`): shard
-/// names and the replaced-shard cleanup follow it.
+/// names and the replaced-shard cleanup follow it. (How durable the files
+/// are is the writer's `publish` option, as for one file.)
 const LAYOUT: ShardLayout = ShardLayout {
     checkpoint_name: "model.zt",
     tie: Tie::Root(crate::root::write_root),
-    durable: false,
+    durable: true,
 };
 
 /// One shard being written: its writer, the bytes placed in it and how
@@ -313,11 +314,18 @@ fn publish(
 ) -> Result<u64> {
     let mut bytes = 0;
     let mut paths = Vec::with_capacity(shards.len());
+    let mut written = Vec::with_capacity(shards.len());
     for mut s in shards {
         if let Some(a) = &attributes {
             s.writer.set_attributes(a.clone())?;
         }
-        bytes += s.writer.finish()?;
+        let file = s.writer.finish_shard()?;
+        bytes += file.bytes;
+        written.push(file);
+        if options.publish {
+            // The device writes this shard while the next one finishes.
+            zt_core::publish::start_writeback(&s.path);
+        }
         paths.push(s.path);
     }
     if options.publish {
@@ -341,7 +349,7 @@ fn publish(
     let n = paths.len();
     let labels: Vec<String> = (0..n).map(shard::root_label).collect();
     let root = staging.path().join(&name);
-    bytes += crate::root::write_root_cbor(&root, &paths, &labels, attributes, options.publish)?;
+    bytes += crate::root::write_root_cbor(&root, &written, &labels, attributes, options.publish)?;
     let mut staged: Vec<(PathBuf, String)> = paths
         .into_iter()
         .enumerate()
@@ -353,7 +361,8 @@ fn publish(
 }
 
 /// Shard file `n` in the staging directory (never synced on its own: the
-/// checkpoint syncs all of them together).
+/// checkpoint syncs all of them together), its whole-file digest kept as
+/// it is written, for the root.
 fn new_shard(staging: &Staging, n: usize, options: &Options) -> Result<Shard> {
     let path = staging.path().join(format!("shard-{n:05}.zt"));
     let options = Options {
@@ -361,7 +370,7 @@ fn new_shard(staging: &Staging, n: usize, options: &Options) -> Result<Shard> {
         ..*options
     };
     Ok(Shard {
-        writer: Writer::create(&path, options)?,
+        writer: Writer::create_shard(&path, options)?,
         path,
         size: 0,
         count: 0,
@@ -375,5 +384,85 @@ fn relabel(e: Error, staging: &Staging, dest: &Path) -> Error {
     match e.context().file.clone() {
         Some(file) if file.starts_with(staging.path()) => e.relabel(&file, dest),
         _ => e,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::read::manifest_of;
+    use crate::write::write_shard;
+    use zt_core::catalog::Digest;
+    use zt_core::limits::Limits;
+    use zt_core::store::Store;
+    use zt_core::write::Align;
+
+    fn xxh3_of(path: &Path) -> String {
+        let bytes = std::fs::read(path).unwrap();
+        Digest::Xxh3(xxhash_rust::xxh3::xxh3_64(&bytes)).to_string()
+    }
+
+    #[test]
+    fn the_root_records_each_shards_whole_file_digest_as_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let dest = dir.path().join("model.zt");
+        let bytes = |seed: u8, n: usize| -> Vec<u8> {
+            (0..n).map(|i| (i as u8).wrapping_mul(31) ^ seed).collect()
+        };
+        let (a, b, c, e) = (
+            bytes(1, 3000),
+            bytes(2, 3000),
+            bytes(3, 3000),
+            bytes(4, 100),
+        );
+        let mut w = ShardedWriter::create(&dest, Options::default(), 7000).unwrap();
+        w.add("a", DType::U8, &[3000], &a).unwrap();
+        w.add("b", DType::U8, &[3000], &b).unwrap();
+        w.add("c", DType::U8, &[3000], &c).unwrap();
+        // A streamed part identical to `c`: shared, and cut back off the
+        // file after it was written (and hashed).
+        w.stream("d", &[3000], "dense", None, &[("data", DType::U8, 3000)])
+            .unwrap();
+        w.write_chunk(&c[..1000]).unwrap();
+        w.write_chunk(&c[1000..]).unwrap();
+        w.close_stream().unwrap();
+        w.add("e", DType::U8, &[100], &e).unwrap();
+        w.finish().unwrap();
+        let root = Store::open(&dest).unwrap();
+        let (_, m) = manifest_of(&root, &Limits::default()).unwrap();
+        let m = m.unwrap();
+        assert_eq!(m.shards.len(), 2);
+        for s in &m.shards {
+            let shard = dir.path().join(format!("model-{}.zt", s.name));
+            assert_eq!(s.size, std::fs::metadata(&shard).unwrap().len());
+            assert_eq!(s.digest, xxh3_of(&shard), "{}", s.name);
+        }
+    }
+
+    #[test]
+    fn a_batch_shard_is_hashed_as_written_holes_included() {
+        let dir = tempfile::tempdir().unwrap();
+        let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+        for (canonical, align) in [(true, Align::Canonical), (false, Align::Auto)] {
+            let path = dir.path().join(format!("s-{canonical}.zt"));
+            let objects = vec![
+                ObjectIn::dense("big", DType::U8, &[300_000], &data),
+                ObjectIn::dense("small", DType::U8, &[10], &data[..10]),
+                ObjectIn::dense("twin", DType::U8, &[10], &data[..10]),
+            ];
+            let options = Options {
+                canonical,
+                align,
+                ..Options::default()
+            };
+            let w = write_shard(&path, objects, None, &options).unwrap();
+            assert_eq!(w.bytes, std::fs::metadata(&path).unwrap().len());
+            assert_eq!(w.digest.unwrap().to_string(), xxh3_of(&path));
+            let store = Store::open(&path).unwrap();
+            let (footer, _) = manifest_of(&store, &Limits::default()).unwrap();
+            let manifest =
+                crate::container::read_manifest(&store, &footer, &Limits::default()).unwrap();
+            assert_eq!(w.manifest.as_deref(), Some(&manifest[..]));
+        }
     }
 }

@@ -4,9 +4,68 @@
 //! or more are skipped, leaving holes that read as zeros: canonical
 //! placement pads 10 KiB tensors to 64 KiB, and writing those zeros made 6x
 //! the payload in dirty pages for the kernel to flush.
+//!
+//! [`FileHash`] is the digest of the whole file as it is written, for a
+//! shard whose root's table records it (spec §7.1): the file is never
+//! read back to hash it.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
+
+use zt_core::catalog::Digest;
+
+/// Zeros to hash a gap from.
+static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
+
+/// The XXH3-64 digest of a whole file written front to back: every byte
+/// fed in file order as it is written, a gap (a hole, or padding) as the
+/// zeros it reads as. Boxed: `Xxh3` is 64-byte aligned, and a writer held
+/// inline by a Python object (whose allocator aligns to 16) would
+/// otherwise sit misaligned. Cloned to set a state aside (a streamed part
+/// that may be cut back off the file).
+#[derive(Clone)]
+pub(crate) struct FileHash {
+    state: Box<xxhash_rust::xxh3::Xxh3>,
+    /// The offset of the next byte to hash.
+    at: u64,
+}
+
+impl std::fmt::Debug for FileHash {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileHash").field("at", &self.at).finish()
+    }
+}
+
+impl FileHash {
+    pub(crate) fn new() -> FileHash {
+        FileHash {
+            state: Box::new(xxhash_rust::xxh3::Xxh3::new()),
+            at: 0,
+        }
+    }
+
+    /// `bytes` written at `offset`, at or past every byte hashed so far
+    /// (what lies between reads as zeros).
+    pub(crate) fn update_at(&mut self, offset: u64, bytes: &[u8]) {
+        let mut gap = offset
+            .checked_sub(self.at)
+            .expect("a file is hashed front to back");
+        while gap > 0 {
+            let n = gap.min(ZEROS.len() as u64) as usize;
+            self.state.update(&ZEROS[..n]);
+            gap -= n as u64;
+        }
+        self.state.update(bytes);
+        self.at = offset + bytes.len() as u64;
+    }
+
+    /// The digest of a file of `len` bytes whose last bytes were hashed
+    /// (nothing past them: the file ends where the hashing did).
+    pub(crate) fn digest(&self, len: u64) -> Digest {
+        assert_eq!(self.at, len, "the whole file was hashed");
+        Digest::Xxh3(self.state.digest())
+    }
+}
 
 /// Pieces at least this long bypass the buffer.
 const DIRECT: usize = 256 << 10;
@@ -20,16 +79,25 @@ pub(crate) struct Sink<'f> {
     /// Bytes not yet written, which belong at `start`.
     buf: Vec<u8>,
     start: u64,
+    /// The whole-file digest, fed as bytes are put, when asked for.
+    hash: Option<FileHash>,
 }
 
 impl<'f> Sink<'f> {
-    /// Write into `file` from offset `at` on.
-    pub(crate) fn new(file: &'f File, at: u64) -> Self {
+    /// Write into `file` from offset `at` on, feeding `hash` (the digest
+    /// of what precedes `at`) with every byte put, when given.
+    pub(crate) fn new(file: &'f File, at: u64, hash: Option<FileHash>) -> Self {
         Sink {
             file,
             buf: Vec::with_capacity(BUFFER),
             start: at,
+            hash,
         }
+    }
+
+    /// The whole-file digest so far (of every byte put), if kept.
+    pub(crate) fn take_hash(&mut self) -> Option<FileHash> {
+        self.hash.take()
     }
 
     /// The offset the next byte goes to.
@@ -39,6 +107,9 @@ impl<'f> Sink<'f> {
 
     /// Append `bytes` at the current position.
     pub(crate) fn put(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        if let Some(h) = &mut self.hash {
+            h.update_at(self.start + self.buf.len() as u64, bytes);
+        }
         if bytes.len() >= DIRECT {
             self.flush()?;
             self.file.write_all_at(bytes, self.start)?;
@@ -93,7 +164,7 @@ mod tests {
             .open(&path)
             .unwrap();
         let big: Vec<u8> = (0..DIRECT + 5).map(|i| i as u8).collect();
-        let mut sink = Sink::new(&file, 8);
+        let mut sink = Sink::new(&file, 8, Some(FileHash::new()));
         sink.put(b"abc").unwrap();
         sink.skip_to(100).unwrap(); // small gap: zeros in the buffer
         sink.put(&big).unwrap(); // direct, after flushing "abc" + zeros
@@ -108,5 +179,12 @@ mod tests {
         want[100..100 + big.len()].copy_from_slice(&big);
         want[end as usize - 3..].copy_from_slice(b"xyz");
         assert_eq!(got, want);
+        // The digest kept while writing is the file's: the first 8 bytes
+        // (zeros here) and every gap hashed as the zeros they read as.
+        let hash = sink.take_hash().unwrap();
+        assert_eq!(
+            hash.digest(end),
+            Digest::Xxh3(xxhash_rust::xxh3::xxh3_64(&got))
+        );
     }
 }

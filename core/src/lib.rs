@@ -44,4 +44,4 @@ pub use part::{Caps, Location, PartRef, Tensor};
 pub use registry::Registry;
 pub use source::Source;
 pub use store::Store;
-pub use write::{Align, FormatWriter, TensorIn, WriteOptions};
+pub use write::{Align, FormatWriter, TensorIn, WriteOptions, WrittenFile};

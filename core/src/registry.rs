@@ -247,9 +247,9 @@ fn with_tensors<T>(
     let write = |indexes: &[usize], path: &Path, defer_sync: bool| {
         let options = if defer_sync { &deferred } else { &local };
         if indexes.len() == source.len() && indexes.iter().enumerate().all(|(i, &j)| i == j) {
-            writer.write(source, path, options)
+            writer.write_shard(source, path, options)
         } else {
-            writer.write(&source.select(indexes), path, options)
+            writer.write_shard(&source.select(indexes), path, options)
         }
     };
     body(&crate::shard::Tensors {

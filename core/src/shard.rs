@@ -23,6 +23,7 @@ use crate::catalog::Attributes;
 use crate::error::{Context, Error, Result};
 use crate::location::{is_url, parent_dir, sibling};
 use crate::publish::Staging;
+use crate::write::WrittenFile;
 
 /// Hugging Face's default shard size (`huggingface_hub`'s `MAX_SHARD_SIZE`).
 pub const DEFAULT_MAX_SHARD_SIZE: u64 = 5_000_000_000;
@@ -131,12 +132,14 @@ pub fn plan(items: &[Item], max: u64) -> Plan {
 }
 
 /// Writes the file that ties a format's shards together (its root), at
-/// `root`, given the shard files (already complete, in order), the labels
-/// the root names them by, and the checkpoint's attributes; fsynced before
-/// its rename when `durable`. Returns the bytes written.
+/// `root`, given the shard files (already complete, in order, as their
+/// writer described them: the root is written from that, reading no
+/// shard back), the labels the root names them by, and the checkpoint's
+/// attributes; fsynced before its rename when `durable`. Returns the bytes
+/// written.
 pub type WriteRoot = fn(
     root: &Path,
-    shards: &[PathBuf],
+    shards: &[WrittenFile],
     labels: &[String],
     attributes: &Attributes,
     durable: bool,
@@ -150,14 +153,19 @@ pub struct ShardLayout {
     pub checkpoint_name: &'static str,
     /// What ties the shards together.
     pub tie: Tie,
-    /// The format's writer makes a file durable (fsync before its rename).
-    /// A sharded checkpoint is then as durable: its shards are written
-    /// without the fsync and synced all together (one wait for the device
-    /// instead of one per shard) before the index or root is written, the
-    /// index or root is synced, and so is the directory they are moved
-    /// into. Otherwise (`.zt`, which syncs only when asked: `publish`)
-    /// nothing is synced, as for one file: shards, root and directory are
-    /// renamed into place only.
+    /// The format's writer makes a file durable (fsync of the file before
+    /// its rename and of the directory after: [`crate::publish`]), as
+    /// every writer zt has does. A sharded checkpoint is then as durable:
+    /// its shards are written without the fsync
+    /// ([`crate::WriteOptions::defer_sync`]), each one's writeback started
+    /// as it completes ([`crate::publish::start_writeback`]) and all
+    /// synced together ([`crate::publish::sync_files`]: one wait for the
+    /// device instead of one per shard) before the index or root is
+    /// written; the index or root is synced before its rename, and the
+    /// directory after the set is moved into it. In a model directory
+    /// ([`write_dir`]) the copied files are synced too, and the directory
+    /// before and after its rename. Without it nothing is synced: files
+    /// and directory are renamed into place only.
     pub durable: bool,
 }
 
@@ -252,13 +260,14 @@ pub struct Tensors<'a> {
     /// Write the tensors with these indexes to this local path (publishing
     /// it there, as every writer does; with `defer_sync` true, without
     /// the fsync: [`WriteOptions::defer_sync`](crate::WriteOptions)); returns
-    /// the bytes written.
+    /// the file as its writer describes it
+    /// ([`crate::FormatWriter::write_shard`]).
     pub write: &'a WriteShard<'a>,
 }
 
 /// Writes the tensors with these indexes to this path, without its fsync
-/// when the flag is set; returns the bytes written.
-pub type WriteShard<'a> = dyn Fn(&[usize], &Path, bool) -> Result<u64> + Sync + 'a;
+/// when the flag is set; returns the file as its writer describes it.
+pub type WriteShard<'a> = dyn Fn(&[usize], &Path, bool) -> Result<WrittenFile> + Sync + 'a;
 
 /// Write a checkpoint at `dest` (a file path or an `s3://` URL) in shards
 /// of at most `max` bytes. One shard is one plain file at `dest`, as
@@ -276,7 +285,7 @@ pub fn write(
     let plan = plan(tensors.items, max);
     if plan.shards.len() == 1 {
         let bytes = crate::publish::to_location(dest, storage_options, |local| {
-            (tensors.write)(&plan.shards[0], local, false)
+            Ok((tensors.write)(&plan.shards[0], local, false)?.bytes)
         })?;
         return Ok(Written {
             files: vec![dest.to_path_buf()],
@@ -333,7 +342,8 @@ pub fn write_dir(
         }
         let (checkpoint, n) = if plan.shards.len() == 1 {
             let n = (tensors.write)(&plan.shards[0], &dir.join(name), false)
-                .map_err(|e| relabel(e, dir, &dest_dir.join(name)))?;
+                .map_err(|e| relabel(e, dir, &dest_dir.join(name)))?
+                .bytes;
             (vec![name.to_string()], n)
         } else {
             build(dir, name, layout, tensors, &plan, &dest_dir.join(name))?
@@ -451,8 +461,11 @@ fn build_in(
     let mut files: Vec<String> = (0..n).map(|i| layout.shard_name(name, i, n)).collect();
     let paths: Vec<PathBuf> = files.iter().map(|f| dir.join(f)).collect();
     let mut bytes = 0;
+    let mut written = Vec::with_capacity(n);
     for (shard, path) in plan.shards.iter().zip(&paths) {
-        bytes += (tensors.write)(shard, path, layout.durable)?;
+        let file = (tensors.write)(shard, path, layout.durable)?;
+        bytes += file.bytes;
+        written.push(file);
         if layout.durable {
             // The device writes this shard while the next one is built.
             crate::publish::start_writeback(path);
@@ -477,7 +490,7 @@ fn build_in(
         Tie::Root(write_root) => {
             let labels: Vec<String> = (0..n).map(root_label).collect();
             let root = dir.join(name);
-            bytes += write_root(&root, &paths, &labels, tensors.attributes, layout.durable)?;
+            bytes += write_root(&root, &written, &labels, tensors.attributes, layout.durable)?;
             files.push(name.to_string());
         }
     }
@@ -667,7 +680,13 @@ mod tests {
         assert!(hf.is_shard_name("model.safetensors", "model-00002-of-00005.safetensors"));
         assert!(!hf.is_shard_name("model.safetensors", "model.safetensors"));
         assert!(!hf.is_shard_name("model.safetensors", "model-2-of-5.safetensors"));
-        fn no_root(_: &Path, _: &[PathBuf], _: &[String], _: &Attributes, _: bool) -> Result<u64> {
+        fn no_root(
+            _: &Path,
+            _: &[WrittenFile],
+            _: &[String],
+            _: &Attributes,
+            _: bool,
+        ) -> Result<u64> {
             Ok(0)
         }
         let root = ShardLayout {

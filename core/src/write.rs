@@ -3,10 +3,10 @@
 //! files through [`crate::publish`].
 
 use std::borrow::Cow;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
-use crate::catalog::Value;
+use crate::catalog::{Digest, Value};
 use crate::dtype::{num_elements, DType};
 use crate::error::{Context, Error, Result};
 use crate::source::Source;
@@ -89,11 +89,42 @@ pub struct WriteOptions {
     /// How an `s3://` destination is reached (see `OpenOptions`); format
     /// writers never see it: the destination is published by upload.
     pub storage_options: Vec<(String, String)>,
-    /// The caller makes the file durable itself: a writer that fsyncs its
-    /// file before the rename skips that (it still builds beside and
-    /// renames). A sharded write sets it for its shards and syncs them all
-    /// together before it publishes the index (see [`crate::shard`]).
+    /// The caller makes the file durable itself. Every writer makes its
+    /// file durable through [`crate::publish`] (fsync of the file before
+    /// the rename, of its directory after); with this set it skips the
+    /// fsyncs (it still builds beside and renames). A sharded write sets it
+    /// for its shards and syncs them all together before it publishes the
+    /// index or root (see [`crate::shard`]).
     pub defer_sync: bool,
+}
+
+/// A file a writer wrote, as the root of a sharded checkpoint records it
+/// ([`crate::shard::Tie::Root`]): its size and, from a writer that keeps
+/// them as it writes (`.zt`), its whole-file digest and manifest, so that
+/// the root is written without reading any shard back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WrittenFile {
+    /// Where it was written.
+    pub path: PathBuf,
+    /// Its size in bytes.
+    pub bytes: u64,
+    /// The digest of the whole file, computed over the bytes as they were
+    /// written (holes as the zeros they read as).
+    pub digest: Option<Digest>,
+    /// The format's own description of the file (a `.zt` manifest's CBOR).
+    pub manifest: Option<Vec<u8>>,
+}
+
+impl WrittenFile {
+    /// A file known by its size only.
+    pub fn sized(path: &Path, bytes: u64) -> WrittenFile {
+        WrittenFile {
+            path: path.to_path_buf(),
+            bytes,
+            digest: None,
+            manifest: None,
+        }
+    }
 }
 
 /// A format zt can write: the mirror image of [`crate::Format`].
@@ -138,6 +169,33 @@ pub trait FormatWriter: Send + Sync + 'static {
     /// default) for a format that has no sharded form.
     fn shard_layout(&self) -> Option<crate::shard::ShardLayout> {
         None
+    }
+
+    /// [`FormatWriter::write`] for one shard of a checkpoint: also what the
+    /// checkpoint's root records of it. The default reports the size only,
+    /// enough for Hugging Face's index; a format whose layout has a root
+    /// ([`crate::shard::Tie::Root`]) reports digest and manifest.
+    fn write_shard(
+        &self,
+        source: &Source,
+        path: &Path,
+        options: &WriteOptions,
+    ) -> Result<WrittenFile> {
+        let bytes = self.write(source, path, options)?;
+        Ok(WrittenFile::sized(path, bytes))
+    }
+
+    /// [`FormatWriter::write_arrays`] for one shard of a checkpoint, as
+    /// [`FormatWriter::write_shard`].
+    fn write_arrays_shard(
+        &self,
+        tensors: &[TensorIn<'_>],
+        metadata: Option<&[(String, Value)]>,
+        path: &Path,
+        options: &WriteOptions,
+    ) -> Result<WrittenFile> {
+        let bytes = self.write_arrays(tensors, metadata, path, options)?;
+        Ok(WrittenFile::sized(path, bytes))
     }
 }
 

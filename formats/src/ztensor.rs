@@ -6,13 +6,13 @@ use std::path::Path;
 use zt_container::cbor::Cbor;
 use zt_container::container::MAGIC;
 use zt_container::manifest::from_value;
-use zt_container::write::{write_objects, ObjectIn, Options};
+use zt_container::write::{write_objects, write_shard, ObjectIn, Options};
 use zt_core::catalog::Catalog;
 use zt_core::catalog::Value;
 use zt_core::error::Result;
 use zt_core::format::{Format, OpenInput, Probe};
 use zt_core::source::Source;
-use zt_core::write::{Align, FormatWriter, TensorIn, WriteOptions};
+use zt_core::write::{Align, FormatWriter, TensorIn, WriteOptions, WrittenFile};
 
 /// zTensor v2 files.
 pub struct Zt;
@@ -46,6 +46,9 @@ impl Format for Zt {
 
 /// Writes `.zt`: canonical by default, or placed by `WriteOptions::align`
 /// and compressed with `zt.zstd-seekable/1` when `compression` is set.
+/// Durable as every zt writer is (fsync of the file before its rename and
+/// of the directory after, `zt_core::publish`), unless
+/// `WriteOptions::defer_sync` leaves the syncing to the caller.
 pub struct ZtWriter;
 
 impl FormatWriter for ZtWriter {
@@ -53,12 +56,18 @@ impl FormatWriter for ZtWriter {
     /// Appendix B): shards `STEM-00001.zt`, each an ordinary `.zt` with its
     /// own manifest and digests, and a root at the checkpoint's name whose
     /// shard table records each shard's size and digest and whose objects
-    /// point into them.
+    /// point into them. The shards are synced together before the root
+    /// is written, as a safetensors checkpoint's are before its index.
+    ///
+    /// The split is `zt_core::shard::plan`'s (huggingface_hub's) over the
+    /// tensors in the order given (a conversion: the source's order); each
+    /// shard is then the `.zt` file of its tensors, so in canonical form
+    /// its objects are in name order, as every canonical file's are.
     fn shard_layout(&self) -> Option<zt_core::shard::ShardLayout> {
         Some(zt_core::shard::ShardLayout {
             checkpoint_name: "model.zt",
             tie: zt_core::shard::Tie::Root(zt_container::root::write_root),
-            durable: false,
+            durable: true,
         })
     }
 
@@ -72,6 +81,17 @@ impl FormatWriter for ZtWriter {
 
     fn write(&self, source: &Source, path: &Path, options: &WriteOptions) -> Result<u64> {
         zt_container::write::convert(source, path, options)
+    }
+
+    /// [`ZtWriter::write`], with the whole-file digest kept while writing
+    /// and the manifest, for the root.
+    fn write_shard(
+        &self,
+        source: &Source,
+        path: &Path,
+        options: &WriteOptions,
+    ) -> Result<WrittenFile> {
+        zt_container::write::convert_shard(source, path, options)
     }
 
     /// Dense objects of one `data` part each, canonical unless `align` or
@@ -90,28 +110,51 @@ impl FormatWriter for ZtWriter {
         path: &Path,
         options: &WriteOptions,
     ) -> Result<u64> {
-        let canonical = options.align.is_none() && options.compression.is_none();
-        let opts = Options {
-            canonical,
-            align: options.align.unwrap_or(if canonical {
-                Align::Canonical
-            } else {
-                Align::Auto
-            }),
-            compression: options.compression,
-            ..Options::default()
-        };
-        let objects = tensors
-            .iter()
-            .map(|t| ObjectIn::dense(t.name, t.dtype, t.shape, t.data))
-            .collect();
-        let attributes = metadata.map(|m| {
-            Cbor::Map(
-                m.iter()
-                    .map(|(k, v)| (Cbor::Text(k.clone().into()), from_value(v)))
-                    .collect(),
-            )
-        });
+        let (objects, attributes, opts) = arrays_in(tensors, metadata, options);
         write_objects(path, objects, attributes, &opts)
     }
+
+    fn write_arrays_shard(
+        &self,
+        tensors: &[TensorIn<'_>],
+        metadata: Option<&[(String, Value)]>,
+        path: &Path,
+        options: &WriteOptions,
+    ) -> Result<WrittenFile> {
+        let (objects, attributes, opts) = arrays_in(tensors, metadata, options);
+        write_shard(path, objects, attributes, &opts)
+    }
+}
+
+/// In-memory tensors as the container writer takes them: one dense object
+/// each, `metadata` as the file attributes, and the options.
+fn arrays_in<'a>(
+    tensors: &[TensorIn<'a>],
+    metadata: Option<&[(String, Value)]>,
+    options: &WriteOptions,
+) -> (Vec<ObjectIn<'a>>, Option<Cbor>, Options) {
+    let canonical = options.align.is_none() && options.compression.is_none();
+    let opts = Options {
+        canonical,
+        align: options.align.unwrap_or(if canonical {
+            Align::Canonical
+        } else {
+            Align::Auto
+        }),
+        compression: options.compression,
+        publish: !options.defer_sync,
+        ..Options::default()
+    };
+    let objects = tensors
+        .iter()
+        .map(|t| ObjectIn::dense(t.name, t.dtype, t.shape, t.data))
+        .collect();
+    let attributes = metadata.map(|m| {
+        Cbor::Map(
+            m.iter()
+                .map(|(k, v)| (Cbor::Text(k.clone().into()), from_value(v)))
+                .collect(),
+        )
+    });
+    (objects, attributes, opts)
 }

@@ -210,7 +210,7 @@ fn write_shards(
     let write = |indexes: &[usize], local: &std::path::Path, defer_sync: bool| {
         let subset: Vec<TensorIn<'_>> = indexes.iter().map(|&i| all[i]).collect();
         let options = if defer_sync { &deferred } else { options };
-        writer.write_arrays(&subset, metadata, local, options)
+        writer.write_arrays_shard(&subset, metadata, local, options)
     };
     // A `.zt` root records the file attributes; an index has none.
     let attributes = metadata.map(<[_]>::to_vec).unwrap_or_default();

@@ -16,12 +16,12 @@ use crate::dedup::{BlobKey, Seen};
 use crate::encoding::{self};
 use crate::manifest::{self};
 use crate::scout::{self, Scouted, WRITE_PIECE};
-use crate::sink::Sink;
+use crate::sink::{FileHash, Sink};
 use zt_core::catalog::{Digest, DigestAlgorithm};
 use zt_core::error::{Context, Error, Result};
 use zt_core::publish::Partial;
 use zt_core::source::Source;
-use zt_core::write::WriteOptions;
+use zt_core::write::{WriteOptions, WrittenFile};
 
 /// Write `objects` to `path` in one batch: hashing (and compression) off
 /// the writing thread, duplicates confirmed in memory, one sequential
@@ -29,10 +29,42 @@ use zt_core::write::WriteOptions;
 /// into place (fsynced when `options.publish`). Returns the file size.
 pub fn write_objects(
     path: &Path,
-    mut objects: Vec<ObjectIn<'_>>,
+    objects: Vec<ObjectIn<'_>>,
     attributes: Option<Cbor>,
     options: &Options,
 ) -> Result<u64> {
+    write_batch(path, objects, attributes, options, false).map(|w| w.bytes)
+}
+
+/// [`write_objects`] for a shard of a sharded checkpoint: also the
+/// whole-file digest, kept as the bytes are written (one more XXH3 pass
+/// over memory on the writing thread, no read of the file), and the
+/// manifest, which the root records. A shard is a new file: `append` is
+/// refused.
+pub fn write_shard(
+    path: &Path,
+    objects: Vec<ObjectIn<'_>>,
+    attributes: Option<Cbor>,
+    options: &Options,
+) -> Result<WrittenFile> {
+    if options.append {
+        return Err(Error::Write {
+            ctx: Context::file(path),
+            reason: "a shard is written whole; it cannot amend a file".into(),
+        });
+    }
+    write_batch(path, objects, attributes, options, true)
+}
+
+/// The batch writer; with `describe`, the whole-file digest is kept as the
+/// file is written and the manifest returned.
+fn write_batch(
+    path: &Path,
+    mut objects: Vec<ObjectIn<'_>>,
+    attributes: Option<Cbor>,
+    options: &Options,
+    describe: bool,
+) -> Result<WrittenFile> {
     let ctx = Context::file(path);
     options.check(&ctx)?;
     if options.append {
@@ -43,7 +75,7 @@ pub fn write_objects(
         if let Some(a) = attributes {
             w.set_attributes(a)?;
         }
-        return w.finish();
+        return Ok(WrittenFile::sized(path, w.finish()?));
     }
     if options.canonical {
         objects.sort_by(|a, b| a.name.cmp(&b.name));
@@ -93,8 +125,13 @@ pub fn write_objects(
     let file = partial.file();
     let io = |e| Error::io(path, e);
     file.write_all_at(MAGIC, 0).map_err(io)?;
+    let hash = describe.then(|| {
+        let mut h = FileHash::new();
+        h.update_at(0, MAGIC);
+        h
+    });
     let mut blobs = Blobs {
-        sink: Sink::new(file, MAGIC.len() as u64),
+        sink: Sink::new(file, MAGIC.len() as u64, hash),
         heap: Heap {
             cursor: MAGIC.len() as u64,
             ..Heap::default()
@@ -115,6 +152,7 @@ pub fn write_objects(
         write_raw(flat.len(), &part, &mut blobs).map_err(io)?;
     }
     blobs.sink.flush().map_err(io)?;
+    let mut hash = blobs.sink.take_hash();
     let Blobs {
         mut heap,
         placed: written,
@@ -149,9 +187,14 @@ pub fn write_objects(
         })
         .collect();
     let root = root_cbor(&outs, attributes, &ctx)?;
-    let total = finish_file(file, &mut heap, root, options, path)?;
+    let (total, manifest) = finish_file(file, &mut heap, root, options, path, hash.as_mut())?;
     partial.commit(options.publish)?;
-    Ok(total)
+    Ok(WrittenFile {
+        path: path.to_path_buf(),
+        bytes: total,
+        digest: hash.map(|h| h.digest(total)),
+        manifest: describe.then_some(manifest),
+    })
 }
 
 /// Where the batch writer put one part.
@@ -307,9 +350,17 @@ where
     })
 }
 
-/// `zt convert` / `zt.convert` to `.zt`.
+/// `zt convert` / `zt.convert` to `.zt` (durable unless
+/// `options.defer_sync`: [`Options::from_write_options`]).
 pub fn convert(source: &Source, path: &Path, options: &WriteOptions) -> Result<u64> {
     let opts = Options::from_write_options(options);
     let objects = objects_of(source)?;
     write_objects(path, objects, attributes_cbor(source.attributes()), &opts)
+}
+
+/// [`convert`] for a shard of a sharded checkpoint ([`write_shard`]).
+pub fn convert_shard(source: &Source, path: &Path, options: &WriteOptions) -> Result<WrittenFile> {
+    let opts = Options::from_write_options(options);
+    let objects = objects_of(source)?;
+    write_shard(path, objects, attributes_cbor(source.attributes()), &opts)
 }

@@ -10,6 +10,7 @@ use super::options::Options;
 use crate::cbor::{self, Cbor};
 use crate::container::{self, Footer, VERSION};
 use crate::encoding::ZSTD_SEEKABLE;
+use crate::sink::FileHash;
 use crate::validate::logical_name;
 use zt_core::catalog::Digest;
 use zt_core::dtype::DType;
@@ -102,14 +103,17 @@ pub(super) fn root_cbor(
     Ok(Cbor::map(root))
 }
 
-/// Write the manifest and footer at the end of the heap.
+/// Write the manifest and footer at the end of the heap, feeding them to
+/// the whole-file digest `hash` when kept. Returns the file size and the
+/// manifest's bytes.
 pub(super) fn finish_file(
     file: &File,
     heap: &mut Heap,
     root: Cbor,
     options: &Options,
     path: &Path,
-) -> Result<u64> {
+    hash: Option<&mut FileHash>,
+) -> Result<(u64, Vec<u8>)> {
     let bytes = cbor::encode(&root);
     let offset = heap.place(bytes.len() as u64, options.manifest_align());
     let footer = Footer {
@@ -119,11 +123,15 @@ pub(super) fn finish_file(
         version: VERSION,
     };
     let io = |e| Error::io(path, e);
+    let footer = footer.encode();
     file.write_all_at(&bytes, offset).map_err(io)?;
-    file.write_all_at(&footer.encode(), heap.cursor)
-        .map_err(io)?;
+    file.write_all_at(&footer, heap.cursor).map_err(io)?;
+    if let Some(h) = hash {
+        h.update_at(offset, &bytes);
+        h.update_at(heap.cursor, &footer);
+    }
     let total = heap.cursor + container::FOOTER_LEN;
     // Padding between blobs is left as holes, which read as zeros.
     file.set_len(total).map_err(io)?;
-    Ok(total)
+    Ok((total, bytes))
 }

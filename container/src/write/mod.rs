@@ -30,7 +30,7 @@
 //! | `input` | [`ObjectIn`]/[`PartIn`] (what writers take), their checks, a source's objects |
 //! | `heap` | blob placement and the shared-blob table, one for both paths |
 //! | `describe` | the manifest a writer emits: part and object CBOR, the footer |
-//! | `batch` | [`write_objects`] and [`convert`] |
+//! | `batch` | [`write_objects`] and [`convert`] (and, for a shard, [`write_shard`] and [`convert_shard`]: also the whole-file digest, kept while writing, and the manifest) |
 //! | `stream` | [`Writer`], the incremental and streaming writer |
 
 mod batch;
@@ -40,7 +40,7 @@ mod input;
 mod options;
 mod stream;
 
-pub use batch::{convert, write_objects};
+pub use batch::{convert, convert_shard, write_objects, write_shard};
 pub(crate) use input::objects_to_ingest;
 pub use input::{attributes_cbor, objects_of, ObjectIn, PartIn};
 pub use options::{Options, AUTO_THRESHOLD, DEFAULT_LEVEL};

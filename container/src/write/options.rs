@@ -47,7 +47,10 @@ impl Default for Options {
 impl Options {
     /// The options `convert` and `save_file` use for `WriteOptions`:
     /// canonical unless an alignment other than canonical or compression is
-    /// asked for (then `auto` unless a number is given).
+    /// asked for (then `auto` unless a number is given); durable
+    /// (`publish`: fsync of the file before its rename, of the directory
+    /// after), as every zt writer's output is, unless the caller syncs
+    /// (`defer_sync`: a sharded checkpoint's shards, synced together).
     pub fn from_write_options(o: &WriteOptions) -> Options {
         let canonical = matches!(o.align, None | Some(Align::Canonical)) && o.compression.is_none();
         let align = match o.align {
@@ -59,6 +62,7 @@ impl Options {
             canonical,
             align: if canonical { Align::Canonical } else { align },
             compression: o.compression,
+            publish: !o.defer_sync,
             ..Options::default()
         }
     }

@@ -14,6 +14,7 @@ use crate::container::{self, FLOOR, MAGIC};
 use crate::dedup::BlobKey;
 use crate::encoding::{self};
 use crate::manifest::{self};
+use crate::sink::FileHash;
 use crate::validate::{self};
 use zt_core::catalog::{Digest, DigestAlgorithm};
 use zt_core::dtype::DType;
@@ -22,6 +23,7 @@ use zt_core::limits::Limits;
 use zt_core::publish::Partial;
 use zt_core::source::Source;
 use zt_core::store::Store;
+use zt_core::write::WrittenFile;
 
 /// The streaming XXH3 state (wrapped for `Debug`), boxed: `Xxh3` is
 /// 64-byte aligned, and a `Writer` held inline by a Python object (whose
@@ -46,6 +48,9 @@ struct Stream {
     hasher: Hasher,
     /// Heap cursor before the current part was placed (for undoing a duplicate).
     part_start: (u64, u64),
+    /// The whole-file digest before the current part (restored when the
+    /// part is found to be a duplicate and cut back off the file).
+    file_hash_before: Option<FileHash>,
 }
 
 /// An incremental `.zt` writer.
@@ -77,6 +82,9 @@ pub struct Writer {
     stream: Option<Stream>,
     names: std::collections::HashSet<String>,
     done: bool,
+    /// The whole-file digest, fed as blobs are written (a shard's:
+    /// [`Writer::create_shard`]).
+    hash: Option<FileHash>,
 }
 
 /// The file a [`Writer`] writes.
@@ -105,6 +113,26 @@ impl Writer {
         if options.append {
             return Writer::open(&dest, options);
         }
+        Writer::create_new(dest, options, false)
+    }
+
+    /// Start a shard of a sharded checkpoint: a new file whose whole-file
+    /// digest is kept as its blobs are written, for
+    /// [`Writer::finish_shard`] (its root records it; the file is never
+    /// read back to hash it). `append` is refused.
+    pub fn create_shard(path: impl AsRef<Path>, options: Options) -> Result<Writer> {
+        let dest = path.as_ref().to_path_buf();
+        options.check(&Context::file(&dest))?;
+        if options.append {
+            return Err(Error::Write {
+                ctx: Context::file(&dest),
+                reason: "a shard is written whole; it cannot amend a file".into(),
+            });
+        }
+        Writer::create_new(dest, options, true)
+    }
+
+    fn create_new(dest: PathBuf, options: Options, hash: bool) -> Result<Writer> {
         let partial = Partial::create(&dest)?;
         partial
             .file()
@@ -125,6 +153,11 @@ impl Writer {
             stream: None,
             names: Default::default(),
             done: false,
+            hash: hash.then(|| {
+                let mut h = FileHash::new();
+                h.update_at(0, MAGIC);
+                h
+            }),
         })
     }
 
@@ -170,6 +203,7 @@ impl Writer {
             prior_len: Some(len),
             stream: None,
             done: false,
+            hash: None,
         })
     }
 
@@ -317,6 +351,9 @@ impl Writer {
         self.file()?
             .write_all_at(stored, offset)
             .map_err(|e| Error::io(&self.dest, e))?;
+        if let Some(h) = &mut self.hash {
+            h.update_at(offset, stored);
+        }
         self.heap.seen.record(key, (offset, len));
         Ok((offset, len))
     }
@@ -368,6 +405,7 @@ impl Writer {
             written: 0,
             hasher: Hasher(Box::new(xxhash_rust::xxh3::Xxh3::new())),
             part_start: (0, 0),
+            file_hash_before: None,
         };
         self.begin_part(&mut s);
         self.stream = Some(s);
@@ -446,6 +484,7 @@ impl Writer {
         s.part_start.1 = offset;
         s.written = 0;
         s.hasher = Hasher(Box::new(xxhash_rust::xxh3::Xxh3::new()));
+        s.file_hash_before = self.hash.clone();
     }
 
     /// Finish every part of the open stream that is complete (zero-length
@@ -477,8 +516,10 @@ impl Writer {
         let same = |(off, stored)| Ok(stored == len && self.same_regions(off, offset, len)?);
         let placed = match self.heap.seen.find(&key, same)? {
             Some(shared) => {
-                // Shared: undo this part's placement and cut its bytes.
+                // Shared: undo this part's placement and cut its bytes
+                // (and their hashing).
                 self.heap.cursor = s.part_start.0;
+                self.hash = s.file_hash_before.take();
                 self.file()?
                     .set_len(self.heap.cursor.max(8))
                     .map_err(|e| Error::io(&self.dest, e))?;
@@ -523,6 +564,9 @@ impl Writer {
             let file = self.target.as_ref().expect("open while streaming").file();
             file.write_all_at(&chunk[..take], at)
                 .map_err(|e| Error::io(&self.dest, e))?;
+            if let Some(h) = &mut self.hash {
+                h.update_at(at, &chunk[..take]);
+            }
             chunk = &chunk[take..];
             self.settle_empty_parts()?;
         }
@@ -575,7 +619,23 @@ impl Writer {
     }
 
     /// Write the manifest and footer; publish if asked. Returns the file size.
-    pub fn finish(mut self) -> Result<u64> {
+    pub fn finish(self) -> Result<u64> {
+        self.finish_file().map(|w| w.bytes)
+    }
+
+    /// [`Writer::finish`] for a writer made by [`Writer::create_shard`]:
+    /// also the whole-file digest and the manifest, which the root records.
+    pub fn finish_shard(self) -> Result<WrittenFile> {
+        if self.hash.is_none() {
+            return Err(Error::Write {
+                ctx: self.ctx(),
+                reason: "only a writer created for a shard describes one".into(),
+            });
+        }
+        self.finish_file()
+    }
+
+    fn finish_file(mut self) -> Result<WrittenFile> {
         self.check_idle()?;
         let ctx = self.ctx();
         let mut objs: Vec<(String, Cbor)> = self
@@ -602,19 +662,26 @@ impl Writer {
             Some(other) => other,
         };
         let target = self.target.take().expect("checked idle");
-        let total = finish_file(
+        let mut hash = self.hash.take();
+        let (total, manifest) = finish_file(
             target.file(),
             &mut self.heap,
             root,
             &self.options,
             &self.dest,
+            hash.as_mut(),
         )?;
         match target {
             Target::New(partial) => partial.commit(self.options.publish)?,
             Target::Amend(file) => file.sync_data().map_err(|e| Error::io(&self.dest, e))?,
         }
         self.done = true;
-        Ok(total)
+        Ok(WrittenFile {
+            path: self.dest.clone(),
+            bytes: total,
+            manifest: hash.is_some().then_some(manifest),
+            digest: hash.map(|h| h.digest(total)),
+        })
     }
 
     /// Give up: remove what was written (an amended file is cut back to
