@@ -10,6 +10,7 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use zt_core::Rule;
 
 use crate::cbor::{self, Cbor};
 use crate::container::{Footer, FLOOR, MAGIC, VERSION};
@@ -99,6 +100,7 @@ fn describe(path: &Path) -> Result<(u64, Digest, Vec<ObjectDef>)> {
     let store = Store::open(path)?;
     let (_, m) = manifest_of(&store, &Limits::default())?;
     let m = m.ok_or_else(|| Error::Write {
+        rule: Rule::ZtWrite,
         ctx: Context::file(path),
         reason: "a shard written for a root must have a manifest".into(),
     })?;

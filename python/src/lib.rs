@@ -6,6 +6,7 @@
 //! for any work that touches tensor bytes.
 
 use std::path::PathBuf;
+use zt::Rule;
 
 use pyo3::exceptions::{
     PyFileNotFoundError, PyKeyError, PyMemoryError, PyOSError, PyPermissionError, PyValueError,
@@ -218,6 +219,7 @@ fn convert(
         if let Some(max) = max_shard_size {
             if writer.is_some() {
                 return Err(zt::Error::Write {
+                    rule: Rule::WriteOptions,
                     ctx: zt::Context::file(&dst),
                     reason: "a sharded write takes its format from the extension".into(),
                 });

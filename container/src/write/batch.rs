@@ -3,6 +3,7 @@
 
 use std::os::unix::fs::FileExt;
 use std::path::Path;
+use zt_core::Rule;
 
 use super::describe::{finish_file, root_cbor, ObjectOut, PartOut};
 use super::heap::Heap;
@@ -75,6 +76,7 @@ pub fn write_objects(
     }
     if let Some(a) = &attributes {
         manifest::check_attributes(a, &ctx).map_err(|e| Error::Write {
+            rule: e.rule().unwrap_or(Rule::ZtWrite),
             ctx: ctx.clone(),
             reason: e.detail(),
         })?;
