@@ -88,8 +88,6 @@ rules! {
     AccessView = "access.View",
     /// A page operation on a range that is not page-aligned.
     AccessPages = "access.Pages",
-    /// A stored encoding or layout zt does not decode.
-    AccessEncoding = "access.Encoding",
     /// A selection (slice) that does not fit the tensor.
     AccessSelection = "access.Selection",
     /// A tensor of several parts asked for as one array.
@@ -251,6 +249,9 @@ rules! {
     PtObject = "pt.Object",
     /// The legacy (pre-zip) framing is malformed.
     PtLegacy = "pt.Legacy",
+    /// A zip checkpoint's records are not torch's layout (no `data.pkl`, a
+    /// storage record missing, a bad `byteorder`).
+    PtArchive = "pt.Archive",
     /// A storage's bytes do not cover the tensors that view it.
     PtStorage = "pt.Storage",
     /// An object or checkpoint form zt does not read.

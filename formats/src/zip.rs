@@ -516,7 +516,8 @@ pub fn member_bytes<'s>(
         0 => {
             if entry.compressed != entry.uncompressed {
                 return Err(Error::header(
-                    ectx, Rule::ZipEntry,
+                    ectx,
+                    Rule::ZipEntry,
                     format!(
                         "stored member {:?} declares {} compressed and {} uncompressed bytes",
                         entry.name, entry.compressed, entry.uncompressed
@@ -531,7 +532,8 @@ pub fn member_bytes<'s>(
             let out = inflate_exact(&ectx, &entry.name, &raw, entry.uncompressed)?;
             let actual = crc32fast::hash(&out);
             if actual != entry.crc {
-                return Err(Error::Decode { rule: Rule::ZipEntry,
+                return Err(Error::Decode {
+                    rule: Rule::ZipEntry,
                     ctx: ectx,
                     reason: format!(
                         "member {:?}: CRC-32 {actual:#010x} does not match the directory's {:#010x}",
@@ -541,7 +543,8 @@ pub fn member_bytes<'s>(
             }
             Ok(std::borrow::Cow::Owned(out))
         }
-        method => Err(Error::Unsupported { rule: Rule::ZipUnsupported,
+        method => Err(Error::Unsupported {
+            rule: Rule::ZipUnsupported,
             ctx: ectx,
             reason: format!(
                 "member {:?} uses zip compression method {method}; only stored (0) and deflate (8) are read",

@@ -243,7 +243,8 @@ fn open_member(
         0 => {
             if entry.compressed != entry.uncompressed {
                 return Err(Error::header(
-                    mctx, Rule::NpzMember,
+                    mctx,
+                    Rule::NpzMember,
                     format!(
                         "stored member {:?} declares {} compressed and {} uncompressed bytes",
                         entry.name, entry.compressed, entry.uncompressed
@@ -275,7 +276,8 @@ fn open_member(
             };
             Ok(layout.object(name.to_string(), payload))
         }
-        method => Err(Error::Unsupported { rule: Rule::NpzMember,
+        method => Err(Error::Unsupported {
+            rule: Rule::NpzMember,
             ctx: mctx,
             reason: format!(
                 "member {:?} uses zip compression method {method}; only stored (0) and deflate (8) are read",

@@ -694,7 +694,8 @@ impl Decode for Coordinates {
             for (d, chunk) in row.chunks_exact(8).enumerate() {
                 let c = i64::from_le_bytes(chunk.try_into().expect("8 bytes"));
                 if c < 0 || c as u64 >= self.dims[d] {
-                    return Err(Error::Decode { rule: Rule::OnnxSparse,
+                    return Err(Error::Decode {
+                        rule: Rule::OnnxSparse,
                         ctx,
                         reason: format!(
                             "sparse coordinate {c} of element {k} outside dimension {d} of shape {:?}",

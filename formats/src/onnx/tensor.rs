@@ -307,7 +307,8 @@ impl TensorInfo {
         let found = self.counts[number as usize];
         if found != entries {
             return Err(Error::range(
-                ctx, Rule::OnnxSize,
+                ctx,
+                Rule::OnnxSize,
                 format!(
                     "{} x {dtype} needs {entries} entries in field {number}, the tensor has {found}",
                     elements

@@ -25,7 +25,7 @@ pub fn open(input: &OpenInput<'_>) -> Result<Catalog> {
         None => {
             return Err(Error::header(
                 ctx,
-                Rule::PtLegacy,
+                Rule::PtArchive,
                 "the first record of the archive is not in a folder",
             ))
         }
@@ -47,7 +47,7 @@ pub fn open(input: &OpenInput<'_>) -> Result<Catalog> {
             other => {
                 return Err(Error::header(
                     ctx,
-                    Rule::PtLegacy,
+                    Rule::PtArchive,
                     format!(
                         "byteorder record holds {:?}",
                         String::from_utf8_lossy(other)
@@ -59,7 +59,7 @@ pub fn open(input: &OpenInput<'_>) -> Result<Catalog> {
     let pkl = record("data.pkl").ok_or_else(|| {
         Error::header(
             ctx.clone(),
-            Rule::PtLegacy,
+            Rule::PtArchive,
             format!("no {root}/data.pkl record"),
         )
     })?;
@@ -94,7 +94,7 @@ pub fn open(input: &OpenInput<'_>) -> Result<Catalog> {
         let entry = record(&name).ok_or_else(|| {
             Error::header(
                 ctx.clone(),
-                Rule::PtLegacy,
+                Rule::PtArchive,
                 format!("no {root}/{name} record for storage {key:?}"),
             )
         })?;
@@ -111,7 +111,8 @@ pub fn open(input: &OpenInput<'_>) -> Result<Catalog> {
                 len: entry.uncompressed,
             }),
             0 => Err(Error::header(
-                ctx.clone(), Rule::ZipEntry,
+                ctx.clone(),
+                Rule::ZipEntry,
                 format!(
                     "stored record {:?} declares {} compressed and {} uncompressed bytes",
                     entry.name, entry.compressed, entry.uncompressed
@@ -121,7 +122,8 @@ pub fn open(input: &OpenInput<'_>) -> Result<Catalog> {
                 limits.check_decoded(&ctx, entry.uncompressed)?;
                 Ok(Record::Deflated((*entry).clone()))
             }
-            m => Err(Error::Unsupported { rule: Rule::ZipUnsupported,
+            m => Err(Error::Unsupported {
+                rule: Rule::ZipUnsupported,
                 ctx: ctx.clone(),
                 reason: format!(
                     "record {:?} uses zip compression method {m}; only stored (0) and deflate (8) are read",
