@@ -137,3 +137,10 @@ def test_failed_write_leaves_no_partial_file(tmp):
     with pytest.raises(ValueError):
         zt.numpy.save_file({"__metadata__": np.zeros(3, np.float32)}, dest)
     assert list(tmp.iterdir()) == []
+
+
+def test_a_format_error_without_a_rule_has_rule_none():
+    # Raised from Python (or for a remote object that changed), a
+    # FormatError names no rule; the class attribute says so.
+    assert zt.FormatError("x").rule is None
+    assert zt.FormatError.rule is None
