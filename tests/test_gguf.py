@@ -172,8 +172,9 @@ def test_dequantize_refuses_what_it_cannot(tmp):
     finish(w)
     with zt.open(path) as src:
         for name in ("q", "i"):
-            with pytest.raises(zt.FormatError, match="dequantiz"):
+            with pytest.raises(zt.FormatError, match="dequantiz") as info:
                 src[name].dequantize()
+            assert info.value.rule == "gguf.Dequant"
 
 
 # ---------------------------------------------------------------- metadata
@@ -343,8 +344,9 @@ def test_gguf_to_safetensors_and_back_for_dense(tmp):
 
 def test_quantized_tensors_do_not_go_to_safetensors(tmp):
     model(tmp / "a.gguf")
-    with pytest.raises(zt.FormatError, match="gguf.q4_0/1"):
+    with pytest.raises(zt.FormatError, match="gguf.q4_0/1") as info:
         zt.convert(tmp / "a.gguf", tmp / "a.safetensors")
+    assert info.value.rule == "write.DType"
     assert not (tmp / "a.safetensors").exists()
 
 
@@ -368,8 +370,9 @@ def test_unknown_type_fails_only_that_tensor(tmp):
     with zt.open(path) as src:
         odd = src["odd"]
         assert odd.layout == "gguf.unknown/1" and odd.attributes == {"ggml_type": 200}
-        with pytest.raises(zt.FormatError, match="ggml type 200"):
+        with pytest.raises(zt.FormatError, match="ggml type 200") as err_info:
             odd.numpy()
+        assert err_info.value.rule == "core.DType"
         np.testing.assert_array_equal(src["ok"].numpy(), np.arange(4, dtype=np.float32))
 
 
@@ -379,8 +382,9 @@ def test_truncated_file_is_a_format_error(tmp):
     # The last tensor (10 x i32) is followed by 24 bytes of padding.
     for cut in (300, len(data) // 2, len(data) - 30):
         (tmp / "t.gguf").write_bytes(data[:cut])
-        with pytest.raises(zt.FormatError, match="truncated"):
+        with pytest.raises(zt.FormatError, match="truncated") as err_info:
             zt.open(tmp / "t.gguf")
+        assert err_info.value.rule == "core.Truncated"
 
 
 # -- hostile files (issue 19): each runs in a child under RLIMIT_AS

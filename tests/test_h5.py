@@ -294,8 +294,9 @@ def test_unknown_filter_fails_only_that_dataset(tmp):
         f.create_dataset("scaled", data=np.arange(10, dtype="<i4"), chunks=(5,), scaleoffset=0)
     src = zt.open(path)
     np.testing.assert_array_equal(src["ok"].numpy(), np.arange(10, dtype="<f4"))
-    with pytest.raises(zt.FormatError, match="filter id 6"):
+    with pytest.raises(zt.FormatError, match="filter id 6") as info:
         src["scaled"].numpy()
+    assert info.value.rule == "h5.Filter"
 
 
 def test_cli_lists_h5(tmp, zt_cli):
@@ -341,8 +342,9 @@ def test_h5_unallocated_fill_under_a_lower_limit_names_the_budget(tmp):
         f.create_dataset("x", shape=(1 << 20,), dtype="f4", fillvalue=2.0)
     with zt.open(path) as src:
         np.testing.assert_array_equal(src["x"].numpy(), np.full(1 << 20, 2.0, np.float32))
-    with pytest.raises(zt.FormatError, match="decoded_bytes"):
+    with pytest.raises(zt.FormatError, match="decoded_bytes") as err_info:
         zt.open(path, limits={"decoded_bytes": 1 << 20})["x"].numpy()
+    assert err_info.value.rule == "core.Limit"
 
 
 def overlapping_continuations_h5(path, blocks: int, block_len: int):

@@ -1,5 +1,5 @@
-"""Hostile inputs: each must raise a clear zt.FormatError (a ValueError) and
-never crash the interpreter."""
+"""Hostile inputs: each must raise a clear zt.FormatError (a ValueError),
+citing the rule it broke (``err.rule``), and never crash the interpreter."""
 
 from __future__ import annotations
 
@@ -51,6 +51,30 @@ CASES = {
     "npy header is not a dict": lambda p: p.write_bytes(b"\x93NUMPY\x01\x00\x0a\x00[1, 2, 3]\n"),
 }
 
+# The rule each case's refusal cites (FormatError.rule, zt::Rule::name).
+RULES = {
+    "data shorter than declared": "safetensors.Offsets",
+    "duplicate names": "core.DuplicateName",
+    "empty file": "core.UnknownFormat",
+    "gap between tensors": "safetensors.Offsets",
+    "header length over 100 MB": "core.UnknownFormat",
+    "header length past EOF": "core.Truncated",
+    "header not JSON": "safetensors.Header",
+    "header not UTF-8": "safetensors.Header",
+    "metadata not strings": "safetensors.Metadata",
+    "npy header is not a dict": "core.UnknownFormat",
+    "npy truncated": "core.Truncated",
+    "odd fp4 count": "safetensors.Size",
+    "offsets reversed": "safetensors.Offsets",
+    "overlapping offsets": "safetensors.Offsets",
+    "rank over the limit": "core.Limit",
+    "shape product overflows": "core.Overflow",
+    "shorter than the length prefix": "core.UnknownFormat",
+    "size disagrees with shape": "safetensors.Size",
+    "trailing bytes": "safetensors.Offsets",
+    "unknown dtype": "core.DType",
+}
+
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_hostile_file_is_a_clear_error(tmp, case):
@@ -62,6 +86,7 @@ def test_hostile_file_is_a_clear_error(tmp, case):
             src[name].numpy()
     assert "bad.safetensors" in str(info.value)  # the message names the file
     assert isinstance(info.value, ValueError)
+    assert info.value.rule == RULES[case]  # and the check it failed, as data
 
 
 def test_many_tensors_are_bounded_by_limits(tmp):
@@ -112,3 +137,10 @@ def test_failed_write_leaves_no_partial_file(tmp):
     with pytest.raises(ValueError):
         zt.numpy.save_file({"__metadata__": np.zeros(3, np.float32)}, dest)
     assert list(tmp.iterdir()) == []
+
+
+def test_a_format_error_without_a_rule_has_rule_none():
+    # Raised from Python (or for a remote object that changed), a
+    # FormatError names no rule; the class attribute says so.
+    assert zt.FormatError("x").rule is None
+    assert zt.FormatError.rule is None

@@ -119,8 +119,9 @@ def test_npy_big_endian_fortran(tmp):
 def test_object_arrays_are_refused(tmp):
     path = tmp / "o.npy"
     np.save(path, np.array([{"a": 1}, None], dtype=object), allow_pickle=True)
-    with pytest.raises(zt.FormatError, match="dtype"):
+    with pytest.raises(zt.FormatError, match="dtype") as info:
         zt.open(path)
+    assert info.value.rule == "core.DType"
 
 
 @pytest.mark.parametrize("compressed", [False, True])
@@ -183,17 +184,19 @@ def test_deflate_bomb_fails_cleanly(tmp):
     path = tmp / "bomb.npz"
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as z:
         z.writestr("x.npy", payload)
-    with pytest.raises(zt.FormatError):
+    with pytest.raises(zt.FormatError) as info:
         src = zt.open(path)
         src["x"].numpy()
+    assert info.value.rule == "npy.Size"
     # And a member that honestly declares a huge size is refused by the limits.
     header = io.BytesIO()
     np.lib.format.write_array_header_1_0(header, {"descr": "<f4", "fortran_order": False, "shape": (16 << 20,)})
     path2 = tmp / "huge.npz"
     with zipfile.ZipFile(path2, "w", compression=zipfile.ZIP_DEFLATED) as z:
         z.writestr("x.npy", header.getvalue() + b"\0" * (64 << 20))
-    with pytest.raises(zt.FormatError, match="limit"):
+    with pytest.raises(zt.FormatError, match="limit") as info:
         zt.open(path2, limits={"decoded_bytes": 1 << 20})
+    assert info.value.rule == "core.Limit"
 
 
 # Dtypes numpy reads without unpickling but zt has no element type for:
@@ -288,8 +291,9 @@ def test_record_arrays_survive_a_zt_round_trip(tmp):
     with zt.open(tmp / "r.zt") as src:
         same_bytes(src["r"].numpy(), arr)
     assert ztensor.open(str(tmp / "r.zt"))["r"].layout == "npy.descr/1"
-    with pytest.raises(zt.FormatError, match="npy.descr/1"):
+    with pytest.raises(zt.FormatError, match="npy.descr/1") as info:
         zt.convert(tmp / "r.npz", tmp / "r.safetensors")
+    assert info.value.rule == "write.DType"
 
 
 # -- hostile files (issue 19): each runs in a child under RLIMIT_AS
@@ -327,10 +331,12 @@ def test_npz_stored_member_with_bad_crc_is_refused_at_first_read(tmp):
         assert src["x"].shape == (1000,)
         np.testing.assert_array_equal(src["y"].numpy(), np.ones(3, np.int64))
         for _ in range(2):  # refused every time, never handed out
-            with pytest.raises(zt.FormatError, match="CRC"):
+            with pytest.raises(zt.FormatError, match="CRC") as info:
                 src["x"].numpy()
-    with pytest.raises(zt.FormatError, match="CRC"):
+            assert info.value.rule == "core.Check"
+    with pytest.raises(zt.FormatError, match="CRC") as info:
         zt.verify(path)
+    assert info.value.rule == "core.Check"
 
 
 def test_npz_stored_member_with_good_crc_reads_zero_copy(tmp):

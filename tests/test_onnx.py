@@ -333,8 +333,9 @@ def test_external_paths_that_escape_are_refused(tmp):
     (model_dir / "link.bin").symlink_to(outside)
     for location in ["../secret.bin", os.fspath(outside), "link.bin", "sub/../../secret.bin"]:
         path = external_model(model_dir, location)
-        with pytest.raises(zt.FormatError, match="location"):
+        with pytest.raises(zt.FormatError, match="location") as info:
             zt.open(path)
+        assert info.value.rule == "core.Location"
     # A symlink that stays inside the directory is fine.
     (model_dir / "inside.bin").symlink_to(model_dir / "w.bin")
     with zt.open(external_model(model_dir, "inside.bin")) as src:
@@ -366,8 +367,9 @@ def test_onnx_sparse_nnz_by_rank_indices_out_of_bounds(tmp, coord):
     path = tmp / "sparse.onnx"
     onnx.save(model, path)
     with zt.open(path) as src:
-        with pytest.raises(zt.FormatError, match="outside dimension"):
+        with pytest.raises(zt.FormatError, match="outside dimension") as info:
             src["sp"].part("coords").numpy()
+        assert info.value.rule == "onnx.Sparse"
 
 
 def test_onnx_sparse_nnz_by_rank_indices_in_bounds_read_transposed(tmp):

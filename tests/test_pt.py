@@ -46,6 +46,7 @@ def test_fixture_matches_torch_load(name):
 def test_refused_fixture_is_a_clear_error(name):
     with pytest.raises(zt.FormatError, match="unsupported") as info:
         zt.open(DATA / name)
+    assert info.value.rule == "pt.Unsupported"
     assert name in str(info.value)
     # The message names the tensor it refuses.
     assert any(f'"{t}"' in str(info.value) for t in ("z", "q"))
@@ -125,8 +126,9 @@ def test_legacy_format_is_read():
 )
 def test_pickle_limits_are_enforced(limit):
     small = {"pickle_bytes": 64, "pickle_depth": 1}.get(limit, 3)
-    with pytest.raises(zt.FormatError, match=limit):
+    with pytest.raises(zt.FormatError, match=limit) as info:
         zt.open(DATA / "checkpoint.pt", limits={limit: small})
+    assert info.value.rule == "core.Limit"
 
 
 def test_write_pt_without_torch(tmp):

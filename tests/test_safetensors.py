@@ -186,12 +186,14 @@ def test_sharded_checkpoint_with_index(tmp):
     # An index that puts a tensor in the wrong shard is refused.
     weight_map["layer.1.w"] = "model-00001-of-00002.safetensors"
     index.write_text(json.dumps({"weight_map": weight_map}))
-    with pytest.raises(zt.FormatError, match="layer.1.w"):
+    with pytest.raises(zt.FormatError, match="layer.1.w") as info:
         zt.open(index)
+    assert info.value.rule == "index.Mismatch"
     # An index that points outside its directory is refused.
     index.write_text(json.dumps({"weight_map": {"x": "../escape.safetensors"}}))
-    with pytest.raises(zt.FormatError, match="leaves"):
+    with pytest.raises(zt.FormatError, match="leaves") as info:
         zt.open(index)
+    assert info.value.rule == "index.ShardPath"
 
 
 def test_open_all_merges_and_refuses_collisions(tmp):
@@ -200,8 +202,9 @@ def test_open_all_merges_and_refuses_collisions(tmp):
     safetensors.numpy.save_file({"a": np.ones(2, np.float32)}, tmp / "3.safetensors")
     with zt.open([tmp / "1.safetensors", tmp / "2.safetensors"]) as src:
         assert sorted(src) == ["a", "b"] and len(src.files) == 2
-    with pytest.raises(zt.FormatError, match="duplicate"):
+    with pytest.raises(zt.FormatError, match="duplicate") as info:
         zt.open([tmp / "1.safetensors", tmp / "3.safetensors"])
+    assert info.value.rule == "core.DuplicateName"
 
 
 def test_zt_writer_output_reads_in_reference(tmp):

@@ -2,6 +2,7 @@
 //! (`--max-shard-size`), and model directories to model directories.
 
 use std::path::{Path, PathBuf};
+use zt::Rule;
 
 use zt::{Source, WriteOptions};
 
@@ -96,6 +97,7 @@ pub fn run(req: &Request<'_>) -> zt::Result<()> {
 
 fn usage(reason: &str) -> zt::Error {
     zt::Error::Write {
+        rule: Rule::WriteUsage,
         ctx: zt::Context::default(),
         reason: reason.into(),
     }

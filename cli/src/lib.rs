@@ -12,6 +12,7 @@ mod out;
 mod progress;
 
 use out::out;
+use zt::Rule;
 
 use std::ffi::OsString;
 use std::io::{IsTerminal, Write};
@@ -335,6 +336,7 @@ fn ls(files: &[PathBuf], as_json: bool) -> zt::Result<()> {
 /// Parse `--align` and `--compress`.
 fn write_options(align: Option<&str>, compress: Option<&str>) -> zt::Result<WriteOptions> {
     let bad = |reason: String| zt::Error::Write {
+        rule: Rule::WriteOptions,
         ctx: zt::Context::default(),
         reason,
     };

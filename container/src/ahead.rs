@@ -11,6 +11,7 @@
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, PoisonError};
+use zt_core::Rule;
 
 use rayon::prelude::*;
 
@@ -103,6 +104,7 @@ where
                 let r =
                     std::panic::catch_unwind(AssertUnwindSafe(|| work(i))).unwrap_or_else(|_| {
                         Err(Error::Write {
+                            rule: Rule::WriteState,
                             ctx: Context::default(),
                             reason: format!("a worker panicked on part {i}"),
                         })
@@ -173,6 +175,7 @@ mod tests {
             |i| {
                 if i == 3 {
                     Err(Error::Write {
+                        rule: Rule::WriteState,
                         ctx: zt_core::error::Context::default(),
                         reason: "part 3".into(),
                     })

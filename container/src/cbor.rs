@@ -11,6 +11,7 @@
 
 use std::borrow::Cow;
 use std::cmp::Ordering;
+use zt_core::Rule;
 
 /// One CBOR data item of the permitted subset.
 #[derive(Debug, Clone, PartialEq)]
@@ -89,7 +90,9 @@ impl Cbor {
 pub struct CborError {
     /// Byte offset in the encoded item.
     pub at: usize,
-    /// The rule broken.
+    /// The rule broken (one of the `zt.Cbor*` rules).
+    pub rule: Rule,
+    /// What the bytes do that the rule forbids.
     pub reason: String,
 }
 
@@ -251,17 +254,21 @@ impl<'a> Pull<'a> {
     /// Refuse bytes after the top-level item.
     pub fn finish(&self) -> Res<()> {
         if self.pos != self.buf.len() {
-            return Err(self.err(format!(
-                "{} trailing bytes after the top-level item",
-                self.buf.len() - self.pos
-            )));
+            return Err(self.err(
+                Rule::ZtCborSyntax,
+                format!(
+                    "{} trailing bytes after the top-level item",
+                    self.buf.len() - self.pos
+                ),
+            ));
         }
         Ok(())
     }
 
-    fn err(&self, reason: impl Into<String>) -> CborError {
+    fn err(&self, rule: Rule, reason: impl Into<String>) -> CborError {
         CborError {
             at: self.pos,
+            rule,
             reason: reason.into(),
         }
     }
@@ -271,7 +278,9 @@ impl<'a> Pull<'a> {
             .pos
             .checked_add(n)
             .filter(|&e| e <= self.buf.len())
-            .ok_or_else(|| self.err(format!("truncated: {n} bytes declared")))?;
+            .ok_or_else(|| {
+                self.err(Rule::ZtCborSyntax, format!("truncated: {n} bytes declared"))
+            })?;
         let s = &self.buf[self.pos..end];
         self.pos = end;
         Ok(s)
@@ -305,17 +314,23 @@ impl<'a> Pull<'a> {
             }
             31 => {
                 self.pos = start;
-                return Err(self.err("indefinite length or break"));
+                return Err(self.err(Rule::ZtCborSyntax, "indefinite length or break"));
             }
             _ => {
                 self.pos = start;
-                return Err(self.err(format!("reserved additional information {ai}")));
+                return Err(self.err(
+                    Rule::ZtCborSyntax,
+                    format!("reserved additional information {ai}"),
+                ));
             }
         };
         // Floats (major 7, ai 25-27) are checked for width separately.
         if major != 7 && value < min {
             self.pos = start;
-            return Err(self.err("non-shortest integer or length head"));
+            return Err(self.err(
+                Rule::ZtCborDeterminism,
+                "non-shortest integer or length head",
+            ));
         }
         Ok((major, ai, value))
     }
@@ -326,7 +341,10 @@ impl<'a> Pull<'a> {
         let left = (self.buf.len() - self.pos) as u64;
         match n.checked_mul(min_bytes_each) {
             Some(need) if need <= left => Ok(n as usize),
-            _ => Err(self.err(format!("{n} items declared, {left} bytes left"))),
+            _ => Err(self.err(
+                Rule::ZtCborSyntax,
+                format!("{n} items declared, {left} bytes left"),
+            )),
         }
     }
 
@@ -349,6 +367,7 @@ impl<'a> Pull<'a> {
                     Ok(s) => Ok(Token::Text(s)),
                     Err(_) => Err(CborError {
                         at,
+                        rule: Rule::ZtCborSyntax,
                         reason: "text string is not UTF-8".into(),
                     }),
                 }
@@ -363,7 +382,7 @@ impl<'a> Pull<'a> {
             }
             6 => {
                 self.pos = start;
-                Err(self.err("tags are not allowed"))
+                Err(self.err(Rule::ZtCborSyntax, "tags are not allowed"))
             }
             _ => self.simple(ai, v, start),
         }
@@ -383,12 +402,14 @@ impl<'a> Pull<'a> {
                 Ordering::Equal => {
                     return Err(CborError {
                         at: start,
+                        rule: Rule::ZtCborDuplicateKey,
                         reason: "duplicate map key".into(),
                     })
                 }
                 Ordering::Greater => {
                     return Err(CborError {
                         at: start,
+                        rule: Rule::ZtCborDeterminism,
                         reason: "map keys not in bytewise order".into(),
                     })
                 }
@@ -473,15 +494,18 @@ impl<'a> Pull<'a> {
     fn enter(&mut self, depth: usize, start: usize) -> Res<()> {
         if depth + 1 > self.limits.depth {
             self.pos = start;
-            return Err(self.err(format!("nesting deeper than {} levels", self.limits.depth)));
+            return Err(self.err(
+                Rule::ZtCborDepth,
+                format!("nesting deeper than {} levels", self.limits.depth),
+            ));
         }
         Ok(())
     }
 
     fn simple(&mut self, ai: u8, v: u64, start: usize) -> Res<Token<'a>> {
-        let fail = |d: &mut Self, why: &str| {
+        let fail = |d: &mut Self, rule: Rule, why: &str| {
             d.pos = start;
-            Err(d.err(why.to_string()))
+            Err(d.err(rule, why.to_string()))
         };
         match ai {
             20 => Ok(Token::Bool(false)),
@@ -490,31 +514,43 @@ impl<'a> Pull<'a> {
             25 => {
                 let f = f16_to_f64(v as u16);
                 if f.is_nan() && v != 0x7e00 {
-                    return fail(self, "NaN other than f9 7e00");
+                    return fail(self, Rule::ZtCborDeterminism, "NaN other than f9 7e00");
                 }
                 Ok(Token::Float(f))
             }
             26 => {
                 let f = f64::from(f32::from_bits(v as u32));
                 if f.is_nan() {
-                    return fail(self, "NaN other than f9 7e00");
+                    return fail(self, Rule::ZtCborDeterminism, "NaN other than f9 7e00");
                 }
                 if f64_to_f16(f).is_some() {
-                    return fail(self, "single float whose value fits a half");
+                    return fail(
+                        self,
+                        Rule::ZtCborDeterminism,
+                        "single float whose value fits a half",
+                    );
                 }
                 Ok(Token::Float(f))
             }
             27 => {
                 let f = f64::from_bits(v);
                 if f.is_nan() {
-                    return fail(self, "NaN other than f9 7e00");
+                    return fail(self, Rule::ZtCborDeterminism, "NaN other than f9 7e00");
                 }
                 if fits_f32(f) {
-                    return fail(self, "double float whose value fits a narrower float");
+                    return fail(
+                        self,
+                        Rule::ZtCborDeterminism,
+                        "double float whose value fits a narrower float",
+                    );
                 }
                 Ok(Token::Float(f))
             }
-            _ => fail(self, "simple value other than false, true, null or a float"),
+            _ => fail(
+                self,
+                Rule::ZtCborSyntax,
+                "simple value other than false, true, null or a float",
+            ),
         }
     }
 }

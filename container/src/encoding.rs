@@ -9,6 +9,7 @@
 //! range touches.
 
 use std::sync::Arc;
+use zt_core::Rule;
 
 use zt_core::catalog::Decode;
 use zt_core::error::{Context, Error, Result};
@@ -52,6 +53,7 @@ fn le32(b: &[u8], at: usize) -> u32 {
 /// `decoded_len`.
 pub fn seek_table(blob: &[u8], decoded_len: u64, ctx: &Context) -> Result<Vec<Frame>> {
     let bad = |reason: String| Error::Decode {
+        rule: Rule::ZtEncoding,
         ctx: ctx.clone(),
         reason: format!("{ZSTD_SEEKABLE}: {reason}"),
     };
@@ -128,6 +130,7 @@ pub fn seek_table(blob: &[u8], decoded_len: u64, ctx: &Context) -> Result<Vec<Fr
 /// Decode one frame into exactly `out`, checking it carries a checksum.
 fn decode_frame(frame: &[u8], out: &mut [u8], ctx: &Context) -> Result<()> {
     let bad = |reason: String| Error::Decode {
+        rule: Rule::ZtEncoding,
         ctx: ctx.clone(),
         reason: format!("{ZSTD_SEEKABLE}: {reason}"),
     };
@@ -223,6 +226,7 @@ impl Decode for ZstdSeekable {
             .ok_or_else(|| {
                 Error::range(
                     ctx.clone(),
+                    Rule::ReadRange,
                     format!(
                         "range {start}+{len} is past the decoded length {}",
                         self.decoded_len
@@ -262,6 +266,7 @@ pub struct UnknownEncoding {
 impl Decode for UnknownEncoding {
     fn decode(&self, _limits: &Limits) -> Result<Vec<u8>> {
         Err(Error::Unsupported {
+            rule: Rule::ZtUnsupported,
             ctx: self.ctx.clone(),
             reason: format!("unknown encoding {:?}", self.encoding),
         })

@@ -4,6 +4,7 @@
 //! level, as the spec requires.
 
 use std::borrow::Cow;
+use zt_core::Rule;
 
 use crate::cbor::{self, Cbor, CborError, DecodeLimits, KeyOrder, Pull, Token};
 use zt_core::catalog::{Digest, Value};
@@ -126,6 +127,7 @@ pub fn parse(bytes: &[u8], ctx: &Context, base: u64) -> Result<Manifest> {
     let cbor_error = |e: CborError| {
         Error::header(
             ctx.clone().at(base + e.at as u64),
+            e.rule,
             format!("manifest is not deterministic CBOR: {}", e.reason),
         )
     };
@@ -147,7 +149,7 @@ pub fn from_cbor(root: &Cbor, ctx: &Context) -> Result<Manifest> {
 }
 
 fn walk_root(p: &mut Pull<'_>, ctx: &Context) -> Walk<Manifest> {
-    let bad = |reason: String| Stop::Schema(Error::header(ctx.clone(), reason));
+    let bad = |reason: String| Stop::Schema(Error::header(ctx.clone(), Rule::ZtSchema, reason));
     let n = match p.token(0)? {
         Token::Map(n) => n,
         other => return Err(bad(format!("manifest is a {}, not a map", other.kind()))),
@@ -190,6 +192,7 @@ fn walk_objects(p: &mut Pull<'_>, shards: &[ShardDef], ctx: &Context) -> Walk<Ve
         other => {
             return Err(Stop::Schema(Error::header(
                 ctx.clone(),
+                Rule::ZtSchema,
                 format!("\"objects\" is a {}, not a map", other.kind()),
             )))
         }
@@ -217,6 +220,7 @@ fn key_name<'a>(key: Token<'a>, ctx: &Context, what: &str) -> Result<&'a str> {
         }
         other => Err(Error::header(
             ctx.clone(),
+            Rule::ZtSchema,
             format!("{what} is a {}, not text", other.kind()),
         )),
     }
@@ -235,6 +239,7 @@ fn text_token<'a>(tok: Token<'a>, ctx: &Context, what: &str) -> Result<&'a str> 
         Token::Text(t) => Ok(t),
         other => Err(Error::header(
             ctx.clone(),
+            Rule::ZtSchema,
             format!("{what} is a {}, not text", other.kind()),
         )),
     }
@@ -245,6 +250,7 @@ fn uint_token(tok: Token<'_>, ctx: &Context, what: &str) -> Result<u64> {
         Token::UInt(u) => Ok(u),
         other => Err(Error::header(
             ctx.clone(),
+            Rule::ZtSchema,
             format!("{what} is a {}, not an unsigned integer", other.kind()),
         )),
     }
@@ -283,7 +289,7 @@ fn walk_object(
     shards: &[ShardDef],
     ctx: &Context,
 ) -> Walk<ObjectDef> {
-    let bad = |reason: String| Stop::Schema(Error::header(ctx.clone(), reason));
+    let bad = |reason: String| Stop::Schema(Error::header(ctx.clone(), Rule::ZtSchema, reason));
     let n = match p.token(2)? {
         Token::Map(n) => n,
         other => return Err(bad(format!("object is a {}, not a map", other.kind()))),
@@ -296,6 +302,7 @@ fn walk_object(
                 Token::Array(dims) => {
                     if dims > MAX_RANK {
                         return Err(Stop::Schema(Error::Limit {
+                            rule: Rule::ZtShape,
                             ctx: ctx.clone(),
                             limit: "zt rank",
                             value: dims as u64,
@@ -330,6 +337,7 @@ fn walk_object(
     };
     if num_elements(&shape).is_none() {
         return Err(Stop::Schema(Error::Overflow {
+            rule: Rule::ZtShape,
             ctx: ctx.clone(),
             what: "element count of the shape",
         }));
@@ -355,12 +363,14 @@ pub fn storage_dtype(name: &str) -> Option<DType> {
 }
 
 fn walk_part(p: &mut Pull<'_>, name: &str, shards: &[ShardDef], ctx: &Context) -> Walk<PartDef> {
-    let bad = |reason: String| {
-        Stop::Schema(Error::header(
+    let bad_part = |reason: String| {
+        Error::header(
             ctx.clone(),
+            Rule::ZtSchema,
             format!("part {name:?}: {reason}"),
-        ))
+        )
     };
+    let bad = |reason: String| Stop::Schema(bad_part(reason));
     let n = match p.token(4)? {
         Token::Map(n) => n,
         other => return Err(bad(format!("is a {}, not a map", other.kind()))),
@@ -373,6 +383,7 @@ fn walk_part(p: &mut Pull<'_>, name: &str, shards: &[ShardDef], ctx: &Context) -
             Token::Text("dtype") => {
                 let d = walk_text(p, 5, ctx, "dtype")?;
                 dtype = Some(storage_dtype(d).ok_or_else(|| Error::UnsupportedDType {
+                    rule: Rule::ZtSchema,
                     ctx: ctx.clone(),
                     dtype: d.to_string(),
                 })?);
@@ -390,7 +401,10 @@ fn walk_part(p: &mut Pull<'_>, name: &str, shards: &[ShardDef], ctx: &Context) -
             Token::Text("shard") => {
                 let s = walk_text(p, 5, ctx, "shard")?;
                 if !shards.iter().any(|d| d.name == s) {
-                    return Err(bad(format!("shard {s:?} is not in the shard table")));
+                    return Err(Stop::Schema(
+                        bad_part(format!("shard {s:?} is not in the shard table"))
+                            .with_rule(Rule::ZtShardRef),
+                    ));
                 }
                 shard = Some(s.to_string());
             }
@@ -440,6 +454,7 @@ fn text_name<'a>(k: &'a Cbor, ctx: &Context, what: &str) -> Result<&'a str> {
         }
         other => Err(Error::header(
             ctx.clone(),
+            Rule::ZtSchema,
             format!("{what} is a {}, not text", other.kind()),
         )),
     }
@@ -450,6 +465,7 @@ pub fn check_name(name: &str, ctx: &Context, what: &str) -> Result<()> {
     if name.is_empty() || name.len() > MAX_NAME || name.contains('\0') {
         return Err(Error::header(
             ctx.clone(),
+            Rule::ZtName,
             format!("{what} {name:?} breaks the name rules (1..=1024 bytes, no U+0000)"),
         ));
     }
@@ -462,6 +478,7 @@ pub fn check_attributes(a: &Cbor, ctx: &Context) -> Result<()> {
     let Cbor::Map(entries) = a else {
         return Err(Error::header(
             ctx.clone(),
+            Rule::ZtSchema,
             format!("attributes is a {}, not a map", a.kind()),
         ));
     };
@@ -476,6 +493,7 @@ fn uint(v: &Cbor, ctx: &Context, what: &str) -> Result<u64> {
         Cbor::UInt(u) => Ok(*u),
         other => Err(Error::header(
             ctx.clone(),
+            Rule::ZtSchema,
             format!("{what} is a {}, not an unsigned integer", other.kind()),
         )),
     }
@@ -486,6 +504,7 @@ fn text<'a>(v: &'a Cbor, ctx: &Context, what: &str) -> Result<&'a str> {
         Cbor::Text(t) => Ok(t),
         other => Err(Error::header(
             ctx.clone(),
+            Rule::ZtSchema,
             format!("{what} is a {}, not text", other.kind()),
         )),
     }
@@ -530,7 +549,7 @@ fn walk_shards(p: &mut Pull<'_>, ctx: &Context) -> Walk<Vec<ShardDef>> {
 }
 
 fn parse_shards(s: &Cbor, ctx: &Context) -> Result<Vec<ShardDef>> {
-    let bad = |reason: String| Error::header(ctx.clone(), reason);
+    let bad = |reason: String| Error::header(ctx.clone(), Rule::ZtSchema, reason);
     let Cbor::Map(entries) = s else {
         return Err(bad(format!("shards is a {}, not a map", s.kind())));
     };
@@ -541,7 +560,8 @@ fn parse_shards(s: &Cbor, ctx: &Context) -> Result<Vec<ShardDef>> {
             Cbor::Text(t) => {
                 return Err(bad(format!(
                     "shard name {t:?} is not [A-Za-z0-9._-]{{1,64}} without a leading dot"
-                )))
+                ))
+                .with_rule(Rule::ZtShardName))
             }
             other => return Err(bad(format!("shard name is a {}, not text", other.kind()))),
         };

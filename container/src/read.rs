@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
+use zt_core::Rule;
 
 use crate::container::{self, Footer};
 use crate::encoding::{UnknownEncoding, ZstdSeekable, ZSTD_SEEKABLE};
@@ -47,7 +48,9 @@ pub fn validate_image(store: &Store, limits: &Limits) -> Result<Option<usize>> {
     check_blobs(&m, &footer, store)?;
     for o in &m.objects {
         let in_object = |e: Error| e.in_tensor(&o.name);
-        limits.check_rank(&ctx, o.shape.len()).map_err(in_object)?;
+        limits
+            .check_rank(&ctx, o.shape.len())
+            .map_err(|e| in_object(e.with_rule(Rule::ZtShape)))?;
         validate::interpret_or_structural(o, &ctx).map_err(in_object)?;
     }
     Ok(Some(m.objects.len()))
@@ -104,6 +107,7 @@ fn open_shards(m: &Manifest, input: &OpenInput<'_>) -> Result<HashMap<String, Ar
         let store = input.open_related(&name, "shard")?;
         if store.len() != s.size {
             return Err(Error::Index {
+                rule: Rule::ZtShardIdentity,
                 ctx: store.ctx(),
                 reason: format!(
                     "shard {:?} is {} bytes, the root says {}",
@@ -145,7 +149,9 @@ pub fn open(input: &OpenInput<'_>) -> Result<Catalog> {
     };
     for (oi, o) in m.objects.into_iter().enumerate() {
         let in_object = |e: Error| e.in_tensor(&o.name);
-        limits.check_rank(&ctx, o.shape.len()).map_err(in_object)?;
+        limits
+            .check_rank(&ctx, o.shape.len())
+            .map_err(|e| in_object(e.with_rule(Rule::ZtShape)))?;
         let (views, invalid) = validate::interpret_or_structural(&o, &ctx).map_err(in_object)?;
         // Parts in name order, as upstream lists them (its catalog is a
         // BTreeMap); the manifest's order is CBOR's canonical key order,

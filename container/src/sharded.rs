@@ -19,6 +19,7 @@
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
+use zt_core::Rule;
 
 use crate::cbor::Cbor;
 use crate::write::{objects_to_ingest, ObjectIn, Options, Writer};
@@ -99,6 +100,7 @@ impl ShardedWriter {
     pub fn create(dest: impl AsRef<Path>, options: Options, max: u64) -> Result<ShardedWriter> {
         let dest = dest.as_ref().to_path_buf();
         let refuse = |reason: &str| Error::Write {
+            rule: Rule::WriteOptions,
             ctx: Context::file(&dest),
             reason: reason.into(),
         };
@@ -343,6 +345,7 @@ fn publish(
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .ok_or_else(|| Error::Write {
+            rule: Rule::WriteDestination,
             ctx: Context::file(dest),
             reason: "destination has no file name".into(),
         })?;

@@ -1,12 +1,17 @@
 //! One error type for every plugin: a variant per reason, each carrying the
 //! context a user needs to find the problem (file, tensor, byte offset).
 //!
-//! Tests match on the variant; the few that also match message text check
-//! what a user reads (that a message names the file or the rule), not how
-//! the variant is chosen.
+//! The variant is the category of the failure (it decides the message's
+//! prefix, "malformed header", "bad data range", and whether the input is
+//! at fault); every variant that refuses an input also carries the
+//! [`Rule`] it failed, which [`Error::rule`] reads. Tests match on the
+//! variant and the rule; the few that also match message text check what a
+//! user reads (that a message names the file or the reason).
 
 use std::fmt;
 use std::path::{Path, PathBuf};
+
+pub use crate::rule::Rule;
 
 /// Result alias used across the crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -93,6 +98,8 @@ pub enum Error {
     Truncated {
         /// Where.
         ctx: Context,
+        /// The check it failed.
+        rule: Rule,
         /// The structure that did not fit.
         what: &'static str,
         /// Bytes it needs.
@@ -105,6 +112,8 @@ pub enum Error {
     Header {
         /// Where.
         ctx: Context,
+        /// The check it failed.
+        rule: Rule,
         /// What is wrong.
         reason: String,
     },
@@ -113,6 +122,8 @@ pub enum Error {
     UnsupportedDType {
         /// Where.
         ctx: Context,
+        /// The check it failed.
+        rule: Rule,
         /// The dtype as the file spelled it.
         dtype: String,
     },
@@ -121,6 +132,8 @@ pub enum Error {
     Overflow {
         /// Where.
         ctx: Context,
+        /// The check it failed.
+        rule: Rule,
         /// The quantity being computed.
         what: &'static str,
     },
@@ -130,6 +143,8 @@ pub enum Error {
     Range {
         /// Where.
         ctx: Context,
+        /// The check it failed.
+        rule: Rule,
         /// What is wrong.
         reason: String,
     },
@@ -148,6 +163,8 @@ pub enum Error {
     Limit {
         /// Where.
         ctx: Context,
+        /// The check it failed.
+        rule: Rule,
         /// Which limit (the `Limits` field name).
         limit: &'static str,
         /// The value the file asked for.
@@ -175,6 +192,8 @@ pub enum Error {
     Decode {
         /// Where.
         ctx: Context,
+        /// The check it failed.
+        rule: Rule,
         /// What went wrong.
         reason: String,
     },
@@ -184,6 +203,8 @@ pub enum Error {
     Unsupported {
         /// Where.
         ctx: Context,
+        /// The check it failed.
+        rule: Rule,
         /// Why.
         reason: String,
     },
@@ -200,6 +221,8 @@ pub enum Error {
     Index {
         /// The index file.
         ctx: Context,
+        /// The check it failed.
+        rule: Rule,
         /// What disagrees.
         reason: String,
     },
@@ -208,6 +231,8 @@ pub enum Error {
     Write {
         /// The destination.
         ctx: Context,
+        /// The check it failed.
+        rule: Rule,
         /// Why.
         reason: String,
     },
@@ -216,6 +241,8 @@ pub enum Error {
     Integrity {
         /// Where.
         ctx: Context,
+        /// The check it failed.
+        rule: Rule,
         /// Which check and what it found.
         reason: String,
     },
@@ -356,18 +383,113 @@ impl Error {
         }
     }
 
-    /// Shorthand for a malformed header.
-    pub fn header(ctx: Context, reason: impl Into<String>) -> Self {
+    /// The rule this error cites: the check a refused input failed. `None`
+    /// for errors that are not a verdict on the input (I/O, a missing file
+    /// or tensor, memory, object storage).
+    pub fn rule(&self) -> Option<Rule> {
+        match self {
+            Error::Truncated { rule, .. }
+            | Error::Header { rule, .. }
+            | Error::UnsupportedDType { rule, .. }
+            | Error::Overflow { rule, .. }
+            | Error::Range { rule, .. }
+            | Error::Limit { rule, .. }
+            | Error::Decode { rule, .. }
+            | Error::Unsupported { rule, .. }
+            | Error::Index { rule, .. }
+            | Error::Write { rule, .. }
+            | Error::Integrity { rule, .. } => Some(*rule),
+            Error::DuplicateName { .. } => Some(Rule::DuplicateName),
+            Error::UnknownFormat { .. } => Some(Rule::UnknownFormat),
+            Error::Io { .. }
+            | Error::NotFound { .. }
+            | Error::Memory { .. }
+            | Error::NoSuchTensor { .. }
+            | Error::Remote { .. } => None,
+        }
+    }
+
+    /// The same error citing `rule` instead (for a plugin that refines a
+    /// shared check: a `.zt` manifest over its size cap is a
+    /// [`Limits::check`](crate::limits::Limits::check) failure citing
+    /// [`Rule::ZtManifestTooLarge`]). Errors without a rule are unchanged.
+    pub fn with_rule(mut self, new: Rule) -> Self {
+        match &mut self {
+            Error::Truncated { rule, .. }
+            | Error::Header { rule, .. }
+            | Error::UnsupportedDType { rule, .. }
+            | Error::Overflow { rule, .. }
+            | Error::Range { rule, .. }
+            | Error::Limit { rule, .. }
+            | Error::Decode { rule, .. }
+            | Error::Unsupported { rule, .. }
+            | Error::Index { rule, .. }
+            | Error::Write { rule, .. }
+            | Error::Integrity { rule, .. } => *rule = new,
+            _ => {}
+        }
+        self
+    }
+
+    /// Shorthand for a malformed header ([`Error::Header`]) citing `rule`.
+    pub fn header(ctx: Context, rule: Rule, reason: impl Into<String>) -> Self {
         Error::Header {
             ctx,
+            rule,
             reason: reason.into(),
         }
     }
 
-    /// Shorthand for a bad data range.
-    pub fn range(ctx: Context, reason: impl Into<String>) -> Self {
+    /// Shorthand for a bad data range ([`Error::Range`]) citing `rule`.
+    pub fn range(ctx: Context, rule: Rule, reason: impl Into<String>) -> Self {
         Error::Range {
             ctx,
+            rule,
+            reason: reason.into(),
+        }
+    }
+
+    /// Shorthand for a decode failure ([`Error::Decode`]) citing `rule`.
+    pub fn decode(ctx: Context, rule: Rule, reason: impl Into<String>) -> Self {
+        Error::Decode {
+            ctx,
+            rule,
+            reason: reason.into(),
+        }
+    }
+
+    /// Shorthand for a request that cannot be served ([`Error::Unsupported`]) citing `rule`.
+    pub fn unsupported(ctx: Context, rule: Rule, reason: impl Into<String>) -> Self {
+        Error::Unsupported {
+            ctx,
+            rule,
+            reason: reason.into(),
+        }
+    }
+
+    /// Shorthand for a shard index mismatch ([`Error::Index`]) citing `rule`.
+    pub fn index(ctx: Context, rule: Rule, reason: impl Into<String>) -> Self {
+        Error::Index {
+            ctx,
+            rule,
+            reason: reason.into(),
+        }
+    }
+
+    /// Shorthand for a refused write ([`Error::Write`]) citing `rule`.
+    pub fn write(ctx: Context, rule: Rule, reason: impl Into<String>) -> Self {
+        Error::Write {
+            ctx,
+            rule,
+            reason: reason.into(),
+        }
+    }
+
+    /// Shorthand for a failed integrity check ([`Error::Integrity`]) citing `rule`.
+    pub fn integrity(ctx: Context, rule: Rule, reason: impl Into<String>) -> Self {
+        Error::Integrity {
+            ctx,
+            rule,
             reason: reason.into(),
         }
     }

@@ -5,6 +5,7 @@
 //! structural: each plugin checks the shape of the file (lengths that fit,
 //! headers that parse), not only its extension or four magic bytes.
 
+use crate::rule::Rule;
 use std::path::{Component, Path};
 use std::sync::Arc;
 
@@ -80,8 +81,13 @@ impl<'a> OpenInput<'a> {
     /// refused rather than followed. Fails with [`Error::Header`] naming
     /// `what` and the rule broken.
     pub fn open_related(&self, name: &str, what: &str) -> Result<Arc<Store>> {
-        let refuse =
-            |why: &str| Error::header(self.ctx(), format!("{what} location {name:?} {why}"));
+        let refuse = |why: &str| {
+            Error::header(
+                self.ctx(),
+                Rule::Location,
+                format!("{what} location {name:?} {why}"),
+            )
+        };
         let rel = Path::new(name);
         if name.is_empty() || name.contains('\0') {
             return Err(refuse("is empty or not a path"));

@@ -26,6 +26,7 @@ pub mod readahead;
 pub mod registry;
 #[cfg(feature = "remote")]
 pub mod remote;
+pub mod rule;
 pub mod selection;
 pub mod shard;
 pub mod source;
@@ -42,6 +43,7 @@ pub use limits::Limits;
 pub use open::OpenOptions;
 pub use part::{Caps, Location, PartRef, Tensor};
 pub use registry::Registry;
+pub use rule::Rule;
 pub use source::Source;
 pub use store::Store;
 pub use write::{Align, FormatWriter, TensorIn, WriteOptions, WrittenFile};

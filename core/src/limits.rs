@@ -5,6 +5,7 @@
 //! *before* anything is allocated for it.
 
 use crate::error::{Context, Error, Result};
+use crate::rule::Rule;
 
 /// Resource bounds applied while opening and decoding files.
 ///
@@ -74,6 +75,7 @@ impl Limits {
     pub fn check(ctx: &Context, limit: &'static str, value: u64, max: u64) -> Result<()> {
         if value > max {
             Err(Error::Limit {
+                rule: Rule::Limit,
                 ctx: ctx.clone(),
                 limit,
                 value,

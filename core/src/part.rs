@@ -2,6 +2,7 @@
 //! accessors (`map`, `bytes`, `locate`, ...) that callers use without ever
 //! matching on the format.
 
+use crate::rule::Rule;
 use std::borrow::Cow;
 use std::path::PathBuf;
 
@@ -112,6 +113,7 @@ impl<'a> Tensor<'a> {
         match self.object.parts.as_slice() {
             [_] => Ok(self.part_ref(0)),
             parts => Err(Error::Unsupported {
+                rule: Rule::AccessPart,
                 ctx: self.ctx(),
                 reason: format!(
                     "layout {} has parts {:?}; pick one",
@@ -220,6 +222,7 @@ impl<'a> PartRef<'a> {
     fn guard_as(&self, verify: bool) -> Result<()> {
         match self.source.checks.get(&self.object_index) {
             Some(check) => check.run(verify).map_err(|reason| Error::Integrity {
+                rule: Rule::Check,
                 ctx: self.ctx(),
                 reason: reason.to_string(),
             }),
@@ -297,6 +300,7 @@ impl<'a> PartRef<'a> {
                 .slice(*offset, *len)
                 .map_err(|e| e.in_tensor(&self.object.name)),
             Payload::Stored { store, offset, .. } if store.is_mapped() => Err(Error::Unsupported {
+                rule: Rule::AccessMap,
                 ctx: self.ctx().at(*offset),
                 reason: format!(
                     "offset is not aligned for {} (needs {})",
@@ -305,10 +309,12 @@ impl<'a> PartRef<'a> {
                 ),
             }),
             Payload::Stored { offset, .. } => Err(Error::Unsupported {
+                rule: Rule::AccessMap,
                 ctx: self.ctx().at(*offset),
                 reason: "the file is not memory-mapped".into(),
             }),
             Payload::Decoded { decoder, .. } => Err(Error::Unsupported {
+                rule: Rule::AccessMap,
                 ctx: self.ctx(),
                 reason: format!("stored {}; decode with bytes()", decoder.describe()),
             }),
@@ -335,6 +341,7 @@ impl<'a> PartRef<'a> {
                     .map_err(|e| self.name_err(e))?;
                 if bytes.len() as u64 != *decoded_len {
                     return Err(Error::Decode {
+                        rule: Rule::DecodedLength,
                         ctx: self.ctx(),
                         reason: format!("decoded {} bytes, expected {decoded_len}", bytes.len()),
                     });
@@ -356,6 +363,7 @@ impl<'a> PartRef<'a> {
             .ok_or_else(|| {
                 Error::range(
                     self.ctx(),
+                    Rule::ReadRange,
                     format!("range {start}+{len} is outside the part's {total} bytes"),
                 )
             })?;
@@ -370,6 +378,7 @@ impl<'a> PartRef<'a> {
                     .map_err(|e| self.name_err(e))?;
                 if bytes.len() as u64 != len {
                     return Err(Error::Decode {
+                        rule: Rule::DecodedLength,
                         ctx: self.ctx(),
                         reason: format!("range decoded to {} bytes, expected {len}", bytes.len()),
                     });
@@ -416,6 +425,9 @@ impl<'a> PartRef<'a> {
         let got = want.algorithm().digest(&bytes);
         if got != *want {
             return Err(Error::Integrity {
+                // Digests are the `.zt` container's (§3.4): no other
+                // format records one, so the check cites its rule.
+                rule: Rule::ZtDigest,
                 ctx: self.ctx(),
                 reason: format!(
                     "part {:?} digest is {got}, the file says {want}",
@@ -586,6 +598,7 @@ pub fn materialized_len(ctx: &Context, shape: &[u64], size: usize) -> Result<u64
     num_elements(shape)
         .and_then(|n| n.checked_mul(size as u64))
         .ok_or_else(|| Error::Overflow {
+            rule: Rule::Overflow,
             ctx: ctx.clone(),
             what: "the materialized size of a strided tensor",
         })

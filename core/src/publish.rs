@@ -10,6 +10,7 @@
 //! that died; the next write to the same destination removes it
 //! ([`remove_stale`]), and `zt clean` does so on request.
 
+use crate::rule::Rule;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -31,6 +32,7 @@ fn file_name(dest: &Path) -> Result<String> {
     dest.file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .ok_or_else(|| Error::Write {
+            rule: Rule::WriteDestination,
             ctx: Context::file(dest),
             reason: "destination has no file name".into(),
         })
@@ -162,6 +164,7 @@ impl Partial {
             Ok(m) if m.is_dir() => {}
             Ok(_) => {
                 return Err(Error::Write {
+                    rule: Rule::WriteDestination,
                     ctx: Context::file(dest),
                     reason: format!("{} is not a directory", dir.display()),
                 })

@@ -3,6 +3,7 @@
 //! copied from a mapping run by run, read positionally, fetched from object
 //! storage as one planned batch, or cut from the decoded span.
 
+use crate::rule::Rule;
 use std::borrow::Cow;
 
 use crate::catalog::Payload;
@@ -50,12 +51,14 @@ impl PartRef<'_> {
         let ctx = self.ctx();
         let Some(size) = self.part.dtype.size() else {
             return Err(Error::Unsupported {
+                rule: Rule::AccessView,
                 ctx,
                 reason: format!("{} elements are smaller than a byte", self.part.dtype),
             });
         };
         if !self.is_contiguous() {
             return Err(Error::Unsupported {
+                rule: Rule::AccessView,
                 ctx,
                 reason: "the part is not stored in C order".into(),
             });
@@ -64,6 +67,7 @@ impl PartRef<'_> {
         if sel.len() != shape.len() {
             return Err(Error::range(
                 ctx,
+                Rule::AccessSelection,
                 format!("{} selections for rank {}", sel.len(), shape.len()),
             ));
         }
@@ -80,6 +84,7 @@ impl PartRef<'_> {
             if !fits {
                 return Err(Error::range(
                     ctx,
+                    Rule::AccessSelection,
                     format!(
                         "selection {}:{}:{} of dimension {d} (size {dim})",
                         s.start, s.count, s.step
@@ -88,6 +93,7 @@ impl PartRef<'_> {
             }
         }
         let overflow = || Error::Overflow {
+            rule: Rule::Overflow,
             ctx: self.ctx(),
             what: "selection size",
         };

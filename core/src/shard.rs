@@ -17,6 +17,7 @@
 //! is built here; a format with a root file of its own (`.zt`) supplies
 //! the function that writes it.
 
+use crate::rule::Rule;
 use std::path::{Path, PathBuf};
 
 use crate::catalog::Attributes;
@@ -533,6 +534,7 @@ fn file_name(dest: &Path) -> Result<String> {
     dest.file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .ok_or_else(|| Error::Write {
+            rule: Rule::WriteDestination,
             ctx: Context::file(dest),
             reason: "destination has no file name".into(),
         })
@@ -588,6 +590,7 @@ fn refuse_occupied(dest_dir: &Path) -> Result<()> {
             let mut entries = std::fs::read_dir(dest_dir).map_err(|e| Error::io(dest_dir, e))?;
             if entries.next().is_some() {
                 return Err(Error::Write {
+                    rule: Rule::WriteDestination,
                     ctx: Context::file(dest_dir),
                     reason: "the destination directory exists and is not empty".into(),
                 });
@@ -595,6 +598,7 @@ fn refuse_occupied(dest_dir: &Path) -> Result<()> {
             Ok(())
         }
         Ok(_) => Err(Error::Write {
+            rule: Rule::WriteDestination,
             ctx: Context::file(dest_dir),
             reason: "the destination exists and is not a directory".into(),
         }),

@@ -3,6 +3,7 @@
 //! plugin can hand out a view that reaches outside its bytes; the read API
 //! over it is in [`crate::part`], and opening files in [`crate::open`].
 
+use crate::rule::Rule;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -165,6 +166,7 @@ impl Source {
         let mut iter = sources.into_iter();
         let Some(mut merged) = iter.next() else {
             return Err(Error::Unsupported {
+                rule: Rule::AccessInput,
                 ctx: Context::default(),
                 reason: "no files to open".into(),
             });
@@ -367,10 +369,12 @@ fn validate_part(part: &Part, limits: &Limits) -> Result<()> {
     if let Some(&d) = part.shape.iter().find(|&&d| d > i64::MAX as u64) {
         return Err(Error::range(
             ctx.clone(),
+            Rule::PartSize,
             format!("part {:?}: dimension {d} is past 2^63 - 1", part.name),
         ));
     }
     let elements = num_elements(&part.shape).ok_or(Error::Overflow {
+        rule: Rule::Overflow,
         ctx: ctx.clone(),
         what: "element count",
     })?;
@@ -381,12 +385,14 @@ fn validate_part(part: &Part, limits: &Limits) -> Result<()> {
     match &part.strides {
         None => {
             let need = part.dtype.nbytes(elements).ok_or(Error::Overflow {
+                rule: Rule::Overflow,
                 ctx: ctx.clone(),
                 what: "byte size",
             })?;
             if need != len {
                 return Err(Error::range(
                     ctx.clone(),
+                    Rule::PartSize,
                     format!(
                         "part {:?}: {} x {} needs {need} bytes, payload has {len}",
                         part.name, part.dtype, elements
@@ -396,20 +402,27 @@ fn validate_part(part: &Part, limits: &Limits) -> Result<()> {
         }
         Some(strides) => {
             let size = part.dtype.size().ok_or_else(|| Error::Unsupported {
+                rule: Rule::AccessView,
                 ctx: ctx.clone(),
                 reason: format!("strided views of sub-byte dtype {}", part.dtype),
             })?;
             if strides.len() != part.shape.len() || strides.iter().any(|&s| s < 0) {
-                return Err(Error::range(ctx.clone(), "strides do not match the shape"));
+                return Err(Error::range(
+                    ctx.clone(),
+                    Rule::PartSize,
+                    "strides do not match the shape",
+                ));
             }
             if elements > 0 {
                 let mut last: u64 = 0;
                 for (&d, &s) in part.shape.iter().zip(strides) {
                     let step = (d - 1).checked_mul(s as u64).ok_or(Error::Overflow {
+                        rule: Rule::Overflow,
                         ctx: ctx.clone(),
                         what: "stride extent",
                     })?;
                     last = last.checked_add(step).ok_or(Error::Overflow {
+                        rule: Rule::Overflow,
                         ctx: ctx.clone(),
                         what: "stride extent",
                     })?;
@@ -418,12 +431,14 @@ fn validate_part(part: &Part, limits: &Limits) -> Result<()> {
                     .checked_add(1)
                     .and_then(|n| n.checked_mul(size))
                     .ok_or(Error::Overflow {
+                        rule: Rule::Overflow,
                         ctx: ctx.clone(),
                         what: "stride extent",
                     })?;
                 if need > len {
                     return Err(Error::range(
                         ctx.clone(),
+                        Rule::PartSize,
                         format!("strides reach byte {need}, payload has {len}"),
                     ));
                 }

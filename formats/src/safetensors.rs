@@ -13,6 +13,7 @@ use std::fmt;
 use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
+use zt_core::Rule;
 
 use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
@@ -210,6 +211,7 @@ impl Format for Safetensors {
         let store = input.store;
         let ctx = input.ctx();
         let len_bytes = store.read(0, 8).map_err(|_| Error::Truncated {
+            rule: Rule::Truncated,
             ctx: ctx.clone(),
             what: "safetensors header length",
             needed: 8,
@@ -221,11 +223,13 @@ impl Format for Safetensors {
         // more, so every file zt accepts is one the reference accepts.
         Limits::check(&ctx, "safetensors header_bytes", n, MAX_HEADER)?;
         let data_start = 8u64.checked_add(n).ok_or(Error::Overflow {
+            rule: Rule::Overflow,
             ctx: ctx.clone(),
             what: "header end",
         })?;
         if data_start > store.len() {
             return Err(Error::Truncated {
+                rule: Rule::Truncated,
                 ctx: ctx.at(8),
                 what: "safetensors header",
                 needed: n,
@@ -233,10 +237,20 @@ impl Format for Safetensors {
             });
         }
         let header = store.read(8, n)?;
-        let text = std::str::from_utf8(&header)
-            .map_err(|e| Error::header(ctx.clone().at(8), format!("header is not UTF-8: {e}")))?;
-        let Header { metadata, entries } = serde_json::from_str(text)
-            .map_err(|e| Error::header(ctx.clone().at(8), format!("bad JSON header: {e}")))?;
+        let text = std::str::from_utf8(&header).map_err(|e| {
+            Error::header(
+                ctx.clone().at(8),
+                Rule::SafetensorsHeader,
+                format!("header is not UTF-8: {e}"),
+            )
+        })?;
+        let Header { metadata, entries } = serde_json::from_str(text).map_err(|e| {
+            Error::header(
+                ctx.clone().at(8),
+                Rule::SafetensorsHeader,
+                format!("bad JSON header: {e}"),
+            )
+        })?;
         input.limits.check_tensors(&ctx, entries.len() as u64)?;
         let attributes = match metadata {
             Some(map) => parse_metadata(map).map_err(|e| e.in_file(store.path()))?,
@@ -270,18 +284,21 @@ impl Format for Safetensors {
                 };
                 return Err(Error::range(
                     ctx.clone().tensor(&t.0).at(data_start + t.3),
+                    Rule::SafetensorsOffsets,
                     format!("data_offsets [{}, {}] {what}", t.3, t.4),
                 ));
             }
             cursor = t.4;
         }
         let expected = data_start.checked_add(cursor).ok_or(Error::Overflow {
+            rule: Rule::Overflow,
             ctx: ctx.clone(),
             what: "buffer end",
         })?;
         if expected != store.len() {
             return Err(Error::range(
                 ctx.clone(),
+                Rule::SafetensorsOffsets,
                 format!(
                     "tensors end at byte {expected} but the file has {} bytes",
                     store.len()
@@ -313,6 +330,7 @@ impl Format for Safetensors {
 fn check_entry(info: &Info<'_>, limits: &Limits) -> Result<(DType, u64, u64)> {
     let ctx = Context::default();
     let dtype = dtype_from_str(&info.dtype).ok_or_else(|| Error::UnsupportedDType {
+        rule: Rule::DType,
         ctx: ctx.clone(),
         dtype: info.dtype.to_string(),
     })?;
@@ -321,26 +339,31 @@ fn check_entry(info: &Info<'_>, limits: &Limits) -> Result<(DType, u64, u64)> {
     if end < begin {
         return Err(Error::range(
             ctx,
+            Rule::SafetensorsOffsets,
             format!("data_offsets [{begin}, {end}] end before they begin"),
         ));
     }
     let elements = num_elements(&info.shape).ok_or(Error::Overflow {
+        rule: Rule::Overflow,
         ctx: ctx.clone(),
         what: "element count",
     })?;
     let bits = elements.checked_mul(dtype.bits()).ok_or(Error::Overflow {
+        rule: Rule::Overflow,
         ctx: ctx.clone(),
         what: "bit size",
     })?;
     if bits % 8 != 0 {
         return Err(Error::range(
             ctx,
+            Rule::SafetensorsSize,
             format!("{elements} x {dtype} is not a whole number of bytes"),
         ));
     }
     if bits / 8 != end - begin {
         return Err(Error::range(
             ctx,
+            Rule::SafetensorsSize,
             format!(
                 "shape {:?} of {dtype} needs {} bytes, data_offsets span {}",
                 info.shape,
@@ -359,6 +382,7 @@ fn parse_metadata(map: serde_json::Map<String, serde_json::Value>) -> Result<Vec
             serde_json::Value::String(s) => Ok((k, Value::Str(s))),
             other => Err(Error::header(
                 Context::default(),
+                Rule::SafetensorsMetadata,
                 format!("__metadata__[{k:?}] is {other}, not a string"),
             )),
         })
@@ -429,12 +453,14 @@ fn prepare<'t, 'a>(
     for t in &order {
         if t.name == "__metadata__" {
             return Err(Error::Write {
+                rule: Rule::WriteName,
                 ctx: ctx.clone().tensor(t.name),
                 reason: "the name __metadata__ is reserved".into(),
             });
         }
         if dtype_to_str(t.dtype).is_none() {
             return Err(Error::Write {
+                rule: Rule::WriteDType,
                 ctx: ctx.clone().tensor(t.name),
                 reason: format!("safetensors has no {} dtype", t.dtype),
             });

@@ -10,6 +10,7 @@
 //! how non-recursive zip bombs multiply their output).
 
 use std::io::{self, Read, Write};
+use zt_core::Rule;
 
 use zt_core::error::{Context, Error, Result};
 use zt_core::limits::Limits;
@@ -110,12 +111,14 @@ pub fn read_entries(store: &Store, ctx: &Context, limits: &Limits) -> Result<Vec
     Limits::check(ctx, "entries", dir.count, limits.entries)?;
     limits.check_header(ctx, dir.size)?;
     let end = dir.offset.checked_add(dir.size).ok_or(Error::Overflow {
+        rule: Rule::Overflow,
         ctx: ctx.clone(),
         what: "central directory end",
     })?;
     if end > dir.limit {
         return Err(Error::range(
             ctx.clone().at(dir.offset),
+            Rule::ZipDirectory,
             format!(
                 "central directory [{}, {end}) runs past its end record at {}",
                 dir.offset, dir.limit
@@ -127,6 +130,7 @@ pub fn read_entries(store: &Store, ctx: &Context, limits: &Limits) -> Result<Vec
     if dir.count.saturating_mul(CENTRAL_LEN as u64) > dir.size {
         return Err(Error::header(
             ctx.clone().at(dir.offset),
+            Rule::ZipDirectory,
             format!(
                 "a central directory of {} bytes cannot hold {} entries",
                 dir.size, dir.count
@@ -144,6 +148,7 @@ pub fn read_entries(store: &Store, ctx: &Context, limits: &Limits) -> Result<Vec
     if at as u64 != dir.size {
         return Err(Error::header(
             ctx.clone().at(dir.offset + at as u64),
+            Rule::ZipDirectory,
             format!(
                 "{} entries end at byte {at} of a {}-byte central directory",
                 dir.count, dir.size
@@ -171,6 +176,7 @@ fn find_directory(store: &Store, ctx: &Context) -> Result<Directory> {
     let len = store.len();
     if len < EOCD_LEN {
         return Err(Error::Truncated {
+            rule: Rule::Truncated,
             ctx: ctx.clone(),
             what: "zip end of central directory",
             needed: EOCD_LEN,
@@ -187,6 +193,7 @@ fn find_directory(store: &Store, ctx: &Context) -> Result<Directory> {
     let Some(i) = found else {
         return Err(Error::header(
             ctx.clone(),
+            Rule::ZipDirectory,
             "no zip end of central directory record",
         ));
     };
@@ -194,6 +201,7 @@ fn find_directory(store: &Store, ctx: &Context) -> Result<Directory> {
     let eocd_pos = tail_start + i as u64;
     if u16_at(eocd, 4) != 0 || u16_at(eocd, 6) != 0 {
         return Err(Error::Unsupported {
+            rule: Rule::ZipUnsupported,
             ctx: ctx.clone().at(eocd_pos),
             reason: "multi-disk zip archives".into(),
         });
@@ -222,6 +230,7 @@ fn zip64_directory(
     let record_pos = u64_at(locator, 8);
     if u32_at(locator, 4) != 0 || u32_at(locator, 16) > 1 {
         return Err(Error::Unsupported {
+            rule: Rule::ZipUnsupported,
             ctx: ctx.clone().at(locator_pos),
             reason: "multi-disk zip64 archives".into(),
         });
@@ -232,6 +241,7 @@ fn zip64_directory(
     {
         return Err(Error::range(
             ctx.clone().at(locator_pos),
+            Rule::ZipDirectory,
             format!("zip64 end record offset {record_pos} is not before its locator"),
         ));
     }
@@ -239,11 +249,13 @@ fn zip64_directory(
     if u32_at(&record, 0) != EOCD64_SIG {
         return Err(Error::header(
             ctx.clone().at(record_pos),
+            Rule::ZipDirectory,
             "no zip64 end of central directory record where the locator points",
         ));
     }
     if u32_at(&record, 16) != 0 || u32_at(&record, 20) != 0 {
         return Err(Error::Unsupported {
+            rule: Rule::ZipUnsupported,
             ctx: ctx.clone().at(record_pos),
             reason: "multi-disk zip64 archives".into(),
         });
@@ -269,13 +281,18 @@ fn central_entry(
     let fixed = dir
         .get(at..at + CENTRAL_LEN)
         .ok_or_else(|| Error::Truncated {
+            rule: Rule::Truncated,
             ctx: ectx.clone(),
             what: "zip central directory entry",
             needed: CENTRAL_LEN as u64,
             available: (dir.len() - at) as u64,
         })?;
     if u32_at(fixed, 0) != CENTRAL_SIG {
-        return Err(Error::header(ectx, "bad central directory entry signature"));
+        return Err(Error::header(
+            ectx,
+            Rule::ZipEntry,
+            "bad central directory entry signature",
+        ));
     }
     let name_len = usize::from(u16_at(fixed, 28));
     let extra_len = usize::from(u16_at(fixed, 30));
@@ -285,6 +302,7 @@ fn central_entry(
     let next = name_at + name_len + extra_len + comment_len;
     if next > dir.len() {
         return Err(Error::Truncated {
+            rule: Rule::Truncated,
             ctx: ectx,
             what: "zip central directory entry",
             needed: (next - at) as u64,
@@ -324,6 +342,7 @@ fn apply_zip64_extra(ctx: &Context, entry: &mut Entry, extra: &[u8], disk: u16) 
     let disk_in_extra = disk == 0xFFFF;
     if disk != 0 && !disk_in_extra {
         return Err(Error::Unsupported {
+            rule: Rule::ZipUnsupported,
             ctx: ctx.clone(),
             reason: "multi-disk zip archives".into(),
         });
@@ -334,6 +353,7 @@ fn apply_zip64_extra(ctx: &Context, entry: &mut Entry, extra: &[u8], disk: u16) 
     let data = find_extra(ctx, extra, ZIP64_EXTRA)?.ok_or_else(|| {
         Error::header(
             ctx.clone(),
+            Rule::ZipEntry,
             format!(
                 "member {:?} has saturated sizes but no zip64 extra field",
                 entry.name
@@ -343,6 +363,7 @@ fn apply_zip64_extra(ctx: &Context, entry: &mut Entry, extra: &[u8], disk: u16) 
     if data.len() < wanted.len() * 8 {
         return Err(Error::header(
             ctx.clone(),
+            Rule::ZipEntry,
             format!("member {:?} has a short zip64 extra field", entry.name),
         ));
     }
@@ -356,12 +377,20 @@ fn apply_zip64_extra(ctx: &Context, entry: &mut Entry, extra: &[u8], disk: u16) 
 fn find_extra<'a>(ctx: &Context, mut extra: &'a [u8], id: u16) -> Result<Option<&'a [u8]>> {
     while !extra.is_empty() {
         if extra.len() < 4 {
-            return Err(Error::header(ctx.clone(), "truncated zip extra field"));
+            return Err(Error::header(
+                ctx.clone(),
+                Rule::ZipEntry,
+                "truncated zip extra field",
+            ));
         }
         let (block_id, size) = (u16_at(extra, 0), usize::from(u16_at(extra, 2)));
-        let data = extra
-            .get(4..4 + size)
-            .ok_or_else(|| Error::header(ctx.clone(), "zip extra block runs past its field"))?;
+        let data = extra.get(4..4 + size).ok_or_else(|| {
+            Error::header(
+                ctx.clone(),
+                Rule::ZipEntry,
+                "zip extra block runs past its field",
+            )
+        })?;
         if block_id == id {
             return Ok(Some(data));
         }
@@ -377,7 +406,7 @@ const CP437_HIGH: &str = "ÇüéâäàåçêëèïîìÄÅÉæÆôöòûùÿÖÜ
 fn decode_name(ctx: &Context, raw: &[u8], flags: u16) -> Result<String> {
     if flags & FLAG_UTF8 != 0 {
         return String::from_utf8(raw.to_vec())
-            .map_err(|_| Error::header(ctx.clone(), "member name is not UTF-8"));
+            .map_err(|_| Error::header(ctx.clone(), Rule::ZipEntry, "member name is not UTF-8"));
     }
     Ok(raw
         .iter()
@@ -405,6 +434,7 @@ fn local_data_start(store: &Store, ctx: &Context, entry: &Entry, dir_offset: u64
         Some(end) if end <= dir_offset => Ok(end),
         _ => Err(Error::range(
             ectx.clone(),
+            Rule::ZipBounds,
             format!(
                 "member {:?}: {what} runs into the central directory at {dir_offset}",
                 entry.name
@@ -416,6 +446,7 @@ fn local_data_start(store: &Store, ctx: &Context, entry: &Entry, dir_offset: u64
     if u32_at(&local, 0) != LOCAL_SIG {
         return Err(Error::header(
             ectx,
+            Rule::ZipEntry,
             format!("member {:?}: bad local header signature", entry.name),
         ));
     }
@@ -429,6 +460,7 @@ fn local_data_start(store: &Store, ctx: &Context, entry: &Entry, dir_offset: u64
         // Python's zipfile refuses this too: the two names must agree.
         return Err(Error::header(
             ectx,
+            Rule::ZipEntry,
             format!(
                 "member {:?}: the local header names it {local_name:?}",
                 entry.name
@@ -451,6 +483,7 @@ fn check_overlaps(ctx: &Context, entries: &[Entry]) -> Result<()> {
         if start < end {
             return Err(Error::range(
                 ctx.clone().at(start),
+                Rule::ZipBounds,
                 format!("zip members {a:?} and {b:?} overlap"),
             ));
         }
@@ -473,6 +506,7 @@ pub fn member_bytes<'s>(
     let ectx = ctx.clone().at(entry.local_offset);
     if entry.encrypted() {
         return Err(Error::Unsupported {
+            rule: Rule::ZipUnsupported,
             ctx: ectx,
             reason: format!("member {:?} is encrypted", entry.name),
         });
@@ -483,6 +517,7 @@ pub fn member_bytes<'s>(
             if entry.compressed != entry.uncompressed {
                 return Err(Error::header(
                     ectx,
+                    Rule::ZipEntry,
                     format!(
                         "stored member {:?} declares {} compressed and {} uncompressed bytes",
                         entry.name, entry.compressed, entry.uncompressed
@@ -498,6 +533,7 @@ pub fn member_bytes<'s>(
             let actual = crc32fast::hash(&out);
             if actual != entry.crc {
                 return Err(Error::Decode {
+                    rule: Rule::ZipEntry,
                     ctx: ectx,
                     reason: format!(
                         "member {:?}: CRC-32 {actual:#010x} does not match the directory's {:#010x}",
@@ -508,6 +544,7 @@ pub fn member_bytes<'s>(
             Ok(std::borrow::Cow::Owned(out))
         }
         method => Err(Error::Unsupported {
+            rule: Rule::ZipUnsupported,
             ctx: ectx,
             reason: format!(
                 "member {:?} uses zip compression method {method}; only stored (0) and deflate (8) are read",
@@ -566,10 +603,12 @@ pub fn read_exact_growing(
 /// that inflates past `len` is refused without allocating for it.
 fn inflate_exact(ctx: &Context, name: &str, raw: &[u8], len: u64) -> Result<Vec<u8>> {
     let fail = |reason: String| Error::Decode {
+        rule: Rule::ZipEntry,
         ctx: ctx.clone(),
         reason: format!("member {name:?}: {reason}"),
     };
     let len = usize::try_from(len).map_err(|_| Error::Overflow {
+        rule: Rule::Overflow,
         ctx: ctx.clone(),
         what: "decoded size",
     })?;

@@ -6,6 +6,7 @@
 //! for any work that touches tensor bytes.
 
 use std::path::PathBuf;
+use zt::Rule;
 
 use pyo3::exceptions::{
     PyFileNotFoundError, PyKeyError, PyMemoryError, PyOSError, PyPermissionError, PyValueError,
@@ -31,12 +32,24 @@ pyo3::create_exception!(
     zt,
     FormatError,
     PyValueError,
-    "A tensor file is malformed, hostile, or cannot be served as asked. The message names the file, the tensor and the reason."
+    "A tensor file is malformed, hostile, or cannot be served as asked. The message names the file, the tensor and the reason; `rule` names the check that failed (\"zt.BlobOverlap\", \"safetensors.Offsets\"; see zt::Rule), or is None."
 );
 
-/// Map a zt error onto the Python exception a user expects.
+/// Map a zt error onto the Python exception a user expects. A
+/// `FormatError` carries the rule the input failed as `err.rule` (its name,
+/// [`zt::Rule::name`]), so callers match on data rather than message text.
 pub(crate) fn to_py_err(e: zt::Error) -> PyErr {
     let message = e.to_string();
+    let rule = e.rule().map(zt::Rule::name);
+    let format_error = |message: String| {
+        let err = FormatError::new_err(message);
+        if let Some(rule) = rule {
+            Python::attach(|py| {
+                let _ = err.value(py).setattr("rule", rule);
+            });
+        }
+        err
+    };
     match e {
         zt::Error::NotFound { .. } => PyFileNotFoundError::new_err(message),
         zt::Error::NoSuchTensor { .. } => PyKeyError::new_err(message),
@@ -46,9 +59,9 @@ pub(crate) fn to_py_err(e: zt::Error) -> PyErr {
             zt::RemoteKind::PermissionDenied => PyPermissionError::new_err(message),
             zt::RemoteKind::Network => PyOSError::new_err(message),
             zt::RemoteKind::Config | zt::RemoteKind::Unsupported => PyValueError::new_err(message),
-            zt::RemoteKind::Changed | zt::RemoteKind::BadResponse => FormatError::new_err(message),
+            zt::RemoteKind::Changed | zt::RemoteKind::BadResponse => format_error(message),
         },
-        _ => FormatError::new_err(message),
+        _ => format_error(message),
     }
 }
 
@@ -218,6 +231,7 @@ fn convert(
         if let Some(max) = max_shard_size {
             if writer.is_some() {
                 return Err(zt::Error::Write {
+                    rule: Rule::WriteOptions,
                     ctx: zt::Context::file(&dst),
                     reason: "a sharded write takes its format from the extension".into(),
                 });
@@ -265,7 +279,11 @@ fn page_size() -> u64 {
 
 #[pymodule]
 fn _zt(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add("FormatError", m.py().get_type::<FormatError>())?;
+    let format_error = m.py().get_type::<FormatError>();
+    // The class default: a FormatError raised without a rule (from Python,
+    // or a changed remote object) has `rule` None.
+    format_error.setattr("rule", m.py().None())?;
+    m.add("FormatError", format_error)?;
     m.add_function(wrap_pyfunction!(open, m)?)?;
     m.add_function(wrap_pyfunction!(batch_pool::batch_buffer, m)?)?;
     m.add("BATCH_POOLED_FROM", batch_pool::POOLED_FROM)?;

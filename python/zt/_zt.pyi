@@ -9,7 +9,11 @@ __version__: str
 __commit__: str
 
 class FormatError(ValueError):
-    """A tensor file is malformed, hostile, or cannot be served as asked."""
+    """A tensor file is malformed, hostile, or cannot be served as asked.
+    ``rule`` names the check it failed (``"zt.BlobOverlap"``,
+    ``"safetensors.Offsets"``; zt::Rule in Rust), or is None."""
+
+    rule: str | None
 
 class ZrecordError(RuntimeError):
     """A zrecord store failed; ``code`` is loaderx's error code."""

@@ -37,6 +37,7 @@
 use std::path::Path;
 
 pub use zt_container as container;
+pub use zt_core::rule::{self, Rule};
 pub use zt_core::{
     buffer, catalog, dtype, error, format, limits, location, open as options, part, publish,
     source, store, write,

@@ -5,6 +5,7 @@
 //! conversion copies unchanged.
 
 use std::path::{Path, PathBuf};
+use zt_core::Rule;
 
 use crate::{registry, Context, Error, Result};
 
@@ -37,10 +38,12 @@ pub fn checkpoint_in(dir: &Path) -> Result<PathBuf> {
     match indexes.as_slice() {
         [one] => Ok(one.clone()),
         [] => Err(Error::Index {
+            rule: Rule::IndexCheckpoint,
             ctx: Context::file(dir),
             reason: format!("no checkpoint here (looked for {})", CANDIDATES.join(", ")),
         }),
         _ => Err(Error::Index {
+            rule: Rule::IndexCheckpoint,
             ctx: Context::file(dir),
             reason: format!("{} shard indexes here; name the one to read", indexes.len()),
         }),

@@ -1,7 +1,12 @@
 //! GGUF reading and writing on files built byte by byte here (the
 //! comparisons against gguf-py itself live in tests/test_gguf.py).
 //!
-//! Every failure asserts the exact `Error` variant.
+//! Every failure asserts the exact `Error` variant, and where it refuses
+//! the input the rule it cites (`cites!`, `support/cites.rs`).
+
+#[macro_use]
+#[path = "support/cites.rs"]
+mod cites;
 
 use std::path::PathBuf;
 
@@ -313,7 +318,11 @@ fn alignment_is_honoured() {
         f32_tensor("b", vec![5], 48, false),
     ];
     let bytes = file(false, 3, 0, &[], &tensors, 32);
-    assert!(matches!(open(&bytes), Err(Error::Range { .. })));
+    assert!(cites!(
+        open(&bytes),
+        Err(Error::Range { .. }),
+        &["gguf.Placement"]
+    ));
 }
 
 #[test]
@@ -390,13 +399,17 @@ fn unknown_type_fails_only_that_tensor() {
     // Writing it back is refused, naming it.
     let dir = Dir::new();
     let err = GgufWriter.write(&src, &dir.path("out.gguf"), &WriteOptions::default());
-    assert!(matches!(err, Err(Error::Write { .. })));
+    assert!(cites!(err, Err(Error::Write { .. }), &["write.DType"]));
 }
 
 #[test]
 fn version_one_is_refused() {
     let bytes = file(false, 1, 0, &[], &[], 32);
-    assert!(matches!(open(&bytes), Err(Error::Unsupported { .. })));
+    assert!(cites!(
+        open(&bytes),
+        Err(Error::Unsupported { .. }),
+        &["gguf.Version"]
+    ));
 }
 
 // ---------------------------------------------------------------- hostile
@@ -541,32 +554,42 @@ fn bad_metadata_values() {
     let bad = |kv: &Bytes| open(&kv_file(&kv.buf, 1));
     let mut kv = Bytes::new(false);
     kv.str("k").u32(7).u8(2);
-    assert!(matches!(bad(&kv), Err(Error::Header { .. })), "bool 2");
+    assert!(
+        cites!(bad(&kv), Err(Error::Header { .. }), &["gguf.Metadata"]),
+        "bool 2"
+    );
     let mut kv = Bytes::new(false);
     kv.str("k").u32(13).u8(0);
     assert!(
-        matches!(bad(&kv), Err(Error::Header { .. })),
+        cites!(bad(&kv), Err(Error::Header { .. }), &["gguf.Metadata"]),
         "value type 13"
     );
     let mut kv = Bytes::new(false);
     kv.str("k").u32(9).u32(77).u64(0);
     assert!(
-        matches!(bad(&kv), Err(Error::Header { .. })),
+        cites!(bad(&kv), Err(Error::Header { .. }), &["gguf.Metadata"]),
         "array of type 77"
     );
     let mut kv = Bytes::new(false);
     kv.str("").u32(0).u8(0);
-    assert!(matches!(bad(&kv), Err(Error::Header { .. })), "empty key");
+    assert!(
+        cites!(bad(&kv), Err(Error::Header { .. }), &["gguf.Metadata"]),
+        "empty key"
+    );
     let mut kv = Bytes::new(false);
     kv.str("GGUF.version").u32(0).u8(0);
     assert!(
-        matches!(bad(&kv), Err(Error::Header { .. })),
+        cites!(bad(&kv), Err(Error::Header { .. }), &["gguf.Metadata"]),
         "reserved key"
     );
     let mut kv = Bytes::new(false);
     kv.str("k").u32(0).u8(0).str("k").u32(0).u8(1);
     assert!(
-        matches!(open(&kv_file(&kv.buf, 2)), Err(Error::Header { .. })),
+        cites!(
+            open(&kv_file(&kv.buf, 2)),
+            Err(Error::Header { .. }),
+            &["gguf.Metadata"]
+        ),
         "duplicate key"
     );
 }
@@ -582,7 +605,11 @@ fn bad_alignment() {
             kv.u32(value as u32);
         }
         assert!(
-            matches!(open(&kv_file(&kv.buf, 1)), Err(Error::Header { .. })),
+            cites!(
+                open(&kv_file(&kv.buf, 1)),
+                Err(Error::Header { .. }),
+                &["gguf.Metadata"]
+            ),
             "{ty} {value}"
         );
     }
@@ -594,18 +621,20 @@ fn overlapping_and_out_of_bounds_tensors() {
         f32_tensor("a", vec![16], 0, false),
         f32_tensor("b", vec![4], 32, false),
     ];
-    assert!(matches!(
+    assert!(cites!(
         open(&file(false, 3, 0, &[], &overlap, 32)),
-        Err(Error::Range { .. })
+        Err(Error::Range { .. }),
+        &["gguf.Placement"]
     ));
     // Declared in the other order: still an overlap.
     let overlap = [
         f32_tensor("b", vec![4], 32, false),
         f32_tensor("a", vec![16], 0, false),
     ];
-    assert!(matches!(
+    assert!(cites!(
         open(&file(false, 3, 0, &[], &overlap, 32)),
-        Err(Error::Range { .. })
+        Err(Error::Range { .. }),
+        &["gguf.Placement"]
     ));
     let mut bytes = file(false, 3, 0, &[], &[f32_tensor("a", vec![16], 0, false)], 32);
     bytes.truncate(bytes.len() - 1);
@@ -646,9 +675,10 @@ fn bad_tensor_infos() {
         offset: 0,
         data: vec![0; 27],
     };
-    assert!(matches!(
+    assert!(cites!(
         open(&file(false, 3, 0, &[], &[q], 32)),
-        Err(Error::Range { .. })
+        Err(Error::Range { .. }),
+        &["gguf.TensorInfo"]
     ));
     // Dimensions whose product overflows.
     let t = T {
@@ -669,9 +699,10 @@ fn bad_tensor_infos() {
         offset: 0,
         data: vec![],
     };
-    assert!(matches!(
+    assert!(cites!(
         open(&file(false, 3, 0, &[], &[t], 32)),
-        Err(Error::Header { .. })
+        Err(Error::Header { .. }),
+        &["gguf.TensorInfo"]
     ));
     let t = T {
         name: "t",
@@ -754,15 +785,16 @@ fn writer_refuses_what_gguf_cannot_hold() {
     .unwrap();
     let src = zt::open(&path).unwrap();
     let err = GgufWriter.write(&src, &dir.path("o.gguf"), &WriteOptions::default());
-    assert!(matches!(err, Err(Error::Write { .. })));
+    assert!(cites!(err, Err(Error::Write { .. }), &["write.DType"]));
     assert!(!dir.path("o.gguf").exists());
     let opts = WriteOptions {
         compression: Some(3),
         ..WriteOptions::default()
     };
-    assert!(matches!(
+    assert!(cites!(
         GgufWriter.write(&src, &dir.path("o.gguf"), &opts),
-        Err(Error::Write { .. })
+        Err(Error::Write { .. }),
+        &["write.Options"]
     ));
 }
 

@@ -6,6 +6,10 @@
 //!
 //! Every failure asserts the exact `Error` variant.
 
+#[macro_use]
+#[path = "support/cites.rs"]
+mod cites;
+
 use std::path::{Path, PathBuf};
 
 use zt::formats::h5::reader::lookup3;
@@ -177,7 +181,7 @@ fn chunk_inflating_past_its_size_fails_to_decode() {
     bytes[hits[0] + 11] = 16;
     let dir = Dir::new();
     let err = read_all(&dir.file("bomb.h5", &bytes), Limits::default()).unwrap_err();
-    assert!(matches!(err, Error::Decode { .. }), "{err}");
+    assert!(cites!(err, Error::Decode { .. }, &["h5.Filter"]), "{err}");
     assert!(err.to_string().contains("inflates past"), "{err}");
 }
 
@@ -210,7 +214,10 @@ fn btree_node_pointing_at_itself_is_a_header_error() {
     bytes[child..child + 8].copy_from_slice(&(at as u64).to_le_bytes());
     let dir = Dir::new();
     let err = read_all(&dir.file("loop.h5", &bytes), Limits::default()).unwrap_err();
-    assert!(matches!(err, Error::Header { .. }), "{err}");
+    assert!(
+        cites!(err, Error::Header { .. }, &["h5.Structure"]),
+        "{err}"
+    );
 }
 
 #[test]
@@ -238,7 +245,10 @@ fn btree_claiming_a_billion_records_hits_the_entries_limit() {
     // The same tree without the fixed checksum is caught by the checksum.
     bytes[at + 34] ^= 1;
     let err = read_all(&dir.file("bad-sum.h5", &bytes), Limits::default()).unwrap_err();
-    assert!(matches!(err, Error::Header { .. }), "{err}");
+    assert!(
+        cites!(err, Error::Header { .. }, &["h5.Structure"]),
+        "{err}"
+    );
 }
 
 #[test]
@@ -274,7 +284,11 @@ fn truncations_fail_cleanly() {
         }
         let err = read_all(&dir.file("cut.h5", &bytes[..200]), Limits::default()).unwrap_err();
         assert!(
-            matches!(err, Error::Truncated { .. } | Error::Header { .. }),
+            cites!(
+                err,
+                Error::Truncated { .. } | Error::Header { .. },
+                &["core.Truncated"]
+            ),
             "{name}: {err}"
         );
     }

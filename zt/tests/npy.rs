@@ -1,7 +1,12 @@
 //! `.npy` / `.npz` reading and writing, on fixtures built byte by byte here
 //! (the comparisons against numpy itself live in the Python tests).
 //!
-//! Every failure asserts the exact `Error` variant.
+//! Every failure asserts the exact `Error` variant, and where it refuses
+//! the input the rule it cites (`cites!`, `support/cites.rs`).
+
+#[macro_use]
+#[path = "support/cites.rs"]
+mod cites;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -282,14 +287,22 @@ fn v3_header_is_utf8_and_long_ints_are_v1_v2_only() {
         assert_eq!(source.tensor("long").unwrap().shape(), &[2, 1]);
     }
     let path = dir.file("long.npy", &npy_v(3, long, &[7, 8]));
-    assert!(matches!(zt::open(&path), Err(Error::Header { .. })));
+    assert!(cites!(
+        zt::open(&path),
+        Err(Error::Header { .. }),
+        &["npy.Header"]
+    ));
 
     // A v3 header that is not UTF-8.
     let mut bad = npy_v(3, &dict("<u1", false, "(1,)"), &[1]);
     let nl = bad.iter().position(|&b| b == b'\n').unwrap();
     bad[nl - 1] = 0xFF;
     let path = dir.file("bad3.npy", &bad);
-    assert!(matches!(zt::open(&path), Err(Error::Header { .. })));
+    assert!(cites!(
+        zt::open(&path),
+        Err(Error::Header { .. }),
+        &["npy.Header"]
+    ));
 }
 
 #[test]
@@ -473,7 +486,11 @@ fn big_endian_is_swapped_never_mapped() {
     let part = source.tensor("be").unwrap().data().unwrap();
     assert_eq!(part.dtype(), DType::I32);
     assert!(!part.caps().map);
-    assert!(matches!(part.map(), Err(Error::Unsupported { .. })));
+    assert!(cites!(
+        part.map(),
+        Err(Error::Unsupported { .. }),
+        &["access.Map"]
+    ));
     assert_eq!(&*part.bytes().unwrap(), &le(&values, i32::to_le_bytes)[..]);
 
     // Complex numbers swap each half.
@@ -545,7 +562,11 @@ fn truncated_and_overlong_data() {
     let mut long = full.clone();
     long.push(0);
     let path = dir.file("long.npy", &long);
-    assert!(matches!(zt::open(&path), Err(Error::Range { .. })));
+    assert!(cites!(
+        zt::open(&path),
+        Err(Error::Range { .. }),
+        &["npy.Size"]
+    ));
 }
 
 #[test]
@@ -607,7 +628,7 @@ fn bad_headers() {
     for text in bad {
         let path = dir.file("bad.npy", &npy(text, &[0; 4]));
         assert!(
-            matches!(zt::open(&path), Err(Error::Header { .. })),
+            cites!(zt::open(&path), Err(Error::Header { .. }), &["npy.Header"]),
             "{text}: {:?}",
             zt::open(&path).err()
         );
@@ -615,9 +636,10 @@ fn bad_headers() {
     // Not a dict at all (the sniff wants `{`, the plugin says why).
     let path = dir.file("list.npy", &npy("[1, 2, 3]", &[]));
     assert!(matches!(zt::open(&path), Err(Error::UnknownFormat { .. })));
-    assert!(matches!(
+    assert!(cites!(
         plugin_open(&Npy, &path, &Limits::default()),
-        Err(Error::Header { .. })
+        Err(Error::Header { .. }),
+        &["npy.Header"]
     ));
     // Unknown versions.
     for (major, minor) in [(0u8, 0u8), (4, 0), (1, 1)] {
@@ -625,9 +647,10 @@ fn bad_headers() {
         bytes[6] = major;
         bytes[7] = minor;
         let path = dir.file("ver.npy", &bytes);
-        assert!(matches!(
+        assert!(cites!(
             plugin_open(&Npy, &path, &Limits::default()),
-            Err(Error::Header { .. })
+            Err(Error::Header { .. }),
+            &["npy.Version"]
         ));
     }
 }
@@ -829,7 +852,11 @@ fn npz_huge_declared_entry_count() {
     // Within the limit but more than the directory can hold.
     let bytes = finish(body, &[(&a, offsets[0])], ZipStyle::default(), Some(0xFFFF));
     let path = dir.file("many.npz", &bytes);
-    assert!(matches!(zt::open(&path), Err(Error::Header { .. })));
+    assert!(cites!(
+        zt::open(&path),
+        Err(Error::Header { .. }),
+        &["zip.Directory"]
+    ));
     // Fewer declared than present.
     let bytes = zip(
         &[
@@ -843,7 +870,11 @@ fn npz_huge_declared_entry_count() {
     patched[n - 12..n - 10].copy_from_slice(&1u16.to_le_bytes());
     patched[n - 14..n - 12].copy_from_slice(&1u16.to_le_bytes());
     let path = dir.file("fewer.npz", &patched);
-    assert!(matches!(zt::open(&path), Err(Error::Header { .. })));
+    assert!(cites!(
+        zt::open(&path),
+        Err(Error::Header { .. }),
+        &["zip.Directory"]
+    ));
 }
 
 #[test]
@@ -889,7 +920,11 @@ fn npz_overlapping_members() {
         None,
     );
     let path = dir.file("dup.npz", &bytes);
-    assert!(matches!(zt::open(&path), Err(Error::Range { .. })));
+    assert!(cites!(
+        zt::open(&path),
+        Err(Error::Range { .. }),
+        &["zip.Bounds"]
+    ));
 
     // A member whose declared size runs over the next member.
     let a = stored("a.npy", &f32_npy(&[1.0], "(1,)"));
@@ -909,7 +944,11 @@ fn npz_overlapping_members() {
     );
     let path = dir.file("over.npz", &bytes);
     let r = zt::open(&path);
-    assert!(matches!(r, Err(Error::Range { .. })), "{:?}", r.err());
+    assert!(
+        cites!(r, Err(Error::Range { .. }), &["zip.Bounds"]),
+        "{:?}",
+        r.err()
+    );
 
     // A member whose data runs into the central directory.
     let a = stored("a.npy", &f32_npy(&[1.0], "(1,)"));
@@ -921,7 +960,11 @@ fn npz_overlapping_members() {
     };
     let bytes = finish(body, &[(&a_long, offsets[0])], ZipStyle::default(), None);
     let path = dir.file("into.npz", &bytes);
-    assert!(matches!(zt::open(&path), Err(Error::Range { .. })));
+    assert!(cites!(
+        zt::open(&path),
+        Err(Error::Range { .. }),
+        &["zip.Bounds"]
+    ));
 }
 
 #[test]
@@ -930,18 +973,30 @@ fn npz_structural_errors() {
     let good = npz_fixture(ZipStyle::default(), true);
     // No end record.
     let path = dir.file("noend.npz", &good[..good.len() - 22]);
-    assert!(matches!(zt::open(&path), Err(Error::Header { .. })));
+    assert!(cites!(
+        zt::open(&path),
+        Err(Error::Header { .. }),
+        &["zip.Directory"]
+    ));
     // A local name that disagrees with the directory.
     let mut renamed = good.clone();
     renamed[30] = b'X';
     let path = dir.file("renamed.npz", &renamed);
     // (The first name, "Xrr_0.npy", still ends in .npy, so it sniffs as npz.)
-    assert!(matches!(zt::open(&path), Err(Error::Header { .. })));
+    assert!(cites!(
+        zt::open(&path),
+        Err(Error::Header { .. }),
+        &["zip.Entry"]
+    ));
     // A stored member whose sizes disagree.
     let mut m = stored("a.npy", &f32_npy(&[1.0], "(1,)"));
     m.uncompressed += 1;
     let path = dir.file("sizes.npz", &zip(&[m], ZipStyle::default()));
-    assert!(matches!(zt::open(&path), Err(Error::Header { .. })));
+    assert!(cites!(
+        zt::open(&path),
+        Err(Error::Header { .. }),
+        &["npz.Member"]
+    ));
     // A member that is not an npy.
     let path = dir.file(
         "notnpy.npz",
@@ -950,7 +1005,11 @@ fn npz_structural_errors() {
             ZipStyle::default(),
         ),
     );
-    assert!(matches!(zt::open(&path), Err(Error::Header { .. })));
+    assert!(cites!(
+        zt::open(&path),
+        Err(Error::Header { .. }),
+        &["npy.Magic"]
+    ));
 }
 
 #[test]
@@ -960,11 +1019,19 @@ fn npz_unsupported_members() {
     let mut enc = stored("a.npy", &a);
     enc.flags = 1;
     let path = dir.file("enc.npz", &zip(&[enc], ZipStyle::default()));
-    assert!(matches!(zt::open(&path), Err(Error::Unsupported { .. })));
+    assert!(cites!(
+        zt::open(&path),
+        Err(Error::Unsupported { .. }),
+        &["npz.Member"]
+    ));
     let mut bz = stored("a.npy", &a);
     bz.method = 12;
     let path = dir.file("bz.npz", &zip(&[bz], ZipStyle::default()));
-    assert!(matches!(zt::open(&path), Err(Error::Unsupported { .. })));
+    assert!(cites!(
+        zt::open(&path),
+        Err(Error::Unsupported { .. }),
+        &["npz.Member"]
+    ));
     // The same in a member numpy would ignore is no error.
     let mut other = stored("notes.txt", b"x");
     other.method = 12;
@@ -1004,9 +1071,10 @@ fn npz_bad_crc() {
     m.crc ^= 1;
     let path = dir.file("crc.npz", &zip(&[m], ZipStyle::default()));
     let source = zt::open(&path).unwrap();
-    assert!(matches!(
+    assert!(cites!(
         only_bytes(&source, "a"),
-        Err(Error::Decode { .. })
+        Err(Error::Decode { .. }),
+        &["npz.Inflate"]
     ));
 }
 
@@ -1019,9 +1087,10 @@ fn npz_corrupt_and_short_deflate_streams() {
     short.uncompressed = bytes.len() as u64;
     let path = dir.file("short.npz", &zip(&[short], ZipStyle::default()));
     let source = zt::open(&path).unwrap();
-    assert!(matches!(
+    assert!(cites!(
         only_bytes(&source, "a"),
-        Err(Error::Decode { .. })
+        Err(Error::Decode { .. }),
+        &["npz.Inflate"]
     ));
     // Garbage after a valid header chunk.
     let mut raw = sync_chunk(&bytes[..128]);
@@ -1034,14 +1103,18 @@ fn npz_corrupt_and_short_deflate_streams() {
     // The inflater decodes ahead into its window, so the garbage may be
     // found while reading the header or while reading the data.
     let r = zt::open(&path).and_then(|s| only_bytes(&s, "a"));
-    assert!(matches!(r, Err(Error::Decode { .. })));
+    assert!(cites!(r, Err(Error::Decode { .. }), &["npz.Inflate"]));
     // Garbage from the start: the header cannot be inflated.
     let m = Member {
         raw: vec![0xFF; 64],
         ..deflated("a.npy", &bytes)
     };
     let path = dir.file("garbage2.npz", &zip(&[m], ZipStyle::default()));
-    assert!(matches!(zt::open(&path), Err(Error::Decode { .. })));
+    assert!(cites!(
+        zt::open(&path),
+        Err(Error::Decode { .. }),
+        &["npz.Inflate"]
+    ));
 }
 
 /// Raw deflate of `bytes` as non-final blocks ending on a byte boundary
@@ -1091,9 +1164,10 @@ fn deflate_bomb_declaring_a_small_size() {
     assert!(m.raw.len() < 200_000);
     let path = dir.file("bomb.npz", &zip(&[m], ZipStyle::default()));
     let source = zt::open(&path).unwrap();
-    assert!(matches!(
+    assert!(cites!(
         only_bytes(&source, "bomb"),
-        Err(Error::Decode { .. })
+        Err(Error::Decode { .. }),
+        &["npz.Inflate"]
     ));
 
     // The zip declares 16 data bytes but the header 50 MiB: refused at open.
@@ -1152,9 +1226,10 @@ fn deflate_member_declaring_more_than_it_holds() {
     };
     let path = dir.file("liar.npz", &zip(&[m], ZipStyle::default()));
     let source = zt::open(&path).unwrap();
-    assert!(matches!(
+    assert!(cites!(
         only_bytes(&source, "liar"),
-        Err(Error::Decode { .. })
+        Err(Error::Decode { .. }),
+        &["npz.Inflate"]
     ));
 }
 
@@ -1245,7 +1320,10 @@ fn write_npy_round_trip_every_dtype() {
             };
             let result = write_npy(&path, &t);
             if zt::formats::npy::descr_for(dtype).is_none() {
-                assert!(matches!(result, Err(Error::Write { .. })), "{dtype}");
+                assert!(
+                    cites!(result, Err(Error::Write { .. }), &["write.DType"]),
+                    "{dtype}"
+                );
                 continue;
             }
             result.unwrap();
@@ -1269,7 +1347,11 @@ fn write_refuses_bad_input() {
         shape: &[3],
         data: &[0; 8],
     };
-    assert!(matches!(write_npy(&path, &t), Err(Error::Write { .. })));
+    assert!(cites!(
+        write_npy(&path, &t),
+        Err(Error::Write { .. }),
+        &["write.Size"]
+    ));
     assert!(!path.exists());
     let bf16 = TensorIn {
         name: "x",
@@ -1277,7 +1359,11 @@ fn write_refuses_bad_input() {
         shape: &[1],
         data: &[0; 2],
     };
-    assert!(matches!(write_npy(&path, &bf16), Err(Error::Write { .. })));
+    assert!(cites!(
+        write_npy(&path, &bf16),
+        Err(Error::Write { .. }),
+        &["write.DType"]
+    ));
     let ok = TensorIn {
         name: "x",
         dtype: DType::U8,
@@ -1290,9 +1376,10 @@ fn write_refuses_bad_input() {
         Err(Error::DuplicateName { .. })
     ));
     let bf16 = TensorIn { name: "y", ..bf16 };
-    assert!(matches!(
+    assert!(cites!(
         write_npz(&npz, &[ok, bf16]),
-        Err(Error::Write { .. })
+        Err(Error::Write { .. }),
+        &["write.DType"]
     ));
     assert!(!npz.exists());
 }

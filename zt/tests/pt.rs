@@ -1,6 +1,10 @@
 //! PyTorch checkpoints: writer round trips and hostile archives, asserted
-//! by exact `Error` variant. (Fixtures made by torch are checked in
+//! by exact `Error` variant and rule. (Fixtures made by torch are checked in
 //! tests/test_pt.py; malicious pickles in tests/test_pt_malicious.py.)
+
+#[macro_use]
+#[path = "support/cites.rs"]
+mod cites;
 
 use std::path::Path;
 
@@ -112,7 +116,7 @@ fn lying_storage_sizes_are_range_errors() {
     for numel in [3, 5, i32::MAX] {
         archive(&path, &state_dict(&tensor(numel, 0, &[3], &[1])), &W);
         assert!(
-            matches!(zt::open(&path), Err(Error::Range { .. })),
+            cites!(zt::open(&path), Err(Error::Range { .. }), &["pt.Storage"]),
             "{numel}"
         );
     }
@@ -123,9 +127,17 @@ fn strides_past_the_storage_are_range_errors() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("reach.pt");
     archive(&path, &state_dict(&tensor(4, 2, &[2, 2], &[1, 1])), &W);
-    assert!(matches!(zt::open(&path), Err(Error::Range { .. })));
+    assert!(cites!(
+        zt::open(&path),
+        Err(Error::Range { .. }),
+        &["pt.Storage"]
+    ));
     archive(&path, &state_dict(&tensor(4, 0, &[2], &[4])), &W);
-    assert!(matches!(zt::open(&path), Err(Error::Range { .. })));
+    assert!(cites!(
+        zt::open(&path),
+        Err(Error::Range { .. }),
+        &["pt.Storage"]
+    ));
 }
 
 #[test]
@@ -138,16 +150,16 @@ fn hostile_pickles_fail_by_variant() {
             matches!(e, Error::Truncated { .. })
         }),
         (b"\x80\x02\xff.".to_vec(), |e| {
-            matches!(e, Error::Header { .. })
+            cites!(e, Error::Header { .. }, &["pt.Pickle"])
         }),
         (b"\x80\x02h\x07.".to_vec(), |e| {
-            matches!(e, Error::Header { .. })
+            cites!(e, Error::Header { .. }, &["pt.Pickle"])
         }),
         (b"\x80\x02]Ns.".to_vec(), |e| {
-            matches!(e, Error::Header { .. })
+            cites!(e, Error::Header { .. }, &["pt.Pickle"])
         }),
         (b"\x80\x02)Na.".to_vec(), |e| {
-            matches!(e, Error::Header { .. })
+            cites!(e, Error::Header { .. }, &["pt.Pickle"])
         }),
         (
             [b"\x80\x02".as_slice(), &[b'('; 2_000_000], b"."].concat(),
@@ -174,11 +186,17 @@ fn hostile_pickles_fail_by_variant() {
             },
         ),
         (state_dict(b"ctorch._utils\n_rebuild_qtensor\n)R"), |e| {
-            matches!(e, Error::Unsupported { .. })
+            cites!(e, Error::Unsupported { .. }, &["pt.Unsupported"])
         }),
         (
             state_dict(b"ctorch._utils\n_rebuild_tensor_v3\n((Xstorage\0\0\0\0"),
-            |e| matches!(e, Error::Truncated { .. } | Error::Header { .. }),
+            |e| {
+                cites!(
+                    e,
+                    Error::Truncated { .. } | Error::Header { .. },
+                    &["core.Truncated"]
+                )
+            },
         ),
     ];
     for (i, (pickle, want)) in cases.into_iter().enumerate() {
@@ -295,9 +313,10 @@ fn writer_round_trips_every_torch_dtype() {
         shape: &[2],
         data: &packed,
     };
-    assert!(matches!(
+    assert!(cites!(
         zt::formats::pt::write(&path, &[fp4]),
-        Err(Error::Write { .. })
+        Err(Error::Write { .. }),
+        &["write.DType"]
     ));
 }
 

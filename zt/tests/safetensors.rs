@@ -1,5 +1,10 @@
 //! safetensors plugin and the Source core: round trips, and every hostile
-//! shape a file can take, each asserted by its exact error variant.
+//! shape a file can take, each asserted by its exact error variant and the
+//! rule it cites (`cites!`, `support/cites.rs`).
+
+#[macro_use]
+#[path = "support/cites.rs"]
+mod cites;
 
 use std::path::{Path, PathBuf};
 
@@ -88,7 +93,11 @@ fn round_trip_through_the_writer() {
     let part = positional.tensor("a").unwrap().data().unwrap();
     assert_eq!(&*part.bytes().unwrap(), &a[..]);
     assert!(!part.caps().map);
-    assert!(matches!(part.map(), Err(Error::Unsupported { .. })));
+    assert!(cites!(
+        part.map(),
+        Err(Error::Unsupported { .. }),
+        &["access.Map"]
+    ));
 }
 
 #[test]
@@ -102,9 +111,10 @@ fn writer_refuses_reserved_and_mismatched() {
         shape: &[4],
         data: &data,
     }];
-    assert!(matches!(
+    assert!(cites!(
         zt::formats::safetensors::write(&path, &reserved, &[]),
-        Err(Error::Write { .. })
+        Err(Error::Write { .. }),
+        &["write.Name"]
     ));
     let wrong = [TensorIn {
         name: "w",
@@ -112,9 +122,10 @@ fn writer_refuses_reserved_and_mismatched() {
         shape: &[2],
         data: &data,
     }];
-    assert!(matches!(
+    assert!(cites!(
         zt::formats::safetensors::write(&path, &wrong, &[]),
-        Err(Error::Write { .. })
+        Err(Error::Write { .. }),
+        &["write.Size"]
     ));
     let dup = [
         TensorIn {
@@ -180,7 +191,11 @@ fn hostile_headers() {
     ));
 
     let p = write_raw(d, "notjson.safetensors", "{nope", &[], None);
-    assert!(matches!(open_err(&p), Error::Header { .. }));
+    assert!(cites!(
+        open_err(&p),
+        Error::Header { .. },
+        &["safetensors.Header"]
+    ));
 
     let h = format!(
         r#"{{"a":{},"b":{}}}"#,
@@ -188,7 +203,11 @@ fn hostile_headers() {
         e("F32", "[2]", 4, 12)
     );
     let p = write_raw(d, "overlap.safetensors", &h, &[0; 12], None);
-    assert!(matches!(open_err(&p), Error::Range { .. }));
+    assert!(cites!(
+        open_err(&p),
+        Error::Range { .. },
+        &["safetensors.Offsets"]
+    ));
 
     let h = format!(
         r#"{{"a":{},"b":{}}}"#,
@@ -196,15 +215,27 @@ fn hostile_headers() {
         e("F32", "[2]", 12, 20)
     );
     let p = write_raw(d, "gap.safetensors", &h, &[0; 20], None);
-    assert!(matches!(open_err(&p), Error::Range { .. }));
+    assert!(cites!(
+        open_err(&p),
+        Error::Range { .. },
+        &["safetensors.Offsets"]
+    ));
 
     let h = format!(r#"{{"a":{}}}"#, e("F32", "[2]", 0, 8));
     let p = write_raw(d, "trailing.safetensors", &h, &[0; 9], None);
-    assert!(matches!(open_err(&p), Error::Range { .. }));
+    assert!(cites!(
+        open_err(&p),
+        Error::Range { .. },
+        &["safetensors.Offsets"]
+    ));
 
     let h = format!(r#"{{"a":{}}}"#, e("F32", "[3]", 0, 8));
     let p = write_raw(d, "size.safetensors", &h, &[0; 8], None);
-    assert!(matches!(open_err(&p), Error::Range { .. }));
+    assert!(cites!(
+        open_err(&p),
+        Error::Range { .. },
+        &["safetensors.Size"]
+    ));
 
     let h = format!(r#"{{"a":{}}}"#, e("F32", "[4294967296,4294967296]", 0, 8));
     let p = write_raw(d, "overflow.safetensors", &h, &[0; 8], None);
@@ -229,11 +260,19 @@ fn hostile_headers() {
         &[],
         None,
     );
-    assert!(matches!(open_err(&p), Error::Header { .. }));
+    assert!(cites!(
+        open_err(&p),
+        Error::Header { .. },
+        &["safetensors.Metadata"]
+    ));
 
     let h = format!(r#"{{"a":{}}}"#, e("F4", "[3]", 0, 2));
     let p = write_raw(d, "fp4.safetensors", &h, &[0; 2], None);
-    assert!(matches!(open_err(&p), Error::Range { .. }));
+    assert!(cites!(
+        open_err(&p),
+        Error::Range { .. },
+        &["safetensors.Size"]
+    ));
 
     let short = d.join("short.safetensors");
     std::fs::write(&short, [1u8, 2, 3]).unwrap();
@@ -335,15 +374,27 @@ fn open_all_refuses_collisions_and_index_checks_shards() {
         r#"{"weight_map":{"x":"b.safetensors","y":"b.safetensors"}}"#,
     )
     .unwrap();
-    assert!(matches!(zt::open(&index), Err(Error::Index { .. })));
+    assert!(cites!(
+        zt::open(&index),
+        Err(Error::Index { .. }),
+        &["index.Mismatch"]
+    ));
     std::fs::write(&index, r#"{"weight_map":{"x":"/etc/passwd"}}"#).unwrap();
-    assert!(matches!(zt::open(&index), Err(Error::Index { .. })));
+    assert!(cites!(
+        zt::open(&index),
+        Err(Error::Index { .. }),
+        &["index.ShardPath"]
+    ));
     std::fs::write(
         &index,
         r#"{"weight_map":{"x":"a.safetensors","z":"a.safetensors","y":"b.safetensors"}}"#,
     )
     .unwrap();
-    assert!(matches!(zt::open(&index), Err(Error::Index { .. })));
+    assert!(cites!(
+        zt::open(&index),
+        Err(Error::Index { .. }),
+        &["index.Mismatch"]
+    ));
 }
 
 #[test]

@@ -2,6 +2,10 @@
 //! corpus is in `zt_conformance.rs`; byte-compatibility with upstream
 //! ztensor is tested from Python in `tests/test_zt.py`).
 
+#[macro_use]
+#[path = "support/cites.rs"]
+mod cites;
+
 use std::borrow::Cow;
 
 use zt::container::cbor::Cbor;
@@ -114,7 +118,11 @@ fn verify_checks_data_rules() {
         }],
     };
     write_objects(&p, vec![o], None, &Options::default()).unwrap();
-    assert!(matches!(verify(&p, false), Err(Error::Integrity { .. })));
+    assert!(cites!(
+        verify(&p, false),
+        Err(Error::Integrity { .. }),
+        &["zt.LayoutData"]
+    ));
     // CSR whose column index is out of range.
     let p = dir.path().join("csr.zt");
     let idx: Vec<u8> = [0u32, 9].iter().flat_map(|x| x.to_le_bytes()).collect();
@@ -139,7 +147,11 @@ fn verify_checks_data_rules() {
     };
     write_objects(&p, vec![o], None, &Options::default()).unwrap();
     assert!(zt::open(&p).is_ok());
-    assert!(matches!(verify(&p, false), Err(Error::Integrity { .. })));
+    assert!(cites!(
+        verify(&p, false),
+        Err(Error::Integrity { .. }),
+        &["zt.LayoutData"]
+    ));
 }
 
 /// Two identical tensors share one blob: neither may report pages of its
@@ -199,13 +211,15 @@ fn writer_refusals_leave_nothing() {
     )
     .unwrap();
     w.add("b", DType::F32, &[1], &f32s(&[1.0])).unwrap();
-    assert!(matches!(
+    assert!(cites!(
         w.add("a", DType::F32, &[1], &f32s(&[1.0])),
-        Err(Error::Write { .. })
+        Err(Error::Write { .. }),
+        &["zt.Write"]
     ));
-    assert!(matches!(
+    assert!(cites!(
         w.add("c", DType::F32, &[2], &f32s(&[1.0])),
-        Err(Error::Write { .. })
+        Err(Error::Write { .. }),
+        &["zt.DenseSize"]
     ));
     drop(w);
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
@@ -213,10 +227,18 @@ fn writer_refusals_leave_nothing() {
         align: Align::Bytes(4096),
         ..Options::default()
     };
-    assert!(matches!(Writer::create(&p, bad), Err(Error::Write { .. })));
+    assert!(cites!(
+        Writer::create(&p, bad),
+        Err(Error::Write { .. }),
+        &["write.Options"]
+    ));
     let attrs = Cbor::map([("", Cbor::Null)]);
     let mut w = Writer::create(&p, Options::default()).unwrap();
-    assert!(matches!(w.set_attributes(attrs), Err(Error::Write { .. })));
+    assert!(cites!(
+        w.set_attributes(attrs),
+        Err(Error::Write { .. }),
+        &["zt.Name"]
+    ));
     w.abandon();
     assert!(!p.exists());
 }
@@ -316,10 +338,15 @@ fn range_reads_decode_only_the_frames_they_touch() {
     assert_eq!(&pr.storage_range(100, 5000).unwrap()[..], &data[100..5100]);
     let across = pr.storage_range((1 << 20) - 10, 20).unwrap();
     assert_eq!(&across[..], &data[(1 << 20) - 10..(1 << 20) + 10]);
-    assert!(matches!(pr.bytes(), Err(Error::Decode { .. })));
-    assert!(matches!(
+    assert!(cites!(
+        pr.bytes(),
+        Err(Error::Decode { .. }),
+        &["zt.Encoding"]
+    ));
+    assert!(cites!(
         pr.storage_range(0, data.len() as u64 + 1),
-        Err(Error::Range { .. })
+        Err(Error::Range { .. }),
+        &["core.ReadRange"]
     ));
 }
 
@@ -399,14 +426,19 @@ fn shards_resolve_positionally_and_verify_deeply() {
     tampered[4096] ^= 1;
     std::fs::write(&shard_path, &tampered).unwrap();
     verify(&root_path, false).unwrap();
-    assert!(matches!(
+    assert!(cites!(
         verify(&root_path, true),
-        Err(Error::Integrity { .. })
+        Err(Error::Integrity { .. }),
+        &["zt.ShardIdentity"]
     ));
     // A shard of the wrong size fails at open.
     tampered.push(0);
     std::fs::write(&shard_path, &tampered).unwrap();
-    assert!(matches!(zt::open(&root_path), Err(Error::Index { .. })));
+    assert!(cites!(
+        zt::open(&root_path),
+        Err(Error::Index { .. }),
+        &["zt.ShardIdentity"]
+    ));
     std::fs::remove_file(&shard_path).unwrap();
     assert!(matches!(zt::open(&root_path), Err(Error::NotFound { .. })));
 }
@@ -424,7 +456,7 @@ fn a_refused_name_names_the_file_and_tensor_once() {
         &Options::default(),
     )
     .unwrap_err();
-    assert!(matches!(err, Error::Write { .. }), "{err:?}");
+    assert!(cites!(err, Error::Write { .. }, &["zt.Name"]), "{err:?}");
     let text = err.to_string();
     let file = path.display().to_string();
     assert_eq!(text.matches(&file).count(), 1, "{text}");

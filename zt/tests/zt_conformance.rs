@@ -3,7 +3,8 @@
 //! spec rule, then run from the sidecars. Set `ZT_CORPUS_DIR` to export
 //! the corpus instead of using a temporary directory.
 //!
-//! Every rejection asserts the exact `Error` variant.
+//! Every rejection asserts the exact `Error` variant and the rule it cites
+//! (`zt.*`, upstream ztensor's rule names; see `zt::Rule`).
 
 use std::path::Path;
 
@@ -15,10 +16,11 @@ use zt::Error;
 enum Expect {
     /// Opens; these tensors read back these bytes (first part).
     Valid(Vec<(&'static str, Vec<u8>)>),
-    /// Opening fails with this `Error` variant.
-    Reject(&'static str),
-    /// Opens, but reading this tensor fails with this variant.
-    ReadReject(&'static str, &'static str),
+    /// Opening fails with this `Error` variant, citing this rule
+    /// ([`zt::Rule::name`]).
+    Reject(&'static str, &'static str),
+    /// Opens, but reading this tensor fails with this variant and rule.
+    ReadReject(&'static str, &'static str, &'static str),
     /// Opens; this object breaks its profile (one upstream ztensor passes
     /// through unchecked), so it alone reads structurally, every part a
     /// flat array, with the reason in its `zt.invalid` attribute.
@@ -230,7 +232,7 @@ fn cases() -> Vec<Case> {
                 &[(4096, &w)],
                 root(vec![("w", object(&[4], "dense", vec![("data", bad)]))]),
             ),
-            Expect::ReadReject("w", "Integrity"),
+            Expect::ReadReject("w", "Integrity", "zt.Digest"),
         );
     }
     {
@@ -300,7 +302,7 @@ fn cases() -> Vec<Case> {
                     object(&[1 << 38], "dense", vec![("data", lie)]),
                 )]),
             ),
-            Expect::Reject("Limit"),
+            Expect::Reject("Limit", "core.Limit"),
         );
         let mut lie = part("f32", 4096, enc.len() as u64);
         lie.push(("encoding", text("zt.zstd-seekable/1")));
@@ -312,7 +314,7 @@ fn cases() -> Vec<Case> {
                 &[(4096, &enc)],
                 root(vec![("w", object(&[8], "dense", vec![("data", lie)]))]),
             ),
-            Expect::ReadReject("w", "Decode"),
+            Expect::ReadReject("w", "Decode", "zt.Encoding"),
         );
         let mut nock = part("f32", 4096, 0);
         let frame = zstd::bulk::compress(&w, 3).unwrap(); // no checksum, no seek table
@@ -326,7 +328,7 @@ fn cases() -> Vec<Case> {
                 &[(4096, &frame)],
                 root(vec![("w", object(&[4], "dense", vec![("data", nock)]))]),
             ),
-            Expect::ReadReject("w", "Decode"),
+            Expect::ReadReject("w", "Decode", "zt.Encoding"),
         );
         let mut unk = part("f32", 4096, 16);
         unk.push(("encoding", text("vendor.lz/1")));
@@ -338,7 +340,7 @@ fn cases() -> Vec<Case> {
                 &[(4096, &w)],
                 root(vec![("w", object(&[4], "dense", vec![("data", unk)]))]),
             ),
-            Expect::ReadReject("w", "Unsupported"),
+            Expect::ReadReject("w", "Unsupported", "zt.Unsupported"),
         );
     }
     {
@@ -372,13 +374,13 @@ fn cases() -> Vec<Case> {
             "reject_csr_indptr_size",
             "zt.sparse_csr/1 indptr = (R+1) x width",
             csr(8, &[2, 4]),
-            Expect::Reject("Range"),
+            Expect::Reject("Range", "zt.LayoutRule"),
         );
         add(
             "reject_csr_rank",
             "zt.sparse_csr/1 rank 2",
             csr(12, &[2, 4, 1]),
-            Expect::Reject("Header"),
+            Expect::Reject("Header", "zt.LayoutRule"),
         );
         let coo = file(
             &[(4096, &values), (8192, &indices)],
@@ -536,7 +538,7 @@ fn cases() -> Vec<Case> {
         "reject_short_file",
         "§2.1 at least 48 bytes",
         MAGIC.to_vec(),
-        Expect::Reject("Truncated"),
+        Expect::Reject("Truncated", "zt.FileTooSmall"),
     );
     {
         let mut b = dense_with(vec![], &w, &[4]);
@@ -545,7 +547,7 @@ fn cases() -> Vec<Case> {
             "reject_leading_magic",
             "§2.2 magic at offset 0",
             b,
-            Expect::Reject("Header"),
+            Expect::Reject("Header", "zt.HeaderMagic"),
         );
         let mut b = dense_with(vec![], &w, &[4]);
         let n = b.len();
@@ -554,7 +556,7 @@ fn cases() -> Vec<Case> {
             "reject_version",
             "§2.3 version 2",
             b,
-            Expect::Reject("Header"),
+            Expect::Reject("Header", "zt.Version"),
         );
         let mut b = dense_with(vec![], &w, &[4]);
         let n = b.len();
@@ -563,20 +565,20 @@ fn cases() -> Vec<Case> {
             "reject_manifest_hash",
             "§2.3 XXH3-64 of the manifest",
             b,
-            Expect::Reject("Integrity"),
+            Expect::Reject("Integrity", "zt.ManifestHash"),
         );
         let m = encode(&Cbor::map(root(vec![])));
         add(
             "reject_manifest_unaligned",
             "§2.4 the manifest is a blob",
             assemble(&[], &m, Some(4100)),
-            Expect::Reject("Range"),
+            Expect::Reject("Range", "zt.BlobAlignment"),
         );
         add(
             "reject_manifest_below_floor",
             "§2.4 offset >= 4096",
             assemble(&[], &m, Some(8)),
-            Expect::Reject("Range"),
+            Expect::Reject("Range", "zt.BlobAlignment"),
         );
         let mut b = assemble(&[], &m, None);
         let n = b.len();
@@ -585,7 +587,7 @@ fn cases() -> Vec<Case> {
             "reject_manifest_over_cap",
             "§3.1 manifest over 1 GiB, before reading it",
             b,
-            Expect::Reject("Limit"),
+            Expect::Reject("Limit", "zt.ManifestTooLarge"),
         );
         let mut b = assemble(&[], &m, None);
         let n = b.len();
@@ -594,7 +596,7 @@ fn cases() -> Vec<Case> {
             "reject_manifest_past_footer",
             "§2.4 blobs end before the footer",
             b,
-            Expect::Reject("Range"),
+            Expect::Reject("Range", "zt.ManifestBounds"),
         );
         let mut b = dense_with(vec![], &w, &[4]);
         b.push(0);
@@ -602,7 +604,7 @@ fn cases() -> Vec<Case> {
             "reject_footer_not_at_eof",
             "§2.5 the footer is at EOF",
             b,
-            Expect::Reject("Header"),
+            Expect::Reject("Header", "zt.FooterMagic"),
         );
     }
     {
@@ -636,7 +638,7 @@ fn cases() -> Vec<Case> {
                 object(&[4], "dense", vec![("data", part("f32", 4100, 16))]),
             )]),
         ),
-        Expect::Reject("Range"),
+        Expect::Reject("Range", "zt.BlobAlignment"),
     );
     add(
         "reject_blob_below_floor",
@@ -648,7 +650,7 @@ fn cases() -> Vec<Case> {
                 object(&[4], "dense", vec![("data", part("f32", 0, 16))]),
             )]),
         ),
-        Expect::Reject("Range"),
+        Expect::Reject("Range", "zt.BlobAlignment"),
     );
     add(
         "reject_zero_length_unaligned",
@@ -660,7 +662,7 @@ fn cases() -> Vec<Case> {
                 object(&[0], "dense", vec![("data", part("f32", 4097, 0))]),
             )]),
         ),
-        Expect::Reject("Range"),
+        Expect::Reject("Range", "zt.BlobAlignment"),
     );
     add(
         "reject_blob_past_data",
@@ -676,7 +678,7 @@ fn cases() -> Vec<Case> {
                 ),
             )]),
         ),
-        Expect::Reject("Range"),
+        Expect::Reject("Range", "zt.BlobBounds"),
     );
     add(
         "reject_blob_overflow",
@@ -688,7 +690,7 @@ fn cases() -> Vec<Case> {
                 object(&[4], "dense", vec![("data", part("f32", 4096, u64::MAX))]),
             )]),
         ),
-        Expect::Reject("Overflow"),
+        Expect::Reject("Overflow", "zt.BlobBounds"),
     );
     {
         let r = root(vec![
@@ -705,7 +707,7 @@ fn cases() -> Vec<Case> {
             "reject_partial_overlap",
             "§2.4 identical or disjoint",
             file(&[(4096, &w)], r),
-            Expect::Reject("Range"),
+            Expect::Reject("Range", "zt.BlobOverlap"),
         );
         let m_at = 8192u64;
         let r = root(vec![(
@@ -717,7 +719,7 @@ fn cases() -> Vec<Case> {
             "reject_overlaps_manifest",
             "§2.4 the manifest blob is a reference too",
             assemble(&[(4096, &w)], &m, Some(m_at)),
-            Expect::Reject("Range"),
+            Expect::Reject("Range", "zt.BlobOverlap"),
         );
     }
 
@@ -730,7 +732,7 @@ fn cases() -> Vec<Case> {
             "reject_cbor_non_shortest",
             "§3.1 shortest heads",
             raw_manifest(&m),
-            Expect::Reject("Header"),
+            Expect::Reject("Header", "zt.CborDeterminism"),
         );
         let mut m = vec![0xbf];
         m.extend_from_slice(&empty[1..]);
@@ -739,7 +741,7 @@ fn cases() -> Vec<Case> {
             "reject_cbor_indefinite",
             "§3.1 definite lengths",
             raw_manifest(&m),
-            Expect::Reject("Header"),
+            Expect::Reject("Header", "zt.CborSyntax"),
         );
         let mut m = vec![0xa2, 0x6a];
         m.extend_from_slice(b"attributes");
@@ -749,7 +751,7 @@ fn cases() -> Vec<Case> {
             "reject_cbor_unsorted",
             "§3.1 bytewise key order",
             raw_manifest(&m),
-            Expect::Reject("Header"),
+            Expect::Reject("Header", "zt.CborDeterminism"),
         );
         let mut m = vec![0xa2];
         m.extend_from_slice(&empty[1..]);
@@ -758,7 +760,7 @@ fn cases() -> Vec<Case> {
             "reject_cbor_duplicate_key",
             "§3.1 no duplicate keys",
             raw_manifest(&m),
-            Expect::Reject("Header"),
+            Expect::Reject("Header", "zt.CborDuplicateKey"),
         );
         let attr = |value: &[u8]| {
             let mut m = vec![0xa2];
@@ -779,25 +781,25 @@ fn cases() -> Vec<Case> {
             "reject_cbor_tag",
             "§3.1 no tags",
             attr(&[0xc1, 0x00]),
-            Expect::Reject("Header"),
+            Expect::Reject("Header", "zt.CborSyntax"),
         );
         add(
             "reject_cbor_nan_payload",
             "§3.1 NaN is f9 7e00",
             attr(&[0xf9, 0x7e, 0x01]),
-            Expect::Reject("Header"),
+            Expect::Reject("Header", "zt.CborDeterminism"),
         );
         add(
             "reject_cbor_wide_float",
             "§3.1 floats no wider than needed",
             attr(&[0xfa, 0x3f, 0x80, 0, 0]),
-            Expect::Reject("Header"),
+            Expect::Reject("Header", "zt.CborDeterminism"),
         );
         add(
             "reject_cbor_undefined",
             "§3.1 permitted simple values",
             attr(&[0xf7]),
-            Expect::Reject("Header"),
+            Expect::Reject("Header", "zt.CborSyntax"),
         );
         let mut deep = vec![0x81u8; 31];
         deep.push(0x00);
@@ -805,7 +807,7 @@ fn cases() -> Vec<Case> {
             "reject_cbor_depth",
             "§3.1 depth <= 32 from the root",
             attr(&deep),
-            Expect::Reject("Header"),
+            Expect::Reject("Header", "zt.CborDepth"),
         );
         let mut ok = vec![0x81u8; 29];
         ok.push(0x00);
@@ -821,25 +823,25 @@ fn cases() -> Vec<Case> {
             "reject_cbor_trailing",
             "§3.1 a single CBOR map",
             raw_manifest(&m),
-            Expect::Reject("Header"),
+            Expect::Reject("Header", "zt.CborSyntax"),
         );
         add(
             "reject_cbor_lying_length",
             "§3.1 lengths within the manifest",
             raw_manifest(&[0xa1, 0x7b, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]),
-            Expect::Reject("Header"),
+            Expect::Reject("Header", "zt.CborSyntax"),
         );
         add(
             "reject_cbor_not_map",
             "§3.2 the manifest is a map",
             raw_manifest(&[0x80]),
-            Expect::Reject("Header"),
+            Expect::Reject("Header", "zt.Schema"),
         );
         add(
             "reject_no_objects",
             "§3.2 objects is required",
             raw_manifest(&[0xa0]),
-            Expect::Reject("Header"),
+            Expect::Reject("Header", "zt.Schema"),
         );
         add(
             "reject_attribute_key_not_text",
@@ -852,7 +854,7 @@ fn cases() -> Vec<Case> {
                 m.extend_from_slice(&[0xa1, 0x01, 0x02]);
                 raw_manifest(&m)
             }),
-            Expect::Reject("Header"),
+            Expect::Reject("Header", "zt.Schema"),
         );
     }
 
@@ -867,7 +869,7 @@ fn cases() -> Vec<Case> {
                 object(&[4], "dense", vec![("data", part("f8", 4096, 4))]),
             )]),
         ),
-        Expect::Reject("UnsupportedDType"),
+        Expect::Reject("UnsupportedDType", "zt.Schema"),
     );
     add(
         "reject_bool_as_dtype",
@@ -879,7 +881,7 @@ fn cases() -> Vec<Case> {
                 object(&[4], "dense", vec![("data", part("bool", 4096, 4))]),
             )]),
         ),
-        Expect::Reject("UnsupportedDType"),
+        Expect::Reject("UnsupportedDType", "zt.Schema"),
     );
     add(
         "valid_unknown_logical_is_structural",
@@ -891,13 +893,13 @@ fn cases() -> Vec<Case> {
         "reject_logical_wrong_dtype",
         "Appendix A required dtype",
         dense_with(vec![("type", text("bool"))], &w, &[16]),
-        Expect::Reject("Header"),
+        Expect::Reject("Header", "zt.Schema"),
     );
     add(
         "reject_dense_size",
         "§5.1 dense size equation",
         dense_with(vec![], &w, &[5]),
-        Expect::Reject("Range"),
+        Expect::Reject("Range", "zt.DenseSize"),
     );
     add(
         "reject_dense_two_parts",
@@ -916,7 +918,7 @@ fn cases() -> Vec<Case> {
                 ),
             )]),
         ),
-        Expect::Reject("Header"),
+        Expect::Reject("Header", "zt.LayoutRule"),
     );
     add(
         "reject_dense_part_name",
@@ -928,13 +930,13 @@ fn cases() -> Vec<Case> {
                 object(&[4], "dense", vec![("values", part("f32", 4096, 16))]),
             )]),
         ),
-        Expect::Reject("Header"),
+        Expect::Reject("Header", "zt.LayoutRule"),
     );
     add(
         "reject_no_parts",
         "§3.3 parts non-empty",
         file(&[], root(vec![("w", object(&[4], "dense", vec![]))])),
-        Expect::Reject("Header"),
+        Expect::Reject("Header", "zt.Schema"),
     );
     add(
         "reject_rank_65",
@@ -946,7 +948,7 @@ fn cases() -> Vec<Case> {
                 object(&[1; 65], "dense", vec![("data", part("f32", 4096, 4))]),
             )]),
         ),
-        Expect::Reject("Limit"),
+        Expect::Reject("Limit", "zt.Shape"),
     );
     add(
         "reject_shape_overflow",
@@ -962,37 +964,37 @@ fn cases() -> Vec<Case> {
                 ),
             )]),
         ),
-        Expect::Reject("Overflow"),
+        Expect::Reject("Overflow", "zt.Shape"),
     );
     add(
         "reject_blob_three_elements",
         "§3.4 blob has two elements",
         dense_with(vec![("blob", uints(&[4096, 16, 0]))], &w, &[4]),
-        Expect::Reject("Header"),
+        Expect::Reject("Header", "zt.CborDuplicateKey"),
     );
     add(
         "reject_encoding_without_length",
         "§3.4 decoded_length iff encoding",
         dense_with(vec![("encoding", text("zt.zstd-seekable/1"))], &w, &[4]),
-        Expect::Reject("Header"),
+        Expect::Reject("Header", "zt.Schema"),
     );
     add(
         "reject_length_without_encoding",
         "§3.4 decoded_length iff encoding",
         dense_with(vec![("decoded_length", Cbor::UInt(16))], &w, &[4]),
-        Expect::Reject("Header"),
+        Expect::Reject("Header", "zt.Schema"),
     );
     add(
         "reject_digest_uppercase",
         "§3.4 lowercase hex digest",
         dense_with(vec![("digest", text("xxh3:00000000000000AB"))], &w, &[4]),
-        Expect::Reject("Header"),
+        Expect::Reject("Header", "zt.Schema"),
     );
     add(
         "reject_shard_undeclared",
         "§3.4 shard must be in the table",
         dense_with(vec![("shard", text("00001"))], &w, &[4]),
-        Expect::Reject("Header"),
+        Expect::Reject("Header", "zt.ShardRef"),
     );
     {
         let mut r = root(vec![]);
@@ -1010,7 +1012,7 @@ fn cases() -> Vec<Case> {
             "reject_shard_name",
             "§7.1 shard names [A-Za-z0-9._-], no leading dot",
             file(&[], r),
-            Expect::Reject("Header"),
+            Expect::Reject("Header", "zt.ShardName"),
         );
         let mut r = root(vec![]);
         r.push((
@@ -1021,7 +1023,7 @@ fn cases() -> Vec<Case> {
             "reject_shard_no_digest",
             "§7.1 shard digest is required",
             file(&[], r),
-            Expect::Reject("Header"),
+            Expect::Reject("Header", "zt.Schema"),
         );
     }
     add(
@@ -1034,7 +1036,7 @@ fn cases() -> Vec<Case> {
                 object(&[4], "dense", vec![("data", part("f32", 4096, 16))]),
             )]),
         ),
-        Expect::Reject("Header"),
+        Expect::Reject("Header", "zt.Name"),
     );
     add(
         "reject_nul_in_name",
@@ -1046,7 +1048,7 @@ fn cases() -> Vec<Case> {
                 object(&[4], "dense", vec![("data", part("f32", 4096, 16))]),
             )]),
         ),
-        Expect::Reject("Header"),
+        Expect::Reject("Header", "zt.Name"),
     );
     {
         let long = "n".repeat(1025);
@@ -1061,10 +1063,17 @@ fn cases() -> Vec<Case> {
                     object(&[4], "dense", vec![("data", part("f32", 4096, 16))]),
                 )]),
             ),
-            Expect::Reject("Header"),
+            Expect::Reject("Header", "zt.Name"),
         );
     }
     v
+}
+
+/// The rule a rejection cites is the one the sidecar names.
+fn assert_rule(name: &str, e: &Error, sidecar: &serde_json::Value) {
+    let want = sidecar["zt_rule"].as_str().unwrap();
+    let got = e.rule().map(zt::Rule::name);
+    assert_eq!(got, Some(want), "{name}: {e}");
 }
 
 fn run_case(dir: &Path, name: &str) {
@@ -1097,6 +1106,7 @@ fn run_case(dir: &Path, name: &str) {
                 sidecar["error"].as_str().unwrap(),
                 "{name}: {e}"
             );
+            assert_rule(name, &e, &sidecar);
         }
         "read_reject" => {
             let src = opened.unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -1112,6 +1122,7 @@ fn run_case(dir: &Path, name: &str) {
                 sidecar["error"].as_str().unwrap(),
                 "{name}: {e}"
             );
+            assert_rule(name, &e, &sidecar);
         }
         "object_invalid" => {
             let src = opened.unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -1149,11 +1160,11 @@ fn conformance_corpus() {
         let sidecar = match &c.expect {
             Expect::Valid(t) => serde_json::json!({"expect": "valid", "rule": c.rule,
                 "tensors": t.iter().map(|(n, b)| (n.to_string(), serde_json::Value::String(hex(b)))).collect::<serde_json::Map<_, _>>()}),
-            Expect::Reject(e) => {
-                serde_json::json!({"expect": "reject", "rule": c.rule, "error": e})
+            Expect::Reject(e, r) => {
+                serde_json::json!({"expect": "reject", "rule": c.rule, "error": e, "zt_rule": r})
             }
-            Expect::ReadReject(t, e) => {
-                serde_json::json!({"expect": "read_reject", "rule": c.rule, "tensor": t, "error": e})
+            Expect::ReadReject(t, e, r) => {
+                serde_json::json!({"expect": "read_reject", "rule": c.rule, "tensor": t, "error": e, "zt_rule": r})
             }
             Expect::ObjectInvalid(t) => {
                 serde_json::json!({"expect": "object_invalid", "rule": c.rule, "tensor": t})
@@ -1199,7 +1210,8 @@ fn an_unknown_logical_type_is_raw_bytes_not_its_storage_type() {
 /// operation upstream's runner (`conformance/tests/corpus.rs`) performs,
 /// upstream's verdict (`conformance/src/lib.rs`), and the error variant zt
 /// gives where upstream rejects. Every verdict must match: a file upstream
-/// accepts zt accepts, a file it rejects zt rejects.
+/// accepts zt accepts, a file it rejects zt rejects, and under the same
+/// rule (upstream's `reject:RULE` is zt's `zt.RULE`, [`zt::Error::rule`]).
 #[test]
 fn upstream_ztensor_corpus() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
@@ -1214,6 +1226,7 @@ fn upstream_ztensor_corpus() {
         dir.display()
     );
     let mut seen = 0;
+    let mut wrong_rule = Vec::new();
     for line in manifest
         .lines()
         .filter(|l| !l.starts_with('#') && !l.is_empty())
@@ -1233,16 +1246,31 @@ fn upstream_ztensor_corpus() {
         let accepts = matches!(upstream, "valid" | "data-shard");
         match (&got, accepts) {
             (Ok(kind), true) => assert_eq!(*kind, upstream_ok(upstream), "{file}"),
-            (Err(e), false) => assert_eq!(
-                variant(e),
-                ours,
-                "{file}: upstream says {upstream}; zt: {e}"
-            ),
+            (Err(e), false) => {
+                assert_eq!(
+                    variant(e),
+                    ours,
+                    "{file}: upstream says {upstream}; zt: {e}"
+                );
+                // zt's `.zt` rules are upstream's, under `zt.`: the rule
+                // zt cites is the one upstream rejects the file under.
+                if let Some(rule) = upstream.strip_prefix("reject:") {
+                    let cited = e.rule().map(zt::Rule::name);
+                    if cited != Some(&*format!("zt.{rule}")) {
+                        wrong_rule.push(format!("{file}: upstream {rule}, zt {cited:?}: {e}"));
+                    }
+                }
+            }
             (Ok(kind), false) => panic!("{file}: upstream says {upstream}, zt accepts it ({kind})"),
             (Err(e), true) => panic!("{file}: upstream says {upstream}, zt refuses it: {e}"),
         }
         seen += 1;
     }
+    assert!(
+        wrong_rule.is_empty(),
+        "zt cites another rule than upstream:\n{}",
+        wrong_rule.join("\n")
+    );
     assert_eq!(seen, 76, "the manifest lists every case of the corpus");
     let on_disk = ["valid", "reject"]
         .iter()

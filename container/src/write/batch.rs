@@ -3,6 +3,7 @@
 
 use std::os::unix::fs::FileExt;
 use std::path::Path;
+use zt_core::Rule;
 
 use super::describe::{finish_file, root_cbor, ObjectOut, PartOut};
 use super::heap::Heap;
@@ -49,6 +50,7 @@ pub fn write_shard(
 ) -> Result<WrittenFile> {
     if options.append {
         return Err(Error::Write {
+            rule: Rule::WriteOptions,
             ctx: Context::file(path),
             reason: "a shard is written whole; it cannot amend a file".into(),
         });
@@ -107,6 +109,7 @@ fn write_batch(
     }
     if let Some(a) = &attributes {
         manifest::check_attributes(a, &ctx).map_err(|e| Error::Write {
+            rule: e.rule().unwrap_or(Rule::ZtWrite),
             ctx: ctx.clone(),
             reason: e.detail(),
         })?;

@@ -4,6 +4,7 @@
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
+use zt_core::Rule;
 
 use super::heap::Heap;
 use super::options::Options;
@@ -41,6 +42,7 @@ pub(super) fn storage_and_type(d: DType, ctx: &Context) -> Result<(DType, Option
         Some(name) => Ok((d.storage(), Some(name))),
         None if !d.is_logical() => Ok((d, None)),
         None => Err(Error::Write {
+            rule: Rule::WriteDType,
             ctx: ctx.clone(),
             reason: format!("{d} has no registered zTensor logical type"),
         }),

@@ -2,6 +2,7 @@
 //! object passes before any of it is written, and a source's objects as input.
 
 use unicode_normalization::is_nfc;
+use zt_core::Rule;
 
 use super::describe::storage_and_type;
 use crate::cbor::Cbor;
@@ -69,10 +70,16 @@ pub(super) fn check_object(
 ) -> Result<()> {
     let octx = ctx.clone().tensor(&o.name);
     let bad = |reason: String| Error::Write {
+        rule: Rule::ZtWrite,
         ctx: octx.clone(),
         reason,
     };
-    check_name(&o.name, &octx, "object name").map_err(|e| bad(e.detail()))?;
+    // A rule the reader would refuse the object under, cited as the write's.
+    let refused = |e: Error| {
+        let rule = e.rule().unwrap_or(Rule::ZtWrite);
+        bad(e.detail()).with_rule(rule)
+    };
+    check_name(&o.name, &octx, "object name").map_err(refused)?;
     if canonical {
         if let Some(p) = prev {
             if p >= o.name.as_str() {
@@ -87,10 +94,10 @@ pub(super) fn check_object(
         }
     }
     if o.parts.is_empty() {
-        return Err(bad("an object needs at least one part".into()));
+        return Err(bad("an object needs at least one part".into()).with_rule(Rule::WriteObject));
     }
     if let Some(a) = &o.attributes {
-        manifest::check_attributes(a, &octx).map_err(|e| bad(e.detail()))?;
+        manifest::check_attributes(a, &octx).map_err(refused)?;
     }
     // Validate the object as a reader will, with stand-in blob references.
     let def = manifest::ObjectDef {
@@ -102,7 +109,7 @@ pub(super) fn check_object(
             .parts
             .iter()
             .map(|p| {
-                check_name(&p.name, &octx, "part name").map_err(|e| bad(e.detail()))?;
+                check_name(&p.name, &octx, "part name").map_err(refused)?;
                 let (storage, logical) = storage_and_type(p.dtype, &octx)?;
                 Ok(manifest::PartDef {
                     name: p.name.clone().into(),
@@ -121,12 +128,12 @@ pub(super) fn check_object(
     let mut names: Vec<&str> = o.parts.iter().map(|p| p.name.as_str()).collect();
     names.sort_unstable();
     if names.windows(2).any(|w| w[0] == w[1]) {
-        return Err(bad("two parts share a name".into()));
+        return Err(bad("two parts share a name".into()).with_rule(Rule::ZtName));
     }
     if manifest::MAX_RANK < o.shape.len() {
-        return Err(bad(format!("rank {} is over 64", o.shape.len())));
+        return Err(bad(format!("rank {} is over 64", o.shape.len())).with_rule(Rule::ZtShape));
     }
-    validate::interpret(&def, &octx).map_err(|e| bad(e.detail()))?;
+    validate::interpret(&def, &octx).map_err(refused)?;
     Ok(())
 }
 

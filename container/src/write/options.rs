@@ -3,6 +3,7 @@
 use crate::container::{CANONICAL_ALIGN, FLOOR};
 use zt_core::error::{Context, Error, Result};
 use zt_core::write::{Align, WriteOptions};
+use zt_core::Rule;
 
 /// Blobs at least this long go to 64 KiB boundaries under `align="auto"`.
 ///
@@ -69,6 +70,7 @@ impl Options {
 
     pub(super) fn check(&self, ctx: &Context) -> Result<()> {
         let bad = |reason: &str| Error::Write {
+            rule: Rule::WriteOptions,
             ctx: ctx.clone(),
             reason: reason.into(),
         };

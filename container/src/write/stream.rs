@@ -4,6 +4,7 @@
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use zt_core::Rule;
 
 use super::describe::{finish_file, object_cbor, root_cbor, storage_and_type, ObjectOut, PartOut};
 use super::heap::Heap;
@@ -125,6 +126,7 @@ impl Writer {
         options.check(&Context::file(&dest))?;
         if options.append {
             return Err(Error::Write {
+                rule: Rule::WriteOptions,
                 ctx: Context::file(&dest),
                 reason: "a shard is written whole; it cannot amend a file".into(),
             });
@@ -170,6 +172,7 @@ impl Writer {
         let store = Store::open_positional(&dest)?;
         let (footer, m) = crate::read::manifest_of(&store, &Limits::default())?;
         let m = m.ok_or_else(|| Error::Write {
+            rule: Rule::ZtWrite,
             ctx: Context::file(&dest),
             reason: "a data shard has no manifest to amend".into(),
         })?;
@@ -180,7 +183,7 @@ impl Writer {
                 depth: cbor::MAX_DEPTH,
             },
         )
-        .map_err(|e| Error::header(Context::file(&dest), e.reason))?;
+        .map_err(|e| Error::header(Context::file(&dest), e.rule, e.reason))?;
         let len = store.len();
         drop(store);
         let file = OpenOptions::new()
@@ -216,6 +219,7 @@ impl Writer {
             .as_ref()
             .map(Target::file)
             .ok_or_else(|| Error::Write {
+                rule: Rule::WriteState,
                 ctx: self.ctx(),
                 reason: "the writer is finished".into(),
             })
@@ -224,6 +228,7 @@ impl Writer {
     fn check_idle(&self) -> Result<()> {
         if self.stream.is_some() {
             return Err(Error::Write {
+                rule: Rule::WriteState,
                 ctx: self.ctx(),
                 reason: "a streamed object is still open; close it first".into(),
             });
@@ -257,6 +262,7 @@ impl Writer {
             let level = p.compression.or(self.options.compression);
             if self.options.canonical && level.is_some() {
                 return Err(Error::Write {
+                    rule: Rule::ZtWrite,
                     ctx: self.ctx().tensor(&o.name),
                     reason: "canonical form stores raw parts".into(),
                 });
@@ -373,6 +379,7 @@ impl Writer {
         self.check_idle()?;
         if self.options.compression.is_some() {
             return Err(Error::Write {
+                rule: Rule::ZtWrite,
                 ctx: self.ctx().tensor(name),
                 reason: "streamed parts are written raw".into(),
             });
@@ -458,6 +465,7 @@ impl Writer {
         let octx = ctx.clone().tensor(&probe.name);
         if parts.is_empty() {
             return Err(Error::Write {
+                rule: Rule::WriteObject,
                 ctx: octx,
                 reason: "an object needs at least one part".into(),
             });
@@ -471,6 +479,7 @@ impl Writer {
         named.layout = "zt.structural/0".into(); // unknown layout: names only
         check_object(&named, self.options.canonical, prev, &ctx)?;
         validate::interpret(&def, &octx).map_err(|e| Error::Write {
+            rule: e.rule().unwrap_or(Rule::ZtWrite),
             ctx: octx.clone(),
             reason: e.detail(),
         })?;
@@ -546,6 +555,7 @@ impl Writer {
         while !chunk.is_empty() {
             let Some(s) = self.stream.as_mut() else {
                 return Err(Error::Write {
+                    rule: Rule::WriteState,
                     ctx: self.ctx(),
                     reason: "no streamed object is open".into(),
                 });
@@ -553,6 +563,7 @@ impl Writer {
             let Some(&(_, _, len)) = s.parts.get(s.current) else {
                 let name = s.object.name.clone();
                 return Err(Error::Write {
+                    rule: Rule::WriteState,
                     ctx: self.ctx().tensor(name),
                     reason: "more bytes than the parts declared".into(),
                 });
@@ -583,6 +594,7 @@ impl Writer {
     pub fn close_stream(&mut self) -> Result<()> {
         let Some(s) = self.stream.take() else {
             return Err(Error::Write {
+                rule: Rule::WriteState,
                 ctx: self.ctx(),
                 reason: "no streamed object is open".into(),
             });
@@ -590,6 +602,7 @@ impl Writer {
         if s.current < s.parts.len() {
             let (name, _, len) = &s.parts[s.current];
             return Err(Error::Write {
+                rule: Rule::WriteState,
                 ctx: self.ctx().tensor(&s.object.name),
                 reason: format!("part {name:?} got {} of {len} bytes", s.written),
             });
@@ -602,6 +615,7 @@ impl Writer {
     /// Set the file attributes (a text-keyed map).
     pub fn set_attributes(&mut self, attributes: Cbor) -> Result<()> {
         manifest::check_attributes(&attributes, &self.ctx()).map_err(|e| Error::Write {
+            rule: e.rule().unwrap_or(Rule::ZtWrite),
             ctx: self.ctx(),
             reason: e.detail(),
         })?;
@@ -628,6 +642,7 @@ impl Writer {
     pub fn finish_shard(self) -> Result<WrittenFile> {
         if self.hash.is_none() {
             return Err(Error::Write {
+                rule: Rule::WriteState,
                 ctx: self.ctx(),
                 reason: "only a writer created for a shard describes one".into(),
             });

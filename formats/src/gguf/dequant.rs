@@ -8,6 +8,7 @@
 use zt_core::dtype::DType;
 use zt_core::error::{Context, Error, Result};
 use zt_core::limits::Limits;
+use zt_core::Rule;
 use zt_core::Tensor;
 
 use super::types::{self, GgmlType};
@@ -61,6 +62,7 @@ pub fn dequantize_blocks(ty: &GgmlType, blocks: &[u8]) -> Result<Vec<f32>> {
     let ctx = Context::default();
     let Some(kernel) = kernel(ty) else {
         return Err(Error::Unsupported {
+            rule: Rule::GgufDequant,
             ctx,
             reason: format!("dequantizing {} is not implemented", ty.name),
         });
@@ -69,6 +71,7 @@ pub fn dequantize_blocks(ty: &GgmlType, blocks: &[u8]) -> Result<Vec<f32>> {
     if blocks.len() % bb != 0 {
         return Err(Error::range(
             ctx,
+            Rule::GgufDequant,
             format!(
                 "{} bytes are not whole {} blocks of {bb}",
                 blocks.len(),
@@ -98,10 +101,12 @@ pub fn dequantize_with(tensor: &Tensor<'_>, limits: &Limits) -> Result<Vec<f32>>
     let part = tensor.data()?;
     let ctx = part.ctx();
     let elements = zt_core::dtype::num_elements(tensor.shape()).ok_or(Error::Overflow {
+        rule: Rule::Overflow,
         ctx: ctx.clone(),
         what: "element count",
     })?;
     let out_bytes = elements.checked_mul(4).ok_or(Error::Overflow {
+        rule: Rule::Overflow,
         ctx: ctx.clone(),
         what: "dequantized size",
     })?;
@@ -110,12 +115,14 @@ pub fn dequantize_with(tensor: &Tensor<'_>, limits: &Limits) -> Result<Vec<f32>>
     let out = if tensor.layout() == "dense" {
         let mut out = f32_buffer(&ctx, elements)?;
         dense_to_f32(part.dtype(), &bytes, &mut out).ok_or_else(|| Error::Unsupported {
+            rule: Rule::GgufDequant,
             ctx: ctx.clone(),
             reason: format!("dequantizing a dense {} tensor", part.dtype()),
         })?;
         out
     } else {
         let ty = types::by_layout(tensor.layout()).ok_or_else(|| Error::Unsupported {
+            rule: Rule::GgufDequant,
             ctx: ctx.clone(),
             reason: format!("layout {} is not a ggml block type", tensor.layout()),
         })?;
@@ -130,6 +137,7 @@ pub fn dequantize_with(tensor: &Tensor<'_>, limits: &Limits) -> Result<Vec<f32>>
     if out.len() as u64 != elements {
         return Err(Error::range(
             ctx,
+            Rule::GgufDequant,
             format!("{} values for {elements} elements", out.len()),
         ));
     }

@@ -45,6 +45,7 @@ mod write;
 use std::borrow::Cow;
 use std::collections::HashSet;
 use std::sync::Arc;
+use zt_core::Rule;
 
 use zt_core::catalog::{Attributes, ByteSwapped, Catalog, Decode, Object, Part, Payload, Value};
 use zt_core::dtype::{num_elements, DType};
@@ -224,11 +225,13 @@ impl<'a> Reader<'a> {
     /// Make `n` bytes from `pos` available, or say why they cannot be.
     fn need(&mut self, n: u64, what: &'static str) -> Result<()> {
         let end = self.pos.checked_add(n).ok_or(Error::Overflow {
+            rule: Rule::Overflow,
             ctx: self.ctx(),
             what,
         })?;
         if end > self.store.len() {
             return Err(Error::Truncated {
+                rule: Rule::Truncated,
                 ctx: self.ctx(),
                 what,
                 needed: n,
@@ -237,6 +240,7 @@ impl<'a> Reader<'a> {
         }
         if end > self.limit {
             return Err(Error::Limit {
+                rule: Rule::Limit,
                 ctx: self.ctx(),
                 limit: "header_bytes",
                 value: end,
@@ -291,7 +295,7 @@ impl<'a> Reader<'a> {
         let at = self.ctx();
         let bytes = self.string(limits, what)?;
         String::from_utf8(bytes.to_vec())
-            .map_err(|_| Error::header(at, format!("{what} is not UTF-8")))
+            .map_err(|_| Error::header(at, Rule::GgufMetadata, format!("{what} is not UTF-8")))
     }
 }
 
@@ -333,6 +337,7 @@ impl Meta<'_> {
                 1 => scalar(Value::Bool(true)),
                 b => Err(Error::header(
                     at,
+                    Rule::GgufMetadata,
                     format!("bool value {b} is neither 0 nor 1"),
                 )),
             },
@@ -347,6 +352,7 @@ impl Meta<'_> {
             vt::ARRAY => self.array(r, depth),
             other => Err(Error::header(
                 at,
+                Rule::GgufMetadata,
                 format!("unknown metadata value type {other}"),
             )),
         }
@@ -359,6 +365,7 @@ impl Meta<'_> {
         if elem != vt::ARRAY && vt::name(elem).is_none() {
             return Err(Error::header(
                 at,
+                Rule::GgufMetadata,
                 format!("unknown array element type {elem}"),
             ));
         }
@@ -371,6 +378,7 @@ impl Meta<'_> {
         let least = count
             .checked_mul(vt::min_size(elem))
             .ok_or(Error::Overflow {
+                rule: Rule::Overflow,
                 ctx: at.clone(),
                 what: "GGUF array size",
             })?;
@@ -407,12 +415,13 @@ struct Info {
 fn open(store: &Arc<Store>, limits: &Limits) -> Result<Catalog> {
     let mut r = Reader::new(store, limits)?;
     if r.take(4, "GGUF magic")? != MAGIC {
-        return Err(Error::header(store.ctx(), "no GGUF magic"));
+        return Err(Error::header(store.ctx(), Rule::GgufMagic, "no GGUF magic"));
     }
     let (version, swap) = version_of(r.u32("GGUF version")?);
     r.swap = swap;
     if !(2..=3).contains(&version) {
         return Err(Error::Unsupported {
+            rule: Rule::GgufVersion,
             ctx: store.ctx().at(4),
             reason: format!("GGUF version {version} (zt reads versions 2 and 3)"),
         });
@@ -427,6 +436,7 @@ fn open(store: &Arc<Store>, limits: &Limits) -> Result<Catalog> {
         .checked_mul(13)
         .and_then(|k| tensor_count.checked_mul(24).and_then(|t| t.checked_add(k)))
         .ok_or(Error::Overflow {
+            rule: Rule::Overflow,
             ctx: at.clone(),
             what: "GGUF header size",
         })?;
@@ -439,6 +449,7 @@ fn open(store: &Arc<Store>, limits: &Limits) -> Result<Catalog> {
         .div_ceil(alignment)
         .checked_mul(alignment)
         .ok_or(Error::Overflow {
+            rule: Rule::Overflow,
             ctx: r.ctx(),
             what: "GGUF data start",
         })?;
@@ -474,10 +485,18 @@ fn read_metadata(
         let at = r.ctx();
         let key = r.utf8(limits, "GGUF key")?;
         if key.is_empty() || key.starts_with("GGUF.") {
-            return Err(Error::header(at, format!("invalid key {key:?}")));
+            return Err(Error::header(
+                at,
+                Rule::GgufMetadata,
+                format!("invalid key {key:?}"),
+            ));
         }
         if !keys.insert(key.clone()) {
-            return Err(Error::header(at, format!("duplicate key {key:?}")));
+            return Err(Error::header(
+                at,
+                Rule::GgufMetadata,
+                format!("duplicate key {key:?}"),
+            ));
         }
         let t = r.u32("GGUF value type")?;
         let (value, desc) = meta.value(r, t, 0)?;
@@ -487,6 +506,7 @@ fn read_metadata(
                 _ => {
                     return Err(Error::header(
                         at,
+                        Rule::GgufMetadata,
                         format!("general.alignment must be a u32 power of two, not {value:?}"),
                     ))
                 }
@@ -517,6 +537,7 @@ fn read_infos(r: &mut Reader<'_>, count: u64, limits: &Limits) -> Result<Vec<Inf
             if d > i64::MAX as u64 {
                 return Err(Error::header(
                     ctx,
+                    Rule::GgufTensorInfo,
                     format!("dimension {d} exceeds INT64_MAX"),
                 ));
             }
@@ -552,6 +573,7 @@ fn build_objects(
         if info.offset % alignment != 0 {
             return Err(Error::range(
                 ctx,
+                Rule::GgufPlacement,
                 format!(
                     "offset {} is not a multiple of the alignment {alignment}",
                     info.offset
@@ -559,10 +581,12 @@ fn build_objects(
             ));
         }
         let start = data_start.checked_add(info.offset).ok_or(Error::Overflow {
+            rule: Rule::Overflow,
             ctx: ctx.clone(),
             what: "tensor offset",
         })?;
         let elements = num_elements(&info.shape).ok_or(Error::Overflow {
+            rule: Rule::Overflow,
             ctx: ctx.clone(),
             what: "element count",
         })?;
@@ -577,6 +601,7 @@ fn build_objects(
         if row % ty.elems_per_block != 0 {
             return Err(Error::range(
                 ctx,
+                Rule::GgufTensorInfo,
                 format!(
                     "rows of {row} elements are not whole {} blocks of {}",
                     ty.name, ty.elems_per_block
@@ -584,6 +609,7 @@ fn build_objects(
             ));
         }
         let len = ty.nbytes(elements).ok_or(Error::Overflow {
+            rule: Rule::Overflow,
             ctx: ctx.clone(),
             what: "tensor byte size",
         })?;
@@ -599,6 +625,7 @@ fn build_objects(
         if start < end {
             return Err(Error::range(
                 store.ctx().tensor(&objects[i].name).at(start),
+                Rule::GgufPlacement,
                 format!(
                     "data [{start}, {next_end}) overlaps the previous tensor, which ends at {end}"
                 ),
@@ -693,6 +720,7 @@ struct UnknownType {
 impl Decode for UnknownType {
     fn decode(&self, _: &Limits) -> Result<Vec<u8>> {
         Err(Error::UnsupportedDType {
+            rule: Rule::DType,
             ctx: Context::default(),
             dtype: format!(
                 "ggml type {} (unknown to zt; its size cannot be computed)",

@@ -15,6 +15,7 @@
 
 use std::io::Write;
 use std::path::Path;
+use zt_core::Rule;
 
 use zt_core::catalog::Value;
 use zt_core::error::{Context, Error, Result};
@@ -83,6 +84,7 @@ pub fn write(source: &Source, path: &Path) -> Result<u64> {
         offset = offset
             .checked_add(padded(t.len, alignment))
             .ok_or(Error::Overflow {
+                rule: Rule::Overflow,
                 ctx: ctx.clone(),
                 what: "GGUF data size",
             })?;
@@ -123,6 +125,7 @@ fn plan<'a>(source: &'a Source, ctx: &Context) -> Result<Vec<Planned<'a>>> {
         .tensors()
         .map(|t| {
             let refuse = |reason: String| Error::Write {
+                rule: Rule::WriteDType,
                 ctx: ctx.clone().tensor(t.name()),
                 reason,
             };
@@ -299,6 +302,7 @@ fn metadata(source: &Source, ctx: &Context) -> Result<Vec<(String, Ty, Value)>> 
         .map(|(key, value)| {
             if !seen.insert(key.clone()) {
                 return Err(Error::Write {
+                    rule: Rule::WriteMetadata,
                     ctx: ctx.clone(),
                     reason: format!("metadata key {key:?} appears twice"),
                 });
@@ -311,6 +315,7 @@ fn metadata(source: &Source, ctx: &Context) -> Result<Vec<(String, Ty, Value)>> 
             let ty = kept
                 .or_else(|| Ty::infer(&value))
                 .ok_or_else(|| Error::Write {
+                    rule: Rule::WriteMetadata,
                     ctx: ctx.clone(),
                     reason: format!("metadata {key:?} = {value:?} has no GGUF type"),
                 })?;
@@ -338,6 +343,7 @@ fn alignment(kvs: &[(String, Ty, Value)], ctx: &Context) -> Result<u64> {
             Ok(*a as u64)
         }
         Some((_, _, v)) => Err(Error::Write {
+            rule: Rule::WriteOptions,
             ctx: ctx.clone(),
             reason: format!("general.alignment must be a u32 power of two, not {v:?}"),
         }),

@@ -6,6 +6,7 @@
 //! read, and every node is checksummed and visited at most once.
 
 use std::collections::HashSet;
+use zt_core::Rule;
 
 use zt_core::error::{Error, Result};
 use zt_core::limits::Limits;
@@ -52,6 +53,7 @@ pub fn records(r: &Reader<'_>, addr: u64, types: &[u8]) -> Result<(u8, Vec<Vec<u
     };
     if depth > r.limits.depth {
         return Err(Error::Limit {
+            rule: Rule::Limit,
             ctx: c.ctx(),
             limit: "depth",
             value: depth as u64,

@@ -8,6 +8,7 @@
 use zt_core::dtype::num_elements;
 use zt_core::error::{Error, Result};
 use zt_core::limits::Limits;
+use zt_core::Rule;
 
 use super::btree1::{self, ChunkEntry};
 use super::btree2;
@@ -165,6 +166,7 @@ fn implicit(r: &Reader<'_>, addr: u64, grid: &Grid) -> Result<Vec<ChunkEntry>> {
             .checked_mul(grid.chunk_bytes)
             .and_then(|o| o.checked_add(addr))
             .ok_or(Error::Overflow {
+                rule: Rule::Overflow,
                 ctx: Default::default(),
                 what: "implicit chunk address",
             })?;

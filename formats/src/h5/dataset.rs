@@ -4,6 +4,7 @@
 //! located and assembled only when a tensor is read, never at open time.
 
 use std::sync::Arc;
+use zt_core::Rule;
 
 use zt_core::catalog::{ByteSwapped, Decode, Object, Payload};
 use zt_core::dtype::num_elements;
@@ -108,6 +109,7 @@ pub fn build(r: &Reader<'_>, store: &Arc<Store>, name: &str, msgs: &[Message]) -
     let nbytes = num_elements(&shape)
         .and_then(|n| n.checked_mul(esize))
         .ok_or(Error::Overflow {
+            rule: Rule::Overflow,
             ctx: ctx.clone(),
             what: "dataset size",
         })?;
@@ -133,6 +135,7 @@ pub fn build(r: &Reader<'_>, store: &Arc<Store>, name: &str, msgs: &[Message]) -
             if (data.len() as u64) < nbytes {
                 return Err(Error::range(
                     ctx,
+                    Rule::H5Dataset,
                     format!(
                         "compact data holds {} bytes, the shape needs {nbytes}",
                         data.len()
@@ -155,6 +158,7 @@ pub fn build(r: &Reader<'_>, store: &Arc<Store>, name: &str, msgs: &[Message]) -
             if size < nbytes {
                 return Err(Error::range(
                     ctx,
+                    Rule::H5Dataset,
                     format!("contiguous storage of {size} bytes, the shape needs {nbytes}"),
                 ));
             }
@@ -180,6 +184,7 @@ pub fn build(r: &Reader<'_>, store: &Arc<Store>, name: &str, msgs: &[Message]) -
             if chunk.is_empty() || chunk.len() != shape.len() {
                 return Err(Error::header(
                     ctx,
+                    Rule::H5Dataset,
                     format!(
                         "chunks of rank {} for a dataset of rank {}",
                         chunk.len(),
@@ -190,6 +195,7 @@ pub fn build(r: &Reader<'_>, store: &Arc<Store>, name: &str, msgs: &[Message]) -
             let chunk_bytes = num_elements(&chunk)
                 .and_then(|n| n.checked_mul(esize))
                 .ok_or(Error::Overflow {
+                    rule: Rule::Overflow,
                     ctx: ctx.clone(),
                     what: "chunk size",
                 })?;
@@ -293,6 +299,7 @@ impl Decode for Chunked {
         let ctx = Context::default();
         limits.check_decoded(&ctx, self.nbytes)?;
         filters::check_supported(&self.filters).map_err(|reason| Error::Unsupported {
+            rule: Rule::H5Filter,
             ctx: ctx.clone(),
             reason,
         })?;
@@ -347,6 +354,7 @@ impl Chunked {
         if e.size > most {
             return Err(Error::range(
                 ctx,
+                Rule::H5Dataset,
                 format!(
                     "a chunk of {chunk_bytes} bytes claims {} stored bytes",
                     e.size

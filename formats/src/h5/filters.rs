@@ -4,6 +4,7 @@
 //! its declared size fails instead of allocating.
 
 use std::io::Read;
+use zt_core::Rule;
 
 use zt_core::error::{Context, Error, Result};
 
@@ -82,6 +83,7 @@ pub fn undo(
             }
             id => {
                 return Err(Error::Unsupported {
+                    rule: Rule::H5Filter,
                     ctx: ctx.clone(),
                     reason: format!("filter id {id} ({}) is not supported", name(id)),
                 })
@@ -91,6 +93,7 @@ pub fn undo(
     let data = owned.unwrap_or_else(|| stored.to_vec());
     if data.len() != expect {
         return Err(Error::Decode {
+            rule: Rule::H5Filter,
             ctx: ctx.clone(),
             reason: format!("chunk decodes to {} bytes, expected {expect}", data.len()),
         });
@@ -100,6 +103,7 @@ pub fn undo(
 
 fn decode_err(ctx: &Context, reason: impl Into<String>) -> Error {
     Error::Decode {
+        rule: Rule::H5Filter,
         ctx: ctx.clone(),
         reason: reason.into(),
     }

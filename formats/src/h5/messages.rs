@@ -5,6 +5,7 @@
 
 use zt_core::dtype::DType;
 use zt_core::error::Result;
+use zt_core::Rule;
 
 use super::reader::{enc_size, Cursor};
 
@@ -67,6 +68,7 @@ pub fn dataspace(c: &mut Cursor<'_>, max_rank: usize) -> Result<Dataspace> {
     };
     if rank > max_rank {
         return Err(zt_core::error::Error::Limit {
+            rule: Rule::Limit,
             ctx: c.ctx(),
             limit: "rank",
             value: rank as u64,

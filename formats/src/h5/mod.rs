@@ -30,6 +30,7 @@ pub mod superblock;
 
 use std::collections::HashSet;
 use std::sync::Arc;
+use zt_core::Rule;
 
 use zt_core::catalog::{Attributes, Catalog, Object, Value};
 use zt_core::error::{Error, Result};
@@ -130,6 +131,7 @@ impl Walk<'_, '_> {
         self.r.tick(1)?;
         if depth > self.r.limits.depth {
             return Err(Error::Limit {
+                rule: Rule::Limit,
                 ctx: Default::default(),
                 limit: "depth",
                 value: depth as u64,

@@ -5,6 +5,7 @@
 
 use std::borrow::Cow;
 use std::cell::Cell;
+use zt_core::Rule;
 
 use zt_core::error::{Context, Error, Result};
 use zt_core::limits::Limits;
@@ -64,6 +65,7 @@ impl<'a> Reader<'a> {
             .saturating_add(self.limits.header_bytes);
         if used > budget {
             return Err(Error::Limit {
+                rule: Rule::Limit,
                 ctx: Context::default().at(at),
                 limit: "header_bytes",
                 value: used,
@@ -84,6 +86,7 @@ impl<'a> Reader<'a> {
     /// Absolute file offset of relative address `addr`.
     pub fn abs(&self, addr: u64) -> Result<u64> {
         self.geo.base.checked_add(addr).ok_or(Error::Overflow {
+            rule: Rule::Overflow,
             ctx: Context::default().at(addr),
             what: "HDF5 address",
         })
@@ -103,6 +106,7 @@ impl<'a> Reader<'a> {
         let at = self.abs(addr)?;
         if at >= self.store.len() {
             return Err(Error::Truncated {
+                rule: Rule::Truncated,
                 ctx: Context::default().at(at),
                 what,
                 needed: 1,
@@ -128,12 +132,17 @@ fn retag(e: Error, what: &'static str) -> Error {
             available,
             ..
         } => Error::Truncated {
+            rule: Rule::Truncated,
             ctx,
             what,
             needed,
             available,
         },
-        Error::Overflow { ctx, .. } => Error::Overflow { ctx, what },
+        Error::Overflow { ctx, .. } => Error::Overflow {
+            rule: Rule::Overflow,
+            ctx,
+            what,
+        },
         other => other,
     }
 }
@@ -194,7 +203,11 @@ impl<'b> Cursor<'b> {
 
     /// A malformed-header error at the current position.
     pub fn bad(&self, reason: impl Into<String>) -> Error {
-        Error::header(self.ctx(), format!("{}: {}", self.what, reason.into()))
+        Error::header(
+            self.ctx(),
+            Rule::H5Structure,
+            format!("{}: {}", self.what, reason.into()),
+        )
     }
 
     /// Move to `pos` within the block.
@@ -208,6 +221,7 @@ impl<'b> Cursor<'b> {
 
     fn short(&self, needed: usize) -> Error {
         Error::Truncated {
+            rule: Rule::Truncated,
             ctx: self.ctx(),
             what: self.what,
             needed: needed as u64,
@@ -285,6 +299,7 @@ impl<'b> Cursor<'b> {
         if got != sig {
             return Err(Error::header(
                 at,
+                Rule::H5Structure,
                 format!(
                     "{}: expected signature {:?}, found {:?}",
                     self.what,
@@ -305,6 +320,7 @@ impl<'b> Cursor<'b> {
         if stored != actual {
             return Err(Error::header(
                 Context::default().at(self.at.saturating_add(end as u64)),
+                Rule::H5Structure,
                 format!(
                     "{}: checksum {actual:#010x} does not match the stored {stored:#010x}",
                     self.what

@@ -5,6 +5,7 @@
 
 use zt_core::error::{Context, Error, Result};
 use zt_core::store::Store;
+use zt_core::Rule;
 
 use super::reader::{Cursor, Geometry};
 
@@ -41,6 +42,7 @@ pub fn read(store: &Store) -> Result<Superblock> {
     }
     Err(Error::header(
         Context::default(),
+        Rule::H5Signature,
         "no HDF5 signature at offset 0 or at any userblock boundary",
     ))
 }

@@ -9,6 +9,7 @@
 use zt_core::dtype::DType;
 use zt_core::error::{Context, Error, Result};
 use zt_core::limits::Limits;
+use zt_core::Rule;
 
 /// `\x93NUMPY`, then a major and a minor version byte.
 pub const MAGIC: &[u8; 6] = b"\x93NUMPY";
@@ -33,12 +34,17 @@ pub struct Preamble {
 /// preamble is. `bytes` must hold at least 8 bytes.
 pub fn preamble(ctx: &Context, bytes: &[u8]) -> Result<Preamble> {
     if bytes.len() < 8 || &bytes[..6] != MAGIC {
-        return Err(Error::header(ctx.clone(), "no \\x93NUMPY magic"));
+        return Err(Error::header(
+            ctx.clone(),
+            Rule::NpyMagic,
+            "no \\x93NUMPY magic",
+        ));
     }
     let (major, minor) = (bytes[6], bytes[7]);
     if !(1..=3).contains(&major) || minor != 0 {
         return Err(Error::header(
             ctx.clone(),
+            Rule::NpyVersion,
             format!("unsupported .npy format version {major}.{minor}"),
         ));
     }
@@ -148,7 +154,7 @@ pub fn parse(ctx: &Context, raw: &[u8], major: u8, limits: &Limits) -> Result<He
         // latin-1 maps each byte to the code point of the same value.
         1 | 2 => raw.iter().map(|&b| char::from(b)).collect::<String>(),
         _ => String::from_utf8(raw.to_vec())
-            .map_err(|_| Error::header(ctx.clone(), "v3 header is not UTF-8"))?,
+            .map_err(|_| Error::header(ctx.clone(), Rule::NpyHeader, "v3 header is not UTF-8"))?,
     };
     let mut parser = Parser {
         ctx,
@@ -165,7 +171,11 @@ pub fn parse(ctx: &Context, raw: &[u8], major: u8, limits: &Limits) -> Result<He
         return Err(parser.error("characters after the header dict"));
     }
     let Lit::Dict(items) = value else {
-        return Err(Error::header(ctx.clone(), "header is not a dict"));
+        return Err(Error::header(
+            ctx.clone(),
+            Rule::NpyHeader,
+            "header is not a dict",
+        ));
     };
     header_from_dict(ctx, items, limits)
 }
@@ -182,6 +192,7 @@ fn header_from_dict(ctx: &Context, items: Vec<(Lit, Lit)>, limits: &Limits) -> R
             other => {
                 return Err(Error::header(
                     ctx.clone(),
+                    Rule::NpyHeader,
                     format!("unexpected key {}", other.describe()),
                 ))
             }
@@ -189,11 +200,12 @@ fn header_from_dict(ctx: &Context, items: Vec<(Lit, Lit)>, limits: &Limits) -> R
         if slot.replace(value).is_some() {
             return Err(Error::header(
                 ctx.clone(),
+                Rule::NpyHeader,
                 format!("key {} appears twice", key.describe()),
             ));
         }
     }
-    let missing = |k: &str| Error::header(ctx.clone(), format!("no {k:?} key"));
+    let missing = |k: &str| Error::header(ctx.clone(), Rule::NpyHeader, format!("no {k:?} key"));
     let descr = descr.ok_or_else(|| missing("descr"))?;
     let fortran = fortran.ok_or_else(|| missing("fortran_order"))?;
     let shape = shape.ok_or_else(|| missing("shape"))?;
@@ -204,6 +216,7 @@ fn header_from_dict(ctx: &Context, items: Vec<(Lit, Lit)>, limits: &Limits) -> R
         other => {
             return Err(Error::header(
                 ctx.clone(),
+                Rule::NpyHeader,
                 format!("descr is {}, not a string", other.describe()),
             ))
         }
@@ -226,12 +239,14 @@ fn header_from_dict(ctx: &Context, items: Vec<(Lit, Lit)>, limits: &Limits) -> R
     let Lit::Bool(fortran_order) = fortran else {
         return Err(Error::header(
             ctx.clone(),
+            Rule::NpyHeader,
             format!("fortran_order is {}, not a bool", fortran.describe()),
         ));
     };
     let Lit::Tuple(dims) = shape else {
         return Err(Error::header(
             ctx.clone(),
+            Rule::NpyHeader,
             format!("shape is {}, not a tuple", shape.describe()),
         ));
     };
@@ -242,6 +257,7 @@ fn header_from_dict(ctx: &Context, items: Vec<(Lit, Lit)>, limits: &Limits) -> R
             Lit::Int(n) => Ok(n),
             other => Err(Error::header(
                 ctx.clone(),
+                Rule::NpyHeader,
                 format!("shape holds {}, not an int", other.describe()),
             )),
         })
@@ -262,10 +278,12 @@ fn header_from_dict(ctx: &Context, items: Vec<(Lit, Lit)>, limits: &Limits) -> R
 /// [`Error::UnsupportedDType`].
 fn descr_itemsize(descr: &Lit, ctx: &Context, depth: usize) -> Result<u64> {
     let unsupported = |why: String| Error::UnsupportedDType {
+        rule: Rule::DType,
         ctx: ctx.clone(),
         dtype: why,
     };
     let overflow = || Error::Overflow {
+        rule: Rule::Overflow,
         ctx: ctx.clone(),
         what: "npy dtype size",
     };
@@ -457,6 +475,7 @@ impl Parser<'_> {
     fn error(&self, what: &str) -> Error {
         Error::header(
             self.ctx.clone(),
+            Rule::NpyHeader,
             format!("{what} at header byte {}", self.pos),
         )
     }

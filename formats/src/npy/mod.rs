@@ -17,6 +17,7 @@
 
 mod header;
 use crate::zip;
+use zt_core::Rule;
 
 use std::io::{self, Read, Write};
 use std::path::Path;
@@ -232,6 +233,7 @@ fn open_member(
     let mctx = ctx.clone().tensor(name).at(entry.local_offset);
     if entry.encrypted() {
         return Err(Error::Unsupported {
+            rule: Rule::NpzMember,
             ctx: mctx,
             reason: format!("member {:?} is encrypted", entry.name),
         });
@@ -242,6 +244,7 @@ fn open_member(
             if entry.compressed != entry.uncompressed {
                 return Err(Error::header(
                     mctx,
+                    Rule::NpzMember,
                     format!(
                         "stored member {:?} declares {} compressed and {} uncompressed bytes",
                         entry.name, entry.compressed, entry.uncompressed
@@ -274,6 +277,7 @@ fn open_member(
             Ok(layout.object(name.to_string(), payload))
         }
         method => Err(Error::Unsupported {
+            rule: Rule::NpzMember,
             ctx: mctx,
             reason: format!(
                 "member {:?} uses zip compression method {method}; only stored (0) and deflate (8) are read",
@@ -395,6 +399,7 @@ fn read_layout(src: &mut dyn Read, total: u64, ctx: &Context, limits: &Limits) -
     let need = |what: &'static str, needed: u64, at: u64| {
         if total.saturating_sub(at) < needed {
             Err(Error::Truncated {
+                rule: Rule::Truncated,
                 ctx: ctx.clone().at(at),
                 what,
                 needed,
@@ -429,6 +434,7 @@ fn read_layout(src: &mut dyn Read, total: u64, ctx: &Context, limits: &Limits) -
             None => header.dtype.nbytes(n),
         })
         .ok_or(Error::Overflow {
+            rule: Rule::Overflow,
             ctx: ctx.clone(),
             what: "npy data size",
         })?;
@@ -437,6 +443,7 @@ fn read_layout(src: &mut dyn Read, total: u64, ctx: &Context, limits: &Limits) -
     if extra > 0 {
         return Err(Error::range(
             ctx.clone().at(data_offset + data_len),
+            Rule::NpySize,
             format!(
                 "shape {:?} of {} needs {data_len} bytes; {extra} more follow",
                 header.shape, header.dtype
@@ -458,6 +465,7 @@ fn read_full(src: &mut dyn Read, buf: &mut [u8], ctx: &Context, what: &str) -> R
         match src.read(&mut buf[filled..]) {
             Ok(0) => {
                 return Err(Error::Decode {
+                    rule: Rule::NpzInflate,
                     ctx: ctx.clone(),
                     reason: format!("{what}: stream ends after {filled} of {} bytes", buf.len()),
                 })
@@ -477,6 +485,7 @@ fn from_io(e: io::Error, ctx: &Context, what: &str) -> Error {
     match e.into_inner().map(|inner| inner.downcast::<Error>()) {
         Some(Ok(ours)) => *ours,
         _ => Error::Decode {
+            rule: Rule::NpzInflate,
             ctx: ctx.clone(),
             reason: format!("{what}: {message}"),
         },
@@ -557,6 +566,7 @@ impl Decode for Inflate {
         };
         if more != 0 {
             return Err(Error::Decode {
+                rule: Rule::NpzInflate,
                 ctx,
                 reason: format!(
                     "member inflates past its declared {} bytes",
@@ -567,6 +577,7 @@ impl Decode for Inflate {
         let actual = crc.finalize();
         if actual != self.crc {
             return Err(Error::Decode {
+                rule: Rule::NpzInflate,
                 ctx,
                 reason: format!(
                     "CRC-32 {actual:#010x} does not match the directory's {:#010x}",
@@ -589,6 +600,7 @@ impl Decode for Inflate {
 /// `len` is caught by the caller's one-byte probe, not by allocating.
 fn inflate_exact(src: &mut dyn Read, len: u64, compressed: u64, ctx: &Context) -> Result<Vec<u8>> {
     let len = usize::try_from(len).map_err(|_| Error::Overflow {
+        rule: Rule::Overflow,
         ctx: ctx.clone(),
         what: "decoded size",
     })?;
@@ -599,6 +611,7 @@ fn inflate_exact(src: &mut dyn Read, len: u64, compressed: u64, ctx: &Context) -
         .max(1 << 20);
     crate::zip::read_exact_growing(src, len, first).map_err(|short| match short {
         crate::zip::ShortRead::Ended(filled) => Error::Decode {
+            rule: Rule::NpzInflate,
             ctx: ctx.clone(),
             reason: format!("deflate stream ends after {filled} of {len} data bytes"),
         },
@@ -615,6 +628,7 @@ fn inflate_exact(src: &mut dyn Read, len: u64, compressed: u64, ctx: &Context) -
 /// its dtype and its bytes match its shape.
 fn npy_header(ctx: &Context, tensor: &TensorIn<'_>) -> Result<Vec<u8>> {
     let descr = descr_for(tensor.dtype).ok_or_else(|| Error::Write {
+        rule: Rule::WriteDType,
         ctx: ctx.clone().tensor(tensor.name),
         reason: format!(
             "numpy has no builtin dtype for {}; convert it first",
@@ -653,6 +667,7 @@ pub fn write_npz(path: &Path, tensors: &[TensorIn<'_>]) -> Result<u64> {
             }
             if t.name.len() + 4 > usize::from(u16::MAX) {
                 return Err(Error::Write {
+                    rule: Rule::WriteName,
                     ctx: ctx.clone().tensor(t.name),
                     reason: "a zip member name is at most 65535 bytes".into(),
                 });
@@ -754,6 +769,7 @@ fn write_one_npy(path: &Path, tensors: &[TensorIn<'_>], got: &str) -> Result<u64
     match tensors {
         [one] => write_npy(path, one),
         many => Err(Error::Write {
+            rule: Rule::WriteObject,
             ctx: Context::file(path),
             reason: format!(".npy holds exactly one array; {got} {}", many.len()),
         }),
@@ -766,7 +782,7 @@ mod tests {
 
     #[test]
     fn store_errors_survive_io() {
-        let e = io::Error::other(Error::range(Context::default(), "x"));
+        let e = io::Error::other(Error::range(Context::default(), Rule::NpySize, "x"));
         assert!(matches!(
             from_io(e, &Context::default(), "t"),
             Error::Range { .. }

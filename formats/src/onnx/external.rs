@@ -11,6 +11,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use zt_core::Rule;
 
 use zt_core::error::{Context, Error, Result};
 use zt_core::format::OpenInput;
@@ -53,7 +54,11 @@ impl<'i> Externals<'i> {
                 .map(|(_, v)| v.as_str())
         };
         let location = get("location").ok_or_else(|| {
-            Error::header(ctx.clone(), "external data without a \"location\" entry")
+            Error::header(
+                ctx.clone(),
+                Rule::OnnxExternal,
+                "external data without a \"location\" entry",
+            )
         })?;
         let number = |key: &str| -> Result<Option<u64>> {
             get(key)
@@ -61,6 +66,7 @@ impl<'i> Externals<'i> {
                     v.trim().parse::<u64>().map_err(|_| {
                         Error::header(
                             ctx.clone(),
+                            Rule::OnnxExternal,
                             format!("external data {key} {v:?} is not a number"),
                         )
                     })
@@ -78,6 +84,7 @@ impl<'i> Externals<'i> {
                 .len()
                 .checked_sub(offset)
                 .ok_or_else(|| Error::Truncated {
+                    rule: Rule::Truncated,
                     ctx: ctx.clone(),
                     what: "external data",
                     needed: offset,
@@ -90,6 +97,7 @@ impl<'i> Externals<'i> {
         if length != nbytes {
             return Err(Error::range(
                 ctx,
+                Rule::OnnxSize,
                 format!("external data holds {length} bytes; the tensor needs {nbytes}"),
             ));
         }

@@ -63,6 +63,7 @@ mod tensor;
 pub mod wire;
 
 use std::sync::Arc;
+use zt_core::Rule;
 
 use external::Externals;
 use tensor::{string_entry, TensorInfo};
@@ -500,7 +501,11 @@ impl Walker<'_> {
                     let ctx = Context::default().at(e.at);
                     self.limits.check_rank(&ctx, dims.len() + 1)?;
                     if (d as i64) < 0 {
-                        return Err(Error::header(ctx, "negative sparse dimension"));
+                        return Err(Error::header(
+                            ctx,
+                            Rule::OnnxSparse,
+                            "negative sparse dimension",
+                        ));
                     }
                     dims.push(d);
                     Ok(())
@@ -512,6 +517,7 @@ impl Walker<'_> {
         let (Some(values), Some(indices)) = (values, indices) else {
             return Err(Error::header(
                 ctx,
+                Rule::OnnxSparse,
                 "sparse tensor without values or indices",
             ));
         };
@@ -543,6 +549,7 @@ impl Walker<'_> {
             other => {
                 return Err(Error::header(
                     ctx,
+                    Rule::OnnxSparse,
                     format!("sparse values must be 1-D, dims are {other:?}"),
                 ))
             }
@@ -550,6 +557,7 @@ impl Walker<'_> {
         if itype != DType::I64 {
             return Err(Error::header(
                 ctx,
+                Rule::OnnxSparse,
                 format!("sparse indices must be int64, not {itype}"),
             ));
         }
@@ -579,6 +587,7 @@ impl Walker<'_> {
             other => {
                 return Err(Error::header(
                     ctx,
+                    Rule::OnnxSparse,
                     format!(
                         "sparse indices dims {other:?} fit neither [{nnz}] nor [{nnz}, {rank}]"
                     ),
@@ -632,6 +641,7 @@ fn coords_len(ctx: &Context, nnz: u64, rank: u64, limits: &Limits) -> Result<u64
         .checked_mul(rank)
         .and_then(|n| n.checked_mul(8))
         .ok_or(Error::Overflow {
+            rule: Rule::Overflow,
             ctx: ctx.clone(),
             what: "sparse coordinates",
         })?;
@@ -671,6 +681,7 @@ impl Decode for Coordinates {
         let ctx = Context::default();
         if bytes.len() as u64 != len {
             return Err(Error::Decode {
+                rule: Rule::OnnxSparse,
                 ctx,
                 reason: format!(
                     "sparse indices hold {} bytes, [{n}, {rank}] needs {len}",
@@ -684,6 +695,7 @@ impl Decode for Coordinates {
                 let c = i64::from_le_bytes(chunk.try_into().expect("8 bytes"));
                 if c < 0 || c as u64 >= self.dims[d] {
                     return Err(Error::Decode {
+                        rule: Rule::OnnxSparse,
                         ctx,
                         reason: format!(
                             "sparse coordinate {c} of element {k} outside dimension {d} of shape {:?}",
@@ -725,6 +737,7 @@ impl Decode for Unravel {
             let index = i64::from_le_bytes(chunk.try_into().expect("8 bytes"));
             if index < 0 || index as u64 >= total {
                 return Err(Error::Decode {
+                    rule: Rule::OnnxSparse,
                     ctx: Context::default(),
                     reason: format!("sparse index {index} outside shape {:?}", self.dims),
                 });

@@ -7,6 +7,7 @@
 //! [`TypedField`] from the message bytes, never at open.
 
 use std::sync::Arc;
+use zt_core::Rule;
 
 use super::external::Externals;
 use super::wire::{count_packed_varints, Field, Reader, Wire};
@@ -167,6 +168,7 @@ impl TensorInfo {
                 } else {
                     Err(Error::header(
                         ctx,
+                        Rule::OnnxTensor,
                         format!("negative dimension {}", d as i64),
                     ))
                 }
@@ -202,6 +204,7 @@ impl TensorInfo {
                     _ => {
                         return Err(Error::header(
                             Context::default().at(f.at),
+                            Rule::OnnxTensor,
                             format!(
                                 "field {} is not packed or single {width}-byte values",
                                 f.number
@@ -218,6 +221,7 @@ impl TensorInfo {
                     _ => {
                         return Err(Error::header(
                             Context::default().at(f.at),
+                            Rule::OnnxTensor,
                             format!("field {} is not varints", f.number),
                         ))
                     }
@@ -260,15 +264,18 @@ impl TensorInfo {
         let ctx = self.ctx();
         if self.segment {
             return Err(Error::Unsupported {
+                rule: Rule::OnnxUnsupported,
                 ctx,
                 reason: "segmented tensors (TensorProto.segment) are not supported".into(),
             });
         }
         let dtype = dtype_of(self.data_type).map_err(|dtype| Error::UnsupportedDType {
+            rule: Rule::DType,
             ctx: ctx.clone(),
             dtype,
         })?;
         let overflow = || Error::Overflow {
+            rule: Rule::Overflow,
             ctx: ctx.clone(),
             what: "tensor byte size",
         };
@@ -289,6 +296,7 @@ impl TensorInfo {
             if len != nbytes {
                 return Err(Error::range(
                     ctx.at(offset),
+                    Rule::OnnxSize,
                     format!("raw_data holds {len} bytes; {elements} x {dtype} needs {nbytes}"),
                 ));
             }
@@ -300,6 +308,7 @@ impl TensorInfo {
         if found != entries {
             return Err(Error::range(
                 ctx,
+                Rule::OnnxSize,
                 format!(
                     "{} x {dtype} needs {entries} entries in field {number}, the tensor has {found}",
                     elements
@@ -370,6 +379,7 @@ impl TypedField {
             })?,
             _ => {
                 return Err(Error::Decode {
+                    rule: Rule::OnnxProtobuf,
                     ctx: Context::default().at(f.at),
                     reason: format!("field {} changed wire type", f.number),
                 })
@@ -378,6 +388,7 @@ impl TypedField {
         // Entries were counted at open; a store that changed since is caught here.
         if out.len() as u64 > self.len {
             return Err(Error::Decode {
+                rule: Rule::OnnxSize,
                 ctx: Context::default().at(f.at),
                 reason: format!("field {} holds more than {} bytes", f.number, self.len),
             });

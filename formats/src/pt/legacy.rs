@@ -6,6 +6,7 @@
 //! The pickles must lie within the first `Limits::pickle_bytes` of the file.
 
 use std::collections::HashMap;
+use zt_core::Rule;
 
 use super::pickle::{Node, Vm};
 use super::rebuild::{find_tensors, Torch, TorchInterp};
@@ -35,6 +36,7 @@ pub fn open(input: &OpenInput<'_>) -> Result<Catalog> {
     if !matches!(vm.get(magic), Node::BigInt(b) if **b == MAGIC) {
         return Err(Error::header(
             ctx,
+            Rule::PtLegacy,
             "legacy checkpoint without torch's magic number",
         ));
     }
@@ -42,6 +44,7 @@ pub fn open(input: &OpenInput<'_>) -> Result<Catalog> {
     if vm.int(version) != Some(PROTOCOL_VERSION) {
         return Err(Error::header(
             ctx,
+            Rule::PtLegacy,
             format!("legacy protocol version is not {PROTOCOL_VERSION}"),
         ));
     }
@@ -52,6 +55,7 @@ pub fn open(input: &OpenInput<'_>) -> Result<Catalog> {
         });
         if big {
             return Err(Error::Unsupported {
+                rule: Rule::PtUnsupported,
                 ctx,
                 reason: "big-endian legacy checkpoint".into(),
             });
@@ -61,11 +65,19 @@ pub fn open(input: &OpenInput<'_>) -> Result<Catalog> {
     let (keys, pos) = vm.run(&data, pos, &mut interp)?;
     let keys: Vec<String> = vm
         .items(keys)
-        .ok_or_else(|| Error::header(ctx.clone(), "the storage key list is not a list"))?
+        .ok_or_else(|| {
+            Error::header(
+                ctx.clone(),
+                Rule::PtLegacy,
+                "the storage key list is not a list",
+            )
+        })?
         .iter()
         .map(|&k| vm.str(k).map(str::to_string))
         .collect::<Option<_>>()
-        .ok_or_else(|| Error::header(ctx.clone(), "a storage key is not a string"))?;
+        .ok_or_else(|| {
+            Error::header(ctx.clone(), Rule::PtLegacy, "a storage key is not a string")
+        })?;
     limits.check_tensors(&ctx, keys.len() as u64)?;
 
     // Every storage the pickle declared, first declaration winning as in
@@ -87,6 +99,7 @@ pub fn open(input: &OpenInput<'_>) -> Result<Catalog> {
         let &(kind, numel) = declared.get(key.as_str()).ok_or_else(|| {
             Error::header(
                 ctx.clone(),
+                Rule::PtLegacy,
                 format!("storage {key:?} is listed but the pickle never declares it"),
             )
         })?;
@@ -95,12 +108,14 @@ pub fn open(input: &OpenInput<'_>) -> Result<Catalog> {
         if u64::try_from(count).ok() != Some(numel) {
             return Err(Error::range(
                 ctx.clone().at(at),
+                Rule::PtStorage,
                 format!("storage {key:?} declares {numel} elements, the file {count}"),
             ));
         }
         let len = numel
             .checked_mul(kind.element_size())
             .ok_or(Error::Overflow {
+                rule: Rule::Overflow,
                 ctx: ctx.clone(),
                 what: "storage size",
             })?;
@@ -118,6 +133,7 @@ pub fn open(input: &OpenInput<'_>) -> Result<Catalog> {
         {
             return Err(Error::header(
                 ctx.clone(),
+                Rule::PtLegacy,
                 format!("storage {key:?} is listed twice"),
             ));
         }
@@ -132,9 +148,12 @@ pub fn open(input: &OpenInput<'_>) -> Result<Catalog> {
         ),
     ];
     catalog(store, found, attributes, |key| {
-        records
-            .get(key)
-            .cloned()
-            .ok_or_else(|| Error::header(ctx.clone(), format!("no storage data for key {key:?}")))
+        records.get(key).cloned().ok_or_else(|| {
+            Error::header(
+                ctx.clone(),
+                Rule::PtLegacy,
+                format!("no storage data for key {key:?}"),
+            )
+        })
     })
 }

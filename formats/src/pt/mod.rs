@@ -22,6 +22,7 @@ mod write;
 mod zip;
 
 use std::sync::Arc;
+use zt_core::Rule;
 
 use rebuild::{Found, TensorRef};
 use zt_core::catalog::{Catalog, Decode, Object, Payload, Value};
@@ -149,6 +150,7 @@ fn object(
     rec: &Record,
 ) -> Result<Object> {
     let overflow = |what| Error::Overflow {
+        rule: Rule::Overflow,
         ctx: ctx.clone(),
         what,
     };
@@ -156,6 +158,7 @@ fn object(
     if declared != rec.len() {
         return Err(Error::range(
             ctx.clone(),
+            Rule::PtStorage,
             format!(
                 "storage {:?} declares {declared} bytes but its record holds {}",
                 t.storage.key,
@@ -171,10 +174,12 @@ fn object(
     {
         return Err(Error::range(
             ctx.clone(),
+            Rule::PtStorage,
             "storage view outside its storage",
         ));
     }
     let elem = t.dtype.size().ok_or_else(|| Error::UnsupportedDType {
+        rule: Rule::DType,
         ctx: ctx.clone(),
         dtype: t.dtype.name().into(),
     })?;
@@ -201,6 +206,7 @@ fn object(
         if reach > window_len {
             return Err(Error::range(
                 ctx.clone(),
+                Rule::PtStorage,
                 format!(
                     "offset {} and strides {:?} reach byte {reach} of a {window_len}-byte storage",
                     t.offset, t.stride
@@ -268,9 +274,9 @@ impl Decode for DeflatedSlice {
             ("decoded_bytes", limits.decoded_bytes),
         )?;
         let range = self.start as usize..(self.start + self.len) as usize;
-        all.get(range)
-            .map(<[u8]>::to_vec)
-            .ok_or_else(|| Error::range(ctx, "tensor outside its inflated storage"))
+        all.get(range).map(<[u8]>::to_vec).ok_or_else(|| {
+            Error::range(ctx, Rule::PtStorage, "tensor outside its inflated storage")
+        })
     }
 
     fn describe(&self) -> &'static str {

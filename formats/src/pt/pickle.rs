@@ -18,6 +18,7 @@
 //! files would hide which of them can reach the hooks.
 
 use std::collections::HashMap;
+use zt_core::Rule;
 
 use zt_core::error::{Context, Error, Result};
 use zt_core::limits::Limits;
@@ -225,6 +226,7 @@ impl<'l> Vm<'l> {
         self.ops += 1;
         if self.ops > self.limits.pickle_ops {
             return Err(Error::Limit {
+                rule: Rule::Limit,
                 ctx: self.ctx.clone(),
                 limit: "pickle_ops",
                 value: self.ops,
@@ -324,6 +326,7 @@ impl<'d> Run<'d> {
     fn err(&self, vm: &Vm, at: usize, reason: impl Into<String>) -> Error {
         Error::header(
             vm.ctx.clone(),
+            Rule::PtPickle,
             format!("pickle byte {at}: {}", reason.into()),
         )
     }
@@ -332,6 +335,7 @@ impl<'d> Run<'d> {
         let available = (self.data.len() - self.pos) as u64;
         if n > available {
             return Err(Error::Truncated {
+                rule: Rule::Truncated,
                 ctx: vm.ctx.clone(),
                 what,
                 needed: n,
@@ -364,12 +368,14 @@ impl<'d> Run<'d> {
                 Ok(&rest[..n])
             }
             None if max < rest.len() => Err(Error::Limit {
+                rule: Rule::Limit,
                 ctx: vm.ctx.clone(),
                 limit: "string_bytes",
                 value: rest.len() as u64,
                 max: vm.limits.string_bytes,
             }),
             None => Err(Error::Truncated {
+                rule: Rule::Truncated,
                 ctx: vm.ctx.clone(),
                 what,
                 needed: rest.len() as u64 + 1,
@@ -786,6 +792,7 @@ impl<'d> Run<'d> {
             Outcome::Same(id) => self.push(vm, id),
             Outcome::Inert => Err(Error::header(
                 vm.ctx.clone(),
+                Rule::PtObject,
                 "a persistent id that is not a storage",
             )),
         }

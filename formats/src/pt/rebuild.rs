@@ -5,6 +5,7 @@
 //! object, named by their dotted path.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
+use zt_core::Rule;
 
 use super::pickle::{Id, Interpret, Node, Outcome, Vm};
 use zt_core::catalog::Value;
@@ -107,7 +108,11 @@ fn refused(reason: impl Into<String>) -> Outcome {
 }
 
 fn malformed(vm: &Vm, what: &str) -> Error {
-    Error::header(vm.ctx().clone(), format!("malformed {what}"))
+    Error::header(
+        vm.ctx().clone(),
+        Rule::PtObject,
+        format!("malformed {what}"),
+    )
 }
 
 /// The dtype of a legacy typed storage class (`torch/storage.py`
@@ -320,6 +325,7 @@ fn lazy_bit(vm: &Vm, metadata: Id) -> Option<&'static str> {
 
 fn unknown_dtype(vm: &Vm, name: String) -> Error {
     Error::UnsupportedDType {
+        rule: Rule::DType,
         ctx: vm.ctx().clone(),
         dtype: name,
     }
@@ -327,6 +333,7 @@ fn unknown_dtype(vm: &Vm, name: String) -> Error {
 
 fn overflow(vm: &Vm) -> Error {
     Error::Overflow {
+        rule: Rule::Overflow,
         ctx: vm.ctx().clone(),
         what: "storage view",
     }
@@ -738,10 +745,12 @@ impl Walker<'_> {
         let ctx = self.ctx().tensor(name);
         match &r.dtype {
             Some(dtype) => Error::UnsupportedDType {
+                rule: Rule::DType,
                 ctx,
                 dtype: dtype.clone(),
             },
             None => Error::Unsupported {
+                rule: Rule::PtUnsupported,
                 ctx,
                 reason: format!("{name:?} is {}; zt does not read it", r.reason),
             },

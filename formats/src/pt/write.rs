@@ -7,6 +7,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
+use zt_core::Rule;
 
 use crate::zip::{write_stored_aligned, Member};
 use zt_core::catalog::Value;
@@ -77,6 +78,7 @@ fn write_synced(path: &Path, tensors: &[TensorIn<'_>], durable: bool) -> Result<
         }
         if saved_as(t.dtype).is_none() {
             return Err(Error::Write {
+                rule: Rule::WriteDType,
                 ctx: ctx.clone().tensor(t.name),
                 reason: format!("torch has no dtype that stores {} the way zt does", t.dtype),
             });

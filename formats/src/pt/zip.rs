@@ -4,6 +4,7 @@
 //! the file), as `PyTorchStreamReader` derives it.
 
 use std::collections::HashMap;
+use zt_core::Rule;
 
 use super::pickle::Vm;
 use super::rebuild::{find_tensors, TorchInterp};
@@ -24,6 +25,7 @@ pub fn open(input: &OpenInput<'_>) -> Result<Catalog> {
         None => {
             return Err(Error::header(
                 ctx,
+                Rule::PtArchive,
                 "the first record of the archive is not in a folder",
             ))
         }
@@ -37,6 +39,7 @@ pub fn open(input: &OpenInput<'_>) -> Result<Catalog> {
             b"little" => {}
             b"big" => {
                 return Err(Error::Unsupported {
+                    rule: Rule::PtUnsupported,
                     ctx,
                     reason: "big-endian checkpoint (byteorder record says \"big\")".into(),
                 })
@@ -44,6 +47,7 @@ pub fn open(input: &OpenInput<'_>) -> Result<Catalog> {
             other => {
                 return Err(Error::header(
                     ctx,
+                    Rule::PtArchive,
                     format!(
                         "byteorder record holds {:?}",
                         String::from_utf8_lossy(other)
@@ -52,8 +56,13 @@ pub fn open(input: &OpenInput<'_>) -> Result<Catalog> {
             }
         }
     }
-    let pkl = record("data.pkl")
-        .ok_or_else(|| Error::header(ctx.clone(), format!("no {root}/data.pkl record")))?;
+    let pkl = record("data.pkl").ok_or_else(|| {
+        Error::header(
+            ctx.clone(),
+            Rule::PtArchive,
+            format!("no {root}/data.pkl record"),
+        )
+    })?;
     let bytes = member_bytes(
         store,
         &ctx,
@@ -63,6 +72,7 @@ pub fn open(input: &OpenInput<'_>) -> Result<Catalog> {
     )?;
     if pkl.method == 0 && crc32fast::hash(&bytes) != pkl.crc {
         return Err(Error::Decode {
+            rule: Rule::ZipEntry,
             ctx,
             reason: format!("{root}/data.pkl does not match its CRC-32"),
         });
@@ -84,11 +94,13 @@ pub fn open(input: &OpenInput<'_>) -> Result<Catalog> {
         let entry = record(&name).ok_or_else(|| {
             Error::header(
                 ctx.clone(),
+                Rule::PtArchive,
                 format!("no {root}/{name} record for storage {key:?}"),
             )
         })?;
         if entry.encrypted() {
             return Err(Error::Unsupported {
+                rule: Rule::ZipUnsupported,
                 ctx: ctx.clone(),
                 reason: format!("record {:?} is encrypted", entry.name),
             });
@@ -100,6 +112,7 @@ pub fn open(input: &OpenInput<'_>) -> Result<Catalog> {
             }),
             0 => Err(Error::header(
                 ctx.clone(),
+                Rule::ZipEntry,
                 format!(
                     "stored record {:?} declares {} compressed and {} uncompressed bytes",
                     entry.name, entry.compressed, entry.uncompressed
@@ -110,6 +123,7 @@ pub fn open(input: &OpenInput<'_>) -> Result<Catalog> {
                 Ok(Record::Deflated((*entry).clone()))
             }
             m => Err(Error::Unsupported {
+                rule: Rule::ZipUnsupported,
                 ctx: ctx.clone(),
                 reason: format!(
                     "record {:?} uses zip compression method {m}; only stored (0) and deflate (8) are read",
