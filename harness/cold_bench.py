@@ -195,9 +195,11 @@ def measure_format(fmt, shapes, want, work, runs, hidden, layers) -> report.Resu
         # 0.15 s, GGUF `cat` 0.25 s then 0.16 s). Rounds rotate, so that
         # penalty always landed on `cat` (first in round one) and never on the
         # own library (never first with three cases and two runs), and the
-        # two-sample medians of `--quick` showed GGUFReader at 1.41x and
-        # upstream ztensor at 2.63x `cat`: faster than the disk, from one
-        # inflated `cat` run, not from reading less (checked below).
+        # two-sample medians of `--quick` showed GGUFReader at 1.41x `cat`
+        # (seen) and, most likely the same way, upstream ztensor at 2.63x
+        # (not reproduced: its `from_dlpack` arrays are views of one shared
+        # mapping, no madvise, every page faulted from disk; it reads the
+        # whole file, as the check below now asserts for every case).
         samples, _ = common.interleaved(
             cases,
             runs,
