@@ -91,13 +91,18 @@ def digest(arr: np.ndarray) -> int:
 
 
 def interleaved(
-    cases: dict[str, Callable[[], object]], runs: int, warmup: int = 1, before: Callable[[], None] | None = None
+    cases: dict[str, Callable[[], object]],
+    runs: int,
+    warmup: int = 1,
+    before: Callable[[], None] | None = None,
+    after: Callable[[str], None] | None = None,
 ):
     """Run every case `runs` times, alternating A B C, B C A, C A B ... so
     machine drift hits all of them equally and no case always runs first in
     a round (the first write after the previous round's deletions measured
-    up to 1.7x slower). Returns {name: [seconds, ...]} and the value each
-    case returned (for correctness checks)."""
+    up to 1.7x slower). `before()` runs before each timed call and
+    `after(name)` after it, both untimed. Returns {name: [seconds, ...]} and
+    the value each case returned (for correctness checks)."""
     times: dict[str, list[float]] = {name: [] for name in cases}
     values: dict[str, object] = {}
     order = list(cases.items())
@@ -109,6 +114,8 @@ def interleaved(
             t0 = time.perf_counter()
             values[name] = fn()
             elapsed = time.perf_counter() - t0
+            if after:
+                after(name)
             if i >= warmup:
                 times[name].append(elapsed)
     return times, values

@@ -22,6 +22,14 @@ def test_interleaved_alternates_cases_and_rotates_who_goes_first():
     assert all(len(times[n]) == 3 for n in "abc") and values == {n: n for n in "abc"}
 
 
+def test_interleaved_calls_before_and_after_around_every_run():
+    log = []
+    cases = {name: (lambda name=name: log.append(name)) for name in "ab"}
+    common.interleaved(cases, runs=1, warmup=1, before=lambda: log.append("<"), after=lambda n: log.append(">" + n))
+    # Warm-up round a b, then the measured round b a; each run bracketed.
+    assert log == ["<", "a", ">a", "<", "b", ">b", "<", "b", ">b", "<", "a", ">a"]
+
+
 def test_digest_touches_every_byte():
     a = np.arange(37, dtype=np.uint8)
     b = a.copy()
