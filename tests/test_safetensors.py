@@ -602,17 +602,22 @@ def test_get_slice_over_s3_reads_only_the_slice(tmp, s3, bucket):
 # (tests/limited.py), so an abort fails the test instead of passing by luck.
 
 
-def test_safetensors_copy_past_the_memory_limit_is_a_memory_error(tmp):
-    """A valid 2.2 GiB file (sparse on disk), mapped, then read with
-    copy=True in a process limited to 3 GiB of address space (the mapping
-    fits, a second 2.2 GiB does not): MemoryError, never an abort."""
-    path = tmp / "big.safetensors"
-    n = (2200 << 20) // 4
+def sparse_f32_file(path, n: int) -> None:
+    """A valid safetensors file of one f32[n] tensor "w", its data a hole
+    (sparse on disk, so a many-GiB file costs nothing)."""
     header = json.dumps({"w": {"dtype": "F32", "shape": [n], "data_offsets": [0, 4 * n]}}).encode()
     header += b" " * (-len(header) % 8)
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(header)) + header)
         f.truncate(8 + len(header) + 4 * n)
+
+
+def test_safetensors_copy_past_the_memory_limit_is_a_memory_error(tmp):
+    """A valid 2.2 GiB file (sparse on disk), mapped, then read with
+    copy=True in a process limited to 3 GiB of address space (the mapping
+    fits, a second 2.2 GiB does not): MemoryError, never an abort."""
+    path, n = tmp / "big.safetensors", (2200 << 20) // 4
+    sparse_f32_file(path, n)
     code = f"src = zt.open({os.fspath(path)!r})\nassert src['w'].numpy().shape == ({n},)\nsrc['w'].numpy(copy=True)"
     got = limited.run(code, limit=3 * GiB)
     assert got["kind"] == "MemoryError" and "big.safetensors" in got["message"], got
@@ -623,13 +628,8 @@ def test_a_mapping_past_the_address_space_limit_is_a_memory_error(tmp):
     3 GiB of address space: the whole-file mapping cannot be made, which is
     a MemoryError naming the file and the way around it (it was an OSError,
     ENOMEM); map=False opens the same file with positional reads."""
-    path = tmp / "huge.safetensors"
-    n = (5 << 30) // 4
-    header = json.dumps({"w": {"dtype": "F32", "shape": [n], "data_offsets": [0, 4 * n]}}).encode()
-    header += b" " * (-len(header) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(header)) + header)
-        f.truncate(8 + len(header) + 4 * n)
+    path, n = tmp / "huge.safetensors", (5 << 30) // 4
+    sparse_f32_file(path, n)
     got = limited.run(f"zt.open({os.fspath(path)!r})", limit=3 * GiB)
     assert got["kind"] == "MemoryError", got
     assert "huge.safetensors" in got["message"] and "map=False" in got["message"], got
