@@ -4,6 +4,7 @@
 //! the file), as `PyTorchStreamReader` derives it.
 
 use crate::pt::rules;
+use crate::zip::rules as zip_rules;
 use std::collections::HashMap;
 
 use super::pickle::Vm;
@@ -72,7 +73,7 @@ pub fn open(input: &OpenInput<'_>) -> Result<Catalog> {
     )?;
     if pkl.method == 0 && crc32fast::hash(&bytes) != pkl.crc {
         return Err(Error::Decode {
-            rule: crate::zip::rules::ENTRY,
+            rule: zip_rules::ENTRY,
             ctx,
             reason: format!("{root}/data.pkl does not match its CRC-32"),
         });
@@ -100,7 +101,7 @@ pub fn open(input: &OpenInput<'_>) -> Result<Catalog> {
         })?;
         if entry.encrypted() {
             return Err(Error::Unsupported {
-                rule: crate::zip::rules::UNSUPPORTED,
+                rule: zip_rules::UNSUPPORTED,
                 ctx: ctx.clone(),
                 reason: format!("record {:?} is encrypted", entry.name),
             });
@@ -112,7 +113,7 @@ pub fn open(input: &OpenInput<'_>) -> Result<Catalog> {
             }),
             0 => Err(Error::header(
                 ctx.clone(),
-                crate::zip::rules::ENTRY,
+                zip_rules::ENTRY,
                 format!(
                     "stored record {:?} declares {} compressed and {} uncompressed bytes",
                     entry.name, entry.compressed, entry.uncompressed
@@ -123,7 +124,7 @@ pub fn open(input: &OpenInput<'_>) -> Result<Catalog> {
                 Ok(Record::Deflated((*entry).clone()))
             }
             m => Err(Error::Unsupported {
-                rule: crate::zip::rules::UNSUPPORTED,
+                rule: zip_rules::UNSUPPORTED,
                 ctx: ctx.clone(),
                 reason: format!(
                     "record {:?} uses zip compression method {m}; only stored (0) and deflate (8) are read",
