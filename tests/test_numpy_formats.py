@@ -333,10 +333,10 @@ def test_npz_stored_member_with_bad_crc_is_refused_at_first_read(tmp):
         for _ in range(2):  # refused every time, never handed out
             with pytest.raises(zt.FormatError, match="CRC") as info:
                 src["x"].numpy()
-            assert info.value.rule == "core.Check"
+            assert info.value.rule == "npz.Crc"
     with pytest.raises(zt.FormatError, match="CRC") as info:
         zt.verify(path)
-    assert info.value.rule == "core.Check"
+    assert info.value.rule == "npz.Crc"
 
 
 def test_npz_stored_member_with_good_crc_reads_zero_copy(tmp):

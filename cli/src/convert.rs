@@ -97,7 +97,7 @@ pub fn run(req: &Request<'_>) -> zt::Result<()> {
 
 fn usage(reason: &str) -> zt::Error {
     zt::Error::Write {
-        rule: Rule::WriteUsage,
+        rule: Rule::WRITE_USAGE,
         ctx: zt::Context::default(),
         reason: reason.into(),
     }

@@ -336,7 +336,7 @@ fn ls(files: &[PathBuf], as_json: bool) -> zt::Result<()> {
 /// Parse `--align` and `--compress`.
 fn write_options(align: Option<&str>, compress: Option<&str>) -> zt::Result<WriteOptions> {
     let bad = |reason: String| zt::Error::Write {
-        rule: Rule::WriteOptions,
+        rule: Rule::WRITE_OPTIONS,
         ctx: zt::Context::default(),
         reason,
     };

@@ -104,7 +104,7 @@ where
                 let r =
                     std::panic::catch_unwind(AssertUnwindSafe(|| work(i))).unwrap_or_else(|_| {
                         Err(Error::Write {
-                            rule: Rule::WriteState,
+                            rule: Rule::WRITE_STATE,
                             ctx: Context::default(),
                             reason: format!("a worker panicked on part {i}"),
                         })
@@ -175,7 +175,7 @@ mod tests {
             |i| {
                 if i == 3 {
                     Err(Error::Write {
-                        rule: Rule::WriteState,
+                        rule: Rule::WRITE_STATE,
                         ctx: zt_core::error::Context::default(),
                         reason: "part 3".into(),
                     })

@@ -9,6 +9,7 @@
 //! anything is allocated, and nesting is bounded, so no input can make the
 //! decoder allocate or recurse without bound.
 
+use crate::rules;
 use std::borrow::Cow;
 use std::cmp::Ordering;
 use zt_core::Rule;
@@ -255,7 +256,7 @@ impl<'a> Pull<'a> {
     pub fn finish(&self) -> Res<()> {
         if self.pos != self.buf.len() {
             return Err(self.err(
-                Rule::ZtCborSyntax,
+                rules::CBOR_SYNTAX,
                 format!(
                     "{} trailing bytes after the top-level item",
                     self.buf.len() - self.pos
@@ -279,7 +280,7 @@ impl<'a> Pull<'a> {
             .checked_add(n)
             .filter(|&e| e <= self.buf.len())
             .ok_or_else(|| {
-                self.err(Rule::ZtCborSyntax, format!("truncated: {n} bytes declared"))
+                self.err(rules::CBOR_SYNTAX, format!("truncated: {n} bytes declared"))
             })?;
         let s = &self.buf[self.pos..end];
         self.pos = end;
@@ -314,12 +315,12 @@ impl<'a> Pull<'a> {
             }
             31 => {
                 self.pos = start;
-                return Err(self.err(Rule::ZtCborSyntax, "indefinite length or break"));
+                return Err(self.err(rules::CBOR_SYNTAX, "indefinite length or break"));
             }
             _ => {
                 self.pos = start;
                 return Err(self.err(
-                    Rule::ZtCborSyntax,
+                    rules::CBOR_SYNTAX,
                     format!("reserved additional information {ai}"),
                 ));
             }
@@ -328,7 +329,7 @@ impl<'a> Pull<'a> {
         if major != 7 && value < min {
             self.pos = start;
             return Err(self.err(
-                Rule::ZtCborDeterminism,
+                rules::CBOR_DETERMINISM,
                 "non-shortest integer or length head",
             ));
         }
@@ -342,7 +343,7 @@ impl<'a> Pull<'a> {
         match n.checked_mul(min_bytes_each) {
             Some(need) if need <= left => Ok(n as usize),
             _ => Err(self.err(
-                Rule::ZtCborSyntax,
+                rules::CBOR_SYNTAX,
                 format!("{n} items declared, {left} bytes left"),
             )),
         }
@@ -367,7 +368,7 @@ impl<'a> Pull<'a> {
                     Ok(s) => Ok(Token::Text(s)),
                     Err(_) => Err(CborError {
                         at,
-                        rule: Rule::ZtCborSyntax,
+                        rule: rules::CBOR_SYNTAX,
                         reason: "text string is not UTF-8".into(),
                     }),
                 }
@@ -382,7 +383,7 @@ impl<'a> Pull<'a> {
             }
             6 => {
                 self.pos = start;
-                Err(self.err(Rule::ZtCborSyntax, "tags are not allowed"))
+                Err(self.err(rules::CBOR_SYNTAX, "tags are not allowed"))
             }
             _ => self.simple(ai, v, start),
         }
@@ -402,14 +403,14 @@ impl<'a> Pull<'a> {
                 Ordering::Equal => {
                     return Err(CborError {
                         at: start,
-                        rule: Rule::ZtCborDuplicateKey,
+                        rule: rules::CBOR_DUPLICATE_KEY,
                         reason: "duplicate map key".into(),
                     })
                 }
                 Ordering::Greater => {
                     return Err(CborError {
                         at: start,
-                        rule: Rule::ZtCborDeterminism,
+                        rule: rules::CBOR_DETERMINISM,
                         reason: "map keys not in bytewise order".into(),
                     })
                 }
@@ -495,7 +496,7 @@ impl<'a> Pull<'a> {
         if depth + 1 > self.limits.depth {
             self.pos = start;
             return Err(self.err(
-                Rule::ZtCborDepth,
+                rules::CBOR_DEPTH,
                 format!("nesting deeper than {} levels", self.limits.depth),
             ));
         }
@@ -514,19 +515,19 @@ impl<'a> Pull<'a> {
             25 => {
                 let f = f16_to_f64(v as u16);
                 if f.is_nan() && v != 0x7e00 {
-                    return fail(self, Rule::ZtCborDeterminism, "NaN other than f9 7e00");
+                    return fail(self, rules::CBOR_DETERMINISM, "NaN other than f9 7e00");
                 }
                 Ok(Token::Float(f))
             }
             26 => {
                 let f = f64::from(f32::from_bits(v as u32));
                 if f.is_nan() {
-                    return fail(self, Rule::ZtCborDeterminism, "NaN other than f9 7e00");
+                    return fail(self, rules::CBOR_DETERMINISM, "NaN other than f9 7e00");
                 }
                 if f64_to_f16(f).is_some() {
                     return fail(
                         self,
-                        Rule::ZtCborDeterminism,
+                        rules::CBOR_DETERMINISM,
                         "single float whose value fits a half",
                     );
                 }
@@ -535,12 +536,12 @@ impl<'a> Pull<'a> {
             27 => {
                 let f = f64::from_bits(v);
                 if f.is_nan() {
-                    return fail(self, Rule::ZtCborDeterminism, "NaN other than f9 7e00");
+                    return fail(self, rules::CBOR_DETERMINISM, "NaN other than f9 7e00");
                 }
                 if fits_f32(f) {
                     return fail(
                         self,
-                        Rule::ZtCborDeterminism,
+                        rules::CBOR_DETERMINISM,
                         "double float whose value fits a narrower float",
                     );
                 }
@@ -548,7 +549,7 @@ impl<'a> Pull<'a> {
             }
             _ => fail(
                 self,
-                Rule::ZtCborSyntax,
+                rules::CBOR_SYNTAX,
                 "simple value other than false, true, null or a float",
             ),
         }

@@ -2,8 +2,8 @@
 //! manifest blob it points at (bounds, size cap and XXH3-64 checked before a
 //! byte of it is parsed).
 
+use crate::rules;
 use std::borrow::Cow;
-use zt_core::Rule;
 
 use zt_core::error::{Context, Error, Result};
 use zt_core::limits::Limits;
@@ -65,7 +65,7 @@ pub fn read_footer(store: &Store) -> Result<Footer> {
     let len = store.len();
     if len < MIN_FILE {
         return Err(Error::Truncated {
-            rule: Rule::ZtFileTooSmall,
+            rule: rules::FILE_TOO_SMALL,
             ctx,
             what: "zTensor magic and footer",
             needed: MIN_FILE,
@@ -75,7 +75,7 @@ pub fn read_footer(store: &Store) -> Result<Footer> {
     if &store.read(0, 8)?[..] != MAGIC {
         return Err(Error::header(
             ctx.at(0),
-            Rule::ZtHeaderMagic,
+            rules::HEADER_MAGIC,
             "bad leading magic",
         ));
     }
@@ -83,7 +83,7 @@ pub fn read_footer(store: &Store) -> Result<Footer> {
     if &f[32..40] != MAGIC {
         return Err(Error::header(
             ctx.at(len - 8),
-            Rule::ZtFooterMagic,
+            rules::FOOTER_MAGIC,
             "bad trailing magic: the footer is not at the end of the file",
         ));
     }
@@ -96,7 +96,7 @@ pub fn read_footer(store: &Store) -> Result<Footer> {
     if footer.version != VERSION {
         return Err(Error::header(
             ctx.at(len - 16),
-            Rule::ZtVersion,
+            rules::VERSION,
             format!("footer version {} (this reader speaks 2)", footer.version),
         ));
     }
@@ -106,7 +106,7 @@ pub fn read_footer(store: &Store) -> Result<Footer> {
     if footer.is_data_shard() && (footer.manifest_offset != 0 || footer.manifest_hash != 0) {
         return Err(Error::range(
             ctx.at(len - FOOTER_LEN),
-            Rule::ZtManifestBounds,
+            rules::MANIFEST_BOUNDS,
             format!(
                 "the footer has manifest length 0 (a data shard) but offset {} and hash {:016x}; \
                  a data shard's footer zeroes all three",
@@ -126,13 +126,13 @@ pub fn read_manifest<'s>(
     let ctx = store.ctx().at(footer.manifest_offset);
     let n = footer.manifest_length;
     Limits::check(&ctx, "zt manifest_bytes", n, MAX_MANIFEST)
-        .map_err(|e| e.with_rule(Rule::ZtManifestTooLarge))?;
+        .map_err(|e| e.with_rule(rules::MANIFEST_TOO_LARGE))?;
     limits.check_header(&ctx, n)?;
     check_blob(&ctx, store.len(), footer.manifest_offset, n, "manifest").map_err(|e| {
         // The manifest's own blob: out of bounds is ManifestBounds; a
         // misaligned one is BlobAlignment, as upstream words it.
         match e.rule() {
-            Some(Rule::ZtBlobBounds) => e.with_rule(Rule::ZtManifestBounds),
+            Some(rules::BLOB_BOUNDS) => e.with_rule(rules::MANIFEST_BOUNDS),
             _ => e,
         }
     })?;
@@ -140,7 +140,7 @@ pub fn read_manifest<'s>(
     let hash = xxhash_rust::xxh3::xxh3_64(&bytes);
     if hash != footer.manifest_hash {
         return Err(Error::Integrity {
-            rule: Rule::ZtManifestHash,
+            rule: rules::MANIFEST_HASH,
             ctx,
             reason: format!(
                 "manifest XXH3-64 is {hash:016x}, the footer says {:016x}",
@@ -157,12 +157,12 @@ pub fn check_blob(ctx: &Context, file_len: u64, offset: u64, len: u64, what: &st
     if offset % FLOOR != 0 || offset < FLOOR {
         return Err(Error::range(
             ctx.clone().at(offset),
-            Rule::ZtBlobAlignment,
+            rules::BLOB_ALIGNMENT,
             format!("{what} blob offset {offset} is not a multiple of 4096 at or past 4096"),
         ));
     }
     let end = offset.checked_add(len).ok_or(Error::Overflow {
-        rule: Rule::ZtBlobBounds,
+        rule: rules::BLOB_BOUNDS,
         ctx: ctx.clone().at(offset),
         what: "blob end",
     })?;
@@ -170,7 +170,7 @@ pub fn check_blob(ctx: &Context, file_len: u64, offset: u64, len: u64, what: &st
     if end > data_end {
         return Err(Error::range(
             ctx.clone().at(offset),
-            Rule::ZtBlobBounds,
+            rules::BLOB_BOUNDS,
             format!(
                 "{what} blob [{offset}, {end}) runs past the data region, which ends at {data_end}"
             ),
@@ -203,7 +203,7 @@ pub fn check_disjoint(ctx: &Context, refs: &mut [(u64, u64, &str)]) -> Result<()
                 }
                 return Err(Error::range(
                     c,
-                    Rule::ZtBlobOverlap,
+                    rules::BLOB_OVERLAP,
                     format!("blob [{offset}, +{len}) partially overlaps blob [{po}, +{pl})"),
                 ));
             }

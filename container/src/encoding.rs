@@ -8,6 +8,7 @@
 //! instead of growing anything. Range reads decode only the frames the
 //! range touches.
 
+use crate::rules;
 use std::sync::Arc;
 use zt_core::Rule;
 
@@ -53,7 +54,7 @@ fn le32(b: &[u8], at: usize) -> u32 {
 /// `decoded_len`.
 pub fn seek_table(blob: &[u8], decoded_len: u64, ctx: &Context) -> Result<Vec<Frame>> {
     let bad = |reason: String| Error::Decode {
-        rule: Rule::ZtEncoding,
+        rule: rules::ENCODING,
         ctx: ctx.clone(),
         reason: format!("{ZSTD_SEEKABLE}: {reason}"),
     };
@@ -130,7 +131,7 @@ pub fn seek_table(blob: &[u8], decoded_len: u64, ctx: &Context) -> Result<Vec<Fr
 /// Decode one frame into exactly `out`, checking it carries a checksum.
 fn decode_frame(frame: &[u8], out: &mut [u8], ctx: &Context) -> Result<()> {
     let bad = |reason: String| Error::Decode {
-        rule: Rule::ZtEncoding,
+        rule: rules::ENCODING,
         ctx: ctx.clone(),
         reason: format!("{ZSTD_SEEKABLE}: {reason}"),
     };
@@ -226,7 +227,7 @@ impl Decode for ZstdSeekable {
             .ok_or_else(|| {
                 Error::range(
                     ctx.clone(),
-                    Rule::ReadRange,
+                    Rule::READ_RANGE,
                     format!(
                         "range {start}+{len} is past the decoded length {}",
                         self.decoded_len
@@ -266,7 +267,7 @@ pub struct UnknownEncoding {
 impl Decode for UnknownEncoding {
     fn decode(&self, _limits: &Limits) -> Result<Vec<u8>> {
         Err(Error::Unsupported {
-            rule: Rule::ZtUnsupported,
+            rule: rules::UNSUPPORTED,
             ctx: self.ctx.clone(),
             reason: format!("unknown encoding {:?}", self.encoding),
         })

@@ -22,6 +22,7 @@ pub mod encoding;
 pub mod manifest;
 pub mod read;
 pub mod root;
+pub mod rules;
 mod scout;
 pub mod sharded;
 mod sink;

@@ -3,8 +3,8 @@
 //! shard references, attribute values). Unknown keys are ignored at every
 //! level, as the spec requires.
 
+use crate::rules;
 use std::borrow::Cow;
-use zt_core::Rule;
 
 use crate::cbor::{self, Cbor, CborError, DecodeLimits, KeyOrder, Pull, Token};
 use zt_core::catalog::{Digest, Value};
@@ -149,7 +149,7 @@ pub fn from_cbor(root: &Cbor, ctx: &Context) -> Result<Manifest> {
 }
 
 fn walk_root(p: &mut Pull<'_>, ctx: &Context) -> Walk<Manifest> {
-    let bad = |reason: String| Stop::Schema(Error::header(ctx.clone(), Rule::ZtSchema, reason));
+    let bad = |reason: String| Stop::Schema(Error::header(ctx.clone(), rules::SCHEMA, reason));
     let n = match p.token(0)? {
         Token::Map(n) => n,
         other => return Err(bad(format!("manifest is a {}, not a map", other.kind()))),
@@ -192,7 +192,7 @@ fn walk_objects(p: &mut Pull<'_>, shards: &[ShardDef], ctx: &Context) -> Walk<Ve
         other => {
             return Err(Stop::Schema(Error::header(
                 ctx.clone(),
-                Rule::ZtSchema,
+                rules::SCHEMA,
                 format!("\"objects\" is a {}, not a map", other.kind()),
             )))
         }
@@ -220,7 +220,7 @@ fn key_name<'a>(key: Token<'a>, ctx: &Context, what: &str) -> Result<&'a str> {
         }
         other => Err(Error::header(
             ctx.clone(),
-            Rule::ZtSchema,
+            rules::SCHEMA,
             format!("{what} is a {}, not text", other.kind()),
         )),
     }
@@ -239,7 +239,7 @@ fn text_token<'a>(tok: Token<'a>, ctx: &Context, what: &str) -> Result<&'a str> 
         Token::Text(t) => Ok(t),
         other => Err(Error::header(
             ctx.clone(),
-            Rule::ZtSchema,
+            rules::SCHEMA,
             format!("{what} is a {}, not text", other.kind()),
         )),
     }
@@ -250,7 +250,7 @@ fn uint_token(tok: Token<'_>, ctx: &Context, what: &str) -> Result<u64> {
         Token::UInt(u) => Ok(u),
         other => Err(Error::header(
             ctx.clone(),
-            Rule::ZtSchema,
+            rules::SCHEMA,
             format!("{what} is a {}, not an unsigned integer", other.kind()),
         )),
     }
@@ -289,7 +289,7 @@ fn walk_object(
     shards: &[ShardDef],
     ctx: &Context,
 ) -> Walk<ObjectDef> {
-    let bad = |reason: String| Stop::Schema(Error::header(ctx.clone(), Rule::ZtSchema, reason));
+    let bad = |reason: String| Stop::Schema(Error::header(ctx.clone(), rules::SCHEMA, reason));
     let n = match p.token(2)? {
         Token::Map(n) => n,
         other => return Err(bad(format!("object is a {}, not a map", other.kind()))),
@@ -302,7 +302,7 @@ fn walk_object(
                 Token::Array(dims) => {
                     if dims > MAX_RANK {
                         return Err(Stop::Schema(Error::Limit {
-                            rule: Rule::ZtShape,
+                            rule: rules::SHAPE,
                             ctx: ctx.clone(),
                             limit: "zt rank",
                             value: dims as u64,
@@ -337,7 +337,7 @@ fn walk_object(
     };
     if num_elements(&shape).is_none() {
         return Err(Stop::Schema(Error::Overflow {
-            rule: Rule::ZtShape,
+            rule: rules::SHAPE,
             ctx: ctx.clone(),
             what: "element count of the shape",
         }));
@@ -366,7 +366,7 @@ fn walk_part(p: &mut Pull<'_>, name: &str, shards: &[ShardDef], ctx: &Context) -
     let bad_part = |reason: String| {
         Error::header(
             ctx.clone(),
-            Rule::ZtSchema,
+            rules::SCHEMA,
             format!("part {name:?}: {reason}"),
         )
     };
@@ -383,7 +383,7 @@ fn walk_part(p: &mut Pull<'_>, name: &str, shards: &[ShardDef], ctx: &Context) -
             Token::Text("dtype") => {
                 let d = walk_text(p, 5, ctx, "dtype")?;
                 dtype = Some(storage_dtype(d).ok_or_else(|| Error::UnsupportedDType {
-                    rule: Rule::ZtSchema,
+                    rule: rules::SCHEMA,
                     ctx: ctx.clone(),
                     dtype: d.to_string(),
                 })?);
@@ -403,7 +403,7 @@ fn walk_part(p: &mut Pull<'_>, name: &str, shards: &[ShardDef], ctx: &Context) -
                 if !shards.iter().any(|d| d.name == s) {
                     return Err(Stop::Schema(
                         bad_part(format!("shard {s:?} is not in the shard table"))
-                            .with_rule(Rule::ZtShardRef),
+                            .with_rule(rules::SHARD_REF),
                     ));
                 }
                 shard = Some(s.to_string());
@@ -454,7 +454,7 @@ fn text_name<'a>(k: &'a Cbor, ctx: &Context, what: &str) -> Result<&'a str> {
         }
         other => Err(Error::header(
             ctx.clone(),
-            Rule::ZtSchema,
+            rules::SCHEMA,
             format!("{what} is a {}, not text", other.kind()),
         )),
     }
@@ -465,7 +465,7 @@ pub fn check_name(name: &str, ctx: &Context, what: &str) -> Result<()> {
     if name.is_empty() || name.len() > MAX_NAME || name.contains('\0') {
         return Err(Error::header(
             ctx.clone(),
-            Rule::ZtName,
+            rules::NAME,
             format!("{what} {name:?} breaks the name rules (1..=1024 bytes, no U+0000)"),
         ));
     }
@@ -478,7 +478,7 @@ pub fn check_attributes(a: &Cbor, ctx: &Context) -> Result<()> {
     let Cbor::Map(entries) = a else {
         return Err(Error::header(
             ctx.clone(),
-            Rule::ZtSchema,
+            rules::SCHEMA,
             format!("attributes is a {}, not a map", a.kind()),
         ));
     };
@@ -493,7 +493,7 @@ fn uint(v: &Cbor, ctx: &Context, what: &str) -> Result<u64> {
         Cbor::UInt(u) => Ok(*u),
         other => Err(Error::header(
             ctx.clone(),
-            Rule::ZtSchema,
+            rules::SCHEMA,
             format!("{what} is a {}, not an unsigned integer", other.kind()),
         )),
     }
@@ -504,7 +504,7 @@ fn text<'a>(v: &'a Cbor, ctx: &Context, what: &str) -> Result<&'a str> {
         Cbor::Text(t) => Ok(t),
         other => Err(Error::header(
             ctx.clone(),
-            Rule::ZtSchema,
+            rules::SCHEMA,
             format!("{what} is a {}, not text", other.kind()),
         )),
     }
@@ -549,7 +549,7 @@ fn walk_shards(p: &mut Pull<'_>, ctx: &Context) -> Walk<Vec<ShardDef>> {
 }
 
 fn parse_shards(s: &Cbor, ctx: &Context) -> Result<Vec<ShardDef>> {
-    let bad = |reason: String| Error::header(ctx.clone(), Rule::ZtSchema, reason);
+    let bad = |reason: String| Error::header(ctx.clone(), rules::SCHEMA, reason);
     let Cbor::Map(entries) = s else {
         return Err(bad(format!("shards is a {}, not a map", s.kind())));
     };
@@ -561,7 +561,7 @@ fn parse_shards(s: &Cbor, ctx: &Context) -> Result<Vec<ShardDef>> {
                 return Err(bad(format!(
                     "shard name {t:?} is not [A-Za-z0-9._-]{{1,64}} without a leading dot"
                 ))
-                .with_rule(Rule::ZtShardName))
+                .with_rule(rules::SHARD_NAME))
             }
             other => return Err(bad(format!("shard name is a {}, not text", other.kind()))),
         };

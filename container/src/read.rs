@@ -1,10 +1,10 @@
 //! Opening a `.zt` file: footer, manifest, the validation summary of §3.6,
 //! shard resolution, and the catalog the rest of zt reads through.
 
+use crate::rules;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
-use zt_core::Rule;
 
 use crate::container::{self, Footer};
 use crate::encoding::{UnknownEncoding, ZstdSeekable, ZSTD_SEEKABLE};
@@ -50,7 +50,7 @@ pub fn validate_image(store: &Store, limits: &Limits) -> Result<Option<usize>> {
         let in_object = |e: Error| e.in_tensor(&o.name);
         limits
             .check_rank(&ctx, o.shape.len())
-            .map_err(|e| in_object(e.with_rule(Rule::ZtShape)))?;
+            .map_err(|e| in_object(e.with_rule(rules::SHAPE)))?;
         validate::interpret_or_structural(o, &ctx).map_err(in_object)?;
     }
     Ok(Some(m.objects.len()))
@@ -107,7 +107,7 @@ fn open_shards(m: &Manifest, input: &OpenInput<'_>) -> Result<HashMap<String, Ar
         let store = input.open_related(&name, "shard")?;
         if store.len() != s.size {
             return Err(Error::Index {
-                rule: Rule::ZtShardIdentity,
+                rule: rules::SHARD_IDENTITY,
                 ctx: store.ctx(),
                 reason: format!(
                     "shard {:?} is {} bytes, the root says {}",
@@ -151,7 +151,7 @@ pub fn open(input: &OpenInput<'_>) -> Result<Catalog> {
         let in_object = |e: Error| e.in_tensor(&o.name);
         limits
             .check_rank(&ctx, o.shape.len())
-            .map_err(|e| in_object(e.with_rule(Rule::ZtShape)))?;
+            .map_err(|e| in_object(e.with_rule(rules::SHAPE)))?;
         let (views, invalid) = validate::interpret_or_structural(&o, &ctx).map_err(in_object)?;
         // Parts in name order, as upstream lists them (its catalog is a
         // BTreeMap); the manifest's order is CBOR's canonical key order,
@@ -188,7 +188,7 @@ pub fn open(input: &OpenInput<'_>) -> Result<Catalog> {
                 },
             };
             if let Some(d) = p.parsed_digest() {
-                catalog.digests.push((oi, pi, d));
+                catalog.digests.push((oi, pi, d, rules::DIGEST));
             }
             parts.push(Part {
                 name: p.name,

@@ -9,9 +9,9 @@
 //! table. The root is written from what each shard's writer kept while
 //! writing it (digest and manifest); no shard is read back.
 
+use crate::rules;
 use std::io::Write;
 use std::path::Path;
-use zt_core::Rule;
 
 use crate::cbor::{self, Cbor};
 use crate::container::{Footer, FLOOR, MAGIC, VERSION};
@@ -90,7 +90,7 @@ fn describe(shard: &WrittenFile) -> Result<(Digest, Vec<ObjectDef>)> {
     let ctx = Context::file(&shard.path);
     let (Some(digest), Some(manifest)) = (shard.digest, &shard.manifest) else {
         return Err(Error::Write {
-            rule: Rule::ZtWrite,
+            rule: rules::WRITE,
             ctx,
             reason: "a shard written for a root must come with its digest and manifest".into(),
         });

@@ -100,7 +100,7 @@ impl ShardedWriter {
     pub fn create(dest: impl AsRef<Path>, options: Options, max: u64) -> Result<ShardedWriter> {
         let dest = dest.as_ref().to_path_buf();
         let refuse = |reason: &str| Error::Write {
-            rule: Rule::WriteOptions,
+            rule: Rule::WRITE_OPTIONS,
             ctx: Context::file(&dest),
             reason: reason.into(),
         };
@@ -345,7 +345,7 @@ fn publish(
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .ok_or_else(|| Error::Write {
-            rule: Rule::WriteDestination,
+            rule: Rule::WRITE_DESTINATION,
             ctx: Context::file(dest),
             reason: "destination has no file name".into(),
         })?;

@@ -7,6 +7,7 @@
 
 use crate::cbor::Cbor;
 use crate::manifest::{ObjectDef, PartDef};
+use crate::rules;
 use zt_core::dtype::{num_elements, DType};
 use zt_core::error::{Context, Error, Result};
 use zt_core::Rule;
@@ -54,14 +55,14 @@ pub fn element_type(part: &PartDef, ctx: &Context) -> Result<DType> {
             Some((d, storage)) if storage == part.dtype => Ok(d),
             Some((_, storage)) => Err(Error::header(
                 ctx.clone(),
-                Rule::ZtSchema,
+                rules::SCHEMA,
                 format!(
                     "part {:?}: logical type {name} needs dtype {storage}, not {}",
                     part.name, part.dtype
                 ),
             )),
             None => Err(Error::UnsupportedDType {
-                rule: Rule::DType,
+                rule: Rule::DTYPE,
                 ctx: ctx.clone(),
                 dtype: name.to_string(),
             }),
@@ -80,7 +81,7 @@ pub struct PartView {
 
 fn size_of(d: DType, n: u64, ctx: &Context) -> Result<u64> {
     d.nbytes(n).ok_or(Error::Overflow {
-        rule: Rule::Overflow,
+        rule: Rule::OVERFLOW,
         ctx: ctx.clone(),
         what: "part size",
     })
@@ -90,7 +91,7 @@ fn need(part: &PartDef, want: u64, ctx: &Context, why: &str) -> Result<()> {
     if part.decoded_size() != want {
         return Err(Error::range(
             ctx.clone(),
-            Rule::ZtLayoutRule,
+            rules::LAYOUT_RULE,
             format!(
                 "part {:?} decodes to {} bytes, {why} needs {want}",
                 part.name,
@@ -104,7 +105,7 @@ fn need(part: &PartDef, want: u64, ctx: &Context, why: &str) -> Result<()> {
 fn bad(ctx: &Context, layout: &str, reason: impl std::fmt::Display) -> Error {
     Error::header(
         ctx.clone(),
-        Rule::ZtLayoutRule,
+        rules::LAYOUT_RULE,
         format!("{layout}: {reason}"),
     )
 }
@@ -206,7 +207,7 @@ fn gguf_type(layout: &str) -> Option<&str> {
 /// in the order of `obj.parts`.
 pub fn interpret<'a>(obj: &'a ObjectDef, ctx: &Context) -> Result<Vec<PartView>> {
     let elements = num_elements(&obj.shape).ok_or(Error::Overflow {
-        rule: Rule::ZtShape,
+        rule: rules::SHAPE,
         ctx: ctx.clone(),
         what: "element count",
     })?;
@@ -238,7 +239,7 @@ pub fn interpret<'a>(obj: &'a ObjectDef, ctx: &Context) -> Result<Vec<PartView>>
                 ctx,
                 "the dense size equation",
             )
-            .map_err(|e| e.with_rule(Rule::ZtDenseSize))?;
+            .map_err(|e| e.with_rule(rules::DENSE_SIZE))?;
             put(data, t, obj.shape.clone());
         }
         "zt.sparse_csr/1" => {
@@ -268,7 +269,7 @@ pub fn interpret<'a>(obj: &'a ObjectDef, ctx: &Context) -> Result<Vec<PartView>>
             }
             let nnz = indices.decoded_size() / w;
             let rows1 = obj.shape[0].checked_add(1).ok_or(Error::Overflow {
-                rule: Rule::Overflow,
+                rule: Rule::OVERFLOW,
                 ctx: ctx.clone(),
                 what: "rows + 1",
             })?;
@@ -380,7 +381,7 @@ pub fn interpret<'a>(obj: &'a ObjectDef, ctx: &Context) -> Result<Vec<PartView>>
                     return Err(bad(ctx, layout, "elems_per_block and block_bytes must be >= 1, elems_per_block dividing the element count"));
                 }
                 let want = (elements / epb).checked_mul(bb).ok_or(Error::Overflow {
-                    rule: Rule::Overflow,
+                    rule: Rule::OVERFLOW,
                     ctx: ctx.clone(),
                     what: "blocks x block_bytes",
                 })?;
@@ -592,7 +593,7 @@ fn quant_group<'a>(
     let groups = along.checked_div(gs).unwrap_or(along);
     let lanes = elements.checked_div(along).unwrap_or(0);
     let group_count = groups.checked_mul(lanes).ok_or(Error::Overflow {
-        rule: Rule::Overflow,
+        rule: Rule::OVERFLOW,
         ctx: ctx.clone(),
         what: "groups x lanes",
     })?;

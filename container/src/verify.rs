@@ -3,9 +3,9 @@
 //! layouts), the content digest (§6.4), and the canonical-form check
 //! (§6.3, all six rules, from the bytes).
 
+use crate::rules;
 use std::collections::HashMap;
 use std::path::Path;
-use zt_core::Rule;
 
 use unicode_normalization::is_nfc;
 
@@ -77,7 +77,7 @@ pub fn verify_shards(path: &Path) -> Result<()> {
         let got = hash_store(&open_positional(&shard_path)?, want.algorithm())?;
         if got != want {
             return Err(Error::Integrity {
-                rule: Rule::ZtShardIdentity,
+                rule: rules::SHARD_IDENTITY,
                 ctx: Context::file(&shard_path),
                 reason: format!("shard {:?} digest is {got}, the root says {want}", s.name),
             });
@@ -114,7 +114,7 @@ pub fn hash_store(store: &Store, algo: DigestAlgorithm) -> Result<Digest> {
 
 fn integrity(p: &PartRef<'_>, reason: String) -> Error {
     Error::Integrity {
-        rule: Rule::ZtLayoutData,
+        rule: rules::LAYOUT_DATA,
         ctx: p
             .locate()
             .map(|l| Context::file(l.path))
@@ -162,7 +162,7 @@ fn read_index(bytes: &[u8], dtype: DType) -> Vec<u64> {
 /// The data rules of `zt.sparse_csr/1` and `zt.sparse_coo/1`.
 fn check_sparse(t: &zt_core::Tensor<'_>) -> Result<()> {
     let bad = |reason: String| Error::Integrity {
-        rule: Rule::ZtLayoutData,
+        rule: rules::LAYOUT_DATA,
         ctx: Context::default().tensor(t.name()),
         reason: format!("{}: {reason}", t.layout()),
     };
@@ -223,7 +223,7 @@ pub fn content_digest(path: &Path) -> Result<Digest> {
     let store = open_positional(path)?;
     let (_, m) = manifest_of(&store, &Limits::default())?;
     let m = m.ok_or_else(|| Error::Unsupported {
-        rule: Rule::ZtUnsupported,
+        rule: rules::UNSUPPORTED,
         ctx: Context::file(path),
         reason: "a data shard describes no content".into(),
     })?;
@@ -238,7 +238,7 @@ pub fn content_digest_of(m: &Manifest, ctx: &Context) -> Result<Digest> {
         for p in &o.parts {
             let Some(d) = &p.digest else {
                 return Err(Error::Unsupported {
-                    rule: Rule::ZtUnsupported,
+                    rule: rules::UNSUPPORTED,
                     ctx: ctx.clone().tensor(&o.name),
                     reason: format!(
                         "part {:?} has no digest: the content digest is undefined",

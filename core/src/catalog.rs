@@ -11,6 +11,7 @@ use std::sync::Arc;
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::limits::Limits;
+use crate::rule::Rule;
 use crate::store::Store;
 
 /// A metadata value: the union of what the formats can say (JSON in
@@ -233,9 +234,11 @@ pub struct Catalog {
     /// Extra stores the plugin opened besides the primary one (external
     /// data files, shards), so the source lists them as its files.
     pub extra_stores: Vec<Arc<Store>>,
-    /// Digests the format stores, as `(object index, part index, digest)`
-    /// into `objects`: what `PartRef::verify` checks and `Caps::verify` reports.
-    pub digests: Vec<(usize, usize, Digest)>,
+    /// Digests the format stores, as `(object index, part index, digest,
+    /// rule)` into `objects`: what `PartRef::verify` checks and
+    /// `Caps::verify` reports; a mismatch cites `rule` (the format's: the
+    /// `.zt` container's `zt.Digest`).
+    pub digests: Vec<(usize, usize, Digest, Rule)>,
     /// Checksums the format keeps over an object's stored bytes (a zip
     /// member's CRC-32), as `(object index, check)`: run once, at the first
     /// read of any of the object's parts (so open stays metadata-only), and
@@ -246,14 +249,26 @@ pub struct Catalog {
 /// A checksum over stored bytes, run lazily by the source (see
 /// [`Catalog::checks`]).
 pub trait Check: fmt::Debug + Send + Sync {
-    /// `Err(reason)` when the bytes do not match.
-    fn check(&self) -> std::result::Result<(), String>;
+    /// `Err` when the bytes do not match (or cannot be read): the plugin's
+    /// rule and what it found, which the source reports as
+    /// [`crate::Error::Integrity`] naming the part.
+    fn check(&self) -> std::result::Result<(), CheckFailed>;
 
     /// Whether reads run the check (else only `verify` does): a check that
     /// would fetch the bytes a second time over the network can opt out.
     fn on_read(&self) -> bool {
         true
     }
+}
+
+/// Why a [`Check`] failed: the rule it cites (the plugin's, such as
+/// `npz.Crc`) and what it found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckFailed {
+    /// The check that failed.
+    pub rule: Rule,
+    /// What it found.
+    pub reason: String,
 }
 
 /// A registered digest algorithm (zTensor §3.4).

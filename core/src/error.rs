@@ -399,8 +399,8 @@ impl Error {
             | Error::Index { rule, .. }
             | Error::Write { rule, .. }
             | Error::Integrity { rule, .. } => Some(*rule),
-            Error::DuplicateName { .. } => Some(Rule::DuplicateName),
-            Error::UnknownFormat { .. } => Some(Rule::UnknownFormat),
+            Error::DuplicateName { .. } => Some(Rule::DUPLICATE_NAME),
+            Error::UnknownFormat { .. } => Some(Rule::UNKNOWN_FORMAT),
             Error::Io { .. }
             | Error::NotFound { .. }
             | Error::Memory { .. }
@@ -412,7 +412,7 @@ impl Error {
     /// The same error citing `rule` instead (for a plugin that refines a
     /// shared check: a `.zt` manifest over its size cap is a
     /// [`Limits::check`](crate::limits::Limits::check) failure citing
-    /// [`Rule::ZtManifestTooLarge`]). Errors without a rule are unchanged.
+    /// `zt.ManifestTooLarge`). Errors without a rule are unchanged.
     pub fn with_rule(mut self, new: Rule) -> Self {
         match &mut self {
             Error::Truncated { rule, .. }

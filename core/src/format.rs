@@ -84,7 +84,7 @@ impl<'a> OpenInput<'a> {
         let refuse = |why: &str| {
             Error::header(
                 self.ctx(),
-                Rule::Location,
+                Rule::LOCATION,
                 format!("{what} location {name:?} {why}"),
             )
         };

@@ -75,7 +75,7 @@ impl Limits {
     pub fn check(ctx: &Context, limit: &'static str, value: u64, max: u64) -> Result<()> {
         if value > max {
             Err(Error::Limit {
-                rule: Rule::Limit,
+                rule: Rule::LIMIT,
                 ctx: ctx.clone(),
                 limit,
                 value,

@@ -121,7 +121,7 @@ impl Opener<'_> {
         self.options.limits.check_header(&ctx, file.len())?;
         let text = file.read(0, file.len())?;
         let json: serde_json::Value = serde_json::from_slice(&text).map_err(|e| Error::Index {
-            rule: Rule::IndexSchema,
+            rule: Rule::INDEX_SCHEMA,
             ctx: ctx.clone(),
             reason: format!("not JSON: {e}"),
         })?;
@@ -129,14 +129,14 @@ impl Opener<'_> {
             .get("weight_map")
             .and_then(|w| w.as_object())
             .ok_or_else(|| Error::Index {
-                rule: Rule::IndexSchema,
+                rule: Rule::INDEX_SCHEMA,
                 ctx: ctx.clone(),
                 reason: "no \"weight_map\" object".into(),
             })?;
         let mut shard_files: Vec<&str> = Vec::new();
         for (name, file) in weight_map {
             let file = file.as_str().ok_or_else(|| Error::Index {
-                rule: Rule::IndexSchema,
+                rule: Rule::INDEX_SCHEMA,
                 ctx: ctx.clone().tensor(name),
                 reason: "shard file name is not a string".into(),
             })?;
@@ -152,7 +152,7 @@ impl Opener<'_> {
                 || rel.components().any(|c| !matches!(c, Component::Normal(_)));
             if escapes {
                 return Err(Error::Index {
-                    rule: Rule::IndexShardPath,
+                    rule: Rule::INDEX_SHARD_PATH,
                     ctx: ctx.clone(),
                     reason: format!("shard path {file:?} leaves the index's directory"),
                 });
@@ -162,7 +162,7 @@ impl Opener<'_> {
             // each other (or one name itself) and recurse without end.
             if is_shard_index(&shard) {
                 return Err(Error::Index {
-                    rule: Rule::IndexShardPath,
+                    rule: Rule::INDEX_SHARD_PATH,
                     ctx: ctx.clone(),
                     reason: format!("shard {file:?} is itself an index"),
                 });
@@ -173,14 +173,14 @@ impl Opener<'_> {
                     Some(f) if f == *file => {}
                     Some(f) => {
                         return Err(Error::Index {
-                            rule: Rule::IndexMismatch,
+                            rule: Rule::INDEX_MISMATCH,
                             ctx: ctx.clone().tensor(t.name()),
                             reason: format!("index says {f:?}, found in {file:?}"),
                         })
                     }
                     None => {
                         return Err(Error::Index {
-                            rule: Rule::IndexMismatch,
+                            rule: Rule::INDEX_MISMATCH,
                             ctx: ctx.clone().tensor(t.name()),
                             reason: format!("found in {file:?} but not in the index"),
                         })
@@ -193,7 +193,7 @@ impl Opener<'_> {
         for name in weight_map.keys() {
             if merged.get(name).is_none() {
                 return Err(Error::Index {
-                    rule: Rule::IndexMismatch,
+                    rule: Rule::INDEX_MISMATCH,
                     ctx: ctx.clone().tensor(name),
                     reason: format!(
                         "the index names it in {:?} but that shard lacks it",

@@ -113,7 +113,7 @@ impl<'a> Tensor<'a> {
         match self.object.parts.as_slice() {
             [_] => Ok(self.part_ref(0)),
             parts => Err(Error::Unsupported {
-                rule: Rule::AccessPart,
+                rule: Rule::ACCESS_PART,
                 ctx: self.ctx(),
                 reason: format!(
                     "layout {} has parts {:?}; pick one",
@@ -221,10 +221,10 @@ impl<'a> PartRef<'a> {
     /// [`PartRef::guard`]; `verify` also runs checks that skip reads.
     fn guard_as(&self, verify: bool) -> Result<()> {
         match self.source.checks.get(&self.object_index) {
-            Some(check) => check.run(verify).map_err(|reason| Error::Integrity {
-                rule: Rule::Check,
+            Some(check) => check.run(verify).map_err(|failed| Error::Integrity {
+                rule: failed.rule,
                 ctx: self.ctx(),
-                reason: reason.to_string(),
+                reason: failed.reason.clone(),
             }),
             None => Ok(()),
         }
@@ -300,7 +300,7 @@ impl<'a> PartRef<'a> {
                 .slice(*offset, *len)
                 .map_err(|e| e.in_tensor(&self.object.name)),
             Payload::Stored { store, offset, .. } if store.is_mapped() => Err(Error::Unsupported {
-                rule: Rule::AccessMap,
+                rule: Rule::ACCESS_MAP,
                 ctx: self.ctx().at(*offset),
                 reason: format!(
                     "offset is not aligned for {} (needs {})",
@@ -309,12 +309,12 @@ impl<'a> PartRef<'a> {
                 ),
             }),
             Payload::Stored { offset, .. } => Err(Error::Unsupported {
-                rule: Rule::AccessMap,
+                rule: Rule::ACCESS_MAP,
                 ctx: self.ctx().at(*offset),
                 reason: "the file is not memory-mapped".into(),
             }),
             Payload::Decoded { decoder, .. } => Err(Error::Unsupported {
-                rule: Rule::AccessMap,
+                rule: Rule::ACCESS_MAP,
                 ctx: self.ctx(),
                 reason: format!("stored {}; decode with bytes()", decoder.describe()),
             }),
@@ -341,7 +341,7 @@ impl<'a> PartRef<'a> {
                     .map_err(|e| self.name_err(e))?;
                 if bytes.len() as u64 != *decoded_len {
                     return Err(Error::Decode {
-                        rule: Rule::DecodedLength,
+                        rule: Rule::DECODED_LENGTH,
                         ctx: self.ctx(),
                         reason: format!("decoded {} bytes, expected {decoded_len}", bytes.len()),
                     });
@@ -363,7 +363,7 @@ impl<'a> PartRef<'a> {
             .ok_or_else(|| {
                 Error::range(
                     self.ctx(),
-                    Rule::ReadRange,
+                    Rule::READ_RANGE,
                     format!("range {start}+{len} is outside the part's {total} bytes"),
                 )
             })?;
@@ -378,7 +378,7 @@ impl<'a> PartRef<'a> {
                     .map_err(|e| self.name_err(e))?;
                 if bytes.len() as u64 != len {
                     return Err(Error::Decode {
-                        rule: Rule::DecodedLength,
+                        rule: Rule::DECODED_LENGTH,
                         ctx: self.ctx(),
                         reason: format!("range decoded to {} bytes, expected {len}", bytes.len()),
                     });
@@ -411,6 +411,7 @@ impl<'a> PartRef<'a> {
         self.source
             .digests
             .get(&(self.object_index, self.part_index))
+            .map(|(d, _)| d)
     }
 
     /// Check the stored digest against the decoded bytes: `Ok(true)` when it
@@ -418,16 +419,20 @@ impl<'a> PartRef<'a> {
     /// [`Error::Integrity`] when it does not match.
     pub fn verify(&self) -> Result<bool> {
         self.guard_as(true)?;
-        let Some(want) = self.digest() else {
+        let Some((want, rule)) = self
+            .source
+            .digests
+            .get(&(self.object_index, self.part_index))
+        else {
             return Ok(self.has_check());
         };
         let bytes = self.storage_bytes()?;
         let got = want.algorithm().digest(&bytes);
         if got != *want {
             return Err(Error::Integrity {
-                // Digests are the `.zt` container's (§3.4): no other
-                // format records one, so the check cites its rule.
-                rule: Rule::ZtDigest,
+                // The rule the format recorded with the digest (the
+                // `.zt` container's `zt.Digest`, §3.4).
+                rule: *rule,
                 ctx: self.ctx(),
                 reason: format!(
                     "part {:?} digest is {got}, the file says {want}",
@@ -598,7 +603,7 @@ pub fn materialized_len(ctx: &Context, shape: &[u64], size: usize) -> Result<u64
     num_elements(shape)
         .and_then(|n| n.checked_mul(size as u64))
         .ok_or_else(|| Error::Overflow {
-            rule: Rule::Overflow,
+            rule: Rule::OVERFLOW,
             ctx: ctx.clone(),
             what: "the materialized size of a strided tensor",
         })

@@ -32,7 +32,7 @@ fn file_name(dest: &Path) -> Result<String> {
     dest.file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .ok_or_else(|| Error::Write {
-            rule: Rule::WriteDestination,
+            rule: Rule::WRITE_DESTINATION,
             ctx: Context::file(dest),
             reason: "destination has no file name".into(),
         })
@@ -164,7 +164,7 @@ impl Partial {
             Ok(m) if m.is_dir() => {}
             Ok(_) => {
                 return Err(Error::Write {
-                    rule: Rule::WriteDestination,
+                    rule: Rule::WRITE_DESTINATION,
                     ctx: Context::file(dest),
                     reason: format!("{} is not a directory", dir.display()),
                 })

@@ -128,7 +128,7 @@ impl Registry {
                     .flat_map(|w| w.extensions().iter().copied())
                     .collect();
                 Error::Write {
-                    rule: Rule::WriteFormat,
+                    rule: Rule::WRITE_FORMAT,
                     ctx: Context::file(path),
                     reason: format!(
                         "no writer for extension {ext:?} (zt writes {})",
@@ -189,7 +189,7 @@ impl Registry {
         options: &WriteOptions,
     ) -> Result<crate::shard::Written> {
         let writer = self.writer_named(format).ok_or_else(|| Error::Write {
-            rule: Rule::WriteFormat,
+            rule: Rule::WRITE_FORMAT,
             ctx: Context::file(dir),
             reason: format!(
                 "zt writes no format {format:?} (it writes {})",
@@ -217,7 +217,7 @@ impl Registry {
 /// The writer's shard layout, or an error naming the format that has none.
 fn sharded(writer: &dyn FormatWriter, path: &Path) -> Result<crate::shard::ShardLayout> {
     writer.shard_layout().ok_or_else(|| Error::Write {
-        rule: Rule::WriteFormat,
+        rule: Rule::WRITE_FORMAT,
         ctx: Context::file(path),
         reason: format!("{} has no sharded checkpoint layout", writer.name()),
     })

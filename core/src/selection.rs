@@ -51,14 +51,14 @@ impl PartRef<'_> {
         let ctx = self.ctx();
         let Some(size) = self.part.dtype.size() else {
             return Err(Error::Unsupported {
-                rule: Rule::AccessView,
+                rule: Rule::ACCESS_VIEW,
                 ctx,
                 reason: format!("{} elements are smaller than a byte", self.part.dtype),
             });
         };
         if !self.is_contiguous() {
             return Err(Error::Unsupported {
-                rule: Rule::AccessView,
+                rule: Rule::ACCESS_VIEW,
                 ctx,
                 reason: "the part is not stored in C order".into(),
             });
@@ -67,7 +67,7 @@ impl PartRef<'_> {
         if sel.len() != shape.len() {
             return Err(Error::range(
                 ctx,
-                Rule::AccessSelection,
+                Rule::ACCESS_SELECTION,
                 format!("{} selections for rank {}", sel.len(), shape.len()),
             ));
         }
@@ -84,7 +84,7 @@ impl PartRef<'_> {
             if !fits {
                 return Err(Error::range(
                     ctx,
-                    Rule::AccessSelection,
+                    Rule::ACCESS_SELECTION,
                     format!(
                         "selection {}:{}:{} of dimension {d} (size {dim})",
                         s.start, s.count, s.step
@@ -93,7 +93,7 @@ impl PartRef<'_> {
             }
         }
         let overflow = || Error::Overflow {
-            rule: Rule::Overflow,
+            rule: Rule::OVERFLOW,
             ctx: self.ctx(),
             what: "selection size",
         };

@@ -534,7 +534,7 @@ fn file_name(dest: &Path) -> Result<String> {
     dest.file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .ok_or_else(|| Error::Write {
-            rule: Rule::WriteDestination,
+            rule: Rule::WRITE_DESTINATION,
             ctx: Context::file(dest),
             reason: "destination has no file name".into(),
         })
@@ -590,7 +590,7 @@ fn refuse_occupied(dest_dir: &Path) -> Result<()> {
             let mut entries = std::fs::read_dir(dest_dir).map_err(|e| Error::io(dest_dir, e))?;
             if entries.next().is_some() {
                 return Err(Error::Write {
-                    rule: Rule::WriteDestination,
+                    rule: Rule::WRITE_DESTINATION,
                     ctx: Context::file(dest_dir),
                     reason: "the destination directory exists and is not empty".into(),
                 });
@@ -598,7 +598,7 @@ fn refuse_occupied(dest_dir: &Path) -> Result<()> {
             Ok(())
         }
         Ok(_) => Err(Error::Write {
-            rule: Rule::WriteDestination,
+            rule: Rule::WRITE_DESTINATION,
             ctx: Context::file(dest_dir),
             reason: "the destination exists and is not a directory".into(),
         }),

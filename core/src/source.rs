@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::catalog::{Attributes, Catalog, Check, Digest, Object, Part, Payload};
+use crate::catalog::{Attributes, Catalog, Check, CheckFailed, Digest, Object, Part, Payload};
 use crate::dtype::num_elements;
 use crate::error::{Context, Error, Result};
 use crate::limits::Limits;
@@ -30,7 +30,7 @@ pub struct Source {
     /// `evict` can tell whether a page is shared with a neighbour.
     pub(crate) occupancy: HashMap<usize, Vec<(u64, u64)>>,
     /// Stored digests by (object index, part index).
-    pub(crate) digests: HashMap<(usize, usize), Digest>,
+    pub(crate) digests: HashMap<(usize, usize), (Digest, Rule)>,
     /// Lazy checksums by object index (see `Catalog::checks`).
     pub(crate) checks: HashMap<usize, Arc<LazyCheck>>,
     /// Some store is read over the network.
@@ -42,16 +42,16 @@ pub struct Source {
 #[derive(Debug)]
 pub(crate) struct LazyCheck {
     check: Arc<dyn Check>,
-    outcome: std::sync::OnceLock<std::result::Result<(), String>>,
+    outcome: std::sync::OnceLock<std::result::Result<(), CheckFailed>>,
 }
 
 impl LazyCheck {
     /// Run the check (once) unless it opted out of reads and `verify` is
     /// false; a failure seen before fails every later read.
-    pub(crate) fn run(&self, verify: bool) -> std::result::Result<(), &str> {
+    pub(crate) fn run(&self, verify: bool) -> std::result::Result<(), &CheckFailed> {
         if !verify && !self.check.on_read() {
             return match self.outcome.get() {
-                Some(Err(reason)) => Err(reason.as_str()),
+                Some(Err(failed)) => Err(failed),
                 _ => Ok(()),
             };
         }
@@ -59,7 +59,6 @@ impl LazyCheck {
             .get_or_init(|| self.check.check())
             .as_ref()
             .map(|_| ())
-            .map_err(String::as_str)
     }
 }
 
@@ -127,13 +126,13 @@ impl Source {
         let digests = catalog
             .digests
             .iter()
-            .filter(|(o, p, _)| {
+            .filter(|(o, p, _, _)| {
                 catalog
                     .objects
                     .get(*o)
                     .is_some_and(|obj| *p < obj.parts.len())
             })
-            .map(|&(o, p, d)| ((o, p), d))
+            .map(|&(o, p, d, rule)| ((o, p), (d, rule)))
             .collect();
         let checks = catalog
             .checks
@@ -166,7 +165,7 @@ impl Source {
         let mut iter = sources.into_iter();
         let Some(mut merged) = iter.next() else {
             return Err(Error::Unsupported {
-                rule: Rule::AccessInput,
+                rule: Rule::ACCESS_INPUT,
                 ctx: Context::default(),
                 reason: "no files to open".into(),
             });
@@ -369,12 +368,12 @@ fn validate_part(part: &Part, limits: &Limits) -> Result<()> {
     if let Some(&d) = part.shape.iter().find(|&&d| d > i64::MAX as u64) {
         return Err(Error::range(
             ctx.clone(),
-            Rule::PartSize,
+            Rule::PART_SIZE,
             format!("part {:?}: dimension {d} is past 2^63 - 1", part.name),
         ));
     }
     let elements = num_elements(&part.shape).ok_or(Error::Overflow {
-        rule: Rule::Overflow,
+        rule: Rule::OVERFLOW,
         ctx: ctx.clone(),
         what: "element count",
     })?;
@@ -385,14 +384,14 @@ fn validate_part(part: &Part, limits: &Limits) -> Result<()> {
     match &part.strides {
         None => {
             let need = part.dtype.nbytes(elements).ok_or(Error::Overflow {
-                rule: Rule::Overflow,
+                rule: Rule::OVERFLOW,
                 ctx: ctx.clone(),
                 what: "byte size",
             })?;
             if need != len {
                 return Err(Error::range(
                     ctx.clone(),
-                    Rule::PartSize,
+                    Rule::PART_SIZE,
                     format!(
                         "part {:?}: {} x {} needs {need} bytes, payload has {len}",
                         part.name, part.dtype, elements
@@ -402,14 +401,14 @@ fn validate_part(part: &Part, limits: &Limits) -> Result<()> {
         }
         Some(strides) => {
             let size = part.dtype.size().ok_or_else(|| Error::Unsupported {
-                rule: Rule::AccessView,
+                rule: Rule::ACCESS_VIEW,
                 ctx: ctx.clone(),
                 reason: format!("strided views of sub-byte dtype {}", part.dtype),
             })?;
             if strides.len() != part.shape.len() || strides.iter().any(|&s| s < 0) {
                 return Err(Error::range(
                     ctx.clone(),
-                    Rule::PartSize,
+                    Rule::PART_SIZE,
                     "strides do not match the shape",
                 ));
             }
@@ -417,12 +416,12 @@ fn validate_part(part: &Part, limits: &Limits) -> Result<()> {
                 let mut last: u64 = 0;
                 for (&d, &s) in part.shape.iter().zip(strides) {
                     let step = (d - 1).checked_mul(s as u64).ok_or(Error::Overflow {
-                        rule: Rule::Overflow,
+                        rule: Rule::OVERFLOW,
                         ctx: ctx.clone(),
                         what: "stride extent",
                     })?;
                     last = last.checked_add(step).ok_or(Error::Overflow {
-                        rule: Rule::Overflow,
+                        rule: Rule::OVERFLOW,
                         ctx: ctx.clone(),
                         what: "stride extent",
                     })?;
@@ -431,14 +430,14 @@ fn validate_part(part: &Part, limits: &Limits) -> Result<()> {
                     .checked_add(1)
                     .and_then(|n| n.checked_mul(size))
                     .ok_or(Error::Overflow {
-                        rule: Rule::Overflow,
+                        rule: Rule::OVERFLOW,
                         ctx: ctx.clone(),
                         what: "stride extent",
                     })?;
                 if need > len {
                     return Err(Error::range(
                         ctx.clone(),
-                        Rule::PartSize,
+                        Rule::PART_SIZE,
                         format!("strides reach byte {need}, payload has {len}"),
                     ));
                 }

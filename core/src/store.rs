@@ -166,7 +166,7 @@ impl Store {
         if e.kind() == std::io::ErrorKind::UnexpectedEof {
             return Error::Truncated {
                 ctx: self.ctx().at(offset),
-                rule: Rule::Truncated,
+                rule: Rule::TRUNCATED,
                 what: "a read of a file that shrank after it was opened",
                 needed: offset.saturating_add(len),
                 available: file.metadata().map(|m| m.len()).unwrap_or(0),
@@ -181,13 +181,13 @@ impl Store {
     /// Check that `[offset, offset + len)` lies inside the file.
     pub fn check_range(&self, offset: u64, len: u64, what: &'static str) -> Result<()> {
         let end = offset.checked_add(len).ok_or(Error::Overflow {
-            rule: Rule::Overflow,
+            rule: Rule::OVERFLOW,
             ctx: self.ctx().at(offset),
             what,
         })?;
         if end > self.len {
             return Err(Error::Truncated {
-                rule: Rule::Truncated,
+                rule: Rule::TRUNCATED,
                 ctx: self.ctx().at(offset),
                 what,
                 needed: len,
@@ -204,7 +204,7 @@ impl Store {
         match &self.backing {
             Backing::Mapped(map) => Ok(&map[offset as usize..(offset + len) as usize]),
             _ => Err(Error::Unsupported {
-                rule: Rule::AccessMap,
+                rule: Rule::ACCESS_MAP,
                 ctx: self.ctx().at(offset),
                 reason: "the store is not memory-mapped (positional or remote reads)".into(),
             }),
@@ -400,7 +400,7 @@ impl Store {
         let page = page_size();
         if start % page != 0 || (end % page != 0 && end != self.len) || end < start {
             return Err(Error::Unsupported {
-                rule: Rule::AccessPages,
+                rule: Rule::ACCESS_PAGES,
                 ctx: self.ctx().at(start),
                 reason: format!("evict range {start}..{end} is not page-aligned"),
             });

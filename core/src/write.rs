@@ -32,13 +32,13 @@ impl TensorIn<'_> {
         let need = num_elements(self.shape)
             .and_then(|n| self.dtype.nbytes(n))
             .ok_or(Error::Overflow {
-                rule: Rule::Overflow,
+                rule: Rule::OVERFLOW,
                 ctx: ctx.clone(),
                 what: "byte size",
             })?;
         if need != self.data.len() as u64 {
             return Err(Error::Write {
-                rule: Rule::WriteSize,
+                rule: Rule::WRITE_SIZE,
                 ctx,
                 reason: format!(
                     "shape {:?} of {} needs {need} bytes, {} given",
@@ -160,7 +160,7 @@ pub trait FormatWriter: Send + Sync + 'static {
     ) -> Result<u64> {
         let _ = (tensors, metadata, options);
         Err(Error::Write {
-            rule: Rule::WriteFormat,
+            rule: Rule::WRITE_FORMAT,
             ctx: Context::file(path),
             reason: format!(
                 "{} files are written by conversion only, not from arrays",
@@ -211,7 +211,7 @@ pub fn refuse_metadata(
 ) -> Result<()> {
     if metadata.is_some() {
         return Err(Error::Write {
-            rule: Rule::WriteMetadata,
+            rule: Rule::WRITE_METADATA,
             ctx: Context::file(path),
             reason: format!("{name} files cannot carry metadata"),
         });
@@ -227,7 +227,7 @@ pub fn string_metadata(path: &Path, metadata: &[(String, Value)]) -> Result<Vec<
         .map(|(k, v)| match v {
             Value::Str(s) => Ok((k.clone(), s.clone())),
             other => Err(Error::Write {
-                rule: Rule::WriteMetadata,
+                rule: Rule::WRITE_METADATA,
                 ctx: Context::file(path),
                 reason: format!("metadata {k:?} must be a string, got {other:?}"),
             }),
@@ -269,7 +269,7 @@ pub fn dense_tensors<'a>(source: &'a Source, path: &Path) -> Result<Vec<DenseTen
     for t in source.tensors() {
         if t.layout() != "dense" {
             return Err(Error::Write {
-                rule: Rule::WriteDType,
+                rule: Rule::WRITE_DTYPE,
                 ctx: Context::file(path).tensor(t.name()),
                 reason: format!("layout {} has no equivalent in this format", t.layout()),
             });
@@ -294,7 +294,7 @@ pub fn dense_tensors<'a>(source: &'a Source, path: &Path) -> Result<Vec<DenseTen
 pub fn refuse_zt_options(name: &str, path: &Path, options: &WriteOptions) -> Result<()> {
     if options.align.is_some() || options.compression.is_some() {
         return Err(Error::Write {
-            rule: Rule::WriteOptions,
+            rule: Rule::WRITE_OPTIONS,
             ctx: Context::file(path),
             reason: format!("{name} files have no alignment or compression options"),
         });

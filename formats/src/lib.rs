@@ -3,7 +3,9 @@
 //! Each module implements [`zt_core::Format`] (and, where zt writes the
 //! format, [`zt_core::FormatWriter`]) against the core only. The `zt`
 //! crate's `registry()` is the one list that names them; adding a format is
-//! a module here and a line there.
+//! a module here and a line there. Each module declares the rules its
+//! refusals cite (`NAME::rules`, listed in `NAME::RULES`); the core names
+//! none of them.
 
 pub mod gguf;
 pub mod h5;

@@ -29,6 +29,26 @@ use zt_core::write::{
     dense_tensors, refuse_zt_options, string_metadata, FormatWriter, TensorIn, WriteOptions,
 };
 
+/// The rules safetensors refusals cite (`safetensors.*`).
+pub mod rules {
+    use zt_core::Rule;
+
+    /// The header is not UTF-8 JSON of the documented shape.
+    pub const HEADER: Rule = Rule::new("safetensors.Header");
+    /// `__metadata__` holds something other than strings.
+    pub const METADATA: Rule = Rule::new("safetensors.Metadata");
+    /// `data_offsets` that run backwards, overlap, leave gaps or pass the file.
+    pub const OFFSETS: Rule = Rule::new("safetensors.Offsets");
+    /// A tensor's byte length is not its shape times its dtype's width.
+    pub const SIZE: Rule = Rule::new("safetensors.Size");
+
+    /// Every `safetensors.*` rule: the registry's tests check that names are unique
+    /// across plugins and carry the prefix.
+    pub const RULES: &[Rule] = &[HEADER, METADATA, OFFSETS, SIZE];
+}
+
+pub use rules::RULES;
+
 /// The safetensors plugin.
 pub struct Safetensors;
 
@@ -211,7 +231,7 @@ impl Format for Safetensors {
         let store = input.store;
         let ctx = input.ctx();
         let len_bytes = store.read(0, 8).map_err(|_| Error::Truncated {
-            rule: Rule::Truncated,
+            rule: Rule::TRUNCATED,
             ctx: ctx.clone(),
             what: "safetensors header length",
             needed: 8,
@@ -223,13 +243,13 @@ impl Format for Safetensors {
         // more, so every file zt accepts is one the reference accepts.
         Limits::check(&ctx, "safetensors header_bytes", n, MAX_HEADER)?;
         let data_start = 8u64.checked_add(n).ok_or(Error::Overflow {
-            rule: Rule::Overflow,
+            rule: Rule::OVERFLOW,
             ctx: ctx.clone(),
             what: "header end",
         })?;
         if data_start > store.len() {
             return Err(Error::Truncated {
-                rule: Rule::Truncated,
+                rule: Rule::TRUNCATED,
                 ctx: ctx.at(8),
                 what: "safetensors header",
                 needed: n,
@@ -240,14 +260,14 @@ impl Format for Safetensors {
         let text = std::str::from_utf8(&header).map_err(|e| {
             Error::header(
                 ctx.clone().at(8),
-                Rule::SafetensorsHeader,
+                rules::HEADER,
                 format!("header is not UTF-8: {e}"),
             )
         })?;
         let Header { metadata, entries } = serde_json::from_str(text).map_err(|e| {
             Error::header(
                 ctx.clone().at(8),
-                Rule::SafetensorsHeader,
+                rules::HEADER,
                 format!("bad JSON header: {e}"),
             )
         })?;
@@ -284,21 +304,21 @@ impl Format for Safetensors {
                 };
                 return Err(Error::range(
                     ctx.clone().tensor(&t.0).at(data_start + t.3),
-                    Rule::SafetensorsOffsets,
+                    rules::OFFSETS,
                     format!("data_offsets [{}, {}] {what}", t.3, t.4),
                 ));
             }
             cursor = t.4;
         }
         let expected = data_start.checked_add(cursor).ok_or(Error::Overflow {
-            rule: Rule::Overflow,
+            rule: Rule::OVERFLOW,
             ctx: ctx.clone(),
             what: "buffer end",
         })?;
         if expected != store.len() {
             return Err(Error::range(
                 ctx.clone(),
-                Rule::SafetensorsOffsets,
+                rules::OFFSETS,
                 format!(
                     "tensors end at byte {expected} but the file has {} bytes",
                     store.len()
@@ -330,7 +350,7 @@ impl Format for Safetensors {
 fn check_entry(info: &Info<'_>, limits: &Limits) -> Result<(DType, u64, u64)> {
     let ctx = Context::default();
     let dtype = dtype_from_str(&info.dtype).ok_or_else(|| Error::UnsupportedDType {
-        rule: Rule::DType,
+        rule: Rule::DTYPE,
         ctx: ctx.clone(),
         dtype: info.dtype.to_string(),
     })?;
@@ -339,31 +359,31 @@ fn check_entry(info: &Info<'_>, limits: &Limits) -> Result<(DType, u64, u64)> {
     if end < begin {
         return Err(Error::range(
             ctx,
-            Rule::SafetensorsOffsets,
+            rules::OFFSETS,
             format!("data_offsets [{begin}, {end}] end before they begin"),
         ));
     }
     let elements = num_elements(&info.shape).ok_or(Error::Overflow {
-        rule: Rule::Overflow,
+        rule: Rule::OVERFLOW,
         ctx: ctx.clone(),
         what: "element count",
     })?;
     let bits = elements.checked_mul(dtype.bits()).ok_or(Error::Overflow {
-        rule: Rule::Overflow,
+        rule: Rule::OVERFLOW,
         ctx: ctx.clone(),
         what: "bit size",
     })?;
     if bits % 8 != 0 {
         return Err(Error::range(
             ctx,
-            Rule::SafetensorsSize,
+            rules::SIZE,
             format!("{elements} x {dtype} is not a whole number of bytes"),
         ));
     }
     if bits / 8 != end - begin {
         return Err(Error::range(
             ctx,
-            Rule::SafetensorsSize,
+            rules::SIZE,
             format!(
                 "shape {:?} of {dtype} needs {} bytes, data_offsets span {}",
                 info.shape,
@@ -382,7 +402,7 @@ fn parse_metadata(map: serde_json::Map<String, serde_json::Value>) -> Result<Vec
             serde_json::Value::String(s) => Ok((k, Value::Str(s))),
             other => Err(Error::header(
                 Context::default(),
-                Rule::SafetensorsMetadata,
+                rules::METADATA,
                 format!("__metadata__[{k:?}] is {other}, not a string"),
             )),
         })
@@ -453,14 +473,14 @@ fn prepare<'t, 'a>(
     for t in &order {
         if t.name == "__metadata__" {
             return Err(Error::Write {
-                rule: Rule::WriteName,
+                rule: Rule::WRITE_NAME,
                 ctx: ctx.clone().tensor(t.name),
                 reason: "the name __metadata__ is reserved".into(),
             });
         }
         if dtype_to_str(t.dtype).is_none() {
             return Err(Error::Write {
-                rule: Rule::WriteDType,
+                rule: Rule::WRITE_DTYPE,
                 ctx: ctx.clone().tensor(t.name),
                 reason: format!("safetensors has no {} dtype", t.dtype),
             });

@@ -16,6 +16,28 @@ use zt_core::error::{Context, Error, Result};
 use zt_core::limits::Limits;
 use zt_core::store::Store;
 
+/// The rules zip archives (torch zip checkpoints, `.npz`) refusals cite (`zip.*`).
+pub mod rules {
+    use zt_core::Rule;
+
+    /// The end-of-central-directory record is missing or malformed.
+    pub const DIRECTORY: Rule = Rule::new("zip.Directory");
+    /// A central-directory entry or local header is malformed or disagrees
+    /// with its twin.
+    pub const ENTRY: Rule = Rule::new("zip.Entry");
+    /// A member's bytes overlap another's or lie outside the archive.
+    pub const BOUNDS: Rule = Rule::new("zip.Bounds");
+    /// An archive feature zt does not read (encryption, spanning, zip64
+    /// forms, a compression method).
+    pub const UNSUPPORTED: Rule = Rule::new("zip.Unsupported");
+
+    /// Every `zip.*` rule: the registry's tests check that names are unique
+    /// across plugins and carry the prefix.
+    pub const RULES: &[Rule] = &[DIRECTORY, ENTRY, BOUNDS, UNSUPPORTED];
+}
+
+pub use rules::RULES;
+
 const LOCAL_SIG: u32 = 0x0403_4b50;
 const CENTRAL_SIG: u32 = 0x0201_4b50;
 const EOCD_SIG: u32 = 0x0605_4b50;
@@ -111,14 +133,14 @@ pub fn read_entries(store: &Store, ctx: &Context, limits: &Limits) -> Result<Vec
     Limits::check(ctx, "entries", dir.count, limits.entries)?;
     limits.check_header(ctx, dir.size)?;
     let end = dir.offset.checked_add(dir.size).ok_or(Error::Overflow {
-        rule: Rule::Overflow,
+        rule: Rule::OVERFLOW,
         ctx: ctx.clone(),
         what: "central directory end",
     })?;
     if end > dir.limit {
         return Err(Error::range(
             ctx.clone().at(dir.offset),
-            Rule::ZipDirectory,
+            rules::DIRECTORY,
             format!(
                 "central directory [{}, {end}) runs past its end record at {}",
                 dir.offset, dir.limit
@@ -130,7 +152,7 @@ pub fn read_entries(store: &Store, ctx: &Context, limits: &Limits) -> Result<Vec
     if dir.count.saturating_mul(CENTRAL_LEN as u64) > dir.size {
         return Err(Error::header(
             ctx.clone().at(dir.offset),
-            Rule::ZipDirectory,
+            rules::DIRECTORY,
             format!(
                 "a central directory of {} bytes cannot hold {} entries",
                 dir.size, dir.count
@@ -148,7 +170,7 @@ pub fn read_entries(store: &Store, ctx: &Context, limits: &Limits) -> Result<Vec
     if at as u64 != dir.size {
         return Err(Error::header(
             ctx.clone().at(dir.offset + at as u64),
-            Rule::ZipDirectory,
+            rules::DIRECTORY,
             format!(
                 "{} entries end at byte {at} of a {}-byte central directory",
                 dir.count, dir.size
@@ -176,7 +198,7 @@ fn find_directory(store: &Store, ctx: &Context) -> Result<Directory> {
     let len = store.len();
     if len < EOCD_LEN {
         return Err(Error::Truncated {
-            rule: Rule::Truncated,
+            rule: Rule::TRUNCATED,
             ctx: ctx.clone(),
             what: "zip end of central directory",
             needed: EOCD_LEN,
@@ -193,7 +215,7 @@ fn find_directory(store: &Store, ctx: &Context) -> Result<Directory> {
     let Some(i) = found else {
         return Err(Error::header(
             ctx.clone(),
-            Rule::ZipDirectory,
+            rules::DIRECTORY,
             "no zip end of central directory record",
         ));
     };
@@ -201,7 +223,7 @@ fn find_directory(store: &Store, ctx: &Context) -> Result<Directory> {
     let eocd_pos = tail_start + i as u64;
     if u16_at(eocd, 4) != 0 || u16_at(eocd, 6) != 0 {
         return Err(Error::Unsupported {
-            rule: Rule::ZipUnsupported,
+            rule: rules::UNSUPPORTED,
             ctx: ctx.clone().at(eocd_pos),
             reason: "multi-disk zip archives".into(),
         });
@@ -230,7 +252,7 @@ fn zip64_directory(
     let record_pos = u64_at(locator, 8);
     if u32_at(locator, 4) != 0 || u32_at(locator, 16) > 1 {
         return Err(Error::Unsupported {
-            rule: Rule::ZipUnsupported,
+            rule: rules::UNSUPPORTED,
             ctx: ctx.clone().at(locator_pos),
             reason: "multi-disk zip64 archives".into(),
         });
@@ -241,7 +263,7 @@ fn zip64_directory(
     {
         return Err(Error::range(
             ctx.clone().at(locator_pos),
-            Rule::ZipDirectory,
+            rules::DIRECTORY,
             format!("zip64 end record offset {record_pos} is not before its locator"),
         ));
     }
@@ -249,13 +271,13 @@ fn zip64_directory(
     if u32_at(&record, 0) != EOCD64_SIG {
         return Err(Error::header(
             ctx.clone().at(record_pos),
-            Rule::ZipDirectory,
+            rules::DIRECTORY,
             "no zip64 end of central directory record where the locator points",
         ));
     }
     if u32_at(&record, 16) != 0 || u32_at(&record, 20) != 0 {
         return Err(Error::Unsupported {
-            rule: Rule::ZipUnsupported,
+            rule: rules::UNSUPPORTED,
             ctx: ctx.clone().at(record_pos),
             reason: "multi-disk zip64 archives".into(),
         });
@@ -281,7 +303,7 @@ fn central_entry(
     let fixed = dir
         .get(at..at + CENTRAL_LEN)
         .ok_or_else(|| Error::Truncated {
-            rule: Rule::Truncated,
+            rule: Rule::TRUNCATED,
             ctx: ectx.clone(),
             what: "zip central directory entry",
             needed: CENTRAL_LEN as u64,
@@ -290,7 +312,7 @@ fn central_entry(
     if u32_at(fixed, 0) != CENTRAL_SIG {
         return Err(Error::header(
             ectx,
-            Rule::ZipEntry,
+            rules::ENTRY,
             "bad central directory entry signature",
         ));
     }
@@ -302,7 +324,7 @@ fn central_entry(
     let next = name_at + name_len + extra_len + comment_len;
     if next > dir.len() {
         return Err(Error::Truncated {
-            rule: Rule::Truncated,
+            rule: Rule::TRUNCATED,
             ctx: ectx,
             what: "zip central directory entry",
             needed: (next - at) as u64,
@@ -342,7 +364,7 @@ fn apply_zip64_extra(ctx: &Context, entry: &mut Entry, extra: &[u8], disk: u16) 
     let disk_in_extra = disk == 0xFFFF;
     if disk != 0 && !disk_in_extra {
         return Err(Error::Unsupported {
-            rule: Rule::ZipUnsupported,
+            rule: rules::UNSUPPORTED,
             ctx: ctx.clone(),
             reason: "multi-disk zip archives".into(),
         });
@@ -353,7 +375,7 @@ fn apply_zip64_extra(ctx: &Context, entry: &mut Entry, extra: &[u8], disk: u16) 
     let data = find_extra(ctx, extra, ZIP64_EXTRA)?.ok_or_else(|| {
         Error::header(
             ctx.clone(),
-            Rule::ZipEntry,
+            rules::ENTRY,
             format!(
                 "member {:?} has saturated sizes but no zip64 extra field",
                 entry.name
@@ -363,7 +385,7 @@ fn apply_zip64_extra(ctx: &Context, entry: &mut Entry, extra: &[u8], disk: u16) 
     if data.len() < wanted.len() * 8 {
         return Err(Error::header(
             ctx.clone(),
-            Rule::ZipEntry,
+            rules::ENTRY,
             format!("member {:?} has a short zip64 extra field", entry.name),
         ));
     }
@@ -379,7 +401,7 @@ fn find_extra<'a>(ctx: &Context, mut extra: &'a [u8], id: u16) -> Result<Option<
         if extra.len() < 4 {
             return Err(Error::header(
                 ctx.clone(),
-                Rule::ZipEntry,
+                rules::ENTRY,
                 "truncated zip extra field",
             ));
         }
@@ -387,7 +409,7 @@ fn find_extra<'a>(ctx: &Context, mut extra: &'a [u8], id: u16) -> Result<Option<
         let data = extra.get(4..4 + size).ok_or_else(|| {
             Error::header(
                 ctx.clone(),
-                Rule::ZipEntry,
+                rules::ENTRY,
                 "zip extra block runs past its field",
             )
         })?;
@@ -406,7 +428,7 @@ const CP437_HIGH: &str = "ÇüéâäàåçêëèïîìÄÅÉæÆôöòûùÿÖÜ
 fn decode_name(ctx: &Context, raw: &[u8], flags: u16) -> Result<String> {
     if flags & FLAG_UTF8 != 0 {
         return String::from_utf8(raw.to_vec())
-            .map_err(|_| Error::header(ctx.clone(), Rule::ZipEntry, "member name is not UTF-8"));
+            .map_err(|_| Error::header(ctx.clone(), rules::ENTRY, "member name is not UTF-8"));
     }
     Ok(raw
         .iter()
@@ -434,7 +456,7 @@ fn local_data_start(store: &Store, ctx: &Context, entry: &Entry, dir_offset: u64
         Some(end) if end <= dir_offset => Ok(end),
         _ => Err(Error::range(
             ectx.clone(),
-            Rule::ZipBounds,
+            rules::BOUNDS,
             format!(
                 "member {:?}: {what} runs into the central directory at {dir_offset}",
                 entry.name
@@ -446,7 +468,7 @@ fn local_data_start(store: &Store, ctx: &Context, entry: &Entry, dir_offset: u64
     if u32_at(&local, 0) != LOCAL_SIG {
         return Err(Error::header(
             ectx,
-            Rule::ZipEntry,
+            rules::ENTRY,
             format!("member {:?}: bad local header signature", entry.name),
         ));
     }
@@ -460,7 +482,7 @@ fn local_data_start(store: &Store, ctx: &Context, entry: &Entry, dir_offset: u64
         // Python's zipfile refuses this too: the two names must agree.
         return Err(Error::header(
             ectx,
-            Rule::ZipEntry,
+            rules::ENTRY,
             format!(
                 "member {:?}: the local header names it {local_name:?}",
                 entry.name
@@ -483,7 +505,7 @@ fn check_overlaps(ctx: &Context, entries: &[Entry]) -> Result<()> {
         if start < end {
             return Err(Error::range(
                 ctx.clone().at(start),
-                Rule::ZipBounds,
+                rules::BOUNDS,
                 format!("zip members {a:?} and {b:?} overlap"),
             ));
         }
@@ -506,7 +528,7 @@ pub fn member_bytes<'s>(
     let ectx = ctx.clone().at(entry.local_offset);
     if entry.encrypted() {
         return Err(Error::Unsupported {
-            rule: Rule::ZipUnsupported,
+            rule: rules::UNSUPPORTED,
             ctx: ectx,
             reason: format!("member {:?} is encrypted", entry.name),
         });
@@ -517,7 +539,7 @@ pub fn member_bytes<'s>(
             if entry.compressed != entry.uncompressed {
                 return Err(Error::header(
                     ectx,
-                    Rule::ZipEntry,
+                    rules::ENTRY,
                     format!(
                         "stored member {:?} declares {} compressed and {} uncompressed bytes",
                         entry.name, entry.compressed, entry.uncompressed
@@ -533,7 +555,7 @@ pub fn member_bytes<'s>(
             let actual = crc32fast::hash(&out);
             if actual != entry.crc {
                 return Err(Error::Decode {
-                    rule: Rule::ZipEntry,
+                    rule: rules::ENTRY,
                     ctx: ectx,
                     reason: format!(
                         "member {:?}: CRC-32 {actual:#010x} does not match the directory's {:#010x}",
@@ -544,7 +566,7 @@ pub fn member_bytes<'s>(
             Ok(std::borrow::Cow::Owned(out))
         }
         method => Err(Error::Unsupported {
-            rule: Rule::ZipUnsupported,
+            rule: rules::UNSUPPORTED,
             ctx: ectx,
             reason: format!(
                 "member {:?} uses zip compression method {method}; only stored (0) and deflate (8) are read",
@@ -603,12 +625,12 @@ pub fn read_exact_growing(
 /// that inflates past `len` is refused without allocating for it.
 fn inflate_exact(ctx: &Context, name: &str, raw: &[u8], len: u64) -> Result<Vec<u8>> {
     let fail = |reason: String| Error::Decode {
-        rule: Rule::ZipEntry,
+        rule: rules::ENTRY,
         ctx: ctx.clone(),
         reason: format!("member {name:?}: {reason}"),
     };
     let len = usize::try_from(len).map_err(|_| Error::Overflow {
-        rule: Rule::Overflow,
+        rule: Rule::OVERFLOW,
         ctx: ctx.clone(),
         what: "decoded size",
     })?;

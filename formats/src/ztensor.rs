@@ -2,6 +2,7 @@
 //! zTensor v2 reader in [`zt_container`], and the [`ZtWriter`] for conversion.
 
 use std::path::Path;
+pub use zt_container::rules::RULES;
 
 use zt_container::cbor::Cbor;
 use zt_container::container::MAGIC;

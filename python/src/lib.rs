@@ -231,7 +231,7 @@ fn convert(
         if let Some(max) = max_shard_size {
             if writer.is_some() {
                 return Err(zt::Error::Write {
-                    rule: Rule::WriteOptions,
+                    rule: Rule::WRITE_OPTIONS,
                     ctx: zt::Context::file(&dst),
                     reason: "a sharded write takes its format from the extension".into(),
                 });

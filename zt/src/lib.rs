@@ -30,7 +30,8 @@
 //! The crate is a facade over three: `zt-core` (the tensor model, stores,
 //! sources and the plugin traits; it names no format), `zt-formats` (one
 //! plugin per format) and `zt-container` (the `.zt` container). Adding a
-//! format is one module in [`formats`] and one line in [`registry`].
+//! format is one module in [`formats`] (its code and its rules) and its lines
+//! in `registry.rs`.
 
 #![deny(missing_docs)]
 
@@ -58,7 +59,7 @@ pub use zt_core::{
 
 pub mod model_dir;
 mod registry;
-pub use registry::registry;
+pub use registry::{registry, rules};
 pub use zt_core::shard;
 
 /// The README's Rust example, compiled and run as a doctest.

@@ -38,12 +38,12 @@ pub fn checkpoint_in(dir: &Path) -> Result<PathBuf> {
     match indexes.as_slice() {
         [one] => Ok(one.clone()),
         [] => Err(Error::Index {
-            rule: Rule::IndexCheckpoint,
+            rule: Rule::INDEX_CHECKPOINT,
             ctx: Context::file(dir),
             reason: format!("no checkpoint here (looked for {})", CANDIDATES.join(", ")),
         }),
         _ => Err(Error::Index {
-            rule: Rule::IndexCheckpoint,
+            rule: Rule::INDEX_CHECKPOINT,
             ctx: Context::file(dir),
             reason: format!("{} shard indexes here; name the one to read", indexes.len()),
         }),

@@ -1,6 +1,7 @@
 //! The batch writer: every tensor in memory (or mapped) at once, written
 //! front to back in one pass with the hashing (and compression) just ahead.
 
+use crate::rules;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use zt_core::Rule;
@@ -50,7 +51,7 @@ pub fn write_shard(
 ) -> Result<WrittenFile> {
     if options.append {
         return Err(Error::Write {
-            rule: Rule::WriteOptions,
+            rule: Rule::WRITE_OPTIONS,
             ctx: Context::file(path),
             reason: "a shard is written whole; it cannot amend a file".into(),
         });
@@ -109,7 +110,7 @@ fn write_batch(
     }
     if let Some(a) = &attributes {
         manifest::check_attributes(a, &ctx).map_err(|e| Error::Write {
-            rule: e.rule().unwrap_or(Rule::ZtWrite),
+            rule: e.rule().unwrap_or(rules::WRITE),
             ctx: ctx.clone(),
             reason: e.detail(),
         })?;

@@ -42,7 +42,7 @@ pub(super) fn storage_and_type(d: DType, ctx: &Context) -> Result<(DType, Option
         Some(name) => Ok((d.storage(), Some(name))),
         None if !d.is_logical() => Ok((d, None)),
         None => Err(Error::Write {
-            rule: Rule::WriteDType,
+            rule: Rule::WRITE_DTYPE,
             ctx: ctx.clone(),
             reason: format!("{d} has no registered zTensor logical type"),
         }),

@@ -1,6 +1,7 @@
 //! What `.zt` writers take ([`ObjectIn`], [`PartIn`]), the checks every
 //! object passes before any of it is written, and a source's objects as input.
 
+use crate::rules;
 use unicode_normalization::is_nfc;
 use zt_core::Rule;
 
@@ -70,13 +71,13 @@ pub(super) fn check_object(
 ) -> Result<()> {
     let octx = ctx.clone().tensor(&o.name);
     let bad = |reason: String| Error::Write {
-        rule: Rule::ZtWrite,
+        rule: rules::WRITE,
         ctx: octx.clone(),
         reason,
     };
     // A rule the reader would refuse the object under, cited as the write's.
     let refused = |e: Error| {
-        let rule = e.rule().unwrap_or(Rule::ZtWrite);
+        let rule = e.rule().unwrap_or(rules::WRITE);
         bad(e.detail()).with_rule(rule)
     };
     check_name(&o.name, &octx, "object name").map_err(refused)?;
@@ -94,7 +95,7 @@ pub(super) fn check_object(
         }
     }
     if o.parts.is_empty() {
-        return Err(bad("an object needs at least one part".into()).with_rule(Rule::WriteObject));
+        return Err(bad("an object needs at least one part".into()).with_rule(Rule::WRITE_OBJECT));
     }
     if let Some(a) = &o.attributes {
         manifest::check_attributes(a, &octx).map_err(refused)?;
@@ -128,10 +129,10 @@ pub(super) fn check_object(
     let mut names: Vec<&str> = o.parts.iter().map(|p| p.name.as_str()).collect();
     names.sort_unstable();
     if names.windows(2).any(|w| w[0] == w[1]) {
-        return Err(bad("two parts share a name".into()).with_rule(Rule::ZtName));
+        return Err(bad("two parts share a name".into()).with_rule(rules::NAME));
     }
     if manifest::MAX_RANK < o.shape.len() {
-        return Err(bad(format!("rank {} is over 64", o.shape.len())).with_rule(Rule::ZtShape));
+        return Err(bad(format!("rank {} is over 64", o.shape.len())).with_rule(rules::SHAPE));
     }
     validate::interpret(&def, &octx).map_err(refused)?;
     Ok(())

@@ -70,7 +70,7 @@ impl Options {
 
     pub(super) fn check(&self, ctx: &Context) -> Result<()> {
         let bad = |reason: &str| Error::Write {
-            rule: Rule::WriteOptions,
+            rule: Rule::WRITE_OPTIONS,
             ctx: ctx.clone(),
             reason: reason.into(),
         };

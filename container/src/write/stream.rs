@@ -1,6 +1,7 @@
 //! The incremental `.zt` writer: objects added one at a time, or streamed
 //! a chunk at a time; also amends an existing file in place (append, §2.5).
 
+use crate::rules;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -126,7 +127,7 @@ impl Writer {
         options.check(&Context::file(&dest))?;
         if options.append {
             return Err(Error::Write {
-                rule: Rule::WriteOptions,
+                rule: Rule::WRITE_OPTIONS,
                 ctx: Context::file(&dest),
                 reason: "a shard is written whole; it cannot amend a file".into(),
             });
@@ -172,7 +173,7 @@ impl Writer {
         let store = Store::open_positional(&dest)?;
         let (footer, m) = crate::read::manifest_of(&store, &Limits::default())?;
         let m = m.ok_or_else(|| Error::Write {
-            rule: Rule::ZtWrite,
+            rule: rules::WRITE,
             ctx: Context::file(&dest),
             reason: "a data shard has no manifest to amend".into(),
         })?;
@@ -219,7 +220,7 @@ impl Writer {
             .as_ref()
             .map(Target::file)
             .ok_or_else(|| Error::Write {
-                rule: Rule::WriteState,
+                rule: Rule::WRITE_STATE,
                 ctx: self.ctx(),
                 reason: "the writer is finished".into(),
             })
@@ -228,7 +229,7 @@ impl Writer {
     fn check_idle(&self) -> Result<()> {
         if self.stream.is_some() {
             return Err(Error::Write {
-                rule: Rule::WriteState,
+                rule: Rule::WRITE_STATE,
                 ctx: self.ctx(),
                 reason: "a streamed object is still open; close it first".into(),
             });
@@ -262,7 +263,7 @@ impl Writer {
             let level = p.compression.or(self.options.compression);
             if self.options.canonical && level.is_some() {
                 return Err(Error::Write {
-                    rule: Rule::ZtWrite,
+                    rule: rules::WRITE,
                     ctx: self.ctx().tensor(&o.name),
                     reason: "canonical form stores raw parts".into(),
                 });
@@ -379,7 +380,7 @@ impl Writer {
         self.check_idle()?;
         if self.options.compression.is_some() {
             return Err(Error::Write {
-                rule: Rule::ZtWrite,
+                rule: rules::WRITE,
                 ctx: self.ctx().tensor(name),
                 reason: "streamed parts are written raw".into(),
             });
@@ -465,7 +466,7 @@ impl Writer {
         let octx = ctx.clone().tensor(&probe.name);
         if parts.is_empty() {
             return Err(Error::Write {
-                rule: Rule::WriteObject,
+                rule: Rule::WRITE_OBJECT,
                 ctx: octx,
                 reason: "an object needs at least one part".into(),
             });
@@ -479,7 +480,7 @@ impl Writer {
         named.layout = "zt.structural/0".into(); // unknown layout: names only
         check_object(&named, self.options.canonical, prev, &ctx)?;
         validate::interpret(&def, &octx).map_err(|e| Error::Write {
-            rule: e.rule().unwrap_or(Rule::ZtWrite),
+            rule: e.rule().unwrap_or(rules::WRITE),
             ctx: octx.clone(),
             reason: e.detail(),
         })?;
@@ -555,7 +556,7 @@ impl Writer {
         while !chunk.is_empty() {
             let Some(s) = self.stream.as_mut() else {
                 return Err(Error::Write {
-                    rule: Rule::WriteState,
+                    rule: Rule::WRITE_STATE,
                     ctx: self.ctx(),
                     reason: "no streamed object is open".into(),
                 });
@@ -563,7 +564,7 @@ impl Writer {
             let Some(&(_, _, len)) = s.parts.get(s.current) else {
                 let name = s.object.name.clone();
                 return Err(Error::Write {
-                    rule: Rule::WriteState,
+                    rule: Rule::WRITE_STATE,
                     ctx: self.ctx().tensor(name),
                     reason: "more bytes than the parts declared".into(),
                 });
@@ -594,7 +595,7 @@ impl Writer {
     pub fn close_stream(&mut self) -> Result<()> {
         let Some(s) = self.stream.take() else {
             return Err(Error::Write {
-                rule: Rule::WriteState,
+                rule: Rule::WRITE_STATE,
                 ctx: self.ctx(),
                 reason: "no streamed object is open".into(),
             });
@@ -602,7 +603,7 @@ impl Writer {
         if s.current < s.parts.len() {
             let (name, _, len) = &s.parts[s.current];
             return Err(Error::Write {
-                rule: Rule::WriteState,
+                rule: Rule::WRITE_STATE,
                 ctx: self.ctx().tensor(&s.object.name),
                 reason: format!("part {name:?} got {} of {len} bytes", s.written),
             });
@@ -615,7 +616,7 @@ impl Writer {
     /// Set the file attributes (a text-keyed map).
     pub fn set_attributes(&mut self, attributes: Cbor) -> Result<()> {
         manifest::check_attributes(&attributes, &self.ctx()).map_err(|e| Error::Write {
-            rule: e.rule().unwrap_or(Rule::ZtWrite),
+            rule: e.rule().unwrap_or(rules::WRITE),
             ctx: self.ctx(),
             reason: e.detail(),
         })?;
@@ -642,7 +643,7 @@ impl Writer {
     pub fn finish_shard(self) -> Result<WrittenFile> {
         if self.hash.is_none() {
             return Err(Error::Write {
-                rule: Rule::WriteState,
+                rule: Rule::WRITE_STATE,
                 ctx: self.ctx(),
                 reason: "only a writer created for a shard describes one".into(),
             });

@@ -5,6 +5,7 @@
 //! Supported: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and the K-quants Q2_K, Q3_K,
 //! Q4_K, Q5_K, Q6_K; dense F32, F16 and BF16 tensors convert too.
 
+use crate::gguf::rules;
 use zt_core::dtype::DType;
 use zt_core::error::{Context, Error, Result};
 use zt_core::limits::Limits;
@@ -62,7 +63,7 @@ pub fn dequantize_blocks(ty: &GgmlType, blocks: &[u8]) -> Result<Vec<f32>> {
     let ctx = Context::default();
     let Some(kernel) = kernel(ty) else {
         return Err(Error::Unsupported {
-            rule: Rule::GgufDequant,
+            rule: rules::DEQUANT,
             ctx,
             reason: format!("dequantizing {} is not implemented", ty.name),
         });
@@ -71,7 +72,7 @@ pub fn dequantize_blocks(ty: &GgmlType, blocks: &[u8]) -> Result<Vec<f32>> {
     if blocks.len() % bb != 0 {
         return Err(Error::range(
             ctx,
-            Rule::GgufDequant,
+            rules::DEQUANT,
             format!(
                 "{} bytes are not whole {} blocks of {bb}",
                 blocks.len(),
@@ -101,12 +102,12 @@ pub fn dequantize_with(tensor: &Tensor<'_>, limits: &Limits) -> Result<Vec<f32>>
     let part = tensor.data()?;
     let ctx = part.ctx();
     let elements = zt_core::dtype::num_elements(tensor.shape()).ok_or(Error::Overflow {
-        rule: Rule::Overflow,
+        rule: Rule::OVERFLOW,
         ctx: ctx.clone(),
         what: "element count",
     })?;
     let out_bytes = elements.checked_mul(4).ok_or(Error::Overflow {
-        rule: Rule::Overflow,
+        rule: Rule::OVERFLOW,
         ctx: ctx.clone(),
         what: "dequantized size",
     })?;
@@ -115,14 +116,14 @@ pub fn dequantize_with(tensor: &Tensor<'_>, limits: &Limits) -> Result<Vec<f32>>
     let out = if tensor.layout() == "dense" {
         let mut out = f32_buffer(&ctx, elements)?;
         dense_to_f32(part.dtype(), &bytes, &mut out).ok_or_else(|| Error::Unsupported {
-            rule: Rule::GgufDequant,
+            rule: rules::DEQUANT,
             ctx: ctx.clone(),
             reason: format!("dequantizing a dense {} tensor", part.dtype()),
         })?;
         out
     } else {
         let ty = types::by_layout(tensor.layout()).ok_or_else(|| Error::Unsupported {
-            rule: Rule::GgufDequant,
+            rule: rules::DEQUANT,
             ctx: ctx.clone(),
             reason: format!("layout {} is not a ggml block type", tensor.layout()),
         })?;
@@ -137,7 +138,7 @@ pub fn dequantize_with(tensor: &Tensor<'_>, limits: &Limits) -> Result<Vec<f32>>
     if out.len() as u64 != elements {
         return Err(Error::range(
             ctx,
-            Rule::GgufDequant,
+            rules::DEQUANT,
             format!("{} values for {elements} elements", out.len()),
         ));
     }

@@ -39,6 +39,7 @@
 //! accepted, as gguf-py accepts them.
 
 mod dequant;
+pub mod rules;
 pub mod types;
 mod write;
 
@@ -55,6 +56,7 @@ use zt_core::limits::Limits;
 use zt_core::store::Store;
 
 pub use dequant::{dequantize, dequantize_blocks, dequantize_with, f16_to_f32};
+pub use rules::RULES;
 pub use types::GgmlType;
 pub use write::{write, GgufWriter};
 
@@ -225,13 +227,13 @@ impl<'a> Reader<'a> {
     /// Make `n` bytes from `pos` available, or say why they cannot be.
     fn need(&mut self, n: u64, what: &'static str) -> Result<()> {
         let end = self.pos.checked_add(n).ok_or(Error::Overflow {
-            rule: Rule::Overflow,
+            rule: Rule::OVERFLOW,
             ctx: self.ctx(),
             what,
         })?;
         if end > self.store.len() {
             return Err(Error::Truncated {
-                rule: Rule::Truncated,
+                rule: Rule::TRUNCATED,
                 ctx: self.ctx(),
                 what,
                 needed: n,
@@ -240,7 +242,7 @@ impl<'a> Reader<'a> {
         }
         if end > self.limit {
             return Err(Error::Limit {
-                rule: Rule::Limit,
+                rule: Rule::LIMIT,
                 ctx: self.ctx(),
                 limit: "header_bytes",
                 value: end,
@@ -295,7 +297,7 @@ impl<'a> Reader<'a> {
         let at = self.ctx();
         let bytes = self.string(limits, what)?;
         String::from_utf8(bytes.to_vec())
-            .map_err(|_| Error::header(at, Rule::GgufMetadata, format!("{what} is not UTF-8")))
+            .map_err(|_| Error::header(at, rules::METADATA, format!("{what} is not UTF-8")))
     }
 }
 
@@ -337,7 +339,7 @@ impl Meta<'_> {
                 1 => scalar(Value::Bool(true)),
                 b => Err(Error::header(
                     at,
-                    Rule::GgufMetadata,
+                    rules::METADATA,
                     format!("bool value {b} is neither 0 nor 1"),
                 )),
             },
@@ -352,7 +354,7 @@ impl Meta<'_> {
             vt::ARRAY => self.array(r, depth),
             other => Err(Error::header(
                 at,
-                Rule::GgufMetadata,
+                rules::METADATA,
                 format!("unknown metadata value type {other}"),
             )),
         }
@@ -365,7 +367,7 @@ impl Meta<'_> {
         if elem != vt::ARRAY && vt::name(elem).is_none() {
             return Err(Error::header(
                 at,
-                Rule::GgufMetadata,
+                rules::METADATA,
                 format!("unknown array element type {elem}"),
             ));
         }
@@ -378,7 +380,7 @@ impl Meta<'_> {
         let least = count
             .checked_mul(vt::min_size(elem))
             .ok_or(Error::Overflow {
-                rule: Rule::Overflow,
+                rule: Rule::OVERFLOW,
                 ctx: at.clone(),
                 what: "GGUF array size",
             })?;
@@ -415,13 +417,13 @@ struct Info {
 fn open(store: &Arc<Store>, limits: &Limits) -> Result<Catalog> {
     let mut r = Reader::new(store, limits)?;
     if r.take(4, "GGUF magic")? != MAGIC {
-        return Err(Error::header(store.ctx(), Rule::GgufMagic, "no GGUF magic"));
+        return Err(Error::header(store.ctx(), rules::MAGIC, "no GGUF magic"));
     }
     let (version, swap) = version_of(r.u32("GGUF version")?);
     r.swap = swap;
     if !(2..=3).contains(&version) {
         return Err(Error::Unsupported {
-            rule: Rule::GgufVersion,
+            rule: rules::VERSION,
             ctx: store.ctx().at(4),
             reason: format!("GGUF version {version} (zt reads versions 2 and 3)"),
         });
@@ -436,7 +438,7 @@ fn open(store: &Arc<Store>, limits: &Limits) -> Result<Catalog> {
         .checked_mul(13)
         .and_then(|k| tensor_count.checked_mul(24).and_then(|t| t.checked_add(k)))
         .ok_or(Error::Overflow {
-            rule: Rule::Overflow,
+            rule: Rule::OVERFLOW,
             ctx: at.clone(),
             what: "GGUF header size",
         })?;
@@ -449,7 +451,7 @@ fn open(store: &Arc<Store>, limits: &Limits) -> Result<Catalog> {
         .div_ceil(alignment)
         .checked_mul(alignment)
         .ok_or(Error::Overflow {
-            rule: Rule::Overflow,
+            rule: Rule::OVERFLOW,
             ctx: r.ctx(),
             what: "GGUF data start",
         })?;
@@ -487,14 +489,14 @@ fn read_metadata(
         if key.is_empty() || key.starts_with("GGUF.") {
             return Err(Error::header(
                 at,
-                Rule::GgufMetadata,
+                rules::METADATA,
                 format!("invalid key {key:?}"),
             ));
         }
         if !keys.insert(key.clone()) {
             return Err(Error::header(
                 at,
-                Rule::GgufMetadata,
+                rules::METADATA,
                 format!("duplicate key {key:?}"),
             ));
         }
@@ -506,7 +508,7 @@ fn read_metadata(
                 _ => {
                     return Err(Error::header(
                         at,
-                        Rule::GgufMetadata,
+                        rules::METADATA,
                         format!("general.alignment must be a u32 power of two, not {value:?}"),
                     ))
                 }
@@ -537,7 +539,7 @@ fn read_infos(r: &mut Reader<'_>, count: u64, limits: &Limits) -> Result<Vec<Inf
             if d > i64::MAX as u64 {
                 return Err(Error::header(
                     ctx,
-                    Rule::GgufTensorInfo,
+                    rules::TENSOR_INFO,
                     format!("dimension {d} exceeds INT64_MAX"),
                 ));
             }
@@ -573,7 +575,7 @@ fn build_objects(
         if info.offset % alignment != 0 {
             return Err(Error::range(
                 ctx,
-                Rule::GgufPlacement,
+                rules::PLACEMENT,
                 format!(
                     "offset {} is not a multiple of the alignment {alignment}",
                     info.offset
@@ -581,12 +583,12 @@ fn build_objects(
             ));
         }
         let start = data_start.checked_add(info.offset).ok_or(Error::Overflow {
-            rule: Rule::Overflow,
+            rule: Rule::OVERFLOW,
             ctx: ctx.clone(),
             what: "tensor offset",
         })?;
         let elements = num_elements(&info.shape).ok_or(Error::Overflow {
-            rule: Rule::Overflow,
+            rule: Rule::OVERFLOW,
             ctx: ctx.clone(),
             what: "element count",
         })?;
@@ -601,7 +603,7 @@ fn build_objects(
         if row % ty.elems_per_block != 0 {
             return Err(Error::range(
                 ctx,
-                Rule::GgufTensorInfo,
+                rules::TENSOR_INFO,
                 format!(
                     "rows of {row} elements are not whole {} blocks of {}",
                     ty.name, ty.elems_per_block
@@ -609,7 +611,7 @@ fn build_objects(
             ));
         }
         let len = ty.nbytes(elements).ok_or(Error::Overflow {
-            rule: Rule::Overflow,
+            rule: Rule::OVERFLOW,
             ctx: ctx.clone(),
             what: "tensor byte size",
         })?;
@@ -625,7 +627,7 @@ fn build_objects(
         if start < end {
             return Err(Error::range(
                 store.ctx().tensor(&objects[i].name).at(start),
-                Rule::GgufPlacement,
+                rules::PLACEMENT,
                 format!(
                     "data [{start}, {next_end}) overlaps the previous tensor, which ends at {end}"
                 ),
@@ -720,7 +722,7 @@ struct UnknownType {
 impl Decode for UnknownType {
     fn decode(&self, _: &Limits) -> Result<Vec<u8>> {
         Err(Error::UnsupportedDType {
-            rule: Rule::DType,
+            rule: Rule::DTYPE,
             ctx: Context::default(),
             dtype: format!(
                 "ggml type {} (unknown to zt; its size cannot be computed)",

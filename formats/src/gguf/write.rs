@@ -84,7 +84,7 @@ pub fn write(source: &Source, path: &Path) -> Result<u64> {
         offset = offset
             .checked_add(padded(t.len, alignment))
             .ok_or(Error::Overflow {
-                rule: Rule::Overflow,
+                rule: Rule::OVERFLOW,
                 ctx: ctx.clone(),
                 what: "GGUF data size",
             })?;
@@ -125,7 +125,7 @@ fn plan<'a>(source: &'a Source, ctx: &Context) -> Result<Vec<Planned<'a>>> {
         .tensors()
         .map(|t| {
             let refuse = |reason: String| Error::Write {
-                rule: Rule::WriteDType,
+                rule: Rule::WRITE_DTYPE,
                 ctx: ctx.clone().tensor(t.name()),
                 reason,
             };
@@ -302,7 +302,7 @@ fn metadata(source: &Source, ctx: &Context) -> Result<Vec<(String, Ty, Value)>> 
         .map(|(key, value)| {
             if !seen.insert(key.clone()) {
                 return Err(Error::Write {
-                    rule: Rule::WriteMetadata,
+                    rule: Rule::WRITE_METADATA,
                     ctx: ctx.clone(),
                     reason: format!("metadata key {key:?} appears twice"),
                 });
@@ -315,7 +315,7 @@ fn metadata(source: &Source, ctx: &Context) -> Result<Vec<(String, Ty, Value)>> 
             let ty = kept
                 .or_else(|| Ty::infer(&value))
                 .ok_or_else(|| Error::Write {
-                    rule: Rule::WriteMetadata,
+                    rule: Rule::WRITE_METADATA,
                     ctx: ctx.clone(),
                     reason: format!("metadata {key:?} = {value:?} has no GGUF type"),
                 })?;
@@ -343,7 +343,7 @@ fn alignment(kvs: &[(String, Ty, Value)], ctx: &Context) -> Result<u64> {
             Ok(*a as u64)
         }
         Some((_, _, v)) => Err(Error::Write {
-            rule: Rule::WriteOptions,
+            rule: Rule::WRITE_OPTIONS,
             ctx: ctx.clone(),
             reason: format!("general.alignment must be a u32 power of two, not {v:?}"),
         }),

@@ -53,7 +53,7 @@ pub fn records(r: &Reader<'_>, addr: u64, types: &[u8]) -> Result<(u8, Vec<Vec<u
     };
     if depth > r.limits.depth {
         return Err(Error::Limit {
-            rule: Rule::Limit,
+            rule: Rule::LIMIT,
             ctx: c.ctx(),
             limit: "depth",
             value: depth as u64,

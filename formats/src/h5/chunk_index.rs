@@ -166,7 +166,7 @@ fn implicit(r: &Reader<'_>, addr: u64, grid: &Grid) -> Result<Vec<ChunkEntry>> {
             .checked_mul(grid.chunk_bytes)
             .and_then(|o| o.checked_add(addr))
             .ok_or(Error::Overflow {
-                rule: Rule::Overflow,
+                rule: Rule::OVERFLOW,
                 ctx: Default::default(),
                 what: "implicit chunk address",
             })?;

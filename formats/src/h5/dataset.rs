@@ -3,6 +3,7 @@
 //! unwritten and chunked data are decoded on demand. Chunked data is
 //! located and assembled only when a tensor is read, never at open time.
 
+use crate::h5::rules;
 use std::sync::Arc;
 use zt_core::Rule;
 
@@ -109,7 +110,7 @@ pub fn build(r: &Reader<'_>, store: &Arc<Store>, name: &str, msgs: &[Message]) -
     let nbytes = num_elements(&shape)
         .and_then(|n| n.checked_mul(esize))
         .ok_or(Error::Overflow {
-            rule: Rule::Overflow,
+            rule: Rule::OVERFLOW,
             ctx: ctx.clone(),
             what: "dataset size",
         })?;
@@ -135,7 +136,7 @@ pub fn build(r: &Reader<'_>, store: &Arc<Store>, name: &str, msgs: &[Message]) -
             if (data.len() as u64) < nbytes {
                 return Err(Error::range(
                     ctx,
-                    Rule::H5Dataset,
+                    rules::DATASET,
                     format!(
                         "compact data holds {} bytes, the shape needs {nbytes}",
                         data.len()
@@ -158,7 +159,7 @@ pub fn build(r: &Reader<'_>, store: &Arc<Store>, name: &str, msgs: &[Message]) -
             if size < nbytes {
                 return Err(Error::range(
                     ctx,
-                    Rule::H5Dataset,
+                    rules::DATASET,
                     format!("contiguous storage of {size} bytes, the shape needs {nbytes}"),
                 ));
             }
@@ -184,7 +185,7 @@ pub fn build(r: &Reader<'_>, store: &Arc<Store>, name: &str, msgs: &[Message]) -
             if chunk.is_empty() || chunk.len() != shape.len() {
                 return Err(Error::header(
                     ctx,
-                    Rule::H5Dataset,
+                    rules::DATASET,
                     format!(
                         "chunks of rank {} for a dataset of rank {}",
                         chunk.len(),
@@ -195,7 +196,7 @@ pub fn build(r: &Reader<'_>, store: &Arc<Store>, name: &str, msgs: &[Message]) -
             let chunk_bytes = num_elements(&chunk)
                 .and_then(|n| n.checked_mul(esize))
                 .ok_or(Error::Overflow {
-                    rule: Rule::Overflow,
+                    rule: Rule::OVERFLOW,
                     ctx: ctx.clone(),
                     what: "chunk size",
                 })?;
@@ -299,7 +300,7 @@ impl Decode for Chunked {
         let ctx = Context::default();
         limits.check_decoded(&ctx, self.nbytes)?;
         filters::check_supported(&self.filters).map_err(|reason| Error::Unsupported {
-            rule: Rule::H5Filter,
+            rule: rules::FILTER,
             ctx: ctx.clone(),
             reason,
         })?;
@@ -354,7 +355,7 @@ impl Chunked {
         if e.size > most {
             return Err(Error::range(
                 ctx,
-                Rule::H5Dataset,
+                rules::DATASET,
                 format!(
                     "a chunk of {chunk_bytes} bytes claims {} stored bytes",
                     e.size

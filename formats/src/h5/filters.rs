@@ -3,8 +3,8 @@
 //! produce more than the chunk can hold, so a chunk that inflates past
 //! its declared size fails instead of allocating.
 
+use crate::h5::rules;
 use std::io::Read;
-use zt_core::Rule;
 
 use zt_core::error::{Context, Error, Result};
 
@@ -83,7 +83,7 @@ pub fn undo(
             }
             id => {
                 return Err(Error::Unsupported {
-                    rule: Rule::H5Filter,
+                    rule: rules::FILTER,
                     ctx: ctx.clone(),
                     reason: format!("filter id {id} ({}) is not supported", name(id)),
                 })
@@ -93,7 +93,7 @@ pub fn undo(
     let data = owned.unwrap_or_else(|| stored.to_vec());
     if data.len() != expect {
         return Err(Error::Decode {
-            rule: Rule::H5Filter,
+            rule: rules::FILTER,
             ctx: ctx.clone(),
             reason: format!("chunk decodes to {} bytes, expected {expect}", data.len()),
         });
@@ -103,7 +103,7 @@ pub fn undo(
 
 fn decode_err(ctx: &Context, reason: impl Into<String>) -> Error {
     Error::Decode {
-        rule: Rule::H5Filter,
+        rule: rules::FILTER,
         ctx: ctx.clone(),
         reason: reason.into(),
     }

@@ -68,7 +68,7 @@ pub fn dataspace(c: &mut Cursor<'_>, max_rank: usize) -> Result<Dataspace> {
     };
     if rank > max_rank {
         return Err(zt_core::error::Error::Limit {
-            rule: Rule::Limit,
+            rule: Rule::LIMIT,
             ctx: c.ctx(),
             limit: "rank",
             value: rank as u64,

@@ -26,6 +26,7 @@ pub mod heap;
 pub mod messages;
 pub mod object_header;
 pub mod reader;
+pub mod rules;
 pub mod superblock;
 
 use std::collections::HashSet;
@@ -41,6 +42,7 @@ use self::heap::{FractalHeap, GlobalHeaps};
 use self::messages::{kind, Target};
 use self::object_header::Message;
 use self::reader::{Cursor, Reader};
+pub use rules::RULES;
 
 /// The HDF5 plugin.
 pub struct Hdf5;
@@ -131,7 +133,7 @@ impl Walk<'_, '_> {
         self.r.tick(1)?;
         if depth > self.r.limits.depth {
             return Err(Error::Limit {
-                rule: Rule::Limit,
+                rule: Rule::LIMIT,
                 ctx: Default::default(),
                 limit: "depth",
                 value: depth as u64,

@@ -3,6 +3,7 @@
 //! budget that bounds every walk, and the Jenkins lookup3 checksum that
 //! version-2 structures carry.
 
+use crate::h5::rules;
 use std::borrow::Cow;
 use std::cell::Cell;
 use zt_core::Rule;
@@ -65,7 +66,7 @@ impl<'a> Reader<'a> {
             .saturating_add(self.limits.header_bytes);
         if used > budget {
             return Err(Error::Limit {
-                rule: Rule::Limit,
+                rule: Rule::LIMIT,
                 ctx: Context::default().at(at),
                 limit: "header_bytes",
                 value: used,
@@ -86,7 +87,7 @@ impl<'a> Reader<'a> {
     /// Absolute file offset of relative address `addr`.
     pub fn abs(&self, addr: u64) -> Result<u64> {
         self.geo.base.checked_add(addr).ok_or(Error::Overflow {
-            rule: Rule::Overflow,
+            rule: Rule::OVERFLOW,
             ctx: Context::default().at(addr),
             what: "HDF5 address",
         })
@@ -106,7 +107,7 @@ impl<'a> Reader<'a> {
         let at = self.abs(addr)?;
         if at >= self.store.len() {
             return Err(Error::Truncated {
-                rule: Rule::Truncated,
+                rule: Rule::TRUNCATED,
                 ctx: Context::default().at(at),
                 what,
                 needed: 1,
@@ -132,14 +133,14 @@ fn retag(e: Error, what: &'static str) -> Error {
             available,
             ..
         } => Error::Truncated {
-            rule: Rule::Truncated,
+            rule: Rule::TRUNCATED,
             ctx,
             what,
             needed,
             available,
         },
         Error::Overflow { ctx, .. } => Error::Overflow {
-            rule: Rule::Overflow,
+            rule: Rule::OVERFLOW,
             ctx,
             what,
         },
@@ -205,7 +206,7 @@ impl<'b> Cursor<'b> {
     pub fn bad(&self, reason: impl Into<String>) -> Error {
         Error::header(
             self.ctx(),
-            Rule::H5Structure,
+            rules::STRUCTURE,
             format!("{}: {}", self.what, reason.into()),
         )
     }
@@ -221,7 +222,7 @@ impl<'b> Cursor<'b> {
 
     fn short(&self, needed: usize) -> Error {
         Error::Truncated {
-            rule: Rule::Truncated,
+            rule: Rule::TRUNCATED,
             ctx: self.ctx(),
             what: self.what,
             needed: needed as u64,
@@ -299,7 +300,7 @@ impl<'b> Cursor<'b> {
         if got != sig {
             return Err(Error::header(
                 at,
-                Rule::H5Structure,
+                rules::STRUCTURE,
                 format!(
                     "{}: expected signature {:?}, found {:?}",
                     self.what,
@@ -320,7 +321,7 @@ impl<'b> Cursor<'b> {
         if stored != actual {
             return Err(Error::header(
                 Context::default().at(self.at.saturating_add(end as u64)),
-                Rule::H5Structure,
+                rules::STRUCTURE,
                 format!(
                     "{}: checksum {actual:#010x} does not match the stored {stored:#010x}",
                     self.what

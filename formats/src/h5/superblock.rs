@@ -3,9 +3,9 @@
 //! group's object header is. Versions 0 and 1 (h5py's default) and 2 and 3
 //! (`libver="latest"`, checksummed).
 
+use crate::h5::rules;
 use zt_core::error::{Context, Error, Result};
 use zt_core::store::Store;
-use zt_core::Rule;
 
 use super::reader::{Cursor, Geometry};
 
@@ -42,7 +42,7 @@ pub fn read(store: &Store) -> Result<Superblock> {
     }
     Err(Error::header(
         Context::default(),
-        Rule::H5Signature,
+        rules::SIGNATURE,
         "no HDF5 signature at offset 0 or at any userblock boundary",
     ))
 }

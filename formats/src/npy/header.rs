@@ -6,6 +6,7 @@
 //! tuples, lists, one dict) through a small tokenizer, and refuse everything
 //! else, so a header can never make us evaluate or allocate without bound.
 
+use crate::npy::rules;
 use zt_core::dtype::DType;
 use zt_core::error::{Context, Error, Result};
 use zt_core::limits::Limits;
@@ -36,7 +37,7 @@ pub fn preamble(ctx: &Context, bytes: &[u8]) -> Result<Preamble> {
     if bytes.len() < 8 || &bytes[..6] != MAGIC {
         return Err(Error::header(
             ctx.clone(),
-            Rule::NpyMagic,
+            rules::MAGIC,
             "no \\x93NUMPY magic",
         ));
     }
@@ -44,7 +45,7 @@ pub fn preamble(ctx: &Context, bytes: &[u8]) -> Result<Preamble> {
     if !(1..=3).contains(&major) || minor != 0 {
         return Err(Error::header(
             ctx.clone(),
-            Rule::NpyVersion,
+            rules::VERSION,
             format!("unsupported .npy format version {major}.{minor}"),
         ));
     }
@@ -154,7 +155,7 @@ pub fn parse(ctx: &Context, raw: &[u8], major: u8, limits: &Limits) -> Result<He
         // latin-1 maps each byte to the code point of the same value.
         1 | 2 => raw.iter().map(|&b| char::from(b)).collect::<String>(),
         _ => String::from_utf8(raw.to_vec())
-            .map_err(|_| Error::header(ctx.clone(), Rule::NpyHeader, "v3 header is not UTF-8"))?,
+            .map_err(|_| Error::header(ctx.clone(), rules::HEADER, "v3 header is not UTF-8"))?,
     };
     let mut parser = Parser {
         ctx,
@@ -173,7 +174,7 @@ pub fn parse(ctx: &Context, raw: &[u8], major: u8, limits: &Limits) -> Result<He
     let Lit::Dict(items) = value else {
         return Err(Error::header(
             ctx.clone(),
-            Rule::NpyHeader,
+            rules::HEADER,
             "header is not a dict",
         ));
     };
@@ -192,7 +193,7 @@ fn header_from_dict(ctx: &Context, items: Vec<(Lit, Lit)>, limits: &Limits) -> R
             other => {
                 return Err(Error::header(
                     ctx.clone(),
-                    Rule::NpyHeader,
+                    rules::HEADER,
                     format!("unexpected key {}", other.describe()),
                 ))
             }
@@ -200,12 +201,12 @@ fn header_from_dict(ctx: &Context, items: Vec<(Lit, Lit)>, limits: &Limits) -> R
         if slot.replace(value).is_some() {
             return Err(Error::header(
                 ctx.clone(),
-                Rule::NpyHeader,
+                rules::HEADER,
                 format!("key {} appears twice", key.describe()),
             ));
         }
     }
-    let missing = |k: &str| Error::header(ctx.clone(), Rule::NpyHeader, format!("no {k:?} key"));
+    let missing = |k: &str| Error::header(ctx.clone(), rules::HEADER, format!("no {k:?} key"));
     let descr = descr.ok_or_else(|| missing("descr"))?;
     let fortran = fortran.ok_or_else(|| missing("fortran_order"))?;
     let shape = shape.ok_or_else(|| missing("shape"))?;
@@ -216,7 +217,7 @@ fn header_from_dict(ctx: &Context, items: Vec<(Lit, Lit)>, limits: &Limits) -> R
         other => {
             return Err(Error::header(
                 ctx.clone(),
-                Rule::NpyHeader,
+                rules::HEADER,
                 format!("descr is {}, not a string", other.describe()),
             ))
         }
@@ -239,14 +240,14 @@ fn header_from_dict(ctx: &Context, items: Vec<(Lit, Lit)>, limits: &Limits) -> R
     let Lit::Bool(fortran_order) = fortran else {
         return Err(Error::header(
             ctx.clone(),
-            Rule::NpyHeader,
+            rules::HEADER,
             format!("fortran_order is {}, not a bool", fortran.describe()),
         ));
     };
     let Lit::Tuple(dims) = shape else {
         return Err(Error::header(
             ctx.clone(),
-            Rule::NpyHeader,
+            rules::HEADER,
             format!("shape is {}, not a tuple", shape.describe()),
         ));
     };
@@ -257,7 +258,7 @@ fn header_from_dict(ctx: &Context, items: Vec<(Lit, Lit)>, limits: &Limits) -> R
             Lit::Int(n) => Ok(n),
             other => Err(Error::header(
                 ctx.clone(),
-                Rule::NpyHeader,
+                rules::HEADER,
                 format!("shape holds {}, not an int", other.describe()),
             )),
         })
@@ -278,12 +279,12 @@ fn header_from_dict(ctx: &Context, items: Vec<(Lit, Lit)>, limits: &Limits) -> R
 /// [`Error::UnsupportedDType`].
 fn descr_itemsize(descr: &Lit, ctx: &Context, depth: usize) -> Result<u64> {
     let unsupported = |why: String| Error::UnsupportedDType {
-        rule: Rule::DType,
+        rule: Rule::DTYPE,
         ctx: ctx.clone(),
         dtype: why,
     };
     let overflow = || Error::Overflow {
-        rule: Rule::Overflow,
+        rule: Rule::OVERFLOW,
         ctx: ctx.clone(),
         what: "npy dtype size",
     };
@@ -475,7 +476,7 @@ impl Parser<'_> {
     fn error(&self, what: &str) -> Error {
         Error::header(
             self.ctx.clone(),
-            Rule::NpyHeader,
+            rules::HEADER,
             format!("{what} at header byte {}", self.pos),
         )
     }

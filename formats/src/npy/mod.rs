@@ -16,6 +16,7 @@
 //! CRC-32 in the central directory.
 
 mod header;
+pub mod rules;
 use crate::zip;
 use zt_core::Rule;
 
@@ -23,7 +24,9 @@ use std::io::{self, Read, Write};
 use std::path::Path;
 use std::sync::Arc;
 
-use zt_core::catalog::{ByteSwapped, Catalog, Check, Decode, Object, Part, Payload, Value};
+use zt_core::catalog::{
+    ByteSwapped, Catalog, Check, CheckFailed, Decode, Object, Part, Payload, Value,
+};
 use zt_core::dtype::{f_strides, num_elements, DType};
 use zt_core::error::{Context, Error, Result};
 use zt_core::format::{Format, OpenInput, Probe};
@@ -36,6 +39,7 @@ use zt_core::write::{
 };
 
 pub use header::{descr_for, parse_descr};
+pub use rules::{NPZ_RULES, RULES};
 
 /// The `.npy` plugin: one array per file, named after the file's stem.
 pub struct Npy;
@@ -190,7 +194,7 @@ struct MemberCrc {
 }
 
 impl Check for MemberCrc {
-    fn check(&self) -> std::result::Result<(), String> {
+    fn check(&self) -> std::result::Result<(), CheckFailed> {
         let mut hasher = crc32fast::Hasher::new();
         // 8 MiB at a time: a positional or remote store never buffers the
         // whole member.
@@ -200,7 +204,12 @@ impl Check for MemberCrc {
             let bytes = self
                 .store
                 .read(self.offset + at, n)
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| CheckFailed {
+                    // A member the store cannot give back cites the
+                    // store's rule (a file that shrank is truncated).
+                    rule: e.rule().unwrap_or(rules::NPZ_CRC),
+                    reason: e.to_string(),
+                })?;
             hasher.update(&bytes);
             at += n;
         }
@@ -208,10 +217,13 @@ impl Check for MemberCrc {
         if actual == self.crc {
             Ok(())
         } else {
-            Err(format!(
-                "member {:?}: bad CRC-32 {actual:#010x}, the archive says {:#010x}",
-                self.member, self.crc
-            ))
+            Err(CheckFailed {
+                rule: rules::NPZ_CRC,
+                reason: format!(
+                    "member {:?}: bad CRC-32 {actual:#010x}, the archive says {:#010x}",
+                    self.member, self.crc
+                ),
+            })
         }
     }
 
@@ -233,7 +245,7 @@ fn open_member(
     let mctx = ctx.clone().tensor(name).at(entry.local_offset);
     if entry.encrypted() {
         return Err(Error::Unsupported {
-            rule: Rule::NpzMember,
+            rule: rules::NPZ_MEMBER,
             ctx: mctx,
             reason: format!("member {:?} is encrypted", entry.name),
         });
@@ -244,7 +256,7 @@ fn open_member(
             if entry.compressed != entry.uncompressed {
                 return Err(Error::header(
                     mctx,
-                    Rule::NpzMember,
+                    rules::NPZ_MEMBER,
                     format!(
                         "stored member {:?} declares {} compressed and {} uncompressed bytes",
                         entry.name, entry.compressed, entry.uncompressed
@@ -277,7 +289,7 @@ fn open_member(
             Ok(layout.object(name.to_string(), payload))
         }
         method => Err(Error::Unsupported {
-            rule: Rule::NpzMember,
+            rule: rules::NPZ_MEMBER,
             ctx: mctx,
             reason: format!(
                 "member {:?} uses zip compression method {method}; only stored (0) and deflate (8) are read",
@@ -399,7 +411,7 @@ fn read_layout(src: &mut dyn Read, total: u64, ctx: &Context, limits: &Limits) -
     let need = |what: &'static str, needed: u64, at: u64| {
         if total.saturating_sub(at) < needed {
             Err(Error::Truncated {
-                rule: Rule::Truncated,
+                rule: Rule::TRUNCATED,
                 ctx: ctx.clone().at(at),
                 what,
                 needed,
@@ -434,7 +446,7 @@ fn read_layout(src: &mut dyn Read, total: u64, ctx: &Context, limits: &Limits) -
             None => header.dtype.nbytes(n),
         })
         .ok_or(Error::Overflow {
-            rule: Rule::Overflow,
+            rule: Rule::OVERFLOW,
             ctx: ctx.clone(),
             what: "npy data size",
         })?;
@@ -443,7 +455,7 @@ fn read_layout(src: &mut dyn Read, total: u64, ctx: &Context, limits: &Limits) -
     if extra > 0 {
         return Err(Error::range(
             ctx.clone().at(data_offset + data_len),
-            Rule::NpySize,
+            rules::SIZE,
             format!(
                 "shape {:?} of {} needs {data_len} bytes; {extra} more follow",
                 header.shape, header.dtype
@@ -465,7 +477,7 @@ fn read_full(src: &mut dyn Read, buf: &mut [u8], ctx: &Context, what: &str) -> R
         match src.read(&mut buf[filled..]) {
             Ok(0) => {
                 return Err(Error::Decode {
-                    rule: Rule::NpzInflate,
+                    rule: rules::NPZ_INFLATE,
                     ctx: ctx.clone(),
                     reason: format!("{what}: stream ends after {filled} of {} bytes", buf.len()),
                 })
@@ -485,7 +497,7 @@ fn from_io(e: io::Error, ctx: &Context, what: &str) -> Error {
     match e.into_inner().map(|inner| inner.downcast::<Error>()) {
         Some(Ok(ours)) => *ours,
         _ => Error::Decode {
-            rule: Rule::NpzInflate,
+            rule: rules::NPZ_INFLATE,
             ctx: ctx.clone(),
             reason: format!("{what}: {message}"),
         },
@@ -566,7 +578,7 @@ impl Decode for Inflate {
         };
         if more != 0 {
             return Err(Error::Decode {
-                rule: Rule::NpzInflate,
+                rule: rules::NPZ_INFLATE,
                 ctx,
                 reason: format!(
                     "member inflates past its declared {} bytes",
@@ -577,7 +589,7 @@ impl Decode for Inflate {
         let actual = crc.finalize();
         if actual != self.crc {
             return Err(Error::Decode {
-                rule: Rule::NpzInflate,
+                rule: rules::NPZ_INFLATE,
                 ctx,
                 reason: format!(
                     "CRC-32 {actual:#010x} does not match the directory's {:#010x}",
@@ -600,7 +612,7 @@ impl Decode for Inflate {
 /// `len` is caught by the caller's one-byte probe, not by allocating.
 fn inflate_exact(src: &mut dyn Read, len: u64, compressed: u64, ctx: &Context) -> Result<Vec<u8>> {
     let len = usize::try_from(len).map_err(|_| Error::Overflow {
-        rule: Rule::Overflow,
+        rule: Rule::OVERFLOW,
         ctx: ctx.clone(),
         what: "decoded size",
     })?;
@@ -611,7 +623,7 @@ fn inflate_exact(src: &mut dyn Read, len: u64, compressed: u64, ctx: &Context) -
         .max(1 << 20);
     crate::zip::read_exact_growing(src, len, first).map_err(|short| match short {
         crate::zip::ShortRead::Ended(filled) => Error::Decode {
-            rule: Rule::NpzInflate,
+            rule: rules::NPZ_INFLATE,
             ctx: ctx.clone(),
             reason: format!("deflate stream ends after {filled} of {len} data bytes"),
         },
@@ -628,7 +640,7 @@ fn inflate_exact(src: &mut dyn Read, len: u64, compressed: u64, ctx: &Context) -
 /// its dtype and its bytes match its shape.
 fn npy_header(ctx: &Context, tensor: &TensorIn<'_>) -> Result<Vec<u8>> {
     let descr = descr_for(tensor.dtype).ok_or_else(|| Error::Write {
-        rule: Rule::WriteDType,
+        rule: Rule::WRITE_DTYPE,
         ctx: ctx.clone().tensor(tensor.name),
         reason: format!(
             "numpy has no builtin dtype for {}; convert it first",
@@ -667,7 +679,7 @@ pub fn write_npz(path: &Path, tensors: &[TensorIn<'_>]) -> Result<u64> {
             }
             if t.name.len() + 4 > usize::from(u16::MAX) {
                 return Err(Error::Write {
-                    rule: Rule::WriteName,
+                    rule: Rule::WRITE_NAME,
                     ctx: ctx.clone().tensor(t.name),
                     reason: "a zip member name is at most 65535 bytes".into(),
                 });
@@ -769,7 +781,7 @@ fn write_one_npy(path: &Path, tensors: &[TensorIn<'_>], got: &str) -> Result<u64
     match tensors {
         [one] => write_npy(path, one),
         many => Err(Error::Write {
-            rule: Rule::WriteObject,
+            rule: Rule::WRITE_OBJECT,
             ctx: Context::file(path),
             reason: format!(".npy holds exactly one array; {got} {}", many.len()),
         }),
@@ -782,7 +794,7 @@ mod tests {
 
     #[test]
     fn store_errors_survive_io() {
-        let e = io::Error::other(Error::range(Context::default(), Rule::NpySize, "x"));
+        let e = io::Error::other(Error::range(Context::default(), rules::SIZE, "x"));
         assert!(matches!(
             from_io(e, &Context::default(), "t"),
             Error::Range { .. }

@@ -9,6 +9,7 @@
 //! the directory is refused rather than followed. (A hard link cannot be
 //! told from a regular file; like onnx, zt accepts it.)
 
+use crate::onnx::rules;
 use std::collections::HashMap;
 use std::sync::Arc;
 use zt_core::Rule;
@@ -56,7 +57,7 @@ impl<'i> Externals<'i> {
         let location = get("location").ok_or_else(|| {
             Error::header(
                 ctx.clone(),
-                Rule::OnnxExternal,
+                rules::EXTERNAL,
                 "external data without a \"location\" entry",
             )
         })?;
@@ -66,7 +67,7 @@ impl<'i> Externals<'i> {
                     v.trim().parse::<u64>().map_err(|_| {
                         Error::header(
                             ctx.clone(),
-                            Rule::OnnxExternal,
+                            rules::EXTERNAL,
                             format!("external data {key} {v:?} is not a number"),
                         )
                     })
@@ -84,7 +85,7 @@ impl<'i> Externals<'i> {
                 .len()
                 .checked_sub(offset)
                 .ok_or_else(|| Error::Truncated {
-                    rule: Rule::Truncated,
+                    rule: Rule::TRUNCATED,
                     ctx: ctx.clone(),
                     what: "external data",
                     needed: offset,
@@ -97,7 +98,7 @@ impl<'i> Externals<'i> {
         if length != nbytes {
             return Err(Error::range(
                 ctx,
-                Rule::OnnxSize,
+                rules::SIZE,
                 format!("external data holds {length} bytes; the tensor needs {nbytes}"),
             ));
         }

@@ -59,6 +59,7 @@
 //! are split into coordinates on demand.
 
 mod external;
+pub mod rules;
 mod tensor;
 pub mod wire;
 
@@ -75,6 +76,7 @@ use zt_core::format::{Format, OpenInput, Probe};
 use zt_core::limits::Limits;
 use zt_core::store::Store;
 
+pub use rules::RULES;
 pub use tensor::dtype_of;
 
 /// The ONNX plugin.
@@ -503,7 +505,7 @@ impl Walker<'_> {
                     if (d as i64) < 0 {
                         return Err(Error::header(
                             ctx,
-                            Rule::OnnxSparse,
+                            rules::SPARSE,
                             "negative sparse dimension",
                         ));
                     }
@@ -517,7 +519,7 @@ impl Walker<'_> {
         let (Some(values), Some(indices)) = (values, indices) else {
             return Err(Error::header(
                 ctx,
-                Rule::OnnxSparse,
+                rules::SPARSE,
                 "sparse tensor without values or indices",
             ));
         };
@@ -549,7 +551,7 @@ impl Walker<'_> {
             other => {
                 return Err(Error::header(
                     ctx,
-                    Rule::OnnxSparse,
+                    rules::SPARSE,
                     format!("sparse values must be 1-D, dims are {other:?}"),
                 ))
             }
@@ -557,7 +559,7 @@ impl Walker<'_> {
         if itype != DType::I64 {
             return Err(Error::header(
                 ctx,
-                Rule::OnnxSparse,
+                rules::SPARSE,
                 format!("sparse indices must be int64, not {itype}"),
             ));
         }
@@ -587,7 +589,7 @@ impl Walker<'_> {
             other => {
                 return Err(Error::header(
                     ctx,
-                    Rule::OnnxSparse,
+                    rules::SPARSE,
                     format!(
                         "sparse indices dims {other:?} fit neither [{nnz}] nor [{nnz}, {rank}]"
                     ),
@@ -641,7 +643,7 @@ fn coords_len(ctx: &Context, nnz: u64, rank: u64, limits: &Limits) -> Result<u64
         .checked_mul(rank)
         .and_then(|n| n.checked_mul(8))
         .ok_or(Error::Overflow {
-            rule: Rule::Overflow,
+            rule: Rule::OVERFLOW,
             ctx: ctx.clone(),
             what: "sparse coordinates",
         })?;
@@ -681,7 +683,7 @@ impl Decode for Coordinates {
         let ctx = Context::default();
         if bytes.len() as u64 != len {
             return Err(Error::Decode {
-                rule: Rule::OnnxSparse,
+                rule: rules::SPARSE,
                 ctx,
                 reason: format!(
                     "sparse indices hold {} bytes, [{n}, {rank}] needs {len}",
@@ -695,7 +697,7 @@ impl Decode for Coordinates {
                 let c = i64::from_le_bytes(chunk.try_into().expect("8 bytes"));
                 if c < 0 || c as u64 >= self.dims[d] {
                     return Err(Error::Decode {
-                        rule: Rule::OnnxSparse,
+                        rule: rules::SPARSE,
                         ctx,
                         reason: format!(
                             "sparse coordinate {c} of element {k} outside dimension {d} of shape {:?}",
@@ -737,7 +739,7 @@ impl Decode for Unravel {
             let index = i64::from_le_bytes(chunk.try_into().expect("8 bytes"));
             if index < 0 || index as u64 >= total {
                 return Err(Error::Decode {
-                    rule: Rule::OnnxSparse,
+                    rule: rules::SPARSE,
                     ctx: Context::default(),
                     reason: format!("sparse index {index} outside shape {:?}", self.dims),
                 });

@@ -6,6 +6,7 @@
 //! (`float_data`, `int32_data`, ...), which is decoded on demand by
 //! [`TypedField`] from the message bytes, never at open.
 
+use crate::onnx::rules;
 use std::sync::Arc;
 use zt_core::Rule;
 
@@ -168,7 +169,7 @@ impl TensorInfo {
                 } else {
                     Err(Error::header(
                         ctx,
-                        Rule::OnnxTensor,
+                        rules::TENSOR,
                         format!("negative dimension {}", d as i64),
                     ))
                 }
@@ -204,7 +205,7 @@ impl TensorInfo {
                     _ => {
                         return Err(Error::header(
                             Context::default().at(f.at),
-                            Rule::OnnxTensor,
+                            rules::TENSOR,
                             format!(
                                 "field {} is not packed or single {width}-byte values",
                                 f.number
@@ -221,7 +222,7 @@ impl TensorInfo {
                     _ => {
                         return Err(Error::header(
                             Context::default().at(f.at),
-                            Rule::OnnxTensor,
+                            rules::TENSOR,
                             format!("field {} is not varints", f.number),
                         ))
                     }
@@ -264,18 +265,18 @@ impl TensorInfo {
         let ctx = self.ctx();
         if self.segment {
             return Err(Error::Unsupported {
-                rule: Rule::OnnxUnsupported,
+                rule: rules::UNSUPPORTED,
                 ctx,
                 reason: "segmented tensors (TensorProto.segment) are not supported".into(),
             });
         }
         let dtype = dtype_of(self.data_type).map_err(|dtype| Error::UnsupportedDType {
-            rule: Rule::DType,
+            rule: Rule::DTYPE,
             ctx: ctx.clone(),
             dtype,
         })?;
         let overflow = || Error::Overflow {
-            rule: Rule::Overflow,
+            rule: Rule::OVERFLOW,
             ctx: ctx.clone(),
             what: "tensor byte size",
         };
@@ -296,7 +297,7 @@ impl TensorInfo {
             if len != nbytes {
                 return Err(Error::range(
                     ctx.at(offset),
-                    Rule::OnnxSize,
+                    rules::SIZE,
                     format!("raw_data holds {len} bytes; {elements} x {dtype} needs {nbytes}"),
                 ));
             }
@@ -308,7 +309,7 @@ impl TensorInfo {
         if found != entries {
             return Err(Error::range(
                 ctx,
-                Rule::OnnxSize,
+                rules::SIZE,
                 format!(
                     "{} x {dtype} needs {entries} entries in field {number}, the tensor has {found}",
                     elements
@@ -379,7 +380,7 @@ impl TypedField {
             })?,
             _ => {
                 return Err(Error::Decode {
-                    rule: Rule::OnnxProtobuf,
+                    rule: rules::PROTOBUF,
                     ctx: Context::default().at(f.at),
                     reason: format!("field {} changed wire type", f.number),
                 })
@@ -388,7 +389,7 @@ impl TypedField {
         // Entries were counted at open; a store that changed since is caught here.
         if out.len() as u64 > self.len {
             return Err(Error::Decode {
-                rule: Rule::OnnxSize,
+                rule: rules::SIZE,
                 ctx: Context::default().at(f.at),
                 reason: format!("field {} holds more than {} bytes", f.number, self.len),
             });

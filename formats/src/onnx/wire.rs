@@ -10,6 +10,7 @@
 //! bytes that remain in the enclosing message before it is used, and the
 //! callers bound nesting depth (see `Limits::depth`).
 
+use crate::onnx::rules;
 use zt_core::error::{Context, Error, Result};
 use zt_core::Rule;
 
@@ -64,7 +65,7 @@ impl<'a> Reader<'a> {
 
     fn truncated(&self, what: &'static str, needed: u64) -> Error {
         Error::Truncated {
-            rule: Rule::Truncated,
+            rule: Rule::TRUNCATED,
             ctx: Context::default().at(self.offset()),
             what,
             needed,
@@ -87,7 +88,7 @@ impl<'a> Reader<'a> {
         }
         Err(Error::header(
             Context::default().at(self.offset()),
-            Rule::OnnxProtobuf,
+            rules::PROTOBUF,
             "protobuf varint longer than ten bytes",
         ))
     }
@@ -113,7 +114,7 @@ impl<'a> Reader<'a> {
         if number == 0 {
             return Err(Error::header(
                 Context::default().at(at),
-                Rule::OnnxProtobuf,
+                rules::PROTOBUF,
                 "protobuf field number 0",
             ));
         }
@@ -137,7 +138,7 @@ impl<'a> Reader<'a> {
                 // 7 do not exist.
                 return Err(Error::header(
                     Context::default().at(at),
-                    Rule::OnnxProtobuf,
+                    rules::PROTOBUF,
                     format!("protobuf wire type {wire} in field {number}"),
                 ));
             }
@@ -150,7 +151,7 @@ impl<'a> Field<'a> {
     fn wrong_wire(&self, want: &str) -> Error {
         Error::header(
             Context::default().at(self.at),
-            Rule::OnnxProtobuf,
+            rules::PROTOBUF,
             format!("protobuf field {} should be {want}", self.number),
         )
     }
@@ -183,7 +184,7 @@ impl<'a> Field<'a> {
         let ctx = Context::default().at(offset);
         zt_core::limits::Limits::check(&ctx, "string_bytes", b.len() as u64, max)?;
         String::from_utf8(b.to_vec())
-            .map_err(|_| Error::header(ctx, Rule::OnnxProtobuf, "protobuf string is not UTF-8"))
+            .map_err(|_| Error::header(ctx, rules::PROTOBUF, "protobuf string is not UTF-8"))
     }
 
     /// A string field decoded leniently (documentation, producer names):
@@ -217,7 +218,7 @@ impl<'a> Field<'a> {
 pub fn count_packed_varints(b: &[u8], offset: u64) -> Result<u64> {
     if b.last().is_some_and(|&last| last & 0x80 != 0) {
         return Err(Error::Truncated {
-            rule: Rule::Truncated,
+            rule: Rule::TRUNCATED,
             ctx: Context::default().at(offset + b.len() as u64),
             what: "protobuf varint",
             needed: 1,

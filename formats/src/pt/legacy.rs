@@ -5,6 +5,7 @@
 //!
 //! The pickles must lie within the first `Limits::pickle_bytes` of the file.
 
+use crate::pt::rules;
 use std::collections::HashMap;
 use zt_core::Rule;
 
@@ -36,7 +37,7 @@ pub fn open(input: &OpenInput<'_>) -> Result<Catalog> {
     if !matches!(vm.get(magic), Node::BigInt(b) if **b == MAGIC) {
         return Err(Error::header(
             ctx,
-            Rule::PtLegacy,
+            rules::LEGACY,
             "legacy checkpoint without torch's magic number",
         ));
     }
@@ -44,7 +45,7 @@ pub fn open(input: &OpenInput<'_>) -> Result<Catalog> {
     if vm.int(version) != Some(PROTOCOL_VERSION) {
         return Err(Error::header(
             ctx,
-            Rule::PtLegacy,
+            rules::LEGACY,
             format!("legacy protocol version is not {PROTOCOL_VERSION}"),
         ));
     }
@@ -55,7 +56,7 @@ pub fn open(input: &OpenInput<'_>) -> Result<Catalog> {
         });
         if big {
             return Err(Error::Unsupported {
-                rule: Rule::PtUnsupported,
+                rule: rules::UNSUPPORTED,
                 ctx,
                 reason: "big-endian legacy checkpoint".into(),
             });
@@ -68,7 +69,7 @@ pub fn open(input: &OpenInput<'_>) -> Result<Catalog> {
         .ok_or_else(|| {
             Error::header(
                 ctx.clone(),
-                Rule::PtLegacy,
+                rules::LEGACY,
                 "the storage key list is not a list",
             )
         })?
@@ -76,7 +77,7 @@ pub fn open(input: &OpenInput<'_>) -> Result<Catalog> {
         .map(|&k| vm.str(k).map(str::to_string))
         .collect::<Option<_>>()
         .ok_or_else(|| {
-            Error::header(ctx.clone(), Rule::PtLegacy, "a storage key is not a string")
+            Error::header(ctx.clone(), rules::LEGACY, "a storage key is not a string")
         })?;
     limits.check_tensors(&ctx, keys.len() as u64)?;
 
@@ -99,7 +100,7 @@ pub fn open(input: &OpenInput<'_>) -> Result<Catalog> {
         let &(kind, numel) = declared.get(key.as_str()).ok_or_else(|| {
             Error::header(
                 ctx.clone(),
-                Rule::PtLegacy,
+                rules::LEGACY,
                 format!("storage {key:?} is listed but the pickle never declares it"),
             )
         })?;
@@ -108,14 +109,14 @@ pub fn open(input: &OpenInput<'_>) -> Result<Catalog> {
         if u64::try_from(count).ok() != Some(numel) {
             return Err(Error::range(
                 ctx.clone().at(at),
-                Rule::PtStorage,
+                rules::STORAGE,
                 format!("storage {key:?} declares {numel} elements, the file {count}"),
             ));
         }
         let len = numel
             .checked_mul(kind.element_size())
             .ok_or(Error::Overflow {
-                rule: Rule::Overflow,
+                rule: Rule::OVERFLOW,
                 ctx: ctx.clone(),
                 what: "storage size",
             })?;
@@ -133,7 +134,7 @@ pub fn open(input: &OpenInput<'_>) -> Result<Catalog> {
         {
             return Err(Error::header(
                 ctx.clone(),
-                Rule::PtLegacy,
+                rules::LEGACY,
                 format!("storage {key:?} is listed twice"),
             ));
         }
@@ -151,7 +152,7 @@ pub fn open(input: &OpenInput<'_>) -> Result<Catalog> {
         records.get(key).cloned().ok_or_else(|| {
             Error::header(
                 ctx.clone(),
-                Rule::PtLegacy,
+                rules::LEGACY,
                 format!("no storage data for key {key:?}"),
             )
         })

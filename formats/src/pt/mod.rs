@@ -18,6 +18,7 @@
 mod legacy;
 pub mod pickle;
 pub mod rebuild;
+pub mod rules;
 mod write;
 mod zip;
 
@@ -32,6 +33,7 @@ use zt_core::format::{Format, OpenInput, Probe};
 use zt_core::limits::Limits;
 use zt_core::store::Store;
 
+pub use rules::RULES;
 pub use write::{write, PtWriter};
 
 /// The PyTorch checkpoint plugin.
@@ -150,7 +152,7 @@ fn object(
     rec: &Record,
 ) -> Result<Object> {
     let overflow = |what| Error::Overflow {
-        rule: Rule::Overflow,
+        rule: Rule::OVERFLOW,
         ctx: ctx.clone(),
         what,
     };
@@ -158,7 +160,7 @@ fn object(
     if declared != rec.len() {
         return Err(Error::range(
             ctx.clone(),
-            Rule::PtStorage,
+            rules::STORAGE,
             format!(
                 "storage {:?} declares {declared} bytes but its record holds {}",
                 t.storage.key,
@@ -174,12 +176,12 @@ fn object(
     {
         return Err(Error::range(
             ctx.clone(),
-            Rule::PtStorage,
+            rules::STORAGE,
             "storage view outside its storage",
         ));
     }
     let elem = t.dtype.size().ok_or_else(|| Error::UnsupportedDType {
-        rule: Rule::DType,
+        rule: Rule::DTYPE,
         ctx: ctx.clone(),
         dtype: t.dtype.name().into(),
     })?;
@@ -206,7 +208,7 @@ fn object(
         if reach > window_len {
             return Err(Error::range(
                 ctx.clone(),
-                Rule::PtStorage,
+                rules::STORAGE,
                 format!(
                     "offset {} and strides {:?} reach byte {reach} of a {window_len}-byte storage",
                     t.offset, t.stride
@@ -274,9 +276,9 @@ impl Decode for DeflatedSlice {
             ("decoded_bytes", limits.decoded_bytes),
         )?;
         let range = self.start as usize..(self.start + self.len) as usize;
-        all.get(range).map(<[u8]>::to_vec).ok_or_else(|| {
-            Error::range(ctx, Rule::PtStorage, "tensor outside its inflated storage")
-        })
+        all.get(range)
+            .map(<[u8]>::to_vec)
+            .ok_or_else(|| Error::range(ctx, rules::STORAGE, "tensor outside its inflated storage"))
     }
 
     fn describe(&self) -> &'static str {

@@ -17,6 +17,7 @@
 //! one `match` over pickle's opcode table, and splitting the opcodes across
 //! files would hide which of them can reach the hooks.
 
+use crate::pt::rules;
 use std::collections::HashMap;
 use zt_core::Rule;
 
@@ -226,7 +227,7 @@ impl<'l> Vm<'l> {
         self.ops += 1;
         if self.ops > self.limits.pickle_ops {
             return Err(Error::Limit {
-                rule: Rule::Limit,
+                rule: Rule::LIMIT,
                 ctx: self.ctx.clone(),
                 limit: "pickle_ops",
                 value: self.ops,
@@ -326,7 +327,7 @@ impl<'d> Run<'d> {
     fn err(&self, vm: &Vm, at: usize, reason: impl Into<String>) -> Error {
         Error::header(
             vm.ctx.clone(),
-            Rule::PtPickle,
+            rules::PICKLE,
             format!("pickle byte {at}: {}", reason.into()),
         )
     }
@@ -335,7 +336,7 @@ impl<'d> Run<'d> {
         let available = (self.data.len() - self.pos) as u64;
         if n > available {
             return Err(Error::Truncated {
-                rule: Rule::Truncated,
+                rule: Rule::TRUNCATED,
                 ctx: vm.ctx.clone(),
                 what,
                 needed: n,
@@ -368,14 +369,14 @@ impl<'d> Run<'d> {
                 Ok(&rest[..n])
             }
             None if max < rest.len() => Err(Error::Limit {
-                rule: Rule::Limit,
+                rule: Rule::LIMIT,
                 ctx: vm.ctx.clone(),
                 limit: "string_bytes",
                 value: rest.len() as u64,
                 max: vm.limits.string_bytes,
             }),
             None => Err(Error::Truncated {
-                rule: Rule::Truncated,
+                rule: Rule::TRUNCATED,
                 ctx: vm.ctx.clone(),
                 what,
                 needed: rest.len() as u64 + 1,
@@ -792,7 +793,7 @@ impl<'d> Run<'d> {
             Outcome::Same(id) => self.push(vm, id),
             Outcome::Inert => Err(Error::header(
                 vm.ctx.clone(),
-                Rule::PtObject,
+                rules::OBJECT,
                 "a persistent id that is not a storage",
             )),
         }

@@ -4,6 +4,7 @@
 //! an inert node. Then the search for tensors anywhere in the unpickled
 //! object, named by their dotted path.
 
+use crate::pt::rules;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use zt_core::Rule;
 
@@ -108,11 +109,7 @@ fn refused(reason: impl Into<String>) -> Outcome {
 }
 
 fn malformed(vm: &Vm, what: &str) -> Error {
-    Error::header(
-        vm.ctx().clone(),
-        Rule::PtObject,
-        format!("malformed {what}"),
-    )
+    Error::header(vm.ctx().clone(), rules::OBJECT, format!("malformed {what}"))
 }
 
 /// The dtype of a legacy typed storage class (`torch/storage.py`
@@ -325,7 +322,7 @@ fn lazy_bit(vm: &Vm, metadata: Id) -> Option<&'static str> {
 
 fn unknown_dtype(vm: &Vm, name: String) -> Error {
     Error::UnsupportedDType {
-        rule: Rule::DType,
+        rule: Rule::DTYPE,
         ctx: vm.ctx().clone(),
         dtype: name,
     }
@@ -333,7 +330,7 @@ fn unknown_dtype(vm: &Vm, name: String) -> Error {
 
 fn overflow(vm: &Vm) -> Error {
     Error::Overflow {
-        rule: Rule::Overflow,
+        rule: Rule::OVERFLOW,
         ctx: vm.ctx().clone(),
         what: "storage view",
     }
@@ -745,12 +742,12 @@ impl Walker<'_> {
         let ctx = self.ctx().tensor(name);
         match &r.dtype {
             Some(dtype) => Error::UnsupportedDType {
-                rule: Rule::DType,
+                rule: Rule::DTYPE,
                 ctx,
                 dtype: dtype.clone(),
             },
             None => Error::Unsupported {
-                rule: Rule::PtUnsupported,
+                rule: rules::UNSUPPORTED,
                 ctx,
                 reason: format!("{name:?} is {}; zt does not read it", r.reason),
             },

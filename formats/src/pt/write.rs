@@ -78,7 +78,7 @@ fn write_synced(path: &Path, tensors: &[TensorIn<'_>], durable: bool) -> Result<
         }
         if saved_as(t.dtype).is_none() {
             return Err(Error::Write {
-                rule: Rule::WriteDType,
+                rule: Rule::WRITE_DTYPE,
                 ctx: ctx.clone().tensor(t.name),
                 reason: format!("torch has no dtype that stores {} the way zt does", t.dtype),
             });

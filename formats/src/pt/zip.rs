@@ -3,8 +3,9 @@
 //! folder is whatever the first record's folder is (torch names it after
 //! the file), as `PyTorchStreamReader` derives it.
 
+use crate::pt::rules;
+use crate::zip::rules as zip_rules;
 use std::collections::HashMap;
-use zt_core::Rule;
 
 use super::pickle::Vm;
 use super::rebuild::{find_tensors, TorchInterp};
@@ -25,7 +26,7 @@ pub fn open(input: &OpenInput<'_>) -> Result<Catalog> {
         None => {
             return Err(Error::header(
                 ctx,
-                Rule::PtArchive,
+                rules::ARCHIVE,
                 "the first record of the archive is not in a folder",
             ))
         }
@@ -39,7 +40,7 @@ pub fn open(input: &OpenInput<'_>) -> Result<Catalog> {
             b"little" => {}
             b"big" => {
                 return Err(Error::Unsupported {
-                    rule: Rule::PtUnsupported,
+                    rule: rules::UNSUPPORTED,
                     ctx,
                     reason: "big-endian checkpoint (byteorder record says \"big\")".into(),
                 })
@@ -47,7 +48,7 @@ pub fn open(input: &OpenInput<'_>) -> Result<Catalog> {
             other => {
                 return Err(Error::header(
                     ctx,
-                    Rule::PtArchive,
+                    rules::ARCHIVE,
                     format!(
                         "byteorder record holds {:?}",
                         String::from_utf8_lossy(other)
@@ -59,7 +60,7 @@ pub fn open(input: &OpenInput<'_>) -> Result<Catalog> {
     let pkl = record("data.pkl").ok_or_else(|| {
         Error::header(
             ctx.clone(),
-            Rule::PtArchive,
+            rules::ARCHIVE,
             format!("no {root}/data.pkl record"),
         )
     })?;
@@ -72,7 +73,7 @@ pub fn open(input: &OpenInput<'_>) -> Result<Catalog> {
     )?;
     if pkl.method == 0 && crc32fast::hash(&bytes) != pkl.crc {
         return Err(Error::Decode {
-            rule: Rule::ZipEntry,
+            rule: zip_rules::ENTRY,
             ctx,
             reason: format!("{root}/data.pkl does not match its CRC-32"),
         });
@@ -94,13 +95,13 @@ pub fn open(input: &OpenInput<'_>) -> Result<Catalog> {
         let entry = record(&name).ok_or_else(|| {
             Error::header(
                 ctx.clone(),
-                Rule::PtArchive,
+                rules::ARCHIVE,
                 format!("no {root}/{name} record for storage {key:?}"),
             )
         })?;
         if entry.encrypted() {
             return Err(Error::Unsupported {
-                rule: Rule::ZipUnsupported,
+                rule: zip_rules::UNSUPPORTED,
                 ctx: ctx.clone(),
                 reason: format!("record {:?} is encrypted", entry.name),
             });
@@ -112,7 +113,7 @@ pub fn open(input: &OpenInput<'_>) -> Result<Catalog> {
             }),
             0 => Err(Error::header(
                 ctx.clone(),
-                Rule::ZipEntry,
+                zip_rules::ENTRY,
                 format!(
                     "stored record {:?} declares {} compressed and {} uncompressed bytes",
                     entry.name, entry.compressed, entry.uncompressed
@@ -123,7 +124,7 @@ pub fn open(input: &OpenInput<'_>) -> Result<Catalog> {
                 Ok(Record::Deflated((*entry).clone()))
             }
             m => Err(Error::Unsupported {
-                rule: Rule::ZipUnsupported,
+                rule: zip_rules::UNSUPPORTED,
                 ctx: ctx.clone(),
                 reason: format!(
                     "record {:?} uses zip compression method {m}; only stored (0) and deflate (8) are read",
