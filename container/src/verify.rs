@@ -181,6 +181,11 @@ fn check_sparse(t: &zt_core::Tensor<'_>) -> Result<()> {
                 if w[0] > w[1] {
                     return Err(bad("indptr decreases".into()));
                 }
+                // Only the last entry is known to be nnz: one in between
+                // may pass it before a later one comes back down.
+                if w[1] > idx.len() as u64 {
+                    return Err(bad(format!("indptr {} passes nnz {}", w[1], idx.len())));
+                }
                 let row = &idx[w[0] as usize..w[1] as usize];
                 if row.windows(2).any(|r| r[0] >= r[1]) || row.iter().any(|&c| c >= cols) {
                     return Err(bad(

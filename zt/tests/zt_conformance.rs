@@ -1321,3 +1321,35 @@ fn upstream_case(path: &Path, op: &str) -> Result<&'static str, Error> {
         other => panic!("unknown operation {other}"),
     }
 }
+
+/// Found by the `zt_file` fuzz campaign (fuzz/regressions/zt_file-csr-indptr-past-nnz):
+/// an indptr whose middle entry passes nnz and whose last comes back to it
+/// (0, 5, 2 over 2 values) made verify slice past the indices, a panic.
+#[test]
+fn verify_refuses_a_csr_indptr_that_passes_nnz() {
+    let values = f32s(&[1.0, 2.0]);
+    let indices: Vec<u8> = [0u32, 3].iter().flat_map(|x| x.to_le_bytes()).collect();
+    let indptr: Vec<u8> = [0u32, 5, 2].iter().flat_map(|x| x.to_le_bytes()).collect();
+    let bytes = file(
+        &[(4096, &values), (8192, &indices), (12288, &indptr)],
+        root(vec![(
+            "s",
+            object(
+                &[2, 4],
+                "zt.sparse_csr/1",
+                vec![
+                    ("values", part("f32", 4096, 8)),
+                    ("indices", part("u32", 8192, 8)),
+                    ("indptr", part("u32", 12288, 12)),
+                ],
+            ),
+        )]),
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("csr.zt");
+    std::fs::write(&path, bytes).unwrap();
+    let e = zt::verify(&path, false).unwrap_err();
+    assert!(matches!(e, Error::Integrity { .. }), "{e}");
+    assert_eq!(e.rule().map(|r| r.name()), Some("zt.LayoutData"), "{e}");
+    assert!(e.to_string().contains("passes nnz"), "{e}");
+}
