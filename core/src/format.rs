@@ -7,7 +7,7 @@
 
 use crate::rule::Rule;
 use std::path::{Component, Path};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crate::catalog::Catalog;
 use crate::error::{Context, Error, Result};
@@ -44,6 +44,9 @@ pub struct OpenInput<'a> {
     /// How related files are opened; `None` opens them the way `store` was
     /// opened (mapped or positional) with default remote settings.
     options: Option<&'a OpenOptions>,
+    /// The related files opened so far, each in a structure walk that
+    /// [`OpenInput::end_walks`] ends.
+    related: Mutex<Vec<Arc<Store>>>,
 }
 
 impl<'a> OpenInput<'a> {
@@ -54,6 +57,7 @@ impl<'a> OpenInput<'a> {
             store,
             limits,
             options: None,
+            related: Mutex::new(Vec::new()),
         }
     }
 
@@ -63,12 +67,22 @@ impl<'a> OpenInput<'a> {
             store,
             limits: &options.limits,
             options: Some(options),
+            related: Mutex::new(Vec::new()),
         }
     }
 
     /// A context naming the file.
     pub fn ctx(&self) -> Context {
         self.store.ctx()
+    }
+
+    /// End the structure walk of the file and of every related file
+    /// opened through this input (see [`Store::begin_walk`]): what the
+    /// opener calls once the format's `open` has returned.
+    pub fn end_walks(&self) {
+        self.store.end_walk();
+        let related = self.related.lock().unwrap_or_else(|e| e.into_inner());
+        related.iter().for_each(|s| s.end_walk());
     }
 
     /// Open `name`, a file the opened file refers to, relative to the
@@ -113,11 +127,30 @@ impl<'a> OpenInput<'a> {
                 &default_options
             }
         };
-        if location::is_url(base) {
-            return options
-                .open_store(&location::sibling(base, name))
-                .map(Arc::new);
-        }
+        let store = if location::is_url(base) {
+            options.open_store(&location::sibling(base, name))?
+        } else {
+            self.open_local(name, options, &refuse)?
+        };
+        let store = Arc::new(store);
+        store.begin_walk();
+        self.related
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Arc::clone(&store));
+        Ok(store)
+    }
+
+    /// Resolve the relative `name` beside the file on local disk, refusing
+    /// what leaves its directory (see [`OpenInput::open_related`]).
+    fn open_local(
+        &self,
+        name: &str,
+        options: &OpenOptions,
+        refuse: &dyn Fn(&str) -> Error,
+    ) -> Result<Store> {
+        let rel = Path::new(name);
+        let base = self.store.path();
         let dir = location::parent_dir(base);
         let canonical_dir = dir.canonicalize().map_err(|e| Error::io(&dir, e))?;
         let joined = dir.join(rel);
@@ -131,7 +164,7 @@ impl<'a> OpenInput<'a> {
         if !meta.is_file() {
             return Err(refuse("is not a regular file"));
         }
-        options.open_store(&resolved).map(Arc::new)
+        options.open_store(&resolved)
     }
 }
 

@@ -106,9 +106,14 @@ impl Opener<'_> {
     /// Open one tensor file (not an index).
     fn open_file(&self, path: &Path) -> Result<Source> {
         let store = Arc::new(self.options.open_store(path)?);
+        // Detection and the format's structure walk read small scattered
+        // pieces: fault in only those (see `Store::begin_walk`).
+        store.begin_walk();
         let format = self.registry.detect_store(&store)?;
         let input = OpenInput::with_options(&store, self.options);
-        let catalog = format.open(&input).map_err(|e| e.in_file(path))?;
+        let catalog = format.open(&input);
+        input.end_walks();
+        let catalog = catalog.map_err(|e| e.in_file(path))?;
         Source::from_catalog(format.name(), store, catalog, self.options.limits.clone())
     }
 
@@ -233,5 +238,92 @@ fn json_to_value(v: &serde_json::Value) -> Value {
                 .map(|(k, v)| (k.clone(), json_to_value(v)))
                 .collect(),
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::{Catalog, Object, Part, Payload};
+    use crate::dtype::DType;
+    use crate::format::{Format, Probe};
+    use std::sync::Mutex;
+
+    /// The stores a [`Walker`] saw, and whether each was walking then.
+    static SEEN: Mutex<Vec<(Arc<Store>, bool)>> = Mutex::new(Vec::new());
+
+    /// A format whose file names a related file holding its one tensor.
+    struct Walker;
+
+    impl Format for Walker {
+        fn name(&self) -> &'static str {
+            "walker"
+        }
+        fn extensions(&self) -> &'static [&'static str] {
+            &["walk"]
+        }
+        fn sniff(&self, probe: &Probe<'_>) -> bool {
+            probe.head.starts_with(b"walk:")
+        }
+        fn open(&self, input: &OpenInput<'_>) -> Result<Catalog> {
+            let head = input.store.read(0, input.store.len())?;
+            let name = std::str::from_utf8(&head[5..]).unwrap().trim();
+            let data = input.open_related(name, "data")?;
+            let mut seen = SEEN.lock().unwrap();
+            seen.push((Arc::clone(input.store), input.store.is_walking()));
+            seen.push((Arc::clone(&data), data.is_walking()));
+            let len = data.len();
+            Ok(Catalog {
+                objects: vec![Object {
+                    name: "t".into(),
+                    shape: vec![len],
+                    layout: "dense".into(),
+                    parts: vec![Part {
+                        name: "data".into(),
+                        dtype: DType::U8,
+                        shape: vec![len],
+                        strides: None,
+                        payload: Payload::Stored {
+                            store: data,
+                            offset: 0,
+                            len,
+                        },
+                    }],
+                    attributes: Default::default(),
+                }],
+                ..Catalog::default()
+            })
+        }
+    }
+
+    static WALKER: Walker = Walker;
+    static FORMATS: [&dyn Format; 1] = [&WALKER];
+
+    #[test]
+    fn a_format_walks_its_files_page_by_page_and_the_source_reads_them_normally() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("model.walk"), b"walk:model.data").unwrap();
+        std::fs::write(dir.path().join("model.data"), [9u8; 4096]).unwrap();
+        let registry = Registry::new(&FORMATS, &[]);
+        for map in [true, false] {
+            SEEN.lock().unwrap().clear();
+            let options = OpenOptions {
+                map,
+                ..OpenOptions::default()
+            };
+            let source = registry
+                .open(&dir.path().join("model.walk"), &options)
+                .unwrap();
+            assert_eq!(source.len(), 1);
+            let seen = SEEN.lock().unwrap();
+            assert_eq!(seen.len(), 2);
+            // During the format's open both files are in a structure walk
+            // (a mapped store only: positional reads have no mapping to
+            // advise); once the source exists, neither is.
+            for (store, walking) in seen.iter() {
+                assert_eq!(*walking, map, "{}", store.path().display());
+                assert!(!store.is_walking(), "{}", store.path().display());
+            }
+        }
     }
 }

@@ -5,12 +5,19 @@
 //!
 //! All byte access goes through bounds-checked methods, so a plugin that
 //! computes a bad range gets an error, never an out-of-bounds read.
+//!
+//! While a format walks a mapped file's structure (see
+//! [`Store::begin_walk`]) the mapping is advised `MADV_RANDOM`: a fault on
+//! a cold page then reads that page, not the device's whole readahead
+//! window around it (8 MiB here), which a walk over a zip's local headers
+//! or HDF5's object headers paid once per member, synchronously.
 
 use crate::rule::Rule;
 use std::borrow::Cow;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use memmap2::Mmap;
 
@@ -34,7 +41,14 @@ pub struct Store {
     path: PathBuf,
     len: u64,
     backing: Backing,
+    /// A format is walking the structure (see [`Store::begin_walk`]).
+    walking: AtomicBool,
 }
+
+/// During a structure walk, a read at least this long is a header or a
+/// table read front to back (a safetensors header, a pickle, an ONNX
+/// protobuf): its range keeps the kernel's normal readahead.
+const WALK_SEQUENTIAL: u64 = 256 << 10;
 
 /// The operating system's page size, read once.
 pub fn page_size() -> u64 {
@@ -90,6 +104,7 @@ impl Store {
             path: location.to_path_buf(),
             len,
             backing: Backing::Mapped(map),
+            walking: AtomicBool::new(false),
         })
     }
 
@@ -100,6 +115,7 @@ impl Store {
             path: url,
             len: object.len(),
             backing: Backing::Remote(object),
+            walking: AtomicBool::new(false),
         }
     }
 
@@ -112,6 +128,7 @@ impl Store {
             path: path.to_path_buf(),
             len,
             backing: Backing::Positional(file),
+            walking: AtomicBool::new(false),
         })
     }
 
@@ -150,6 +167,39 @@ impl Store {
         match &self.backing {
             Backing::Mapped(map) => Some((map.as_ptr() as usize, map.len())),
             _ => None,
+        }
+    }
+
+    /// Start a structure walk: until [`Store::end_walk`], the reads a
+    /// format makes to find its tensors fault in only the pages they touch
+    /// (`MADV_RANDOM`), except reads of at least 256 KiB, which keep normal
+    /// readahead over their range. The opener brackets every format's
+    /// `open` with the two calls. Advice only: no read returns different
+    /// bytes, and a store that is not mapped ignores it.
+    pub fn begin_walk(&self) {
+        if self.is_mapped() && !self.walking.swap(true, Ordering::Relaxed) {
+            let _ = self.advise(0, self.len, libc::MADV_RANDOM);
+        }
+    }
+
+    /// End the structure walk: the whole mapping gets normal readahead
+    /// back, for the tensor reads that follow.
+    pub fn end_walk(&self) {
+        if self.walking.swap(false, Ordering::Relaxed) {
+            let _ = self.advise(0, self.len, libc::MADV_NORMAL);
+        }
+    }
+
+    /// True between [`Store::begin_walk`] and [`Store::end_walk`] on a
+    /// mapped store.
+    pub fn is_walking(&self) -> bool {
+        self.walking.load(Ordering::Relaxed)
+    }
+
+    /// A long read during a walk: its range reads ahead normally.
+    fn walk_read(&self, offset: u64, len: u64) {
+        if len >= WALK_SEQUENTIAL && self.walking.load(Ordering::Relaxed) {
+            let _ = self.advise(offset, len, libc::MADV_NORMAL);
         }
     }
 
@@ -202,7 +252,10 @@ impl Store {
     pub fn slice(&self, offset: u64, len: u64) -> Result<&[u8]> {
         self.check_range(offset, len, "byte range")?;
         match &self.backing {
-            Backing::Mapped(map) => Ok(&map[offset as usize..(offset + len) as usize]),
+            Backing::Mapped(map) => {
+                self.walk_read(offset, len);
+                Ok(&map[offset as usize..(offset + len) as usize])
+            }
             _ => Err(Error::Unsupported {
                 rule: Rule::ACCESS_MAP,
                 ctx: self.ctx().at(offset),
@@ -216,9 +269,12 @@ impl Store {
     pub fn read(&self, offset: u64, len: u64) -> Result<Cow<'_, [u8]>> {
         self.check_range(offset, len, "byte range")?;
         match &self.backing {
-            Backing::Mapped(map) => Ok(Cow::Borrowed(
-                &map[offset as usize..(offset + len) as usize],
-            )),
+            Backing::Mapped(map) => {
+                self.walk_read(offset, len);
+                Ok(Cow::Borrowed(
+                    &map[offset as usize..(offset + len) as usize],
+                ))
+            }
             Backing::Positional(file) => {
                 let mut buf = crate::buffer::try_zeroed(&self.ctx().at(offset), "a read", len)?;
                 file.read_exact_at(&mut buf, offset)
@@ -239,6 +295,7 @@ impl Store {
         self.check_range(offset, buf.len() as u64, "byte range")?;
         match &self.backing {
             Backing::Mapped(map) => {
+                self.walk_read(offset, buf.len() as u64);
                 buf.copy_from_slice(&map[offset as usize..offset as usize + buf.len()]);
                 Ok(())
             }
@@ -422,9 +479,10 @@ impl Store {
         }
         // SAFETY: [start, end) lies inside the mapping (start is page-aligned
         // and below len; end is clamped to the mapping length). madvise with
-        // WILLNEED/DONTNEED on a read-only shared file mapping never changes
-        // the bytes a reader sees: DONTNEED only drops pages, which the next
-        // access faults back in from the file.
+        // WILLNEED/DONTNEED/RANDOM/NORMAL on a read-only shared file mapping
+        // never changes the bytes a reader sees: DONTNEED only drops pages,
+        // which the next access faults back in from the file; the others
+        // change how much is read ahead.
         let rc = unsafe {
             libc::madvise(
                 map.as_ptr().add(start as usize) as *mut libc::c_void,
@@ -501,5 +559,75 @@ mod tests {
         assert_eq!(store.read(0, 1).unwrap()[0], 7);
         assert!(store.evict_pages(1, page_size()).is_err());
         assert_eq!(Store::page_envelope(1, 1), (0, page_size()));
+    }
+
+    /// The `VmFlags` of every mapping of this process that overlaps
+    /// `[start, start + len)`, from `/proc/self/smaps` ("rr" is
+    /// `MADV_RANDOM`).
+    fn vm_flags(start: usize, len: usize) -> Vec<String> {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let mut out = Vec::new();
+        let mut overlaps = false;
+        for line in smaps.lines() {
+            let first = line.split_whitespace().next().unwrap_or("");
+            if let Some((a, b)) = first.split_once('-') {
+                if let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16))
+                {
+                    overlaps = a < start + len && start < b;
+                    continue;
+                }
+            }
+            if let Some(flags) = line.strip_prefix("VmFlags:") {
+                if overlaps {
+                    out.push(flags.trim().to_string());
+                }
+            }
+        }
+        out
+    }
+
+    fn random(flags: &[String]) -> Vec<bool> {
+        flags
+            .iter()
+            .map(|f| f.split_whitespace().any(|x| x == "rr"))
+            .collect()
+    }
+
+    #[test]
+    fn a_walk_reads_pages_not_windows_and_long_reads_read_ahead() {
+        let page = page_size() as usize;
+        let bytes: Vec<u8> = (0..(WALK_SEQUENTIAL as usize * 4))
+            .map(|i| i as u8)
+            .collect();
+        let f = file_with(&bytes);
+        let store = Store::open(f.path()).unwrap();
+        let (addr, len) = store.mapping().unwrap();
+        assert_eq!(random(&vm_flags(addr, len)), [false]);
+
+        store.begin_walk();
+        assert_eq!(random(&vm_flags(addr, len)), [true]);
+        // A short read keeps the page-at-a-time advice; a long one (a
+        // header read front to back) gets normal readahead over its range.
+        assert_eq!(store.read(5, 10).unwrap()[..], bytes[5..15]);
+        assert_eq!(random(&vm_flags(addr, len)), [true]);
+        let long = WALK_SEQUENTIAL as usize;
+        assert_eq!(
+            store.read(2 * page as u64, long as u64).unwrap()[..],
+            bytes[2 * page..2 * page + long]
+        );
+        assert_eq!(random(&vm_flags(addr, 2 * page)), [true]);
+        assert_eq!(random(&vm_flags(addr + 2 * page, long)), [false]);
+        assert_eq!(
+            random(&vm_flags(addr + 2 * page + long, len - 2 * page - long)),
+            [true]
+        );
+
+        store.end_walk();
+        assert!(random(&vm_flags(addr, len)).iter().all(|r| !r));
+        // A positional store has no mapping to advise; the calls are no-ops.
+        let positional = Store::open_positional(f.path()).unwrap();
+        positional.begin_walk();
+        assert_eq!(positional.read(5, 10).unwrap()[..], bytes[5..15]);
+        positional.end_walk();
     }
 }
