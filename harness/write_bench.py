@@ -5,7 +5,8 @@
 Each writer writes the same arrays; runs are interleaved, the output removed
 and `sync`ed outside the timed region. zt's writers fsync their output (every
 format, `.zt` included: zt's one durability rule) and upstream ztensor's
-does; the other libraries do not. Data: synthetic random bits (the seed's workloads are
+does; the other libraries do not, so `safetensors save_file + fsync` is
+the peer held to the same rule (the file and its directory fsynced). Data: synthetic random bits (the seed's workloads are
 synthetic).
 
     python -m harness.write_bench --size-mb 512 --runs 3
@@ -83,6 +84,20 @@ def _torch_write(torch, arrays, path):
     torch.save({k: torch.from_numpy(v) for k, v in arrays.items()}, path)
 
 
+def _durable_safetensors(arrays, path) -> None:
+    """The peer held to zt's durability rule: `safetensors.numpy.save_file`,
+    then the file fsynced and its directory after (what zt's writers do
+    before and after their rename), so the bytes are on the device when it
+    returns."""
+    safetensors.numpy.save_file(arrays, path)
+    for target, flags in ((path, os.O_RDONLY), (os.path.dirname(path) or ".", os.O_RDONLY | os.O_DIRECTORY)):
+        fd = os.open(target, flags)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
 def writers() -> dict[str, tuple[str, Callable[[dict, str], None] | None]]:
     """name -> (extension, write function or None when the peer is missing)."""
     ztensor = _optional("ztensor.numpy")
@@ -95,6 +110,7 @@ def writers() -> dict[str, tuple[str, Callable[[dict, str], None] | None]]:
         "ztensor 2.1.2 4 KiB": (".zt", ztensor and (lambda a, p: ztensor.save_file(a, p, align=4096))),
         "zt → safetensors": (".safetensors", lambda a, p: zt.numpy.save_file(a, p)),
         "safetensors.numpy.save_file": (".safetensors", lambda a, p: safetensors.numpy.save_file(a, p)),
+        "safetensors save_file + fsync": (".safetensors", _durable_safetensors),
         "zt → npz": (".npz", lambda a, p: zt.numpy.save_file(a, p)),
         "numpy.savez": (".npz", lambda a, p: np.savez(p, **a)),
         "zt → pt": (".pt", lambda a, p: zt.numpy.save_file(a, p)),
@@ -181,8 +197,8 @@ def header(runs: int) -> str:
         + ", ".join(f"{k} {x}" for k, x in v.items())
         + f". Files on {common.filesystem_of(work)}; {runs} interleaved runs after one warm-up; the previous output is "
         "deleted and `sync`ed outside the timed region. zt's writers (every format) fsync the file before its rename "
-        "and the directory after; upstream ztensor fsyncs in `Writer.finish`; the other libraries do not fsync. "
-        "Throughput is payload bytes per second; "
+        "and the directory after; upstream ztensor fsyncs in `Writer.finish`; the other libraries do not fsync, "
+        "so `safetensors save_file + fsync` is safetensors held to zt's rule (file and directory fsynced). Throughput is payload bytes per second; "
         "`size ÷ payload` shows the padding each placement costs (the alignment trade-off)."
     )
 
