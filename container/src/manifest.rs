@@ -4,6 +4,7 @@
 //! level, as the spec requires.
 
 use crate::rules;
+use smallvec::SmallVec;
 use std::borrow::Cow;
 
 use crate::cbor::{self, Cbor, CborError, DecodeLimits, KeyOrder, Pull, Token};
@@ -29,8 +30,9 @@ pub struct Manifest {
     pub attributes: Option<Cbor>,
 }
 
-/// One object of the manifest.
-#[derive(Debug, Clone, PartialEq)]
+/// One object of the manifest (the default is an empty one, allocating
+/// nothing, to take an object's place when it is moved out).
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct ObjectDef {
     /// Object name.
     pub name: String,
@@ -39,10 +41,15 @@ pub struct ObjectDef {
     /// `"dense"` or a profile id.
     pub layout: Cow<'static, str>,
     /// Parts in manifest order.
-    pub parts: Vec<PartDef>,
+    pub parts: Parts,
     /// Per-object attributes, if present.
     pub attributes: Option<Cbor>,
 }
+
+/// An object's parts, the first held inline: most objects have one, and a
+/// list allocated for each of 50k objects, freed once the catalog is built,
+/// left the heap in holes that every later allocation and free paid for.
+pub type Parts = SmallVec<[PartDef; 1]>;
 
 /// One part of an object.
 #[derive(Debug, Clone, PartialEq)]
@@ -373,7 +380,7 @@ fn walk_object(
             Token::Text("parts") => match p.token(3)? {
                 Token::Map(0) => return Err(bad("object has no parts".into())),
                 Token::Map(np) => {
-                    let mut v = Vec::with_capacity(np);
+                    let mut v = Parts::with_capacity(np);
                     let mut porder = KeyOrder::default();
                     for _ in 0..np {
                         let key = p.key(4, &mut porder)?;
