@@ -115,10 +115,27 @@ impl StoredDigest {
         {
             return Err("value is not lowercase hex");
         }
-        match Digest::parse(d) {
-            Ok(known) => Ok(StoredDigest::Known(known)),
-            Err(Some(why)) => Err(why),
-            Err(None) => Ok(StoredDigest::Other(d.to_string())),
+        // The registered algorithms at their exact lengths, decoded from the
+        // digits just checked; anything else goes to `Digest::parse`, for
+        // its refusals and for algorithms zt does not know.
+        match (algo, hex.as_bytes()) {
+            ("xxh3", digits) if digits.len() == 16 => Ok(StoredDigest::Known(Digest::Xxh3(
+                digits
+                    .iter()
+                    .fold(0, |v, &b| v << 4 | u64::from(hex_value(b))),
+            ))),
+            ("sha256", digits) if digits.len() == 64 => {
+                let mut out = [0u8; 32];
+                for (o, pair) in out.iter_mut().zip(digits.chunks_exact(2)) {
+                    *o = hex_value(pair[0]) << 4 | hex_value(pair[1]);
+                }
+                Ok(StoredDigest::Known(Digest::Sha256(out)))
+            }
+            _ => match Digest::parse(d) {
+                Ok(known) => Ok(StoredDigest::Known(known)),
+                Err(Some(why)) => Err(why),
+                Err(None) => Ok(StoredDigest::Other(d.to_string())),
+            },
         }
     }
 
@@ -128,6 +145,14 @@ impl StoredDigest {
             StoredDigest::Known(d) => Some(*d),
             StoredDigest::Other(_) => None,
         }
+    }
+}
+
+/// The value of one lowercase hex digit (checked by the caller).
+fn hex_value(b: u8) -> u8 {
+    match b {
+        b'0'..=b'9' => b - b'0',
+        _ => b - b'a' + 10,
     }
 }
 
@@ -706,6 +731,34 @@ mod tests {
         }
         fields.extend(extra);
         Cbor::map(fields)
+    }
+
+    #[test]
+    fn a_stored_digest_is_what_digest_parse_reads_and_writes_back() {
+        let sha = format!("sha256:{}", "0123456789abcdef".repeat(4));
+        for d in [
+            "xxh3:0123456789abcdef",
+            "xxh3:ffffffffffffffff",
+            sha.as_str(),
+        ] {
+            let stored = StoredDigest::parse(d).unwrap();
+            assert_eq!(stored.known(), Some(Digest::parse(d).unwrap()));
+            assert_eq!(stored.to_string(), d);
+        }
+        let other = StoredDigest::parse("blake3:00ff").unwrap();
+        assert_eq!(
+            (other.known(), other.to_string()),
+            (None, "blake3:00ff".into())
+        );
+        for (bad, why) in [
+            ("xxh3:0123", "xxh3 takes 16 lowercase hex digits"),
+            ("xxh3:0123456789ABCDEF", "value is not lowercase hex"),
+            ("sha256:00", "sha256 takes 64 lowercase hex digits"),
+            ("xxh3", "no ':' between algorithm and value"),
+            (":00", "empty algorithm or value"),
+        ] {
+            assert_eq!(StoredDigest::parse(bad), Err(why), "{bad}");
+        }
     }
 
     #[test]
