@@ -128,7 +128,17 @@ pub fn check(bytes: &[u8], limits: DecodeLimits) -> Res<()> {
 /// Text the manifest repeats for every tensor, as a static (`None` for
 /// anything else, which callers copy or borrow).
 pub fn interned(s: &str) -> Option<&'static str> {
-    const VOCABULARY: &[&str] = &[
+    // A `match`, not a scan of a list: it runs for every key and value
+    // the manifest holds.
+    macro_rules! vocabulary {
+        ($($word:literal),* $(,)?) => {
+            match s {
+                $($word => Some($word),)*
+                _ => None,
+            }
+        };
+    }
+    vocabulary!(
         // Keys of the root, objects and parts (spec §4).
         "objects",
         "attributes",
@@ -172,8 +182,7 @@ pub fn interned(s: &str) -> Option<&'static str> {
         "complex128",
         "f8_e4m3fn",
         "f8_e5m2",
-    ];
-    VOCABULARY.iter().find(|&&w| w == s).copied()
+    )
 }
 
 /// One head of the permitted subset, as a pull parser hands it out. Strings

@@ -183,7 +183,11 @@ pub fn check_blob(ctx: &Context, file_len: u64, offset: u64, len: u64, what: &st
 /// (zero-length references are exempt). `refs` holds `(offset, len, name)`
 /// where `name` is the tensor that holds the reference (empty for the manifest).
 pub fn check_disjoint(ctx: &Context, refs: &mut [(u64, u64, &str)]) -> Result<()> {
-    refs.sort_unstable();
+    // A stable sort: references come in manifest order, CBOR's key order
+    // (shorter names first), so blobs placed in name order arrive as a few
+    // sorted runs, which it merges in one pass where an unstable sort
+    // re-sorts them.
+    refs.sort();
     let mut prev: Option<(u64, u64, &str)> = None;
     for &(offset, len, who) in refs.iter() {
         if len == 0 {

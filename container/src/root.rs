@@ -114,7 +114,7 @@ fn object_cbor(o: ObjectDef, shard: &str) -> Cbor {
             ("shard", Cbor::Text(shard.to_string().into())),
         ];
         if let Some(d) = p.digest {
-            m.push(("digest", Cbor::Text(d.into())));
+            m.push(("digest", Cbor::Text(d.to_string().into())));
         }
         if let Some(t) = p.logical {
             m.push(("type", Cbor::Text(t)));

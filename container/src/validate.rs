@@ -111,29 +111,27 @@ fn bad(ctx: &Context, layout: &str, reason: impl std::fmt::Display) -> Error {
 }
 
 /// Exactly these part names (in any order); returns them in that order.
-fn parts_named<'a>(obj: &'a ObjectDef, names: &[&str], ctx: &Context) -> Result<Vec<&'a PartDef>> {
+fn parts_named<'a, const N: usize>(
+    obj: &'a ObjectDef,
+    names: [&str; N],
+    ctx: &Context,
+) -> Result<[&'a PartDef; N]> {
     // Part names are unique (map keys), so equal counts and every wanted
-    // name found means exactly these parts; no sorting or copying on the
-    // path every tensor takes.
-    let found: Option<Vec<&PartDef>> = (obj.parts.len() == names.len())
-        .then(|| {
-            names
-                .iter()
-                .map(|n| obj.parts.iter().find(|p| p.name == *n))
-                .collect()
-        })
-        .flatten();
-    found.ok_or_else(|| {
-        let mut found: Vec<&str> = obj.parts.iter().map(|p| p.name.as_ref()).collect();
-        found.sort_unstable();
-        let mut want = names.to_vec();
-        want.sort_unstable();
-        bad(
-            ctx,
-            &obj.layout,
-            format!("parts are {found:?}, the layout needs exactly {want:?}"),
-        )
-    })
+    // name found means exactly these parts. An array: the path every
+    // tensor takes neither sorts nor allocates.
+    let found = names.map(|n| obj.parts.iter().find(|p| p.name == n));
+    if obj.parts.len() == N && found.iter().all(Option::is_some) {
+        return Ok(found.map(|p| p.expect("found")));
+    }
+    let mut found: Vec<&str> = obj.parts.iter().map(|p| p.name.as_ref()).collect();
+    found.sort_unstable();
+    let mut want = names.to_vec();
+    want.sort_unstable();
+    Err(bad(
+        ctx,
+        &obj.layout,
+        format!("parts are {found:?}, the layout needs exactly {want:?}"),
+    ))
 }
 
 fn plain_index(p: &PartDef, obj: &ObjectDef, ctx: &Context) -> Result<()> {
@@ -211,15 +209,20 @@ pub fn interpret<'a>(obj: &'a ObjectDef, ctx: &Context) -> Result<Vec<PartView>>
         ctx: ctx.clone(),
         what: "element count",
     })?;
-    let mut views: Vec<(&str, PartView)> = Vec::new();
+    // Each part's view at the part's position, so they come out in the
+    // order of `obj.parts` with no second list.
+    let mut views: Vec<Option<PartView>> = vec![None; obj.parts.len()];
     let mut put = |p: &'a PartDef, dtype: DType, shape: Vec<u64>| {
-        views.push((p.name.as_ref(), PartView { dtype, shape }));
+        let at = obj
+            .parts
+            .iter()
+            .position(|q| std::ptr::eq(q, p))
+            .expect("a part of the object");
+        views[at] = Some(PartView { dtype, shape });
     };
     match obj.layout.as_ref() {
         "dense" => {
-            let [data] = parts_named(obj, &["data"], ctx)?[..] else {
-                unreachable!("one part")
-            };
+            let [data] = parts_named(obj, ["data"], ctx)?;
             if data
                 .logical
                 .as_deref()
@@ -230,7 +233,7 @@ pub fn interpret<'a>(obj: &'a ObjectDef, ctx: &Context) -> Result<Vec<PartView>>
                 // structurally, its part as the raw bytes it stores (the
                 // element size is unknown, so no size equation applies).
                 put(data, DType::U8, vec![data.decoded_size()]);
-                return finish_views(obj, views);
+                return finish_views(views);
             }
             let t = element_type(data, ctx)?;
             need(
@@ -243,11 +246,7 @@ pub fn interpret<'a>(obj: &'a ObjectDef, ctx: &Context) -> Result<Vec<PartView>>
             put(data, t, obj.shape.clone());
         }
         "zt.sparse_csr/1" => {
-            let [values, indices, indptr] =
-                parts_named(obj, &["values", "indices", "indptr"], ctx)?[..]
-            else {
-                unreachable!("three parts")
-            };
+            let [values, indices, indptr] = parts_named(obj, ["values", "indices", "indptr"], ctx)?;
             if obj.shape.len() != 2 {
                 return Err(bad(ctx, &obj.layout, "rank must be 2"));
             }
@@ -286,9 +285,7 @@ pub fn interpret<'a>(obj: &'a ObjectDef, ctx: &Context) -> Result<Vec<PartView>>
             put(indptr, indptr.dtype, vec![rows1]);
         }
         "zt.sparse_coo/1" => {
-            let [values, coords] = parts_named(obj, &["values", "coords"], ctx)?[..] else {
-                unreachable!("two parts")
-            };
+            let [values, coords] = parts_named(obj, ["values", "coords"], ctx)?;
             let ndim = obj.shape.len() as u64;
             if ndim == 0 {
                 return Err(bad(ctx, &obj.layout, "rank must be at least 1"));
@@ -309,9 +306,7 @@ pub fn interpret<'a>(obj: &'a ObjectDef, ctx: &Context) -> Result<Vec<PartView>>
             put(coords, coords.dtype, vec![ndim, nnz]);
         }
         "zt.mx/1" => {
-            let [data, scales] = parts_named(obj, &["data", "scales"], ctx)?[..] else {
-                unreachable!("two parts")
-            };
+            let [data, scales] = parts_named(obj, ["data", "scales"], ctx)?;
             if scales.dtype != DType::U8 || scales.logical.as_deref() != Some("f8_e8m0") {
                 return Err(bad(ctx, &obj.layout, "scales must be u8 with type f8_e8m0"));
             }
@@ -369,9 +364,7 @@ pub fn interpret<'a>(obj: &'a ObjectDef, ctx: &Context) -> Result<Vec<PartView>>
         "zt.quant_group/1" => quant_group(obj, elements, ctx, &mut put)?,
         layout => match gguf_type(layout) {
             Some(_) => {
-                let [data] = parts_named(obj, &["data"], ctx)?[..] else {
-                    unreachable!("one part")
-                };
+                let [data] = parts_named(obj, ["data"], ctx)?;
                 if data.dtype != DType::U8 || data.logical.is_some() {
                     return Err(bad(ctx, layout, "data must be plain u8"));
                 }
@@ -391,7 +384,7 @@ pub fn interpret<'a>(obj: &'a ObjectDef, ctx: &Context) -> Result<Vec<PartView>>
             None => return Ok(structural(obj)),
         },
     }
-    finish_views(obj, views)
+    finish_views(views)
 }
 
 /// The registered profiles upstream ztensor 2.1.2 passes through without
@@ -450,18 +443,12 @@ fn structural(obj: &ObjectDef) -> Vec<PartView> {
         .collect()
 }
 
-/// The views in the order of `obj.parts`.
-fn finish_views(obj: &ObjectDef, mut views: Vec<(&str, PartView)>) -> Result<Vec<PartView>> {
-    Ok(obj
-        .parts
-        .iter()
-        .map(|p| {
-            let i = views
-                .iter()
-                .position(|(n, _)| *n == p.name)
-                .expect("every part interpreted");
-            views.swap_remove(i).1
-        })
+/// The views in the order of `obj.parts` (every part has one: each
+/// layout names all of its parts).
+fn finish_views(views: Vec<Option<PartView>>) -> Result<Vec<PartView>> {
+    Ok(views
+        .into_iter()
+        .map(|v| v.expect("every part interpreted"))
         .collect())
 }
 
@@ -484,13 +471,13 @@ fn quant_group<'a>(
             ))
         }
     };
-    let names: &[&str] = if form == "tensor" {
-        &["data", "scales", "zeros"]
+    let (data, scales, zeros) = if form == "tensor" {
+        let [data, scales, zeros] = parts_named(obj, ["data", "scales", "zeros"], ctx)?;
+        (data, scales, Some(zeros))
     } else {
-        &["data", "scales"]
+        let [data, scales] = parts_named(obj, ["data", "scales"], ctx)?;
+        (data, scales, None)
     };
-    let parts = parts_named(obj, names, ctx)?;
-    let (data, scales) = (parts[0], parts[1]);
     match (form, zp.get("value"), zp.get("packing")) {
         ("implied", Some(Cbor::UInt(_) | Cbor::NInt(_)), None) => {}
         ("tensor", None, Some(Cbor::Text(p))) if p == "same_as_data" || p == "plain" => {}
@@ -620,8 +607,7 @@ fn quant_group<'a>(
     )?;
     put(data, data.dtype, vec![elements / per_word]);
     put(scales, st, vec![group_count]);
-    if form == "tensor" {
-        let zeros = parts[2];
+    if let Some(zeros) = zeros {
         let same = matches!(zp.get("packing"), Some(Cbor::Text(p)) if p == "same_as_data");
         let zt = element_type(zeros, ctx)?;
         if same {

@@ -11,7 +11,7 @@ use unicode_normalization::is_nfc;
 
 use crate::cbor::{self, Cbor};
 use crate::container::{CANONICAL_ALIGN, FOOTER_LEN};
-use crate::manifest::Manifest;
+use crate::manifest::{Manifest, StoredDigest};
 use crate::read::{manifest_of, positional_name};
 use zt_core::catalog::{Digest, DigestAlgorithm};
 use zt_core::dtype::DType;
@@ -253,7 +253,7 @@ pub fn content_digest_of(m: &Manifest, ctx: &Context) -> Result<Digest> {
             };
             let mut e = vec![
                 ("dtype", Cbor::Text(p.dtype.name().into())),
-                ("digest", Cbor::Text(d.clone().into())),
+                ("digest", Cbor::Text(d.to_string().into())),
             ];
             if let Some(t) = &p.logical {
                 e.push(("type", Cbor::Text(t.clone())));
@@ -325,12 +325,14 @@ pub fn canonical_violations(path: &Path) -> Result<Vec<Violation>> {
                 );
             }
             match &p.digest {
-                Some(d) if d.starts_with("xxh3:") => {}
+                Some(StoredDigest::Known(Digest::Xxh3(_))) => {}
                 _ => v(4, format!("{who} has no xxh3 digest")),
             }
             let key = (p.offset, p.length);
             if let Some(d) = &p.digest {
-                let twins = by_digest.entry((d.clone(), p.decoded_size())).or_default();
+                let twins = by_digest
+                    .entry((d.to_string(), p.decoded_size()))
+                    .or_default();
                 if !twins.contains(&key) {
                     twins.push(key);
                 }

@@ -409,8 +409,7 @@ impl<'a> PartRef<'a> {
     /// The digest the file stores for this part's decoded bytes, if any.
     pub fn digest(&self) -> Option<&'a Digest> {
         self.source
-            .digests
-            .get(&(self.object_index, self.part_index))
+            .digest_entry(self.object_index, self.part_index)
             .map(|(d, _)| d)
     }
 
@@ -419,10 +418,7 @@ impl<'a> PartRef<'a> {
     /// [`Error::Integrity`] when it does not match.
     pub fn verify(&self) -> Result<bool> {
         self.guard_as(true)?;
-        let Some((want, rule)) = self
-            .source
-            .digests
-            .get(&(self.object_index, self.part_index))
+        let Some((want, rule)) = self.source.digest_entry(self.object_index, self.part_index)
         else {
             return Ok(self.has_check());
         };

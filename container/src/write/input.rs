@@ -124,7 +124,7 @@ pub(super) fn check_object(
                     digest: None,
                 })
             })
-            .collect::<Result<Vec<_>>>()?,
+            .collect::<Result<manifest::Parts>>()?,
     };
     let mut names: Vec<&str> = o.parts.iter().map(|p| p.name.as_str()).collect();
     names.sort_unstable();

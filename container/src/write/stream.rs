@@ -446,7 +446,7 @@ impl Writer {
                         digest: None,
                     })
                 })
-                .collect::<Result<Vec<_>>>()?,
+                .collect::<Result<manifest::Parts>>()?,
         };
         let with_parts = ObjectIn {
             parts: parts
