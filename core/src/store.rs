@@ -9,6 +9,7 @@
 use crate::rule::Rule;
 use std::borrow::Cow;
 use std::fs::File;
+use std::mem::MaybeUninit;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
@@ -247,6 +248,68 @@ impl Store {
                 .map_err(|e| self.read_failed(file, offset, buf.len() as u64, e)),
             #[cfg(feature = "remote")]
             Backing::Remote(object) => object.read_into(offset, buf).map_err(crate::remote::error),
+        }
+    }
+
+    /// [`Store::read_into`] for memory not yet initialised (a fresh
+    /// destination, so it is never zeroed or faulted in before the copy):
+    /// one copy out of the mapping, or `pread`s straight into `buf`. On
+    /// success every byte of `buf` is initialised; on error some may not be.
+    pub fn read_into_uninit(&self, offset: u64, buf: &mut [MaybeUninit<u8>]) -> Result<()> {
+        let len = buf.len();
+        self.check_range(offset, len as u64, "byte range")?;
+        match &self.backing {
+            Backing::Mapped(map) => {
+                let src = &map[offset as usize..offset as usize + len];
+                // SAFETY: `src` and `buf` are both `len` bytes long and do not
+                // overlap (one is a read-only file mapping, the other a
+                // `&mut` borrow); writing initialised bytes into
+                // `MaybeUninit<u8>` is always valid.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(src.as_ptr(), buf.as_mut_ptr().cast::<u8>(), len)
+                };
+                Ok(())
+            }
+            Backing::Positional(file) => {
+                use std::os::fd::AsRawFd;
+                let mut done = 0usize;
+                while done < len {
+                    let at = offset + done as u64;
+                    // SAFETY: the kernel writes at most `len - done` bytes into
+                    // `buf[done..]`, memory this call borrows mutably; reading
+                    // into uninitialised memory is what `pread` is for.
+                    let n = unsafe {
+                        libc::pread(
+                            file.as_raw_fd(),
+                            buf.as_mut_ptr().add(done).cast::<libc::c_void>(),
+                            len - done,
+                            at as libc::off_t,
+                        )
+                    };
+                    match n {
+                        0 => {
+                            let eof = std::io::ErrorKind::UnexpectedEof.into();
+                            return Err(self.read_failed(file, at, (len - done) as u64, eof));
+                        }
+                        n if n > 0 => done += n as usize,
+                        _ => {
+                            let e = std::io::Error::last_os_error();
+                            if e.kind() != std::io::ErrorKind::Interrupted {
+                                return Err(self.read_failed(file, at, (len - done) as u64, e));
+                            }
+                        }
+                    }
+                }
+                Ok(())
+            }
+            #[cfg(feature = "remote")]
+            Backing::Remote(_) => {
+                buf.fill(MaybeUninit::new(0));
+                // SAFETY: every element was just initialised, and
+                // `MaybeUninit<u8>` has the layout of `u8`.
+                let init = unsafe { &mut *(buf as *mut [MaybeUninit<u8>] as *mut [u8]) };
+                self.read_into(offset, init)
+            }
         }
     }
 
