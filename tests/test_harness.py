@@ -107,3 +107,17 @@ def test_copy_bench_checks_every_case_bit_for_bit_and_for_its_own_memory(tmp, mo
     rows = {row["case"]: row for row in result.rows()}
     assert list(rows) == list(copy_bench.CASES) and result.peer == copy_bench.BASELINE
     assert rows[copy_bench.BASELINE][f"vs {copy_bench.BASELINE}"] == "1.00×"
+
+
+def test_copy_bench_rounds_run_every_case_once_each_in_shuffled_order():
+    from harness import copy_bench
+
+    log = []
+    cases = {name: (lambda name=name: log.append(name)) for name in "abcd"}
+    samples = copy_bench.shuffled_rounds(cases, runs=6, after=lambda name: log.append("/" + name))
+    assert list(samples) == list("abcd") and all(len(samples[n]) == 6 for n in "abcd")
+    runs = [x for x in log if not x.startswith("/")]
+    assert runs[:4] == list("abcd")  # the warm-up round, then 6 shuffled ones
+    rounds = [runs[i : i + 4] for i in range(4, len(runs), 4)]
+    assert all(sorted(r) == list("abcd") for r in rounds) and len({tuple(r) for r in rounds}) > 1
+    assert log[1::2] == ["/" + x for x in runs]  # after() follows every call
