@@ -67,8 +67,10 @@ fn raw_range<'a>(p: &PartRef<'a>) -> Option<(&'a Store, u64, u64)> {
     }
 }
 
-/// A piece of one copy: `buf.len()` bytes of `store` from `offset`.
+/// A piece of one copy: `buf.len()` bytes of `store` from `offset`, for
+/// the tensor `name` (which its errors name).
 struct Piece<'s, 'b> {
+    name: &'s str,
     store: &'s Store,
     offset: u64,
     buf: &'b mut [MaybeUninit<u8>],
@@ -94,13 +96,13 @@ pub(crate) fn copy_parts(
         match raw_range(p) {
             Some((store, offset, len)) => {
                 out.push(crate::buffer::try_with_capacity(&p.ctx(), "a copy", len)?);
-                raw.push((i, store, offset, len));
+                raw.push((i, p.object.name.as_str(), store, offset, len));
             }
             None => out.push(Vec::new()),
         }
     }
     copy_raw(&raw, &mut out, threads, chunk)?;
-    for &(i, _, _, len) in &raw {
+    for &(i, _, _, _, len) in &raw {
         // SAFETY: `copy_raw` returned Ok, so every byte of the first `len`
         // of each raw destination's capacity (which is at least `len`) was
         // written by `Store::read_into_uninit`.
@@ -114,35 +116,36 @@ pub(crate) fn copy_parts(
     Ok(out)
 }
 
-/// Copy the raw ranges `(index in out, store, offset, len)` into the spare
-/// capacity of their destinations, in file order, on `threads` threads.
-fn copy_raw(
-    raw: &[(usize, &Store, u64, u64)],
-    out: &mut [Vec<u8>],
-    threads: usize,
-    chunk: usize,
-) -> Result<()> {
+/// A raw part to copy: its index in the output, tensor name, store,
+/// offset and length.
+type Raw<'a> = (usize, &'a str, &'a Store, u64, u64);
+
+/// Copy the raw ranges into the spare capacity of their destinations, in
+/// file order, on `threads` threads.
+fn copy_raw(raw: &[Raw<'_>], out: &mut [Vec<u8>], threads: usize, chunk: usize) -> Result<()> {
     let chunk = chunk.max(1);
     // Destinations paired with their sources, then sorted into file order.
-    let mut targets: Vec<(&Store, u64, &mut [MaybeUninit<u8>])> = Vec::with_capacity(raw.len());
+    type Target<'s, 'b> = (&'s str, &'s Store, u64, &'b mut [MaybeUninit<u8>]);
+    let mut targets: Vec<Target<'_, '_>> = Vec::with_capacity(raw.len());
     let mut lens = vec![None; out.len()];
-    for &(i, store, offset, len) in raw {
-        lens[i] = Some((store, offset, len as usize));
+    for &(i, name, store, offset, len) in raw {
+        lens[i] = Some((name, store, offset, len as usize));
     }
     for (dst, meta) in out.iter_mut().zip(lens) {
-        if let Some((store, offset, len)) = meta {
-            targets.push((store, offset, &mut dst.spare_capacity_mut()[..len]));
+        if let Some((name, store, offset, len)) = meta {
+            targets.push((name, store, offset, &mut dst.spare_capacity_mut()[..len]));
         }
     }
-    targets.sort_by(|a, b| (a.0.path(), a.1).cmp(&(b.0.path(), b.1)));
+    targets.sort_by(|a, b| (a.1.path(), a.2).cmp(&(b.1.path(), b.2)));
     // Claims of about `chunk` bytes: large parts split, small ones grouped.
     let mut claims: Vec<Vec<Piece<'_, '_>>> = Vec::new();
     let (mut claim, mut size) = (Vec::new(), 0usize);
-    for (store, offset, buf) in targets {
+    for (name, store, offset, buf) in targets {
         let mut at = offset;
         for piece in buf.chunks_mut(chunk) {
             let n = piece.len();
             claim.push(Piece {
+                name,
                 store,
                 offset: at,
                 buf: piece,
@@ -170,6 +173,7 @@ fn copy_raw(
             let Some((index, claim)) = next else { return };
             for piece in claim {
                 if let Err(e) = piece.store.read_into_uninit(piece.offset, piece.buf) {
+                    let e = e.in_tensor(piece.name);
                     stop.store(true, Ordering::Relaxed);
                     let mut slot = failed.lock().unwrap_or_else(|e| e.into_inner());
                     if slot.as_ref().is_none_or(|(first, _)| index < *first) {
@@ -275,6 +279,8 @@ mod tests {
         for threads in [1, 2] {
             let e = copy_parts(&parts(&src), threads, 256).unwrap_err();
             assert!(matches!(e, Error::Truncated { .. }), "{e}");
+            // The first tensor past the new end, named, whichever thread saw it.
+            assert!(e.to_string().contains("tensor \"t1\""), "{e}");
         }
     }
 
