@@ -141,6 +141,7 @@ def run(size_mb: int, runs: int, width: int = 4096) -> list[report.Result]:
     load_before = os.getloadavg()
     samples = shuffled_rounds({name: timed(fn) for name, fn in CASES.items()}, runs, after=lambda _: kept.clear())
     load_after = os.getloadavg()
+    pressure = cpu_pressure()
     cached = common.cached_fraction(path)
     with zt.open(path) as src:
         count = len(src)
@@ -151,7 +152,8 @@ def run(size_mb: int, runs: int, width: int = 4096) -> list[report.Result]:
         f"Release build; {runs} interleaved rounds in shuffled order after one warm-up; freeing the arrays "
         "is not timed. "
         f"Load average (1 min) {load_before[0]:.2f} before, {load_after[0]:.2f} after "
-        f"on {os.cpu_count()} cores; zt copies on up to {zt_threads(nbytes)} threads here.",
+        f"on {os.cpu_count()} cores{pressure}; zt copies on up to {zt_threads(nbytes)} threads here. "
+        "Other work on the same cores takes the second copying thread's core away: compare ratios within a table.",
     ]
     return [
         report.Result(
@@ -164,6 +166,18 @@ def run(size_mb: int, runs: int, width: int = 4096) -> list[report.Result]:
             notes=notes,
         )
     ]
+
+
+def cpu_pressure() -> str:
+    """The text ", CPU pressure N% over the last minute" (Linux PSI: the share of time
+    some runnable task waited for a core), or "" where unavailable."""
+    try:
+        with open("/proc/pressure/cpu") as f:
+            line = f.readline()
+        avg60 = dict(kv.split("=") for kv in line.split()[1:])["avg60"]
+    except (OSError, KeyError, ValueError):
+        return ""
+    return f", CPU pressure {float(avg60):.0f}% over the last minute"
 
 
 def zt_threads(nbytes: int) -> int:
