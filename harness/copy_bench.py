@@ -5,10 +5,9 @@ A safetensors file of large fp16 and fp32 tensors (`--size-mb`, default
 the page cache). Cases, interleaved run by run:
 
 * `zt.numpy.load_file(copy=True)`: every destination allocated first, then
-  the raw bytes copied out of the mapping in file order on the cores the
-  size warrants (`zt_core::copy`);
-* the same with `backend="pread"` (no mapping: `pread` straight into each
-  destination, in parallel);
+  the raw bytes `pread` straight into them (the mapped file reopened for
+  it) in file order on the cores the size warrants (`zt_core::copy`);
+* the same with `backend="pread"` (the file never mapped);
 * numpy's copy of zt's zero-copy views,
   `{k: v.copy() for k, v in zt.numpy.load_file(p).items()}`: one tensor
   after another on one core, the baseline the ratios are against;

@@ -9,15 +9,21 @@
 //! order by up to [`std::thread::available_parallelism`] threads, each
 //! claiming the next [`CHUNK`] of the file, so the faults and the copying
 //! are spread over the cores while the reads still move forward through
-//! the file. A mapped store is copied out of its mapping; a positional one
-//! (`map=False`) is `pread` straight into the destination, with no buffer in
-//! between. Loads under [`THREAD_BYTES`] per extra thread stay on the
-//! calling thread.
+//! the file. The bytes are `pread` straight into the destinations, with no
+//! buffer in between: a positional store's (`map=False`) descriptor, and a
+//! mapped store's file reopened for the copy ([`Store::reopen`]: the same
+//! inode, so the same bytes), which skips building and walking the
+//! mapping's page tables (measured faster than copying out of the mapping:
+//! harness/copy_bench.py) and makes a file that shrank an error, not
+//! `SIGBUS`. A mapped file whose path now names another file is copied out
+//! of the mapping. Loads under [`THREAD_BYTES`] per extra thread stay on
+//! the calling thread.
 //!
 //! Only raw parts take this path: stored bytes of a local file in C order.
 //! Decoded parts (compressed, big-endian, typed fields), strided ones and
 //! remote ones are read as [`PartRef::bytes`] reads them, one after another.
 
+use std::fs::File;
 use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
@@ -67,11 +73,13 @@ fn raw_range<'a>(p: &PartRef<'a>) -> Option<(&'a Store, u64, u64)> {
     }
 }
 
-/// A piece of one copy: `buf.len()` bytes of `store` from `offset`, for
-/// the tensor `name` (which its errors name).
+/// A piece of one copy: `buf.len()` bytes of `store` from `offset` (read
+/// with `file` when it has one: see [`Store::reopen`]), for the tensor
+/// `name` (which its errors name).
 struct Piece<'s, 'b> {
     name: &'s str,
     store: &'s Store,
+    file: Option<&'s File>,
     offset: u64,
     buf: &'b mut [MaybeUninit<u8>],
 }
@@ -137,6 +145,19 @@ fn copy_raw(raw: &[Raw<'_>], out: &mut [Vec<u8>], threads: usize, chunk: usize) 
         }
     }
     targets.sort_by(|a, b| (a.1.path(), a.2).cmp(&(b.1.path(), b.2)));
+    // Each mapped store's file reopened once for the whole copy.
+    let mut files: Vec<(*const Store, Option<File>)> = Vec::new();
+    for (_, store, _, _) in &targets {
+        if !files.iter().any(|(s, _)| std::ptr::eq(*s, *store)) {
+            files.push((*store as *const Store, store.reopen()));
+        }
+    }
+    let file_of = |store: &Store| {
+        files
+            .iter()
+            .find(|(s, _)| std::ptr::eq(*s, store))
+            .and_then(|(_, f)| f.as_ref())
+    };
     // Claims of about `chunk` bytes: large parts split, small ones grouped.
     let mut claims: Vec<Vec<Piece<'_, '_>>> = Vec::new();
     let (mut claim, mut size) = (Vec::new(), 0usize);
@@ -147,6 +168,7 @@ fn copy_raw(raw: &[Raw<'_>], out: &mut [Vec<u8>], threads: usize, chunk: usize) 
             claim.push(Piece {
                 name,
                 store,
+                file: file_of(store),
                 offset: at,
                 buf: piece,
             });
@@ -172,7 +194,10 @@ fn copy_raw(raw: &[Raw<'_>], out: &mut [Vec<u8>], threads: usize, chunk: usize) 
             let next = queue.lock().unwrap_or_else(|e| e.into_inner()).next();
             let Some((index, claim)) = next else { return };
             for piece in claim {
-                if let Err(e) = piece.store.read_into_uninit(piece.offset, piece.buf) {
+                if let Err(e) = piece
+                    .store
+                    .read_into_uninit(piece.file, piece.offset, piece.buf)
+                {
                     let e = e.in_tensor(piece.name);
                     stop.store(true, Ordering::Relaxed);
                     let mut slot = failed.lock().unwrap_or_else(|e| e.into_inner());
@@ -282,6 +307,36 @@ mod tests {
             // The first tensor past the new end, named, whichever thread saw it.
             assert!(e.to_string().contains("tensor \"t1\""), "{e}");
         }
+    }
+
+    #[test]
+    fn a_mapped_file_is_read_positionally_and_shrinking_is_an_error() {
+        let (f, src) = source(4096, &[(0, 1000), (1000, 3000)], true);
+        let store = match src.tensor_at(0).unwrap().data().unwrap().payload() {
+            Payload::Stored { store, .. } => store.clone(),
+            Payload::Decoded { .. } => unreachable!(),
+        };
+        assert!(store.reopen().is_some());
+        // Through the mapping this would be SIGBUS; with pread, an error.
+        f.as_file().set_len(2000).unwrap();
+        let e = copy_parts(&parts(&src), 2, 256).unwrap_err();
+        assert!(matches!(e, Error::Truncated { .. }), "{e}");
+    }
+
+    #[test]
+    fn a_renamed_over_file_is_copied_from_the_mapping() {
+        let (f, src) = source(5000, &[(0, 5000)], true);
+        let want = std::fs::read(f.path()).unwrap();
+        // Another file now has the path: its bytes must not be read.
+        let other = tempfile::NamedTempFile::new_in(f.path().parent().unwrap()).unwrap();
+        std::fs::write(other.path(), vec![0u8; 5000]).unwrap();
+        std::fs::rename(other.path(), f.path()).unwrap();
+        let store = match src.tensor_at(0).unwrap().data().unwrap().payload() {
+            Payload::Stored { store, .. } => store.clone(),
+            Payload::Decoded { .. } => unreachable!(),
+        };
+        assert!(store.reopen().is_none());
+        assert_eq!(copy_parts(&parts(&src), 2, 333).unwrap()[0], want);
     }
 
     #[test]

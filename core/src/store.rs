@@ -35,6 +35,10 @@ pub struct Store {
     path: PathBuf,
     len: u64,
     backing: Backing,
+    /// A mapped file's local path, device and inode, so a copy can `pread`
+    /// the very file the mapping shows ([`Store::reopen`]) without keeping
+    /// a descriptor open for the store's life.
+    local: Option<(PathBuf, u64, u64)>,
 }
 
 /// The operating system's page size, read once.
@@ -87,10 +91,15 @@ impl Store {
         // stat and the map must not let a range check pass that the map
         // cannot serve.
         let len = map.len() as u64;
+        let local = file.metadata().ok().map(|m| {
+            use std::os::unix::fs::MetadataExt;
+            (local.to_path_buf(), m.dev(), m.ino())
+        });
         Ok(Store {
             path: location.to_path_buf(),
             len,
             backing: Backing::Mapped(map),
+            local,
         })
     }
 
@@ -101,6 +110,7 @@ impl Store {
             path: url,
             len: object.len(),
             backing: Backing::Remote(object),
+            local: None,
         }
     }
 
@@ -113,6 +123,7 @@ impl Store {
             path: path.to_path_buf(),
             len,
             backing: Backing::Positional(file),
+            local: None,
         })
     }
 
@@ -251,13 +262,38 @@ impl Store {
         }
     }
 
+    /// A descriptor for positional reads of a mapped store's file, opened
+    /// now by its local path: `Some` only when that path still names the
+    /// very file mapped (same device and inode, which the mapping keeps
+    /// from being reused), so its reads return what the mapping shows.
+    /// Copying a large range with `pread` skips setting up and walking the
+    /// mapping's page tables, and a file that shrank is then an error
+    /// rather than `SIGBUS`. `None` for other stores, a renamed-over file,
+    /// or no descriptor to spare.
+    pub fn reopen(&self) -> Option<File> {
+        use std::os::unix::fs::MetadataExt;
+        let (path, dev, ino) = self.local.as_ref()?;
+        let file = File::open(path).ok()?;
+        let meta = file.metadata().ok()?;
+        (meta.dev() == *dev && meta.ino() == *ino).then_some(file)
+    }
+
     /// [`Store::read_into`] for memory not yet initialised (a fresh
     /// destination, so it is never zeroed or faulted in before the copy):
-    /// one copy out of the mapping, or `pread`s straight into `buf`. On
-    /// success every byte of `buf` is initialised; on error some may not be.
-    pub fn read_into_uninit(&self, offset: u64, buf: &mut [MaybeUninit<u8>]) -> Result<()> {
+    /// one copy out of the mapping, or `pread`s straight into `buf` (from
+    /// `file`, when given: this store's [`Store::reopen`]). On success every
+    /// byte of `buf` is initialised; on error some may not be.
+    pub fn read_into_uninit(
+        &self,
+        file: Option<&File>,
+        offset: u64,
+        buf: &mut [MaybeUninit<u8>],
+    ) -> Result<()> {
         let len = buf.len();
         self.check_range(offset, len as u64, "byte range")?;
+        if let Some(file) = file {
+            return self.pread_uninit(file, offset, buf);
+        }
         match &self.backing {
             Backing::Mapped(map) => {
                 let src = &map[offset as usize..offset as usize + len];
@@ -270,38 +306,7 @@ impl Store {
                 };
                 Ok(())
             }
-            Backing::Positional(file) => {
-                use std::os::fd::AsRawFd;
-                let mut done = 0usize;
-                while done < len {
-                    let at = offset + done as u64;
-                    // SAFETY: the kernel writes at most `len - done` bytes into
-                    // `buf[done..]`, memory this call borrows mutably; reading
-                    // into uninitialised memory is what `pread` is for.
-                    let n = unsafe {
-                        libc::pread(
-                            file.as_raw_fd(),
-                            buf.as_mut_ptr().add(done).cast::<libc::c_void>(),
-                            len - done,
-                            at as libc::off_t,
-                        )
-                    };
-                    match n {
-                        0 => {
-                            let eof = std::io::ErrorKind::UnexpectedEof.into();
-                            return Err(self.read_failed(file, at, (len - done) as u64, eof));
-                        }
-                        n if n > 0 => done += n as usize,
-                        _ => {
-                            let e = std::io::Error::last_os_error();
-                            if e.kind() != std::io::ErrorKind::Interrupted {
-                                return Err(self.read_failed(file, at, (len - done) as u64, e));
-                            }
-                        }
-                    }
-                }
-                Ok(())
-            }
+            Backing::Positional(file) => self.pread_uninit(file, offset, buf),
             #[cfg(feature = "remote")]
             Backing::Remote(_) => {
                 buf.fill(MaybeUninit::new(0));
@@ -311,6 +316,41 @@ impl Store {
                 self.read_into(offset, init)
             }
         }
+    }
+
+    /// `pread`s of `file` from `offset` until `buf` is full.
+    fn pread_uninit(&self, file: &File, offset: u64, buf: &mut [MaybeUninit<u8>]) -> Result<()> {
+        use std::os::fd::AsRawFd;
+        let len = buf.len();
+        let mut done = 0usize;
+        while done < len {
+            let at = offset + done as u64;
+            // SAFETY: the kernel writes at most `len - done` bytes into
+            // `buf[done..]`, memory this call borrows mutably; reading into
+            // uninitialised memory is what `pread` is for.
+            let n = unsafe {
+                libc::pread(
+                    file.as_raw_fd(),
+                    buf.as_mut_ptr().add(done).cast::<libc::c_void>(),
+                    len - done,
+                    at as libc::off_t,
+                )
+            };
+            match n {
+                0 => {
+                    let eof = std::io::ErrorKind::UnexpectedEof.into();
+                    return Err(self.read_failed(file, at, (len - done) as u64, eof));
+                }
+                n if n > 0 => done += n as usize,
+                _ => {
+                    let e = std::io::Error::last_os_error();
+                    if e.kind() != std::io::ErrorKind::Interrupted {
+                        return Err(self.read_failed(file, at, (len - done) as u64, e));
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The bytes of several ranges: borrowed from the mapping, read one by

@@ -67,8 +67,8 @@ impl Source {
     /// The arrays of the single-part tensors `names` (see `Tensor._array`),
     /// read together: over the network, one planned batch of concurrent
     /// ranged GETs instead of one request after another; a local copy
-    /// (`copy=True`) into destinations allocated first, in file order on
-    /// the cores its size warrants (`zt::copy::owned_bytes_of`).
+    /// (`copy=True`) `pread` into destinations allocated first, in file
+    /// order on the cores its size warrants (`zt::copy::owned_bytes_of`).
     fn _arrays(&self, py: Python<'_>, names: Vec<String>, copy: bool) -> PyResult<Vec<ArrayView>> {
         let source = self.get()?;
         py.detach(|| {
@@ -77,17 +77,9 @@ impl Source {
                 .map(|n| source.tensor(n).and_then(|t| t.data()))
                 .collect::<zt::Result<Vec<_>>>()?;
             if copy && !source.is_remote() {
-                // Mapped bytes read ahead in file order (a cold load at the
-                // disk's speed); positional ones are not: the copy's own
-                // `pread`s in file order are that read, and reading ahead
-                // would copy every byte out of the kernel twice.
-                let mapped: Vec<usize> = names
-                    .iter()
-                    .zip(&parts)
-                    .filter(|(_, p)| matches!(p.payload(), zt::Payload::Stored { store, .. } if store.is_mapped()))
-                    .filter_map(|(n, _)| source.position(n))
-                    .collect();
-                source.read_ahead(&mapped)?;
+                // No read-ahead: the copy's own `pread`s, in file order,
+                // are the read (reading ahead would copy every byte out of
+                // the kernel twice, or build page tables the copy skips).
                 let owned = zt::copy::owned_bytes_of(&parts)?;
                 return Ok(parts
                     .iter()

@@ -29,10 +29,10 @@ def _arrays(source, copy: bool, dequantize: bool, readonly: bool) -> dict[str, n
     if source._native.remote or copy:
         # The arrays own their bytes (writable), read in one batch: over the
         # network one planned batch of concurrent ranged GETs, not one
-        # request after another; from a local file, mapped bytes read
-        # ahead, every destination allocated, then the raw bytes copied in
-        # file order on the cores the size warrants, without the GIL
-        # (zt_core::copy; decoded tensors are decoded one by one).
+        # request after another; from a local file, every destination
+        # allocated, then the raw bytes pread into them in file order on
+        # the cores the size warrants, without the GIL (zt_core::copy;
+        # decoded tensors are decoded one by one).
         views = source._native._arrays([t.name for t in plain], copy)
         arrays = {t.name: t._wrap(v) for t, v in zip(plain, views)}
         return {t.name: arrays[t.name] if t.name in arrays else t.dequantize() for t in tensors}
