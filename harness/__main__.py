@@ -16,6 +16,7 @@ import time
 from . import (
     cold_bench,
     common,
+    copy_bench,
     load_into_bench,
     loader_bench,
     open_bench,
@@ -56,6 +57,13 @@ COMPARISONS = {
         dict(size_mb=512, runs=7),
         load_into_bench.run,
         load_into_bench.header,
+    ),
+    "copy": (
+        dict(size_mb=64, runs=3),
+        # 15 runs: on the 2 shared cores single runs of one case varied 4x.
+        dict(size_mb=1024, runs=15),
+        copy_bench.run,
+        copy_bench.header,
     ),
     "read": (
         dict(tensors=2000, size_mb=128, runs=3),

@@ -82,6 +82,45 @@ def test_alignment_table_reuses_the_write_runs():
     table = write_bench.alignment(["large", "small"], runs)
     rows = {row["case"]: row for row in table.rows()}
     assert list(rows) == [f"{k}, {a}" for k in ("large", "small") for a in write_bench.ALIGNMENTS]
+    assert rows["small, 4 KiB"]["vs canonical"] == "2.00×" and rows["large, auto"]["GiB/s"] == "0.33"
+
+
+def test_copy_bench_checks_every_case_bit_for_bit_and_for_its_own_memory(tmp, monkeypatch):
+    import safetensors.numpy
+
+    import zt.numpy
+    from harness import copy_bench
+
+    monkeypatch.setenv("ZT_BENCH_DIR", str(tmp))
+    arrays = copy_bench.model(1, width=64)
+    path = tmp / "m.safetensors"
+    safetensors.numpy.save_file(arrays, path)
+    want = {k: common.digest(v) for k, v in arrays.items()}
+    copy_bench.check(copy_bench.CASES, path, want)  # every case passes
+    views = {"views": lambda p: zt.numpy.load_file(p, readonly=True)}
+    with pytest.raises(AssertionError, match="views"):
+        copy_bench.check(views, path, want)  # read-only views of the mapping do not count
+    want[next(iter(want))] ^= 1
+    with pytest.raises(AssertionError, match="copy=True"):
+        copy_bench.check(copy_bench.CASES, path, want)
+    [result] = copy_bench.run(size_mb=1, runs=1, width=64)
+    rows = {row["case"]: row for row in result.rows()}
+    assert list(rows) == list(copy_bench.CASES) and result.peer == copy_bench.BASELINE
+    assert rows[copy_bench.BASELINE][f"vs {copy_bench.BASELINE}"] == "1.00×"
+
+
+def test_copy_bench_rounds_run_every_case_once_each_in_shuffled_order():
+    from harness import copy_bench
+
+    log = []
+    cases = {name: (lambda name=name: log.append(name)) for name in "abcd"}
+    samples = copy_bench.shuffled_rounds(cases, runs=6, after=lambda name: log.append("/" + name))
+    assert list(samples) == list("abcd") and all(len(samples[n]) == 6 for n in "abcd")
+    runs = [x for x in log if not x.startswith("/")]
+    assert runs[:4] == list("abcd")  # the warm-up round, then 6 shuffled ones
+    rounds = [runs[i : i + 4] for i in range(4, len(runs), 4)]
+    assert all(sorted(r) == list("abcd") for r in rounds) and len({tuple(r) for r in rounds}) > 1
+    assert log[1::2] == ["/" + x for x in runs]  # after() follows every call
 
 
 def test_cold_ratios_are_taken_round_by_round():

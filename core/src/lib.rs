@@ -14,6 +14,7 @@
 
 pub mod buffer;
 pub mod catalog;
+pub mod copy;
 pub mod dtype;
 pub mod error;
 pub mod format;

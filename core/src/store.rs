@@ -15,6 +15,7 @@
 use crate::rule::Rule;
 use std::borrow::Cow;
 use std::fs::File;
+use std::mem::MaybeUninit;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -43,6 +44,10 @@ pub struct Store {
     backing: Backing,
     /// A format is walking the structure (see [`Store::begin_walk`]).
     walking: AtomicBool,
+    /// A mapped file's local path, device and inode, so a copy can `pread`
+    /// the very file the mapping shows ([`Store::reopen`]) without keeping
+    /// a descriptor open for the store's life.
+    local: Option<(PathBuf, u64, u64)>,
 }
 
 /// During a structure walk, a read at least this long is a header or a
@@ -100,11 +105,16 @@ impl Store {
         // stat and the map must not let a range check pass that the map
         // cannot serve.
         let len = map.len() as u64;
+        let local = file.metadata().ok().map(|m| {
+            use std::os::unix::fs::MetadataExt;
+            (local.to_path_buf(), m.dev(), m.ino())
+        });
         Ok(Store {
             path: location.to_path_buf(),
             len,
             backing: Backing::Mapped(map),
             walking: AtomicBool::new(false),
+            local,
         })
     }
 
@@ -116,6 +126,7 @@ impl Store {
             len: object.len(),
             backing: Backing::Remote(object),
             walking: AtomicBool::new(false),
+            local: None,
         }
     }
 
@@ -129,6 +140,7 @@ impl Store {
             len,
             backing: Backing::Positional(file),
             walking: AtomicBool::new(false),
+            local: None,
         })
     }
 
@@ -305,6 +317,97 @@ impl Store {
             #[cfg(feature = "remote")]
             Backing::Remote(object) => object.read_into(offset, buf).map_err(crate::remote::error),
         }
+    }
+
+    /// A descriptor for positional reads of a mapped store's file, opened
+    /// now by its local path: `Some` only when that path still names the
+    /// very file mapped (same device and inode, which the mapping keeps
+    /// from being reused), so its reads return what the mapping shows.
+    /// Copying a large range with `pread` skips setting up and walking the
+    /// mapping's page tables, and a file that shrank is then an error
+    /// rather than `SIGBUS`. `None` for other stores, a renamed-over file,
+    /// or no descriptor to spare.
+    pub fn reopen(&self) -> Option<File> {
+        use std::os::unix::fs::MetadataExt;
+        let (path, dev, ino) = self.local.as_ref()?;
+        let file = File::open(path).ok()?;
+        let meta = file.metadata().ok()?;
+        (meta.dev() == *dev && meta.ino() == *ino).then_some(file)
+    }
+
+    /// [`Store::read_into`] for memory not yet initialised (a fresh
+    /// destination, so it is never zeroed or faulted in before the copy):
+    /// one copy out of the mapping, or `pread`s straight into `buf` (from
+    /// `file`, when given: this store's [`Store::reopen`]). On success every
+    /// byte of `buf` is initialised; on error some may not be.
+    pub fn read_into_uninit(
+        &self,
+        file: Option<&File>,
+        offset: u64,
+        buf: &mut [MaybeUninit<u8>],
+    ) -> Result<()> {
+        let len = buf.len();
+        self.check_range(offset, len as u64, "byte range")?;
+        if let Some(file) = file {
+            return self.pread_uninit(file, offset, buf);
+        }
+        match &self.backing {
+            Backing::Mapped(map) => {
+                let src = &map[offset as usize..offset as usize + len];
+                // SAFETY: `src` and `buf` are both `len` bytes long and do not
+                // overlap (one is a read-only file mapping, the other a
+                // `&mut` borrow); writing initialised bytes into
+                // `MaybeUninit<u8>` is always valid.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(src.as_ptr(), buf.as_mut_ptr().cast::<u8>(), len)
+                };
+                Ok(())
+            }
+            Backing::Positional(file) => self.pread_uninit(file, offset, buf),
+            #[cfg(feature = "remote")]
+            Backing::Remote(_) => {
+                buf.fill(MaybeUninit::new(0));
+                // SAFETY: every element was just initialised, and
+                // `MaybeUninit<u8>` has the layout of `u8`.
+                let init = unsafe { &mut *(buf as *mut [MaybeUninit<u8>] as *mut [u8]) };
+                self.read_into(offset, init)
+            }
+        }
+    }
+
+    /// `pread`s of `file` from `offset` until `buf` is full.
+    fn pread_uninit(&self, file: &File, offset: u64, buf: &mut [MaybeUninit<u8>]) -> Result<()> {
+        use std::os::fd::AsRawFd;
+        let len = buf.len();
+        let mut done = 0usize;
+        while done < len {
+            let at = offset + done as u64;
+            // SAFETY: the kernel writes at most `len - done` bytes into
+            // `buf[done..]`, memory this call borrows mutably; reading into
+            // uninitialised memory is what `pread` is for.
+            let n = unsafe {
+                libc::pread(
+                    file.as_raw_fd(),
+                    buf.as_mut_ptr().add(done).cast::<libc::c_void>(),
+                    len - done,
+                    at as libc::off_t,
+                )
+            };
+            match n {
+                0 => {
+                    let eof = std::io::ErrorKind::UnexpectedEof.into();
+                    return Err(self.read_failed(file, at, (len - done) as u64, eof));
+                }
+                n if n > 0 => done += n as usize,
+                _ => {
+                    let e = std::io::Error::last_os_error();
+                    if e.kind() != std::io::ErrorKind::Interrupted {
+                        return Err(self.read_failed(file, at, (len - done) as u64, e));
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The bytes of several ranges: borrowed from the mapping, read one by

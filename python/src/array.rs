@@ -112,6 +112,21 @@ impl ArrayView {
         )
     }
 
+    /// A writable C-order array over `bytes`, `part`'s elements as
+    /// `zt::part::PartRef::bytes` gives them (an owned copy): typed and
+    /// shaped as [`ArrayView::for_part`] types a copy.
+    pub fn for_part_owned(part: &zt::PartRef<'_>, bytes: Vec<u8>) -> Self {
+        let dtype = part.dtype();
+        match dtype.size() {
+            // Sub-byte packed types: the raw bytes; Python unpacks them.
+            None => {
+                let shape = vec![bytes.len() as u64];
+                Self::owned(bytes, "|u1", shape, None)
+            }
+            Some(_) => Self::owned(bytes, typestr(dtype), part.shape().to_vec(), None),
+        }
+    }
+
     /// Describe `part`'s bytes for numpy.
     pub fn for_part(
         source: Arc<zt::Source>,

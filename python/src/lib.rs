@@ -271,6 +271,13 @@ fn remote_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     Ok(dict)
 }
 
+/// The threads `load_file(copy=True)` copies `nbytes` of raw tensors on,
+/// on this machine (`zt::copy::threads_for`).
+#[pyfunction]
+fn copy_threads(nbytes: u64) -> usize {
+    zt::copy::threads_for(nbytes)
+}
+
 /// The operating system's page size.
 #[pyfunction]
 fn page_size() -> u64 {
@@ -289,6 +296,8 @@ fn _zt(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("BATCH_POOLED_FROM", batch_pool::POOLED_FROM)?;
     m.add_function(wrap_pyfunction!(detect, m)?)?;
     m.add_function(wrap_pyfunction!(page_size, m)?)?;
+    m.add_function(wrap_pyfunction!(copy_threads, m)?)?;
+    m.add("COPY_THREAD_BYTES", zt::copy::THREAD_BYTES)?;
     m.add_function(wrap_pyfunction!(convert, m)?)?;
     m.add_function(wrap_pyfunction!(remote_stats, m)?)?;
     m.add_function(wrap_pyfunction!(writers::save, m)?)?;

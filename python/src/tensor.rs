@@ -66,7 +66,9 @@ impl Source {
 
     /// The arrays of the single-part tensors `names` (see `Tensor._array`),
     /// read together: over the network, one planned batch of concurrent
-    /// ranged GETs instead of one request after another.
+    /// ranged GETs instead of one request after another; a local copy
+    /// (`copy=True`) `pread` into destinations allocated first, in file
+    /// order on the cores its size warrants (`zt::copy::owned_bytes_of`).
     fn _arrays(&self, py: Python<'_>, names: Vec<String>, copy: bool) -> PyResult<Vec<ArrayView>> {
         let source = self.get()?;
         py.detach(|| {
@@ -74,6 +76,17 @@ impl Source {
                 .iter()
                 .map(|n| source.tensor(n).and_then(|t| t.data()))
                 .collect::<zt::Result<Vec<_>>>()?;
+            if copy && !source.is_remote() {
+                // No read-ahead: the copy's own `pread`s, in file order,
+                // are the read (reading ahead would copy every byte out of
+                // the kernel twice, or build page tables the copy skips).
+                let owned = zt::copy::owned_bytes_of(&parts)?;
+                return Ok(parts
+                    .iter()
+                    .zip(owned)
+                    .map(|(p, bytes)| ArrayView::for_part_owned(p, bytes))
+                    .collect());
+            }
             if !source.is_remote() {
                 return parts
                     .iter()

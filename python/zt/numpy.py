@@ -26,10 +26,13 @@ def _arrays(source, copy: bool, dequantize: bool, readonly: bool) -> dict[str, n
     """Every tensor of an open source as arrays (see :func:`load_file`)."""
     tensors = [source[name] for name in source]
     plain = [t for t in tensors if not (dequantize and t.layout.startswith("gguf."))]
-    if source._native.remote:
-        # Over the network every tensor is fetched in one planned batch
-        # of concurrent ranged GETs, not one request after another; the
-        # arrays own their bytes (writable).
+    if source._native.remote or copy:
+        # The arrays own their bytes (writable), read in one batch: over the
+        # network one planned batch of concurrent ranged GETs, not one
+        # request after another; from a local file, every destination
+        # allocated, then the raw bytes pread into them in file order on
+        # the cores the size warrants, without the GIL (zt_core::copy;
+        # decoded tensors are decoded one by one).
         views = source._native._arrays([t.name for t in plain], copy)
         arrays = {t.name: t._wrap(v) for t, v in zip(plain, views)}
         return {t.name: arrays[t.name] if t.name in arrays else t.dequantize() for t in tensors}
@@ -37,8 +40,8 @@ def _arrays(source, copy: bool, dequantize: bool, readonly: bool) -> dict[str, n
     # the reads queued ahead, whatever order the caller then touches the
     # arrays in (a cold load at the device's speed; see zt_core::readahead).
     source._native._read_ahead()
-    if readonly or copy:
-        arrays = {t.name: t.numpy(copy=copy) for t in plain}
+    if readonly:
+        arrays = {t.name: t.numpy() for t in plain}
     else:
         from ._load import writable_arrays
 

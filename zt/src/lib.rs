@@ -40,7 +40,7 @@ use std::path::Path;
 pub use zt_container as container;
 pub use zt_core::rule::{self, Rule};
 pub use zt_core::{
-    buffer, catalog, dtype, error, format, limits, location, open as options, part, publish,
+    buffer, catalog, copy, dtype, error, format, limits, location, open as options, part, publish,
     source, store, write,
 };
 pub use zt_formats as formats;

@@ -1,0 +1,349 @@
+//! Owned copies of many parts at once: what `load_file(copy=True)` of every
+//! format reads through.
+//!
+//! One tensor after another on one core, a copy out of the page cache runs
+//! at the speed one core faults in fresh destination pages and copies into
+//! them (numpy's `arr.copy()` of a view does the same). Here every
+//! destination is allocated first (fallibly, huge-page advised: see
+//! [`crate::buffer`]), then the raw bytes of all parts are copied in file
+//! order by up to [`std::thread::available_parallelism`] threads, each
+//! claiming the next [`CHUNK`] of the file, so the faults and the copying
+//! are spread over the cores while the reads still move forward through
+//! the file. The bytes are `pread` straight into the destinations, with no
+//! buffer in between: a positional store's (`map=False`) descriptor, and a
+//! mapped store's file reopened for the copy ([`Store::reopen`]: the same
+//! inode, so the same bytes), which skips building and walking the
+//! mapping's page tables (measured faster than copying out of the mapping:
+//! harness/copy_bench.py) and makes a file that shrank an error, not
+//! `SIGBUS`. A mapped file whose path now names another file is copied out
+//! of the mapping. Loads under [`THREAD_BYTES`] per extra thread stay on
+//! the calling thread.
+//!
+//! Only raw parts take this path: stored bytes of a local file in C order.
+//! Decoded parts (compressed, big-endian, typed fields), strided ones and
+//! remote ones are read as [`PartRef::bytes`] reads them, one after another.
+
+use std::fs::File;
+use std::mem::MaybeUninit;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
+use crate::catalog::Payload;
+use crate::error::{Error, Result};
+use crate::part::PartRef;
+use crate::store::Store;
+
+/// The unit a copying thread claims: this many bytes of one part, or a run
+/// of consecutive small parts adding up to about this many.
+pub const CHUNK: usize = 8 << 20;
+
+/// Each thread beyond the first needs this many bytes to copy, so a small
+/// load (where starting a thread costs more than it saves) runs on the
+/// calling thread alone.
+pub const THREAD_BYTES: u64 = 32 << 20;
+
+/// The threads a copy of `total` bytes uses on this machine.
+pub fn threads_for(total: u64) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let warranted = usize::try_from(total / THREAD_BYTES).unwrap_or(usize::MAX);
+    cores.min(warranted).max(1)
+}
+
+/// Every part's C-order elements ([`PartRef::bytes`]) in memory of its own,
+/// writable and independent of the source: raw parts copied in parallel as
+/// the module docs describe, the rest decoded or materialized one by one.
+/// Allocation failure is [`Error::Memory`] naming the tensor; on any error
+/// nothing is returned.
+pub fn owned_bytes_of(parts: &[PartRef<'_>]) -> Result<Vec<Vec<u8>>> {
+    let total = parts
+        .iter()
+        .filter_map(raw_range)
+        .map(|(_, _, len)| len)
+        .sum();
+    copy_parts(parts, threads_for(total), CHUNK)
+}
+
+/// The store and `(offset, len)` of a part that is copied verbatim.
+fn raw_range<'a>(p: &PartRef<'a>) -> Option<(&'a Store, u64, u64)> {
+    match p.payload() {
+        Payload::Stored { store, offset, len } if !store.is_remote() && p.is_contiguous() => {
+            Some((store.as_ref(), *offset, *len))
+        }
+        _ => None,
+    }
+}
+
+/// A piece of one copy: `buf.len()` bytes of `store` from `offset` (read
+/// with `file` when it has one: see [`Store::reopen`]), for the tensor
+/// `name` (which its errors name).
+struct Piece<'s, 'b> {
+    name: &'s str,
+    store: &'s Store,
+    file: Option<&'s File>,
+    offset: u64,
+    buf: &'b mut [MaybeUninit<u8>],
+}
+
+/// [`owned_bytes_of`] with the thread count and claim size given (tests
+/// pick small claims to exercise many of them).
+pub(crate) fn copy_parts(
+    parts: &[PartRef<'_>],
+    threads: usize,
+    chunk: usize,
+) -> Result<Vec<Vec<u8>>> {
+    // Every lazy check first (an npz member's CRC): bytes that fail one are
+    // never copied.
+    for p in parts {
+        p.guard()?;
+    }
+    // Every destination up front, so a load that cannot fit fails before
+    // any copying starts.
+    let mut raw = Vec::new();
+    let mut out: Vec<Vec<u8>> = Vec::with_capacity(parts.len());
+    for (i, p) in parts.iter().enumerate() {
+        match raw_range(p) {
+            Some((store, offset, len)) => {
+                out.push(crate::buffer::try_with_capacity(&p.ctx(), "a copy", len)?);
+                raw.push((i, p.object.name.as_str(), store, offset, len));
+            }
+            None => out.push(Vec::new()),
+        }
+    }
+    copy_raw(&raw, &mut out, threads, chunk)?;
+    for &(i, _, _, _, len) in &raw {
+        // SAFETY: `copy_raw` returned Ok, so every byte of the first `len`
+        // of each raw destination's capacity (which is at least `len`) was
+        // written by `Store::read_into_uninit`.
+        unsafe { out[i].set_len(len as usize) };
+    }
+    for (i, p) in parts.iter().enumerate() {
+        if raw_range(p).is_none() {
+            out[i] = crate::buffer::try_own(&p.ctx(), "a copy", p.bytes()?)?;
+        }
+    }
+    Ok(out)
+}
+
+/// A raw part to copy: its index in the output, tensor name, store,
+/// offset and length.
+type Raw<'a> = (usize, &'a str, &'a Store, u64, u64);
+
+/// Copy the raw ranges into the spare capacity of their destinations, in
+/// file order, on `threads` threads.
+fn copy_raw(raw: &[Raw<'_>], out: &mut [Vec<u8>], threads: usize, chunk: usize) -> Result<()> {
+    let chunk = chunk.max(1);
+    // Destinations paired with their sources, then sorted into file order.
+    type Target<'s, 'b> = (&'s str, &'s Store, u64, &'b mut [MaybeUninit<u8>]);
+    let mut targets: Vec<Target<'_, '_>> = Vec::with_capacity(raw.len());
+    let mut lens = vec![None; out.len()];
+    for &(i, name, store, offset, len) in raw {
+        lens[i] = Some((name, store, offset, len as usize));
+    }
+    for (dst, meta) in out.iter_mut().zip(lens) {
+        if let Some((name, store, offset, len)) = meta {
+            targets.push((name, store, offset, &mut dst.spare_capacity_mut()[..len]));
+        }
+    }
+    targets.sort_by(|a, b| (a.1.path(), a.2).cmp(&(b.1.path(), b.2)));
+    // Each mapped store's file reopened once for the whole copy.
+    let mut files: Vec<(*const Store, Option<File>)> = Vec::new();
+    for (_, store, _, _) in &targets {
+        if !files.iter().any(|(s, _)| std::ptr::eq(*s, *store)) {
+            files.push((*store as *const Store, store.reopen()));
+        }
+    }
+    let file_of = |store: &Store| {
+        files
+            .iter()
+            .find(|(s, _)| std::ptr::eq(*s, store))
+            .and_then(|(_, f)| f.as_ref())
+    };
+    // Claims of about `chunk` bytes: large parts split, small ones grouped.
+    let mut claims: Vec<Vec<Piece<'_, '_>>> = Vec::new();
+    let (mut claim, mut size) = (Vec::new(), 0usize);
+    for (name, store, offset, buf) in targets {
+        let mut at = offset;
+        for piece in buf.chunks_mut(chunk) {
+            let n = piece.len();
+            claim.push(Piece {
+                name,
+                store,
+                file: file_of(store),
+                offset: at,
+                buf: piece,
+            });
+            at += n as u64;
+            size += n;
+            if size >= chunk {
+                claims.push(std::mem::take(&mut claim));
+                size = 0;
+            }
+        }
+    }
+    if !claim.is_empty() {
+        claims.push(claim);
+    }
+    let threads = threads.clamp(1, claims.len().max(1));
+    let queue = Mutex::new(claims.into_iter().enumerate());
+    let stop = AtomicBool::new(false);
+    // The error of the earliest claim that failed (file order), so the one
+    // reported does not depend on which thread got there first.
+    let failed: Mutex<Option<(usize, Error)>> = Mutex::new(None);
+    let work = || {
+        while !stop.load(Ordering::Relaxed) {
+            let next = queue.lock().unwrap_or_else(|e| e.into_inner()).next();
+            let Some((index, claim)) = next else { return };
+            for piece in claim {
+                if let Err(e) = piece
+                    .store
+                    .read_into_uninit(piece.file, piece.offset, piece.buf)
+                {
+                    let e = e.in_tensor(piece.name);
+                    stop.store(true, Ordering::Relaxed);
+                    let mut slot = failed.lock().unwrap_or_else(|e| e.into_inner());
+                    if slot.as_ref().is_none_or(|(first, _)| index < *first) {
+                        *slot = Some((index, e));
+                    }
+                    return;
+                }
+            }
+        }
+    };
+    std::thread::scope(|s| {
+        for _ in 1..threads {
+            // A thread that cannot be started leaves its share to the others.
+            let _ = std::thread::Builder::new()
+                .name("zt-copy".into())
+                .spawn_scoped(s, work);
+        }
+        work();
+    });
+    match failed.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        Some((_, e)) => Err(e),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::{Catalog, Object, Part};
+    use crate::dtype::DType;
+    use crate::limits::Limits;
+    use crate::source::Source;
+    use std::io::Write;
+    use std::sync::Arc;
+
+    /// A file of `len` patterned bytes and a source whose u8 tensors are
+    /// `ranges` of it, mapped or positional.
+    fn source(len: usize, ranges: &[(u64, u64)], map: bool) -> (tempfile::NamedTempFile, Source) {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        let bytes: Vec<u8> = (0..len).map(|i| (i * 7 + i / 251) as u8).collect();
+        f.write_all(&bytes).unwrap();
+        f.flush().unwrap();
+        let store = Arc::new(if map {
+            Store::open(f.path()).unwrap()
+        } else {
+            Store::open_positional(f.path()).unwrap()
+        });
+        let objects = ranges
+            .iter()
+            .enumerate()
+            .map(|(i, &(offset, len))| Object {
+                name: format!("t{i}"),
+                shape: vec![len],
+                layout: "dense".into(),
+                parts: vec![Part {
+                    name: "data".into(),
+                    dtype: DType::U8,
+                    shape: vec![len],
+                    strides: None,
+                    payload: Payload::Stored {
+                        store: store.clone(),
+                        offset,
+                        len,
+                    },
+                }],
+                attributes: Default::default(),
+            })
+            .collect();
+        let catalog = Catalog {
+            objects,
+            ..Default::default()
+        };
+        let src = Source::from_catalog("test", store, catalog, Limits::default()).unwrap();
+        (f, src)
+    }
+
+    fn parts(src: &Source) -> Vec<PartRef<'_>> {
+        (0..src.len())
+            .map(|i| src.tensor_at(i).unwrap().data().unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn every_split_copies_the_file_exactly() {
+        // Out of file order, one empty, one straddling many claims.
+        let ranges = [(5000, 3000), (0, 17), (17, 0), (100, 4000), (8000, 1)];
+        for map in [true, false] {
+            let (f, src) = source(9000, &ranges, map);
+            let file = std::fs::read(f.path()).unwrap();
+            for (threads, chunk) in [(1, CHUNK), (1, 64), (2, 64), (4, 333), (3, 1)] {
+                let got = copy_parts(&parts(&src), threads, chunk).unwrap();
+                for (&(o, l), bytes) in ranges.iter().zip(&got) {
+                    assert_eq!(bytes[..], file[o as usize..(o + l) as usize]);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_file_that_shrank_is_an_error_not_garbage() {
+        let (f, src) = source(4096, &[(0, 1000), (1000, 3000)], false);
+        f.as_file().set_len(2000).unwrap();
+        for threads in [1, 2] {
+            let e = copy_parts(&parts(&src), threads, 256).unwrap_err();
+            assert!(matches!(e, Error::Truncated { .. }), "{e}");
+            // The first tensor past the new end, named, whichever thread saw it.
+            assert!(e.to_string().contains("tensor \"t1\""), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_mapped_file_is_read_positionally_and_shrinking_is_an_error() {
+        let (f, src) = source(4096, &[(0, 1000), (1000, 3000)], true);
+        let store = match src.tensor_at(0).unwrap().data().unwrap().payload() {
+            Payload::Stored { store, .. } => store.clone(),
+            Payload::Decoded { .. } => unreachable!(),
+        };
+        assert!(store.reopen().is_some());
+        // Through the mapping this would be SIGBUS; with pread, an error.
+        f.as_file().set_len(2000).unwrap();
+        let e = copy_parts(&parts(&src), 2, 256).unwrap_err();
+        assert!(matches!(e, Error::Truncated { .. }), "{e}");
+    }
+
+    #[test]
+    fn a_renamed_over_file_is_copied_from_the_mapping() {
+        let (f, src) = source(5000, &[(0, 5000)], true);
+        let want = std::fs::read(f.path()).unwrap();
+        // Another file now has the path: its bytes must not be read.
+        let other = tempfile::NamedTempFile::new_in(f.path().parent().unwrap()).unwrap();
+        std::fs::write(other.path(), vec![0u8; 5000]).unwrap();
+        std::fs::rename(other.path(), f.path()).unwrap();
+        let store = match src.tensor_at(0).unwrap().data().unwrap().payload() {
+            Payload::Stored { store, .. } => store.clone(),
+            Payload::Decoded { .. } => unreachable!(),
+        };
+        assert!(store.reopen().is_none());
+        assert_eq!(copy_parts(&parts(&src), 2, 333).unwrap()[0], want);
+    }
+
+    #[test]
+    fn small_loads_stay_on_one_thread() {
+        assert_eq!(threads_for(0), 1);
+        assert_eq!(threads_for(THREAD_BYTES - 1), 1);
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert_eq!(threads_for(2 * THREAD_BYTES), cores.min(2));
+    }
+}
