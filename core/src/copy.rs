@@ -227,7 +227,7 @@ fn copy_raw(raw: &[Raw<'_>], out: &mut [Vec<u8>], threads: usize, chunk: usize) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::{Catalog, Object, Part};
+    use crate::catalog::{Catalog, Object};
     use crate::dtype::DType;
     use crate::limits::Limits;
     use crate::source::Source;
@@ -249,22 +249,17 @@ mod tests {
         let objects = ranges
             .iter()
             .enumerate()
-            .map(|(i, &(offset, len))| Object {
-                name: format!("t{i}"),
-                shape: vec![len],
-                layout: "dense".into(),
-                parts: vec![Part {
-                    name: "data".into(),
-                    dtype: DType::U8,
-                    shape: vec![len],
-                    strides: None,
-                    payload: Payload::Stored {
+            .map(|(i, &(offset, len))| {
+                Object::dense(
+                    format!("t{i}"),
+                    DType::U8,
+                    vec![len],
+                    Payload::Stored {
                         store: store.clone(),
                         offset,
                         len,
                     },
-                }],
-                attributes: Default::default(),
+                )
             })
             .collect();
         let catalog = Catalog {

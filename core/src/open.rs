@@ -244,7 +244,7 @@ fn json_to_value(v: &serde_json::Value) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::{Catalog, Object, Part, Payload};
+    use crate::catalog::{Catalog, Object, Payload};
     use crate::dtype::DType;
     use crate::format::{Format, Probe};
     use std::sync::Mutex;
@@ -274,23 +274,16 @@ mod tests {
             seen.push((Arc::clone(&data), data.is_walking()));
             let len = data.len();
             Ok(Catalog {
-                objects: vec![Object {
-                    name: "t".into(),
-                    shape: vec![len],
-                    layout: "dense".into(),
-                    parts: vec![Part {
-                        name: "data".into(),
-                        dtype: DType::U8,
-                        shape: vec![len],
-                        strides: None,
-                        payload: Payload::Stored {
-                            store: data,
-                            offset: 0,
-                            len,
-                        },
-                    }],
-                    attributes: Default::default(),
-                }],
+                objects: vec![Object::dense(
+                    "t",
+                    DType::U8,
+                    vec![len],
+                    Payload::Stored {
+                        store: data,
+                        offset: 0,
+                        len,
+                    },
+                )],
                 ..Catalog::default()
             })
         }

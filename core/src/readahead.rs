@@ -128,7 +128,7 @@ impl Source {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::{Catalog, Object, Part};
+    use crate::catalog::{Catalog, Object};
     use crate::dtype::DType;
     use crate::limits::Limits;
     use std::io::Write;
@@ -141,22 +141,17 @@ mod tests {
         let objects = ranges
             .iter()
             .enumerate()
-            .map(|(i, &(offset, len))| Object {
-                name: format!("t{i}"),
-                shape: vec![len],
-                layout: "dense".into(),
-                parts: vec![Part {
-                    name: "data".into(),
-                    dtype: DType::U8,
-                    shape: vec![len],
-                    strides: None,
-                    payload: Payload::Stored {
+            .map(|(i, &(offset, len))| {
+                Object::dense(
+                    format!("t{i}"),
+                    DType::U8,
+                    vec![len],
+                    Payload::Stored {
                         store: store.clone(),
                         offset,
                         len,
                     },
-                }],
-                attributes: Default::default(),
+                )
             })
             .collect();
         let catalog = Catalog {
