@@ -227,9 +227,6 @@ fn copy_raw(raw: &[Raw<'_>], out: &mut [Vec<u8>], threads: usize, chunk: usize) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::{Catalog, Object};
-    use crate::dtype::DType;
-    use crate::limits::Limits;
     use crate::source::Source;
     use std::io::Write;
     use std::sync::Arc;
@@ -246,27 +243,7 @@ mod tests {
         } else {
             Store::open_positional(f.path()).unwrap()
         });
-        let objects = ranges
-            .iter()
-            .enumerate()
-            .map(|(i, &(offset, len))| {
-                Object::dense(
-                    format!("t{i}"),
-                    DType::U8,
-                    vec![len],
-                    Payload::Stored {
-                        store: store.clone(),
-                        offset,
-                        len,
-                    },
-                )
-            })
-            .collect();
-        let catalog = Catalog {
-            objects,
-            ..Default::default()
-        };
-        let src = Source::from_catalog("test", store, catalog, Limits::default()).unwrap();
+        let src = Source::of_ranges(store, ranges);
         (f, src)
     }
 

@@ -128,9 +128,6 @@ impl Source {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::{Catalog, Object};
-    use crate::dtype::DType;
-    use crate::limits::Limits;
     use std::io::Write;
 
     fn source(ranges: &[(u64, u64)], file_len: usize) -> (tempfile::NamedTempFile, Source) {
@@ -138,27 +135,7 @@ mod tests {
         f.write_all(&vec![7u8; file_len]).unwrap();
         f.flush().unwrap();
         let store = Arc::new(Store::open(f.path()).unwrap());
-        let objects = ranges
-            .iter()
-            .enumerate()
-            .map(|(i, &(offset, len))| {
-                Object::dense(
-                    format!("t{i}"),
-                    DType::U8,
-                    vec![len],
-                    Payload::Stored {
-                        store: store.clone(),
-                        offset,
-                        len,
-                    },
-                )
-            })
-            .collect();
-        let catalog = Catalog {
-            objects,
-            ..Default::default()
-        };
-        let src = Source::from_catalog("test", store, catalog, Limits::default()).unwrap();
+        let src = Source::of_ranges(store, ranges);
         (f, src)
     }
 

@@ -480,3 +480,27 @@ fn validate_part(part: &Part, limits: &Limits) -> Result<()> {
     }
     Ok(())
 }
+#[cfg(test)]
+impl Source {
+    /// A source whose tensors `t0`, `t1`, ... are the u8 `ranges`
+    /// (offset, length) of `store`: the fixture of the read-path tests.
+    pub(crate) fn of_ranges(store: Arc<Store>, ranges: &[(u64, u64)]) -> Source {
+        let objects = ranges
+            .iter()
+            .enumerate()
+            .map(|(i, &(offset, len))| {
+                let payload = Payload::Stored {
+                    store: store.clone(),
+                    offset,
+                    len,
+                };
+                Object::dense(format!("t{i}"), crate::dtype::DType::U8, vec![len], payload)
+            })
+            .collect();
+        let catalog = Catalog {
+            objects,
+            ..Default::default()
+        };
+        Source::from_catalog("test", store, catalog, Limits::default()).unwrap()
+    }
+}
