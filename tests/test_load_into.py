@@ -135,3 +135,56 @@ def test_many_tensors_over_both_threads(tmp_path):
     zt.numpy.load_into(dest, path)
     for k, v in want.items():
         np.testing.assert_array_equal(dest[k], v)
+
+
+def test_tied_destinations_are_filled_in_order_like_load_state_dict(tmp_path):
+    # Two names over one buffer (tied weights): load_state_dict copies them
+    # in the destination's order, so the last one wins; the native copy
+    # must not fill shared memory from two threads.
+    arrays = {"a": np.full(1024, 1, np.float32), "b": np.full(1024, 2, np.float32)}
+    path, _ = written(tmp_path, "safetensors", arrays)
+    shared = np.zeros(1024, np.float32)
+    dest = {"a": shared, "b": shared}
+    zt.numpy.load_into(dest, path)
+    assert (shared == 2).all()
+
+
+def test_overlapping_views_of_one_buffer_are_left_to_numpy(tmp_path):
+    arrays = {"lo": np.arange(8, dtype=np.int32), "hi": np.arange(8, 16, dtype=np.int32)}
+    path, _ = written(tmp_path, "safetensors", arrays)
+    backing = np.zeros(12, np.int32)
+    dest = {"lo": backing[:8], "hi": backing[4:]}
+    zt.numpy.load_into(dest, path)
+    # In the destination's order, as load_state_dict copies: "hi" last.
+    np.testing.assert_array_equal(backing, [0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15])
+
+
+@pytest.mark.parametrize("backend", ["mmap", "pread"])
+@pytest.mark.parametrize("fmt", ["safetensors", "npz", "npz-compressed", "zt-zstd"])
+def test_both_backends_fill_raw_and_decoded_tensors(tmp_path, backend, fmt):
+    path, want = written(tmp_path, fmt, model(3))
+    dest = empty_like(want)
+    zt.numpy.load_into(dest, path, backend=backend)
+    for k, v in want.items():
+        assert dest[k].tobytes() == np.asarray(v).tobytes(), k
+
+
+def test_a_corrupt_npz_member_is_refused_and_its_destination_untouched(tmp_path):
+    import struct
+    import zipfile
+
+    arrays = {"a": np.arange(4096, dtype=np.float32), "b": np.arange(16, dtype=np.int64)}
+    path = tmp_path / "m.npz"
+    np.savez(path, **arrays)
+    # Flip one payload byte of "a.npy" (stored, so its CRC-32 no longer matches).
+    with zipfile.ZipFile(path) as z:
+        info = z.getinfo("a.npy")
+    raw = bytearray(path.read_bytes())
+    name_len, extra_len = struct.unpack_from("<HH", raw, info.header_offset + 26)  # the local header's
+    data_at = info.header_offset + 30 + name_len + extra_len
+    raw[data_at + info.file_size - 8] ^= 0xFF
+    path.write_bytes(bytes(raw))
+    dest = empty_like(arrays)
+    with pytest.raises(ValueError, match="(?i)crc"):
+        zt.numpy.load_into(dest, path)
+    assert not dest["a"].any() and not dest["b"].any()

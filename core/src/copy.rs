@@ -31,6 +31,7 @@ use std::sync::Mutex;
 use crate::catalog::Payload;
 use crate::error::{Error, Result};
 use crate::part::PartRef;
+use crate::rule::Rule;
 use crate::store::Store;
 
 /// The unit a copying thread claims: this many bytes of one part, or a run
@@ -91,65 +92,161 @@ pub(crate) fn copy_parts(
     threads: usize,
     chunk: usize,
 ) -> Result<Vec<Vec<u8>>> {
-    // Every lazy check first (an npz member's CRC): bytes that fail one are
-    // never copied.
-    for p in parts {
-        p.guard()?;
-    }
+    guard_all(parts)?;
     // Every destination up front, so a load that cannot fit fails before
     // any copying starts.
-    let mut raw = Vec::new();
     let mut out: Vec<Vec<u8>> = Vec::with_capacity(parts.len());
+    let mut raw_len = vec![None; parts.len()];
     for (i, p) in parts.iter().enumerate() {
         match raw_range(p) {
-            Some((store, offset, len)) => {
+            Some((_, _, len)) => {
                 out.push(crate::buffer::try_with_capacity(&p.ctx(), "a copy", len)?);
-                raw.push((i, p.object.name.as_str(), store, offset, len));
+                raw_len[i] = Some(len as usize);
             }
             None => out.push(Vec::new()),
         }
     }
-    copy_raw(&raw, &mut out, threads, chunk)?;
-    for &(i, _, _, _, len) in &raw {
-        // SAFETY: `copy_raw` returned Ok, so every byte of the first `len`
-        // of each raw destination's capacity (which is at least `len`) was
-        // written by `Store::read_into_uninit`.
-        unsafe { out[i].set_len(len as usize) };
+    let targets = parts
+        .iter()
+        .zip(out.iter_mut())
+        .filter_map(|(p, dst)| {
+            let (store, offset, len) = raw_range(p)?;
+            Some(Target {
+                name: &p.object.name,
+                store,
+                offset,
+                buf: &mut dst.spare_capacity_mut()[..len as usize],
+            })
+        })
+        .collect();
+    copy_raw(targets, threads, chunk)?;
+    for (dst, len) in out.iter_mut().zip(&raw_len) {
+        if let Some(len) = *len {
+            // SAFETY: `copy_raw` returned Ok, so every byte of the first
+            // `len` of this destination's capacity (which is at least `len`)
+            // was written by `Store::read_into_uninit`.
+            unsafe { dst.set_len(len) };
+        }
     }
     for (i, p) in parts.iter().enumerate() {
-        if raw_range(p).is_none() {
+        if raw_len[i].is_none() {
             out[i] = crate::buffer::try_own(&p.ctx(), "a copy", p.bytes()?)?;
         }
     }
     Ok(out)
 }
 
-/// A raw part to copy: its index in the output, tensor name, store,
-/// offset and length.
-type Raw<'a> = (usize, &'a str, &'a Store, u64, u64);
+/// Every part's C-order elements ([`PartRef::bytes`]) written into memory
+/// the caller already has (`dests[i]` for `parts[i]`, each exactly that
+/// many bytes): what `load_into` a model's own tensors reads through. Raw
+/// parts are `pread` (or copied out of the mapping) straight into their
+/// destinations, in file order on the threads [`threads_for`] their size
+/// warrants, as [`owned_bytes_of`] copies them; decoded, strided and remote
+/// parts are read one by one, then copied. Every size is checked and every
+/// lazy check run before a byte is written; on a read error later,
+/// destinations already written keep their new bytes.
+pub fn copy_into(parts: &[PartRef<'_>], dests: &mut [&mut [u8]]) -> Result<()> {
+    copy_into_with(parts, dests, None, CHUNK)
+}
 
-/// Copy the raw ranges into the spare capacity of their destinations, in
-/// file order, on `threads` threads.
-fn copy_raw(raw: &[Raw<'_>], out: &mut [Vec<u8>], threads: usize, chunk: usize) -> Result<()> {
-    let chunk = chunk.max(1);
-    // Destinations paired with their sources, then sorted into file order.
-    type Target<'s, 'b> = (&'s str, &'s Store, u64, &'b mut [MaybeUninit<u8>]);
-    let mut targets: Vec<Target<'_, '_>> = Vec::with_capacity(raw.len());
-    let mut lens = vec![None; out.len()];
-    for &(i, name, store, offset, len) in raw {
-        lens[i] = Some((name, store, offset, len as usize));
+/// [`copy_into`] with the thread count (`None`: [`threads_for`]) and claim
+/// size given.
+pub(crate) fn copy_into_with(
+    parts: &[PartRef<'_>],
+    dests: &mut [&mut [u8]],
+    threads: Option<usize>,
+    chunk: usize,
+) -> Result<()> {
+    if parts.len() != dests.len() {
+        return Err(Error::unsupported(
+            Default::default(),
+            Rule::ACCESS_DESTINATION,
+            format!("{} destinations for {} tensors", dests.len(), parts.len()),
+        ));
     }
-    for (dst, meta) in out.iter_mut().zip(lens) {
-        if let Some((name, store, offset, len)) = meta {
-            targets.push((name, store, offset, &mut dst.spare_capacity_mut()[..len]));
+    for (p, dst) in parts.iter().zip(dests.iter()) {
+        let want = elements_len(p)?;
+        if dst.len() as u64 != want {
+            return Err(Error::unsupported(
+                p.ctx(),
+                Rule::ACCESS_DESTINATION,
+                format!(
+                    "the destination holds {} bytes, the tensor's elements {want}",
+                    dst.len()
+                ),
+            ));
         }
     }
-    targets.sort_by(|a, b| (a.1.path(), a.2).cmp(&(b.1.path(), b.2)));
+    guard_all(parts)?;
+    let mut targets = Vec::new();
+    let mut rest = Vec::new();
+    for (p, dst) in parts.iter().zip(dests.iter_mut()) {
+        match raw_range(p) {
+            Some((store, offset, _)) => targets.push(Target {
+                name: &p.object.name,
+                store,
+                offset,
+                buf: as_uninit(dst),
+            }),
+            None => rest.push((p, dst)),
+        }
+    }
+    let total = targets.iter().map(|t| t.buf.len() as u64).sum();
+    copy_raw(
+        targets,
+        threads.unwrap_or_else(|| threads_for(total)),
+        chunk,
+    )?;
+    for (p, dst) in rest {
+        dst.copy_from_slice(&p.bytes()?);
+    }
+    Ok(())
+}
+
+/// The length of a part's C-order elements, known without reading them:
+/// the stored length of a raw part, the materialized length of a strided
+/// one, the declared decoded length of an encoded one.
+fn elements_len(p: &PartRef<'_>) -> Result<u64> {
+    if p.is_contiguous() {
+        return Ok(p.nbytes());
+    }
+    let size = p.dtype().size().unwrap_or(1) as usize;
+    crate::part::materialized_len(&p.ctx(), p.shape(), size)
+}
+
+/// Run every lazy check (an npz member's CRC) first: bytes that fail one
+/// are never copied.
+fn guard_all(parts: &[PartRef<'_>]) -> Result<()> {
+    parts.iter().try_for_each(PartRef::guard)
+}
+
+/// Initialised memory seen as memory to be written.
+fn as_uninit(buf: &mut [u8]) -> &mut [MaybeUninit<u8>] {
+    // SAFETY: `MaybeUninit<u8>` has the layout of `u8`, and the only writer
+    // of the result (`Store::read_into_uninit`) writes initialised bytes, so
+    // `buf` never holds uninitialised memory afterwards.
+    unsafe { &mut *(buf as *mut [u8] as *mut [MaybeUninit<u8>]) }
+}
+
+/// One destination of a raw copy: `buf.len()` bytes of `store` from
+/// `offset`, for the tensor `name` (which its errors name).
+struct Target<'s, 'b> {
+    name: &'s str,
+    store: &'s Store,
+    offset: u64,
+    buf: &'b mut [MaybeUninit<u8>],
+}
+
+/// Copy every target's range into its buffer, in file order, on `threads`
+/// threads.
+fn copy_raw(mut targets: Vec<Target<'_, '_>>, threads: usize, chunk: usize) -> Result<()> {
+    let chunk = chunk.max(1);
+    targets.sort_by(|a, b| (a.store.path(), a.offset).cmp(&(b.store.path(), b.offset)));
     // Each mapped store's file reopened once for the whole copy.
     let mut files: Vec<(*const Store, Option<File>)> = Vec::new();
-    for (_, store, _, _) in &targets {
-        if !files.iter().any(|(s, _)| std::ptr::eq(*s, *store)) {
-            files.push((*store as *const Store, store.reopen()));
+    for t in &targets {
+        if !files.iter().any(|(s, _)| std::ptr::eq(*s, t.store)) {
+            files.push((t.store as *const Store, t.store.reopen()));
         }
     }
     let file_of = |store: &Store| {
@@ -161,7 +258,13 @@ fn copy_raw(raw: &[Raw<'_>], out: &mut [Vec<u8>], threads: usize, chunk: usize) 
     // Claims of about `chunk` bytes: large parts split, small ones grouped.
     let mut claims: Vec<Vec<Piece<'_, '_>>> = Vec::new();
     let (mut claim, mut size) = (Vec::new(), 0usize);
-    for (name, store, offset, buf) in targets {
+    for Target {
+        name,
+        store,
+        offset,
+        buf,
+    } in targets
+    {
         let mut at = offset;
         for piece in buf.chunks_mut(chunk) {
             let n = piece.len();
@@ -309,6 +412,41 @@ mod tests {
         };
         assert!(store.reopen().is_none());
         assert_eq!(copy_parts(&parts(&src), 2, 333).unwrap()[0], want);
+    }
+
+    #[test]
+    fn copy_into_fills_every_destination_exactly() {
+        let ranges = [(5000, 3000), (0, 17), (17, 0), (100, 4000), (8000, 1)];
+        for map in [true, false] {
+            let (f, src) = source(9000, &ranges, map);
+            let file = std::fs::read(f.path()).unwrap();
+            for (threads, chunk) in [(1, CHUNK), (2, 64), (4, 333), (3, 1)] {
+                let mut dests: Vec<Vec<u8>> = ranges
+                    .iter()
+                    .map(|&(_, l)| vec![0xAA; l as usize])
+                    .collect();
+                let mut views: Vec<&mut [u8]> = dests.iter_mut().map(Vec::as_mut_slice).collect();
+                copy_into_with(&parts(&src), &mut views, Some(threads), chunk).unwrap();
+                for (&(o, l), bytes) in ranges.iter().zip(&dests) {
+                    assert_eq!(bytes[..], file[o as usize..(o + l) as usize]);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_destination_of_the_wrong_size_is_refused_before_anything_is_written() {
+        let (_f, src) = source(4096, &[(0, 1000), (1000, 3000)], true);
+        let (mut first, mut second) = (vec![0xAA; 1000], vec![0xAA; 2999]);
+        let mut views = [first.as_mut_slice(), second.as_mut_slice()];
+        let e = copy_into(&parts(&src), &mut views).unwrap_err();
+        assert_eq!(e.rule(), Some(Rule::ACCESS_DESTINATION), "{e}");
+        assert!(e.to_string().contains("tensor \"t1\""), "{e}");
+        assert!(e.to_string().contains("holds 2999 bytes"), "{e}");
+        assert!(first.iter().all(|&b| b == 0xAA), "nothing is written");
+        // One destination short of the tensors is refused too.
+        let e = copy_into(&parts(&src), &mut [first.as_mut_slice()]).unwrap_err();
+        assert_eq!(e.rule(), Some(Rule::ACCESS_DESTINATION), "{e}");
     }
 
     #[test]

@@ -98,6 +98,9 @@ impl Rule {
     pub const ACCESS_PART: Rule = Rule::new("access.Part");
     /// Nothing to open (an empty list of files).
     pub const ACCESS_INPUT: Rule = Rule::new("access.Input");
+    /// Memory handed in to be filled (`load_into`) that is not exactly the
+    /// size of the tensor's elements.
+    pub const ACCESS_DESTINATION: Rule = Rule::new("access.Destination");
 
     // --- Writing. ---
     /// The destination path cannot take the output.
@@ -144,6 +147,7 @@ impl Rule {
         Rule::ACCESS_SELECTION,
         Rule::ACCESS_PART,
         Rule::ACCESS_INPUT,
+        Rule::ACCESS_DESTINATION,
         Rule::WRITE_DESTINATION,
         Rule::WRITE_OPTIONS,
         Rule::WRITE_METADATA,

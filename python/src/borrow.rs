@@ -262,6 +262,29 @@ impl Borrowed {
     }
 }
 
+/// Refuse buffers of which two share memory: filled from different
+/// threads, their bytes would be a data race (and two `&mut` slices over
+/// the same memory). `what` names one buffer by its index.
+pub fn refuse_shared(buffers: &[Borrowed], what: impl Fn(usize) -> String) -> PyResult<()> {
+    let span = |b: &Borrowed| (b.raw.buf as usize, b.len());
+    let mut order: Vec<usize> = (0..buffers.len())
+        .filter(|&i| buffers[i].len() > 0)
+        .collect();
+    order.sort_by_key(|&i| span(&buffers[i]).0);
+    for pair in order.windows(2) {
+        let ((a, a_len), (b, _)) = (span(&buffers[pair[0]]), span(&buffers[pair[1]]));
+        if a + a_len > b {
+            let (first, second) = (pair[0].min(pair[1]), pair[0].max(pair[1]));
+            return Err(PyValueError::new_err(format!(
+                "{} and {} share memory",
+                what(first),
+                what(second)
+            )));
+        }
+    }
+    Ok(())
+}
+
 impl Drop for Borrowed {
     fn drop(&mut self) {
         // SAFETY: the buffer was filled by a successful `PyObject_GetBuffer`

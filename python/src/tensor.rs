@@ -7,6 +7,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
 
 use crate::array::ArrayView;
+use crate::borrow::{refuse_shared, Access, Borrowed};
 use crate::{attributes_to_py, to_py_err};
 
 /// An opened set of tensor files. `close()` drops this handle's reference;
@@ -99,6 +100,43 @@ impl Source {
                 .zip(storage)
                 .map(|(p, bytes)| ArrayView::for_part_read(Arc::clone(&source), p, copy, bytes))
                 .collect()
+        })
+        .map_err(to_py_err)
+    }
+
+    /// Write the C-order elements of the single-part tensors `names` into
+    /// `dests` (one writable, C-contiguous buffer per name, each exactly
+    /// the tensor's size and none sharing memory with another): raw bytes
+    /// `pread` straight into the destinations in file order, on the cores
+    /// their size warrants, without the GIL (`zt::copy::copy_into`).
+    fn _copy_into(
+        &self,
+        py: Python<'_>,
+        names: Vec<String>,
+        dests: Vec<Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let source = self.get()?;
+        if names.len() != dests.len() {
+            return Err(PyValueError::new_err(format!(
+                "{} destinations for {} tensors",
+                dests.len(),
+                names.len()
+            )));
+        }
+        let what = |i: usize| format!("the destination of {:?}", names[i]);
+        let mut held = dests
+            .iter()
+            .enumerate()
+            .map(|(i, d)| Borrowed::get(d, &what(i), Access::Write, false))
+            .collect::<PyResult<Vec<_>>>()?;
+        refuse_shared(&held, what)?;
+        py.detach(|| {
+            let parts = names
+                .iter()
+                .map(|n| source.tensor(n).and_then(|t| t.data()))
+                .collect::<zt::Result<Vec<_>>>()?;
+            let mut slices: Vec<&mut [u8]> = held.iter_mut().map(Borrowed::bytes_mut).collect();
+            zt::copy::copy_into(&parts, &mut slices)
         })
         .map_err(to_py_err)
     }

@@ -2,34 +2,26 @@
 
 Every name, dtype and shape is checked before a byte is read, with
 ``load_state_dict``'s ``strict=`` semantics for missing and unexpected
-names. Then each tensor is copied once into its destination: a tensor
-stored raw in a mapped file goes straight from the page cache into the
-destination's memory (no intermediate array); a decoded one (compressed,
-big-endian, typed protobuf fields) is decoded and then copied. Tensors are
-taken in file-offset order by two threads (numpy's copy releases the GIL),
-so the page cache's readahead sees one forward pass.
-
-This is the Python-level implementation: the copy is numpy's, from the
-zero-copy view zt already hands out. A native path (the Rust core writing
-into the destination's buffer, and ``pread`` for unmapped stores) is not
-built yet.
+names. Then each tensor is copied once into its destination by the native core
+(``zt_core::copy::copy_into``), without the GIL: a tensor stored raw in a
+local file is ``pread`` straight from the page cache into the
+destination's memory (no intermediate array, no page tables of a mapping
+walked), in file-offset order on the cores its size warrants, so the
+disk's readahead sees one forward pass; a decoded one (compressed,
+big-endian, typed protobuf fields) is decoded and then copied.
+Destinations numpy cannot hand over as one writable block (strided
+views) and tied weights (two names over the same memory, filled in the
+order given, as ``load_state_dict`` fills them) are copied by numpy.
 """
 
 from __future__ import annotations
 
-import itertools
-import threading
 from collections.abc import Mapping
 from typing import NamedTuple
 
 import numpy as np
 
 from ._tensor import RECORD_LAYOUT, _record_dtype, numpy_dtype
-
-# Tensors are claimed by the copying threads in runs of about this many
-# bytes, so 50k small tensors cost 50k copies, not 50k hand-offs.
-_CLAIM_BYTES = 4 << 20
-_THREADS = 2
 
 
 class LoadResult(NamedTuple):
@@ -86,53 +78,37 @@ def _check(dest: Mapping[str, np.ndarray], source, strict: bool):
     return pairs, missing, unexpected
 
 
-def _file_order(pairs):
-    """Raw tensors by (file, offset); decoded ones after them."""
-
-    def key(pair):
-        loc = pair[0].location
-        return (0, loc[0], loc[1]) if loc else (1, "", 0)
-
-    return sorted(pairs, key=key)
+def _address(arr: np.ndarray) -> int:
+    return arr.__array_interface__["data"][0]
 
 
-def _claims(pairs):
-    """Runs of consecutive tensors of about _CLAIM_BYTES each."""
-    run, size = [], 0
-    for pair in pairs:
-        run.append(pair)
-        size += pair[1].nbytes
-        if size >= _CLAIM_BYTES:
-            yield run
-            run, size = [], 0
-    if run:
-        yield run
+def _native_and_rest(pairs):
+    """(pairs the native copy fills, pairs numpy copies one by one): the
+    native copy takes C-contiguous destinations that share memory with no
+    other destination; strided ones, and tied weights (two names over one
+    storage) in the order given, are left to numpy."""
+    contiguous = [i for i, (_, arr) in enumerate(pairs) if arr.flags.c_contiguous and arr.nbytes]
+    shared = set()
+    by_address = sorted(contiguous, key=lambda i: _address(pairs[i][1]))
+    for a, b in zip(by_address, by_address[1:]):
+        if _address(pairs[a][1]) + pairs[a][1].nbytes > _address(pairs[b][1]):
+            shared.update((a, b))
+    native = set(contiguous) - shared
+    return (
+        [pair for i, pair in enumerate(pairs) if i in native],
+        [pair for i, pair in enumerate(pairs) if i not in native and pair[1].nbytes],
+    )
 
 
-def _copy_all(pairs) -> None:
-    runs = list(_claims(_file_order(pairs)))
-    counter = itertools.count()  # next() on a count is atomic under the GIL
-    failures: list[BaseException] = []
-
-    def work():
-        while not failures:
-            i = next(counter)
-            if i >= len(runs):
-                return
-            try:
-                for t, arr in runs[i]:
-                    np.copyto(arr, t.numpy(copy=False), casting="no")
-            except BaseException as e:  # re-raised on the calling thread
-                failures.append(e)
-
-    threads = [threading.Thread(target=work, daemon=True) for _ in range(min(_THREADS, len(runs)) - 1)]
-    for th in threads:
-        th.start()
-    work()
-    for th in threads:
-        th.join()
-    if failures:
-        raise failures[0]
+def _copy_all(source, pairs) -> None:
+    native, rest = _native_and_rest(pairs)
+    if native:
+        # Checked sizes, then the raw bytes pread (or copied out of the
+        # mapping) straight into the destinations in file order, on the
+        # cores their size warrants, without the GIL (zt_core::copy).
+        source._native._copy_into([t.name for t, _ in native], [arr for _, arr in native])
+    for t, arr in rest:
+        np.copyto(arr, t.numpy(copy=False), casting="no")
 
 
 def load_into(dest: Mapping[str, np.ndarray], path, strict: bool = True, *, backend: str = "mmap") -> LoadResult:
@@ -154,7 +130,5 @@ def load_into(dest: Mapping[str, np.ndarray], path, strict: bool = True, *, back
         raise ValueError(f"backend must be 'mmap' or 'pread', got {backend!r}")
     with zt.open(path, map=backend == "mmap") as source:
         pairs, missing, unexpected = _check(dest, source, strict)
-        # Every read queued in file order before the copies start.
-        source._native._read_ahead([t.name for t, _ in pairs])
-        _copy_all(pairs)
+        _copy_all(source, pairs)
     return LoadResult(missing, unexpected)
