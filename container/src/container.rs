@@ -161,7 +161,7 @@ pub fn check_blob(ctx: &Context, file_len: u64, offset: u64, len: u64, what: &st
             format!("{what} blob offset {offset} is not a multiple of 4096 at or past 4096"),
         ));
     }
-    let end = offset.checked_add(len).ok_or(Error::Overflow {
+    let end = offset.checked_add(len).ok_or_else(|| Error::Overflow {
         rule: rules::BLOB_BOUNDS,
         ctx: ctx.clone().at(offset),
         what: "blob end",

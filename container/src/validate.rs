@@ -80,7 +80,7 @@ pub struct PartView {
 }
 
 fn size_of(d: DType, n: u64, ctx: &Context) -> Result<u64> {
-    d.nbytes(n).ok_or(Error::Overflow {
+    d.nbytes(n).ok_or_else(|| Error::Overflow {
         rule: Rule::OVERFLOW,
         ctx: ctx.clone(),
         what: "part size",
@@ -204,7 +204,7 @@ fn gguf_type(layout: &str) -> Option<&str> {
 /// Check `obj` against its layout and return how each of its parts reads,
 /// in the order of `obj.parts`.
 pub fn interpret<'a>(obj: &'a ObjectDef, ctx: &Context) -> Result<Vec<PartView>> {
-    let elements = num_elements(&obj.shape).ok_or(Error::Overflow {
+    let elements = num_elements(&obj.shape).ok_or_else(|| Error::Overflow {
         rule: rules::SHAPE,
         ctx: ctx.clone(),
         what: "element count",
@@ -267,7 +267,7 @@ pub fn interpret<'a>(obj: &'a ObjectDef, ctx: &Context) -> Result<Vec<PartView>>
                 ));
             }
             let nnz = indices.decoded_size() / w;
-            let rows1 = obj.shape[0].checked_add(1).ok_or(Error::Overflow {
+            let rows1 = obj.shape[0].checked_add(1).ok_or_else(|| Error::Overflow {
                 rule: Rule::OVERFLOW,
                 ctx: ctx.clone(),
                 what: "rows + 1",
@@ -373,11 +373,13 @@ pub fn interpret<'a>(obj: &'a ObjectDef, ctx: &Context) -> Result<Vec<PartView>>
                 if epb == 0 || bb == 0 || elements % epb != 0 {
                     return Err(bad(ctx, layout, "elems_per_block and block_bytes must be >= 1, elems_per_block dividing the element count"));
                 }
-                let want = (elements / epb).checked_mul(bb).ok_or(Error::Overflow {
-                    rule: Rule::OVERFLOW,
-                    ctx: ctx.clone(),
-                    what: "blocks x block_bytes",
-                })?;
+                let want = (elements / epb)
+                    .checked_mul(bb)
+                    .ok_or_else(|| Error::Overflow {
+                        rule: Rule::OVERFLOW,
+                        ctx: ctx.clone(),
+                        what: "blocks x block_bytes",
+                    })?;
                 need(data, want, ctx, "blocks x block_bytes")?;
                 put(data, DType::U8, vec![want]);
             }
@@ -579,7 +581,7 @@ fn quant_group<'a>(
     }
     let groups = along.checked_div(gs).unwrap_or(along);
     let lanes = elements.checked_div(along).unwrap_or(0);
-    let group_count = groups.checked_mul(lanes).ok_or(Error::Overflow {
+    let group_count = groups.checked_mul(lanes).ok_or_else(|| Error::Overflow {
         rule: Rule::OVERFLOW,
         ctx: ctx.clone(),
         what: "groups x lanes",

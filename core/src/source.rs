@@ -406,7 +406,7 @@ fn validate_part(part: &Part, limits: &Limits) -> Result<()> {
             format!("part {:?}: dimension {d} is past 2^63 - 1", part.name),
         ));
     }
-    let elements = num_elements(&part.shape).ok_or(Error::Overflow {
+    let elements = num_elements(&part.shape).ok_or_else(|| Error::Overflow {
         rule: Rule::OVERFLOW,
         ctx: ctx.clone(),
         what: "element count",
@@ -417,7 +417,7 @@ fn validate_part(part: &Part, limits: &Limits) -> Result<()> {
     }
     match &part.strides {
         None => {
-            let need = part.dtype.nbytes(elements).ok_or(Error::Overflow {
+            let need = part.dtype.nbytes(elements).ok_or_else(|| Error::Overflow {
                 rule: Rule::OVERFLOW,
                 ctx: ctx.clone(),
                 what: "byte size",
@@ -449,12 +449,14 @@ fn validate_part(part: &Part, limits: &Limits) -> Result<()> {
             if elements > 0 {
                 let mut last: u64 = 0;
                 for (&d, &s) in part.shape.iter().zip(strides) {
-                    let step = (d - 1).checked_mul(s as u64).ok_or(Error::Overflow {
-                        rule: Rule::OVERFLOW,
-                        ctx: ctx.clone(),
-                        what: "stride extent",
-                    })?;
-                    last = last.checked_add(step).ok_or(Error::Overflow {
+                    let step = (d - 1)
+                        .checked_mul(s as u64)
+                        .ok_or_else(|| Error::Overflow {
+                            rule: Rule::OVERFLOW,
+                            ctx: ctx.clone(),
+                            what: "stride extent",
+                        })?;
+                    last = last.checked_add(step).ok_or_else(|| Error::Overflow {
                         rule: Rule::OVERFLOW,
                         ctx: ctx.clone(),
                         what: "stride extent",
@@ -463,7 +465,7 @@ fn validate_part(part: &Part, limits: &Limits) -> Result<()> {
                 let need = last
                     .checked_add(1)
                     .and_then(|n| n.checked_mul(size))
-                    .ok_or(Error::Overflow {
+                    .ok_or_else(|| Error::Overflow {
                         rule: Rule::OVERFLOW,
                         ctx: ctx.clone(),
                         what: "stride extent",

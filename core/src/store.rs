@@ -242,7 +242,7 @@ impl Store {
 
     /// Check that `[offset, offset + len)` lies inside the file.
     pub fn check_range(&self, offset: u64, len: u64, what: &'static str) -> Result<()> {
-        let end = offset.checked_add(len).ok_or(Error::Overflow {
+        let end = offset.checked_add(len).ok_or_else(|| Error::Overflow {
             rule: Rule::OVERFLOW,
             ctx: self.ctx().at(offset),
             what,

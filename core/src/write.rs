@@ -31,7 +31,7 @@ impl TensorIn<'_> {
         let ctx = ctx.clone().tensor(self.name);
         let need = num_elements(self.shape)
             .and_then(|n| self.dtype.nbytes(n))
-            .ok_or(Error::Overflow {
+            .ok_or_else(|| Error::Overflow {
                 rule: Rule::OVERFLOW,
                 ctx: ctx.clone(),
                 what: "byte size",

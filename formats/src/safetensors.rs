@@ -242,7 +242,7 @@ impl Format for Safetensors {
         // The reference crate's own cap applies even when `Limits` allow
         // more, so every file zt accepts is one the reference accepts.
         Limits::check(&ctx, "safetensors header_bytes", n, MAX_HEADER)?;
-        let data_start = 8u64.checked_add(n).ok_or(Error::Overflow {
+        let data_start = 8u64.checked_add(n).ok_or_else(|| Error::Overflow {
             rule: Rule::OVERFLOW,
             ctx: ctx.clone(),
             what: "header end",
@@ -310,11 +310,13 @@ impl Format for Safetensors {
             }
             cursor = t.4;
         }
-        let expected = data_start.checked_add(cursor).ok_or(Error::Overflow {
-            rule: Rule::OVERFLOW,
-            ctx: ctx.clone(),
-            what: "buffer end",
-        })?;
+        let expected = data_start
+            .checked_add(cursor)
+            .ok_or_else(|| Error::Overflow {
+                rule: Rule::OVERFLOW,
+                ctx: ctx.clone(),
+                what: "buffer end",
+            })?;
         if expected != store.len() {
             return Err(Error::range(
                 ctx.clone(),
@@ -363,16 +365,18 @@ fn check_entry(info: &Info<'_>, limits: &Limits) -> Result<(DType, u64, u64)> {
             format!("data_offsets [{begin}, {end}] end before they begin"),
         ));
     }
-    let elements = num_elements(&info.shape).ok_or(Error::Overflow {
+    let elements = num_elements(&info.shape).ok_or_else(|| Error::Overflow {
         rule: Rule::OVERFLOW,
         ctx: ctx.clone(),
         what: "element count",
     })?;
-    let bits = elements.checked_mul(dtype.bits()).ok_or(Error::Overflow {
-        rule: Rule::OVERFLOW,
-        ctx: ctx.clone(),
-        what: "bit size",
-    })?;
+    let bits = elements
+        .checked_mul(dtype.bits())
+        .ok_or_else(|| Error::Overflow {
+            rule: Rule::OVERFLOW,
+            ctx: ctx.clone(),
+            what: "bit size",
+        })?;
     if bits % 8 != 0 {
         return Err(Error::range(
             ctx,

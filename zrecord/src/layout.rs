@@ -113,7 +113,7 @@ impl Header {
         let length = u64_at(page, 0);
         let schema_len = u16::from_le_bytes([page[8], page[9]]);
         let data_shards = page[10];
-        let codec = Codec::from_tag(page[11]).ok_or(Error::UnknownCodec {
+        let codec = Codec::from_tag(page[11]).ok_or_else(|| Error::UnknownCodec {
             path: p(),
             tag: page[11],
         })?;

@@ -207,7 +207,7 @@ mod enabled {
         }
         let mut shards = Vec::with_capacity(count);
         for (s, &tail) in header.tails.iter().enumerate() {
-            let l = found.remove(&s).ok_or(Error::MissingShard {
+            let l = found.remove(&s).ok_or_else(|| Error::MissingShard {
                 path: path.into(),
                 shard: s,
             })?;

@@ -543,9 +543,11 @@ impl Writer {
                 };
                 let at = (p - range.start) * LOC;
                 loc.encode_into(&mut locs[at..at + LOC]);
-                offset = offset.checked_add(u64::from(phys)).ok_or(Error::Full {
-                    path: self.dest.clone(),
-                })?;
+                offset = offset
+                    .checked_add(u64::from(phys))
+                    .ok_or_else(|| Error::Full {
+                        path: self.dest.clone(),
+                    })?;
             }
             tails[chunk.shard] = offset;
         }
@@ -578,7 +580,7 @@ impl Writer {
             file.set_len(tail)
                 .map_err(|e| Error::io(self.build.join(format!("data_{s}.zr")), e))?;
         }
-        let meta_len = loc_table_end(self.length).ok_or(Error::Full {
+        let meta_len = loc_table_end(self.length).ok_or_else(|| Error::Full {
             path: self.dest.clone(),
         })?;
         self.meta

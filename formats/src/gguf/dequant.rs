@@ -101,12 +101,12 @@ pub fn dequantize(tensor: &Tensor<'_>) -> Result<Vec<f32>> {
 pub fn dequantize_with(tensor: &Tensor<'_>, limits: &Limits) -> Result<Vec<f32>> {
     let part = tensor.data()?;
     let ctx = part.ctx();
-    let elements = zt_core::dtype::num_elements(tensor.shape()).ok_or(Error::Overflow {
+    let elements = zt_core::dtype::num_elements(tensor.shape()).ok_or_else(|| Error::Overflow {
         rule: Rule::OVERFLOW,
         ctx: ctx.clone(),
         what: "element count",
     })?;
-    let out_bytes = elements.checked_mul(4).ok_or(Error::Overflow {
+    let out_bytes = elements.checked_mul(4).ok_or_else(|| Error::Overflow {
         rule: Rule::OVERFLOW,
         ctx: ctx.clone(),
         what: "dequantized size",

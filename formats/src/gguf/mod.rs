@@ -226,7 +226,7 @@ impl<'a> Reader<'a> {
 
     /// Make `n` bytes from `pos` available, or say why they cannot be.
     fn need(&mut self, n: u64, what: &'static str) -> Result<()> {
-        let end = self.pos.checked_add(n).ok_or(Error::Overflow {
+        let end = self.pos.checked_add(n).ok_or_else(|| Error::Overflow {
             rule: Rule::OVERFLOW,
             ctx: self.ctx(),
             what,
@@ -379,7 +379,7 @@ impl Meta<'_> {
         // there before allocating for them.
         let least = count
             .checked_mul(vt::min_size(elem))
-            .ok_or(Error::Overflow {
+            .ok_or_else(|| Error::Overflow {
                 rule: Rule::OVERFLOW,
                 ctx: at.clone(),
                 what: "GGUF array size",
@@ -437,7 +437,7 @@ fn open(store: &Arc<Store>, limits: &Limits) -> Result<Catalog> {
     let least = kv_count
         .checked_mul(13)
         .and_then(|k| tensor_count.checked_mul(24).and_then(|t| t.checked_add(k)))
-        .ok_or(Error::Overflow {
+        .ok_or_else(|| Error::Overflow {
             rule: Rule::OVERFLOW,
             ctx: at.clone(),
             what: "GGUF header size",
@@ -450,7 +450,7 @@ fn open(store: &Arc<Store>, limits: &Limits) -> Result<Catalog> {
         .pos
         .div_ceil(alignment)
         .checked_mul(alignment)
-        .ok_or(Error::Overflow {
+        .ok_or_else(|| Error::Overflow {
             rule: Rule::OVERFLOW,
             ctx: r.ctx(),
             what: "GGUF data start",
@@ -582,12 +582,14 @@ fn build_objects(
                 ),
             ));
         }
-        let start = data_start.checked_add(info.offset).ok_or(Error::Overflow {
-            rule: Rule::OVERFLOW,
-            ctx: ctx.clone(),
-            what: "tensor offset",
-        })?;
-        let elements = num_elements(&info.shape).ok_or(Error::Overflow {
+        let start = data_start
+            .checked_add(info.offset)
+            .ok_or_else(|| Error::Overflow {
+                rule: Rule::OVERFLOW,
+                ctx: ctx.clone(),
+                what: "tensor offset",
+            })?;
+        let elements = num_elements(&info.shape).ok_or_else(|| Error::Overflow {
             rule: Rule::OVERFLOW,
             ctx: ctx.clone(),
             what: "element count",
@@ -610,7 +612,7 @@ fn build_objects(
                 ),
             ));
         }
-        let len = ty.nbytes(elements).ok_or(Error::Overflow {
+        let len = ty.nbytes(elements).ok_or_else(|| Error::Overflow {
             rule: Rule::OVERFLOW,
             ctx: ctx.clone(),
             what: "tensor byte size",

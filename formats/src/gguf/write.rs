@@ -83,7 +83,7 @@ pub fn write(source: &Source, path: &Path) -> Result<u64> {
         header.extend_from_slice(&offset.to_le_bytes());
         offset = offset
             .checked_add(padded(t.len, alignment))
-            .ok_or(Error::Overflow {
+            .ok_or_else(|| Error::Overflow {
                 rule: Rule::OVERFLOW,
                 ctx: ctx.clone(),
                 what: "GGUF data size",

@@ -165,7 +165,7 @@ fn implicit(r: &Reader<'_>, addr: u64, grid: &Grid) -> Result<Vec<ChunkEntry>> {
         let at = linear
             .checked_mul(grid.chunk_bytes)
             .and_then(|o| o.checked_add(addr))
-            .ok_or(Error::Overflow {
+            .ok_or_else(|| Error::Overflow {
                 rule: Rule::OVERFLOW,
                 ctx: Default::default(),
                 what: "implicit chunk address",

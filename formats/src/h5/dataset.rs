@@ -109,7 +109,7 @@ pub fn build(r: &Reader<'_>, store: &Arc<Store>, name: &str, msgs: &[Message]) -
     let esize = dtype.size().unwrap_or(1);
     let nbytes = num_elements(&shape)
         .and_then(|n| n.checked_mul(esize))
-        .ok_or(Error::Overflow {
+        .ok_or_else(|| Error::Overflow {
             rule: Rule::OVERFLOW,
             ctx: ctx.clone(),
             what: "dataset size",
@@ -195,7 +195,7 @@ pub fn build(r: &Reader<'_>, store: &Arc<Store>, name: &str, msgs: &[Message]) -
             }
             let chunk_bytes = num_elements(&chunk)
                 .and_then(|n| n.checked_mul(esize))
-                .ok_or(Error::Overflow {
+                .ok_or_else(|| Error::Overflow {
                     rule: Rule::OVERFLOW,
                     ctx: ctx.clone(),
                     what: "chunk size",

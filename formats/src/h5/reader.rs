@@ -86,11 +86,14 @@ impl<'a> Reader<'a> {
 
     /// Absolute file offset of relative address `addr`.
     pub fn abs(&self, addr: u64) -> Result<u64> {
-        self.geo.base.checked_add(addr).ok_or(Error::Overflow {
-            rule: Rule::OVERFLOW,
-            ctx: Context::default().at(addr),
-            what: "HDF5 address",
-        })
+        self.geo
+            .base
+            .checked_add(addr)
+            .ok_or_else(|| Error::Overflow {
+                rule: Rule::OVERFLOW,
+                ctx: Context::default().at(addr),
+                what: "HDF5 address",
+            })
     }
 
     /// The metadata block of `len` bytes at relative address `addr`,

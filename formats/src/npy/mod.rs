@@ -445,7 +445,7 @@ fn read_layout(src: &mut dyn Read, total: u64, ctx: &Context, limits: &Limits) -
             Some(r) => n.checked_mul(r.itemsize),
             None => header.dtype.nbytes(n),
         })
-        .ok_or(Error::Overflow {
+        .ok_or_else(|| Error::Overflow {
             rule: Rule::OVERFLOW,
             ctx: ctx.clone(),
             what: "npy data size",

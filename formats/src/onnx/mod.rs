@@ -642,7 +642,7 @@ fn coords_len(ctx: &Context, nnz: u64, rank: u64, limits: &Limits) -> Result<u64
     let len = nnz
         .checked_mul(rank)
         .and_then(|n| n.checked_mul(8))
-        .ok_or(Error::Overflow {
+        .ok_or_else(|| Error::Overflow {
             rule: Rule::OVERFLOW,
             ctx: ctx.clone(),
             what: "sparse coordinates",

@@ -115,7 +115,7 @@ pub fn open(input: &OpenInput<'_>) -> Result<Catalog> {
         }
         let len = numel
             .checked_mul(kind.element_size())
-            .ok_or(Error::Overflow {
+            .ok_or_else(|| Error::Overflow {
                 rule: Rule::OVERFLOW,
                 ctx: ctx.clone(),
                 what: "storage size",

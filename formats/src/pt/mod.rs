@@ -156,7 +156,7 @@ fn object(
         ctx: ctx.clone(),
         what,
     };
-    let declared = t.storage.nbytes().ok_or(overflow("storage size"))?;
+    let declared = t.storage.nbytes().ok_or_else(|| overflow("storage size"))?;
     if declared != rec.len() {
         return Err(Error::range(
             ctx.clone(),
@@ -185,7 +185,7 @@ fn object(
         ctx: ctx.clone(),
         dtype: t.dtype.name().into(),
     })?;
-    let numel = num_elements(&t.shape).ok_or(overflow("element count"))?;
+    let numel = num_elements(&t.shape).ok_or_else(|| overflow("element count"))?;
     let contiguous = is_c_contiguous(&t.shape, &t.stride);
     let (start, len) = if numel == 0 {
         (window_start, 0)
@@ -198,13 +198,13 @@ fn object(
             .try_fold(0u64, |acc, (&d, &s)| {
                 acc.checked_add((d - 1).checked_mul(s as u64)?)
             })
-            .ok_or(overflow("stride extent"))?;
+            .ok_or_else(|| overflow("stride extent"))?;
         let reach = t
             .offset
             .checked_add(last)
             .and_then(|n| n.checked_add(1))
             .and_then(|n| n.checked_mul(elem))
-            .ok_or(overflow("stride extent"))?;
+            .ok_or_else(|| overflow("stride extent"))?;
         if reach > window_len {
             return Err(Error::range(
                 ctx.clone(),

@@ -117,11 +117,14 @@ pub fn read_entries(store: &Store, ctx: &Context, limits: &Limits) -> Result<Vec
     let dir = find_directory(store, ctx)?;
     Limits::check(ctx, "entries", dir.count, limits.entries)?;
     limits.check_header(ctx, dir.size)?;
-    let end = dir.offset.checked_add(dir.size).ok_or(Error::Overflow {
-        rule: Rule::OVERFLOW,
-        ctx: ctx.clone(),
-        what: "central directory end",
-    })?;
+    let end = dir
+        .offset
+        .checked_add(dir.size)
+        .ok_or_else(|| Error::Overflow {
+            rule: Rule::OVERFLOW,
+            ctx: ctx.clone(),
+            what: "central directory end",
+        })?;
     if end > dir.limit {
         return Err(Error::range(
             ctx.clone().at(dir.offset),
