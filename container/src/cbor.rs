@@ -373,6 +373,13 @@ impl<'a> Pull<'a> {
                 let n = self.count(v, 1)?;
                 let at = self.pos;
                 let raw = self.take(n)?;
+                if raw.is_ascii() {
+                    // The manifest's strings are nearly all short ASCII
+                    // (keys, names, dtypes, digests), where the general
+                    // check was a tenth of a 50k-tensor open.
+                    // SAFETY: ASCII bytes are valid UTF-8.
+                    return Ok(Token::Text(unsafe { std::str::from_utf8_unchecked(raw) }));
+                }
                 match std::str::from_utf8(raw) {
                     Ok(s) => Ok(Token::Text(s)),
                     Err(_) => Err(CborError {
@@ -750,6 +757,11 @@ mod tests {
         assert!(rejects(&[0xfb, 0x3f, 0xf0, 0, 0, 0, 0, 0, 0]).contains("narrower"));
         assert!(rejects(&[0xf7]).contains("simple"));
         assert!(rejects(&[0x62, 0xff, 0xfe]).contains("UTF-8"));
+        // ASCII takes a shortcut past the UTF-8 check; other text does not.
+        assert!(rejects(&[0x63, 0x61, 0xc3, 0x28]).contains("UTF-8"));
+        assert!(rejects(&[0x61, 0x80]).contains("UTF-8"));
+        assert_eq!(decode(&[0x62, 0xc3, 0xa9], L).unwrap(), Cbor::Text("é".into()));
+        assert_eq!(decode(&[0x61, 0x7f], L).unwrap(), Cbor::Text("\u{7f}".into()));
         assert!(
             rejects(&[0x9b, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]).contains("declared")
         );
