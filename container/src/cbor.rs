@@ -760,8 +760,14 @@ mod tests {
         // ASCII takes a shortcut past the UTF-8 check; other text does not.
         assert!(rejects(&[0x63, 0x61, 0xc3, 0x28]).contains("UTF-8"));
         assert!(rejects(&[0x61, 0x80]).contains("UTF-8"));
-        assert_eq!(decode(&[0x62, 0xc3, 0xa9], L).unwrap(), Cbor::Text("é".into()));
-        assert_eq!(decode(&[0x61, 0x7f], L).unwrap(), Cbor::Text("\u{7f}".into()));
+        assert_eq!(
+            decode(&[0x62, 0xc3, 0xa9], L).unwrap(),
+            Cbor::Text("é".into())
+        );
+        assert_eq!(
+            decode(&[0x61, 0x7f], L).unwrap(),
+            Cbor::Text("\u{7f}".into())
+        );
         assert!(
             rejects(&[0x9b, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]).contains("declared")
         );
