@@ -159,6 +159,20 @@ def test_overlapping_views_of_one_buffer_are_left_to_numpy(tmp_path):
     np.testing.assert_array_equal(backing, [0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15])
 
 
+@pytest.mark.parametrize("strided_first", [True, False])
+def test_a_strided_view_over_a_contiguous_destination_is_filled_in_order(tmp_path, strided_first):
+    arrays = {"all": np.arange(12, dtype=np.int32), "odd": np.full(6, -1, np.int32)}
+    path, _ = written(tmp_path, "safetensors", arrays)
+    backing = np.zeros(12, np.int32)
+    views = {"all": backing, "odd": backing[1::2]}
+    dest = dict(sorted(views.items(), reverse=strided_first))  # "odd" first, or "all" first
+    zt.numpy.load_into(dest, path)
+    want = np.arange(12, dtype=np.int32)
+    if not strided_first:
+        want[1::2] = -1  # "odd" copied last wins, as load_state_dict would
+    np.testing.assert_array_equal(backing, want)
+
+
 @pytest.mark.parametrize("backend", ["mmap", "pread"])
 @pytest.mark.parametrize("fmt", ["safetensors", "npz", "npz-compressed", "zt-zstd"])
 def test_both_backends_fill_raw_and_decoded_tensors(tmp_path, backend, fmt):

@@ -78,22 +78,41 @@ def _check(dest: Mapping[str, np.ndarray], source, strict: bool):
     return pairs, missing, unexpected
 
 
-def _address(arr: np.ndarray) -> int:
-    return arr.__array_interface__["data"][0]
+def _extent(arr: np.ndarray) -> tuple[int, int]:
+    """[first byte, end) of the memory an array's elements span."""
+    low = high = arr.__array_interface__["data"][0]
+    for dim, stride in zip(arr.shape, arr.strides):
+        reach = stride * (dim - 1)
+        low, high = (low + reach, high) if reach < 0 else (low, high + reach)
+    return low, high + arr.itemsize
+
+
+def _overlapping(pairs) -> set[int]:
+    """Positions of the non-empty destinations whose span of memory overlaps
+    another one's (tied weights, overlapping views, strided or not; two
+    interleaved strided views count too, which only costs them the native
+    copy)."""
+    spans = sorted((*_extent(arr), i) for i, (_, arr) in enumerate(pairs) if arr.nbytes)
+    found: set[int] = set()
+    reach, owner = -1, -1  # the furthest end so far, and whose it is
+    for low, high, i in spans:
+        if low < reach:
+            # It starts inside the span that reaches furthest, so it overlaps it.
+            found.update((i, owner))
+        if high > reach:
+            reach, owner = high, i
+    return found
 
 
 def _native_and_rest(pairs):
     """(pairs the native copy fills, pairs numpy copies one by one): the
     native copy takes C-contiguous destinations that share memory with no
-    other destination; strided ones, and tied weights (two names over one
-    storage) in the order given, are left to numpy."""
-    contiguous = [i for i, (_, arr) in enumerate(pairs) if arr.flags.c_contiguous and arr.nbytes]
-    shared = set()
-    by_address = sorted(contiguous, key=lambda i: _address(pairs[i][1]))
-    for a, b in zip(by_address, by_address[1:]):
-        if _address(pairs[a][1]) + pairs[a][1].nbytes > _address(pairs[b][1]):
-            shared.update((a, b))
-    native = set(contiguous) - shared
+    other destination; strided ones, and destinations over shared memory
+    (tied weights), are left to numpy, in the order given, as
+    ``load_state_dict`` copies them."""
+    shared = _overlapping(pairs)
+    contiguous = {i for i, (_, arr) in enumerate(pairs) if arr.flags.c_contiguous and arr.nbytes}
+    native = contiguous - shared
     return (
         [pair for i, pair in enumerate(pairs) if i in native],
         [pair for i, pair in enumerate(pairs) if i not in native and pair[1].nbytes],
