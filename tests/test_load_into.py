@@ -202,3 +202,35 @@ def test_a_corrupt_npz_member_is_refused_and_its_destination_untouched(tmp_path)
     with pytest.raises(ValueError, match="(?i)crc"):
         zt.numpy.load_into(dest, path)
     assert not dest["a"].any() and not dest["b"].any()
+
+
+@pytest.mark.parametrize("suffix", [".zt", ".safetensors"])
+def test_packed_fp4_is_unpacked_into_one_byte_an_element(tmp_path, suffix):
+    # Stored two codes a byte; numpy() (and so the destination) has one a byte.
+    arrays = {"a": np.arange(16).astype(ml_dtypes.float4_e2m1fn).reshape(4, 4), "b": np.arange(8, dtype=np.float32)}
+    path = tmp_path / f"m{suffix}"
+    zt.numpy.save_file(arrays, path)
+    dest = empty_like(arrays)
+    zt.numpy.load_into(dest, path)
+    for k, v in arrays.items():
+        assert dest[k].tobytes() == v.tobytes(), k
+
+
+def test_decoded_and_strided_npy_members_load_as_numpy_reads_them(tmp_path):
+    # Big-endian (decoded), Fortran order (strided over the file), complex,
+    # bool, datetime and structured rows, all written by numpy.
+    arrays = {
+        "be": np.arange(12, dtype=">f4").reshape(3, 4),
+        "fortran": np.asfortranarray(np.arange(12, dtype=np.int16).reshape(3, 4)),
+        "complex": (np.arange(6) + 1j).astype(np.complex64),
+        "bool": np.array([True, False, True]),
+        "when": np.arange(3).astype("datetime64[s]"),
+        "rows": np.array([(1, 2.5), (3, 4.5)], dtype=[("x", "<i4"), ("y", "<f8")]),
+    }
+    path = tmp_path / "e.npz"
+    np.savez(path, **arrays)
+    with zt.open(path) as src:
+        dest = {n: np.zeros(src[n].shape, src[n].numpy().dtype) for n in src}
+    zt.numpy.load_into(dest, path)
+    for k, v in arrays.items():
+        assert (dest[k] == v).all(), k

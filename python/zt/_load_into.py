@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._tensor import RECORD_LAYOUT, _record_dtype, numpy_dtype
+from ._tensor import RECORD_LAYOUT, SUBBYTE, _record_dtype, numpy_dtype
 
 
 class LoadResult(NamedTuple):
@@ -107,12 +107,17 @@ def _overlapping(pairs) -> set[int]:
 def _native_and_rest(pairs):
     """(pairs the native copy fills, pairs numpy copies one by one): the
     native copy takes C-contiguous destinations that share memory with no
-    other destination; strided ones, and destinations over shared memory
-    (tied weights), are left to numpy, in the order given, as
-    ``load_state_dict`` copies them."""
+    other destination, of tensors whose stored bytes are the array's bytes;
+    strided destinations, destinations over shared memory (tied weights)
+    and packed 4- and 6-bit tensors (which ``numpy()`` unpacks to a byte an
+    element) are left to numpy, in the order given, as ``load_state_dict``
+    copies them."""
     shared = _overlapping(pairs)
-    contiguous = {i for i, (_, arr) in enumerate(pairs) if arr.flags.c_contiguous and arr.nbytes}
-    native = contiguous - shared
+    native = {
+        i
+        for i, (t, arr) in enumerate(pairs)
+        if arr.flags.c_contiguous and arr.nbytes and t.dtype not in SUBBYTE and i not in shared
+    }
     return (
         [pair for i, pair in enumerate(pairs) if i in native],
         [pair for i, pair in enumerate(pairs) if i not in native and pair[1].nbytes],
