@@ -294,16 +294,30 @@ pub fn sync_files(paths: &[PathBuf]) -> Result<()> {
 /// while the next file is built; a later [`sync_files`] waits for it.
 /// Best effort: elsewhere, or on error, the later sync does all the work.
 pub fn start_writeback(path: &Path) {
-    #[cfg(target_os = "linux")]
     if let Ok(f) = File::open(path) {
+        start_writeback_range(&f, 0, 0);
+    }
+}
+
+/// Start writing `len` bytes of `file` from `offset` (`len` 0: to the end)
+/// to disk without waiting, as [`start_writeback`] does for a whole file:
+/// a writer that will fsync calls it on what it has written so far, so the
+/// device writes while the rest is built and the fsync at the end waits
+/// only for the tail. Best effort, as [`start_writeback`].
+pub fn start_writeback_range(file: &File, offset: u64, len: u64) {
+    #[cfg(target_os = "linux")]
+    {
         use std::os::fd::AsRawFd;
-        // SAFETY: a valid descriptor, the whole file, no memory passed.
+        let (Ok(offset), Ok(len)) = (i64::try_from(offset), i64::try_from(len)) else {
+            return;
+        };
+        // SAFETY: a valid descriptor and a byte range; no memory passed.
         unsafe {
-            libc::sync_file_range(f.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE);
+            libc::sync_file_range(file.as_raw_fd(), offset, len, libc::SYNC_FILE_RANGE_WRITE);
         }
     }
     #[cfg(not(target_os = "linux"))]
-    let _ = path;
+    let _ = (file, offset, len);
 }
 
 /// Write a file through `body` (buffered) into a partial beside `path`,

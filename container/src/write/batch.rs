@@ -135,7 +135,14 @@ fn write_batch(
         h
     });
     let mut blobs = Blobs {
-        sink: Sink::new(file, MAGIC.len() as u64, hash),
+        sink: {
+            let sink = Sink::new(file, MAGIC.len() as u64, hash);
+            if options.publish {
+                sink.write_back_early()
+            } else {
+                sink
+            }
+        },
         heap: Heap {
             cursor: MAGIC.len() as u64,
             ..Heap::default()
