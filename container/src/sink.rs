@@ -180,9 +180,7 @@ impl<'f> Sink<'f> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn pieces_land_at_their_offsets_and_gaps_read_as_zeros() {
-        let dir = tempfile::tempdir().unwrap();
+    fn heap_file(dir: &tempfile::TempDir) -> (std::path::PathBuf, File) {
         let path = dir.path().join("heap");
         let file = File::options()
             .read(true)
@@ -191,6 +189,13 @@ mod tests {
             .truncate(true)
             .open(&path)
             .unwrap();
+        (path, file)
+    }
+
+    #[test]
+    fn pieces_land_at_their_offsets_and_gaps_read_as_zeros() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, file) = heap_file(&dir);
         let big: Vec<u8> = (0..DIRECT + 5).map(|i| i as u8).collect();
         let mut sink = Sink::new(&file, 8, Some(FileHash::new()));
         sink.put(b"abc").unwrap();
@@ -219,14 +224,7 @@ mod tests {
     #[test]
     fn early_writeback_starts_every_step_and_leaves_the_bytes_alone() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("heap");
-        let file = File::options()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&path)
-            .unwrap();
+        let (path, file) = heap_file(&dir);
         let piece: Vec<u8> = (0..BUFFER / 3).map(|i| (i % 251) as u8).collect();
         let mut sink = Sink::new(&file, 0, None).write_back_early();
         let mut want = Vec::new();
