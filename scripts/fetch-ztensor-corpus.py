@@ -89,10 +89,10 @@ def main() -> int:
     args = ap.parse_args()
     dest = Path(args.dest)
     want = manifest()
-    if dest.is_dir() and {str(p.relative_to(dest)) for p in dest.glob("*/*.zt")} == set(want):
-        if all(hashlib.sha256((dest / n).read_bytes()).hexdigest() == s for n, s in want.items()):
-            print(f"upstream corpus already at {dest}")
-            return 0
+    present = dest.is_dir() and {str(p.relative_to(dest)) for p in dest.glob("*/*.zt")} == set(want)
+    if present and all(hashlib.sha256((dest / n).read_bytes()).hexdigest() == s for n, s in want.items()):
+        print(f"upstream corpus already at {dest}")
+        return 0
     try:
         if args.from_git:
             files = from_git(args.from_git)
