@@ -519,6 +519,11 @@ def notes(measured: list[dict], temp: str) -> list[str]:
             + "; ".join(f"{m['format'].name} " + ", ".join(f"{c} {v}" for c, v in m["views"].items()) for m in shown)
             + "."
         )
+    if any(m["format"].name == "npz" for m in measured):
+        lines.append(
+            "npz: zt checks each member's CRC-32 the first time it is read, as `numpy.load` (zipfile) does; "
+            f"{UPSTREAM} does not, so its npz rows skip a pass over the bytes."
+        )
     if temp == "cold":
         cold = [m for m in measured if m["times"].get("cold")]
         if cold:
