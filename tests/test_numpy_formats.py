@@ -339,6 +339,26 @@ def test_npz_stored_member_with_bad_crc_is_refused_at_first_read(tmp):
     assert info.value.rule == "npz.Crc"
 
 
+@pytest.mark.parametrize("where", [0.1, 0.5, 0.99])
+def test_npz_large_member_crc_is_checked_in_pieces(tmp, where):
+    """A member big enough to be hashed on several threads: a flipped byte
+    in any piece is found, and the intact member reads (the pieces' CRCs,
+    combined, are the archive's)."""
+    x = np.arange(20 << 20, dtype=np.float32)  # 80 MiB
+    good, bad = tmp / "good.npz", tmp / "bad.npz"
+    np.savez(good, x=x)
+    raw = bytearray(good.read_bytes())
+    raw[len(raw) - 200 - int((len(raw) - 400) * (1 - where))] ^= 0x01  # inside the member's data
+    bad.write_bytes(bytes(raw))
+    with pytest.raises(zipfile.BadZipFile, match="CRC"):
+        np.load(bad)["x"]
+    with zt.open(good) as src:
+        np.testing.assert_array_equal(src["x"].numpy(), x)
+    with zt.open(bad) as src, pytest.raises(zt.FormatError, match="CRC") as info:
+        src["x"].numpy()
+    assert info.value.rule == "npz.Crc"
+
+
 def test_npz_stored_member_with_good_crc_reads_zero_copy(tmp):
     path = tmp / "ok.npz"
     x = np.arange(1000, dtype=np.float32)
