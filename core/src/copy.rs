@@ -45,8 +45,14 @@ pub const THREAD_BYTES: u64 = 32 << 20;
 
 /// The threads a copy of `total` bytes uses on this machine.
 pub fn threads_for(total: u64) -> usize {
+    threads_for_pieces(total, THREAD_BYTES)
+}
+
+/// The threads a pass over `total` bytes uses on this machine when each
+/// thread beyond the first needs at least `piece` bytes to be worth it.
+pub fn threads_for_pieces(total: u64, piece: u64) -> usize {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let warranted = usize::try_from(total / THREAD_BYTES).unwrap_or(usize::MAX);
+    let warranted = usize::try_from(total / piece.max(1)).unwrap_or(usize::MAX);
     cores.min(warranted).max(1)
 }
 

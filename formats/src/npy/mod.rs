@@ -231,8 +231,7 @@ impl Check for MemberCrc {
         // check is a pass over every byte before the first read returns);
         // CRC-32 combines, so the pieces' states joined in order are the
         // whole member's.
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
-        let threads = cores.min(self.len / CRC_PIECE).max(1);
+        let threads = zt_core::copy::threads_for_pieces(self.len, CRC_PIECE) as u64;
         let step = self.len.div_ceil(threads);
         let pieces = std::thread::scope(|s| {
             let handles: Vec<_> = (1..threads)
