@@ -97,7 +97,9 @@ pub struct CborError {
     pub reason: String,
 }
 
-type Res<T> = std::result::Result<T, CborError>;
+/// Results of the codec. The error is boxed: a pull parser returns a
+/// result per token, and a small one is cheaper to hand back.
+pub type Res<T> = std::result::Result<T, Box<CborError>>;
 
 /// Bounds the decoder enforces.
 #[derive(Debug, Clone, Copy)]
@@ -275,14 +277,15 @@ impl<'a> Pull<'a> {
         Ok(())
     }
 
-    fn err(&self, rule: Rule, reason: impl Into<String>) -> CborError {
-        CborError {
+    fn err(&self, rule: Rule, reason: impl Into<String>) -> Box<CborError> {
+        Box::new(CborError {
             at: self.pos,
             rule,
             reason: reason.into(),
-        }
+        })
     }
 
+    #[inline]
     fn take(&mut self, n: usize) -> Res<&'a [u8]> {
         let end = self
             .pos
@@ -297,12 +300,26 @@ impl<'a> Pull<'a> {
     }
 
     /// Read an initial byte and its argument, enforcing shortest form.
+    /// Inline, as is its common case, an argument in the initial byte
+    /// (keys, short text, small maps and arrays): it runs for every token.
+    #[inline]
     fn head(&mut self) -> Res<(u8, u8, u64)> {
-        let start = self.pos;
-        let ib = *self.take(1)?.first().expect("one byte");
+        let Some(&ib) = self.buf.get(self.pos) else {
+            return Err(self.err(rules::CBOR_SYNTAX, "truncated: 1 bytes declared"));
+        };
         let (major, ai) = (ib >> 5, ib & 0x1f);
+        if ai < 24 {
+            self.pos += 1;
+            return Ok((major, ai, u64::from(ai)));
+        }
+        self.long_head(major, ai)
+    }
+
+    /// [`Pull::head`] for an argument in the bytes after the initial one.
+    fn long_head(&mut self, major: u8, ai: u8) -> Res<(u8, u8, u64)> {
+        let start = self.pos;
+        self.pos += 1;
         let (value, min) = match ai {
-            0..=23 => (u64::from(ai), 0),
             24 => (u64::from(self.take(1)?[0]), 24),
             25 => {
                 let b = self.take(2)?;
@@ -347,6 +364,7 @@ impl<'a> Pull<'a> {
 
     /// A declared count of items, each at least one byte: refuse counts the
     /// remaining bytes cannot hold before anyone allocates for them.
+    #[inline]
     fn count(&self, n: u64, min_bytes_each: u64) -> Res<usize> {
         let left = (self.buf.len() - self.pos) as u64;
         match n.checked_mul(min_bytes_each) {
@@ -358,8 +376,31 @@ impl<'a> Pull<'a> {
         }
     }
 
+    /// A text string of at most 23 ASCII bytes (its length in the initial
+    /// byte) at the cursor, taken; `None`, taking nothing, for anything
+    /// else. Every key of the manifest and most of its values are such
+    /// strings, so this is the path they take, inline.
+    #[inline]
+    fn short_ascii_text(&mut self) -> Option<&'a str> {
+        let ib = *self.buf.get(self.pos)?;
+        if !(0x60..0x78).contains(&ib) {
+            return None;
+        }
+        let start = self.pos + 1;
+        let raw = self.buf.get(start..start + usize::from(ib - 0x60))?;
+        if !raw.iter().all(|&b| b < 0x80) {
+            return None;
+        }
+        self.pos = start + raw.len();
+        // SAFETY: ASCII bytes are valid UTF-8.
+        Some(unsafe { std::str::from_utf8_unchecked(raw) })
+    }
+
     /// The next token, found at nesting `depth`.
     pub fn token(&mut self, depth: usize) -> Res<Token<'a>> {
+        if let Some(text) = self.short_ascii_text() {
+            return Ok(Token::Text(text));
+        }
         let start = self.pos;
         let (major, ai, v) = self.head()?;
         match major {
@@ -373,20 +414,22 @@ impl<'a> Pull<'a> {
                 let n = self.count(v, 1)?;
                 let at = self.pos;
                 let raw = self.take(n)?;
-                if raw.is_ascii() {
+                if raw.iter().all(|&b| b < 0x80) {
                     // The manifest's strings are nearly all short ASCII
                     // (keys, names, dtypes, digests), where the general
-                    // check was a tenth of a 50k-tensor open.
+                    // check was a tenth of a 50k-tensor open; a plain loop,
+                    // as the library's word-at-a-time check costs more
+                    // than it saves on a few bytes.
                     // SAFETY: ASCII bytes are valid UTF-8.
                     return Ok(Token::Text(unsafe { std::str::from_utf8_unchecked(raw) }));
                 }
                 match std::str::from_utf8(raw) {
                     Ok(s) => Ok(Token::Text(s)),
-                    Err(_) => Err(CborError {
+                    Err(_) => Err(Box::new(CborError {
                         at,
                         rule: rules::CBOR_SYNTAX,
                         reason: "text string is not UTF-8".into(),
-                    }),
+                    })),
                 }
             }
             4 => {
@@ -410,25 +453,31 @@ impl<'a> Pull<'a> {
     /// previous key.
     pub fn key(&mut self, depth: usize, order: &mut KeyOrder) -> Res<Token<'a>> {
         let start = self.pos;
-        let key = self.token(depth)?;
-        self.skip_items(key, depth)?;
+        let key = match self.short_ascii_text() {
+            Some(text) => Token::Text(text),
+            None => {
+                let key = self.token(depth)?;
+                self.skip_items(key, depth)?;
+                key
+            }
+        };
         let span = (start, self.pos);
         if let Some((ps, pe)) = order.prev {
             match self.buf[ps..pe].cmp(&self.buf[span.0..span.1]) {
                 Ordering::Less => {}
                 Ordering::Equal => {
-                    return Err(CborError {
+                    return Err(Box::new(CborError {
                         at: start,
                         rule: rules::CBOR_DUPLICATE_KEY,
                         reason: "duplicate map key".into(),
-                    })
+                    }))
                 }
                 Ordering::Greater => {
-                    return Err(CborError {
+                    return Err(Box::new(CborError {
                         at: start,
                         rule: rules::CBOR_DETERMINISM,
                         reason: "map keys not in bytewise order".into(),
-                    })
+                    }))
                 }
             }
         }
@@ -508,6 +557,7 @@ impl<'a> Pull<'a> {
         self.finish_item(tok, depth)
     }
 
+    #[inline]
     fn enter(&mut self, depth: usize, start: usize) -> Res<()> {
         if depth + 1 > self.limits.depth {
             self.pos = start;

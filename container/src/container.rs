@@ -183,16 +183,32 @@ pub fn check_blob(ctx: &Context, file_len: u64, offset: u64, len: u64, what: &st
 /// (zero-length references are exempt). `refs` holds `(offset, len, name)`
 /// where `name` is the tensor that holds the reference (empty for the manifest).
 pub fn check_disjoint(ctx: &Context, refs: &mut [(u64, u64, &str)]) -> Result<()> {
+    check_disjoint_by(ctx, refs, |name| name)
+}
+
+/// [`check_disjoint`] over references that name their tensor by a key
+/// (`name` gives its name, empty for the manifest): the reader keeps
+/// positions rather than a borrowed name per part.
+pub fn check_disjoint_by<'n, K: Copy>(
+    ctx: &Context,
+    refs: &mut [(u64, u64, K)],
+    name: impl Fn(K) -> &'n str,
+) -> Result<()> {
     // A stable sort: references come in manifest order, CBOR's key order
     // (shorter names first), so blobs placed in name order arrive as a few
     // sorted runs, which it merges in one pass where an unstable sort
-    // re-sorts them.
-    refs.sort();
+    // re-sorts them. Names break ties only between identical references.
+    refs.sort_by(|a, b| {
+        (a.0, a.1)
+            .cmp(&(b.0, b.1))
+            .then_with(|| name(a.2).cmp(name(b.2)))
+    });
     let mut prev: Option<(u64, u64, &str)> = None;
-    for &(offset, len, who) in refs.iter() {
+    for &(offset, len, key) in refs.iter() {
         if len == 0 {
             continue;
         }
+        let who = name(key);
         if let Some((po, pl, pw)) = prev {
             if (po, pl) == (offset, len) {
                 continue;

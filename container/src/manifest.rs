@@ -109,25 +109,26 @@ impl StoredDigest {
         if algo.is_empty() || hex.is_empty() {
             return Err("empty algorithm or value");
         }
-        if !hex
-            .bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-        {
+        // Each digit's value, checked and decoded in one pass (a part's
+        // digest is parsed at every open).
+        let mut digits = [0u8; 64];
+        for (out, &b) in digits.iter_mut().zip(hex.as_bytes()) {
+            *out = hex_value(b).ok_or("value is not lowercase hex")?;
+        }
+        if hex.len() > digits.len() && !hex.bytes().all(|b| hex_value(b).is_some()) {
             return Err("value is not lowercase hex");
         }
-        // The registered algorithms at their exact lengths, decoded from the
-        // digits just checked; anything else goes to `Digest::parse`, for
-        // its refusals and for algorithms zt does not know.
-        match (algo, hex.as_bytes()) {
-            ("xxh3", digits) if digits.len() == 16 => Ok(StoredDigest::Known(Digest::Xxh3(
-                digits
-                    .iter()
-                    .fold(0, |v, &b| v << 4 | u64::from(hex_value(b))),
+        // The registered algorithms at their exact lengths, from the digits
+        // just decoded; anything else goes to `Digest::parse`, for its
+        // refusals and for algorithms zt does not know.
+        match (algo, hex.len()) {
+            ("xxh3", 16) => Ok(StoredDigest::Known(Digest::Xxh3(
+                digits[..16].iter().fold(0, |v, &x| v << 4 | u64::from(x)),
             ))),
-            ("sha256", digits) if digits.len() == 64 => {
+            ("sha256", 64) => {
                 let mut out = [0u8; 32];
                 for (o, pair) in out.iter_mut().zip(digits.chunks_exact(2)) {
-                    *o = hex_value(pair[0]) << 4 | hex_value(pair[1]);
+                    *o = pair[0] << 4 | pair[1];
                 }
                 Ok(StoredDigest::Known(Digest::Sha256(out)))
             }
@@ -148,11 +149,12 @@ impl StoredDigest {
     }
 }
 
-/// The value of one lowercase hex digit (checked by the caller).
-fn hex_value(b: u8) -> u8 {
+/// The value of one lowercase hex digit, or `None` for any other byte.
+fn hex_value(b: u8) -> Option<u8> {
     match b {
-        b'0'..=b'9' => b - b'0',
-        _ => b - b'a' + 10,
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        _ => None,
     }
 }
 
@@ -178,21 +180,22 @@ pub struct ShardDef {
 }
 
 /// Why a walk of the manifest stopped: the bytes break deterministic CBOR,
-/// or they are CBOR that breaks the schema.
+/// or they are CBOR that breaks the schema. Boxed, so the result every
+/// step of the walk returns stays small.
 enum Stop {
-    Cbor(CborError),
-    Schema(Error),
+    Cbor(Box<CborError>),
+    Schema(Box<Error>),
 }
 
-impl From<CborError> for Stop {
-    fn from(e: CborError) -> Self {
+impl From<Box<CborError>> for Stop {
+    fn from(e: Box<CborError>) -> Self {
         Stop::Cbor(e)
     }
 }
 
 impl From<Error> for Stop {
     fn from(e: Error) -> Self {
-        Stop::Schema(e)
+        Stop::Schema(Box::new(e))
     }
 }
 
@@ -202,16 +205,60 @@ const LIMITS: DecodeLimits = DecodeLimits {
     depth: cbor::MAX_DEPTH,
 };
 
+/// What a walk of the manifest hands its objects to, in manifest order,
+/// each as soon as it is parsed and schema-checked: a reader builds its
+/// own catalog entry from it rather than keeping a list of [`ObjectDef`]s
+/// to convert afterwards (at 50k tensors that list, moved and freed, was a
+/// fifth of a `.zt` open).
+pub trait ObjectSink {
+    /// Called once, before the first object, with the number of objects
+    /// the map declares (bounded by the bytes left, so safe to reserve)
+    /// and the shard table, which deterministic key order puts first.
+    fn begin(&mut self, count: usize, shards: &[ShardDef]);
+    /// One object.
+    fn object(&mut self, object: ObjectDef);
+}
+
+/// The plain sink: every object kept, in manifest order.
+impl ObjectSink for Vec<ObjectDef> {
+    fn begin(&mut self, count: usize, _shards: &[ShardDef]) {
+        self.reserve(count);
+    }
+
+    fn object(&mut self, object: ObjectDef) {
+        self.push(object);
+    }
+}
+
 /// Parse and check a manifest. `base` is the manifest's file offset, used
 /// to place errors.
+pub fn parse(bytes: &[u8], ctx: &Context, base: u64) -> Result<Manifest> {
+    let mut objects = Vec::new();
+    let (shards, attributes) = walk(bytes, ctx, base, &mut objects)?;
+    Ok(Manifest {
+        objects,
+        shards,
+        attributes,
+    })
+}
+
+/// Parse and check a manifest, handing each object to `sink`; returns the
+/// shard table and the file attributes. `base` is the manifest's file
+/// offset, used to place errors.
 ///
 /// One pass of a pull parser over the bytes: CBOR rules and the schema are
 /// checked together and only the manifest's own structs are built (no CBOR
 /// tree: at 50k tensors the tree was most of the open time). A CBOR
 /// violation anywhere outranks a schema error, as when the whole item was
 /// decoded first: a schema error triggers a check of the remaining bytes.
-pub fn parse(bytes: &[u8], ctx: &Context, base: u64) -> Result<Manifest> {
-    let cbor_error = |e: CborError| {
+/// On any error the sink has seen only part of the objects.
+pub fn walk(
+    bytes: &[u8],
+    ctx: &Context,
+    base: u64,
+    sink: &mut impl ObjectSink,
+) -> Result<(Vec<ShardDef>, Option<Cbor>)> {
+    let cbor_error = |e: Box<CborError>| {
         Error::header(
             ctx.clone().at(base + e.at as u64),
             e.rule,
@@ -219,12 +266,12 @@ pub fn parse(bytes: &[u8], ctx: &Context, base: u64) -> Result<Manifest> {
         )
     };
     let mut p = Pull::new(bytes, LIMITS);
-    match walk_root(&mut p, ctx).and_then(|m| p.finish().map(|()| m).map_err(Stop::from)) {
+    match walk_root(&mut p, ctx, sink).and_then(|m| p.finish().map(|()| m).map_err(Stop::from)) {
         Ok(m) => Ok(m),
         Err(Stop::Cbor(e)) => Err(cbor_error(e)),
         Err(Stop::Schema(e)) => {
             cbor::check(bytes, LIMITS).map_err(cbor_error)?;
-            Err(e)
+            Err(*e)
         }
     }
 }
@@ -235,34 +282,37 @@ pub fn from_cbor(root: &Cbor, ctx: &Context) -> Result<Manifest> {
     parse(&cbor::encode(root), ctx, 0)
 }
 
-fn walk_root(p: &mut Pull<'_>, ctx: &Context) -> Walk<Manifest> {
-    let bad = |reason: String| Stop::Schema(Error::header(ctx.clone(), rules::SCHEMA, reason));
+fn walk_root(
+    p: &mut Pull<'_>,
+    ctx: &Context,
+    sink: &mut impl ObjectSink,
+) -> Walk<(Vec<ShardDef>, Option<Cbor>)> {
+    let bad = |reason: String| Stop::from(Error::header(ctx.clone(), rules::SCHEMA, reason));
     let n = match p.token(0)? {
         Token::Map(n) => n,
         other => return Err(bad(format!("manifest is a {}, not a map", other.kind()))),
     };
     let mut shards = Vec::new();
     let mut attributes = None;
-    let mut objects = None;
+    let mut objects = false;
     let mut order = KeyOrder::default();
     // Deterministic key order puts "shards" before "objects" before
     // "attributes", so the shard table is known when parts name shards.
     for _ in 0..n {
         match p.key(1, &mut order)? {
             Token::Text("shards") => shards = walk_shards(p, ctx)?,
-            Token::Text("objects") => objects = Some(walk_objects(p, &shards, ctx)?),
+            Token::Text("objects") => {
+                walk_objects(p, &shards, ctx, sink)?;
+                objects = true;
+            }
             Token::Text("attributes") => attributes = Some(walk_attributes(p, 1, ctx)?),
             _ => p.skip(1)?,
         }
     }
-    let Some(objects) = objects else {
+    if !objects {
         return Err(bad("manifest has no \"objects\" map".into()));
-    };
-    Ok(Manifest {
-        objects,
-        shards,
-        attributes,
-    })
+    }
+    Ok((shards, attributes))
 }
 
 /// An attributes value at `depth`, kept as a tree (attributes are few and
@@ -273,29 +323,34 @@ fn walk_attributes(p: &mut Pull<'_>, depth: usize, ctx: &Context) -> Walk<Cbor> 
     Ok(a)
 }
 
-fn walk_objects(p: &mut Pull<'_>, shards: &[ShardDef], ctx: &Context) -> Walk<Vec<ObjectDef>> {
+fn walk_objects(
+    p: &mut Pull<'_>,
+    shards: &[ShardDef],
+    ctx: &Context,
+    sink: &mut impl ObjectSink,
+) -> Walk<()> {
     let n = match p.token(1)? {
         Token::Map(n) => n,
         other => {
-            return Err(Stop::Schema(Error::header(
+            return Err(Stop::from(Error::header(
                 ctx.clone(),
                 rules::SCHEMA,
                 format!("\"objects\" is a {}, not a map", other.kind()),
             )))
         }
     };
-    let mut out = Vec::with_capacity(n);
+    sink.begin(n, shards);
     let mut order = KeyOrder::default();
     for _ in 0..n {
         let key = p.key(2, &mut order)?;
         let name = key_name(key, ctx, "object name")?;
         let obj = walk_object(p, name, shards, ctx).map_err(|e| match e {
-            Stop::Schema(e) => Stop::Schema(e.in_tensor(name)),
+            Stop::Schema(e) => Stop::from((*e).in_tensor(name)),
             cbor => cbor,
         })?;
-        out.push(obj);
+        sink.object(obj);
     }
-    Ok(out)
+    Ok(())
 }
 
 /// A map key that must be a name (§3.5).
@@ -376,7 +431,7 @@ fn walk_object(
     shards: &[ShardDef],
     ctx: &Context,
 ) -> Walk<ObjectDef> {
-    let bad = |reason: String| Stop::Schema(Error::header(ctx.clone(), rules::SCHEMA, reason));
+    let bad = |reason: String| Stop::from(Error::header(ctx.clone(), rules::SCHEMA, reason));
     let n = match p.token(2)? {
         Token::Map(n) => n,
         other => return Err(bad(format!("object is a {}, not a map", other.kind()))),
@@ -388,7 +443,7 @@ fn walk_object(
             Token::Text("shape") => match p.token(3)? {
                 Token::Array(dims) => {
                     if dims > MAX_RANK {
-                        return Err(Stop::Schema(Error::Limit {
+                        return Err(Stop::from(Error::Limit {
                             rule: rules::SHAPE,
                             ctx: ctx.clone(),
                             limit: "zt rank",
@@ -423,7 +478,7 @@ fn walk_object(
         return Err(bad("object has no shape".into()));
     };
     if num_elements(&shape).is_none() {
-        return Err(Stop::Schema(Error::Overflow {
+        return Err(Stop::from(Error::Overflow {
             rule: rules::SHAPE,
             ctx: ctx.clone(),
             what: "element count of the shape",
@@ -457,7 +512,7 @@ fn walk_part(p: &mut Pull<'_>, name: &str, shards: &[ShardDef], ctx: &Context) -
             format!("part {name:?}: {reason}"),
         )
     };
-    let bad = |reason: String| Stop::Schema(bad_part(reason));
+    let bad = |reason: String| Stop::from(bad_part(reason));
     let n = match p.token(4)? {
         Token::Map(n) => n,
         other => return Err(bad(format!("is a {}, not a map", other.kind()))),
@@ -488,7 +543,7 @@ fn walk_part(p: &mut Pull<'_>, name: &str, shards: &[ShardDef], ctx: &Context) -
             Token::Text("shard") => {
                 let s = walk_text(p, 5, ctx, "shard")?;
                 if !shards.iter().any(|d| d.name == s) {
-                    return Err(Stop::Schema(
+                    return Err(Stop::from(
                         bad_part(format!("shard {s:?} is not in the shard table"))
                             .with_rule(rules::SHARD_REF),
                     ));

@@ -2,15 +2,14 @@
 //! shard resolution, and the catalog the rest of zt reads through.
 
 use crate::rules;
-use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
 use crate::container::{self, Footer};
 use crate::encoding::{UnknownEncoding, ZstdSeekable, ZSTD_SEEKABLE};
-use crate::manifest::{self, attributes_of, Manifest, ObjectDef};
-use crate::validate;
-use zt_core::catalog::{Catalog, Object, Part, Payload};
+use crate::manifest::{self, attributes_of, Manifest, ObjectDef, ObjectSink, ShardDef};
+use crate::validate::{self, Views};
+use zt_core::catalog::{Catalog, Digest, Object, Part, Payload, Value};
 use zt_core::error::{Context, Error, Result};
 use zt_core::format::OpenInput;
 use zt_core::limits::Limits;
@@ -102,82 +101,163 @@ pub fn check_blobs(m: &Manifest, footer: &Footer, root: &Store) -> Result<()> {
     Ok(())
 }
 
-/// Open the shards a manifest declares, with the positional resolver (as
+/// Open the shards of a shard table with the positional resolver (as
 /// related files of the root, so a shard name cannot leave its directory),
 /// and check each one's size and container frame (the cheap rungs of §7.3).
-fn open_shards(m: &Manifest, input: &OpenInput<'_>) -> Result<HashMap<String, Arc<Store>>> {
-    let mut out = HashMap::new();
-    for s in &m.shards {
-        let name = positional_name(input.store.path(), &s.name);
-        let store = input.open_related(&name, "shard")?;
-        if store.len() != s.size {
-            return Err(Error::Index {
-                rule: rules::SHARD_IDENTITY,
-                ctx: store.ctx(),
-                reason: format!(
-                    "shard {:?} is {} bytes, the root says {}",
-                    s.name,
-                    store.len(),
-                    s.size
-                ),
-            });
-        }
-        container::read_footer(&store)?;
-        out.insert(s.name.clone(), store);
+fn open_shard(s: &ShardDef, input: &OpenInput<'_>) -> Result<Arc<Store>> {
+    let name = positional_name(input.store.path(), &s.name);
+    let store = input.open_related(&name, "shard")?;
+    if store.len() != s.size {
+        return Err(Error::Index {
+            rule: rules::SHARD_IDENTITY,
+            ctx: store.ctx(),
+            reason: format!(
+                "shard {:?} is {} bytes, the root says {}",
+                s.name,
+                store.len(),
+                s.size
+            ),
+        });
     }
-    Ok(out)
+    container::read_footer(&store)?;
+    Ok(store)
 }
 
 /// Build the catalog of a `.zt` root (or an empty one for a data shard).
+///
+/// Each object becomes its catalog entry as the manifest walk hands it
+/// over ([`CatalogSink`]); the checks of [`validate_image`] run on the way
+/// and their failures are kept, so the error reported is the one
+/// `validate_image` followed by the shard and object checks would report:
+/// the manifest's own (CBOR, then schema), the tensor count, blob bounds
+/// in manifest order, overlaps (the root, then each shard), the shards,
+/// then the first object in name order that breaks its rank limit or its
+/// layout.
 pub fn open(input: &OpenInput<'_>) -> Result<Catalog> {
     let (store, limits) = (input.store, input.limits);
-    let (footer, manifest) = manifest_of(store, limits)?;
-    let Some(mut m) = manifest else {
+    let footer = container::read_footer(store)?;
+    if footer.is_data_shard() {
         return Ok(Catalog::default());
-    };
-    let ctx = store.ctx();
-    limits.check_tensors(&ctx, m.objects.len() as u64)?;
-    check_blobs(&m, &footer, store)?;
-    let shards = open_shards(&m, input)?;
-    // The catalog lists objects by name; the manifest's names, shapes and
-    // layouts move into it rather than being copied (at 50k tensors, the
-    // copies were a tenth of the open time).
-    let order = name_order(&m.objects);
-    let mut catalog = Catalog {
-        attributes: attributes_of(&m.attributes),
-        extra_stores: {
-            let mut v: Vec<_> = shards.iter().collect();
-            v.sort_by(|a, b| a.0.cmp(b.0));
-            v.into_iter().map(|(_, s)| Arc::clone(s)).collect()
-        },
-        // Sized up front: growing a list of 50k objects moved each several
-        // times.
-        objects: Vec::with_capacity(m.objects.len()),
-        digests: Vec::with_capacity(m.objects.iter().map(|o| o.parts.len()).sum()),
-        ..Catalog::default()
-    };
-    for (oi, at) in order.into_iter().enumerate() {
-        let mut o = std::mem::take(&mut m.objects[at]);
-        let in_object = |e: Error| e.in_tensor(&o.name);
-        limits
-            .check_rank(&ctx, o.shape.len())
-            .map_err(|e| in_object(e.with_rule(rules::SHAPE)))?;
+    }
+    let bytes = container::read_manifest(store, &footer, limits)?;
+    let mut sink = CatalogSink::new(input, &footer);
+    let (_, attributes) = manifest::walk(&bytes, &store.ctx(), footer.manifest_offset, &mut sink)?;
+    let built = sink.finish()?;
+    Ok(Catalog {
+        attributes: attributes_of(&attributes),
+        ..built
+    })
+}
+
+/// The object position of the manifest's own blob reference.
+const MANIFEST: usize = usize::MAX;
+
+/// Builds catalog entries from manifest objects as the walk parses them
+/// (see [`open`]): one pass, no list of [`ObjectDef`]s.
+struct CatalogSink<'a, 'i> {
+    input: &'a OpenInput<'i>,
+    ctx: Context,
+    /// The tensor count is past the limit: nothing more is built.
+    too_many: Option<Error>,
+    /// Each shard's declared size and its store (`None` if it failed to
+    /// open, with the first such failure in `shard_error`).
+    shards: Vec<(ShardDef, Option<Arc<Store>>)>,
+    shard_error: Option<Error>,
+    /// The first blob out of bounds, in manifest order.
+    blob_error: Option<Error>,
+    /// The first object, by name, that breaks its rank limit or layout
+    /// (its position in `objects`).
+    object_error: Option<(usize, Error)>,
+    /// Blob references per file (the root, then each shard), as
+    /// `(offset, length, object)`; [`MANIFEST`] is the manifest itself.
+    refs: Vec<Vec<(u64, u64, usize)>>,
+    /// Objects in manifest order, and their digests as `(object, part,
+    /// digest)` with the object's manifest position.
+    objects: Vec<Object>,
+    digests: Vec<(usize, usize, Digest)>,
+}
+
+impl<'a, 'i> CatalogSink<'a, 'i> {
+    fn new(input: &'a OpenInput<'i>, footer: &Footer) -> Self {
+        CatalogSink {
+            input,
+            ctx: input.store.ctx(),
+            too_many: None,
+            shards: Vec::new(),
+            shard_error: None,
+            blob_error: None,
+            object_error: None,
+            refs: vec![vec![(
+                footer.manifest_offset,
+                footer.manifest_length,
+                MANIFEST,
+            )]],
+            objects: Vec::new(),
+            digests: Vec::new(),
+        }
+    }
+
+    /// Record the blob references of `o`, the object at `at`, checking
+    /// each against the bounds of its file.
+    fn note_blobs(&mut self, o: &ObjectDef, at: usize) {
+        for p in &o.parts {
+            let (file, file_len) = match &p.shard {
+                None => (0, self.input.store.len()),
+                Some(s) => {
+                    let i = self.shard_index(s);
+                    (1 + i, self.shards[i].0.size)
+                }
+            };
+            if self.blob_error.is_none() {
+                if let Err(e) =
+                    container::check_blob(&self.ctx, file_len, p.offset, p.length, &p.name)
+                {
+                    self.blob_error = Some(e.in_tensor(&o.name));
+                }
+            }
+            self.refs[file].push((p.offset, p.length, at));
+        }
+    }
+
+    /// The position of shard `name` in the table (the manifest walk
+    /// refused a shard outside it).
+    fn shard_index(&self, name: &str) -> usize {
+        self.shards
+            .iter()
+            .position(|(d, _)| d.name == name)
+            .expect("a declared shard")
+    }
+
+    /// How each part of `o` reads, its parts sorted by name, and why the
+    /// object reads structurally if it does; or why it cannot be read.
+    fn views(&self, o: &mut ObjectDef) -> Result<(Views, Option<String>)> {
+        self.input
+            .limits
+            .check_rank(&self.ctx, o.shape.len())
+            .map_err(|e| e.with_rule(rules::SHAPE))?;
         // Parts in name order, as upstream lists them (its catalog is a
         // BTreeMap); the manifest's order is CBOR's canonical key order,
         // which puts shorter names first ("indptr" before "indices").
         // Sorted before validating, which finds parts by name, so the
         // views come out in the same order.
         o.parts.sort_unstable_by(|a, b| a.name.cmp(&b.name));
-        let (views, invalid) = validate::interpret_or_structural(&o, &ctx).map_err(in_object)?;
+        validate::interpret_or_structural(o, &self.ctx)
+    }
+
+    /// The catalog entry of `o`, the object at `at`, read through `views`.
+    fn entry(&mut self, o: ObjectDef, at: usize, views: Views, invalid: Option<String>) -> Object {
         let mut parts = Vec::with_capacity(o.parts.len());
-        for (pi, (p, view)) in std::mem::take(&mut o.parts)
-            .into_iter()
-            .zip(views)
-            .enumerate()
-        {
+        for (pi, (p, view)) in o.parts.into_iter().zip(views).enumerate() {
             let file = match &p.shard {
-                None => Arc::clone(store),
-                Some(s) => Arc::clone(&shards[s]),
+                None => Arc::clone(self.input.store),
+                // A shard that failed to open fails the whole open
+                // (`shard_error`); the root stands in meanwhile.
+                Some(s) => Arc::clone(
+                    self.shards[self.shard_index(s)]
+                        .1
+                        .as_ref()
+                        .unwrap_or(self.input.store),
+                ),
             };
             let payload = match p.encoding.as_deref() {
                 None => Payload::Stored {
@@ -196,14 +276,14 @@ pub fn open(input: &OpenInput<'_>) -> Result<Catalog> {
                 },
                 Some(other) => Payload::Decoded {
                     decoder: Arc::new(UnknownEncoding {
-                        ctx: ctx.clone().tensor(&o.name),
+                        ctx: self.ctx.clone().tensor(&o.name),
                         encoding: other.to_string(),
                     }),
                     decoded_len: p.decoded_size(),
                 },
             };
             if let Some(d) = p.parsed_digest() {
-                catalog.digests.push((oi, pi, d, rules::DIGEST));
+                self.digests.push((at, pi, d));
             }
             parts.push(Part {
                 name: p.name,
@@ -213,36 +293,137 @@ pub fn open(input: &OpenInput<'_>) -> Result<Catalog> {
                 payload,
             });
         }
-        catalog.objects.push(Object {
+        let mut attributes = attributes_of(&o.attributes);
+        if let Some(reason) = invalid {
+            // Why the object reads structurally: it breaks its profile. The
+            // file stays readable; only this object lost its
+            // interpretation.
+            attributes.retain(|(k, _)| k != INVALID_ATTRIBUTE);
+            attributes.push((INVALID_ATTRIBUTE.into(), Value::Str(reason)));
+        }
+        Object {
             name: o.name,
             shape: o.shape,
             layout: o.layout,
             parts,
-            attributes: {
-                let mut a = attributes_of(&o.attributes);
-                if let Some(reason) = invalid {
-                    // Why the object reads structurally: it breaks its
-                    // profile. The file stays readable; only this object
-                    // lost its interpretation.
-                    a.retain(|(k, _)| k != INVALID_ATTRIBUTE);
-                    a.push((
-                        INVALID_ATTRIBUTE.into(),
-                        zt_core::catalog::Value::Str(reason),
-                    ));
-                }
-                a
-            },
-        });
+            attributes,
+        }
     }
-    Ok(catalog)
+
+    /// The catalog in name order, or the first error by the precedence of
+    /// [`open`].
+    fn finish(self) -> Result<Catalog> {
+        if let Some(e) = self.too_many {
+            return Err(e);
+        }
+        if let Some(e) = self.blob_error {
+            return Err(e);
+        }
+        let objects = self.objects;
+        for mut refs in self.refs {
+            let name = |at: usize| objects.get(at).map_or("", |o| o.name.as_str());
+            container::check_disjoint_by(&self.ctx, &mut refs, name)?;
+        }
+        if let Some(e) = self.shard_error {
+            return Err(e);
+        }
+        if let Some((_, e)) = self.object_error {
+            return Err(e);
+        }
+        // Objects are listed by name, as upstream lists them. Each moves
+        // once into its place; sorting them in place moved each several
+        // times.
+        let order = name_order(&objects);
+        let mut rank = vec![0; objects.len()];
+        for (to, &from) in order.iter().enumerate() {
+            rank[from] = to;
+        }
+        let mut slots: Vec<Option<Object>> = objects.into_iter().map(Some).collect();
+        let objects = order
+            .iter()
+            .map(|&i| slots[i].take().expect("each object placed once"))
+            .collect();
+        let digests = self
+            .digests
+            .into_iter()
+            .map(|(o, p, d)| (rank[o], p, d, rules::DIGEST))
+            .collect();
+        Ok(Catalog {
+            objects,
+            digests,
+            extra_stores: {
+                let mut v: Vec<_> = self
+                    .shards
+                    .into_iter()
+                    .filter_map(|(d, s)| Some((d.name, s?)))
+                    .collect();
+                v.sort_by(|a, b| a.0.cmp(&b.0));
+                v.into_iter().map(|(_, s)| s).collect()
+            },
+            ..Catalog::default()
+        })
+    }
 }
 
-/// The positions of `objects` in name order. The objects stay where they
-/// are: sorting 50k of them moved each several times, where this moves a
-/// position. A stable sort, though names are unique: CBOR's key order
-/// (shorter first) leaves one sorted run per name length, which it merges
-/// rather than re-sorts.
-fn name_order(objects: &[ObjectDef]) -> Vec<usize> {
+impl ObjectSink for CatalogSink<'_, '_> {
+    fn begin(&mut self, count: usize, shards: &[ShardDef]) {
+        if let Err(e) = self.input.limits.check_tensors(&self.ctx, count as u64) {
+            self.too_many = Some(e);
+            return;
+        }
+        // Sized up front: growing a list of 50k objects moved each several
+        // times.
+        self.objects.reserve(count);
+        self.digests.reserve(count);
+        self.refs[0].reserve(count);
+        for s in shards {
+            let store = match open_shard(s, self.input) {
+                Ok(store) => Some(store),
+                Err(e) => {
+                    self.shard_error.get_or_insert(e);
+                    None
+                }
+            };
+            self.shards.push((s.clone(), store));
+            self.refs.push(Vec::new());
+        }
+    }
+
+    fn object(&mut self, mut o: ObjectDef) {
+        if self.too_many.is_some() {
+            return;
+        }
+        let at = self.objects.len();
+        self.note_blobs(&o, at);
+        let object = match self.views(&mut o) {
+            Ok((views, invalid)) => self.entry(o, at, views, invalid),
+            Err(e) => {
+                let first = self
+                    .object_error
+                    .as_ref()
+                    .is_none_or(|(first, _)| o.name < self.objects[*first].name);
+                if first {
+                    self.object_error = Some((at, e.in_tensor(&o.name)));
+                }
+                // Kept under its name only, for the overlap check's
+                // messages: the open fails on `object_error` anyway.
+                Object {
+                    name: o.name,
+                    shape: o.shape,
+                    layout: o.layout,
+                    parts: Vec::new(),
+                    attributes: Vec::new(),
+                }
+            }
+        };
+        self.objects.push(object);
+    }
+}
+
+/// The positions of `objects` in name order. A stable sort, though names
+/// are unique: CBOR's key order (shorter first) leaves one sorted run per
+/// name length, which it merges rather than re-sorts.
+fn name_order(objects: &[Object]) -> Vec<usize> {
     let mut order: Vec<usize> = (0..objects.len()).collect();
     order.sort_by(|&a, &b| objects[a].name.cmp(&objects[b].name));
     order

@@ -8,6 +8,7 @@
 use crate::cbor::Cbor;
 use crate::manifest::{ObjectDef, PartDef};
 use crate::rules;
+use smallvec::{smallvec, SmallVec};
 use zt_core::dtype::{num_elements, DType};
 use zt_core::error::{Context, Error, Result};
 use zt_core::Rule;
@@ -69,6 +70,10 @@ pub fn element_type(part: &PartDef, ctx: &Context) -> Result<DType> {
         },
     }
 }
+
+/// How each part of an object reads, in the order of its parts (most
+/// objects have one, held inline).
+pub type Views = SmallVec<[PartView; 1]>;
 
 /// How one part reads: element type and shape.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -203,12 +208,16 @@ fn gguf_type(layout: &str) -> Option<&str> {
 
 /// Check `obj` against its layout and return how each of its parts reads,
 /// in the order of `obj.parts`.
-pub fn interpret<'a>(obj: &'a ObjectDef, ctx: &Context) -> Result<Vec<PartView>> {
+pub fn interpret<'a>(obj: &'a ObjectDef, ctx: &Context) -> Result<Views> {
     let elements = num_elements(&obj.shape).ok_or_else(|| Error::Overflow {
         rule: rules::SHAPE,
         ctx: ctx.clone(),
         what: "element count",
     })?;
+    if obj.layout == "dense" {
+        // Nearly every object: one view, none of the bookkeeping below.
+        return Ok(smallvec![dense_view(obj, elements, ctx)?]);
+    }
     // Each part's view at the part's position, so they come out in the
     // order of `obj.parts` with no second list.
     let mut views: Vec<Option<PartView>> = vec![None; obj.parts.len()];
@@ -221,30 +230,6 @@ pub fn interpret<'a>(obj: &'a ObjectDef, ctx: &Context) -> Result<Vec<PartView>>
         views[at] = Some(PartView { dtype, shape });
     };
     match obj.layout.as_ref() {
-        "dense" => {
-            let [data] = parts_named(obj, ["data"], ctx)?;
-            if data
-                .logical
-                .as_deref()
-                .is_some_and(|n| logical_type(n).is_none())
-            {
-                // An unregistered logical type must not be decoded (§4.2), but
-                // the rest of the file stays readable: the tensor is exposed
-                // structurally, its part as the raw bytes it stores (the
-                // element size is unknown, so no size equation applies).
-                put(data, DType::U8, vec![data.decoded_size()]);
-                return finish_views(views);
-            }
-            let t = element_type(data, ctx)?;
-            need(
-                data,
-                size_of(t, elements, ctx)?,
-                ctx,
-                "the dense size equation",
-            )
-            .map_err(|e| e.with_rule(rules::DENSE_SIZE))?;
-            put(data, t, obj.shape.clone());
-        }
         "zt.sparse_csr/1" => {
             let [values, indices, indptr] = parts_named(obj, ["values", "indices", "indptr"], ctx)?;
             if obj.shape.len() != 2 {
@@ -389,6 +374,37 @@ pub fn interpret<'a>(obj: &'a ObjectDef, ctx: &Context) -> Result<Vec<PartView>>
     finish_views(views)
 }
 
+/// The view of a dense object's one part, `"data"`.
+fn dense_view(obj: &ObjectDef, elements: u64, ctx: &Context) -> Result<PartView> {
+    let [data] = parts_named(obj, ["data"], ctx)?;
+    if data
+        .logical
+        .as_deref()
+        .is_some_and(|n| logical_type(n).is_none())
+    {
+        // An unregistered logical type must not be decoded (§4.2), but the
+        // rest of the file stays readable: the tensor is exposed
+        // structurally, its part as the raw bytes it stores (the element
+        // size is unknown, so no size equation applies).
+        return Ok(PartView {
+            dtype: DType::U8,
+            shape: vec![data.decoded_size()],
+        });
+    }
+    let t = element_type(data, ctx)?;
+    need(
+        data,
+        size_of(t, elements, ctx)?,
+        ctx,
+        "the dense size equation",
+    )
+    .map_err(|e| e.with_rule(rules::DENSE_SIZE))?;
+    Ok(PartView {
+        dtype: t,
+        shape: obj.shape.clone(),
+    })
+}
+
 /// The registered profiles upstream ztensor 2.1.2 passes through without
 /// validating. zt checks them, but a file upstream opens must open here
 /// too, so an object that breaks its profile fails alone (see
@@ -404,10 +420,7 @@ pub fn is_object_local_profile(layout: &str) -> bool {
 /// and the reason comes back for the reader to record. Every other error
 /// (dense, `zt.sparse_csr/1`, names, sizes of unknown layouts) stays fatal,
 /// as it is upstream.
-pub fn interpret_or_structural(
-    obj: &ObjectDef,
-    ctx: &Context,
-) -> Result<(Vec<PartView>, Option<String>)> {
+pub fn interpret_or_structural(obj: &ObjectDef, ctx: &Context) -> Result<(Views, Option<String>)> {
     match interpret(obj, ctx) {
         Ok(views) => Ok((views, None)),
         Err(e) if is_object_local_profile(&obj.layout) => {
@@ -422,7 +435,7 @@ pub fn interpret_or_structural(
 /// bytes, never reinterpreted as its storage type; a registered logical
 /// type of whole bytes (bool, fp8, complex) keeps its type, and sub-byte
 /// ones (fp4), whose element count the bytes alone do not give, are bytes.
-fn structural(obj: &ObjectDef) -> Vec<PartView> {
+fn structural(obj: &ObjectDef) -> Views {
     obj.parts
         .iter()
         .map(|p| {
@@ -447,7 +460,7 @@ fn structural(obj: &ObjectDef) -> Vec<PartView> {
 
 /// The views in the order of `obj.parts` (every part has one: each
 /// layout names all of its parts).
-fn finish_views(views: Vec<Option<PartView>>) -> Result<Vec<PartView>> {
+fn finish_views(views: Vec<Option<PartView>>) -> Result<Views> {
     Ok(views
         .into_iter()
         .map(|v| v.expect("every part interpreted"))
