@@ -464,3 +464,93 @@ fn a_refused_name_names_the_file_and_tensor_once() {
     assert!(text.contains("breaks the name rules"), "{text}");
     assert!(!path.exists());
 }
+
+/// A root `.zt` of 8 KiB of zero data at 4096 and `objects` as its
+/// manifest (name -> (blob offset, blob length), dense f32[4] each).
+fn root_with(
+    dir: &std::path::Path,
+    name: &str,
+    objects: &[(&str, u64, u64)],
+) -> std::path::PathBuf {
+    use zt::container::cbor::encode;
+    use zt::container::container::{Footer, MAGIC};
+    let objects = objects.iter().map(|&(name, offset, len)| {
+        let part = Cbor::map([
+            ("dtype", Cbor::Text("f32".into())),
+            (
+                "blob",
+                Cbor::Array(vec![Cbor::UInt(offset), Cbor::UInt(len)]),
+            ),
+        ]);
+        let obj = Cbor::map([
+            ("shape", Cbor::Array(vec![Cbor::UInt(4)])),
+            ("layout", Cbor::Text("dense".into())),
+            ("parts", Cbor::map([("data", part)])),
+        ]);
+        (name, obj)
+    });
+    let manifest = encode(&Cbor::map([("objects", Cbor::map(objects))]));
+    let mut file = MAGIC.to_vec();
+    file.resize(4096 + 8192, 0);
+    let manifest_offset = file.len() as u64;
+    file.extend_from_slice(&manifest);
+    let zt::Digest::Xxh3(hash) = zt::DigestAlgorithm::Xxh3.digest(&manifest) else {
+        unreachable!()
+    };
+    file.extend_from_slice(
+        &Footer {
+            manifest_offset,
+            manifest_length: manifest.len() as u64,
+            manifest_hash: hash,
+            version: 2,
+        }
+        .encode(),
+    );
+    let path = dir.join(name);
+    std::fs::write(&path, &file).unwrap();
+    path
+}
+
+#[test]
+fn open_reports_what_validation_finds_first_then_the_first_bad_object_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let failure = |objects: &[(&str, u64, u64)]| {
+        let path = root_with(dir.path(), "m.zt", objects);
+        let e = zt::open(&path).unwrap_err();
+        let image = zt::container::read::validate_image(
+            &zt::Store::open(&path).unwrap(),
+            &zt::Limits::default(),
+        );
+        (
+            e.rule().map(|r| r.name()),
+            e.context().tensor.clone(),
+            image,
+        )
+    };
+    // Both break the dense size equation (8 bytes for f32[4]). The
+    // manifest lists "zz" first (shorter keys sort first); the open names
+    // "aaa", the first by name, as upstream's name-ordered catalog meets it.
+    let (rule, tensor, _) = failure(&[("zz", 4096, 8), ("aaa", 8192, 8)]);
+    assert_eq!(
+        (rule, tensor.as_deref()),
+        (Some("zt.DenseSize"), Some("aaa"))
+    );
+    // A partial overlap outranks any object's layout.
+    // (Blob offsets are multiples of 4096.)
+    let (rule, _, image) = failure(&[("zz", 4096, 8192), ("aaa", 8192, 16)]);
+    assert_eq!(rule, Some("zt.BlobOverlap"));
+    assert_eq!(image.unwrap_err().rule().map(|r| r.name()), rule);
+    // A blob out of bounds outranks an overlap and the layouts; the first
+    // in manifest order is named.
+    let (rule, tensor, image) =
+        failure(&[("zz", 4096, 8192), ("aaa", 8192, 16), ("bbbb", 1 << 20, 16)]);
+    assert_eq!(
+        (rule, tensor.as_deref()),
+        (Some("zt.BlobBounds"), Some("bbbb"))
+    );
+    assert_eq!(image.unwrap_err().rule().map(|r| r.name()), rule);
+    // Intact, every object reads, listed by name.
+    let path = root_with(dir.path(), "ok.zt", &[("zz", 4096, 16), ("aaa", 8192, 16)]);
+    let names: Vec<String> = zt::open(&path).unwrap().names().map(String::from).collect();
+    assert_eq!(names, ["aaa", "zz"]);
+}
