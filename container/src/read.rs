@@ -101,9 +101,9 @@ pub fn check_blobs(m: &Manifest, footer: &Footer, root: &Store) -> Result<()> {
     Ok(())
 }
 
-/// Open the shards of a shard table with the positional resolver (as
+/// Open one shard of the shard table with the positional resolver (as
 /// related files of the root, so a shard name cannot leave its directory),
-/// and check each one's size and container frame (the cheap rungs of §7.3).
+/// and check its size and container frame (the cheap rungs of §7.3).
 fn open_shard(s: &ShardDef, input: &OpenInput<'_>) -> Result<Arc<Store>> {
     let name = positional_name(input.store.path(), &s.name);
     let store = input.open_related(&name, "shard")?;
