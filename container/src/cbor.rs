@@ -241,7 +241,9 @@ pub struct KeyOrder {
 /// reader can walk the manifest and keep only what it needs, borrowing
 /// strings from the input rather than building a tree. Depth is the
 /// number of arrays and maps around a token; a container at depth `d`
-/// needs `d + 1 <= limits.depth`.
+/// needs `d + 1 <= limits.depth`. Cloning one saves its place: a reader
+/// can try a guess on the clone and keep the original if it was wrong.
+#[derive(Clone)]
 pub struct Pull<'a> {
     buf: &'a [u8],
     pos: usize,
@@ -376,12 +378,26 @@ impl<'a> Pull<'a> {
         }
     }
 
+    /// Take `bytes` if the input continues with exactly them; else take
+    /// nothing. For a reader that knows the encoded form it expects (a map
+    /// head, a key): equal bytes are a valid encoding because the expected
+    /// ones are. The caller answers for nesting depth.
+    /// (A fixed-size array, so the comparison is a few loads, not a call.)
+    #[inline]
+    pub fn literal<const N: usize>(&mut self, bytes: &[u8; N]) -> bool {
+        let matches = self.buf[self.pos..].first_chunk::<N>() == Some(bytes);
+        if matches {
+            self.pos += N;
+        }
+        matches
+    }
+
     /// A text string of at most 23 ASCII bytes (its length in the initial
     /// byte) at the cursor, taken; `None`, taking nothing, for anything
     /// else. Every key of the manifest and most of its values are such
     /// strings, so this is the path they take, inline.
     #[inline]
-    fn short_ascii_text(&mut self) -> Option<&'a str> {
+    pub fn short_ascii_text(&mut self) -> Option<&'a str> {
         let ib = *self.buf.get(self.pos)?;
         if !(0x60..0x78).contains(&ib) {
             return None;
