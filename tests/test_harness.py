@@ -14,13 +14,26 @@ def test_summary_is_median_and_quartiles():
     assert common.summary([7.0]) == (7.0, 7.0, 7.0)
 
 
-def test_interleaved_alternates_cases_and_rotates_who_goes_first():
+def test_interleaved_runs_rounds_in_balanced_orders():
     order = []
     cases = {name: (lambda name=name: order.append(name) or name) for name in "abc"}
     times, values = common.interleaved(cases, runs=3)
-    # One warm-up round, then three measured; each round starts one case later.
-    assert order == list("abcbcacababc")
+    # One warm-up round, then three measured, each in the next balanced order.
+    assert order == list("abcbcacabcba")
     assert all(len(times[n]) == 3 for n in "abc") and values == {n: n for n in "abc"}
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 6])
+def test_balanced_orders_put_every_case_everywhere_and_after_every_other(n):
+    orders = common.balanced_orders(n)
+    assert all(sorted(o) == list(range(n)) for o in orders)
+    rounds = len(orders)
+    for position in range(n):
+        column = [o[position] for o in orders]
+        assert all(column.count(case) == rounds // n for case in range(n))
+    pairs = [(o[k], o[k + 1]) for o in orders for k in range(n - 1)]
+    each = rounds * (n - 1) // (n * (n - 1)) if n > 1 else 0
+    assert all(pairs.count((a, b)) == each for a in range(n) for b in range(n) if a != b)
 
 
 def test_interleaved_calls_before_and_after_around_every_run():
@@ -117,7 +130,7 @@ def test_copy_bench_rounds_run_every_case_once_each_in_shuffled_order():
     samples = copy_bench.shuffled_rounds(cases, runs=6, after=lambda name: log.append("/" + name))
     assert list(samples) == list("abcd") and all(len(samples[n]) == 6 for n in "abcd")
     runs = [x for x in log if not x.startswith("/")]
-    assert runs[:4] == list("abcd")  # the warm-up round, then 6 shuffled ones
+    assert sorted(runs[:4]) == list("abcd")  # the warm-up round, then 6 shuffled ones
     rounds = [runs[i : i + 4] for i in range(4, len(runs), 4)]
     assert all(sorted(r) == list("abcd") for r in rounds) and len({tuple(r) for r in rounds}) > 1
     assert log[1::2] == ["/" + x for x in runs]  # after() follows every call
