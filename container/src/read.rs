@@ -338,10 +338,10 @@ impl<'a, 'i> CatalogSink<'a, 'i> {
         for (to, &from) in order.iter().enumerate() {
             rank[from] = to;
         }
-        let mut slots: Vec<Option<Object>> = objects.into_iter().map(Some).collect();
+        let mut objects = objects;
         let objects = order
             .iter()
-            .map(|&i| slots[i].take().expect("each object placed once"))
+            .map(|&i| std::mem::take(&mut objects[i]))
             .collect();
         let digests = self
             .digests

@@ -185,8 +185,9 @@ pub struct Part {
 }
 
 /// A named tensor: a shape, a layout that says how its parts combine, the
-/// parts, and attributes.
-#[derive(Debug, Clone)]
+/// parts, and attributes. The default, an empty object, allocates nothing:
+/// it takes an object's place when the object is moved out.
+#[derive(Debug, Clone, Default)]
 pub struct Object {
     /// Tensor name.
     pub name: String,

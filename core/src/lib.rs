@@ -20,6 +20,7 @@ pub mod error;
 pub mod format;
 pub mod limits;
 pub mod location;
+mod name_index;
 pub mod open;
 pub mod part;
 pub mod publish;

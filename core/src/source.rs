@@ -12,6 +12,7 @@ use crate::catalog::{Attributes, Catalog, Check, CheckFailed, Digest, Object, Pa
 use crate::dtype::num_elements;
 use crate::error::{Context, Error, Result};
 use crate::limits::Limits;
+use crate::name_index::NameIndex;
 use crate::part::Tensor;
 use crate::store::Store;
 
@@ -23,7 +24,7 @@ pub struct Source {
     format: &'static str,
     pub(crate) files: Vec<PathBuf>,
     pub(crate) objects: Vec<Object>,
-    index: HashMap<String, usize>,
+    index: NameIndex,
     pub(crate) attributes: Attributes,
     pub(crate) limits: Limits,
     /// Sorted raw ranges per store (keyed by the store's address), so
@@ -98,14 +99,15 @@ impl Source {
     ) -> Result<Source> {
         let ctx = store.ctx();
         limits.check_tensors(&ctx, catalog.objects.len() as u64)?;
-        let mut index = HashMap::with_capacity(catalog.objects.len());
+        let mut index = NameIndex::with_capacity(catalog.objects.len());
+        let name_of = |at: usize| catalog.objects[at].name.as_str();
         let mut occupancy: HashMap<usize, Vec<(u64, u64)>> = HashMap::new();
         let mut decoded_total: u64 = 0;
         for (i, object) in catalog.objects.iter().enumerate() {
             // Context is built only on failure: open latency on files with
             // many tensors is dominated by per-tensor allocations.
             let name_it = |e: Error| e.in_file(store.path()).in_tensor(&object.name);
-            if index.insert(object.name.clone(), i).is_some() {
+            if !index.insert(i, name_of) {
                 return Err(name_it(Error::DuplicateName {
                     ctx: Context::default(),
                 }));
@@ -218,15 +220,15 @@ impl Source {
                 .checks
                 .extend(source.checks.into_iter().map(|(o, c)| (o + base, c)));
             for object in source.objects {
-                if merged.index.contains_key(&object.name) {
+                let at = merged.objects.len();
+                merged.objects.push(object);
+                let objects = &merged.objects;
+                if !merged.index.insert(at, |i| objects[i].name.as_str()) {
+                    let object = merged.objects.pop().expect("just pushed");
                     return Err(Error::DuplicateName {
                         ctx: Context::file(&source.files[0]).tensor(&object.name),
                     });
                 }
-                merged
-                    .index
-                    .insert(object.name.clone(), merged.objects.len());
-                merged.objects.push(object);
             }
             for (key, ranges) in source.occupancy {
                 let entry = merged.occupancy.entry(key).or_default();
@@ -244,12 +246,11 @@ impl Source {
     /// one's stores: what one shard of a sharded write holds.
     pub fn select(&self, indexes: &[usize]) -> Source {
         let mut objects = Vec::with_capacity(indexes.len());
-        let mut index = HashMap::with_capacity(indexes.len());
+        let mut index = NameIndex::with_capacity(indexes.len());
         let mut digests = Vec::new();
         let mut checks = HashMap::new();
         for (new, &old) in indexes.iter().enumerate() {
             let object = self.objects[old].clone();
-            index.insert(object.name.clone(), new);
             // The lazy check is shared: its outcome holds for every view.
             if let Some(check) = self.checks.get(&old) {
                 checks.insert(new, Arc::clone(check));
@@ -261,6 +262,7 @@ impl Source {
                 }
             }
             objects.push(object);
+            index.insert(new, |i| objects[i].name.as_str());
         }
         Source {
             format: self.format,
@@ -329,7 +331,7 @@ impl Source {
 
     /// Position of a tensor in file order.
     pub fn position(&self, name: &str) -> Option<usize> {
-        self.index.get(name).copied()
+        self.index.get(name, |i| self.objects[i].name.as_str())
     }
 
     /// A tensor by name.
