@@ -10,6 +10,13 @@ the peer held to the same rule (the file and its directory fsynced). Data: synth
 synthetic).
 
     python -m harness.write_bench --size-mb 512 --runs 3
+
+`--kinds small --size-mb 128` is the small-write case on its own (13,107
+tensors of 10 KiB), saved as results/write-small-128.md beside the full table;
+`--cases A B ...` runs only those writers (results/write-small-128-peers.md):
+a durable writer's fsync waits on whatever the device still holds from the
+writers run before it (an earlier output's writeback, its deletion), so a
+run among fifteen writers, some writing 1 GiB, measures the neighbours too.
 """
 
 from __future__ import annotations
@@ -121,8 +128,8 @@ def writers() -> dict[str, tuple[str, Callable[[dict, str], None] | None]]:
     }
 
 
-def measure(kind: str, arrays: dict[str, np.ndarray], runs: int) -> report.Result:
-    """Every available writer on one workload, interleaved."""
+def measure(kind: str, arrays: dict[str, np.ndarray], runs: int, only=None) -> report.Result:
+    """Every available writer (or those named in `only`) on one workload, interleaved."""
     work = common.bench_dir("write")
     payload = sum(a.nbytes for a in arrays.values())
     sizes: dict[str, int] = {}
@@ -141,10 +148,11 @@ def measure(kind: str, arrays: dict[str, np.ndarray], runs: int) -> report.Resul
             p.unlink()
         os.sync()
 
-    cases = {name: case(name, ext, fn) for name, (ext, fn) in writers().items() if fn}
+    chosen = {name: w for name, w in writers().items() if only is None or name in only}
+    cases = {name: case(name, ext, fn) for name, (ext, fn) in chosen.items() if fn}
     times, _ = common.interleaved(cases, runs, warmup=1, before=clean)
     clean()
-    for name, (_, fn) in writers().items():
+    for name, (_, fn) in chosen.items():
         if fn is None:
             times[name] = []  # reported as missing, never silently dropped
     extra = {n: {"size ÷ payload": f"{sizes[n] / payload:.3f}"} for n in sizes}
@@ -184,9 +192,9 @@ def alignment(kinds, results: list[report.Result]) -> report.Result:
     )
 
 
-def run(size_mb: int, runs: int, kinds=("large", "mixed", "small")) -> list[report.Result]:
-    results = [measure(kind, workload(kind, size_mb), runs) for kind in kinds]
-    return results + [alignment(kinds, results)]
+def run(size_mb: int, runs: int, kinds=("large", "mixed", "small"), only=None) -> list[report.Result]:
+    results = [measure(kind, workload(kind, size_mb), runs, only) for kind in kinds]
+    return results if only else results + [alignment(kinds, results)]
 
 
 def header(runs: int) -> str:
@@ -207,8 +215,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size-mb", type=int, default=512)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--kinds", nargs="+", choices=["large", "mixed", "small"], default=["large", "mixed", "small"])
+    ap.add_argument("--cases", nargs="+", choices=list(writers()), help="only these writers (no alignment table)")
     args = ap.parse_args()
-    print(report.save(run(args.size_mb, args.runs), "write", header(args.runs)).read_text())
+    every = args.kinds == ["large", "mixed", "small"] and not args.cases
+    # Every workload and writer is the full table; a part is saved beside it, by name.
+    stem = "write" if every else f"write-{'-'.join(args.kinds)}-{args.size_mb}" + ("-peers" if args.cases else "")
+    results = run(args.size_mb, args.runs, args.kinds, args.cases)
+    print(report.save(results, stem, header(args.runs)).read_text())
 
 
 if __name__ == "__main__":
