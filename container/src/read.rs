@@ -14,6 +14,7 @@ use zt_core::error::{Context, Error, Result};
 use zt_core::format::OpenInput;
 use zt_core::limits::Limits;
 use zt_core::store::Store;
+use zt_core::Rule;
 
 /// The object attribute a reader adds to an object of an object-local
 /// profile that breaks the profile's rules (see
@@ -171,10 +172,12 @@ struct CatalogSink<'a, 'i> {
     /// Blob references per file (the root, then each shard), as
     /// `(offset, length, object)`; [`MANIFEST`] is the manifest itself.
     refs: Vec<Vec<(u64, u64, usize)>>,
-    /// Objects in manifest order, and their digests as `(object, part,
-    /// digest)` with the object's manifest position.
+    /// Objects in manifest order, and their digests as the catalog lists
+    /// them (`(object, part, digest, rule)`), but with the object's
+    /// manifest position until the objects are sorted (then renumbered in
+    /// place: no second list).
     objects: Vec<Object>,
-    digests: Vec<(usize, usize, Digest)>,
+    digests: Vec<(usize, usize, Digest, Rule)>,
 }
 
 impl<'a, 'i> CatalogSink<'a, 'i> {
@@ -283,7 +286,7 @@ impl<'a, 'i> CatalogSink<'a, 'i> {
                 },
             };
             if let Some(d) = p.parsed_digest() {
-                self.digests.push((at, pi, d));
+                self.digests.push((at, pi, d, rules::DIGEST));
             }
             parts.push(Part {
                 name: p.name,
@@ -343,11 +346,10 @@ impl<'a, 'i> CatalogSink<'a, 'i> {
             .iter()
             .map(|&i| std::mem::take(&mut objects[i]))
             .collect();
-        let digests = self
-            .digests
-            .into_iter()
-            .map(|(o, p, d)| (rank[o], p, d, rules::DIGEST))
-            .collect();
+        let mut digests = self.digests;
+        for d in &mut digests {
+            d.0 = rank[d.0];
+        }
         Ok(Catalog {
             objects,
             digests,
