@@ -253,6 +253,53 @@ pub trait ObjectSink {
     fn begin(&mut self, count: usize, shards: &[ShardDef]);
     /// One object.
     fn object(&mut self, object: ObjectDef);
+    /// One object of the writer's plain shape ([`PlainObject`]), its text
+    /// still borrowed from the manifest. A sink that can build its entry
+    /// from the borrowed fields overrides this; by default it becomes an
+    /// [`ObjectDef`] like any other.
+    fn plain(&mut self, object: PlainObject<'_>) {
+        self.object(object.into_def());
+    }
+}
+
+/// An object of the shape the writer gives nearly every tensor (see
+/// [`plain_dense_object`]), every value checked as [`walk_object`] checks
+/// it, its text borrowed from the manifest bytes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlainObject<'a> {
+    pub name: &'a str,
+    pub shape: Vec<u64>,
+    pub layout: &'a str,
+    /// The one part: its name, storage type, blob and digest (a raw part
+    /// in this file with no logical type).
+    pub part: &'a str,
+    pub dtype: DType,
+    pub offset: u64,
+    pub length: u64,
+    pub digest: Option<StoredDigest>,
+}
+
+impl PlainObject<'_> {
+    /// The object as the general walk would have given it.
+    pub fn into_def(self) -> ObjectDef {
+        ObjectDef {
+            name: self.name.to_string(),
+            shape: self.shape,
+            layout: owned_text(self.layout),
+            parts: smallvec::smallvec![PartDef {
+                name: owned_text(self.part),
+                dtype: self.dtype,
+                logical: None,
+                offset: self.offset,
+                length: self.length,
+                shard: None,
+                encoding: None,
+                decoded_length: None,
+                digest: self.digest,
+            }],
+            attributes: None,
+        }
+    }
 }
 
 /// The plain sink: every object kept, in manifest order.
@@ -380,14 +427,13 @@ fn walk_objects(
     for _ in 0..n {
         let key = p.key(2, &mut order)?;
         let name = key_name(key, ctx, "object name")?;
-        let obj = match plain_dense_object(p, name) {
-            Some(obj) => obj,
-            None => walk_object(p, name, shards, ctx).map_err(|e| match e {
+        match plain_dense_object(p, name) {
+            Some(obj) => sink.plain(obj),
+            None => sink.object(walk_object(p, name, shards, ctx).map_err(|e| match e {
                 Stop::Schema(e) => Stop::from((*e).in_tensor(name)),
                 cbor => cbor,
-            })?,
-        };
-        sink.object(obj);
+            })?),
+        }
     }
     Ok(())
 }
@@ -494,7 +540,7 @@ const _: () = assert!(LIMITS.depth > 6);
 /// value of another kind, any error) gives `None` with the cursor where it
 /// was, and the general walk reads the object and reports what is wrong.
 /// At 50k tensors the general walk was half of a `.zt` open.
-fn plain_dense_object(p: &mut Pull<'_>, name: &str) -> Option<ObjectDef> {
+fn plain_dense_object<'a>(p: &mut Pull<'a>, name: &'a str) -> Option<PlainObject<'a>> {
     let mut q = p.clone();
     let uint = |q: &mut Pull<'_>, depth| match q.token(depth) {
         Ok(Token::UInt(u)) => Some(u),
@@ -546,22 +592,15 @@ fn plain_dense_object(p: &mut Pull<'_>, name: &str) -> Option<ObjectDef> {
     }
     let layout = plain_text(&mut q, 3)?;
     *p = q;
-    Some(ObjectDef {
-        name: name.to_string(),
+    Some(PlainObject {
+        name,
         shape,
-        layout: owned_text(layout),
-        parts: smallvec::smallvec![PartDef {
-            name: owned_text(part),
-            dtype,
-            logical: None,
-            offset,
-            length,
-            shard: None,
-            encoding: None,
-            decoded_length: None,
-            digest,
-        }],
-        attributes: None,
+        layout,
+        part,
+        dtype,
+        offset,
+        length,
+        digest,
     })
 }
 
@@ -1032,7 +1071,7 @@ mod tests {
                 false
             }
             Some(got) => {
-                assert_eq!(Some(got), expected, "{bytes:x?}");
+                assert_eq!(Some(got.into_def()), expected, "{bytes:x?}");
                 assert_eq!(fast.pos(), general.pos());
                 true
             }

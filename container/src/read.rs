@@ -7,7 +7,9 @@ use std::sync::Arc;
 
 use crate::container::{self, Footer};
 use crate::encoding::{UnknownEncoding, ZstdSeekable, ZSTD_SEEKABLE};
-use crate::manifest::{self, attributes_of, Manifest, ObjectDef, ObjectSink, ShardDef};
+use crate::manifest::{
+    self, attributes_of, Manifest, ObjectDef, ObjectSink, PlainObject, ShardDef, StoredDigest,
+};
 use crate::validate::{self, Views};
 use zt_core::catalog::{Catalog, Digest, Object, Part, Payload, Value};
 use zt_core::error::{Context, Error, Result};
@@ -204,22 +206,34 @@ impl<'a, 'i> CatalogSink<'a, 'i> {
     /// each against the bounds of its file.
     fn note_blobs(&mut self, o: &ObjectDef, at: usize) {
         for p in &o.parts {
-            let (file, file_len) = match &p.shard {
-                None => (0, self.input.store.len()),
-                Some(s) => {
-                    let i = self.shard_index(s);
-                    (1 + i, self.shards[i].0.size)
-                }
-            };
-            if self.blob_error.is_none() {
-                if let Err(e) =
-                    container::check_blob(&self.ctx, file_len, p.offset, p.length, &p.name)
-                {
-                    self.blob_error = Some(e.in_tensor(&o.name));
-                }
-            }
-            self.refs[file].push((p.offset, p.length, at));
+            self.note_blob(p.shard.as_deref(), p.offset, p.length, at, &p.name, &o.name);
         }
+    }
+
+    /// Record one blob reference (part `part` of object `object`, at
+    /// `at`), checking it against the bounds of its file.
+    fn note_blob(
+        &mut self,
+        shard: Option<&str>,
+        offset: u64,
+        length: u64,
+        at: usize,
+        part: &str,
+        object: &str,
+    ) {
+        let (file, file_len) = match shard {
+            None => (0, self.input.store.len()),
+            Some(s) => {
+                let i = self.shard_index(s);
+                (1 + i, self.shards[i].0.size)
+            }
+        };
+        if self.blob_error.is_none() {
+            if let Err(e) = container::check_blob(&self.ctx, file_len, offset, length, part) {
+                self.blob_error = Some(e.in_tensor(object));
+            }
+        }
+        self.refs[file].push((offset, length, at));
     }
 
     /// The position of shard `name` in the table (the manifest walk
@@ -391,6 +405,37 @@ impl ObjectSink for CatalogSink<'_, '_> {
         }
     }
 
+    /// The writer's plain dense object, built straight from the borrowed
+    /// fields when it is valid (nearly every tensor), with no
+    /// [`ObjectDef`] in between; anything else takes the general path,
+    /// which reports what is wrong.
+    fn plain(&mut self, o: PlainObject<'_>) {
+        if self.too_many.is_some() {
+            return;
+        }
+        if !validate::is_valid_plain_dense(&o)
+            || self
+                .input
+                .limits
+                .check_rank(&self.ctx, o.shape.len())
+                .is_err()
+        {
+            return self.object(o.into_def());
+        }
+        let at = self.objects.len();
+        self.note_blob(None, o.offset, o.length, at, o.part, o.name);
+        if let Some(d) = o.digest.as_ref().and_then(StoredDigest::known) {
+            self.digests.push((at, 0, d, rules::DIGEST));
+        }
+        let payload = Payload::Stored {
+            store: Arc::clone(self.input.store),
+            offset: o.offset,
+            len: o.length,
+        };
+        self.objects
+            .push(Object::dense(o.name, o.dtype, o.shape, payload));
+    }
+
     fn object(&mut self, mut o: ObjectDef) {
         if self.too_many.is_some() {
             return;
@@ -434,4 +479,121 @@ fn name_order(objects: &[Object]) -> Vec<usize> {
 /// A context for errors about `path`.
 pub fn ctx_of(path: &Path) -> Context {
     Context::file(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::container::Footer;
+    use std::sync::OnceLock;
+    use zt_core::dtype::DType;
+
+    /// A 64 KiB file of zeros, one for every case (error messages name it).
+    fn heap() -> &'static Arc<Store> {
+        static HEAP: OnceLock<(tempfile::TempDir, Arc<Store>)> = OnceLock::new();
+        &HEAP
+            .get_or_init(|| {
+                let dir = tempfile::tempdir().unwrap();
+                let path = dir.path().join("heap.zt");
+                std::fs::write(&path, vec![0u8; 65536]).unwrap();
+                let store = Arc::new(Store::open(&path).unwrap());
+                (dir, store)
+            })
+            .1
+    }
+
+    /// What a catalog sink ends with, as text (the catalog or the error),
+    /// after `objects` arrive as plain objects or, when `general`, as the
+    /// [`ObjectDef`]s the general walk would have given.
+    fn outcome(objects: &[PlainObject<'_>], limits: &Limits, general: bool) -> String {
+        let input = OpenInput::new(heap(), limits);
+        let footer = Footer {
+            manifest_offset: 61440,
+            manifest_length: 512,
+            manifest_hash: 0,
+            version: 2,
+        };
+        let mut sink = CatalogSink::new(&input, &footer);
+        sink.begin(objects.len(), &[]);
+        for o in objects {
+            if general {
+                sink.object(o.clone().into_def());
+            } else {
+                sink.plain(o.clone());
+            }
+        }
+        format!("{:?}", sink.finish())
+    }
+
+    fn plain<'a>(name: &'a str, shape: &[u64], offset: u64, length: u64) -> PlainObject<'a> {
+        PlainObject {
+            name,
+            shape: shape.to_vec(),
+            layout: "dense",
+            part: "data",
+            dtype: DType::F32,
+            offset,
+            length,
+            digest: None,
+        }
+    }
+
+    #[test]
+    fn a_plain_object_builds_the_entry_the_general_path_builds() {
+        let digest = StoredDigest::parse("xxh3:0123456789abcdef").unwrap();
+        let b = PlainObject {
+            digest: Some(digest),
+            ..plain("b", &[4], 4096, 16)
+        };
+        let a = PlainObject {
+            dtype: DType::F16,
+            ..plain("a", &[2, 3], 8192, 12)
+        };
+        let unknown_layout = PlainObject {
+            layout: "zt.someday/1",
+            ..plain("c", &[3], 12288, 12)
+        };
+        let sizes_wrong = plain("d", &[4], 16384, 15);
+        let part_not_data = PlainObject {
+            part: "w",
+            ..plain("e", &[4], 20480, 16)
+        };
+        let out_of_bounds = plain("f", &[4], 65536, 16);
+        let overlapping = plain("g", &[8], 4096, 32);
+        let rank_3 = plain("h", &[1, 1, 4], 24576, 16);
+        let limits = Limits::default();
+        let cases: [&[PlainObject<'_>]; 7] = [
+            &[b.clone(), a.clone(), unknown_layout],
+            &[a.clone(), sizes_wrong],
+            &[a.clone(), part_not_data],
+            &[b.clone(), out_of_bounds],
+            &[b.clone(), overlapping],
+            &[rank_3.clone(), a.clone()],
+            &[b.clone(), a.clone(), rank_3.clone()],
+        ];
+        for objects in cases {
+            let plain_path = outcome(objects, &limits, false);
+            assert_eq!(plain_path, outcome(objects, &limits, true));
+        }
+        let ok = outcome(&[b.clone(), a.clone()], &limits, false);
+        // "b" comes second by name; its digest is renumbered with it.
+        assert!(
+            ok.starts_with("Ok(") && ok.contains("digests: [(1, 0, Xxh3("),
+            "{ok}"
+        );
+        assert!(
+            outcome(&[a.clone(), plain("d", &[4], 16384, 15)], &limits, false).starts_with("Err(")
+        );
+
+        let rank_2 = Limits {
+            rank: 2,
+            ..Limits::default()
+        };
+        let refused = outcome(&[b.clone(), rank_3.clone()], &rank_2, false);
+        assert_eq!(refused, outcome(&[b, rank_3], &rank_2, true));
+        assert!(
+            refused.starts_with("Err(") && refused.contains("rank"),
+            "{refused}"
+        );
+    }
 }

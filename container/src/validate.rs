@@ -6,7 +6,7 @@
 //! structurally: every part as a flat array of its storage type.
 
 use crate::cbor::Cbor;
-use crate::manifest::{ObjectDef, PartDef};
+use crate::manifest::{ObjectDef, PartDef, PlainObject};
 use crate::rules;
 use smallvec::{smallvec, SmallVec};
 use zt_core::dtype::{num_elements, DType};
@@ -372,6 +372,16 @@ pub fn interpret<'a>(obj: &'a ObjectDef, ctx: &Context) -> Result<Views> {
         },
     }
     finish_views(views)
+}
+
+/// Whether a [`PlainObject`] is a valid dense tensor: layout `"dense"`,
+/// its one part `"data"` holding exactly its elements. This is what
+/// [`interpret`] accepts of such an object, decided on the borrowed
+/// fields; on `false` the caller takes the general path, which says why.
+pub fn is_valid_plain_dense(o: &PlainObject<'_>) -> bool {
+    o.layout == "dense"
+        && o.part == "data"
+        && num_elements(&o.shape).and_then(|n| o.dtype.nbytes(n)) == Some(o.length)
 }
 
 /// The view of a dense object's one part, `"data"`.
