@@ -193,8 +193,8 @@ def measure_format(fmt, shapes, want, work, runs, hidden, layers) -> report.Resu
         # One untimed warmup round: the first cold read after the file is
         # written (and the previous format's files deleted) is slower than the
         # next, whichever case it is (quick run, 180 MiB: npz `cat` 0.29 s then
-        # 0.15 s, GGUF `cat` 0.25 s then 0.16 s). Rounds rotate, so that
-        # penalty always landed on `cat` (first in round one) and never on the
+        # 0.15 s, GGUF `cat` 0.25 s then 0.16 s). Rounds used to rotate, so
+        # that penalty always landed on `cat` (first in round one) and never on the
         # own library (never first with three cases and two runs), and the
         # two-sample medians of `--quick` showed GGUFReader at 1.41x `cat`
         # (seen) and, most likely the same way, upstream ztensor at 2.63x
