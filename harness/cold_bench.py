@@ -297,7 +297,7 @@ def summary_table(results: list[report.Result]) -> report.Result:
         extra=extra,
         notes=[
             "Each ratio is the median over the rounds of cat's time over the case's time in the same round (cat and "
-            "the case back to back on the same file, in rotating order); IQR from the quartiles of those per-round "
+            "the case back to back on the same file, each round in another order); IQR from the quartiles of those per-round "
             "ratios. GiB/s columns from each case's median time.",
         ],
     )
