@@ -38,6 +38,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -252,11 +253,19 @@ def one_run(case: str, paths: dict, **kw) -> dict:
     done.set()
     sampler.join()
     if proc.returncode != 0:
-        last = (err.strip().splitlines() or [""])[-1]
-        raise RuntimeError(f"exit {proc.returncode}: {last[:200]}")
+        raise RuntimeError(f"exit {proc.returncode}: {_failure_line(err)[:200]}")
     result = json.loads(out.strip().splitlines()[-1])
     result["peak_pss"] = peak
     return result
+
+
+def _failure_line(stderr: str) -> str:
+    """The line of a failed child's stderr that says what failed: the last
+    exception line of its traceback (grain appends a notice about its
+    filtered frames after it), else the last line."""
+    lines = stderr.strip().splitlines() or [""]
+    exceptions = [line for line in lines if re.match(r"[\w.]+(Error|Exception|Exit)\b", line)]
+    return (exceptions or lines)[-1]
 
 
 def _available(module: str) -> bool:
