@@ -175,7 +175,13 @@ def _child(case: str, paths: dict, batch: int, workers: int, warmup: int, batche
         first_ref, get = None, _endless(loader)
     else:
         import grain.python as grain
+        from absl import flags
 
+        # With JAX installed (requirements-torch.txt, for the rank tests)
+        # grain loads JAX's profiler and then reads its absl flags; outside
+        # an absl app they are unparsed and grain raises
+        # UnparsedFlagAccessError. Parse the defaults first.
+        flags.FLAGS(sys.argv[:1])
         loader = grain.DataLoader(
             data_source=NpyImages(paths["npy"]),
             sampler=grain.IndexSampler(len(NpyImages(paths["npy"])), shuffle=True, num_epochs=None, seed=42),
