@@ -148,3 +148,29 @@ def test_cold_ratios_are_taken_round_by_round():
     assert cold_bench.round_ratios([1.0, 2.0, 4.0], [2.0, 2.0, 2.0])[0] == 1.0
     with pytest.raises(ValueError):
         cold_bench.round_ratios([1.0, 2.0], [1.0])
+
+
+def test_loader_bench_retries_a_failed_run_once_and_says_so(monkeypatch):
+    from harness import loader_bench as lb
+
+    monkeypatch.setattr(lb, "prepare", lambda records: {})
+    monkeypatch.setattr(lb, "_available", lambda module: True)
+    monkeypatch.setattr(lb.loaderx28, "missing", lambda: None)
+    calls: dict[str, int] = {}
+
+    def one_run(case, paths, **kw):
+        calls[case] = calls.get(case, 0) + 1
+        if case == lb.GRAIN and calls[case] == 2:
+            raise RuntimeError("exit 1: SystemError: AST constructor recursion depth mismatch")
+        if case == lb.TORCH:
+            raise RuntimeError("exit 1: ValueError: broken every time")
+        return {"seconds": 1.0, "latencies": [0.1, 0.2], "peak_pss": 2**20}
+
+    monkeypatch.setattr(lb, "one_run", one_run)
+    [result] = lb.run(records=8, batches=2, runs=3)
+    rows = {row["case"]: row for row in result.rows()}
+    assert result.samples[lb.GRAIN] == [1.0, 1.0, 1.0] and calls[lb.GRAIN] == 4
+    assert rows[lb.TORCH]["median"] == "failed: exit 1: ValueError: broken every time"
+    assert calls[lb.TORCH] == 2 and result.samples[lb.TORCH] == []
+    retried = [n for n in result.notes if n.startswith(lb.GRAIN)]
+    assert len(retried) == 1 and "1 run(s) failed" in retried[0] and "recursion depth" in retried[0]
