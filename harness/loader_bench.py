@@ -265,6 +265,19 @@ def one_run(case: str, paths: dict, **kw) -> dict:
     return result
 
 
+def run_retrying_once(case: str, paths: dict, failures: list[str], **kw) -> dict:
+    """`one_run`, run once more if it fails (the failure appended to
+    `failures`, for the notes): CPython 3.11.7 now and then fails a threaded
+    program's `ast` use with a false "AST constructor recursion depth
+    mismatch" (gh-106905, fixed in 3.11.8), seen in grain's runs here. A
+    second failure raises."""
+    try:
+        return one_run(case, paths, **kw)
+    except RuntimeError as e:
+        failures.append(str(e))
+        return one_run(case, paths, **kw)
+
+
 def _failure_line(stderr: str) -> str:
     """The line of a failed child's stderr that says what failed: the last
     exception line of its traceback (grain appends a notice about its
@@ -299,15 +312,7 @@ def run(
     for _ in range(runs):
         for case in [c for c in cases if c not in failed]:
             try:
-                try:
-                    r = one_run(case, paths, **kw)
-                except RuntimeError as e:
-                    # One retry, reported in the notes: CPython 3.11.7 now and
-                    # then fails a threaded program's `ast` use with a false
-                    # "AST constructor recursion depth mismatch" (gh-106905,
-                    # fixed in 3.11.8), seen in grain's runs here.
-                    retried.setdefault(case, []).append(str(e))
-                    r = one_run(case, paths, **kw)
+                r = run_retrying_once(case, paths, retried.setdefault(case, []), **kw)
             except RuntimeError as e:  # reported in its row, never dropped
                 failed[case] = str(e)
                 continue
@@ -334,6 +339,7 @@ def run(
         f"{case}: {len(errors)} run(s) failed and were run again (the rerun is the one timed); first failure: "
         f"{errors[0]}"
         for case, errors in retried.items()
+        if errors
     ]
     return [
         report.Result(
