@@ -699,7 +699,9 @@ pub fn encode(item: &Cbor) -> Vec<u8> {
     out
 }
 
-fn head(out: &mut Vec<u8>, major: u8, v: u64) {
+/// Append the head of an item of major type `major` with argument `v`
+/// (a length, a count, or an unsigned integer's value).
+pub(crate) fn head(out: &mut Vec<u8>, major: u8, v: u64) {
     let m = major << 5;
     if v < 24 {
         out.push(m | v as u8);
@@ -715,6 +717,21 @@ fn head(out: &mut Vec<u8>, major: u8, v: u64) {
         out.push(m | 27);
         out.extend_from_slice(&v.to_be_bytes());
     }
+}
+
+/// Append a text string (major type 3).
+pub(crate) fn encode_text(s: &str, out: &mut Vec<u8>) {
+    head(out, 3, s.len() as u64);
+    out.extend_from_slice(s.as_bytes());
+}
+
+/// The order deterministic encoding puts text keys in: by their encoded
+/// bytes, which for text strings is by length, then bytewise (a longer
+/// string's head is never smaller, and equal-length heads are equal).
+pub(crate) fn text_key_order(a: &str, b: &str) -> std::cmp::Ordering {
+    a.len()
+        .cmp(&b.len())
+        .then_with(|| a.as_bytes().cmp(b.as_bytes()))
 }
 
 /// Append the deterministic encoding of `item` to `out`.

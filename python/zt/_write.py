@@ -18,6 +18,11 @@ _BY_NUMPY = {
 }
 
 
+# The dtypes an array can be handed over in as it is (little-endian or
+# native, one element per byte or more): `describe`'s fast path.
+_AS_IS = {d: name for d, name in _BY_NUMPY.items() if _zt.DTYPES[name]["bits"] != 4}
+
+
 def zt_dtype(dtype: np.dtype) -> str:
     """The zt dtype name for a numpy dtype (byte order ignored)."""
     dtype = np.dtype(dtype)
@@ -78,6 +83,13 @@ def describe(tensors: Mapping[str, np.ndarray]) -> list[tuple]:
     for name, value in tensors.items():
         if not isinstance(name, str):
             raise TypeError(f"tensor names must be str, got {name!r}")
+        # The common case, a C-contiguous ndarray of a dtype stored as it
+        # is, costs two lookups: 50k small tensors made this loop a fifth
+        # of a save.
+        as_is = _AS_IS.get(value.dtype) if type(value) is np.ndarray and value.flags.c_contiguous else None
+        if as_is is not None:
+            described.append((name, as_is, value.shape, value))
+            continue
         dtype, buf = prepare(name, value)
         described.append((name, dtype, [int(d) for d in np.shape(value)], buf))
     return described

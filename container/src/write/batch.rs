@@ -6,7 +6,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use zt_core::Rule;
 
-use super::describe::{finish_file, root_cbor, ObjectOut, PartOut};
+use super::describe::{finish_file, manifest, ObjectOut, PartOut};
 use super::heap::Heap;
 use super::input::{attributes_cbor, check_object, objects_of, sort_parts, ObjectIn, PartIn};
 use super::options::Options;
@@ -197,8 +197,8 @@ fn write_batch(
                 .collect(),
         })
         .collect();
-    let root = root_cbor(&outs, attributes, &ctx)?;
-    let (total, manifest) = finish_file(file, &mut heap, root, options, path, hash.as_mut())?;
+    let bytes = manifest(&outs, attributes.as_ref(), &ctx)?;
+    let (total, manifest) = finish_file(file, &mut heap, bytes, options, path, hash.as_mut())?;
     partial.commit(options.publish)?;
     Ok(WrittenFile {
         path: path.to_path_buf(),
@@ -217,15 +217,16 @@ struct PartPlaced {
 }
 /// Where the batch writer has put each part so far, and the sink it
 /// writes the blobs through, front to back.
-struct Blobs<'f, 'o> {
-    sink: Sink<'f>,
+struct Blobs<'f, 'd, 'o> {
+    /// Borrows each raw part's bytes until they are written.
+    sink: Sink<'f, 'd>,
     heap: Heap,
     options: &'o Options,
     /// One entry per part, in part order.
     placed: Vec<PartPlaced>,
 }
 
-impl Blobs<'_, '_> {
+impl Blobs<'_, '_, '_> {
     /// Place a new blob of `len` bytes and move the sink to it.
     fn begin(&mut self, len: u64) -> std::io::Result<u64> {
         let offset = self.heap.place(len, self.options.align_for(len));
@@ -253,7 +254,11 @@ impl Blobs<'_, '_> {
 
 /// Raw parts: the scout hashes each part, and finds the ones that repeat
 /// an earlier part, just ahead of the writes.
-fn write_raw<'p, 'd: 'p, F>(n: usize, part: &F, blobs: &mut Blobs<'_, '_>) -> std::io::Result<()>
+fn write_raw<'p, 'd: 'p, F>(
+    n: usize,
+    part: &F,
+    blobs: &mut Blobs<'_, 'p, '_>,
+) -> std::io::Result<()>
 where
     F: Fn(usize) -> &'p PartIn<'d> + Sync,
 {
@@ -322,7 +327,7 @@ where
 fn write_encoded<'p, 'd: 'p, F>(
     n: usize,
     part: &F,
-    blobs: &mut Blobs<'_, '_>,
+    blobs: &mut Blobs<'_, 'p, '_>,
     path: &Path,
 ) -> Result<()>
 where
@@ -351,11 +356,15 @@ where
                 blobs.share(j, digest);
                 continue;
             }
-            let bytes: &[u8] = encoded.as_deref().unwrap_or(data);
-            let offset = blobs.begin(bytes.len() as u64).map_err(io)?;
-            blobs.sink.put(bytes).map_err(io)?;
+            let stored = encoded.as_ref().map_or(data.len(), Vec::len) as u64;
+            let offset = blobs.begin(stored).map_err(io)?;
+            match &encoded {
+                Some(bytes) => blobs.sink.put_copy(bytes),
+                None => blobs.sink.put(data),
+            }
+            .map_err(io)?;
             first_of.record(key, i);
-            blobs.done(digest, encoded.is_some(), offset, bytes.len() as u64);
+            blobs.done(digest, encoded.is_some(), offset, stored);
         }
         Ok(())
     })

@@ -7,7 +7,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use zt_core::Rule;
 
-use super::describe::{finish_file, object_cbor, root_cbor, storage_and_type, ObjectOut, PartOut};
+use super::describe::{finish_file, manifest, object_cbor, storage_and_type, ObjectOut, PartOut};
 use super::heap::Heap;
 use super::input::{check_object, objects_to_ingest, sort_parts, ObjectIn, PartIn};
 use super::options::Options;
@@ -654,14 +654,15 @@ impl Writer {
     fn finish_file(mut self) -> Result<WrittenFile> {
         self.check_idle()?;
         let ctx = self.ctx();
-        let mut objs: Vec<(String, Cbor)> = self
-            .objects
-            .iter()
-            .map(|o| Ok((o.name.clone(), object_cbor(o, &ctx)?)))
-            .collect::<Result<Vec<_>>>()?;
-        let root = match self.prior.take() {
-            None => root_cbor(&self.objects, self.attributes.take(), &ctx)?,
+        let bytes = match self.prior.take() {
+            None => manifest(&self.objects, self.attributes.as_ref(), &ctx)?,
+            // Appending: the new objects join the file's manifest as read.
             Some(Cbor::Map(mut entries)) => {
+                let mut objs: Vec<(String, Cbor)> = self
+                    .objects
+                    .iter()
+                    .map(|o| Ok((o.name.clone(), object_cbor(o, &ctx)?)))
+                    .collect::<Result<Vec<_>>>()?;
                 for (k, v) in entries.iter_mut() {
                     if matches!(k, Cbor::Text(t) if t == "objects") {
                         if let Cbor::Map(existing) = v {
@@ -673,16 +674,16 @@ impl Writer {
                 if let Some(a) = self.attributes.take() {
                     entries.push((Cbor::Text("attributes".into()), a));
                 }
-                Cbor::Map(entries)
+                cbor::encode(&Cbor::Map(entries))
             }
-            Some(other) => other,
+            Some(other) => cbor::encode(&other),
         };
         let target = self.target.take().expect("checked idle");
         let mut hash = self.hash.take();
         let (total, manifest) = finish_file(
             target.file(),
             &mut self.heap,
-            root,
+            bytes,
             &self.options,
             &self.dest,
             hash.as_mut(),
