@@ -464,13 +464,39 @@ impl ObjectSink for CatalogSink<'_, '_> {
     }
 }
 
-/// The positions of `objects` in name order. A stable sort, though names
-/// are unique: CBOR's key order (shorter first) leaves one sorted run per
-/// name length, which it merges rather than re-sorts.
+/// The positions of `objects` in name order (names are unique: the
+/// manifest's keys strictly ascend). Sorted by the 8 bytes that follow
+/// the prefix every name shares (`model.layers.` costs nothing), as one
+/// integer, with whole names compared only where those tie: comparing
+/// names through the objects was a tenth of a 50k-tensor open.
 fn name_order(objects: &[Object]) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..objects.len()).collect();
-    order.sort_by(|&a, &b| objects[a].name.cmp(&objects[b].name));
-    order
+    let first = objects.first().map_or(&b""[..], |o| o.name.as_bytes());
+    let shared = objects.iter().fold(first.len(), |shared, o| {
+        let name = o.name.as_bytes();
+        first[..shared]
+            .iter()
+            .zip(name)
+            .take_while(|(a, b)| a == b)
+            .count()
+    });
+    let key = |name: &str| {
+        // Zero-padded: a name that ends sorts before any longer one.
+        let mut bytes = [0u8; 8];
+        let rest = &name.as_bytes()[shared..];
+        let n = rest.len().min(8);
+        bytes[..n].copy_from_slice(&rest[..n]);
+        u64::from_be_bytes(bytes)
+    };
+    let mut keyed: Vec<(u64, usize)> = objects
+        .iter()
+        .enumerate()
+        .map(|(i, o)| (key(&o.name), i))
+        .collect();
+    keyed.sort_unstable_by(|a, b| {
+        a.0.cmp(&b.0)
+            .then_with(|| objects[a.1].name.cmp(&objects[b.1].name))
+    });
+    keyed.into_iter().map(|(_, i)| i).collect()
 }
 
 /// Put `items[order[i]]` at `i` for every `i`, in place: each cycle of
@@ -503,6 +529,50 @@ mod tests {
     use crate::container::Footer;
     use std::sync::OnceLock;
     use zt_core::dtype::DType;
+
+    #[test]
+    fn name_order_is_the_order_of_the_names() {
+        // Names sharing long prefixes, ties in the first 8 bytes past the
+        // shared prefix, names that are prefixes of others, multibyte
+        // text, one name, none: the order is the names' byte order.
+        let sets: Vec<Vec<String>> = vec![
+            vec![],
+            vec!["only".into()],
+            (0..500)
+                .map(|i| format!("model.layers.{}.mlp.w{}", i % 37, i))
+                .collect(),
+            (0..300)
+                .map(|i| format!("{}{}", "x".repeat(i % 11), i % 7))
+                .collect(),
+            vec![
+                "ab".into(),
+                "a".into(),
+                "abcdefghij".into(),
+                "abcdefghi".into(),
+                "é".into(),
+                "e\u{301}".into(),
+                "Z".into(),
+            ],
+        ];
+        for names in sets {
+            let mut unique = names.clone();
+            unique.sort();
+            unique.dedup();
+            let objects: Vec<Object> = unique
+                .iter()
+                .rev()
+                .map(|n| Object {
+                    name: n.clone(),
+                    ..Object::default()
+                })
+                .collect();
+            let got: Vec<&str> = name_order(&objects)
+                .iter()
+                .map(|&i| objects[i].name.as_str())
+                .collect();
+            assert_eq!(got, unique);
+        }
+    }
 
     #[test]
     fn permute_puts_each_item_where_the_order_says() {

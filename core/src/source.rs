@@ -72,7 +72,11 @@ fn by_position(
     mut digests: Vec<((usize, usize), (Digest, Rule))>,
 ) -> Vec<((usize, usize), (Digest, Rule))> {
     // Stable: of one position's entries, the catalog's last stays last.
-    digests.sort_by_key(|(at, _)| *at);
+    // Catalogs list them in order nearly always; a stable sort would
+    // still allocate its scratch space.
+    if !digests.is_sorted_by_key(|(at, _)| *at) {
+        digests.sort_by_key(|(at, _)| *at);
+    }
     digests.dedup_by(|later, kept| {
         let same = later.0 == kept.0;
         if same {
@@ -145,17 +149,15 @@ impl Source {
         let remote = store.is_remote() || catalog.extra_stores.iter().any(|s| s.is_remote());
         let mut files = vec![store.path().to_path_buf()];
         files.extend(catalog.extra_stores.iter().map(|s| s.path().to_path_buf()));
+        // Converted in place (the two entry types have one layout): a copy
+        // of a 50k-tensor file's digests was 3.6 MB of fresh pages per open.
+        let objects = &catalog.objects;
         let digests = by_position(
             catalog
                 .digests
-                .iter()
-                .filter(|(o, p, _, _)| {
-                    catalog
-                        .objects
-                        .get(*o)
-                        .is_some_and(|obj| *p < obj.parts.len())
-                })
-                .map(|&(o, p, d, rule)| ((o, p), (d, rule)))
+                .into_iter()
+                .filter(|(o, p, _, _)| objects.get(*o).is_some_and(|obj| *p < obj.parts.len()))
+                .map(|(o, p, d, rule)| ((o, p), (d, rule)))
                 .collect(),
         );
         let checks = catalog
