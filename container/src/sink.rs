@@ -147,11 +147,7 @@ impl<'f, 'd> Sink<'f, 'd> {
     pub(crate) fn put(&mut self, bytes: &'d [u8]) -> std::io::Result<()> {
         self.hash_at_position(bytes);
         if bytes.len() >= DIRECT {
-            self.flush()?;
-            self.file.write_all_at(bytes, self.start)?;
-            self.start += bytes.len() as u64;
-            self.maybe_write_back();
-            return Ok(());
+            return self.write_alone(bytes);
         }
         self.gather(Piece::Borrowed(bytes), bytes.len())
     }
@@ -160,15 +156,20 @@ impl<'f, 'd> Sink<'f, 'd> {
     pub(crate) fn put_copy(&mut self, bytes: &[u8]) -> std::io::Result<()> {
         self.hash_at_position(bytes);
         if bytes.len() >= DIRECT {
-            self.flush()?;
-            self.file.write_all_at(bytes, self.start)?;
-            self.start += bytes.len() as u64;
-            self.maybe_write_back();
-            return Ok(());
+            return self.write_alone(bytes);
         }
         let at = self.copied.len();
         self.copied.extend_from_slice(bytes);
         self.gather(Piece::Copied(at..self.copied.len()), bytes.len())
+    }
+
+    /// Write `bytes` on their own, after what is gathered.
+    fn write_alone(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.flush()?;
+        self.file.write_all_at(bytes, self.start)?;
+        self.start += bytes.len() as u64;
+        self.maybe_write_back();
+        Ok(())
     }
 
     fn hash_at_position(&mut self, bytes: &[u8]) {

@@ -70,16 +70,8 @@ pub(super) fn check_object(
     ctx: &Context,
 ) -> Result<()> {
     let octx = ctx.clone().tensor(&o.name);
-    let bad = |reason: String| Error::Write {
-        rule: rules::WRITE,
-        ctx: octx.clone(),
-        reason,
-    };
-    // A rule the reader would refuse the object under, cited as the write's.
-    let refused = |e: Error| {
-        let rule = e.rule().unwrap_or(rules::WRITE);
-        bad(e.detail()).with_rule(rule)
-    };
+    let bad = |reason: String| write_error(&octx, reason);
+    let refused = |e: Error| refused_as_write(&octx, e);
     check_name(&o.name, &octx, "object name").map_err(refused)?;
     if canonical {
         if let Some(p) = prev {
@@ -108,15 +100,8 @@ pub(super) fn check_object(
 
 /// Validate an object as a reader will, with stand-in blob references.
 fn check_as_read(o: &ObjectIn<'_>, octx: &Context) -> Result<()> {
-    let bad = |reason: String| Error::Write {
-        rule: rules::WRITE,
-        ctx: octx.clone(),
-        reason,
-    };
-    let refused = |e: Error| {
-        let rule = e.rule().unwrap_or(rules::WRITE);
-        bad(e.detail()).with_rule(rule)
-    };
+    let bad = |reason: String| write_error(octx, reason);
+    let refused = |e: Error| refused_as_write(octx, e);
     let def = manifest::ObjectDef {
         name: o.name.clone(),
         shape: o.shape.clone(),
@@ -152,6 +137,21 @@ fn check_as_read(o: &ObjectIn<'_>, octx: &Context) -> Result<()> {
     }
     validate::interpret(&def, octx).map_err(refused)?;
     Ok(())
+}
+
+/// The object being written is refused, under the writer's rule.
+fn write_error(octx: &Context, reason: String) -> Error {
+    Error::Write {
+        rule: rules::WRITE,
+        ctx: octx.clone(),
+        reason,
+    }
+}
+
+/// A rule the reader would refuse the object under, cited as the write's.
+fn refused_as_write(octx: &Context, e: Error) -> Error {
+    let rule = e.rule().unwrap_or(rules::WRITE);
+    write_error(octx, e.detail()).with_rule(rule)
 }
 
 /// The writer's common object: dense, one `"data"` part of a storage
