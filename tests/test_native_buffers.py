@@ -180,3 +180,39 @@ def test_every_native_array_is_an_array_view(tmp):
     assert values.tolist() == [0, 1, 2, 3, 4, 0, 1, 2] and offsets.tolist() == [0, 5, 8]
     for gone in ("RecordBuffer", "LoaderBuffer", "write_safetensors", "write_zt", "safetensors_bytes"):
         assert not hasattr(_zt, gone)
+
+
+def test_describe_hands_over_every_array_as_the_general_path_does():
+    # The fast path (a C-contiguous ndarray of a dtype stored as it is)
+    # and the general one (`prepare`) must describe an array alike, and
+    # arrays at the fast path's edges take the general one: big-endian,
+    # non-contiguous, a subclass, a numpy scalar, 4-bit, 0-d, empty.
+    import ml_dtypes
+
+    from zt._write import describe, prepare
+
+    base = np.arange(24, dtype=np.float32).reshape(4, 6)
+    arrays = {
+        "plain": base,
+        "bool": base > 3,
+        "bf16": base.astype(ml_dtypes.bfloat16),
+        "big_endian": base.astype(">f4"),
+        "transposed": base.T,
+        "subclass": base.view(type("Sub", (np.ndarray,), {})),
+        "scalar": np.float32(2.5),
+        "zero_d": np.array(7, dtype=np.int64),
+        "empty": np.zeros((0, 3), np.uint8),
+        "fp4": np.zeros(6, dtype=ml_dtypes.float4_e2m1fn),
+    }
+    for (name, dtype, shape, buf), (key, value) in zip(describe(arrays), arrays.items()):
+        assert name == key
+        want_dtype, want_buf = prepare(key, value)
+        assert dtype == want_dtype, key
+        assert tuple(shape) == np.shape(value), key
+        assert buf.tobytes() == want_buf.tobytes(), key
+        assert buf.flags.c_contiguous, key
+    # Only the plain, C-contiguous little-endian arrays went through as they are.
+    described = dict((d[0], d[3]) for d in describe(arrays))
+    assert described["plain"] is base
+    assert described["big_endian"].dtype.byteorder in "=<"
+    assert described["transposed"] is not arrays["transposed"]
