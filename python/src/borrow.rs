@@ -89,7 +89,12 @@ impl Borrowed {
     /// Ask `obj` for a C-contiguous buffer (writable for [`Access::Write`]).
     /// `what` names the argument in errors. With `format`, the exporter
     /// must also say its element format (see [`Borrowed::u64s`]).
-    pub fn get(obj: &Bound<'_, PyAny>, what: &str, access: Access, format: bool) -> PyResult<Self> {
+    pub fn get(
+        obj: &Bound<'_, PyAny>,
+        what: impl std::fmt::Display,
+        access: Access,
+        format: bool,
+    ) -> PyResult<Self> {
         let py = obj.py();
         let mut flags = PYBUF_C_CONTIGUOUS;
         if access == Access::Write {
@@ -185,7 +190,7 @@ impl Borrowed {
     }
 
     /// Refuse a buffer whose length is not `expected` bytes.
-    pub fn expect_len(&self, what: &str, expected: u64) -> PyResult<()> {
+    pub fn expect_len(&self, what: impl std::fmt::Display, expected: u64) -> PyResult<()> {
         if self.len() as u64 != expected {
             return Err(PyValueError::new_err(format!(
                 "{what} holds {} bytes, expected {expected}",
@@ -198,7 +203,11 @@ impl Borrowed {
     /// Refuse a buffer whose elements are not bytes and not the width of
     /// `dtype` or of its storage type (a complex64 array may come as
     /// complex64 or as its f32 pairs).
-    pub fn expect_dtype_width(&self, what: &str, dtype: zt::DType) -> PyResult<()> {
+    pub fn expect_dtype_width(
+        &self,
+        what: impl std::fmt::Display,
+        dtype: zt::DType,
+    ) -> PyResult<()> {
         let got = self.itemsize() as u64;
         let widths = [Some(1), dtype.size(), dtype.storage().size()];
         if !widths.contains(&Some(got)) {

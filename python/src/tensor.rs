@@ -127,7 +127,7 @@ impl Source {
         let mut held = dests
             .iter()
             .enumerate()
-            .map(|(i, d)| Borrowed::get(d, &what(i), Access::Write, false))
+            .map(|(i, d)| Borrowed::get(d, what(i), Access::Write, false))
             .collect::<PyResult<Vec<_>>>()?;
         refuse_shared(&held, what)?;
         py.detach(|| {

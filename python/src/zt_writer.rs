@@ -330,7 +330,7 @@ impl Writer {
         let parts = parts
             .into_iter()
             .map(|(n, d, l)| {
-                let d = dtype_named(&d, &format!("part {n:?}"))?;
+                let d = dtype_named(&d, format_args!("part {n:?}"))?;
                 Ok((n, d, l))
             })
             .collect::<PyResult<Vec<_>>>()?;
