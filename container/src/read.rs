@@ -505,16 +505,43 @@ fn name_order(objects: &[Object]) -> Vec<usize> {
 /// and the old list's unmapping on every open.
 fn permute<T>(items: &mut [T], mut order: Vec<usize>) {
     const DONE: usize = usize::MAX;
+    // How many positions along a cycle an item is fetched before its swap:
+    // the swaps visit a 6 MB list in the permutation's order, a cache miss
+    // each; fetched ahead, the misses overlap (permute took half the time).
+    const AHEAD: usize = 8;
     for start in 0..items.len() {
+        // The position after `i` along this cycle, until the cycle closes.
+        let next = |order: &[usize], i: usize| Some(order[i]).filter(|&n| n != DONE && n != start);
+        let mut ahead = start;
+        for _ in 0..AHEAD {
+            let Some(n) = next(&order, ahead) else { break };
+            ahead = n;
+            prefetch(&items[n]);
+        }
         let mut at = start;
         while order[at] != DONE {
             let from = std::mem::replace(&mut order[at], DONE);
             if from == start {
                 break;
             }
+            if let Some(n) = next(&order, ahead) {
+                ahead = n;
+                prefetch(&items[n]);
+            }
             items.swap(at, from);
             at = from;
         }
+    }
+}
+
+/// Ask the CPU to bring `item` into cache (a hint; nothing elsewhere).
+#[inline(always)]
+fn prefetch<T>(item: &T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is a hint; it reads nothing and never faults.
+    unsafe {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        _mm_prefetch::<_MM_HINT_T0>((item as *const T).cast::<i8>());
     }
 }
 
