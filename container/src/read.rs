@@ -534,7 +534,8 @@ fn permute<T>(items: &mut [T], mut order: Vec<usize>) {
     }
 }
 
-/// Ask the CPU to bring `item` into cache (a hint; nothing elsewhere).
+/// Ask the CPU to bring `item` into cache: a hint on x86-64, nothing on
+/// other architectures.
 #[inline(always)]
 fn prefetch<T>(item: &T) {
     #[cfg(target_arch = "x86_64")]

@@ -121,6 +121,8 @@ const MAP: u8 = 5;
 const ARRAY: u8 = 4;
 /// ... for unsigned integers.
 const UINT: u8 = 0;
+/// ... for text strings.
+const TEXT: u8 = 3;
 
 /// `items` in the order of their names as deterministic CBOR map keys
 /// (names are unique: the writer checked).
@@ -195,7 +197,7 @@ fn encode_digest(d: &Digest, out: &mut Vec<u8>) {
                 text[5 + 2 * i] = HEX[usize::from(byte >> 4)];
                 text[6 + 2 * i] = HEX[usize::from(byte & 15)];
             }
-            cbor::head(out, 3, text.len() as u64);
+            cbor::head(out, TEXT, text.len() as u64);
             out.extend_from_slice(&text);
         }
         other => cbor::encode_text(&other.to_string(), out),
