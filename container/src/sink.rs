@@ -80,9 +80,9 @@ const BUFFER: usize = 1 << 20;
 const MAX_PIECES: usize = 1024;
 /// Gaps shorter than this are written as zeros (a hole costs a syscall).
 const HOLE: u64 = 4096;
-/// A durable write starts the device on every this many bytes written (see
-/// [`Sink::write_back_early`]).
-const WRITEBACK_STEP: u64 = 8 << 20;
+// A durable write starts the device on every `WRITEBACK_STEP` bytes
+// written (see `Sink::write_back_early`), as every buffered writer does.
+use zt_core::publish::WRITEBACK_STEP;
 
 /// One gathered piece: the caller's bytes (or static zeros), or bytes the
 /// sink copied because the caller could not keep them (`put_copy`).

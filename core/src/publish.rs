@@ -320,12 +320,59 @@ pub fn start_writeback_range(file: &File, offset: u64, len: u64) {
     let _ = (file, offset, len);
 }
 
+/// A file built front to back starts the device on every this many bytes
+/// written ([`WriteBehind`], and the `.zt` writer's own sink).
+pub const WRITEBACK_STEP: u64 = 8 << 20;
+
+/// A new file written front to back that starts writeback of every
+/// [`WRITEBACK_STEP`] bytes as they reach it ([`start_writeback_range`]):
+/// the device works while the rest is built, and the fsync that makes the
+/// file durable waits for the last step, not the whole file (a 512 MiB
+/// safetensors file of small tensors waited ~200 ms in its fsync).
+pub struct WriteBehind<'f> {
+    file: &'f File,
+    /// Bytes written so far, and the offset up to which writeback started.
+    written: u64,
+    started: u64,
+}
+
+impl<'f> WriteBehind<'f> {
+    /// Write into `file` from its start.
+    pub fn new(file: &'f File) -> Self {
+        WriteBehind {
+            file,
+            written: 0,
+            started: 0,
+        }
+    }
+}
+
+impl Write for WriteBehind<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = (&mut &*self.file).write(buf)?;
+        self.written += n as u64;
+        if self.written - self.started >= WRITEBACK_STEP {
+            start_writeback_range(self.file, self.started, self.written - self.started);
+            self.started = self.written;
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// What a buffered writer's body writes through: a 1 MiB buffer over the
+/// partial file ([`WriteBehind`]).
+pub type Body<'f> = BufWriter<WriteBehind<'f>>;
+
 /// Write a file through `body` (buffered) into a partial beside `path`,
 /// then commit it (durably) over `path`. Returns the bytes written. On any
 /// error the partial is removed and `path` is left as it was.
 pub fn publish(
     path: &Path,
-    body: impl FnOnce(&mut BufWriter<&File>) -> std::io::Result<()>,
+    body: impl FnOnce(&mut Body<'_>) -> std::io::Result<()>,
 ) -> Result<u64> {
     publish_with(path, true, body)
 }
@@ -335,10 +382,10 @@ pub fn publish(
 pub fn publish_with(
     path: &Path,
     durable: bool,
-    body: impl FnOnce(&mut BufWriter<&File>) -> std::io::Result<()>,
+    body: impl FnOnce(&mut Body<'_>) -> std::io::Result<()>,
 ) -> Result<u64> {
     let partial = Partial::create(path)?;
-    let mut w = BufWriter::with_capacity(1 << 20, partial.file());
+    let mut w = BufWriter::with_capacity(1 << 20, WriteBehind::new(partial.file()));
     body(&mut w).map_err(|e| Error::io(path, e))?;
     w.flush().map_err(|e| Error::io(path, e))?;
     drop(w);
@@ -362,6 +409,26 @@ mod tests {
             .collect();
         v.sort();
         v
+    }
+
+    #[test]
+    fn write_behind_writes_every_byte_and_starts_writeback_by_steps() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let file = File::create(&path).unwrap();
+        let piece: Vec<u8> = (0..1_000_003).map(|i| (i % 251) as u8).collect();
+        let mut w = WriteBehind::new(&file);
+        let mut want = Vec::new();
+        while (want.len() as u64) < 2 * WRITEBACK_STEP + WRITEBACK_STEP / 2 {
+            w.write_all(&piece).unwrap();
+            want.extend_from_slice(&piece);
+        }
+        // Two steps started, each at what had reached the file.
+        assert_eq!(w.written, want.len() as u64);
+        assert!(w.started >= 2 * WRITEBACK_STEP && w.started <= w.written);
+        assert!(w.written - w.started < WRITEBACK_STEP);
+        drop(w);
+        assert_eq!(std::fs::read(&path).unwrap(), want);
     }
 
     #[test]
