@@ -44,7 +44,7 @@ impl Arrays {
         };
         for (name, dtype, shape, array) in tensors {
             // Formatted only for an error: 50k small tensors made naming
-            // each one up front a tenth of a save's checks.
+            // each one up front a sixth of the checks before a save writes.
             let what = TensorNamed(&name);
             let dtype = dtype_named(&dtype, what)?;
             let need = num_elements(&shape)
