@@ -467,8 +467,9 @@ impl ObjectSink for CatalogSink<'_, '_> {
 /// The positions of `objects` in name order (names are unique: the
 /// manifest's keys strictly ascend). Sorted by the 8 bytes that follow
 /// the prefix every name shares (`model.layers.` costs nothing), as one
-/// integer, with whole names compared only where those tie: comparing
-/// names through the objects was a tenth of a 50k-tensor open.
+/// integer, with whole names compared only where those tie (comparing
+/// whole names through the objects was 6% of a 50k-tensor open by perf,
+/// names like `model.layers.N.block.M.weight`).
 fn name_order(objects: &[Object]) -> Vec<usize> {
     let first = objects.first().map_or(&b""[..], |o| o.name.as_bytes());
     let shared = objects.iter().fold(first.len(), |shared, o| {
@@ -500,9 +501,8 @@ fn name_order(objects: &[Object]) -> Vec<usize> {
 }
 
 /// Put `items[order[i]]` at `i` for every `i`, in place: each cycle of
-/// the permutation is followed once, by swaps along it. Building a second
-/// list of 50k objects instead cost a 6 MB allocation (its page faults)
-/// and the old list's unmapping on every open.
+/// the permutation is followed once, by swaps along it, so no second
+/// list of objects (6 MB for 50k) is allocated and faulted in per open.
 fn permute<T>(items: &mut [T], mut order: Vec<usize>) {
     const DONE: usize = usize::MAX;
     // How many positions along a cycle an item is fetched before its swap:

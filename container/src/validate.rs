@@ -379,9 +379,23 @@ pub fn interpret<'a>(obj: &'a ObjectDef, ctx: &Context) -> Result<Views> {
 /// [`interpret`] accepts of such an object, decided on the borrowed
 /// fields; on `false` the caller takes the general path, which says why.
 pub fn is_valid_plain_dense(o: &PlainObject<'_>) -> bool {
-    o.layout == "dense"
-        && o.part == "data"
-        && num_elements(&o.shape).and_then(|n| o.dtype.nbytes(n)) == Some(o.length)
+    is_dense_data(o.layout, o.part, o.dtype, &o.shape, o.length)
+}
+
+/// Layout `"dense"` and one raw part `"data"` of `dtype` (a storage type)
+/// whose `length` bytes are exactly `shape`'s elements: what [`interpret`]
+/// accepts of a plain dense object. The reader's fast path
+/// ([`is_valid_plain_dense`]) and the writer's checks both ask it.
+pub(crate) fn is_dense_data(
+    layout: &str,
+    part: &str,
+    dtype: DType,
+    shape: &[u64],
+    length: u64,
+) -> bool {
+    layout == "dense"
+        && part == "data"
+        && num_elements(shape).and_then(|n| dtype.nbytes(n)) == Some(length)
 }
 
 /// The view of a dense object's one part, `"data"`.

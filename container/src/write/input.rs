@@ -156,8 +156,8 @@ fn refused_as_write(octx: &Context, e: Error) -> Error {
 
 /// The writer's common object: dense, one `"data"` part of a storage
 /// dtype (no logical type) holding exactly the shape's bytes, of a rank
-/// the format allows. The reader takes such an object on its fast path
-/// (`validate::is_valid_plain_dense`), and there is nothing in it for
+/// the format allows. The reader takes such an object on its fast path,
+/// by the same predicate (`validate::is_dense_data`), and there is nothing in it for
 /// `validate::interpret` to refuse, so [`check_object`] skips building
 /// the reader's definition of it (a fifth of the checks' cost for 50k
 /// small tensors).
@@ -165,13 +165,10 @@ fn is_plain_dense(o: &ObjectIn<'_>) -> bool {
     let [p] = &o.parts[..] else {
         return false;
     };
-    o.layout == "dense"
-        && o.attributes.is_none()
-        && p.name == "data"
+    o.attributes.is_none()
         && !p.dtype.is_logical()
         && o.shape.len() <= manifest::MAX_RANK
-        && zt_core::dtype::num_elements(&o.shape).and_then(|n| p.dtype.nbytes(n))
-            == Some(p.data.len() as u64)
+        && validate::is_dense_data(&o.layout, &p.name, p.dtype, &o.shape, p.data.len() as u64)
 }
 
 /// Sort parts by name, the order canonical placement assigns blobs in.
