@@ -121,8 +121,6 @@ const MAP: u8 = 5;
 const ARRAY: u8 = 4;
 /// ... for unsigned integers.
 const UINT: u8 = 0;
-/// ... for text strings.
-const TEXT: u8 = 3;
 
 /// `items` in the order of their names as deterministic CBOR map keys
 /// (names are unique: the writer checked).
@@ -176,7 +174,7 @@ fn encode_part(p: &PartOut, ctx: &Context, out: &mut Vec<u8>) -> Result<()> {
     cbor::encode_text("dtype", out);
     cbor::encode_text(storage.name(), out);
     cbor::encode_text("digest", out);
-    encode_digest(&p.digest, out);
+    cbor::encode_text(&p.digest.to_string(), out);
     if let Some(decoded) = p.encoded {
         cbor::encode_text("encoding", out);
         cbor::encode_text(ZSTD_SEEKABLE, out);
@@ -184,24 +182,6 @@ fn encode_part(p: &PartOut, ctx: &Context, out: &mut Vec<u8>) -> Result<()> {
         cbor::head(out, UINT, decoded);
     }
     Ok(())
-}
-
-/// A digest as its text (`Digest`'s `Display`), an XXH3 one without going
-/// through the formatter: one per part.
-fn encode_digest(d: &Digest, out: &mut Vec<u8>) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    match d {
-        Digest::Xxh3(v) => {
-            let mut text = *b"xxh3:0000000000000000";
-            for (i, byte) in v.to_be_bytes().iter().enumerate() {
-                text[5 + 2 * i] = HEX[usize::from(byte >> 4)];
-                text[6 + 2 * i] = HEX[usize::from(byte & 15)];
-            }
-            cbor::head(out, TEXT, text.len() as u64);
-            out.extend_from_slice(&text);
-        }
-        other => cbor::encode_text(&other.to_string(), out),
-    }
 }
 
 /// Write the manifest (its `bytes`) and footer at the end of the heap, feeding them to
