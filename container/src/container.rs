@@ -203,20 +203,22 @@ pub fn check_disjoint_by<'n, K: Copy>(
             .cmp(&(b.0, b.1))
             .then_with(|| name(a.2).cmp(name(b.2)))
     });
-    let mut prev: Option<(u64, u64, &str)> = None;
+    // Names are looked up only for the error: each is a read through an
+    // object, in offset order, which is not the order objects are kept in.
+    let mut prev: Option<(u64, u64, K)> = None;
     for &(offset, len, key) in refs.iter() {
         if len == 0 {
             continue;
         }
-        let who = name(key);
-        if let Some((po, pl, pw)) = prev {
+        if let Some((po, pl, prev_key)) = prev {
             if (po, pl) == (offset, len) {
                 continue;
             }
             // Sorted by offset, and po + pl cannot overflow: every blob was
             // checked to end inside the file.
             if po + pl > offset {
-                let name = if who.is_empty() { pw } else { who };
+                let who = name(key);
+                let name = if who.is_empty() { name(prev_key) } else { who };
                 let mut c = ctx.clone().at(offset);
                 if !name.is_empty() {
                     c = c.tensor(name);
@@ -228,7 +230,7 @@ pub fn check_disjoint_by<'n, K: Copy>(
                 ));
             }
         }
-        prev = Some((offset, len, who));
+        prev = Some((offset, len, key));
     }
     Ok(())
 }

@@ -20,6 +20,7 @@ pub mod container;
 mod dedup;
 pub mod encoding;
 pub mod manifest;
+mod name_order;
 pub mod read;
 pub mod root;
 pub mod rules;

@@ -10,13 +10,14 @@ use crate::encoding::{UnknownEncoding, ZstdSeekable, ZSTD_SEEKABLE};
 use crate::manifest::{
     self, attributes_of, Manifest, ObjectDef, ObjectSink, PlainObject, ShardDef, StoredDigest,
 };
+use crate::name_order::NameOrder;
 use crate::validate::{self, Views};
-use zt_core::catalog::{Catalog, Digest, Object, Part, Payload, Value};
+use zt_core::catalog::{Catalog, Object, Part, Payload, Value};
 use zt_core::error::{Context, Error, Result};
 use zt_core::format::OpenInput;
 use zt_core::limits::Limits;
 use zt_core::store::Store;
-use zt_core::Rule;
+use zt_core::Digests;
 
 /// The object attribute a reader adds to an object of an object-local
 /// profile that breaks the profile's rules (see
@@ -174,12 +175,13 @@ struct CatalogSink<'a, 'i> {
     /// Blob references per file (the root, then each shard), as
     /// `(offset, length, object)`; [`MANIFEST`] is the manifest itself.
     refs: Vec<Vec<(u64, u64, usize)>>,
-    /// Objects in manifest order, and their digests as the catalog lists
-    /// them (`(object, part, digest, rule)`), but with the object's
-    /// manifest position until the objects are sorted (then renumbered in
-    /// place: no second list).
+    /// Objects in manifest order, which the catalog keeps (it lists them
+    /// by name through `Catalog::order`), and their digests as the catalog
+    /// lists them (`(object, part, digest, rule)`).
     objects: Vec<Object>,
-    digests: Vec<(usize, usize, Digest, Rule)>,
+    digests: Digests,
+    /// The objects' name-order keys, taken as each arrives.
+    names: NameOrder,
 }
 
 impl<'a, 'i> CatalogSink<'a, 'i> {
@@ -198,7 +200,8 @@ impl<'a, 'i> CatalogSink<'a, 'i> {
                 MANIFEST,
             )]],
             objects: Vec::new(),
-            digests: Vec::new(),
+            digests: Digests::new(),
+            names: NameOrder::default(),
         }
     }
 
@@ -300,7 +303,7 @@ impl<'a, 'i> CatalogSink<'a, 'i> {
                 },
             };
             if let Some(d) = p.parsed_digest() {
-                self.digests.push((at, pi, d, rules::DIGEST));
+                self.digests.push(at, pi, d, rules::DIGEST);
             }
             parts.push(Part {
                 name: p.name,
@@ -327,8 +330,8 @@ impl<'a, 'i> CatalogSink<'a, 'i> {
         }
     }
 
-    /// The catalog in name order, or the first error by the precedence of
-    /// [`open`].
+    /// The catalog, listed in name order, or the first error by the
+    /// precedence of [`open`].
     fn finish(self) -> Result<Catalog> {
         if let Some(e) = self.too_many {
             return Err(e);
@@ -347,23 +350,16 @@ impl<'a, 'i> CatalogSink<'a, 'i> {
         if let Some((_, e)) = self.object_error {
             return Err(e);
         }
-        // Objects are listed by name, as upstream lists them.
-        let mut objects = objects;
-        let mut digests = self.digests;
-        let order = name_order(&objects);
-        if order.iter().enumerate().any(|(to, &from)| to != from) {
-            let mut rank = vec![0; objects.len()];
-            for (to, &from) in order.iter().enumerate() {
-                rank[from] = to;
-            }
-            permute(&mut objects, order);
-            for d in &mut digests {
-                d.0 = rank[d.0];
-            }
-        }
+        // Listed by name, as upstream lists them. The objects stay in
+        // manifest order: moving 50k of them (6 MB) into name order and
+        // renumbering their digests cost a tenth of an open, and left their
+        // allocations in an order that listing and dropping them then
+        // visited at random.
+        let order = self.names.finish(|i| objects[i].name.as_str());
         Ok(Catalog {
             objects,
-            digests,
+            order: Some(order),
+            digests: self.digests,
             extra_stores: {
                 let mut v: Vec<_> = self
                     .shards
@@ -387,6 +383,7 @@ impl ObjectSink for CatalogSink<'_, '_> {
         // Sized up front: growing a list of 50k objects moved each several
         // times.
         self.objects.reserve(count);
+        self.names.reserve(count);
         self.digests.reserve(count);
         self.refs[0].reserve(count);
         for s in shards {
@@ -420,9 +417,10 @@ impl ObjectSink for CatalogSink<'_, '_> {
             return self.object(o.into_def());
         }
         let at = self.objects.len();
+        self.names.note(o.name);
         self.note_blob(None, o.offset, o.length, at, o.part, o.name);
         if let Some(d) = o.digest.as_ref().and_then(StoredDigest::known) {
-            self.digests.push((at, 0, d, rules::DIGEST));
+            self.digests.push(at, 0, d, rules::DIGEST);
         }
         let payload = Payload::Stored {
             store: Arc::clone(self.input.store),
@@ -438,6 +436,7 @@ impl ObjectSink for CatalogSink<'_, '_> {
             return;
         }
         let at = self.objects.len();
+        self.names.note(&o.name);
         self.note_blobs(&o, at);
         let object = match self.views(&mut o) {
             Ok((views, invalid)) => self.entry(o, at, views, invalid),
@@ -464,88 +463,6 @@ impl ObjectSink for CatalogSink<'_, '_> {
     }
 }
 
-/// The positions of `objects` in name order (names are unique: the
-/// manifest's keys strictly ascend). Sorted by the 8 bytes that follow
-/// the prefix every name shares (`model.layers.` costs nothing), as one
-/// integer, with whole names compared only where those tie (comparing
-/// whole names through the objects was 6% of a 50k-tensor open by perf,
-/// names like `model.layers.N.block.M.weight`).
-fn name_order(objects: &[Object]) -> Vec<usize> {
-    let first = objects.first().map_or(&b""[..], |o| o.name.as_bytes());
-    let shared = objects.iter().fold(first.len(), |shared, o| {
-        let name = o.name.as_bytes();
-        first[..shared]
-            .iter()
-            .zip(name)
-            .take_while(|(a, b)| a == b)
-            .count()
-    });
-    let key = |name: &str| {
-        // Zero-padded: a name that ends sorts before any longer one.
-        let mut bytes = [0u8; 8];
-        let rest = &name.as_bytes()[shared..];
-        let n = rest.len().min(8);
-        bytes[..n].copy_from_slice(&rest[..n]);
-        u64::from_be_bytes(bytes)
-    };
-    let mut keyed: Vec<(u64, usize)> = objects
-        .iter()
-        .enumerate()
-        .map(|(i, o)| (key(&o.name), i))
-        .collect();
-    keyed.sort_unstable_by(|a, b| {
-        a.0.cmp(&b.0)
-            .then_with(|| objects[a.1].name.cmp(&objects[b.1].name))
-    });
-    keyed.into_iter().map(|(_, i)| i).collect()
-}
-
-/// Put `items[order[i]]` at `i` for every `i`, in place: each cycle of
-/// the permutation is followed once, by swaps along it, so no second
-/// list of objects (6 MB for 50k) is allocated and faulted in per open.
-fn permute<T>(items: &mut [T], mut order: Vec<usize>) {
-    const DONE: usize = usize::MAX;
-    // How many positions along a cycle an item is fetched before its swap:
-    // the swaps visit a 6 MB list in the permutation's order, a cache miss
-    // each; fetched ahead, the misses overlap (permute took half the time).
-    const AHEAD: usize = 8;
-    for start in 0..items.len() {
-        // The position after `i` along this cycle, until the cycle closes.
-        let next = |order: &[usize], i: usize| Some(order[i]).filter(|&n| n != DONE && n != start);
-        let mut ahead = start;
-        for _ in 0..AHEAD {
-            let Some(n) = next(&order, ahead) else { break };
-            ahead = n;
-            prefetch(&items[n]);
-        }
-        let mut at = start;
-        while order[at] != DONE {
-            let from = std::mem::replace(&mut order[at], DONE);
-            if from == start {
-                break;
-            }
-            if let Some(n) = next(&order, ahead) {
-                ahead = n;
-                prefetch(&items[n]);
-            }
-            items.swap(at, from);
-            at = from;
-        }
-    }
-}
-
-/// Ask the CPU to bring `item` into cache: a hint on x86-64, nothing on
-/// other architectures.
-#[inline(always)]
-fn prefetch<T>(item: &T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch is a hint; it reads nothing and never faults.
-    unsafe {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        _mm_prefetch::<_MM_HINT_T0>((item as *const T).cast::<i8>());
-    }
-}
-
 /// A context for errors about `path`.
 pub fn ctx_of(path: &Path) -> Context {
     Context::file(path)
@@ -557,81 +474,6 @@ mod tests {
     use crate::container::Footer;
     use std::sync::OnceLock;
     use zt_core::dtype::DType;
-
-    #[test]
-    fn name_order_is_the_order_of_the_names() {
-        // Names sharing long prefixes, ties in the first 8 bytes past the
-        // shared prefix, names that are prefixes of others, multibyte
-        // text, one name, none: the order is the names' byte order.
-        let sets: Vec<Vec<String>> = vec![
-            vec![],
-            vec!["only".into()],
-            (0..500)
-                .map(|i| format!("model.layers.{}.mlp.w{}", i % 37, i))
-                .collect(),
-            (0..300)
-                .map(|i| format!("{}{}", "x".repeat(i % 11), i % 7))
-                .collect(),
-            vec![
-                "ab".into(),
-                "a".into(),
-                "abcdefghij".into(),
-                "abcdefghi".into(),
-                "é".into(),
-                "e\u{301}".into(),
-                "Z".into(),
-            ],
-        ];
-        for names in sets {
-            let mut unique = names.clone();
-            unique.sort();
-            unique.dedup();
-            let objects: Vec<Object> = unique
-                .iter()
-                .rev()
-                .map(|n| Object {
-                    name: n.clone(),
-                    ..Object::default()
-                })
-                .collect();
-            let got: Vec<&str> = name_order(&objects)
-                .iter()
-                .map(|&i| objects[i].name.as_str())
-                .collect();
-            assert_eq!(got, unique);
-        }
-    }
-
-    #[test]
-    fn permute_puts_each_item_where_the_order_says() {
-        // Identity, one long cycle, fixed points among cycles, and a
-        // scrambled order: the in-place result is the gathered one.
-        let n = 97;
-        let orders: Vec<Vec<usize>> = vec![
-            (0..n).collect(),
-            (1..n).chain([0]).collect(),
-            (0..n)
-                .map(|i| {
-                    if (i / 2) % 2 == 0 && i ^ 1 < n {
-                        i ^ 1
-                    } else {
-                        i
-                    }
-                })
-                .collect(),
-            (0..n).map(|i| (i * 37 + 11) % n).collect(),
-        ];
-        for order in orders {
-            let mut seen = order.clone();
-            seen.sort_unstable();
-            assert_eq!(seen, (0..n).collect::<Vec<_>>(), "a permutation");
-            let items: Vec<String> = (0..n).map(|i| format!("item {i}")).collect();
-            let want: Vec<String> = order.iter().map(|&i| items[i].clone()).collect();
-            let mut got = items;
-            permute(&mut got, order);
-            assert_eq!(got, want);
-        }
-    }
 
     /// A 64 KiB file of zeros, one for every case (error messages name it).
     fn heap() -> &'static Arc<Store> {
@@ -721,9 +563,12 @@ mod tests {
             assert_eq!(plain_path, outcome(objects, &limits, true));
         }
         let ok = outcome(&[b.clone(), a.clone()], &limits, false);
-        // "b" comes second by name; its digest is renumbered with it.
+        // "b" is listed second, by name; it and its digest stay where the
+        // manifest put them.
         assert!(
-            ok.starts_with("Ok(") && ok.contains("digests: [(1, 0, Xxh3("),
+            ok.starts_with("Ok(")
+                && ok.contains("order: Some([1, 0])")
+                && ok.contains("digests: Digests { xxh3: [(0, 0, 81985529216486895)]"),
             "{ok}"
         );
         assert!(

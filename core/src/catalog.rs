@@ -8,6 +8,7 @@ use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 
+use crate::digests::Digests;
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::limits::Limits;
@@ -228,18 +229,23 @@ impl Object {
 /// What one plugin found in one file: the objects and file-level attributes.
 #[derive(Debug, Default)]
 pub struct Catalog {
-    /// Objects in file order.
+    /// Objects, listed in this order unless `order` gives another.
     pub objects: Vec<Object>,
+    /// The order to list `objects` in, as indexes into it, when that is
+    /// not their own order: a plugin that lists by name (the `.zt`
+    /// container) need not move its objects into name order. Every other
+    /// index in the catalog (`digests`, `checks`) is into `objects`.
+    pub order: Option<Vec<usize>>,
     /// File-level attributes (safetensors `__metadata__`, GGUF KV, ...).
     pub attributes: Attributes,
     /// Extra stores the plugin opened besides the primary one (external
     /// data files, shards), so the source lists them as its files.
     pub extra_stores: Vec<Arc<Store>>,
-    /// Digests the format stores, as `(object index, part index, digest,
-    /// rule)` into `objects`: what `PartRef::verify` checks and
-    /// `Caps::verify` reports; a mismatch cites `rule` (the format's: the
-    /// `.zt` container's `zt.Digest`).
-    pub digests: Vec<(usize, usize, Digest, Rule)>,
+    /// Digests the format stores, by (object index, part index) into
+    /// `objects`: what `PartRef::verify` checks and `Caps::verify`
+    /// reports; a mismatch cites the rule recorded with each (the
+    /// format's: the `.zt` container's `zt.Digest`).
+    pub digests: Digests,
     /// Checksums the format keeps over an object's stored bytes (a zip
     /// member's CRC-32), as `(object index, check)`: run once, at the first
     /// read of any of the object's parts (so open stays metadata-only), and

@@ -15,6 +15,7 @@
 pub mod buffer;
 pub mod catalog;
 pub mod copy;
+pub mod digests;
 pub mod dtype;
 pub mod error;
 pub mod format;
@@ -38,6 +39,7 @@ pub mod write;
 pub use catalog::{
     Attributes, Catalog, Check, Decode, Digest, DigestAlgorithm, Object, Part, Payload, Value,
 };
+pub use digests::Digests;
 pub use dtype::DType;
 pub use error::{Context, Error, RemoteKind, Result};
 pub use format::{Format, OpenInput, Probe};

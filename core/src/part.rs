@@ -47,24 +47,25 @@ pub struct Location {
 #[derive(Debug, Clone, Copy)]
 pub struct Tensor<'a> {
     source: &'a Source,
-    /// Position in the source's file order (digests are keyed by it).
-    index: usize,
+    /// The object's slot in the source (digests and checks are keyed by
+    /// it), not its listing position.
+    slot: usize,
     object: &'a Object,
 }
 
 impl<'a> Tensor<'a> {
-    pub(crate) fn new(source: &'a Source, index: usize) -> Tensor<'a> {
+    pub(crate) fn new(source: &'a Source, slot: usize) -> Tensor<'a> {
         Tensor {
             source,
-            index,
-            object: &source.objects[index],
+            slot,
+            object: &source.objects[slot],
         }
     }
 
     fn part_ref(&self, part_index: usize) -> PartRef<'a> {
         PartRef {
             source: self.source,
-            object_index: self.index,
+            slot: self.slot,
             part_index,
             object: self.object,
             part: &self.object.parts[part_index],
@@ -143,7 +144,8 @@ impl<'a> Tensor<'a> {
 #[derive(Debug, Clone, Copy)]
 pub struct PartRef<'a> {
     pub(crate) source: &'a Source,
-    object_index: usize,
+    /// The object's slot in the source (see [`Tensor`]).
+    slot: usize,
     part_index: usize,
     pub(crate) object: &'a Object,
     pub(crate) part: &'a Part,
@@ -220,7 +222,7 @@ impl<'a> PartRef<'a> {
 
     /// [`PartRef::guard`]; `verify` also runs checks that skip reads.
     fn guard_as(&self, verify: bool) -> Result<()> {
-        match self.source.checks.get(&self.object_index) {
+        match self.source.checks.get(&self.slot) {
             Some(check) => check.run(verify).map_err(|failed| Error::Integrity {
                 rule: failed.rule,
                 ctx: self.ctx(),
@@ -242,7 +244,7 @@ impl<'a> PartRef<'a> {
 
     /// Whether the object has a lazy checksum ([`PartRef::verify`] runs it).
     fn has_check(&self) -> bool {
-        self.source.checks.contains_key(&self.object_index)
+        self.source.checks.contains_key(&self.slot)
     }
 
     /// Capabilities of this part.
@@ -407,9 +409,9 @@ impl<'a> PartRef<'a> {
     }
 
     /// The digest the file stores for this part's decoded bytes, if any.
-    pub fn digest(&self) -> Option<&'a Digest> {
+    pub fn digest(&self) -> Option<Digest> {
         self.source
-            .digest_entry(self.object_index, self.part_index)
+            .digest_entry(self.slot, self.part_index)
             .map(|(d, _)| d)
     }
 
@@ -418,17 +420,16 @@ impl<'a> PartRef<'a> {
     /// [`Error::Integrity`] when it does not match.
     pub fn verify(&self) -> Result<bool> {
         self.guard_as(true)?;
-        let Some((want, rule)) = self.source.digest_entry(self.object_index, self.part_index)
-        else {
+        let Some((want, rule)) = self.source.digest_entry(self.slot, self.part_index) else {
             return Ok(self.has_check());
         };
         let bytes = self.storage_bytes()?;
         let got = want.algorithm().digest(&bytes);
-        if got != *want {
+        if got != want {
             return Err(Error::Integrity {
                 // The rule the format recorded with the digest (the
                 // `.zt` container's `zt.Digest`, §3.4).
-                rule: *rule,
+                rule,
                 ctx: self.ctx(),
                 reason: format!(
                     "part {:?} digest is {got}, the file says {want}",

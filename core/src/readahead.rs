@@ -47,7 +47,7 @@ type StoreRanges = (Arc<Store>, Vec<(u64, u64)>);
 fn plan(source: &Source, objects: &[usize]) -> Vec<StoreRanges> {
     let mut by_store: BTreeMap<usize, StoreRanges> = BTreeMap::new();
     for &i in objects {
-        let Some(object) = source.objects.get(i) else {
+        let Some(object) = source.tensor_at(i).map(|t| t.object()) else {
             continue;
         };
         for part in &object.parts {

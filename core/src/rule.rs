@@ -73,6 +73,9 @@ impl Rule {
     /// A related-file location (a shard, external data) that is not a
     /// plain relative path inside the file's directory.
     pub const LOCATION: Rule = Rule::new("core.Location");
+    /// A plugin's listing order that is not a permutation of its objects
+    /// (`Catalog::order`).
+    pub const LISTING_ORDER: Rule = Rule::new("core.ListingOrder");
 
     // --- Sharded checkpoints (`*.index.json`, model directories). ---
     /// The index is not JSON of the documented shape.
@@ -137,6 +140,7 @@ impl Rule {
         Rule::READ_RANGE,
         Rule::PART_SIZE,
         Rule::LOCATION,
+        Rule::LISTING_ORDER,
         Rule::INDEX_SCHEMA,
         Rule::INDEX_SHARD_PATH,
         Rule::INDEX_MISMATCH,

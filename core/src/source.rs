@@ -6,9 +6,10 @@
 use crate::rule::Rule;
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use crate::catalog::{Attributes, Catalog, Check, CheckFailed, Digest, Object, Part, Payload};
+use crate::digests::Digests;
 use crate::dtype::num_elements;
 use crate::error::{Context, Error, Result};
 use crate::limits::Limits;
@@ -23,17 +24,26 @@ use crate::store::Store;
 pub struct Source {
     format: &'static str,
     pub(crate) files: Vec<PathBuf>,
+    /// The objects as the catalog gave them: an object's place here is its
+    /// *slot*, which the name index, digests and checks are keyed by.
     pub(crate) objects: Vec<Object>,
+    /// The listing order (position -> slot) when it is not the slots' own
+    /// (`Catalog::order`); every public index is a position.
+    order: Option<Vec<usize>>,
+    /// Slot -> position, the inverse of `order`, built at the first
+    /// [`Source::position`] that needs it.
+    rank: OnceLock<Vec<usize>>,
+    /// Names to slots.
     index: NameIndex,
     pub(crate) attributes: Attributes,
     pub(crate) limits: Limits,
     /// Sorted raw ranges per store (keyed by the store's address), so
-    /// `evict` can tell whether a page is shared with a neighbour.
-    pub(crate) occupancy: HashMap<usize, Vec<(u64, u64)>>,
-    /// Stored digests by (object index, part index), sorted by it (see
-    /// [`Source::digest_entry`]).
-    pub(crate) digests: Vec<((usize, usize), (Digest, Rule))>,
-    /// Lazy checksums by object index (see `Catalog::checks`).
+    /// `evict` can tell whether a page is shared with a neighbour; built
+    /// at the first eviction (see [`Source::occupancy`]).
+    occupancy: OnceLock<Occupancy>,
+    /// Stored digests by (slot, part index) (see [`Source::digest_entry`]).
+    digests: Digests,
+    /// Lazy checksums by slot (see `Catalog::checks`).
     pub(crate) checks: HashMap<usize, Arc<LazyCheck>>,
     /// Some store is read over the network.
     pub(crate) remote: bool,
@@ -44,7 +54,7 @@ pub struct Source {
 #[derive(Debug)]
 pub(crate) struct LazyCheck {
     check: Arc<dyn Check>,
-    outcome: std::sync::OnceLock<std::result::Result<(), CheckFailed>>,
+    outcome: OnceLock<std::result::Result<(), CheckFailed>>,
 }
 
 impl LazyCheck {
@@ -64,28 +74,34 @@ impl LazyCheck {
     }
 }
 
-/// Digests sorted by position, the last of a position kept (as a map filled
-/// in catalog order keeps it). A sorted list, not a map: a catalog lists
-/// them in order, so this is one pass, where hashing 50k entries cost a
-/// tenth of a `.zt` open.
-fn by_position(
-    mut digests: Vec<((usize, usize), (Digest, Rule))>,
-) -> Vec<((usize, usize), (Digest, Rule))> {
-    // Stable: of one position's entries, the catalog's last stays last.
-    // Catalogs list them in order nearly always; a stable sort would
-    // still allocate its scratch space.
-    if !digests.is_sorted_by_key(|(at, _)| *at) {
-        digests.sort_by_key(|(at, _)| *at);
+/// A plugin's listing order, checked to be a permutation of the `n`
+/// slots (a slot repeated or left out would list a tensor twice or never);
+/// `None` when it is the slots' own order.
+fn listing_order(order: Vec<usize>, n: usize, ctx: &Context) -> Result<Option<Vec<usize>>> {
+    let mut listed = vec![false; n];
+    let permutes = order.len() == n
+        && order
+            .iter()
+            .all(|&slot| slot < n && !std::mem::replace(&mut listed[slot], true));
+    if !permutes {
+        return Err(Error::header(
+            ctx.clone(),
+            Rule::LISTING_ORDER,
+            format!(
+                "the listing order of {} entries is not an order of the {n} tensors",
+                order.len()
+            ),
+        ));
     }
-    digests.dedup_by(|later, kept| {
-        let same = later.0 == kept.0;
-        if same {
-            *kept = *later;
-        }
-        same
-    });
-    digests
+    let own = order
+        .iter()
+        .enumerate()
+        .all(|(position, &slot)| position == slot);
+    Ok((!own).then_some(order))
 }
+
+/// Raw `[start, end)` ranges per store, keyed by [`store_key`].
+type Occupancy = HashMap<usize, Vec<(u64, u64)>>;
 
 pub(crate) fn store_key(store: &Arc<Store>) -> usize {
     Arc::as_ptr(store) as usize
@@ -105,7 +121,6 @@ impl Source {
         limits.check_tensors(&ctx, catalog.objects.len() as u64)?;
         let mut index = NameIndex::with_capacity(catalog.objects.len());
         let name_of = |at: usize| catalog.objects[at].name.as_str();
-        let mut occupancy: HashMap<usize, Vec<(u64, u64)>> = HashMap::new();
         let mut decoded_total: u64 = 0;
         for (i, object) in catalog.objects.iter().enumerate() {
             // Context is built only on failure: open latency on files with
@@ -126,10 +141,6 @@ impl Source {
                         store
                             .check_range(*offset, *len, "tensor data")
                             .map_err(name_it)?;
-                        occupancy
-                            .entry(store_key(store))
-                            .or_default()
-                            .push((*offset, offset + len));
                     }
                     Payload::Decoded { decoded_len, .. } => {
                         decoded_total = decoded_total.saturating_add(*decoded_len);
@@ -143,23 +154,16 @@ impl Source {
             decoded_total,
             limits.total_decoded_bytes,
         )?;
-        for ranges in occupancy.values_mut() {
-            ranges.sort_unstable();
-        }
+        let order = match catalog.order {
+            Some(order) => listing_order(order, catalog.objects.len(), &ctx)?,
+            None => None,
+        };
         let remote = store.is_remote() || catalog.extra_stores.iter().any(|s| s.is_remote());
         let mut files = vec![store.path().to_path_buf()];
         files.extend(catalog.extra_stores.iter().map(|s| s.path().to_path_buf()));
-        // Converted in place (the two entry types have one layout): a copy
-        // of a 50k-tensor file's digests was 3.6 MB of fresh pages per open.
         let objects = &catalog.objects;
-        let digests = by_position(
-            catalog
-                .digests
-                .into_iter()
-                .filter(|(o, p, _, _)| objects.get(*o).is_some_and(|obj| *p < obj.parts.len()))
-                .map(|(o, p, d, rule)| ((o, p), (d, rule)))
-                .collect(),
-        );
+        let mut digests = catalog.digests;
+        digests.finish(|o, p| objects.get(o).is_some_and(|obj| p < obj.parts.len()));
         let checks = catalog
             .checks
             .into_iter()
@@ -167,7 +171,7 @@ impl Source {
             .map(|(o, check)| {
                 let lazy = LazyCheck {
                     check,
-                    outcome: std::sync::OnceLock::new(),
+                    outcome: OnceLock::new(),
                 };
                 (o, Arc::new(lazy))
             })
@@ -176,23 +180,30 @@ impl Source {
             format,
             files,
             objects: catalog.objects,
+            order,
+            rank: OnceLock::new(),
             index,
             attributes: catalog.attributes,
             limits,
-            occupancy,
+            occupancy: OnceLock::new(),
             digests,
             checks,
             remote,
         })
     }
 
-    /// The stored digest of part `part` of object `object`, and the rule a
-    /// mismatch cites.
-    pub(crate) fn digest_entry(&self, object: usize, part: usize) -> Option<&(Digest, Rule)> {
-        self.digests
-            .binary_search_by_key(&(object, part), |(at, _)| *at)
-            .ok()
-            .map(|i| &self.digests[i].1)
+    /// The stored digest of part `part` of the object in slot `slot`, and
+    /// the rule a mismatch cites.
+    pub(crate) fn digest_entry(&self, slot: usize, part: usize) -> Option<(Digest, Rule)> {
+        self.digests.get(slot, part)
+    }
+
+    /// The slot of the tensor listed at `position` (`position < len()`).
+    pub(crate) fn slot(&self, position: usize) -> usize {
+        match &self.order {
+            Some(order) => order[position],
+            None => position,
+        }
     }
 
     /// Read several sources as one; a name in two of them is an error.
@@ -209,49 +220,48 @@ impl Source {
             if source.format != merged.format {
                 merged.format = "mixed";
             }
-            // Every index of `source` lands past `merged`'s, so the
-            // digests stay sorted.
+            // Every slot of `source` lands past `merged`'s, so the digests
+            // stay sorted; the listing is `merged`'s, then `source`'s.
             let base = merged.objects.len();
-            merged.digests.extend(
-                source
-                    .digests
-                    .into_iter()
-                    .map(|((o, p), d)| ((o + base, p), d)),
-            );
+            let listed: Vec<usize> = (0..source.len()).map(|p| base + source.slot(p)).collect();
+            if merged.order.is_some() || source.order.is_some() {
+                let mut order = merged.order.take().unwrap_or_else(|| (0..base).collect());
+                order.extend(&listed);
+                merged.order = Some(order);
+            }
+            merged.digests.append_from(source.digests, base);
             merged
                 .checks
                 .extend(source.checks.into_iter().map(|(o, c)| (o + base, c)));
-            for object in source.objects {
-                let at = merged.objects.len();
-                merged.objects.push(object);
-                let objects = &merged.objects;
-                if !merged.index.insert(at, |i| objects[i].name.as_str()) {
-                    let object = merged.objects.pop().expect("just pushed");
+            merged.objects.extend(source.objects);
+            // In listing order, so the name reported is the first repeated
+            // one as the tensors are listed.
+            let objects = &merged.objects;
+            for slot in listed {
+                if !merged.index.insert(slot, |i| objects[i].name.as_str()) {
                     return Err(Error::DuplicateName {
-                        ctx: Context::file(&source.files[0]).tensor(&object.name),
+                        ctx: Context::file(&source.files[0]).tensor(&objects[slot].name),
                     });
                 }
             }
-            for (key, ranges) in source.occupancy {
-                let entry = merged.occupancy.entry(key).or_default();
-                entry.extend(ranges);
-                entry.sort_unstable();
-            }
             merged.files.extend(source.files);
+            merged.rank = OnceLock::new();
+            merged.occupancy = OnceLock::new();
             merged.remote |= source.remote;
             merged.attributes.extend(source.attributes);
         }
         Ok(merged)
     }
 
-    /// A source of the tensors at `indexes` (in that order), sharing this
-    /// one's stores: what one shard of a sharded write holds.
+    /// A source of the tensors at positions `indexes` (in that order),
+    /// sharing this one's stores: what one shard of a sharded write holds.
     pub fn select(&self, indexes: &[usize]) -> Source {
         let mut objects = Vec::with_capacity(indexes.len());
         let mut index = NameIndex::with_capacity(indexes.len());
-        let mut digests = Vec::new();
+        let mut digests = Digests::new();
         let mut checks = HashMap::new();
-        for (new, &old) in indexes.iter().enumerate() {
+        for (new, &position) in indexes.iter().enumerate() {
+            let old = self.slot(position);
             let object = self.objects[old].clone();
             // The lazy check is shared: its outcome holds for every view.
             if let Some(check) = self.checks.get(&old) {
@@ -259,8 +269,8 @@ impl Source {
             }
             // In (new, part) order, so the list is sorted as built.
             for p in 0..object.parts.len() {
-                if let Some(d) = self.digest_entry(old, p) {
-                    digests.push(((new, p), *d));
+                if let Some((digest, rule)) = self.digest_entry(old, p) {
+                    digests.push(new, p, digest, rule);
                 }
             }
             objects.push(object);
@@ -270,10 +280,13 @@ impl Source {
             format: self.format,
             files: self.files.clone(),
             objects,
+            order: None,
+            rank: OnceLock::new(),
             index,
             attributes: self.attributes.clone(),
             limits: self.limits.clone(),
-            occupancy: self.occupancy.clone(),
+            // The selection's pages are shared with the tensors left out.
+            occupancy: OnceLock::from(self.occupancy().clone()),
             digests,
             checks,
             remote: self.remote,
@@ -316,29 +329,45 @@ impl Source {
         self.objects.is_empty()
     }
 
-    /// Tensor names in file order.
+    /// Tensor names in file order (for `.zt`, name order, as upstream
+    /// lists them).
     pub fn names(&self) -> impl Iterator<Item = &str> {
-        self.objects.iter().map(|o| o.name.as_str())
+        self.tensors().map(|t| t.name())
     }
 
     /// Every tensor, in file order.
     pub fn tensors(&self) -> impl Iterator<Item = Tensor<'_>> {
-        (0..self.objects.len()).map(move |index| Tensor::new(self, index))
+        (0..self.objects.len()).map(move |position| Tensor::new(self, self.slot(position)))
     }
 
     /// The tensor at `index` in file order.
     pub fn tensor_at(&self, index: usize) -> Option<Tensor<'_>> {
-        (index < self.objects.len()).then(|| Tensor::new(self, index))
+        (index < self.objects.len()).then(|| Tensor::new(self, self.slot(index)))
     }
 
     /// Position of a tensor in file order.
     pub fn position(&self, name: &str) -> Option<usize> {
+        let slot = self.slot_of(name)?;
+        Some(match &self.order {
+            None => slot,
+            Some(order) => self.rank.get_or_init(|| {
+                let mut rank = vec![0; order.len()];
+                for (position, &slot) in order.iter().enumerate() {
+                    rank[slot] = position;
+                }
+                rank
+            })[slot],
+        })
+    }
+
+    /// The slot of the tensor named `name`.
+    fn slot_of(&self, name: &str) -> Option<usize> {
         self.index.get(name, |i| self.objects[i].name.as_str())
     }
 
     /// A tensor by name.
     pub fn get(&self, name: &str) -> Option<Tensor<'_>> {
-        self.position(name).and_then(|i| self.tensor_at(i))
+        self.slot_of(name).map(|slot| Tensor::new(self, slot))
     }
 
     /// A tensor by name, or [`Error::NoSuchTensor`].
@@ -358,6 +387,28 @@ impl Source {
             .sum()
     }
 
+    /// Every stored part's raw range, per store, sorted. Built when first
+    /// asked, as only eviction asks: building it at open was a tenth of a
+    /// 50k-tensor `.zt` open (its manifest lists blobs by name length),
+    /// and freeing it most of what closing cost beyond the objects.
+    fn occupancy(&self) -> &Occupancy {
+        self.occupancy.get_or_init(|| {
+            let mut occupancy = Occupancy::new();
+            for part in self.objects.iter().flat_map(|o| &o.parts) {
+                if let Payload::Stored { store, offset, len } = &part.payload {
+                    occupancy
+                        .entry(store_key(store))
+                        .or_default()
+                        .push((*offset, offset + len));
+                }
+            }
+            for ranges in occupancy.values_mut() {
+                ranges.sort_unstable();
+            }
+            occupancy
+        })
+    }
+
     /// The page-aligned range of `[offset, offset+len)` that no other part
     /// touches, or `None` if every page is shared.
     pub(crate) fn exclusive_pages(
@@ -369,7 +420,7 @@ impl Source {
         let page = crate::store::page_size();
         let (mut start, mut end) = Store::page_envelope(offset, len);
         end = end.min(store.len().div_ceil(page) * page);
-        let ranges = self.occupancy.get(&store_key(store))?;
+        let ranges = self.occupancy().get(&store_key(store))?;
         let me = (offset, offset + len);
         // A neighbour is any other range that intersects our envelope. The
         // part's own range is listed once; a second identical range is a
@@ -508,5 +559,141 @@ impl Source {
             ..Default::default()
         };
         Source::from_catalog("test", store, catalog, Limits::default()).unwrap()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::DigestAlgorithm;
+    use crate::dtype::DType;
+    use std::path::Path;
+
+    /// A check that always fails, so a test can see which tensor runs it.
+    #[derive(Debug)]
+    struct Fails;
+
+    impl Check for Fails {
+        fn check(&self) -> std::result::Result<(), CheckFailed> {
+            Err(CheckFailed {
+                rule: Rule::PART_SIZE,
+                reason: "fails".into(),
+            })
+        }
+    }
+
+    /// Tensors `names[i]` over byte `i` of a file of bytes 0, 1, 2, ...,
+    /// listed in `order`; slot 0 carries a digest that matches its byte,
+    /// slot 1 one that does not, slot 2 a failing check.
+    fn listed(dir: &Path, file: &str, names: &[&str], order: Option<Vec<usize>>) -> Result<Source> {
+        let path = dir.join(file);
+        std::fs::write(&path, (0..names.len() as u8).collect::<Vec<_>>()).unwrap();
+        let store = Arc::new(Store::open(&path).unwrap());
+        let objects = names
+            .iter()
+            .enumerate()
+            .map(|(i, name)| {
+                let payload = Payload::Stored {
+                    store: store.clone(),
+                    offset: i as u64,
+                    len: 1,
+                };
+                Object::dense(name.to_string(), DType::U8, vec![1], payload)
+            })
+            .collect();
+        // Byte 0's digest: slot 0's bytes, not slot 1's.
+        let of_zero = DigestAlgorithm::Xxh3.digest(&[0]);
+        let mut digests = Digests::new();
+        digests.push(0, 0, of_zero, Rule::PART_SIZE);
+        digests.push(1, 0, of_zero, Rule::PART_SIZE);
+        let catalog = Catalog {
+            objects,
+            order,
+            digests,
+            checks: vec![(2, Arc::new(Fails) as Arc<dyn Check>)],
+            ..Default::default()
+        };
+        Source::from_catalog("test", store, catalog, Limits::default())
+    }
+
+    /// What reading each listed tensor gives: (name, byte, digest verdict,
+    /// whether the bytes' read failed its check).
+    fn reads(source: &Source) -> Vec<(String, u8, Option<bool>, bool)> {
+        source
+            .tensors()
+            .map(|t| {
+                let data = t.data().unwrap();
+                let verdict = data.digest().map(|_| data.verify().is_ok());
+                let byte = data.bytes().map(|b| b[0]);
+                (
+                    t.name().to_string(),
+                    *byte.as_ref().unwrap_or(&u8::MAX),
+                    verdict,
+                    byte.is_err(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_listing_order_lists_through_every_positional_call() {
+        let dir = tempfile::tempdir().unwrap();
+        // Slots hold c, a, b; listed by name: a (slot 1), b (2), c (0).
+        let source = listed(dir.path(), "x", &["c", "a", "b"], Some(vec![1, 2, 0])).unwrap();
+        assert_eq!(source.names().collect::<Vec<_>>(), ["a", "b", "c"]);
+        for (position, name) in ["a", "b", "c"].into_iter().enumerate() {
+            assert_eq!(source.position(name), Some(position));
+            assert_eq!(source.tensor_at(position).unwrap().name(), name);
+            assert_eq!(source.get(name).unwrap().name(), name);
+        }
+        assert!(source.tensor_at(3).is_none() && source.position("d").is_none());
+        // Bytes, digests and checks stay with their objects: c holds byte 0
+        // and the good digest, a the bad one, b the failing check.
+        let want = vec![
+            ("a".to_string(), 1, Some(false), false),
+            ("b".to_string(), u8::MAX, None, true),
+            ("c".to_string(), 0, Some(true), false),
+        ];
+        assert_eq!(reads(&source), want);
+
+        // A selection by position, and a merge with an unordered source.
+        let picked = source.select(&[2, 0]);
+        assert_eq!(picked.names().collect::<Vec<_>>(), ["c", "a"]);
+        assert_eq!(reads(&picked), vec![want[2].clone(), want[0].clone()]);
+        let plain = listed(dir.path(), "y", &["z", "y", "x"], None).unwrap();
+        let merged = Source::merge(vec![source, plain]).unwrap();
+        assert_eq!(
+            merged.names().collect::<Vec<_>>(),
+            ["a", "b", "c", "z", "y", "x"]
+        );
+        assert_eq!(merged.position("z"), Some(3));
+        assert_eq!(merged.position("b"), Some(1));
+        assert_eq!(&reads(&merged)[..3], &want[..]);
+        assert_eq!(reads(&merged)[3], ("z".to_string(), 0, Some(true), false));
+    }
+
+    #[test]
+    fn a_merge_reports_the_first_repeated_name_as_listed() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = listed(dir.path(), "x", &["c", "a", "b"], None).unwrap();
+        // Slot order c, b; listing order b, c: both repeat, b is listed first.
+        let second = listed(dir.path(), "y", &["c", "b", "d"], Some(vec![1, 0, 2])).unwrap();
+        let err = Source::merge(vec![first, second]).unwrap_err();
+        assert!(matches!(err, Error::DuplicateName { .. }), "{err}");
+        assert!(err.to_string().contains("tensor \"b\""), "{err}");
+    }
+
+    #[test]
+    fn a_listing_order_that_is_no_permutation_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let names = ["c", "a", "b"];
+        for order in [vec![0, 1], vec![0, 1, 1], vec![0, 1, 3], vec![0, 1, 2, 0]] {
+            let err = listed(dir.path(), "x", &names, Some(order.clone())).unwrap_err();
+            assert_eq!(err.rule(), Some(Rule::LISTING_ORDER), "{order:?}: {err}");
+        }
+        // The slots' own order is no order at all.
+        let own = listed(dir.path(), "x", &names, Some(vec![0, 1, 2])).unwrap();
+        assert!(own.order.is_none());
+        assert_eq!(own.names().collect::<Vec<_>>(), names);
     }
 }

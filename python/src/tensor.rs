@@ -4,7 +4,7 @@ use std::sync::{Arc, RwLock};
 
 use pyo3::exceptions::{PyKeyError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
 use crate::array::ArrayView;
 use crate::borrow::{refuse_shared, Access, Borrowed};
@@ -39,9 +39,10 @@ impl Source {
 
 #[pymethods]
 impl Source {
-    /// Tensor names in file order.
-    fn names(&self) -> PyResult<Vec<String>> {
-        Ok(self.get()?.names().map(str::to_owned).collect())
+    /// Tensor names in file order, as a list built straight from the
+    /// names (no owned copy of each first).
+    fn names<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        PyList::new(py, self.get()?.names().map(|name| PyString::new(py, name)))
     }
 
     fn __len__(&self) -> PyResult<usize> {
