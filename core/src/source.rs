@@ -100,6 +100,20 @@ fn listing_order(order: Vec<usize>, n: usize, ctx: &Context) -> Result<Option<Ve
     Ok((!own).then_some(order))
 }
 
+/// Ask the CPU to bring the cache line at `item` in: a hint on x86-64,
+/// nothing on other architectures.
+#[inline(always)]
+fn prefetch<T>(item: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is a hint; it reads nothing and never faults.
+    unsafe {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        _mm_prefetch::<_MM_HINT_T0>(item.cast::<i8>());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = item;
+}
+
 /// Raw `[start, end)` ranges per store, keyed by [`store_key`].
 type Occupancy = HashMap<usize, Vec<(u64, u64)>>;
 
@@ -337,7 +351,27 @@ impl Source {
 
     /// Every tensor, in file order.
     pub fn tensors(&self) -> impl Iterator<Item = Tensor<'_>> {
-        (0..self.objects.len()).map(move |position| Tensor::new(self, self.slot(position)))
+        (0..self.objects.len()).map(move |position| {
+            self.fetch_ahead(position);
+            Tensor::new(self, self.slot(position))
+        })
+    }
+
+    /// Listed through an order, the objects (and their names) are visited
+    /// out of the order they lie in memory, a cache miss each: ask for the
+    /// object 16 positions ahead and the name of the one 8 ahead, whose
+    /// object was asked for 8 positions ago (listing a 50k-tensor `.zt`
+    /// file from Python took 1.17x the time of the same names from
+    /// safetensors without it, 0.99x with it).
+    fn fetch_ahead(&self, position: usize) {
+        const AHEAD: usize = 8;
+        let Some(order) = &self.order else { return };
+        if let Some(&slot) = order.get(position + 2 * AHEAD) {
+            prefetch(&self.objects[slot]);
+        }
+        if let Some(&slot) = order.get(position + AHEAD) {
+            prefetch(self.objects[slot].name.as_ptr());
+        }
     }
 
     /// The tensor at `index` in file order.
