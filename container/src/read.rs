@@ -359,6 +359,8 @@ impl<'a, 'i> CatalogSink<'a, 'i> {
         Ok(Catalog {
             objects,
             order: Some(order),
+            // The walk refused any key that did not strictly ascend.
+            names_unique: true,
             digests: self.digests,
             extra_stores: {
                 let mut v: Vec<_> = self

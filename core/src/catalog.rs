@@ -236,6 +236,10 @@ pub struct Catalog {
     /// container) need not move its objects into name order. Every other
     /// index in the catalog (`digests`, `checks`) is into `objects`.
     pub order: Option<Vec<usize>>,
+    /// The plugin has made sure no two objects share a name (the `.zt`
+    /// container: its manifest's keys strictly ascend), so the source
+    /// indexes the names at the first lookup by name, not at open.
+    pub names_unique: bool,
     /// File-level attributes (safetensors `__metadata__`, GGUF KV, ...).
     pub attributes: Attributes,
     /// Extra stores the plugin opened besides the primary one (external

@@ -33,8 +33,11 @@ pub struct Source {
     /// Slot -> position, the inverse of `order`, built at the first
     /// [`Source::position`] that needs it.
     rank: OnceLock<Vec<usize>>,
-    /// Names to slots.
-    index: NameIndex,
+    /// Names to slots: built at open, which refuses a repeated name,
+    /// unless the catalog vouched for its names (`Catalog::names_unique`);
+    /// then at the first lookup by name (listing needs none: building it
+    /// was a seventh of a 50k-tensor `.zt` open).
+    index: OnceLock<NameIndex>,
     pub(crate) attributes: Attributes,
     pub(crate) limits: Limits,
     /// Sorted raw ranges per store (keyed by the store's address), so
@@ -133,14 +136,19 @@ impl Source {
     ) -> Result<Source> {
         let ctx = store.ctx();
         limits.check_tensors(&ctx, catalog.objects.len() as u64)?;
-        let mut index = NameIndex::with_capacity(catalog.objects.len());
+        let check_names = !catalog.names_unique;
+        let mut index = NameIndex::with_capacity(if check_names {
+            catalog.objects.len()
+        } else {
+            0
+        });
         let name_of = |at: usize| catalog.objects[at].name.as_str();
         let mut decoded_total: u64 = 0;
         for (i, object) in catalog.objects.iter().enumerate() {
             // Context is built only on failure: open latency on files with
             // many tensors is dominated by per-tensor allocations.
             let name_it = |e: Error| e.in_file(store.path()).in_tensor(&object.name);
-            if !index.insert(i, name_of) {
+            if check_names && !index.insert(i, name_of) {
                 return Err(name_it(Error::DuplicateName {
                     ctx: Context::default(),
                 }));
@@ -196,7 +204,11 @@ impl Source {
             objects: catalog.objects,
             order,
             rank: OnceLock::new(),
-            index,
+            index: if check_names {
+                OnceLock::from(index)
+            } else {
+                OnceLock::new()
+            },
             attributes: catalog.attributes,
             limits,
             occupancy: OnceLock::new(),
@@ -247,12 +259,16 @@ impl Source {
             merged
                 .checks
                 .extend(source.checks.into_iter().map(|(o, c)| (o + base, c)));
+            // Indexed before `source`'s objects join (a left-lazy index is
+            // built over every object there is).
+            merged.name_index();
             merged.objects.extend(source.objects);
             // In listing order, so the name reported is the first repeated
             // one as the tensors are listed.
+            let index = merged.index.get_mut().expect("just built");
             let objects = &merged.objects;
             for slot in listed {
-                if !merged.index.insert(slot, |i| objects[i].name.as_str()) {
+                if !index.insert(slot, |i| objects[i].name.as_str()) {
                     return Err(Error::DuplicateName {
                         ctx: Context::file(&source.files[0]).tensor(&objects[slot].name),
                     });
@@ -296,7 +312,7 @@ impl Source {
             objects,
             order: None,
             rank: OnceLock::new(),
-            index,
+            index: OnceLock::from(index),
             attributes: self.attributes.clone(),
             limits: self.limits.clone(),
             // The selection's pages are shared with the tensors left out.
@@ -396,7 +412,22 @@ impl Source {
 
     /// The slot of the tensor named `name`.
     fn slot_of(&self, name: &str) -> Option<usize> {
-        self.index.get(name, |i| self.objects[i].name.as_str())
+        self.name_index()
+            .get(name, |i| self.objects[i].name.as_str())
+    }
+
+    /// The name index, built now if the open left it to the first lookup
+    /// (a repeated name, which the catalog vouched against, keeps its
+    /// first slot).
+    fn name_index(&self) -> &NameIndex {
+        self.index.get_or_init(|| {
+            let name_of = |i: usize| self.objects[i].name.as_str();
+            let mut index = NameIndex::with_capacity(self.objects.len());
+            for slot in 0..self.objects.len() {
+                index.insert(slot, name_of);
+            }
+            index
+        })
     }
 
     /// A tensor by name.
@@ -620,6 +651,18 @@ mod tests {
     /// listed in `order`; slot 0 carries a digest that matches its byte,
     /// slot 1 one that does not, slot 2 a failing check.
     fn listed(dir: &Path, file: &str, names: &[&str], order: Option<Vec<usize>>) -> Result<Source> {
+        listed_vouched(dir, file, names, order, false)
+    }
+
+    /// [`listed`], its names vouched unique (`Catalog::names_unique`) when
+    /// `vouched`.
+    fn listed_vouched(
+        dir: &Path,
+        file: &str,
+        names: &[&str],
+        order: Option<Vec<usize>>,
+        vouched: bool,
+    ) -> Result<Source> {
         let path = dir.join(file);
         std::fs::write(&path, (0..names.len() as u8).collect::<Vec<_>>()).unwrap();
         let store = Arc::new(Store::open(&path).unwrap());
@@ -645,6 +688,7 @@ mod tests {
             order,
             digests,
             checks: vec![(2, Arc::new(Fails) as Arc<dyn Check>)],
+            names_unique: vouched,
             ..Default::default()
         };
         Source::from_catalog("test", store, catalog, Limits::default())
@@ -729,5 +773,34 @@ mod tests {
         let own = listed(dir.path(), "x", &names, Some(vec![0, 1, 2])).unwrap();
         assert!(own.order.is_none());
         assert_eq!(own.names().collect::<Vec<_>>(), names);
+    }
+
+    #[test]
+    fn vouched_names_are_indexed_at_the_first_lookup() {
+        let dir = tempfile::tempdir().unwrap();
+        let names = ["c", "a", "b"];
+        let source = listed_vouched(dir.path(), "x", &names, Some(vec![1, 2, 0]), true).unwrap();
+        assert!(source.index.get().is_none(), "listing needs no index");
+        assert_eq!(source.names().collect::<Vec<_>>(), ["a", "b", "c"]);
+        assert!(source.index.get().is_none());
+        assert_eq!(source.get("c").unwrap().name(), "c");
+        assert_eq!(source.position("b"), Some(1));
+        assert!(source.index.get().is_some());
+
+        // A merge indexes every name, so a name in two files is refused.
+        let vouched = listed_vouched(dir.path(), "y", &["d", "b"], None, true).unwrap();
+        let err = Source::merge(vec![source, vouched]).unwrap_err();
+        assert!(err.to_string().contains("tensor \"b\""), "{err}");
+        let first = listed_vouched(dir.path(), "x", &names, None, true).unwrap();
+        let other = listed_vouched(dir.path(), "y", &["d", "e"], None, true).unwrap();
+        let merged = Source::merge(vec![first, other]).unwrap();
+        assert_eq!(merged.position("e"), Some(4));
+
+        // Unvouched, a repeated name is refused at open; vouched falsely,
+        // the first of the two is found.
+        let err = listed(dir.path(), "z", &["a", "a"], None).unwrap_err();
+        assert!(matches!(err, Error::DuplicateName { .. }), "{err}");
+        let lying = listed_vouched(dir.path(), "z", &["a", "b", "a"], None, true).unwrap();
+        assert_eq!(lying.position("a"), Some(0));
     }
 }
