@@ -1,6 +1,6 @@
-//! Tensor names to positions, for a [`crate::Source`].
+//! Tensor names to object slots, for a [`crate::Source`].
 //!
-//! The table holds positions only; the names stay in the source's objects,
+//! The table holds slots only; the names stay in the source's objects,
 //! which every lookup compares against. A `HashMap<String, usize>` cloned
 //! each name: at 50k tensors the clones, their frees and the map were a
 //! tenth of every open, whatever the format.

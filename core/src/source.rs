@@ -246,8 +246,8 @@ impl Source {
             if source.format != merged.format {
                 merged.format = "mixed";
             }
-            // Every slot of `source` lands past `merged`'s, so the digests
-            // stay sorted; the listing is `merged`'s, then `source`'s.
+            // Every slot of `source` lands past `merged`'s; the listing is
+            // `merged`'s, then `source`'s.
             let base = merged.objects.len();
             let listed: Vec<usize> = (0..source.len()).map(|p| base + source.slot(p)).collect();
             if merged.order.is_some() || source.order.is_some() {

@@ -50,7 +50,7 @@ impl Source {
     }
 
     fn __contains__(&self, name: &str) -> PyResult<bool> {
-        Ok(self.get()?.position(name).is_some())
+        Ok(self.get()?.get(name).is_some())
     }
 
     /// The tensor called `name` (KeyError if absent).
