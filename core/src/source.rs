@@ -36,7 +36,7 @@ pub struct Source {
     /// Names to slots: built at open, which refuses a repeated name,
     /// unless the catalog vouched for its names (`Catalog::names_unique`);
     /// then at the first lookup by name (listing needs none: building it
-    /// was a seventh of a 50k-tensor `.zt` open).
+    /// was a seventh of a 50k-tensor `.zt` open by perf).
     index: OnceLock<NameIndex>,
     pub(crate) attributes: Attributes,
     pub(crate) limits: Limits,
