@@ -16,6 +16,7 @@ use crate::limits::Limits;
 use crate::name_index::NameIndex;
 use crate::part::Tensor;
 use crate::store::Store;
+use zt_fsutil::prefetch;
 
 /// Opened tensor files, read as one set of named tensors.
 ///
@@ -103,20 +104,6 @@ fn listing_order(order: Vec<usize>, n: usize, ctx: &Context) -> Result<Option<Ve
     Ok((!own).then_some(order))
 }
 
-/// Ask the CPU to bring the cache line at `item` in: a hint on x86-64,
-/// nothing on other architectures.
-#[inline(always)]
-fn prefetch<T>(item: *const T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch is a hint; it reads nothing and never faults.
-    unsafe {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        _mm_prefetch::<_MM_HINT_T0>(item.cast::<i8>());
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = item;
-}
-
 /// Raw `[start, end)` ranges per store, keyed by [`store_key`].
 type Occupancy = HashMap<usize, Vec<(u64, u64)>>;
 
@@ -136,19 +123,20 @@ impl Source {
     ) -> Result<Source> {
         let ctx = store.ctx();
         limits.check_tensors(&ctx, catalog.objects.len() as u64)?;
-        let check_names = !catalog.names_unique;
-        let mut index = NameIndex::with_capacity(if check_names {
-            catalog.objects.len()
-        } else {
-            0
-        });
+        // Unless the catalog vouched for its names, indexed now, which
+        // refuses a repeated one.
+        let mut index =
+            (!catalog.names_unique).then(|| NameIndex::with_capacity(catalog.objects.len()));
         let name_of = |at: usize| catalog.objects[at].name.as_str();
         let mut decoded_total: u64 = 0;
         for (i, object) in catalog.objects.iter().enumerate() {
             // Context is built only on failure: open latency on files with
             // many tensors is dominated by per-tensor allocations.
             let name_it = |e: Error| e.in_file(store.path()).in_tensor(&object.name);
-            if check_names && !index.insert(i, name_of) {
+            if index
+                .as_mut()
+                .is_some_and(|index| !index.insert(i, name_of))
+            {
                 return Err(name_it(Error::DuplicateName {
                     ctx: Context::default(),
                 }));
@@ -204,11 +192,7 @@ impl Source {
             objects: catalog.objects,
             order,
             rank: OnceLock::new(),
-            index: if check_names {
-                OnceLock::from(index)
-            } else {
-                OnceLock::new()
-            },
+            index: index.map_or_else(OnceLock::new, OnceLock::from),
             attributes: catalog.attributes,
             limits,
             occupancy: OnceLock::new(),

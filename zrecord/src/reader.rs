@@ -33,18 +33,9 @@ const PREFETCH_AHEAD: usize = 4;
 /// Hint the CPU to load the cache line at `data[at]` (no effect elsewhere).
 #[inline]
 fn prefetch(data: &[u8], at: usize) {
-    #[cfg(target_arch = "x86_64")]
     if let Some(byte) = data.get(at) {
-        // SAFETY: a prefetch never faults and has no visible effect; the
-        // address is inside `data` anyway.
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                (byte as *const u8).cast::<i8>(),
-            )
-        }
+        zt_fsutil::prefetch(byte);
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (data, at);
 }
 
 /// An opened store (read-only; a local store's shared lock is held until
