@@ -339,6 +339,32 @@ def test_npz_stored_member_with_bad_crc_is_refused_at_first_read(tmp):
     assert info.value.rule == "npz.Crc"
 
 
+@pytest.mark.parametrize(
+    "load",
+    [
+        pytest.param(lambda p: zt.numpy.load_file(p), id="load_file"),
+        pytest.param(lambda p: zt.numpy.load_file(p, readonly=True), id="load_file-readonly"),
+        pytest.param(lambda p: zt.numpy.load_file(p, copy=True), id="load_file-copy"),
+        pytest.param(lambda p: zt.numpy.load(p.read_bytes()), id="load-bytes"),
+        pytest.param(lambda p: zt.safe_open(p, "np").get_tensor("x"), id="safe_open"),
+        pytest.param(lambda p: zt.numpy.load_into({"x": np.empty(1000, np.float32)}, p), id="load_into"),
+    ],
+)
+def test_npz_member_with_bad_crc_is_refused_by_every_whole_load(tmp, load):
+    """Writable loads view a private mapping of the file (`zt._load`),
+    which zt's own reads never touch: the view runs the member's CRC
+    itself, so no path hands out bytes numpy.load would refuse. (The
+    writable load_file and safe_open once returned them.)"""
+    path = tmp / "bad.npz"
+    np.savez(path, x=np.arange(1000, dtype=np.float32))
+    raw = bytearray(path.read_bytes())
+    raw[raw.index(np.arange(1000, dtype=np.float32)[500:502].tobytes())] ^= 0xFF
+    path.write_bytes(bytes(raw))
+    with pytest.raises(zt.FormatError, match="CRC") as info:
+        load(path)
+    assert info.value.rule == "npz.Crc"
+
+
 @pytest.mark.parametrize("where", [0.1, 0.5, 0.99])
 def test_npz_large_member_crc_is_checked_in_pieces(tmp, where):
     """A member big enough to be hashed on several threads: a flipped byte

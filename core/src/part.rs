@@ -215,8 +215,11 @@ impl<'a> PartRef<'a> {
     }
 
     /// Run the object's lazy checksum (a zip member's CRC-32), once per
-    /// source: bytes whose checksum failed are never handed out.
-    pub(crate) fn guard(&self) -> Result<()> {
+    /// source: bytes whose checksum failed are never handed out. Every byte
+    /// accessor runs it; a caller that reads through [`PartRef::locate`]
+    /// (its own mapping, its own `pread`) runs it before handing anything
+    /// out.
+    pub fn guard(&self) -> Result<()> {
         self.guard_as(false)
     }
 
@@ -441,7 +444,7 @@ impl<'a> PartRef<'a> {
     }
 
     /// The file range of raw stored bytes, for caller-driven I/O (which
-    /// bypasses the lazy checksum; [`PartRef::verify`] runs it).
+    /// bypasses the lazy checksum: run [`PartRef::guard`] first).
     pub fn locate(&self) -> Option<Location> {
         match &self.part.payload {
             Payload::Stored { store, offset, len } => Some(Location {

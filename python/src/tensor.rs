@@ -343,6 +343,14 @@ impl Tensor {
         Ok(PyBytes::new(py, &bytes))
     }
 
+    /// Run the tensor's read check (an npz member's CRC-32; once per
+    /// source), as every read through zt does: what a caller that maps
+    /// `location` itself runs before handing out a view.
+    fn _guard(&self, py: Python<'_>) -> PyResult<()> {
+        let part = self.part_ref()?;
+        py.detach(|| part.guard()).map_err(to_py_err)
+    }
+
     /// Ask the kernel to read the bytes ahead.
     fn prefetch(&self, py: Python<'_>) -> PyResult<()> {
         let part = self.part_ref()?;

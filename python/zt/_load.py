@@ -72,6 +72,10 @@ class PrivateMaps:
         mm = self._map(path, offset + nbytes)
         if mm is None:
             return None
+        # The view bypasses zt's reads, so it runs their check itself: an
+        # npz member whose CRC-32 fails is refused, as numpy.load and
+        # every other zt read refuse it.
+        native._guard()
         if dtype_name in _SUBBYTE:
             raw = np.frombuffer(mm, dtype=np.uint8, count=nbytes, offset=offset)
         else:
