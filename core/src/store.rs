@@ -11,6 +11,15 @@
 //! a cold page then reads that page, not the device's whole readahead
 //! window around it (8 MiB here), which a walk over a zip's local headers
 //! or HDF5's object headers paid once per member, synchronously.
+//!
+//! Those single pages stay cached, scattered through the file, and the
+//! kernel's readahead stops at every cached page it meets: a whole load
+//! that reads the file in order after the walk restarts its readahead at
+//! each one, with small pages (measured on a 512 MiB torch checkpoint of
+//! 21 members: 18-23 ms slower to read in, about a tenth). So the walk
+//! notes the pages it finds uncached (`mincore`) and a whole load drops
+//! them again just before it reads their range
+//! ([`Store::take_cold_walk_pages`], [`Store::drop_cached`]).
 
 use crate::rule::Rule;
 use std::borrow::Cow;
@@ -19,6 +28,7 @@ use std::mem::MaybeUninit;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 
 use memmap2::Mmap;
 
@@ -44,6 +54,9 @@ pub struct Store {
     backing: Backing,
     /// A format is walking the structure (see [`Store::begin_walk`]).
     walking: AtomicBool,
+    /// Page ranges a walk read that were not cached before it (see
+    /// [`Store::take_cold_walk_pages`]).
+    cold_walk_pages: Mutex<Vec<(u64, u64)>>,
     /// A mapped file's local path, device and inode, so a copy can `pread`
     /// the very file the mapping shows ([`Store::reopen`]) without keeping
     /// a descriptor open for the store's life.
@@ -114,6 +127,7 @@ impl Store {
             len,
             backing: Backing::Mapped(map),
             walking: AtomicBool::new(false),
+            cold_walk_pages: Mutex::new(Vec::new()),
             local,
         })
     }
@@ -126,6 +140,7 @@ impl Store {
             len: object.len(),
             backing: Backing::Remote(object),
             walking: AtomicBool::new(false),
+            cold_walk_pages: Mutex::new(Vec::new()),
             local: None,
         }
     }
@@ -140,6 +155,7 @@ impl Store {
             len,
             backing: Backing::Positional(file),
             walking: AtomicBool::new(false),
+            cold_walk_pages: Mutex::new(Vec::new()),
             local: None,
         })
     }
@@ -208,11 +224,114 @@ impl Store {
         self.walking.load(Ordering::Relaxed)
     }
 
-    /// A long read during a walk: its range reads ahead normally.
+    /// A read during a walk: a long one reads ahead normally; a short one
+    /// notes which of its pages are not cached yet (the walk's fault will
+    /// read them alone).
     fn walk_read(&self, offset: u64, len: u64) {
-        if len >= WALK_SEQUENTIAL && self.walking.load(Ordering::Relaxed) {
-            let _ = self.advise(offset, len, libc::MADV_NORMAL);
+        if !self.walking.load(Ordering::Relaxed) {
+            return;
         }
+        if len >= WALK_SEQUENTIAL {
+            let _ = self.advise(offset, len, libc::MADV_NORMAL);
+        } else {
+            self.note_cold_pages(offset, len);
+        }
+    }
+
+    /// Record the pages of `[offset, offset + len)` that `mincore` finds
+    /// uncached (a short read of a mapped store).
+    fn note_cold_pages(&self, offset: u64, len: u64) {
+        let Backing::Mapped(map) = &self.backing else {
+            return;
+        };
+        let page = page_size();
+        let (start, end) = Self::page_envelope(offset, len.max(1));
+        let end = end.min(map.len() as u64);
+        let mut cached = [0u8; (WALK_SEQUENTIAL / 4096) as usize + 2];
+        let pages = ((end.saturating_sub(start)) / page) as usize;
+        if pages == 0 || pages > cached.len() {
+            return;
+        }
+        // SAFETY: [start, end) is a page-aligned range inside the mapping
+        // and `cached` has a byte for each of its `pages` pages; mincore
+        // only reports residency.
+        let rc = unsafe {
+            libc::mincore(
+                map.as_ptr().add(start as usize) as *mut libc::c_void,
+                (end - start) as usize,
+                cached.as_mut_ptr(),
+            )
+        };
+        if rc != 0 {
+            return;
+        }
+        let mut noted = self
+            .cold_walk_pages
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        for (i, _) in cached[..pages]
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| **c & 1 == 0)
+        {
+            let at = start + i as u64 * page;
+            match noted.last_mut() {
+                Some(last) if last.1 == at => last.1 = at + page,
+                _ => noted.push((at, at + page)),
+            }
+        }
+    }
+
+    /// The page ranges the walks so far read from the disk themselves
+    /// (uncached when read), sorted and merged; the record is emptied. A
+    /// whole load about to read over them drops them first
+    /// ([`Store::drop_cached`]), so its readahead meets no stray cached
+    /// page. Empty for stores that are not mapped.
+    pub fn take_cold_walk_pages(&self) -> Vec<(u64, u64)> {
+        let mut pages = std::mem::take(
+            &mut *self
+                .cold_walk_pages
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        );
+        pages.sort_unstable();
+        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(pages.len());
+        for (s, e) in pages {
+            match merged.last_mut() {
+                Some(last) if s <= last.1 => last.1 = last.1.max(e),
+                _ => merged.push((s, e)),
+            }
+        }
+        merged
+    }
+
+    /// Drop the page-aligned `ranges` from this process's mapping and,
+    /// where no other process maps them, from the page cache
+    /// (`MADV_DONTNEED`, then `POSIX_FADV_DONTNEED` on the file). Advice
+    /// only: the next read faults the same bytes back in from the file.
+    pub fn drop_cached(&self, ranges: &[(u64, u64)]) -> Result<()> {
+        if ranges.is_empty() {
+            return Ok(());
+        }
+        for &(start, end) in ranges {
+            self.evict_pages(start, end)?;
+        }
+        if let Some(file) = self.reopen() {
+            use std::os::fd::AsRawFd;
+            for &(start, end) in ranges {
+                // SAFETY: fadvise on a descriptor this function owns; advice
+                // only, it changes no byte a read returns.
+                unsafe {
+                    libc::posix_fadvise(
+                        file.as_raw_fd(),
+                        start as libc::off_t,
+                        (end - start) as libc::off_t,
+                        libc::POSIX_FADV_DONTNEED,
+                    )
+                };
+            }
+        }
+        Ok(())
     }
 
     /// A context naming this store's file.
