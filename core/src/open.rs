@@ -311,10 +311,10 @@ mod tests {
             let seen = SEEN.lock().unwrap();
             assert_eq!(seen.len(), 2);
             // During the format's open both files are in a structure walk
-            // (a mapped store only: positional reads have no mapping to
-            // advise); once the source exists, neither is.
+            // (mapped or positional: a walk notes its cold pages either
+            // way); once the source exists, neither is.
             for (store, walking) in seen.iter() {
-                assert_eq!(*walking, map, "{}", store.path().display());
+                assert!(*walking, "{}", store.path().display());
                 assert!(!store.is_walking(), "{}", store.path().display());
             }
         }

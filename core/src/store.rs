@@ -82,6 +82,36 @@ pub fn page_size() -> u64 {
     })
 }
 
+/// How many bytes of `buf` a `pread` from `offset` fills from the page
+/// cache alone (`preadv2` with `RWF_NOWAIT`, which reads no further than
+/// the cache holds); 0 where the kernel or filesystem does not support it.
+fn cached_prefix(file: &File, offset: u64, buf: &mut [u8]) -> usize {
+    use std::os::fd::AsRawFd;
+    let mut done = 0usize;
+    while done < buf.len() {
+        let iov = libc::iovec {
+            iov_base: buf[done..].as_mut_ptr().cast(),
+            iov_len: buf.len() - done,
+        };
+        // SAFETY: one iovec over the unfilled tail of `buf`, which this
+        // function borrows mutably; the kernel writes at most its length.
+        let n = unsafe {
+            libc::preadv2(
+                file.as_raw_fd(),
+                &iov,
+                1,
+                (offset + done as u64) as libc::off_t,
+                libc::RWF_NOWAIT,
+            )
+        };
+        if n <= 0 {
+            break;
+        }
+        done += n as usize;
+    }
+    done
+}
+
 /// A failed `mmap` of the whole file: `ENOMEM` (the mapping does not fit
 /// the process's address-space limit) is a [`Error::Memory`], which Python
 /// raises as `MemoryError`, like any other allocation zt cannot get; every
@@ -203,10 +233,13 @@ impl Store {
     /// (`MADV_RANDOM`), except reads of at least 256 KiB, which keep normal
     /// readahead over their range. The opener brackets every format's
     /// `open` with the two calls. Advice only: no read returns different
-    /// bytes, and a store that is not mapped ignores it.
+    /// bytes. A positional store's descriptor is advised
+    /// `POSIX_FADV_RANDOM` the same way (a short `pread` after another
+    /// would start readahead); a remote store ignores both.
     pub fn begin_walk(&self) {
-        if self.is_mapped() && !self.walking.swap(true, Ordering::Relaxed) {
+        if !self.is_remote() && !self.walking.swap(true, Ordering::Relaxed) {
             let _ = self.advise(0, self.len, libc::MADV_RANDOM);
+            self.advise_descriptor(libc::POSIX_FADV_RANDOM);
         }
     }
 
@@ -215,11 +248,22 @@ impl Store {
     pub fn end_walk(&self) {
         if self.walking.swap(false, Ordering::Relaxed) {
             let _ = self.advise(0, self.len, libc::MADV_NORMAL);
+            self.advise_descriptor(libc::POSIX_FADV_NORMAL);
+        }
+    }
+
+    /// `posix_fadvise` over the whole file of a positional store (its
+    /// own descriptor, which every later read uses); advice only.
+    fn advise_descriptor(&self, advice: libc::c_int) {
+        if let Backing::Positional(file) = &self.backing {
+            use std::os::fd::AsRawFd;
+            // SAFETY: advice on a descriptor this store owns.
+            unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, advice) };
         }
     }
 
     /// True between [`Store::begin_walk`] and [`Store::end_walk`] on a
-    /// mapped store.
+    /// local store.
     pub fn is_walking(&self) -> bool {
         self.walking.load(Ordering::Relaxed)
     }
@@ -282,11 +326,32 @@ impl Store {
         }
     }
 
+    /// Fill `buf` from `offset` of a positional store's `file`. During a
+    /// walk a short read first asks for what is cached (`RWF_NOWAIT`, which
+    /// stops at the first page the cache lacks), and notes the pages from
+    /// there on as cold: `mincore` needs a mapping, this needs none.
+    fn pread_exact(&self, file: &File, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let len = buf.len() as u64;
+        let mut cached = 0usize;
+        if len > 0 && len < WALK_SEQUENTIAL && self.walking.load(Ordering::Relaxed) {
+            cached = cached_prefix(file, offset, buf);
+            if cached < buf.len() {
+                let cold = Self::page_envelope(offset + cached as u64, len - cached as u64);
+                self.cold_walk_pages
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(cold);
+            }
+        }
+        file.read_exact_at(&mut buf[cached..], offset + cached as u64)
+            .map_err(|e| self.read_failed(file, offset + cached as u64, len - cached as u64, e))
+    }
+
     /// The page ranges the walks so far read from the disk themselves
     /// (uncached when read), sorted and merged; the record is emptied. A
     /// whole load about to read over them drops them first
     /// ([`Store::drop_cached`]), so its readahead meets no stray cached
-    /// page. Empty for stores that are not mapped.
+    /// page. Empty for remote stores.
     pub fn take_cold_walk_pages(&self) -> Vec<(u64, u64)> {
         let mut pages = std::mem::take(
             &mut *self
@@ -316,7 +381,15 @@ impl Store {
         for &(start, end) in ranges {
             self.evict_pages(start, end)?;
         }
-        if let Some(file) = self.reopen() {
+        let reopened;
+        let file = match &self.backing {
+            Backing::Positional(file) => Some(file),
+            _ => {
+                reopened = self.reopen();
+                reopened.as_ref()
+            }
+        };
+        if let Some(file) = file {
             use std::os::fd::AsRawFd;
             for &(start, end) in ranges {
                 // SAFETY: fadvise on a descriptor this function owns; advice
@@ -408,8 +481,7 @@ impl Store {
             }
             Backing::Positional(file) => {
                 let mut buf = crate::buffer::try_zeroed(&self.ctx().at(offset), "a read", len)?;
-                file.read_exact_at(&mut buf, offset)
-                    .map_err(|e| self.read_failed(file, offset, len, e))?;
+                self.pread_exact(file, offset, &mut buf)?;
                 Ok(Cow::Owned(buf))
             }
             #[cfg(feature = "remote")]
@@ -430,9 +502,7 @@ impl Store {
                 buf.copy_from_slice(&map[offset as usize..offset as usize + buf.len()]);
                 Ok(())
             }
-            Backing::Positional(file) => file
-                .read_exact_at(buf, offset)
-                .map_err(|e| self.read_failed(file, offset, buf.len() as u64, e)),
+            Backing::Positional(file) => self.pread_exact(file, offset, buf),
             #[cfg(feature = "remote")]
             Backing::Remote(object) => object.read_into(offset, buf).map_err(crate::remote::error),
         }

@@ -49,9 +49,19 @@ fn cold_file(pages: usize) -> tempfile::NamedTempFile {
 
 #[test]
 fn a_walk_notes_the_pages_it_reads_from_the_disk_and_a_load_drops_them() {
-    let page = page_size();
     let f = cold_file(128);
-    let store = Store::open(f.path()).unwrap();
+    walk_notes_and_drops(f.path(), Store::open(f.path()).unwrap());
+}
+
+#[test]
+fn a_positional_walk_notes_and_drops_them_too() {
+    let f = cold_file(128);
+    walk_notes_and_drops(f.path(), Store::open_positional(f.path()).unwrap());
+}
+
+/// The walk over `store`, whose file `path` is cold: see the tests above.
+fn walk_notes_and_drops(path: &std::path::Path, store: Store) {
+    let page = page_size();
     let read = |offset: u64, len: u64| {
         store
             .read(offset, len)
@@ -87,10 +97,10 @@ fn a_walk_notes_the_pages_it_reads_from_the_disk_and_a_load_drops_them() {
 
     // Dropping page 10 leaves pages 20 and 21 (and the long read's) cached,
     // and the bytes read back are the file's.
-    let before = cached(f.path(), 128);
+    let before = cached(path, 128);
     assert!(before[10] && before[20] && before[21]);
     store.drop_cached(&[(10 * page, 11 * page)]).unwrap();
-    let after = cached(f.path(), 128);
+    let after = cached(path, 128);
     assert!(!after[10] && after[20] && after[21]);
     assert_eq!(read(10 * page, page), 10 * page);
 }
