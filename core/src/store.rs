@@ -19,7 +19,8 @@
 //! 21 members: 18-23 ms slower to read in, about a tenth). So the walk
 //! notes the pages it finds uncached (`mincore`) and a whole load drops
 //! them again just before it reads their range
-//! ([`Store::take_cold_walk_pages`], [`Store::drop_cached`]).
+//! ([`Store::take_cold_walk_pages`], [`Store::drop_cached`]); a positional
+//! store's walk learns the same with `preadv2(RWF_NOWAIT)`.
 
 use crate::rule::Rule;
 use std::borrow::Cow;
@@ -67,6 +68,10 @@ pub struct Store {
 /// table read front to back (a safetensors header, a pickle, an ONNX
 /// protobuf): its range keeps the kernel's normal readahead.
 const WALK_SEQUENTIAL: u64 = 256 << 10;
+
+/// The most page ranges a store keeps noted from its walks (16 bytes each:
+/// 1 MiB), so a walk over millions of members holds no unbounded record.
+const MAX_COLD_RANGES: usize = 1 << 16;
 
 /// The operating system's page size, read once.
 pub fn page_size() -> u64 {
@@ -309,20 +314,29 @@ impl Store {
         if rc != 0 {
             return;
         }
-        let mut noted = self
-            .cold_walk_pages
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
         for (i, _) in cached[..pages]
             .iter()
             .enumerate()
             .filter(|(_, c)| **c & 1 == 0)
         {
             let at = start + i as u64 * page;
-            match noted.last_mut() {
-                Some(last) if last.1 == at => last.1 = at + page,
-                _ => noted.push((at, at + page)),
-            }
+            self.note_cold(at, at + page);
+        }
+    }
+
+    /// Note the page range `[start, end)` as read from the disk by a walk,
+    /// joined to the last range noted when it follows it; at most
+    /// [`MAX_COLD_RANGES`] ranges are kept (past that, pages go unnoted:
+    /// a slower load, never a wrong one).
+    fn note_cold(&self, start: u64, end: u64) {
+        let mut noted = self
+            .cold_walk_pages
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(last) = noted.last_mut().filter(|last| last.1 == start) {
+            last.1 = end;
+        } else if noted.len() < MAX_COLD_RANGES {
+            noted.push((start, end));
         }
     }
 
@@ -336,11 +350,8 @@ impl Store {
         if len > 0 && len < WALK_SEQUENTIAL && self.walking.load(Ordering::Relaxed) {
             cached = cached_prefix(file, offset, buf);
             if cached < buf.len() {
-                let cold = Self::page_envelope(offset + cached as u64, len - cached as u64);
-                self.cold_walk_pages
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push(cold);
+                let (start, end) = Self::page_envelope(offset + cached as u64, len - cached as u64);
+                self.note_cold(start, end);
             }
         }
         file.read_exact_at(&mut buf[cached..], offset + cached as u64)
