@@ -204,8 +204,7 @@ fn read_in(
 ) -> Result<u64> {
     let mut asked = 0u64;
     for (at_store, (store, ranges)) in stores.iter().enumerate() {
-        let stray = pages_within(&store.take_cold_walk_pages(), ranges);
-        let _ = store.drop_cached(&stray); // advice: a load never fails for it
+        drop_stray_walk_pages(store, ranges);
         for &(start, end) in ranges {
             let mut at = start;
             while at < end {
@@ -221,6 +220,15 @@ fn read_in(
         }
     }
     Ok(asked)
+}
+
+/// Drop the pages a structure walk read from the disk one by one (see
+/// [`Store::take_cold_walk_pages`]) where they lie inside `ranges` (sorted
+/// byte ranges a whole load is about to read in order): the kernel's
+/// readahead would stop at each. Advice: a load never fails for it.
+pub(crate) fn drop_stray_walk_pages(store: &Store, ranges: &[(u64, u64)]) {
+    let stray = pages_within(&store.take_cold_walk_pages(), ranges);
+    let _ = store.drop_cached(&stray);
 }
 
 /// The parts of the page ranges `pages` that overlap the byte ranges
