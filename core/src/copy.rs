@@ -364,7 +364,7 @@ fn copy_raw(mut targets: Vec<Target<'_, '_>>, threads: usize, chunk: usize) -> R
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::source::Source;
+    use crate::source::{CountedCheck, Source};
     use std::io::Write;
     use std::sync::Arc;
 
@@ -491,71 +491,17 @@ mod tests {
         assert_eq!(threads_for(2 * THREAD_BYTES), cores.min(2));
     }
 
-    /// A check that counts its runs, and fails when told to.
-    #[derive(Debug, Default)]
-    struct Counted {
-        runs: std::sync::atomic::AtomicUsize,
-        fails: bool,
-    }
-
-    impl crate::catalog::Check for Counted {
-        fn check(&self) -> std::result::Result<(), crate::catalog::CheckFailed> {
-            self.runs.fetch_add(1, Ordering::SeqCst);
-            match self.fails {
-                false => Ok(()),
-                true => Err(crate::catalog::CheckFailed {
-                    rule: Rule::PART_SIZE,
-                    reason: "fails".into(),
-                }),
-            }
-        }
-    }
-
     /// A source over `ranges` of a patterned file, each tensor carrying a
     /// counted check (failing where `fails` says), and those checks.
     fn checked(
         ranges: &[(u64, u64)],
         fails: &[bool],
-    ) -> (tempfile::NamedTempFile, Source, Vec<Arc<Counted>>) {
-        use crate::catalog::{Catalog, Check, Object};
-        let mut f = tempfile::NamedTempFile::new().unwrap();
-        f.write_all(&(0..9000).map(|i| (i % 251) as u8).collect::<Vec<_>>())
-            .unwrap();
-        f.flush().unwrap();
+    ) -> (tempfile::NamedTempFile, Source, Vec<Arc<CountedCheck>>) {
+        let (f, _) = source(9000, &[], true);
         let store = Arc::new(Store::open(f.path()).unwrap());
-        let objects = ranges
-            .iter()
-            .enumerate()
-            .map(|(i, &(offset, len))| {
-                let payload = Payload::Stored {
-                    store: store.clone(),
-                    offset,
-                    len,
-                };
-                Object::dense(format!("t{i}"), crate::dtype::DType::U8, vec![len], payload)
-            })
-            .collect();
-        let counted: Vec<Arc<Counted>> = fails
-            .iter()
-            .map(|&fails| {
-                Arc::new(Counted {
-                    fails,
-                    ..Default::default()
-                })
-            })
-            .collect();
-        let catalog = Catalog {
-            objects,
-            checks: counted
-                .iter()
-                .enumerate()
-                .map(|(i, c)| (i, Arc::clone(c) as Arc<dyn Check>))
-                .collect(),
-            ..Default::default()
-        };
-        let src =
-            Source::from_catalog("test", store, catalog, crate::limits::Limits::default()).unwrap();
-        (f, src, counted)
+        let checks = CountedCheck::many(fails);
+        let src = Source::of_checked_ranges(store, ranges, &checks);
+        (f, src, checks)
     }
 
     #[test]
@@ -569,13 +515,13 @@ mod tests {
             for (&(o, l), bytes) in ranges.iter().zip(&got) {
                 assert_eq!(bytes[..], file[o as usize..(o + l) as usize]);
             }
-            assert!(counted.iter().all(|c| c.runs.load(Ordering::SeqCst) == 1));
+            assert!(counted.iter().all(|c| c.runs() == 1));
 
             let (_f, src, counted) = checked(&ranges, &[false, false, false, true]);
             let e = copy_parts(&parts(&src), threads, chunk).unwrap_err();
             assert!(matches!(e, Error::Integrity { .. }), "{e}");
             assert!(e.to_string().contains("tensor \"t3\""), "{e}");
-            assert!(counted.iter().all(|c| c.runs.load(Ordering::SeqCst) == 1));
+            assert!(counted.iter().all(|c| c.runs() == 1));
 
             // Into the caller's memory, a failing check is run before a
             // byte is written.

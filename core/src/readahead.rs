@@ -288,65 +288,18 @@ mod tests {
         assert!(t.data().unwrap().bytes().unwrap().iter().all(|&b| b == 7));
     }
 
-    /// A check that counts its runs, and fails when told to.
-    #[derive(Debug, Default)]
-    struct Counted {
-        runs: std::sync::atomic::AtomicUsize,
-        fails: bool,
-    }
-
-    impl crate::catalog::Check for Counted {
-        fn check(&self) -> std::result::Result<(), crate::catalog::CheckFailed> {
-            self.runs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            match self.fails {
-                false => Ok(()),
-                true => Err(crate::catalog::CheckFailed {
-                    rule: crate::rule::Rule::PART_SIZE,
-                    reason: "fails".into(),
-                }),
-            }
-        }
-    }
-
     #[test]
     fn read_ahead_runs_the_checks_of_what_it_read_and_keeps_their_outcome() {
-        use crate::catalog::{Catalog, Check, Object};
+        use crate::source::CountedCheck;
         let mut f = tempfile::NamedTempFile::new().unwrap();
         f.write_all(&vec![7u8; 9 << 20]).unwrap();
         f.flush().unwrap();
         let store = Arc::new(Store::open(f.path()).unwrap());
         // Listed out of file order: t0 lies after t1; t2 is past the budget.
         let at = [(2u64 << 20, 1u64 << 20), (0, 1 << 20), (8 << 20, 1 << 20)];
-        let objects = at
-            .iter()
-            .enumerate()
-            .map(|(i, &(offset, len))| {
-                let payload = Payload::Stored {
-                    store: store.clone(),
-                    offset,
-                    len,
-                };
-                Object::dense(format!("t{i}"), crate::dtype::DType::U8, vec![len], payload)
-            })
-            .collect();
-        let counted: Vec<Arc<Counted>> = (0..3)
-            .map(|i| {
-                Arc::new(Counted {
-                    fails: i == 1,
-                    ..Default::default()
-                })
-            })
-            .collect();
-        let catalog = Catalog {
-            objects,
-            checks: (0..3)
-                .map(|i| (i, Arc::clone(&counted[i]) as Arc<dyn Check>))
-                .collect(),
-            ..Default::default()
-        };
-        let src =
-            Source::from_catalog("test", store, catalog, crate::limits::Limits::default()).unwrap();
-        let runs = |i: usize| counted[i].runs.load(std::sync::atomic::Ordering::SeqCst);
+        let checks = CountedCheck::many(&[false, true, false]);
+        let src = Source::of_checked_ranges(store, &at, &checks);
+        let runs = |i: usize| checks[i].runs();
 
         // Keyed by where each object's bytes end, in file order.
         let keys: Vec<_> = src

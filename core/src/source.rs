@@ -591,6 +591,16 @@ impl Source {
     /// A source whose tensors `t0`, `t1`, ... are the u8 `ranges`
     /// (offset, length) of `store`: the fixture of the read-path tests.
     pub(crate) fn of_ranges(store: Arc<Store>, ranges: &[(u64, u64)]) -> Source {
+        Source::of_checked_ranges(store, ranges, &[])
+    }
+
+    /// [`Source::of_ranges`] with `t{i}` carrying the check `checks[i]`
+    /// (where there is one).
+    pub(crate) fn of_checked_ranges(
+        store: Arc<Store>,
+        ranges: &[(u64, u64)],
+        checks: &[Arc<CountedCheck>],
+    ) -> Source {
         let objects = ranges
             .iter()
             .enumerate()
@@ -605,9 +615,58 @@ impl Source {
             .collect();
         let catalog = Catalog {
             objects,
+            checks: checks
+                .iter()
+                .enumerate()
+                .map(|(i, c)| (i, Arc::clone(c) as Arc<dyn Check>))
+                .collect(),
             ..Default::default()
         };
         Source::from_catalog("test", store, catalog, Limits::default()).unwrap()
+    }
+}
+
+/// A check that counts its runs, and fails when made with `fails`: what
+/// tests of the paths that run checks (reads, read-ahead, copies) count.
+#[cfg(test)]
+#[derive(Debug, Default)]
+pub(crate) struct CountedCheck {
+    runs: std::sync::atomic::AtomicUsize,
+    fails: bool,
+}
+
+#[cfg(test)]
+impl CountedCheck {
+    /// One check per entry of `fails`, failing where it is true.
+    pub(crate) fn many(fails: &[bool]) -> Vec<Arc<CountedCheck>> {
+        fails
+            .iter()
+            .map(|&fails| {
+                Arc::new(CountedCheck {
+                    fails,
+                    ..Default::default()
+                })
+            })
+            .collect()
+    }
+
+    /// How many times it ran.
+    pub(crate) fn runs(&self) -> usize {
+        self.runs.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+#[cfg(test)]
+impl Check for CountedCheck {
+    fn check(&self) -> std::result::Result<(), CheckFailed> {
+        self.runs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        match self.fails {
+            false => Ok(()),
+            true => Err(CheckFailed {
+                rule: Rule::PART_SIZE,
+                reason: "fails".into(),
+            }),
+        }
     }
 }
 

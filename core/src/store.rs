@@ -89,8 +89,9 @@ pub fn page_size() -> u64 {
 
 /// How many bytes of `buf` a `pread` from `offset` fills from the page
 /// cache alone (`preadv2` with `RWF_NOWAIT`, which reads no further than
-/// the cache holds); 0 where the kernel or filesystem does not support it.
-fn cached_prefix(file: &File, offset: u64, buf: &mut [u8]) -> usize {
+/// the cache holds); `None` where the kernel or filesystem cannot tell
+/// (any failure but `EAGAIN`, "not cached").
+fn cached_prefix(file: &File, offset: u64, buf: &mut [u8]) -> Option<usize> {
     use std::os::fd::AsRawFd;
     let mut done = 0usize;
     while done < buf.len() {
@@ -109,12 +110,14 @@ fn cached_prefix(file: &File, offset: u64, buf: &mut [u8]) -> usize {
                 libc::RWF_NOWAIT,
             )
         };
-        if n <= 0 {
-            break;
+        match n {
+            n if n > 0 => done += n as usize,
+            0 => break, // the end of the file: the read that follows says so
+            _ if std::io::Error::last_os_error().raw_os_error() == Some(libc::EAGAIN) => break,
+            _ => return None,
         }
-        done += n as usize;
     }
-    done
+    Some(done)
 }
 
 /// A failed `mmap` of the whole file: `ENOMEM` (the mapping does not fit
@@ -348,10 +351,13 @@ impl Store {
         let len = buf.len() as u64;
         let mut cached = 0usize;
         if len > 0 && len < WALK_SEQUENTIAL && self.walking.load(Ordering::Relaxed) {
-            cached = cached_prefix(file, offset, buf);
-            if cached < buf.len() {
-                let (start, end) = Self::page_envelope(offset + cached as u64, len - cached as u64);
-                self.note_cold(start, end);
+            if let Some(prefix) = cached_prefix(file, offset, buf) {
+                cached = prefix;
+                if cached < buf.len() {
+                    let (start, end) =
+                        Self::page_envelope(offset + cached as u64, len - cached as u64);
+                    self.note_cold(start, end);
+                }
             }
         }
         file.read_exact_at(&mut buf[cached..], offset + cached as u64)
@@ -403,8 +409,9 @@ impl Store {
         if let Some(file) = file {
             use std::os::fd::AsRawFd;
             for &(start, end) in ranges {
-                // SAFETY: fadvise on a descriptor this function owns; advice
-                // only, it changes no byte a read returns.
+                // SAFETY: fadvise on an open descriptor of this store's own
+                // file (same inode); advice only, it changes no byte a read
+                // returns.
                 unsafe {
                     libc::posix_fadvise(
                         file.as_raw_fd(),
