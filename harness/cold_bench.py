@@ -14,6 +14,9 @@ whole file was read in), after one untimed warmup round:
 * `cat`: `cat FILES > /dev/null` (a subprocess; what the device gives);
 * `zt.numpy.load_file`: every tensor, then one byte of every page of
   every array touched (a mapped view reads nothing until touched);
+* `zt.numpy.load_file(copy=True)`: every tensor `pread` into arrays of
+  its own (the bytes are in memory when it returns; checks such as an npz
+  member's CRC-32 run too);
 * the format's own library loading every tensor, each page touched the
   same way.
 
@@ -138,6 +141,14 @@ def load_zt(path) -> int:
     return touch(zt.numpy.load_file(path).values())
 
 
+def load_zt_copy(path) -> int:
+    return touch(zt.numpy.load_file(path, copy=True).values())
+
+
+ZT = "zt.numpy.load_file"
+ZT_COPY = "zt.numpy.load_file(copy=True)"
+
+
 def cat(files) -> None:
     with open(os.devnull, "wb") as null:
         subprocess.run(["cat", *map(os.fspath, files)], stdout=null, check=True)
@@ -186,7 +197,7 @@ def measure_format(fmt, shapes, want, work, runs, hidden, layers) -> report.Resu
         check(fmt, path, want)
         cached: list[float] = []
         read: dict[str, list[float]] = {}
-        cases = {"cat": lambda: cat(files), "zt.numpy.load_file": lambda: load_zt(path)}
+        cases = {"cat": lambda: cat(files), ZT: lambda: load_zt(path), ZT_COPY: lambda: load_zt_copy(path)}
         own_ok = read_formats.importable(fmt.module)
         if own_ok:
             cases[label] = lambda: own(path)
@@ -277,15 +288,17 @@ def summary_table(results: list[report.Result]) -> report.Result:
     for r in results:
         fmt = r.name.removeprefix("cold-")
         cat_runs = r.samples["cat"]
-        zt_ratio, q1, q3 = round_ratios(cat_runs, r.samples["zt.numpy.load_file"])
-        own_label = next(k for k in r.samples if k not in ("cat", "zt.numpy.load_file"))
+        zt_ratio, q1, q3 = round_ratios(cat_runs, r.samples[ZT])
+        copy_ratio = round_ratios(cat_runs, r.samples[ZT_COPY])[0]
+        own_label = next(k for k in r.samples if k not in ("cat", ZT, ZT_COPY))
         own_runs = r.samples[own_label]
         own = f"{round_ratios(cat_runs, own_runs)[0]:.2f}" if own_runs else "missing"
         cat_med = common.summary(cat_runs)[0]
-        zt_med = common.summary(r.samples["zt.numpy.load_file"])[0]
+        zt_med = common.summary(r.samples[ZT])[0]
         extra[fmt] = {
             "zt speed ÷ cat": f"{zt_ratio:.2f}",
             "zt IQR ÷ cat": f"{q1:.2f} – {q3:.2f}",
+            "zt copy=True ÷ cat": f"{copy_ratio:.2f}",
             "own library ÷ cat": f"{own} ({own_label})",
             "cat GiB/s": f"{r.nbytes / cat_med / 2**30:.2f}",
             "zt GiB/s": f"{r.nbytes / zt_med / 2**30:.2f}",

@@ -300,8 +300,11 @@ fn copy_raw(mut targets: Vec<Target<'_, '_>>, threads: usize, chunk: usize) -> R
     } in targets
     {
         let mut at = offset;
-        for piece in buf.chunks_mut(chunk) {
-            let n = piece.len();
+        let mut rest = buf;
+        while !rest.is_empty() {
+            let n = crate::store::read_piece_len(at, rest.len() as u64, chunk as u64) as usize;
+            let (piece, tail) = std::mem::take(&mut rest).split_at_mut(n);
+            rest = tail;
             claim.push(Piece {
                 name,
                 store,
