@@ -270,6 +270,27 @@ pub trait Check: fmt::Debug + Send + Sync {
     fn on_read(&self) -> bool {
         true
     }
+
+    /// The check as the CRC-32 of one range of the object's store, where
+    /// it is one (a zip member's): a copy of that range can then hash the
+    /// bytes as it copies them instead of reading them again. A match
+    /// passes the check; a mismatch runs [`Check::check`], whose outcome
+    /// (and message) stands.
+    fn crc32(&self) -> Option<Crc32Range> {
+        None
+    }
+}
+
+/// The range of a store a CRC-32 check covers, and the CRC-32 (IEEE, as
+/// zip records it) its bytes must have (see [`Check::crc32`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Crc32Range {
+    /// Where the range starts.
+    pub offset: u64,
+    /// Its length.
+    pub len: u64,
+    /// The CRC-32 of its bytes.
+    pub crc: u32,
 }
 
 /// Why a [`Check`] failed: the rule it cites (the plugin's, such as

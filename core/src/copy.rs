@@ -19,6 +19,12 @@
 //! of the mapping. Loads under [`THREAD_BYTES`] per extra thread stay on
 //! the calling thread.
 //!
+//! A part whose lazy check is a CRC-32 over a range holding it (an npz
+//! member's: `Check::crc32`) is hashed piece by piece on the copying
+//! threads as each piece lands, so its check costs no second pass over the
+//! bytes (measured, 512 MiB npz: warm 122-129 -> 106 ms; cold 0.85-0.93x
+//! -> 0.96x `cat`). No copy is returned before every check has passed.
+//!
 //! Only raw parts take this path: stored bytes of a local file in C order.
 //! Decoded parts (compressed, big-endian, typed fields), strided ones and
 //! remote ones are read as [`PartRef::bytes`] reads them, one after another.
@@ -26,9 +32,9 @@
 use std::fs::File;
 use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 
-use crate::catalog::Payload;
+use crate::catalog::{Crc32Range, Payload};
 use crate::error::{Error, Result};
 use crate::part::PartRef;
 use crate::rule::Rule;
@@ -85,6 +91,8 @@ fn raw_range<'a>(p: &PartRef<'a>) -> Option<(&'a Store, u64, u64)> {
 /// `name` (which its errors name).
 struct Piece<'s, 'b> {
     name: &'s str,
+    /// Where the CRC-32 of the bytes goes once copied (see [`Target::crc`]).
+    crc: Option<usize>,
     store: &'s Store,
     file: Option<&'s File>,
     offset: u64,
@@ -114,9 +122,12 @@ pub(crate) fn copy_parts(
     let targets = parts
         .iter()
         .zip(out.iter_mut())
-        .filter_map(|(p, dst)| {
+        .enumerate()
+        .filter_map(|(part, (p, dst))| {
             let (store, offset, len) = raw_range(p)?;
             Some(Target {
+                part,
+                crc: crc32_of(p).is_some(),
                 name: &p.object.name,
                 store,
                 offset,
@@ -124,7 +135,19 @@ pub(crate) fn copy_parts(
             })
         })
         .collect();
-    copy_raw(targets, threads, chunk)?;
+    let copied_crcs = copy_raw(targets, threads, chunk)?;
+    // A part whose check is a CRC-32 was hashed as it was copied, piece by
+    // piece while each was fresh, on the copying threads: what is left is
+    // the few bytes of its range outside the part (an npy header). A match
+    // passes the check; a mismatch leaves it to run in full below, which
+    // reports it.
+    for (part, copied) in copied_crcs {
+        if crc_matches(&parts[part], copied)? {
+            if let Some(check) = parts[part].lazy_check() {
+                check.passed();
+            }
+        }
+    }
     for (dst, len) in out.iter_mut().zip(&raw_len) {
         if let Some(len) = *len {
             // SAFETY: `copy_raw` returned Ok, so every byte of the first
@@ -138,12 +161,10 @@ pub(crate) fn copy_parts(
             out[i] = crate::buffer::try_own(&p.ctx(), "a copy", p.bytes()?)?;
         }
     }
-    // The lazy checks (an npz member's CRC-32) run after the copy, over the
-    // bytes it just brought into the page cache, and before any copy is
-    // returned: fresh memory that nobody sees until then. Run first, on a
-    // cold file, they read it through the mapping's faults and the copy
-    // read it again (cold npz copy 0.66x `cat`; after, 0.85-0.93x; run on
-    // a second thread as each part's copy completed, no better: 0.86-0.90x).
+    // The other lazy checks run after the copy, over the bytes it just
+    // brought into the page cache, and before any copy is returned: fresh
+    // memory that nobody sees until then. Run first, on a cold file, they
+    // read it through the mapping's faults and the copy read it again.
     guard_all(parts)?;
     Ok(out)
 }
@@ -195,6 +216,8 @@ pub(crate) fn copy_into_with(
     for (p, dst) in parts.iter().zip(dests.iter_mut()) {
         match raw_range(p) {
             Some((store, offset, _)) => targets.push(Target {
+                part: targets.len() + rest.len(),
+                crc: false,
                 name: &p.object.name,
                 store,
                 offset,
@@ -226,6 +249,30 @@ fn elements_len(p: &PartRef<'_>) -> Result<u64> {
     crate::part::materialized_len(&p.ctx(), p.shape(), size)
 }
 
+/// The CRC-32 range of a raw part's lazy check, when the check is one, has
+/// not run, and covers the part's bytes (see `Check::crc32`).
+fn crc32_of(p: &PartRef<'_>) -> Option<Crc32Range> {
+    let (_, offset, len) = raw_range(p)?;
+    let range = p.lazy_check()?.pending_crc32()?;
+    let covers = range.offset <= offset && offset + len <= range.offset.saturating_add(range.len);
+    covers.then_some(range)
+}
+
+/// Whether the CRC-32 of the part's check range matches, given `copied`,
+/// the hash of the part's own bytes as they were copied: the bytes of the
+/// range before and after the part are read and hashed around it.
+fn crc_matches(p: &PartRef<'_>, copied: crc32fast::Hasher) -> Result<bool> {
+    let (Some(range), Some((store, offset, len))) = (crc32_of(p), raw_range(p)) else {
+        return Ok(false);
+    };
+    let end = offset + len;
+    let mut whole = crc32fast::Hasher::new();
+    whole.update(&store.read(range.offset, offset - range.offset)?);
+    whole.combine(&copied);
+    whole.update(&store.read(end, range.offset + range.len - end)?);
+    Ok(whole.finalize() == range.crc)
+}
+
 /// Run every lazy check (an npz member's CRC): bytes that fail one are
 /// never handed out (`copy_into` runs them before writing a byte of the
 /// caller's memory).
@@ -244,6 +291,11 @@ fn as_uninit(buf: &mut [u8]) -> &mut [MaybeUninit<u8>] {
 /// One destination of a raw copy: `buf.len()` bytes of `store` from
 /// `offset`, for the tensor `name` (which its errors name).
 struct Target<'s, 'b> {
+    /// The index of its part in the caller's list.
+    part: usize,
+    /// Hash the bytes as they are copied (the part's check is a CRC-32
+    /// over a range that holds them: see [`crc32_of`]).
+    crc: bool,
     name: &'s str,
     store: &'s Store,
     offset: u64,
@@ -271,8 +323,14 @@ fn drop_stray_walk_pages(targets: &[Target<'_, '_>]) {
 }
 
 /// Copy every target's range into its buffer, in file order, on `threads`
-/// threads.
-fn copy_raw(mut targets: Vec<Target<'_, '_>>, threads: usize, chunk: usize) -> Result<()> {
+/// threads. Returns, for each target with `crc` set, its part and the
+/// CRC-32 state of its bytes (hashed piece by piece as each was copied,
+/// by the thread that copied it, then combined in order).
+fn copy_raw(
+    mut targets: Vec<Target<'_, '_>>,
+    threads: usize,
+    chunk: usize,
+) -> Result<Vec<(usize, crc32fast::Hasher)>> {
     let chunk = chunk.max(1);
     targets.sort_by(|a, b| (a.store.path(), a.offset).cmp(&(b.store.path(), b.offset)));
     drop_stray_walk_pages(&targets);
@@ -292,13 +350,19 @@ fn copy_raw(mut targets: Vec<Target<'_, '_>>, threads: usize, chunk: usize) -> R
     // Claims of about `chunk` bytes: large parts split, small ones grouped.
     let mut claims: Vec<Vec<Piece<'_, '_>>> = Vec::new();
     let (mut claim, mut size) = (Vec::new(), 0usize);
+    // Each hashed target's part and the slots of its pieces' hashes.
+    let mut hashed: Vec<(usize, std::ops::Range<usize>)> = Vec::new();
+    let mut slots = 0usize;
     for Target {
+        part,
+        crc,
         name,
         store,
         offset,
         buf,
     } in targets
     {
+        let first_slot = slots;
         let mut at = offset;
         let mut rest = buf;
         while !rest.is_empty() {
@@ -307,6 +371,10 @@ fn copy_raw(mut targets: Vec<Target<'_, '_>>, threads: usize, chunk: usize) -> R
             rest = tail;
             claim.push(Piece {
                 name,
+                crc: crc.then(|| {
+                    slots += 1;
+                    slots - 1
+                }),
                 store,
                 file: file_of(store),
                 offset: at,
@@ -319,7 +387,12 @@ fn copy_raw(mut targets: Vec<Target<'_, '_>>, threads: usize, chunk: usize) -> R
                 size = 0;
             }
         }
+        if crc {
+            hashed.push((part, first_slot..slots));
+        }
     }
+    let piece_crcs: Vec<OnceLock<crc32fast::Hasher>> =
+        (0..slots).map(|_| OnceLock::new()).collect();
     if !claim.is_empty() {
         claims.push(claim);
     }
@@ -334,9 +407,10 @@ fn copy_raw(mut targets: Vec<Target<'_, '_>>, threads: usize, chunk: usize) -> R
             let next = queue.lock().unwrap_or_else(|e| e.into_inner()).next();
             let Some((index, claim)) = next else { return };
             for piece in claim {
-                if let Err(e) = piece
-                    .store
-                    .read_into_uninit(piece.file, piece.offset, piece.buf)
+                if let Err(e) =
+                    piece
+                        .store
+                        .read_into_uninit(piece.file, piece.offset, &mut *piece.buf)
                 {
                     let e = e.in_tensor(piece.name);
                     stop.store(true, Ordering::Relaxed);
@@ -345,6 +419,16 @@ fn copy_raw(mut targets: Vec<Target<'_, '_>>, threads: usize, chunk: usize) -> R
                         *slot = Some((index, e));
                     }
                     return;
+                }
+                if let Some(slot) = piece.crc {
+                    // SAFETY: `read_into_uninit` returned Ok, so every byte
+                    // of the piece was written; `MaybeUninit<u8>` has the
+                    // layout of `u8`.
+                    let bytes =
+                        unsafe { &*(&*piece.buf as *const [MaybeUninit<u8>] as *const [u8]) };
+                    let mut hasher = crc32fast::Hasher::new();
+                    hasher.update(bytes);
+                    let _ = piece_crcs[slot].set(hasher);
                 }
             }
         }
@@ -358,15 +442,28 @@ fn copy_raw(mut targets: Vec<Target<'_, '_>>, threads: usize, chunk: usize) -> R
         }
         work();
     });
-    match failed.into_inner().unwrap_or_else(|e| e.into_inner()) {
-        Some((_, e)) => Err(e),
-        None => Ok(()),
+    if let Some((_, e)) = failed.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        return Err(e);
     }
+    let mut piece_crcs: Vec<Option<crc32fast::Hasher>> =
+        piece_crcs.into_iter().map(OnceLock::into_inner).collect();
+    Ok(hashed
+        .into_iter()
+        .map(|(part, pieces)| {
+            let mut whole = crc32fast::Hasher::new();
+            for piece in &mut piece_crcs[pieces] {
+                // Every piece was copied (no error), so every slot is set.
+                whole.combine(&piece.take().unwrap_or_default());
+            }
+            (part, whole)
+        })
+        .collect())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::catalog::Crc32Range;
     use crate::source::{CountedCheck, Source};
     use std::io::Write;
     use std::sync::Arc;
@@ -539,6 +636,63 @@ mod tests {
                 dests.iter().flatten().all(|&b| b == 0xAA),
                 "nothing is written"
             );
+        }
+    }
+
+    #[test]
+    fn a_crc32_check_is_settled_by_the_bytes_copied() {
+        let (f, _) = source(9000, &[], true);
+        let file = std::fs::read(f.path()).unwrap();
+        let crc = |o: usize, l: usize| crc32fast::hash(&file[o..o + l]);
+        let store = Arc::new(Store::open(f.path()).unwrap());
+        // t0's check covers 10 bytes before and 20 after it; t1's is its
+        // own bytes with a wrong CRC; t2 is empty, its range around it.
+        let ranges = [(100, 5000), (6000, 2000), (8500, 0)];
+        let checks = vec![
+            CountedCheck::crc32(
+                Crc32Range {
+                    offset: 90,
+                    len: 5030,
+                    crc: crc(90, 5030),
+                },
+                false,
+            ),
+            CountedCheck::crc32(
+                Crc32Range {
+                    offset: 6000,
+                    len: 2000,
+                    crc: !crc(6000, 2000),
+                },
+                true,
+            ),
+            CountedCheck::crc32(
+                Crc32Range {
+                    offset: 8490,
+                    len: 20,
+                    crc: crc(8490, 20),
+                },
+                false,
+            ),
+        ];
+        for (threads, chunk) in [(1, CHUNK), (2, 64), (3, 333)] {
+            let src = Source::of_checked_ranges(store.clone(), &ranges, &checks);
+            let runs_before: Vec<usize> = checks.iter().map(|c| c.runs()).collect();
+            let runs = |i: usize| checks[i].runs() - runs_before[i];
+            // A mismatch runs the check in full, whose failure is reported;
+            // the matches never run it.
+            let e = copy_parts(&parts(&src), threads, chunk).unwrap_err();
+            assert!(matches!(e, Error::Integrity { .. }), "{e}");
+            assert!(e.to_string().contains("tensor \"t1\""), "{e}");
+            assert_eq!((runs(0), runs(1), runs(2)), (0, 1, 0));
+            // Their outcome is kept: reads pass without running them.
+            for name in ["t0", "t2"] {
+                src.tensor(name).unwrap().data().unwrap().bytes().unwrap();
+            }
+            assert_eq!((runs(0), runs(2)), (0, 0));
+            // Copied alone, t0 and t2 come back whole.
+            let src = Source::of_checked_ranges(store.clone(), &[(100, 5000)], &checks[..1]);
+            let got = copy_parts(&parts(&src), threads, chunk).unwrap();
+            assert_eq!(got[0][..], file[100..5100]);
         }
     }
 }

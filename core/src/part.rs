@@ -245,6 +245,11 @@ impl<'a> PartRef<'a> {
         }
     }
 
+    /// The object's lazy check, where it has one.
+    pub(crate) fn lazy_check(&self) -> Option<&std::sync::Arc<crate::source::LazyCheck>> {
+        self.source.checks.get(&self.slot)
+    }
+
     /// Whether the object has a lazy checksum ([`PartRef::verify`] runs it).
     fn has_check(&self) -> bool {
         self.source.checks.contains_key(&self.slot)

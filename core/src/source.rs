@@ -8,7 +8,9 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
-use crate::catalog::{Attributes, Catalog, Check, CheckFailed, Digest, Object, Part, Payload};
+use crate::catalog::{
+    Attributes, Catalog, Check, CheckFailed, Crc32Range, Digest, Object, Part, Payload,
+};
 use crate::digests::Digests;
 use crate::dtype::num_elements;
 use crate::error::{Context, Error, Result};
@@ -62,6 +64,20 @@ pub(crate) struct LazyCheck {
 }
 
 impl LazyCheck {
+    /// The check's CRC-32 form (see [`Check::crc32`]), while it has not run.
+    pub(crate) fn pending_crc32(&self) -> Option<Crc32Range> {
+        match self.outcome.get() {
+            None => self.check.crc32(),
+            Some(_) => None,
+        }
+    }
+
+    /// Record that the bytes the check covers were hashed elsewhere and
+    /// matched (see [`Check::crc32`]).
+    pub(crate) fn passed(&self) {
+        let _ = self.outcome.set(Ok(()));
+    }
+
     /// Run the check (once) unless it opted out of reads and `verify` is
     /// false; a failure seen before fails every later read.
     pub(crate) fn run(&self, verify: bool) -> std::result::Result<(), &CheckFailed> {
@@ -633,6 +649,8 @@ impl Source {
 pub(crate) struct CountedCheck {
     runs: std::sync::atomic::AtomicUsize,
     fails: bool,
+    /// What [`Check::crc32`] says.
+    crc: Option<Crc32Range>,
 }
 
 #[cfg(test)]
@@ -648,6 +666,16 @@ impl CountedCheck {
                 })
             })
             .collect()
+    }
+
+    /// A check that says it is the CRC-32 `crc` (and, run in full,
+    /// fails when `fails`).
+    pub(crate) fn crc32(crc: Crc32Range, fails: bool) -> Arc<CountedCheck> {
+        Arc::new(CountedCheck {
+            fails,
+            crc: Some(crc),
+            ..Default::default()
+        })
     }
 
     /// How many times it ran.
@@ -667,6 +695,10 @@ impl Check for CountedCheck {
                 reason: "fails".into(),
             }),
         }
+    }
+
+    fn crc32(&self) -> Option<Crc32Range> {
+        self.crc
     }
 }
 
