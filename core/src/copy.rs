@@ -304,21 +304,15 @@ struct Target<'s, 'b> {
 
 /// Before the copy reads each store's ranges in order, drop the pages its
 /// structure walk left cached among them (see
-/// [`crate::readahead::drop_stray_walk_pages`]).
+/// [`crate::readahead::drop_stray_walk_pages`]). `targets` are sorted by
+/// file and offset, so each store's come together, in offset order.
 fn drop_stray_walk_pages(targets: &[Target<'_, '_>]) {
-    let mut done: Vec<*const Store> = Vec::new();
-    for t in targets {
-        if done.contains(&(t.store as *const Store)) {
-            continue;
-        }
-        done.push(t.store);
-        let mut ranges: Vec<(u64, u64)> = targets
+    for same_store in targets.chunk_by(|a, b| std::ptr::eq(a.store, b.store)) {
+        let ranges: Vec<(u64, u64)> = same_store
             .iter()
-            .filter(|o| std::ptr::eq(o.store, t.store))
-            .map(|o| (o.offset, o.offset + o.buf.len() as u64))
+            .map(|t| (t.offset, t.offset + t.buf.len() as u64))
             .collect();
-        ranges.sort_unstable();
-        crate::readahead::drop_stray_walk_pages(t.store, &ranges);
+        crate::readahead::drop_stray_walk_pages(same_store[0].store, &ranges);
     }
 }
 

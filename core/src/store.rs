@@ -17,7 +17,8 @@
 //! that reads the file in order after the walk restarts its readahead at
 //! each one, with small pages (measured on a 512 MiB torch checkpoint of
 //! 21 members: 18-23 ms slower to read in, about a tenth). So the walk
-//! notes the pages it finds uncached (`mincore`) and a whole load drops
+//! notes the pages it finds uncached (`mincore`, once a region:
+//! [`cold_pages`]) and a whole load drops
 //! them again just before it reads their range
 //! ([`Store::take_cold_walk_pages`], [`Store::drop_cached`]); a positional
 //! store's walk learns the same with `preadv2(RWF_NOWAIT)`.
@@ -29,11 +30,12 @@ use std::mem::MaybeUninit;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
 
 use memmap2::Mmap;
 
 use crate::error::{Context, Error, Result};
+
+mod cold_pages;
 
 /// How a store reaches its bytes.
 #[derive(Debug)]
@@ -57,7 +59,7 @@ pub struct Store {
     walking: AtomicBool,
     /// Page ranges a walk read that were not cached before it (see
     /// [`Store::take_cold_walk_pages`]).
-    cold_walk_pages: Mutex<Vec<(u64, u64)>>,
+    cold_pages: cold_pages::ColdPages,
     /// A mapped file's local path, device and inode, so a copy can `pread`
     /// the very file the mapping shows ([`Store::reopen`]) without keeping
     /// a descriptor open for the store's life.
@@ -68,10 +70,6 @@ pub struct Store {
 /// table read front to back (a safetensors header, a pickle, an ONNX
 /// protobuf): its range keeps the kernel's normal readahead.
 const WALK_SEQUENTIAL: u64 = 256 << 10;
-
-/// The most page ranges a store keeps noted from its walks (16 bytes each:
-/// 1 MiB), so a walk over millions of members holds no unbounded record.
-const MAX_COLD_RANGES: usize = 1 << 16;
 
 /// The operating system's page size, read once.
 pub fn page_size() -> u64 {
@@ -187,7 +185,7 @@ impl Store {
             len,
             backing: Backing::Mapped(map),
             walking: AtomicBool::new(false),
-            cold_walk_pages: Mutex::new(Vec::new()),
+            cold_pages: Default::default(),
             local,
         })
     }
@@ -200,7 +198,7 @@ impl Store {
             len: object.len(),
             backing: Backing::Remote(object),
             walking: AtomicBool::new(false),
-            cold_walk_pages: Mutex::new(Vec::new()),
+            cold_pages: Default::default(),
             local: None,
         }
     }
@@ -215,7 +213,7 @@ impl Store {
             len,
             backing: Backing::Positional(file),
             walking: AtomicBool::new(false),
-            cold_walk_pages: Mutex::new(Vec::new()),
+            cold_pages: Default::default(),
             local: None,
         })
     }
@@ -279,6 +277,7 @@ impl Store {
         if self.walking.swap(false, Ordering::Relaxed) {
             let _ = self.advise(0, self.len, libc::MADV_NORMAL);
             self.advise_descriptor(libc::POSIX_FADV_NORMAL);
+            self.cold_pages.end_walk();
         }
     }
 
@@ -312,57 +311,30 @@ impl Store {
         }
     }
 
-    /// Record the pages of `[offset, offset + len)` that `mincore` finds
-    /// uncached (a short read of a mapped store).
+    /// Record the pages of `[offset, offset + len)` that were uncached
+    /// when the walk first read near them (a short read of a mapped store;
+    /// `mincore` asked once a region: see [`cold_pages`]).
     fn note_cold_pages(&self, offset: u64, len: u64) {
         let Backing::Mapped(map) = &self.backing else {
             return;
         };
-        let page = page_size();
         let (start, end) = Self::page_envelope(offset, len.max(1));
         let end = end.min(map.len() as u64);
-        let mut cached = [0u8; (WALK_SEQUENTIAL / 4096) as usize + 2];
-        let pages = ((end.saturating_sub(start)) / page) as usize;
-        if pages == 0 || pages > cached.len() {
-            return;
-        }
-        // SAFETY: [start, end) is a page-aligned range inside the mapping
-        // and `cached` has a byte for each of its `pages` pages; mincore
-        // only reports residency.
-        let rc = unsafe {
-            libc::mincore(
-                map.as_ptr().add(start as usize) as *mut libc::c_void,
-                (end - start) as usize,
-                cached.as_mut_ptr(),
-            )
+        let probe = |region: u64, len: u64, out: &mut [u8]| {
+            // SAFETY: callers pass a page-aligned region inside the file,
+            // so inside the mapping, and `out` a byte for each of its
+            // pages; mincore only reports residency.
+            let rc = unsafe {
+                libc::mincore(
+                    map.as_ptr().add(region as usize) as *mut libc::c_void,
+                    len as usize,
+                    out.as_mut_ptr(),
+                )
+            };
+            rc == 0
         };
-        if rc != 0 {
-            return;
-        }
-        for (i, _) in cached[..pages]
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| **c & 1 == 0)
-        {
-            let at = start + i as u64 * page;
-            self.note_cold(at, at + page);
-        }
-    }
-
-    /// Note the page range `[start, end)` as read from the disk by a walk,
-    /// joined to the last range noted when it follows it; at most
-    /// [`MAX_COLD_RANGES`] ranges are kept (past that, pages go unnoted:
-    /// a slower load, never a wrong one).
-    fn note_cold(&self, start: u64, end: u64) {
-        let mut noted = self
-            .cold_walk_pages
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        if let Some(last) = noted.last_mut().filter(|last| last.1 == start) {
-            last.1 = end;
-        } else if noted.len() < MAX_COLD_RANGES {
-            noted.push((start, end));
-        }
+        self.cold_pages
+            .note_uncached(start, end, page_size(), map.len() as u64, probe);
     }
 
     /// Fill `buf` from `offset` of a positional store's `file`. During a
@@ -378,7 +350,7 @@ impl Store {
                 if cached < buf.len() {
                     let (start, end) =
                         Self::page_envelope(offset + cached as u64, len - cached as u64);
-                    self.note_cold(start, end);
+                    self.cold_pages.note(start, end);
                 }
             }
         }
@@ -392,21 +364,7 @@ impl Store {
     /// ([`Store::drop_cached`]), so its readahead meets no stray cached
     /// page. Empty for remote stores.
     pub fn take_cold_walk_pages(&self) -> Vec<(u64, u64)> {
-        let mut pages = std::mem::take(
-            &mut *self
-                .cold_walk_pages
-                .lock()
-                .unwrap_or_else(|e| e.into_inner()),
-        );
-        pages.sort_unstable();
-        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(pages.len());
-        for (s, e) in pages {
-            match merged.last_mut() {
-                Some(last) if s <= last.1 => last.1 = last.1.max(e),
-                _ => merged.push((s, e)),
-            }
-        }
-        merged
+        self.cold_pages.take()
     }
 
     /// Drop the page-aligned `ranges` from this process's mapping and,
