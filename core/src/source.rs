@@ -121,7 +121,17 @@ fn listing_order(order: Vec<usize>, n: usize, ctx: &Context) -> Result<Option<Ve
 }
 
 /// Raw `[start, end)` ranges per store, keyed by [`store_key`].
-type Occupancy = HashMap<usize, Vec<(u64, u64)>>;
+type Occupancy = HashMap<usize, Occupied>;
+
+/// One store's raw ranges, sorted, and how far the ranges up to each one
+/// reach (the largest end so far), so the ranges that can touch a part
+/// are found by two binary searches, not a scan of all of them (a scan made `caps` of every tensor, which writable `load_file`
+/// asks, quadratic: 0.57 s for 20,000 tensors).
+#[derive(Debug, Clone, Default)]
+struct Occupied {
+    ranges: Vec<(u64, u64)>,
+    reach: Vec<u64>,
+}
 
 pub(crate) fn store_key(store: &Arc<Store>) -> usize {
     Arc::as_ptr(store) as usize
@@ -464,11 +474,20 @@ impl Source {
                     occupancy
                         .entry(store_key(store))
                         .or_default()
+                        .ranges
                         .push((*offset, offset + len));
                 }
             }
-            for ranges in occupancy.values_mut() {
-                ranges.sort_unstable();
+            for occupied in occupancy.values_mut() {
+                occupied.ranges.sort_unstable();
+                occupied.reach = occupied
+                    .ranges
+                    .iter()
+                    .scan(0, |reach, &(_, e)| {
+                        *reach = e.max(*reach);
+                        Some(*reach)
+                    })
+                    .collect();
             }
             occupancy
         })
@@ -485,13 +504,18 @@ impl Source {
         let page = crate::store::page_size();
         let (mut start, mut end) = Store::page_envelope(offset, len);
         end = end.min(store.len().div_ceil(page) * page);
-        let ranges = self.occupancy().get(&store_key(store))?;
+        let occupied = self.occupancy().get(&store_key(store))?;
         let me = (offset, offset + len);
-        // A neighbour is any other range that intersects our envelope. The
-        // part's own range is listed once; a second identical range is a
-        // tied or deduplicated part that maps the very same pages.
+        // A neighbour is any other range that intersects our envelope.
+        // Outside `lo..hi` none can: the ranges before `lo` all end by its
+        // start (what they reach), those from `hi` on start at its end or
+        // later. The part's own range is listed once; a second identical
+        // range is a tied or deduplicated part that maps the very same
+        // pages.
+        let lo = occupied.reach.partition_point(|&reach| reach <= start);
+        let hi = occupied.ranges.partition_point(|&(s, _)| s < end);
         let mut seen_self = false;
-        for &(s, e) in ranges {
+        for &(s, e) in occupied.ranges.get(lo..hi).unwrap_or_default() {
             if (s, e) == me && !seen_self {
                 seen_self = true;
                 continue;
@@ -786,6 +810,84 @@ mod tests {
                 )
             })
             .collect()
+    }
+
+    /// What `exclusive_pages` answered when it scanned every range: the
+    /// reference its binary search must agree with.
+    fn exclusive_by_scan(
+        ranges: &[(u64, u64)],
+        offset: u64,
+        len: u64,
+        file: u64,
+    ) -> Option<(u64, u64)> {
+        let page = crate::store::page_size();
+        let (mut start, mut end) = Store::page_envelope(offset, len);
+        end = end.min(file.div_ceil(page) * page);
+        let me = (offset, offset + len);
+        let mut sorted = ranges.to_vec();
+        sorted.sort_unstable();
+        let mut seen_self = false;
+        for (s, e) in sorted {
+            if (s, e) == me && !seen_self {
+                seen_self = true;
+                continue;
+            }
+            if e <= start || s >= end {
+                continue;
+            }
+            if (s, e) == me {
+                return None;
+            }
+            if s < offset {
+                start = start.max(e.div_ceil(page) * page);
+            } else {
+                end = end.min(s / page * page);
+            }
+        }
+        (start < end).then_some((start, end))
+    }
+
+    #[test]
+    fn exclusive_pages_agree_with_a_scan_of_every_range() {
+        let page = crate::store::page_size();
+        let file = 64 * page;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, vec![0u8; file as usize]).unwrap();
+        let store = Arc::new(Store::open(&path).unwrap());
+        // Seeded ranges of every kind: tiny, page-sized, long ones that
+        // reach over later ranges, repeats (tied parts), overlaps.
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = |below: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % below
+        };
+        for _ in 0..500 {
+            let mut ranges: Vec<(u64, u64)> = (0..12)
+                .map(|_| {
+                    let offset = next(file);
+                    let len = match next(3) {
+                        0 => 1 + next(64),
+                        1 => 1 + next(2 * page),
+                        _ => 1 + next(16 * page),
+                    };
+                    (offset, len.min(file - offset))
+                })
+                .collect();
+            let (o, l) = ranges[0];
+            ranges.push((o, l)); // a tied part
+            let source = Source::of_ranges(store.clone(), &ranges);
+            let ends: Vec<(u64, u64)> = ranges.iter().map(|&(o, l)| (o, o + l)).collect();
+            for &(o, l) in &ranges[1..12] {
+                assert_eq!(
+                    source.exclusive_pages(&store, o, l),
+                    exclusive_by_scan(&ends, o, l, file),
+                    "range ({o}, {l}) among {ranges:?}"
+                );
+            }
+        }
     }
 
     #[test]
