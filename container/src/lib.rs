@@ -25,6 +25,7 @@ pub mod read;
 pub mod root;
 pub mod rules;
 mod scout;
+mod shard_check;
 pub mod sharded;
 mod sink;
 pub mod validate;

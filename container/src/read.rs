@@ -2,6 +2,7 @@
 //! shard resolution, and the catalog the rest of zt reads through.
 
 use crate::rules;
+use crate::shard_check::{ShardDigest, ShardsOfObject};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -12,7 +13,7 @@ use crate::manifest::{
 };
 use crate::name_order::NameOrder;
 use crate::validate::{self, Views};
-use zt_core::catalog::{Catalog, Object, Part, Payload, Value};
+use zt_core::catalog::{Catalog, Check, Object, Part, Payload, Value};
 use zt_core::error::{Context, Error, Result};
 use zt_core::format::OpenInput;
 use zt_core::limits::Limits;
@@ -239,6 +240,42 @@ impl<'a, 'i> CatalogSink<'a, 'i> {
         self.refs[file].push((offset, length, at));
     }
 
+    /// Each object stored in a shard, with the lazy digest checks of the
+    /// shards it is stored in (see [`crate::shard_check`]); one check per
+    /// shard, shared by its objects, so a shard is hashed once.
+    fn shard_checks(&self) -> Vec<(usize, Arc<dyn Check>)> {
+        let digests: Vec<Option<Arc<ShardDigest>>> = self
+            .shards
+            .iter()
+            .map(|(def, store)| {
+                let store = Arc::clone(store.as_ref()?);
+                ShardDigest::new(&def.name, store, &def.digest).map(Arc::new)
+            })
+            .collect();
+        // (object, shard) for every reference into a shard; `refs[0]` is
+        // the root's own.
+        let mut uses: Vec<(usize, usize)> = Vec::new();
+        for (shard, refs) in self.refs.iter().skip(1).enumerate() {
+            if digests[shard].is_some() {
+                uses.extend(refs.iter().map(|&(_, _, object)| (object, shard)));
+            }
+        }
+        uses.sort_unstable();
+        uses.dedup();
+        uses.chunk_by(|a, b| a.0 == b.0)
+            .map(|group| {
+                let shards = group
+                    .iter()
+                    .filter_map(|&(_, shard)| digests[shard].clone())
+                    .collect();
+                (
+                    group[0].0,
+                    Arc::new(ShardsOfObject(shards)) as Arc<dyn Check>,
+                )
+            })
+            .collect()
+    }
+
     /// The position of shard `name` in the table (the manifest walk
     /// refused a shard outside it).
     fn shard_index(&self, name: &str) -> usize {
@@ -339,6 +376,7 @@ impl<'a, 'i> CatalogSink<'a, 'i> {
         if let Some(e) = self.blob_error {
             return Err(e);
         }
+        let checks = self.shard_checks();
         let objects = self.objects;
         for mut refs in self.refs {
             let name = |at: usize| objects.get(at).map_or("", |o| o.name.as_str());
@@ -362,6 +400,7 @@ impl<'a, 'i> CatalogSink<'a, 'i> {
             // The walk refused any key that did not strictly ascend.
             names_unique: true,
             digests: self.digests,
+            checks,
             extra_stores: {
                 let mut v: Vec<_> = self
                     .shards

@@ -294,8 +294,7 @@ impl ShardedWriter {
         if current.count > 0 || closed.is_empty() {
             closed.push(current);
         }
-        publish(closed, &dest, &staging, &options, attributes)
-            .map_err(|e| relabel(e, &staging, &dest))
+        publish(closed, &dest, &options, attributes).map_err(|e| relabel(e, &staging, &dest))
     }
 
     /// Discard everything written; the destination is left as it was.
@@ -310,7 +309,6 @@ impl ShardedWriter {
 fn publish(
     shards: Vec<Shard>,
     dest: &Path,
-    staging: &Staging,
     options: &Options,
     attributes: Option<Cbor>,
 ) -> Result<u64> {
@@ -341,25 +339,11 @@ fn publish(
         }
         return Ok(bytes);
     }
-    let name = dest
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .ok_or_else(|| Error::Write {
-            rule: Rule::WRITE_DESTINATION,
-            ctx: Context::file(dest),
-            reason: "destination has no file name".into(),
-        })?;
-    let n = paths.len();
-    let labels: Vec<String> = (0..n).map(shard::root_label).collect();
-    let root = staging.path().join(&name);
-    bytes += crate::root::write_root_cbor(&root, &written, &labels, attributes, options.publish)?;
-    let mut staged: Vec<(PathBuf, String)> = paths
-        .into_iter()
-        .enumerate()
-        .map(|(i, p)| (p, LAYOUT.shard_name(&name, i, n)))
-        .collect();
-    staged.push((root, name));
-    shard::move_staged(&staged, dest, &LAYOUT, options.publish)?;
+    let write_root = |at: &Path, labels: &[String]| {
+        crate::root::write_root_cbor(at, &written, labels, attributes.clone(), options.publish)
+    };
+    let published = shard::publish_staged(&paths, dest, &LAYOUT, options.publish, &write_root)?;
+    bytes += published.tie_bytes;
     Ok(bytes)
 }
 

@@ -91,20 +91,26 @@ pub fn hash_file(path: &Path, algo: DigestAlgorithm) -> Result<Digest> {
     hash_store(&open_positional(path)?, algo)
 }
 
-/// Digest every byte of `store`, streaming.
+/// Digest every byte of `store`: a mapping in one pass over its pages,
+/// anything else streamed in 8 MiB pieces.
 pub fn hash_store(store: &Store, algo: DigestAlgorithm) -> Result<Digest> {
-    let mut buf = vec![0u8; 8 << 20];
     let mut x = xxhash_rust::xxh3::Xxh3::new();
     let mut s = <sha2::Sha256 as sha2::Digest>::new();
-    let mut at = 0u64;
-    while at < store.len() {
-        let n = (store.len() - at).min(buf.len() as u64) as usize;
-        store.read_into(at, &mut buf[..n])?;
-        match algo {
-            DigestAlgorithm::Xxh3 => x.update(&buf[..n]),
-            DigestAlgorithm::Sha256 => sha2::Digest::update(&mut s, &buf[..n]),
+    let mut update = |bytes: &[u8]| match algo {
+        DigestAlgorithm::Xxh3 => x.update(bytes),
+        DigestAlgorithm::Sha256 => sha2::Digest::update(&mut s, bytes),
+    };
+    if store.is_mapped() {
+        update(store.slice(0, store.len())?);
+    } else {
+        let mut buf = vec![0u8; (8 << 20).min(store.len() as usize)];
+        let mut at = 0u64;
+        while at < store.len() {
+            let n = (store.len() - at).min(buf.len() as u64) as usize;
+            store.read_into(at, &mut buf[..n])?;
+            update(&buf[..n]);
+            at += n as u64;
         }
-        at += n as u64;
     }
     Ok(match algo {
         DigestAlgorithm::Xxh3 => Digest::Xxh3(x.digest()),

@@ -184,15 +184,57 @@ pub enum Tie {
 impl ShardLayout {
     /// The file names of shard `i` of `n` of the checkpoint `name`.
     pub fn shard_name(&self, name: &str, i: usize, n: usize) -> String {
+        self.file_of(name, &self.label(name, i, n))
+    }
+
+    /// How the index or root names shard `i` of `n`: the file name in an
+    /// index (`model-00001-of-00003.safetensors`), the label in a root
+    /// (`00001`, found at `model-00001.zt`).
+    pub fn label(&self, name: &str, i: usize, n: usize) -> String {
         let (stem, ext) = split_name(name);
         match self.tie {
             Tie::Index => format!("{stem}-{:05}-of-{n:05}{ext}", i + 1),
-            Tie::Root(_) => format!("{stem}-{}{ext}", root_label(i)),
+            Tie::Root(_) => root_label(i),
+        }
+    }
+
+    /// The file that ties the shards of the checkpoint `name` together:
+    /// `NAME.index.json`, or the root at `NAME` itself.
+    pub fn tie_name(&self, name: &str) -> String {
+        match self.tie {
+            Tie::Index => format!("{name}.index.json"),
+            Tie::Root(_) => name.to_string(),
+        }
+    }
+
+    /// The file a shard of the checkpoint `name` labelled `label` is in.
+    pub fn file_of(&self, name: &str, label: &str) -> String {
+        match self.tie {
+            Tie::Index => label.to_string(),
+            Tie::Root(_) => {
+                let (stem, ext) = split_name(name);
+                format!("{stem}-{label}{ext}")
+            }
+        }
+    }
+
+    /// The label of a shard published under a name no earlier checkpoint
+    /// uses (see [`publish_staged`]): `label` with `.GGGGGGGG` (the
+    /// generation, in hex) before the extension of an index's file name,
+    /// or after a root's label (`model-00001.GGGGGGGG.zt`).
+    pub fn alternate(&self, label: &str, generation: u32) -> String {
+        match self.tie {
+            Tie::Index => {
+                let (stem, ext) = split_name(label);
+                format!("{stem}.{generation:08x}{ext}")
+            }
+            Tie::Root(_) => format!("{label}.{generation:08x}"),
         }
     }
 
     /// True if `file` is named like a shard of the checkpoint `name` (of
-    /// any count): what an earlier save left and a new one replaces.
+    /// any count, under its standard or an alternate name): what an
+    /// earlier save left and a new one replaces.
     pub fn is_shard_name(&self, name: &str, file: &str) -> bool {
         let (stem, ext) = split_name(name);
         let Some(middle) = file
@@ -201,6 +243,11 @@ impl ShardLayout {
             .and_then(|r| r.strip_suffix(ext))
         else {
             return false;
+        };
+        let hex8 = |s: &str| s.len() == 8 && s.bytes().all(|b| b.is_ascii_hexdigit());
+        let middle = match middle.rsplit_once('.') {
+            Some((m, generation)) if hex8(generation) => m,
+            _ => middle,
         };
         let digits = |s: &str| s.len() == 5 && s.bytes().all(|b| b.is_ascii_digit());
         match self.tie {
@@ -294,21 +341,30 @@ pub fn write(
         });
     }
     let name = file_name(dest)?;
-    let publish = |staged: &Path, files: &[String]| {
-        if is_url(dest) {
-            upload(staged, files, dest, storage_options)
-        } else {
-            let staged: Vec<(PathBuf, String)> =
-                files.iter().map(|f| (staged.join(f), f.clone())).collect();
-            move_staged(&staged, dest, layout, layout.durable)
-        }
-    };
     build_and_publish(dest, storage_options, |dir| {
-        let (files, bytes) = build(dir, &name, layout, tensors, &plan, dest)?;
-        publish(dir, &files)?;
+        let shards =
+            build_shards(dir, &name, layout, tensors, &plan).map_err(|e| relabel(e, dir, dest))?;
+        let write_tie = |at: &Path, labels: &[String]| {
+            write_tie(layout, tensors, &plan, &shards.written, at, labels)
+        };
+        let (files, tie_bytes) = if is_url(dest) {
+            let n = shards.files.len();
+            let labels: Vec<String> = (0..n).map(|i| layout.label(&name, i, n)).collect();
+            let tie = layout.tie_name(&name);
+            let tie_bytes =
+                write_tie(&dir.join(&tie), &labels).map_err(|e| relabel(e, dir, dest))?;
+            let mut files = shards.files.clone();
+            files.push(tie);
+            upload(dir, &files, dest, storage_options)?;
+            (files, tie_bytes)
+        } else {
+            let staged: Vec<PathBuf> = shards.files.iter().map(|f| dir.join(f)).collect();
+            let published = publish_staged(&staged, dest, layout, layout.durable, &write_tie)?;
+            (published.files, published.tie_bytes)
+        };
         Ok(Written {
             files: files.iter().map(|f| sibling(dest, f)).collect(),
-            bytes,
+            bytes: shards.bytes + tie_bytes,
         })
     })
 }
@@ -436,10 +492,10 @@ fn upload(_: &Path, _: &[String], base: &Path, _: &[(String, String)]) -> Result
     Err(no_remote(base))
 }
 
-/// Write the shards of `plan` and what ties them into `dir`, for the
-/// checkpoint `name` that will be published as `dest` (errors name the
-/// files there, not in `dir`). Returns the file names in publish order
-/// (the index or root last) and the bytes written.
+/// Write the shards of `plan` and what ties them into `dir` (under their
+/// standard names), for the checkpoint `name` that will be published as
+/// `dest` (errors name the files there, not in `dir`). Returns the file
+/// names in publish order (the index or root last) and the bytes written.
 fn build(
     dir: &Path,
     name: &str,
@@ -448,18 +504,48 @@ fn build(
     plan: &Plan,
     dest: &Path,
 ) -> Result<(Vec<String>, u64)> {
-    build_in(dir, name, layout, tensors, plan).map_err(|e| relabel(e, dir, dest))
+    let built = || {
+        let shards = build_shards(dir, name, layout, tensors, plan)?;
+        let n = shards.files.len();
+        let labels: Vec<String> = (0..n).map(|i| layout.label(name, i, n)).collect();
+        let tie = layout.tie_name(name);
+        let tie_bytes = write_tie(
+            layout,
+            tensors,
+            plan,
+            &shards.written,
+            &dir.join(&tie),
+            &labels,
+        )?;
+        let mut files = shards.files;
+        files.push(tie);
+        Ok((files, shards.bytes + tie_bytes))
+    };
+    built().map_err(|e| relabel(e, dir, dest))
 }
 
-fn build_in(
+/// The shards of a checkpoint, complete in a staging directory.
+struct Shards {
+    /// Their file names there (the standard names), in order.
+    files: Vec<String>,
+    /// Each as its writer described it (what a root is written from).
+    written: Vec<WrittenFile>,
+    /// Bytes, all shards together.
+    bytes: u64,
+}
+
+/// Write the shards of `plan` into `dir` under their standard names;
+/// where the format's writer is durable, all of them are on disk when
+/// this returns (synced together, not one by one).
+fn build_shards(
     dir: &Path,
     name: &str,
     layout: &ShardLayout,
     tensors: &Tensors<'_>,
     plan: &Plan,
-) -> Result<(Vec<String>, u64)> {
+) -> Result<Shards> {
     let n = plan.shards.len();
-    let mut files: Vec<String> = (0..n).map(|i| layout.shard_name(name, i, n)).collect();
+    let files: Vec<String> = (0..n).map(|i| layout.shard_name(name, i, n)).collect();
     let paths: Vec<PathBuf> = files.iter().map(|f| dir.join(f)).collect();
     let mut bytes = 0;
     let mut written = Vec::with_capacity(n);
@@ -475,27 +561,39 @@ fn build_in(
     if layout.durable {
         crate::publish::sync_files(&paths)?;
     }
+    Ok(Shards {
+        files,
+        written,
+        bytes,
+    })
+}
+
+/// Write what ties the shards of `plan` together at `at`, naming shard
+/// `i` by `labels[i]` (see [`ShardLayout::label`]): Hugging Face's index,
+/// or the format's root. Returns the bytes written.
+fn write_tie(
+    layout: &ShardLayout,
+    tensors: &Tensors<'_>,
+    plan: &Plan,
+    written: &[WrittenFile],
+    at: &Path,
+    labels: &[String],
+) -> Result<u64> {
     match layout.tie {
         Tie::Index => {
             let mut weight_map = Vec::with_capacity(tensors.names.len());
-            for (shard, file) in plan.shards.iter().zip(&files) {
-                weight_map.extend(shard.iter().map(|&i| (tensors.names[i], file.as_str())));
+            for (shard, label) in plan.shards.iter().zip(labels) {
+                weight_map.extend(shard.iter().map(|&i| (tensors.names[i], label.as_str())));
             }
-            let index = format!("{name}.index.json");
             let json = index_json(plan.total_size, &weight_map);
-            bytes += crate::publish::publish_with(&dir.join(&index), layout.durable, |w| {
+            crate::publish::publish_with(at, layout.durable, |w| {
                 std::io::Write::write_all(w, &json)
-            })?;
-            files.push(index);
+            })
         }
         Tie::Root(write_root) => {
-            let labels: Vec<String> = (0..n).map(root_label).collect();
-            let root = dir.join(name);
-            bytes += write_root(&root, &written, &labels, tensors.attributes, layout.durable)?;
-            files.push(name.to_string());
+            write_root(at, written, labels, tensors.attributes, layout.durable)
         }
     }
-    Ok((files, bytes))
 }
 
 /// An error about a file in the staging directory `staged` as one about
@@ -540,28 +638,133 @@ fn file_name(dest: &Path) -> Result<String> {
         })
 }
 
-/// Publish a complete sharded checkpoint built in a staging directory:
-/// move each staged file (`(path, name)`, the index or root last) into
-/// `dest`'s directory under its name, flush the directory (when
-/// `durable`), then remove earlier shards of `dest` that the new set does
-/// not include.
-pub fn move_staged(
-    staged: &[(PathBuf, String)],
+/// Writes what ties a checkpoint's shards together at the path given,
+/// naming shard `i` by the `i`th label (see [`ShardLayout::label`]);
+/// returns the bytes written. It publishes the file there as every writer
+/// does (a partial renamed over the path), durably where the layout is.
+pub type WriteTie<'a> = dyn Fn(&Path, &[String]) -> Result<u64> + 'a;
+
+/// What [`publish_staged`] published.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Published {
+    /// The files beside `dest`, the shards in order, then the index or
+    /// root.
+    pub files: Vec<String>,
+    /// Bytes of the index or root.
+    pub tie_bytes: u64,
+}
+
+/// Publish the complete shards `staged` (files in a staging directory
+/// beside `dest`, in order) as the checkpoint `dest`, tied by
+/// `write_tie`, so that a reader finds the old checkpoint or the new one
+/// whole at every moment, whatever step a crash or a failed rename stops
+/// at. The index (or root) is the single commit point:
+///
+/// 1. Where no file has a new shard's standard name, the shards are moved
+///    in under those names, then the index is written over the old one.
+/// 2. Otherwise (an overwrite: the old index names files the new shards
+///    would replace) the shards are moved in under alternate names no
+///    file has (`model-00001-of-00003.GGGGGGGG.safetensors`, see
+///    [`ShardLayout::alternate`]) and an index naming them replaces the
+///    old one: the new checkpoint is published, the old shards untouched
+///    until then. Each shard is then hard-linked to its standard name,
+///    and a second index naming those replaces the first. Where a link
+///    cannot be made (a filesystem without hard links) or the second
+///    index cannot be written, the checkpoint stays, complete, under its
+///    alternate names.
+///
+/// Then earlier shards of `dest` that the published set does not name
+/// are removed (as `save_pretrained` cleans its folder), alternate names
+/// included. With `durable`, the directory is synced before each index,
+/// so a power loss cannot leave an index naming entries not yet on disk.
+pub fn publish_staged(
+    staged: &[PathBuf],
     dest: &Path,
     layout: &ShardLayout,
     durable: bool,
-) -> Result<()> {
+    write_tie: &WriteTie<'_>,
+) -> Result<Published> {
+    publish_staged_observed(staged, dest, layout, durable, write_tie, &mut || {})
+}
+
+/// [`publish_staged`], calling `step` after every change it makes to the
+/// destination's directory (the tests check every intermediate state).
+fn publish_staged_observed(
+    staged: &[PathBuf],
+    dest: &Path,
+    layout: &ShardLayout,
+    durable: bool,
+    write_tie: &WriteTie<'_>,
+    step: &mut dyn FnMut(),
+) -> Result<Published> {
+    let name = file_name(dest)?;
     let dir = parent_dir(dest);
-    for (from, name) in staged {
-        let to = dir.join(name);
+    let tie = dir.join(layout.tie_name(&name));
+    let n = staged.len();
+    let standard: Vec<String> = (0..n).map(|i| layout.label(&name, i, n)).collect();
+    let files_of = |labels: &[String]| -> Vec<String> {
+        labels.iter().map(|l| layout.file_of(&name, l)).collect()
+    };
+    let standard_files = files_of(&standard);
+    let overwrite = standard_files
+        .iter()
+        .any(|f| std::fs::symlink_metadata(dir.join(f)).is_ok());
+    let labels = if overwrite {
+        let generation = zt_fsutil::random_u64() as u32;
+        standard
+            .iter()
+            .map(|l| layout.alternate(l, generation))
+            .collect()
+    } else {
+        standard.clone()
+    };
+    let mut files = files_of(&labels);
+    for (from, file) in staged.iter().zip(&files) {
+        let to = dir.join(file);
         std::fs::rename(from, &to).map_err(|e| Error::io(&to, e))?;
+        step();
     }
     if durable {
         crate::publish::sync_dir(&dir)?;
     }
-    let names: Vec<String> = staged.iter().map(|(_, n)| n.clone()).collect();
-    remove_replaced(&dir, layout, &file_name(dest)?, &names);
-    Ok(())
+    let mut tie_bytes = write_tie(&tie, &labels)?;
+    step();
+    if overwrite && link_standard_names(&dir, &files, &standard_files, durable, step) {
+        if let Ok(bytes) = write_tie(&tie, &standard) {
+            step();
+            tie_bytes = bytes;
+            files = standard_files;
+        }
+    }
+    files.push(layout.tie_name(&name));
+    remove_replaced(&dir, layout, &name, &files);
+    Ok(Published { files, tie_bytes })
+}
+
+/// Give each shard published under an alternate name its standard name
+/// too, by a hard link (the index in force names the alternates, so the
+/// files the standard names held are no longer read). False if any step
+/// failed: the standard names are then not all the new shards'.
+fn link_standard_names(
+    dir: &Path,
+    alternates: &[String],
+    standard: &[String],
+    durable: bool,
+    step: &mut dyn FnMut(),
+) -> bool {
+    for (alternate, name) in alternates.iter().zip(standard) {
+        let to = dir.join(name);
+        match std::fs::remove_file(&to) {
+            Ok(()) => step(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(_) => return false,
+        }
+        if std::fs::hard_link(dir.join(alternate), &to).is_err() {
+            return false;
+        }
+        step();
+    }
+    !durable || crate::publish::sync_dir(dir).is_ok()
 }
 
 /// Remove earlier shards of the checkpoint `name` in `dir` that the new
@@ -701,6 +904,118 @@ mod tests {
         assert_eq!(root.shard_name("llama.zt", 4, 5), "llama-00005.zt");
         assert!(root.is_shard_name("llama.zt", "llama-00003.zt"));
         assert!(!root.is_shard_name("llama.zt", "llama-00003-of-00005.zt"));
+    }
+
+    /// A checkpoint for the publish tests: shards holding their
+    /// generation's text, and a tie listing the generation, then the file
+    /// of each shard.
+    fn save(layout: &ShardLayout, dest: &Path, generation: &str, n: usize, step: &mut dyn FnMut()) {
+        let name = file_name(dest).unwrap();
+        let staging = Staging::create(dest).unwrap();
+        let staged: Vec<PathBuf> = (0..n)
+            .map(|i| {
+                let p = staging.path().join(format!("s{i}"));
+                std::fs::write(&p, generation).unwrap();
+                p
+            })
+            .collect();
+        let write_tie = |at: &Path, labels: &[String]| {
+            let mut text = format!("{generation}\n");
+            for l in labels {
+                text += &format!("{}\n", layout.file_of(&name, l));
+            }
+            crate::publish::publish_with(at, false, |w| {
+                std::io::Write::write_all(w, text.as_bytes())
+            })
+        };
+        let published =
+            publish_staged_observed(&staged, dest, layout, false, &write_tie, step).unwrap();
+        assert_eq!(published.files.last(), Some(&layout.tie_name(&name)));
+    }
+
+    /// The checkpoint a reader finds at `dest`: its generation, and every
+    /// file its tie names, each of which must hold that generation.
+    fn read_back(layout: &ShardLayout, dest: &Path) -> (String, Vec<String>) {
+        let dir = parent_dir(dest);
+        let tie =
+            std::fs::read_to_string(dir.join(layout.tie_name(&file_name(dest).unwrap()))).unwrap();
+        let mut lines = tie.lines();
+        let generation = lines.next().unwrap().to_string();
+        let files: Vec<String> = lines.map(str::to_string).collect();
+        for f in &files {
+            let held = std::fs::read_to_string(dir.join(f))
+                .unwrap_or_else(|e| panic!("{f} named by generation {generation}: {e}"));
+            assert_eq!(
+                held, generation,
+                "{f} is torn: the {generation} tie names it"
+            );
+        }
+        (generation, files)
+    }
+
+    fn layouts() -> [ShardLayout; 2] {
+        fn root(_: &Path, _: &[WrittenFile], _: &[String], _: &Attributes, _: bool) -> Result<u64> {
+            unreachable!("the tests write their own tie")
+        }
+        [
+            ShardLayout {
+                checkpoint_name: "model.safetensors",
+                tie: Tie::Index,
+                durable: false,
+            },
+            ShardLayout {
+                checkpoint_name: "model.zt",
+                tie: Tie::Root(root),
+                durable: false,
+            },
+        ]
+    }
+
+    #[test]
+    fn an_overwrite_is_old_or_new_at_every_step() {
+        for layout in layouts() {
+            for (old_n, new_n) in [(3, 3), (2, 3), (3, 2), (1, 1)] {
+                let dir = tempfile::tempdir().unwrap();
+                let dest = dir.path().join(layout.checkpoint_name);
+                save(&layout, &dest, "old", old_n, &mut || {});
+                let (_, old_files) = read_back(&layout, &dest);
+                let mut seen = Vec::new();
+                save(&layout, &dest, "new", new_n, &mut || {
+                    // A crash here leaves this state: one whole checkpoint.
+                    seen.push(read_back(&layout, &dest).0);
+                });
+                assert_eq!(seen.first().map(String::as_str), Some("old"));
+                assert_eq!(seen.last().map(String::as_str), Some("new"));
+                let (_, files) = read_back(&layout, &dest);
+                let name = layout.checkpoint_name;
+                let standard: Vec<String> = (0..new_n)
+                    .map(|i| layout.shard_name(name, i, new_n))
+                    .collect();
+                assert_eq!(files, standard, "{name} {old_n} -> {new_n}");
+                // Nothing else is left: no alternate names, no old shards.
+                let mut left: Vec<String> = std::fs::read_dir(dir.path())
+                    .unwrap()
+                    .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                    .collect();
+                left.sort();
+                let mut want = standard.clone();
+                want.push(layout.tie_name(name));
+                want.sort();
+                assert_eq!(left, want, "{name} {old_n} -> {new_n} (was {old_files:?})");
+            }
+        }
+    }
+
+    #[test]
+    fn alternate_names_are_shard_names() {
+        for layout in layouts() {
+            let name = layout.checkpoint_name;
+            let label = layout.label(name, 1, 3);
+            let alternate = layout.file_of(name, &layout.alternate(&label, 0xdead_beef));
+            assert!(alternate.contains(".deadbeef"), "{alternate}");
+            assert!(layout.is_shard_name(name, &alternate), "{alternate}");
+            assert_ne!(alternate, layout.shard_name(name, 1, 3));
+        }
     }
 
     #[test]

@@ -421,16 +421,25 @@ fn shards_resolve_positionally_and_verify_deeply() {
         &data[..]
     );
     verify(&root_path, true).unwrap();
-    // Same size, different bytes: only the deep check sees it.
+    // Same size, different bytes: the open succeeds (it reads no shard
+    // byte), the first read of a tensor in the shard hashes it and fails,
+    // and so does every check.
     let mut tampered = shard.clone();
     tampered[4096] ^= 1;
     std::fs::write(&shard_path, &tampered).unwrap();
-    verify(&root_path, false).unwrap();
+    let src = zt::open(&root_path).unwrap();
     assert!(cites!(
-        verify(&root_path, true),
+        src.tensor("w").unwrap().data().unwrap().bytes(),
         Err(Error::Integrity { .. }),
         &["zt.ShardIdentity"]
     ));
+    for deep in [false, true] {
+        assert!(cites!(
+            verify(&root_path, deep),
+            Err(Error::Integrity { .. }),
+            &["zt.ShardIdentity"]
+        ));
+    }
     // A shard of the wrong size fails at open.
     tampered.push(0);
     std::fs::write(&shard_path, &tampered).unwrap();
