@@ -38,11 +38,47 @@ fn file_name(dest: &Path) -> Result<String> {
         })
 }
 
+/// Refuse a destination that exists and is not a regular file (through
+/// a symlink, as a write to it would land there): the rename that
+/// publishes would replace a device node (`/dev/null`), a FIFO or a
+/// socket with a regular file, and cannot replace a directory.
+fn refuse_non_regular(dest: &Path) -> Result<()> {
+    match std::fs::metadata(dest) {
+        Ok(m) if !m.is_file() => Err(Error::Write {
+            rule: Rule::WRITE_DESTINATION,
+            ctx: Context::file(dest),
+            reason: format!(
+                "the destination is {}, not a regular file: zt writes a new file and \
+                 renames it into place, which would replace it",
+                zt_fsutil::file_kind(&m.file_type())
+            ),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// The longest file name most filesystems take (Linux's `NAME_MAX`).
+const NAME_MAX: usize = 255;
+
+/// The destination's name as its partials carry it: whole, or cut (on a
+/// character boundary) so that `.STEM.PID.RANDOM.partial` fits in
+/// [`NAME_MAX`] bytes with any PID; a destination with a name near the
+/// limit, which the filesystem takes, must not fail for its partial's.
+fn partial_stem(name: &str) -> &str {
+    // '.' + '.' + PID (at most 10 digits) + '.' + 16 hex digits + ".partial".
+    const OVERHEAD: usize = 2 + 10 + 1 + 16 + ".partial".len();
+    let mut end = name.len().min(NAME_MAX - OVERHEAD);
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    &name[..end]
+}
+
 /// The partial files of `dest` in its directory, live or stale.
 pub fn partials_of(dest: &Path) -> Result<Vec<PathBuf>> {
     let name = file_name(dest)?;
     let dir = parent_dir(dest);
-    let prefix = format!(".{name}.");
+    let prefix = format!(".{}.", partial_stem(&name));
     let mut out = Vec::new();
     let entries = match std::fs::read_dir(&dir) {
         Ok(entries) => entries,
@@ -113,10 +149,12 @@ impl Staging {
     pub fn create(dest: &Path) -> Result<Staging> {
         let name = file_name(dest)?;
         let parent = parent_dir(dest);
+        refuse_non_regular(dest)?;
         remove_stale(dest)?;
         loop {
             let dir = parent.join(format!(
-                ".{name}.{}.{:016x}.partial",
+                ".{}.{}.{:016x}.partial",
+                partial_stem(&name),
                 std::process::id(),
                 zt_fsutil::random_u64()
             ));
@@ -171,10 +209,12 @@ impl Partial {
             }
             Err(e) => return Err(Error::io(&dir, e)),
         }
+        refuse_non_regular(dest)?;
         remove_stale(dest)?;
         loop {
             let tmp = dir.join(format!(
-                ".{name}.{}.{:016x}.partial",
+                ".{}.{}.{:016x}.partial",
+                partial_stem(&name),
                 std::process::id(),
                 zt_fsutil::random_u64()
             ));
@@ -491,6 +531,54 @@ mod tests {
         drop(second);
         drop(live);
         assert!(names(dir.path()).is_empty());
+    }
+
+    #[test]
+    fn a_destination_that_is_not_a_regular_file_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let sub = dir.path().join("sub");
+        std::fs::create_dir(&sub).unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink("/dev/null", &link).unwrap();
+        for (dest, kind) in [
+            (Path::new("/dev/null"), "a character device"),
+            (fifo.as_path(), "a FIFO"),
+            (sub.as_path(), "a directory"),
+            (link.as_path(), "a character device"),
+        ] {
+            let err = publish(dest, |w| w.write_all(b"x")).unwrap_err();
+            assert_eq!(err.rule(), Some(Rule::WRITE_DESTINATION), "{err}");
+            assert!(err.to_string().contains(kind), "{err}");
+            assert!(Staging::create(dest).is_err());
+        }
+        let meta = std::fs::metadata("/dev/null").unwrap();
+        assert!(std::os::unix::fs::FileTypeExt::is_char_device(
+            &meta.file_type()
+        ));
+        assert!(std::os::unix::fs::FileTypeExt::is_fifo(
+            &std::fs::symlink_metadata(&fifo).unwrap().file_type()
+        ));
+    }
+
+    #[test]
+    fn a_name_at_the_filesystems_limit_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in ["a".repeat(NAME_MAX), "é".repeat(NAME_MAX / 2)] {
+            let dest = dir.path().join(&name);
+            let live = Partial::create(&dest).unwrap();
+            let partial = live.path().file_name().unwrap().len();
+            assert!(partial <= NAME_MAX, "{partial}");
+            assert_eq!(partials_of(&dest).unwrap(), [live.path().to_path_buf()]);
+            drop(live);
+            publish(&dest, |w| w.write_all(b"x")).unwrap();
+            assert_eq!(std::fs::read(&dest).unwrap(), b"x");
+            let staging = Staging::create(&dest).unwrap();
+            assert!(staging.path().exists());
+        }
     }
 
     #[test]

@@ -166,7 +166,7 @@ impl Store {
     /// an object is named by its URL, so related files resolve beside the
     /// object and errors name it).
     pub fn open_as(local: &Path, location: &Path) -> Result<Store> {
-        let file = File::open(local).map_err(|e| Error::io(local, e))?;
+        let file = zt_fsutil::open_regular(local).map_err(|e| Error::io(local, e))?;
         // SAFETY: the map is read-only. Another process truncating the file
         // while it is mapped would raise SIGBUS on access; that is the same
         // contract every mmap-based reader (safetensors, numpy.memmap) has,
@@ -206,7 +206,7 @@ impl Store {
     /// Open `path` for positional reads only (no mapping).
     pub fn open_positional(path: impl AsRef<Path>) -> Result<Store> {
         let path = path.as_ref();
-        let file = File::open(path).map_err(|e| Error::io(path, e))?;
+        let file = zt_fsutil::open_regular(path).map_err(|e| Error::io(path, e))?;
         let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
         Ok(Store {
             path: path.to_path_buf(),
@@ -794,6 +794,27 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_regular_files_are_opened() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("model.safetensors");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        // Opening a FIFO for reading blocks until a writer comes: refused
+        // before that, as are devices and directories.
+        for (path, kind) in [
+            (fifo.as_path(), "a FIFO"),
+            (Path::new("/dev/zero"), "a character device"),
+            (dir.path(), "a directory"),
+        ] {
+            for store in [Store::open(path), Store::open_positional(path)] {
+                let err = store.unwrap_err();
+                assert!(err.to_string().contains(kind), "{err}");
+            }
+        }
+    }
     use std::io::Write;
 
     fn file_with(bytes: &[u8]) -> tempfile::NamedTempFile {

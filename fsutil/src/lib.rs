@@ -56,6 +56,54 @@ pub fn try_lock(file: &File, exclusive: bool) -> io::Result<bool> {
     lock(file, kind, false)
 }
 
+/// Open `path` read-only if it is a regular file (through symlinks, as
+/// `open` follows them). Anything else is refused before a byte is read:
+/// opening a FIFO for reading would block until a writer appears (forever,
+/// for a model path), and a device or directory is no tensor file. The
+/// open is non-blocking for that reason; the file is made blocking again
+/// once it is known to be regular.
+pub fn open_regular(path: &Path) -> io::Result<File> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)?;
+    let kind = file.metadata()?.file_type();
+    if !kind.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{} is not a regular file", file_kind(&kind)),
+        ));
+    }
+    // SAFETY: fcntl on a descriptor this function owns; no memory passed.
+    let flags = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETFL) };
+    if flags < 0
+        || unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK) } < 0
+    {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(file)
+}
+
+/// What a file that is not a regular file is, in words ("a FIFO").
+pub fn file_kind(kind: &std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if kind.is_dir() {
+        "a directory"
+    } else if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_char_device() {
+        "a character device"
+    } else if kind.is_block_device() {
+        "a block device"
+    } else if kind.is_socket() {
+        "a socket"
+    } else if kind.is_symlink() {
+        "a symbolic link"
+    } else {
+        "a regular file"
+    }
+}
+
 /// Create a new file at `path` for reading and writing: `O_EXCL` (an
 /// existing file or symlink there is an error, never opened) and
 /// `O_NOFOLLOW`, close-on-exec.
