@@ -10,14 +10,19 @@
 //! fetched in parallel straight into the destination buffer. Every request
 //! after the first carries `If-Match` with the ETag (or, from a server
 //! without ETags, `If-Unmodified-Since`), so an object replaced during a
-//! read fails with [`ErrorKind::Changed`] instead of mixing two versions.
+//! read fails with [`ErrorKind::Changed`] instead of mixing two versions;
+//! and since a server may ignore those headers, every response's ETag (or
+//! Last-Modified) and size are compared with the version opened before a
+//! byte of its body is used. A body is read into a buffer of the range
+//! asked for and no further: one longer or shorter is
+//! [`ErrorKind::BadResponse`].
 
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
-use futures::{StreamExt, TryStreamExt};
-use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt};
+use futures::{Stream, StreamExt, TryStreamExt};
+use object_store::{GetOptions, GetRange, ObjectMeta, ObjectStore, ObjectStoreExt};
 
 use crate::config::RemoteConfig;
 use crate::error::{Error, ErrorKind, Result};
@@ -77,6 +82,62 @@ enum Version {
     Modified(DateTime<Utc>),
 }
 
+/// Whether two ETags name the same version. Compared without their quotes:
+/// some S3-compatible servers quote the ETags of a listing (what
+/// [`RemoteObject::listed`] pins) differently from those of a GET.
+fn same_etag(a: &str, b: &str) -> bool {
+    a.trim_matches('"') == b.trim_matches('"')
+}
+
+impl Version {
+    /// The version a response names: its ETag, else its Last-Modified.
+    fn of(meta: &ObjectMeta) -> Version {
+        match &meta.e_tag {
+            Some(tag) => Version::ETag(tag.clone()),
+            None => Version::Modified(meta.last_modified),
+        }
+    }
+
+    /// Fail with [`ErrorKind::Changed`] unless `meta`, one response's,
+    /// names this version of an object of `size` bytes. The preconditions
+    /// every request carries are not enough: a server (or a cache in front
+    /// of it) that ignores them answers with another version's bytes, which
+    /// would be mixed silently with those already read.
+    fn confirm(&self, url: &str, size: u64, meta: &ObjectMeta) -> Result<()> {
+        let mismatch = match self {
+            Version::ETag(tag) => match &meta.e_tag {
+                Some(seen) if same_etag(tag, seen) => None,
+                Some(seen) => Some(format!(
+                    "ETag mismatch: opened {tag}, the server sent {seen}"
+                )),
+                None => Some(format!("ETag mismatch: opened {tag}, the server sent none")),
+            },
+            Version::Modified(stamp) if meta.last_modified != *stamp => Some(format!(
+                "Last-Modified mismatch: opened {}, the server sent {}",
+                stamp.to_rfc2822(),
+                meta.last_modified.to_rfc2822()
+            )),
+            Version::Modified(_) => None,
+        };
+        let mismatch = mismatch.or_else(|| {
+            (meta.size != size).then(|| {
+                format!(
+                    "size mismatch: opened {size} bytes, the server reports {}",
+                    meta.size
+                )
+            })
+        });
+        match mismatch {
+            None => Ok(()),
+            Some(why) => Err(Error::new(
+                ErrorKind::Changed,
+                url,
+                format!("the object changed while it was read ({why})"),
+            )),
+        }
+    }
+}
+
 /// One object of an S3-compatible store or an HTTP server.
 #[derive(Debug)]
 pub struct RemoteObject {
@@ -100,70 +161,54 @@ fn zeroed(url: &str, len: u64) -> Result<Vec<u8>> {
     Ok(buf)
 }
 
-/// Fetch `[start, start + buf.len())` of `url` into `buf`, checking that the
-/// server sent exactly those bytes.
-async fn fetch_into(
-    store: &dyn ObjectStore,
-    url: &ObjectUrl,
-    version: &Version,
-    start: u64,
-    buf: &mut [u8],
-) -> Result<()> {
+/// Copy a response's body into `buf`, which is exactly the range
+/// `start..start + buf.len()` asked for. The body is never buffered beyond
+/// that: a chunk reaching past it ends the read (dropping the stream closes
+/// the connection), so a server announcing or sending gigabytes for a small
+/// range costs one chunk. A body ending short is refused too.
+async fn read_body<S>(mut body: S, url: &str, start: u64, buf: &mut [u8]) -> Result<()>
+where
+    S: Stream<Item = object_store::Result<Bytes>> + Unpin,
+{
     let end = start + buf.len() as u64;
-    let mut options = GetOptions {
-        range: Some(GetRange::Bounded(start..end)),
-        ..GetOptions::default()
-    };
-    match version {
-        Version::ETag(tag) => options.if_match = Some(tag.clone()),
-        Version::Modified(stamp) => options.if_unmodified_since = Some(*stamp),
-    }
-    Stats::count(&stats().gets, 1);
-    let result = store
-        .get_opts(&url.path(), options)
-        .await
-        .map_err(|e| Error::from_store(&url.text, e))?;
-    if result.range != (start..end) {
-        return Err(Error::new(
-            ErrorKind::BadResponse,
-            &url.text,
-            format!(
-                "asked for bytes {start}..{end}, the server sent {:?}",
-                result.range
-            ),
-        ));
-    }
-    let mut stream = result.into_stream();
     let mut at = 0usize;
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| Error::from_store(&url.text, e))?;
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk.map_err(|e| Error::from_store(url, e))?;
         let Some(dest) = buf.get_mut(at..at + chunk.len()) else {
             return Err(Error::new(
                 ErrorKind::BadResponse,
-                &url.text,
+                url,
                 format!("the body of bytes {start}..{end} is longer than the range"),
             ));
         };
         dest.copy_from_slice(&chunk);
         at += chunk.len();
+        Stats::count(&stats().bytes_in, chunk.len() as u64);
     }
-    Stats::count(&stats().bytes_in, at as u64);
     if at != buf.len() {
         return Err(Error::new(
             ErrorKind::BadResponse,
-            &url.text,
+            url,
             format!("short body: {at} of {} bytes of {start}..{end}", buf.len()),
         ));
     }
     Ok(())
 }
 
-/// The whole body of a GET whose range the server chose (open's probes).
+/// The most bytes an opening probe asks for.
+const PROBE_BYTES: u64 = if HEAD_BYTES > TAIL_BYTES {
+    HEAD_BYTES
+} else {
+    TAIL_BYTES
+};
+
+/// The body of a GET whose range the server chose within `range` (open's
+/// probes), with the response's metadata and the offset it starts at.
 async fn fetch_probe(
     store: &dyn ObjectStore,
     url: &ObjectUrl,
     range: GetRange,
-) -> Result<(object_store::ObjectMeta, u64, Bytes)> {
+) -> Result<(ObjectMeta, u64, Bytes)> {
     Stats::count(&stats().gets, 1);
     let options = GetOptions {
         range: Some(range),
@@ -173,21 +218,23 @@ async fn fetch_probe(
         .get_opts(&url.path(), options)
         .await
         .map_err(|e| Error::from_store(&url.text, e))?;
-    let (meta, start) = (result.meta.clone(), result.range.start);
-    let want = result.range.end - result.range.start;
-    let body = result
-        .bytes()
-        .await
-        .map_err(|e| Error::from_store(&url.text, e))?;
-    Stats::count(&stats().bytes_in, body.len() as u64);
-    if body.len() as u64 != want {
+    let (meta, start, len) = (
+        result.meta.clone(),
+        result.range.start,
+        result.range.end - result.range.start,
+    );
+    // object_store matched the Content-Range against the request, so this
+    // holds; checked here because it sizes the buffer.
+    if len > PROBE_BYTES {
         return Err(Error::new(
             ErrorKind::BadResponse,
             &url.text,
-            format!("short body: {} of {want} bytes", body.len()),
+            format!("asked for at most {PROBE_BYTES} bytes, the server sent {len}"),
         ));
     }
-    Ok((meta, start, body))
+    let mut body = vec![0u8; len as usize];
+    read_body(result.into_stream(), &url.text, start, &mut body).await?;
+    Ok((meta, start, Bytes::from(body)))
 }
 
 impl RemoteObject {
@@ -221,23 +268,14 @@ impl RemoteObject {
             }
             Err(e) => return Err(e),
         };
-        let version = match &meta.e_tag {
-            Some(tag) => Version::ETag(tag.clone()),
-            None => Version::Modified(meta.last_modified),
-        };
+        let version = Version::of(&meta);
         let mut cache = ExtentCache::default();
         if let Some((start, body)) = head {
             cache.insert(start, body);
         }
         match tail {
             Ok((tail_meta, start, body)) if meta.size > 0 => {
-                if tail_meta.e_tag != meta.e_tag || tail_meta.size != meta.size {
-                    return Err(Error::new(
-                        ErrorKind::Changed,
-                        &url.text,
-                        "the object changed between the two opening requests",
-                    ));
-                }
+                version.confirm(&url.text, meta.size, &tail_meta)?;
                 if start + body.len() as u64 > HEAD_BYTES {
                     cache.insert(start, body);
                 }
@@ -477,17 +515,50 @@ impl RemoteObject {
         Ok(())
     }
 
+    /// Fetch `[start, start + buf.len())` into `buf`, pinned to the version
+    /// opened, checking that the server sent exactly those bytes of it.
+    async fn fetch_into(&self, store: &dyn ObjectStore, start: u64, buf: &mut [u8]) -> Result<()> {
+        let url = &self.url.text;
+        let end = start + buf.len() as u64;
+        let mut options = GetOptions {
+            range: Some(GetRange::Bounded(start..end)),
+            ..GetOptions::default()
+        };
+        match &self.version {
+            Version::ETag(tag) => options.if_match = Some(tag.clone()),
+            Version::Modified(stamp) => options.if_unmodified_since = Some(*stamp),
+        }
+        Stats::count(&stats().gets, 1);
+        let result = store
+            .get_opts(&self.url.path(), options)
+            .await
+            .map_err(|e| Error::from_store(url, e))?;
+        if result.range != (start..end) {
+            return Err(Error::new(
+                ErrorKind::BadResponse,
+                url,
+                format!(
+                    "asked for bytes {start}..{end}, the server sent {:?}",
+                    result.range
+                ),
+            ));
+        }
+        // Before a byte of the body lands in `buf`, which may be a cache
+        // entry's mapping.
+        self.version.confirm(url, self.size, &result.meta)?;
+        read_body(result.into_stream(), url, start, buf).await
+    }
+
     /// Fetch every `(start, buffer)`, `concurrency` requests in flight.
     fn run(&self, jobs: Vec<(u64, &mut [u8])>) -> Result<()> {
         if jobs.is_empty() {
             return Ok(());
         }
         let store = store_for(&self.url, &self.config)?;
-        let (url, version) = (&self.url, &self.version);
         let work = futures::stream::iter(jobs)
             .map(|(start, buf)| {
                 let store = Arc::clone(&store);
-                async move { fetch_into(store.as_ref(), url, version, start, buf).await }
+                async move { self.fetch_into(store.as_ref(), start, buf).await }
             })
             .buffer_unordered(self.config.concurrency)
             .try_collect::<Vec<()>>();
@@ -498,6 +569,44 @@ impl RemoteObject {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn meta(e_tag: Option<&str>, size: u64, stamp: i64) -> ObjectMeta {
+        ObjectMeta {
+            location: "k".into(),
+            last_modified: DateTime::from_timestamp(stamp, 0).expect("a valid stamp"),
+            size,
+            e_tag: e_tag.map(str::to_string),
+            version: None,
+        }
+    }
+
+    #[test]
+    fn every_response_must_name_the_version_opened() {
+        let by_tag = Version::ETag("\"v1\"".into());
+        // A listing's unquoted ETag pins the same version as a GET's quoted one.
+        by_tag
+            .confirm("u", 10, &meta(Some("\"v1\""), 10, 0))
+            .unwrap();
+        Version::ETag("v1".into())
+            .confirm("u", 10, &meta(Some("\"v1\""), 10, 0))
+            .unwrap();
+        for (tag, size, why) in [
+            (Some("\"v2\""), 10, "ETag mismatch"),
+            (None, 10, "sent none"),
+            (Some("\"v1\""), 11, "size mismatch"),
+        ] {
+            let e = by_tag.confirm("u", 10, &meta(tag, size, 0)).unwrap_err();
+            assert_eq!(e.kind, ErrorKind::Changed);
+            assert!(e.to_string().contains(why), "{e}");
+        }
+        let by_time = Version::of(&meta(None, 10, 1_000));
+        by_time.confirm("u", 10, &meta(None, 10, 1_000)).unwrap();
+        let e = by_time
+            .confirm("u", 10, &meta(None, 10, 2_000))
+            .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Changed);
+        assert!(e.to_string().contains("Last-Modified mismatch"), "{e}");
+    }
 
     #[test]
     fn a_buffer_past_any_memory_is_an_error_not_an_abort() {

@@ -1,0 +1,457 @@
+//! Responses zt must refuse, played by a scripted HTTP/1.1 server on
+//! 127.0.0.1: a server that ignores `If-Match` (or `If-Unmodified-Since`)
+//! and serves another version in the middle of a read, a body longer than
+//! the range asked for, and a body shorter than it.
+//!
+//! Every request gets a fresh connection (`Connection: close`), answered
+//! one at a time, so each test's requests are numbered in the order the
+//! server saw them.
+
+mod server {
+    use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
+    use std::net::{SocketAddr, TcpListener, TcpStream};
+    use std::thread::JoinHandle;
+    use std::time::Duration;
+
+    /// How long the server waits on a client before giving up on it: a
+    /// safety net so that a client that never hangs up fails its test
+    /// instead of hanging it. A passing test never waits for it.
+    const PATIENCE: Duration = Duration::from_secs(10);
+
+    /// What `Server::finish` sends to stop a server waiting for requests.
+    const STOP: &str = "STOP";
+
+    /// One request as the server read it.
+    #[derive(Debug, Clone)]
+    pub struct Request {
+        pub method: String,
+        /// Names in lower case.
+        pub headers: Vec<(String, String)>,
+    }
+
+    impl Request {
+        pub fn header(&self, name: &str) -> Option<&str> {
+            self.headers
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.as_str())
+        }
+
+        /// The byte range asked for (`bytes=A-B`, `bytes=A-`, `bytes=-N`)
+        /// in an object of `size` bytes, as `start..end`.
+        pub fn range(&self, size: u64) -> Option<std::ops::Range<u64>> {
+            let spec = self.header("range")?.strip_prefix("bytes=")?;
+            let (first, last) = spec.split_once('-')?;
+            if first.is_empty() {
+                let n: u64 = last.parse().ok()?;
+                return Some(size.saturating_sub(n)..size);
+            }
+            let start: u64 = first.parse().ok()?;
+            let end = match last {
+                "" => size,
+                last => (last.parse::<u64>().ok()? + 1).min(size),
+            };
+            Some(start..end)
+        }
+
+        /// True for the GET of a range starting at `start`.
+        pub fn gets_from(&self, start: u64) -> bool {
+            self.method == "GET"
+                && self
+                    .header("range")
+                    .is_some_and(|r| r.starts_with(&format!("bytes={start}-")))
+        }
+    }
+
+    /// The server's answer to one request.
+    pub struct Reply {
+        /// `206 Partial Content`, `200 OK`, ...
+        pub status: &'static str,
+        pub headers: Vec<(String, String)>,
+        pub body: Vec<u8>,
+        /// After the body, wait for the client to hang up instead of
+        /// closing: the body announced more than was sent, and closing
+        /// would end the exchange for the client. Whether it hangs up shows
+        /// whether it stopped reading by itself.
+        pub await_hang_up: bool,
+    }
+
+    impl Reply {
+        pub fn set_header(&mut self, name: &str, value: impl ToString) {
+            self.headers.retain(|(k, _)| !k.eq_ignore_ascii_case(name));
+            self.headers.push((name.to_string(), value.to_string()));
+        }
+    }
+
+    /// What became of one request.
+    #[derive(Debug)]
+    pub struct Served {
+        pub request: Request,
+        /// The client closed the connection before the server did (or
+        /// while it was still writing).
+        pub client_hung_up: bool,
+    }
+
+    pub struct Server {
+        addr: SocketAddr,
+        thread: JoinHandle<Vec<Served>>,
+    }
+
+    type Script = dyn Fn(usize, &Request) -> Reply + Send;
+
+    impl Server {
+        /// Answer at most `max` requests, the `n`th (from 0) with
+        /// `script(n, request)`.
+        pub fn start(
+            max: usize,
+            script: impl Fn(usize, &Request) -> Reply + Send + 'static,
+        ) -> Server {
+            let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+            let addr = listener.local_addr().expect("local address");
+            let thread = std::thread::spawn(move || serve(listener, max, &script));
+            Server { addr, thread }
+        }
+
+        /// The URL of `path` on this server.
+        pub fn url(&self, path: &str) -> String {
+            format!("http://{}/{path}", self.addr)
+        }
+
+        /// Stop the server and return what it served, in order.
+        pub fn finish(self) -> Vec<Served> {
+            // Wakes a server waiting for a request; refused if it has
+            // already answered its last and closed its socket.
+            if let Ok(mut s) = TcpStream::connect(self.addr) {
+                let _ = s.write_all(format!("{STOP}\r\n").as_bytes());
+            }
+            self.thread.join().expect("the server thread panicked")
+        }
+    }
+
+    fn serve(listener: TcpListener, max: usize, script: &Script) -> Vec<Served> {
+        let mut served = Vec::new();
+        while served.len() < max {
+            let Ok((stream, _)) = listener.accept() else {
+                break;
+            };
+            let _ = stream.set_read_timeout(Some(PATIENCE));
+            match read_request(&stream) {
+                Incoming::Stop => break,
+                // A connection the client dropped before sending anything.
+                Incoming::Nothing => continue,
+                Incoming::Request(request) => {
+                    let reply = script(served.len(), &request);
+                    let client_hung_up = answer(&stream, &reply);
+                    served.push(Served {
+                        request,
+                        client_hung_up,
+                    });
+                }
+            }
+        }
+        served
+    }
+
+    enum Incoming {
+        Request(Request),
+        Stop,
+        Nothing,
+    }
+
+    fn read_request(stream: &TcpStream) -> Incoming {
+        let mut reader = BufReader::new(stream);
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+            return Incoming::Nothing;
+        }
+        if line.trim_end() == STOP {
+            return Incoming::Stop;
+        }
+        let method = line.split(' ').next().unwrap_or_default().to_string();
+        let mut headers = Vec::new();
+        loop {
+            line.clear();
+            if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                return Incoming::Nothing;
+            }
+            let text = line.trim_end();
+            if text.is_empty() {
+                return Incoming::Request(Request { method, headers });
+            }
+            if let Some((name, value)) = text.split_once(':') {
+                headers.push((name.trim().to_ascii_lowercase(), value.trim().to_string()));
+            }
+        }
+    }
+
+    /// Send `reply`; true if the client hung up first.
+    fn answer(mut stream: &TcpStream, reply: &Reply) -> bool {
+        let mut head = format!("HTTP/1.1 {}\r\n", reply.status);
+        for (name, value) in &reply.headers {
+            head.push_str(&format!("{name}: {value}\r\n"));
+        }
+        head.push_str("Connection: close\r\n\r\n");
+        let sent = stream
+            .write_all(head.as_bytes())
+            .and_then(|()| stream.write_all(&reply.body));
+        if sent.is_err() {
+            return true;
+        }
+        if !reply.await_hang_up {
+            return false;
+        }
+        let mut byte = [0u8; 1];
+        match stream.read(&mut byte) {
+            Ok(0) => true,
+            Ok(_) => false,
+            Err(e) => !matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut),
+        }
+    }
+}
+
+use std::path::Path;
+use std::sync::Arc;
+
+use server::{Reply, Request, Served, Server};
+use zt_remote::cache::{cached_copy, entry_path};
+use zt_remote::object::HEAD_BYTES;
+use zt_remote::{ErrorKind, RemoteConfig, RemoteObject};
+
+/// The object's size: past the head and tail that opening fetches, so the
+/// reads after it go to the server.
+const SIZE: usize = 2 << 20;
+/// What a lying server announces as Content-Length: far more than a test
+/// process could buffer.
+const HUGE: u64 = 8 << 30;
+
+/// One version of the object the server holds.
+struct Version {
+    bytes: Vec<u8>,
+    etag: Option<&'static str>,
+    modified: &'static str,
+}
+
+fn version_a(etag: bool) -> Version {
+    Version {
+        bytes: vec![0xAA; SIZE],
+        etag: etag.then_some("\"a\""),
+        modified: "Wed, 21 Oct 2015 07:28:00 GMT",
+    }
+}
+
+fn version_b(etag: bool) -> Version {
+    Version {
+        bytes: vec![0xBB; SIZE],
+        etag: etag.then_some("\"b\""),
+        modified: "Thu, 22 Oct 2015 07:28:00 GMT",
+    }
+}
+
+/// An honest answer from a server holding `version`, which ignores
+/// preconditions: 206 with the range asked for, 200 and no body to a HEAD.
+fn honest(version: &Version, request: &Request) -> Reply {
+    let size = version.bytes.len() as u64;
+    let mut reply = Reply {
+        status: "200 OK",
+        headers: vec![("Last-Modified".into(), version.modified.into())],
+        body: Vec::new(),
+        await_hang_up: false,
+    };
+    if let Some(tag) = version.etag {
+        reply.set_header("ETag", tag);
+    }
+    reply.set_header("Content-Length", size);
+    if request.method == "HEAD" {
+        return reply;
+    }
+    let range = request.range(size).expect("zt sends ranged GETs");
+    reply.status = "206 Partial Content";
+    reply.set_header(
+        "Content-Range",
+        format!("bytes {}-{}/{size}", range.start, range.end - 1),
+    );
+    reply.set_header("Content-Length", range.end - range.start);
+    reply.body = version.bytes[range.start as usize..range.end as usize].to_vec();
+    reply
+}
+
+/// The honest answer, announcing a `HUGE` body and sending the range and
+/// 64 KiB more.
+fn longer(version: &Version, request: &Request) -> Reply {
+    let mut reply = honest(version, request);
+    reply.set_header("Content-Length", HUGE);
+    reply.body.extend_from_slice(&[0xEE; 64 << 10]);
+    reply.await_hang_up = true;
+    reply
+}
+
+/// The honest answer's headers (the full range in Content-Range) with half
+/// its body, which Content-Length admits to.
+fn short(version: &Version, request: &Request) -> Reply {
+    let mut reply = honest(version, request);
+    reply.body.truncate(reply.body.len() / 2);
+    reply.set_header("Content-Length", reply.body.len());
+    reply
+}
+
+/// One request, no retries (a retry would be a request the script did not
+/// plan), 1 MiB parts.
+fn config() -> Arc<RemoteConfig> {
+    let options = [("max_retries", "0"), ("part_size", "1048576")];
+    Arc::new(RemoteConfig::from_options(&options).expect("valid options"))
+}
+
+/// A server that answers the two opening GETs from version A and everything
+/// after from version B, whatever preconditions the requests carry.
+fn replaced_after_open(etags: bool) -> Server {
+    let (a, b) = (version_a(etags), version_b(etags));
+    Server::start(4, move |n, request| {
+        honest(if n < 2 { &a } else { &b }, request)
+    })
+}
+
+/// The third request, the first after opening, carried `header` with the
+/// first version's value: the server was asked to refuse and did not.
+fn third_asked_for(served: &[Served], header: &str, value: &str) {
+    assert!(served.len() >= 3, "{served:#?}");
+    assert_eq!(served[2].request.header(header), Some(value), "{served:#?}");
+}
+
+fn files_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .expect("read the cache directory")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn an_honest_server_is_read_and_cached() {
+    let a = version_a(true);
+    let expected = a.bytes.clone();
+    let server = Server::start(5, move |_, request| honest(&a, request));
+    let object = RemoteObject::open(&server.url("m.bin"), config()).expect("open");
+    assert_eq!(object.etag(), Some("\"a\""));
+    let read = object.read(HEAD_BYTES, 4096).expect("read past the head");
+    assert_eq!(read, &expected[HEAD_BYTES as usize..][..4096]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let entry = cached_copy(&object, dir.path(), u64::MAX).expect("cache the object");
+    assert_eq!(std::fs::read(&entry).expect("read the entry"), expected);
+    let served = server.finish();
+    third_asked_for(&served, "if-match", "\"a\"");
+}
+
+#[test]
+fn a_server_that_ignores_if_match_cannot_mix_versions() {
+    let server = replaced_after_open(true);
+    let object = RemoteObject::open(&server.url("m.bin"), config()).expect("open");
+    let err = object.read(HEAD_BYTES, 4096).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Changed, "{err}");
+    assert!(err.to_string().contains("\"b\""), "{err}");
+    third_asked_for(&server.finish(), "if-match", "\"a\"");
+}
+
+#[test]
+fn a_server_without_etags_is_pinned_by_last_modified() {
+    let server = replaced_after_open(false);
+    let object = RemoteObject::open(&server.url("m.bin"), config()).expect("open");
+    assert_eq!(object.etag(), None);
+    let err = object.read(HEAD_BYTES, 4096).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Changed, "{err}");
+    third_asked_for(
+        &server.finish(),
+        "if-unmodified-since",
+        version_a(false).modified,
+    );
+}
+
+#[test]
+fn another_version_never_lands_in_the_cache() {
+    let server = replaced_after_open(true);
+    let object = RemoteObject::open(&server.url("m.bin"), config()).expect("open");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let err = cached_copy(&object, dir.path(), u64::MAX).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Changed, "{err}");
+    assert!(!entry_path(&object, dir.path()).exists());
+    // No entry, no partial download left behind: at most the locks.
+    let left: Vec<String> = files_in(dir.path())
+        .into_iter()
+        .filter(|name| !name.ends_with(".lock"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    third_asked_for(&server.finish(), "if-match", "\"a\"");
+}
+
+/// The lying request was answered, and the client hung up on it rather
+/// than waiting for the announced body.
+fn hung_up_on(served: &[Served], liar: impl Fn(&Request) -> bool) {
+    let lie = served
+        .iter()
+        .find(|s| liar(&s.request))
+        .unwrap_or_else(|| panic!("no lying answer in {served:#?}"));
+    assert!(
+        lie.client_hung_up,
+        "the client waited for the body: {served:#?}"
+    );
+}
+
+#[test]
+fn a_body_longer_than_the_range_at_open_is_refused_unread() {
+    let a = version_a(true);
+    // The head probe lies; the tail probe and the HEAD that follows a bad
+    // head probe (is the object empty?) are honest.
+    let server = Server::start(3, move |_, request| {
+        if request.gets_from(0) {
+            longer(&a, request)
+        } else {
+            honest(&a, request)
+        }
+    });
+    let err = RemoteObject::open(&server.url("m.bin"), config()).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::BadResponse, "{err}");
+    assert!(err.to_string().contains("longer than the range"), "{err}");
+    hung_up_on(&server.finish(), |r| r.gets_from(0));
+}
+
+#[test]
+fn a_body_longer_than_the_range_of_a_read_is_refused_unread() {
+    let a = version_a(true);
+    let server = Server::start(3, move |n, request| match n {
+        0 | 1 => honest(&a, request),
+        _ => longer(&a, request),
+    });
+    let object = RemoteObject::open(&server.url("m.bin"), config()).expect("open");
+    let err = object.read(HEAD_BYTES, 4096).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::BadResponse, "{err}");
+    assert!(err.to_string().contains("longer than the range"), "{err}");
+    hung_up_on(&server.finish(), |r| r.gets_from(HEAD_BYTES));
+}
+
+#[test]
+fn a_short_body_is_refused() {
+    // At open: the head probe is short.
+    let a = version_a(true);
+    let server = Server::start(3, move |_, request| {
+        if request.gets_from(0) {
+            short(&a, request)
+        } else {
+            honest(&a, request)
+        }
+    });
+    let err = RemoteObject::open(&server.url("m.bin"), config()).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::BadResponse, "{err}");
+    assert!(err.to_string().contains("short body"), "{err}");
+    server.finish();
+    // In a read after open.
+    let a = version_a(true);
+    let server = Server::start(3, move |n, request| match n {
+        0 | 1 => honest(&a, request),
+        _ => short(&a, request),
+    });
+    let object = RemoteObject::open(&server.url("m.bin"), config()).expect("open");
+    let err = object.read(HEAD_BYTES, 4096).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::BadResponse, "{err}");
+    assert!(err.to_string().contains("short body"), "{err}");
+    server.finish();
+}
