@@ -331,6 +331,26 @@ fn limits_bound_counts_and_rank() {
 }
 
 #[test]
+fn an_index_naming_many_shards_opens_in_linear_time() {
+    // 200k distinct shard files, none there: the first is reported missing
+    // at once (collecting the shard list was quadratic, 40 s at 80k).
+    let dir = tempfile::tempdir().unwrap();
+    let index = dir.path().join("model.safetensors.index.json");
+    let map: serde_json::Map<String, serde_json::Value> = (0..200_000)
+        .map(|i| (format!("t{i}"), format!("s{i}.safetensors").into()))
+        .collect();
+    let json = serde_json::json!({ "weight_map": map });
+    std::fs::write(&index, serde_json::to_vec(&json).unwrap()).unwrap();
+    match zt::open(&index) {
+        Err(Error::NotFound { ctx }) => {
+            let missing = ctx.file.unwrap();
+            assert!(missing.ends_with("s0.safetensors"), "{}", missing.display());
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
 fn open_all_refuses_collisions_and_index_checks_shards() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
