@@ -66,6 +66,25 @@ pub fn parse_size(text: &str) -> std::result::Result<u64, String> {
     Err(bad())
 }
 
+/// Refuse to write a tensor file under a name every reader takes for a
+/// sharded checkpoint's index (`*.index.json`): `save_file(x,
+/// "w.safetensors.index.json")` would write safetensors there, which
+/// `open` then reads as an index and refuses.
+pub fn refuse_index_name(dest: &Path) -> Result<()> {
+    let name = dest.file_name().map(|n| n.to_string_lossy());
+    if name.is_some_and(|n| n.ends_with(".index.json")) {
+        return Err(Error::Write {
+            rule: Rule::WRITE_DESTINATION,
+            ctx: Context::file(dest),
+            reason: "a name ending in .index.json is a sharded checkpoint's index; \
+                     write the tensors to model.safetensors (with max_shard_size for shards \
+                     and their index)"
+                .into(),
+        });
+    }
+    Ok(())
+}
+
 /// One tensor to place: its size in bytes and, for tensors that share
 /// storage with others, an identifier of that storage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

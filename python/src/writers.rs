@@ -161,6 +161,7 @@ pub fn save<'py>(
             .map_err(to_py_err)?;
         return Ok(PyBytes::new(py, &bytes).into_any());
     };
+    zt::shard::refuse_index_name(&path).map_err(to_py_err)?;
     let options = zt::WriteOptions {
         align: align.map(crate::align_from_py).transpose()?,
         compression,

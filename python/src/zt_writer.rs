@@ -256,6 +256,7 @@ impl Writer {
         max_shard_size: Option<u64>,
     ) -> PyResult<Self> {
         let opts = options(canonical, align.as_ref(), publish, append, compression)?;
+        zt::shard::refuse_index_name(&path).map_err(to_py_err)?;
         if let Some(max) = max_shard_size {
             if zt::location::is_url(&path) {
                 return Err(PyValueError::new_err(
