@@ -5,6 +5,7 @@ the filesystem's limit are written, and a hostile store fails cleanly."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 
 import numpy as np
@@ -80,3 +81,48 @@ def test_a_tensor_file_is_not_written_under_an_index_name(tmp):
         with pytest.raises(zt.FormatError, match="index"):
             zt.Writer(tmp / name)
     assert list(tmp.iterdir()) == []
+
+
+def _building_in(pid: int, directory) -> bool:
+    """Whether process `pid` holds an unnamed file (O_TMPFILE) in
+    `directory`: /proc shows it as `DIR/#INODE (deleted)`."""
+    prefix = os.fspath(directory) + "/#"
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except FileNotFoundError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}").startswith(prefix):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def test_a_killed_writer_leaves_nothing_beside_the_destination(tmp, zt_cli):
+    # About 160 MB: long enough to be killed while it writes. The output
+    # has no name until it is complete (O_TMPFILE), so kill -9 leaves no
+    # hidden partial (it left 64-198 MiB ones before).
+    rng = np.random.default_rng(3)
+    src = tmp / "src" / "m.safetensors"
+    src.parent.mkdir()
+    safetensors.numpy.save_file({f"w{i}": rng.standard_normal((1000, 1000)).astype(np.float32) for i in range(40)}, src)
+    out = tmp / "out"
+    out.mkdir()
+    killed = 0
+    for _ in range(3):
+        proc = subprocess.Popen([zt_cli, "convert", src, out / "m.zt"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            while proc.poll() is None and not _building_in(proc.pid, out):
+                pass
+        finally:
+            if proc.poll() is None:  # by PID
+                os.kill(proc.pid, signal.SIGKILL)
+                killed += 1
+            proc.communicate()
+        assert sorted(p.name for p in out.iterdir()) in ([], ["m.zt"])
+        for p in out.iterdir():
+            p.unlink()
+    if killed == 0:
+        pytest.skip("every conversion finished before it could be killed")

@@ -1,9 +1,10 @@
 //! A progress line for long conversions, drawn on stderr.
 //!
 //! Every writer builds its output in a partial file beside the
-//! destination (`zt::publish::Partial`, named `.NAME.PID.RANDOM.partial`)
-//! and renames it at the end, so the display needs no hook inside the
-//! writers: a thread watches this process's partial of the destination
+//! destination (`zt::publish::Partial`: unnamed where the filesystem has
+//! `O_TMPFILE`, else named `.NAME.PID.RANDOM.partial`) and renames it at
+//! the end, so the display needs no hook inside the writers: a thread
+//! watches this process's partial of the destination
 //! grow and redraws one line a few times a second. The expected size is
 //! the source's payload; padding and compression make the real size differ,
 //! so the percentage is capped below 100 until the writer returns.
@@ -57,8 +58,13 @@ impl Progress {
 
 /// The size of this process's partial file of `dest`, if it has one; for
 /// a sharded write, its staging directory: every shard in it, finished
-/// or still a partial, so the line counts bytes across all shards.
+/// or still a partial, so the line counts bytes across all shards. A
+/// partial with no name (`O_TMPFILE`, see `zt::publish::Partial`) is
+/// found through the writer's registry, a named one by its name.
 fn own_partial_size(dest: &Path) -> Option<u64> {
+    if let Some(len) = zt::publish::unnamed_partial_len(dest) {
+        return Some(len);
+    }
     let mine = format!(".{}.", std::process::id());
     let partial = zt::publish::partials_of(dest)
         .ok()?
@@ -69,14 +75,13 @@ fn own_partial_size(dest: &Path) -> Option<u64> {
         return Some(meta.len());
     }
     let entries = std::fs::read_dir(&partial).ok()?;
-    Some(
-        entries
-            .flatten()
-            .filter_map(|e| e.metadata().ok())
-            .filter(|m| m.is_file())
-            .map(|m| m.len())
-            .sum(),
-    )
+    let named: u64 = entries
+        .flatten()
+        .filter_map(|e| e.metadata().ok())
+        .filter(|m| m.is_file())
+        .map(|m| m.len())
+        .sum();
+    Some(named + zt::publish::unnamed_partials_len_in(&partial))
 }
 
 fn draw(text: String) {

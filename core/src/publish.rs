@@ -20,10 +20,17 @@ use crate::location::parent_dir;
 
 /// A file being built beside its destination. Dropping it without
 /// [`Partial::commit`] removes it; the destination is never touched.
+///
+/// Where the filesystem can (`O_TMPFILE`: ext4, xfs, btrfs, tmpfs), the
+/// file has no name until it is complete, so a writer killed midway
+/// (`kill -9`, OOM) leaves nothing behind; elsewhere it is a hidden
+/// partial (see the module's docs), which the next write removes.
 #[derive(Debug)]
 pub struct Partial {
     file: Option<File>,
-    tmp: PathBuf,
+    /// Its hidden name, for a named partial (`None` for an unnamed one,
+    /// and once committed).
+    tmp: Option<PathBuf>,
     dest: PathBuf,
 }
 
@@ -152,12 +159,7 @@ impl Staging {
         refuse_non_regular(dest)?;
         remove_stale(dest)?;
         loop {
-            let dir = parent.join(format!(
-                ".{}.{}.{:016x}.partial",
-                partial_stem(&name),
-                std::process::id(),
-                zt_fsutil::random_u64()
-            ));
+            let dir = partial_name(&parent, &name);
             match std::fs::create_dir(&dir) {
                 Ok(()) => {
                     let lock = File::open(&dir).and_then(|f| {
@@ -194,8 +196,14 @@ impl Drop for Staging {
 impl Partial {
     /// Create a partial file for `dest`: refuse a destination whose
     /// directory is not a directory, remove stale partials of `dest`, then
-    /// create and lock a fresh one.
+    /// create a fresh one, unnamed where the filesystem can.
     pub fn create(dest: &Path) -> Result<Partial> {
+        Partial::create_as(dest, true)
+    }
+
+    /// [`Partial::create`]; with `unnamed` false, always a named (and
+    /// locked) partial.
+    fn create_as(dest: &Path, unnamed: bool) -> Result<Partial> {
         let name = file_name(dest)?;
         let dir = parent_dir(dest);
         match std::fs::metadata(&dir) {
@@ -211,18 +219,23 @@ impl Partial {
         }
         refuse_non_regular(dest)?;
         remove_stale(dest)?;
+        if unnamed {
+            if let Some(file) = unnamed::create(&dir) {
+                unnamed::building(dest, &file);
+                return Ok(Partial {
+                    file: Some(file),
+                    tmp: None,
+                    dest: dest.to_path_buf(),
+                });
+            }
+        }
         loop {
-            let tmp = dir.join(format!(
-                ".{}.{}.{:016x}.partial",
-                partial_stem(&name),
-                std::process::id(),
-                zt_fsutil::random_u64()
-            ));
+            let tmp = partial_name(&dir, &name);
             match zt_fsutil::create_locked(&tmp) {
                 Ok(file) => {
                     return Ok(Partial {
                         file: Some(file),
-                        tmp,
+                        tmp: Some(tmp),
                         dest: dest.to_path_buf(),
                     })
                 }
@@ -237,9 +250,9 @@ impl Partial {
         self.file.as_ref().expect("open until commit")
     }
 
-    /// Where the partial file is.
-    pub fn path(&self) -> &Path {
-        &self.tmp
+    /// The hidden name of a named partial; `None` for an unnamed one.
+    pub fn path(&self) -> Option<&Path> {
+        self.tmp.as_deref()
     }
 
     /// The destination it will be renamed to.
@@ -247,19 +260,27 @@ impl Partial {
         &self.dest
     }
 
-    /// Rename the partial file over the destination. With `durable`, the
-    /// file's data is flushed to disk before the rename and the directory
-    /// entry after it, so a power loss leaves the old file or the whole new
-    /// one, never an empty or partial one.
+    /// Rename the partial file over the destination (an unnamed one is
+    /// first given a hidden name beside it: a file cannot be linked over
+    /// another). With `durable`, the file's data is flushed to disk before
+    /// the rename and the directory entry after it, so a power loss leaves
+    /// the old file or the whole new one, never an empty or partial one.
     pub fn commit(mut self, durable: bool) -> Result<()> {
         let file = self.file.take().expect("open until commit");
         if durable {
-            file.sync_data().map_err(|e| Error::io(&self.tmp, e))?;
+            file.sync_data().map_err(|e| Error::io(&self.dest, e))?;
         }
-        std::fs::rename(&self.tmp, &self.dest).map_err(|e| Error::io(&self.dest, e))?;
+        let named = match self.tmp.take() {
+            Some(tmp) => tmp,
+            None => unnamed::link(&file, &self.dest)?,
+        };
+        if let Err(e) = std::fs::rename(&named, &self.dest) {
+            let _ = std::fs::remove_file(&named);
+            return Err(Error::io(&self.dest, e));
+        }
         // The lock goes with the descriptor; the file is now the destination.
+        unnamed::done(&file);
         drop(file);
-        self.tmp = PathBuf::new();
         if durable {
             sync_dir(&parent_dir(&self.dest))?;
         }
@@ -269,10 +290,129 @@ impl Partial {
 
 impl Drop for Partial {
     fn drop(&mut self) {
-        if !self.tmp.as_os_str().is_empty() {
-            let _ = std::fs::remove_file(&self.tmp);
+        if let Some(file) = &self.file {
+            unnamed::done(file);
+        }
+        if let Some(tmp) = &self.tmp {
+            let _ = std::fs::remove_file(tmp);
         }
     }
+}
+
+/// A fresh hidden name for a partial of the file `name` in `dir`.
+fn partial_name(dir: &Path, name: &str) -> PathBuf {
+    dir.join(format!(
+        ".{}.{}.{:016x}.partial",
+        partial_stem(name),
+        std::process::id(),
+        zt_fsutil::random_u64()
+    ))
+}
+
+/// Unnamed partials: files made by `O_TMPFILE` in the destination's
+/// directory, named only when complete, and the registry of those this
+/// process is building (a progress display finds a named partial by
+/// listing the directory; these it finds here).
+mod unnamed {
+    use super::*;
+    use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::OpenOptionsExt;
+    use std::sync::{Mutex, OnceLock};
+
+    /// This process's unnamed partials: destination and descriptor.
+    static BUILDING: Mutex<Vec<(PathBuf, RawFd)>> = Mutex::new(Vec::new());
+
+    /// An unnamed file in `dir`, or `None` where the filesystem (or the
+    /// kernel) has no `O_TMPFILE`, or no `/proc` to name it through at
+    /// commit.
+    pub(super) fn create(dir: &Path) -> Option<File> {
+        static PROC_FD: OnceLock<bool> = OnceLock::new();
+        if !*PROC_FD.get_or_init(|| Path::new("/proc/self/fd").is_dir()) {
+            return None;
+        }
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .mode(0o666)
+            .custom_flags(libc::O_TMPFILE | libc::O_CLOEXEC)
+            .open(dir)
+            .ok()
+    }
+
+    /// Give the complete unnamed `file` a fresh hidden name beside `dest`
+    /// (`linkat` through `/proc/self/fd`, which needs no privilege), to be
+    /// renamed over `dest`.
+    pub(super) fn link(file: &File, dest: &Path) -> Result<PathBuf> {
+        let name = file_name(dest)?;
+        let dir = parent_dir(dest);
+        let from = std::ffi::CString::new(format!("/proc/self/fd/{}", file.as_raw_fd()))
+            .expect("no NUL in a number");
+        loop {
+            let to = partial_name(&dir, &name);
+            let to_c = std::ffi::CString::new(to.as_os_str().as_bytes())
+                .map_err(|e| Error::io(dest, std::io::Error::other(e)))?;
+            // SAFETY: two NUL-terminated paths; no memory is kept.
+            let rc = unsafe {
+                libc::linkat(
+                    libc::AT_FDCWD,
+                    from.as_ptr(),
+                    libc::AT_FDCWD,
+                    to_c.as_ptr(),
+                    libc::AT_SYMLINK_FOLLOW,
+                )
+            };
+            if rc == 0 {
+                return Ok(to);
+            }
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::AlreadyExists {
+                return Err(Error::io(dest, e));
+            }
+        }
+    }
+
+    /// Note that this process is building `dest` in the unnamed `file`.
+    pub(super) fn building(dest: &Path, file: &File) {
+        let mut list = BUILDING.lock().unwrap_or_else(|e| e.into_inner());
+        list.push((dest.to_path_buf(), file.as_raw_fd()));
+    }
+
+    /// `file` is committed or dropped: forget it (before it is closed, so
+    /// its descriptor is never looked up after it is reused).
+    pub(super) fn done(file: &File) {
+        let mut list = BUILDING.lock().unwrap_or_else(|e| e.into_inner());
+        list.retain(|(_, fd)| *fd != file.as_raw_fd());
+    }
+
+    /// The sizes of this process's unnamed partials whose destination
+    /// `wanted` picks.
+    pub(super) fn sizes(wanted: impl Fn(&Path) -> bool) -> Vec<u64> {
+        let list = BUILDING.lock().unwrap_or_else(|e| e.into_inner());
+        list.iter()
+            .filter(|(dest, _)| wanted(dest))
+            .filter_map(|&(_, fd)| {
+                // SAFETY: the descriptor is open while it is listed (it is
+                // removed under this lock before it is closed), and
+                // ManuallyDrop never closes it.
+                let file = std::mem::ManuallyDrop::new(unsafe { File::from_raw_fd(fd) });
+                file.metadata().ok().map(|m| m.len())
+            })
+            .collect()
+    }
+}
+
+/// The size of the partial this process is building for `dest` without a
+/// name (see [`Partial`]), if it is building one: what a progress display
+/// watches, with [`partials_of`] for a named partial.
+pub fn unnamed_partial_len(dest: &Path) -> Option<u64> {
+    unnamed::sizes(|d| d == dest).first().copied()
+}
+
+/// The bytes of every unnamed partial this process is building in `dir`
+/// (the shards of a checkpoint in its staging directory).
+pub fn unnamed_partials_len_in(dir: &Path) -> u64 {
+    unnamed::sizes(|d| d.parent() == Some(dir)).iter().sum()
 }
 
 /// Write the file for `dest` through `write`, which writes a local file at
@@ -432,7 +572,7 @@ pub fn publish_with(
     let written = partial
         .file()
         .metadata()
-        .map_err(|e| Error::io(partial.path(), e))?
+        .map_err(|e| Error::io(path, e))?
         .len();
     partial.commit(durable)?;
     Ok(written)
@@ -518,15 +658,15 @@ mod tests {
             .path()
             .join(".m.safetensors.999999.00000000deadbeef.partial");
         std::fs::write(&stale, vec![0u8; 100]).unwrap();
-        let live = Partial::create(&dest).unwrap();
+        let live = Partial::create_as(&dest, false).unwrap();
         assert!(
             !stale.exists(),
             "a stale partial is removed by the next write"
         );
-        assert_eq!(partials_of(&dest).unwrap(), [live.path().to_path_buf()]);
+        assert_eq!(partials_of(&dest).unwrap(), [live.path().unwrap()]);
         // A second writer to the same destination leaves the live one.
-        let second = Partial::create(&dest).unwrap();
-        assert!(live.path().exists());
+        let second = Partial::create_as(&dest, false).unwrap();
+        assert!(live.path().unwrap().exists());
         assert_eq!(partials_of(&dest).unwrap().len(), 2);
         drop(second);
         drop(live);
@@ -565,14 +705,41 @@ mod tests {
     }
 
     #[test]
+    fn an_unnamed_partial_is_invisible_until_committed() {
+        let dir = tempfile::tempdir().unwrap();
+        let dest = dir.path().join("m.safetensors");
+        let partial = Partial::create(&dest).unwrap();
+        if partial.path().is_some() {
+            eprintln!("this filesystem has no O_TMPFILE: a named partial was made");
+            return;
+        }
+        partial.file().write_all(&[7u8; 5000]).unwrap();
+        // Nothing in the directory a killed writer could leave.
+        assert!(names(dir.path()).is_empty());
+        assert_eq!(unnamed_partial_len(&dest), Some(5000));
+        assert_eq!(unnamed_partials_len_in(dir.path()), 5000);
+        partial.commit(true).unwrap();
+        assert_eq!(names(dir.path()), ["m.safetensors"]);
+        assert_eq!(std::fs::read(&dest).unwrap(), [7u8; 5000]);
+        assert_eq!(unnamed_partial_len(&dest), None);
+        // Dropped: gone, and forgotten.
+        let partial = Partial::create(&dest).unwrap();
+        partial.file().write_all(b"half").unwrap();
+        drop(partial);
+        assert_eq!(names(dir.path()), ["m.safetensors"]);
+        assert_eq!(std::fs::read(&dest).unwrap(), [7u8; 5000]);
+        assert_eq!(unnamed_partials_len_in(dir.path()), 0);
+    }
+
+    #[test]
     fn a_name_at_the_filesystems_limit_is_written() {
         let dir = tempfile::tempdir().unwrap();
         for name in ["a".repeat(NAME_MAX), "é".repeat(NAME_MAX / 2)] {
             let dest = dir.path().join(&name);
-            let live = Partial::create(&dest).unwrap();
-            let partial = live.path().file_name().unwrap().len();
+            let live = Partial::create_as(&dest, false).unwrap();
+            let partial = live.path().unwrap().file_name().unwrap().len();
             assert!(partial <= NAME_MAX, "{partial}");
-            assert_eq!(partials_of(&dest).unwrap(), [live.path().to_path_buf()]);
+            assert_eq!(partials_of(&dest).unwrap(), [live.path().unwrap()]);
             drop(live);
             publish(&dest, |w| w.write_all(b"x")).unwrap();
             assert_eq!(std::fs::read(&dest).unwrap(), b"x");
