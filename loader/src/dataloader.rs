@@ -72,12 +72,15 @@ struct Pool {
 }
 
 impl Pool {
-    fn take(&self, stream: usize, bytes: usize) -> Vec<u64> {
+    /// A buffer of `bytes` (rounded up to words): a spare one of the size,
+    /// else a new zeroed one, or `None` when that cannot be allocated (the
+    /// batch size is the caller's: an error to report, never an abort).
+    fn take(&self, stream: usize, bytes: usize) -> Option<Vec<u64>> {
         let words = bytes.div_ceil(8);
         let spare = lock(&self.free[stream]).pop();
         match spare {
-            Some(v) if v.len() == words => v,
-            _ => vec![0u64; words],
+            Some(v) if v.len() == words => Some(v),
+            _ => zrecord::reader::zeroed_words(words),
         }
     }
 
@@ -246,7 +249,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// Check that the streams can be loaded together: at least one, equal
-/// lengths, and the plan's length equal to theirs.
+/// lengths, the plan's length equal to theirs, and a batch (its indices and
+/// every Dense column) within the address space.
 pub fn check_streams(streams: &[Stream], plan: &Plan) -> Result<()> {
     let first = streams.first().ok_or(Error::NoStreams)?;
     let length = first.reader.len();
@@ -263,6 +267,14 @@ pub fn check_streams(streams: &[Stream], plan: &Plan) -> Result<()> {
             plan: plan.length(),
             streams: length,
         });
+    }
+    // A batch's indices and each Dense column must fit one buffer; whether
+    // the memory is there is found out (and reported) when it is allocated.
+    let n = plan.batch_len();
+    let addressable = |bytes: Option<u64>| bytes.is_some_and(|b| b <= isize::MAX as u64);
+    let mut dense_rows = streams.iter().filter_map(|s| s.reader.schema().row_bytes());
+    if !addressable(n.checked_mul(8)) || dense_rows.any(|r| !addressable(r.checked_mul(n))) {
+        return Err(Error::BatchTooLarge(n));
     }
     Ok(())
 }
@@ -428,7 +440,7 @@ impl<T: Send + 'static> Drop for DataLoader<T> {
 
 impl<T: Send + 'static> Shared<T> {
     fn work(&self) {
-        let n = self.config.plan.batch_len() as usize; // addressable: checked by the plan's users
+        let n = self.config.plan.batch_len() as usize; // addressable: checked by `check_streams`
         loop {
             // Ordinals count deliveries and never wrap in practice (2^64
             // batches); the step they stand for wraps like the sampler's.
@@ -437,12 +449,28 @@ impl<T: Send + 'static> Shared<T> {
                 return;
             }
             let step = self.config.step_at(ordinal);
-            let mut indices = vec![0u64; n];
-            let batch = self.gather(step, &mut indices).map(|columns| Batch {
-                step,
-                indices,
-                columns,
-            });
+            // The batch size is the caller's: a batch whose indices do not
+            // fit in memory fails its step (a memory error the consumer
+            // receives), where `vec!` would abort the process.
+            let batch = match zrecord::reader::zeroed_words(n) {
+                Some(mut indices) => self.gather(step, &mut indices).map(|columns| Batch {
+                    step,
+                    indices,
+                    columns,
+                }),
+                None => {
+                    let stream = &self.streams[0];
+                    Err(GatherError {
+                        stream: stream.name.clone(),
+                        step,
+                        source: zrecord::Error::Memory {
+                            path: stream.reader.path().to_path_buf(),
+                            what: "a batch's indices",
+                            bytes: n as u64 * 8,
+                        },
+                    })
+                }
+            };
             let item = (self.finish)(batch);
             let mut st = lock(&self.state);
             if st.closed {
@@ -491,8 +519,16 @@ impl<T: Send + 'static> Shared<T> {
                 Geometry::Dense { .. } => {
                     let row = reader.schema().row_bytes().unwrap_or(0) as usize;
                     let len = row.saturating_mul(indices.len());
+                    let words = self.pool.take(i, len).ok_or_else(|| {
+                        let source = zrecord::Error::Memory {
+                            path: reader.path().to_path_buf(),
+                            what: "a Dense batch column",
+                            bytes: len as u64,
+                        };
+                        fail(stream, source)
+                    })?;
                     let mut col = DenseColumn {
-                        words: self.pool.take(i, len),
+                        words,
                         len,
                         stream: i,
                         lease: lease.clone(),

@@ -271,3 +271,70 @@ fn bad_settings_are_refused() {
         Error::PlanLength { .. }
     ));
 }
+
+/// The error a loader's first step fails with (the loader then closed).
+fn first_step_error(streams: Vec<Stream>, plan: Plan) -> GatherError {
+    let dl = DataLoader::plain(streams, config(plan, 1, 1, 0)).unwrap();
+    let got = dl.next().unwrap();
+    drop(dl.shutdown());
+    dl.join();
+    got.err().expect("the step must fail")
+}
+
+/// A batch size is the caller's: indices past what the machine can map
+/// (2^45 of them, 256 TiB, more than a 47-bit address space) fail the
+/// step with the store's memory error, where they aborted the process.
+#[test]
+fn a_batch_whose_indices_cannot_be_allocated_fails_its_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let reader = dense_store(dir.path());
+    // SEQUENTIAL repeats indices, so a batch may be far larger than the store.
+    let plan = Plan::new(N, 1 << 45, Mode::Sequential, 0).unwrap();
+    let e = first_step_error(stream(&reader), plan);
+    assert_eq!((e.step, e.stream.as_str()), (0, "d"));
+    assert!(
+        matches!(e.source, zrecord::Error::Memory { bytes, .. } if bytes == 8 << 45),
+        "{e:?}"
+    );
+}
+
+/// A Dense column is rows x batch: 16 MiB records in a batch of 2^24
+/// indices (128 MiB, allocated) ask 256 TiB for the column, which fails
+/// the step with the memory error instead of aborting.
+#[test]
+fn a_dense_column_that_cannot_be_allocated_fails_its_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("wide.zr");
+    let row = 1usize << 24;
+    let schema = Schema::dense("|u1", &[row as u64]).unwrap();
+    let mut w = Writer::create(&path, &schema, &CreateOptions::default()).unwrap();
+    w.append_dense(&vec![7u8; row]).unwrap();
+    w.close().unwrap();
+    let reader = Arc::new(Reader::open(&path, true).unwrap());
+    let plan = Plan::new(1, 1 << 24, Mode::Sequential, 0).unwrap();
+    let e = first_step_error(stream(&reader), plan);
+    assert!(
+        matches!(e.source, zrecord::Error::Memory { bytes, .. } if bytes == 1 << 48),
+        "{e:?}"
+    );
+}
+
+/// A batch no buffer can describe (indices past isize::MAX bytes, or a
+/// Dense column past it) is refused when the loader is built, not left
+/// to a worker (which panicked on the capacity and left `next` waiting).
+#[test]
+fn a_batch_past_the_address_space_is_refused_at_construction() {
+    let dir = tempfile::tempdir().unwrap();
+    let reader = dense_store(dir.path());
+    let huge = Plan::new(N, 1 << 62, Mode::Sequential, 0).unwrap();
+    assert_eq!(
+        DataLoader::plain(stream(&reader), config(huge, 1, 1, 0)).err(),
+        Some(Error::BatchTooLarge(1 << 62))
+    );
+    // 2^59 indices fit (2^62 bytes), but 16-byte rows make a 2^63-byte column.
+    let wide = Plan::new(N, 1 << 59, Mode::Sequential, 0).unwrap();
+    assert_eq!(
+        DataLoader::plain(stream(&reader), config(wide, 1, 1, 0)).err(),
+        Some(Error::BatchTooLarge(1 << 59))
+    );
+}

@@ -18,6 +18,7 @@
 
 use std::sync::Mutex;
 
+use pyo3::exceptions::PyMemoryError;
 use pyo3::prelude::*;
 
 use crate::array::ArrayView;
@@ -69,19 +70,22 @@ impl Drop for Pooled {
 }
 
 /// A buffer of at least `len` bytes: the latest kept one no more than
-/// twice that size, else a new zeroed one.
-fn take(len: usize) -> Pooled {
+/// twice that size, else a new zeroed one; `None` when that cannot be
+/// allocated (`len` is the caller's: a gather of millions of duplicate
+/// indices asks for more than the machine has).
+fn take(len: usize) -> Option<Pooled> {
     let words = len.div_ceil(8);
     let mut free = FREE.lock().unwrap_or_else(|e| e.into_inner());
     let fits = free
         .iter()
         .rposition(|b| b.len() >= words && b.len() / 2 <= words);
     match fits {
-        Some(i) => Pooled(free.swap_remove(i)),
+        Some(i) => Some(Pooled(free.swap_remove(i))),
         None => {
             drop(free);
-            // Zeroed by the kernel on first touch (calloc maps fresh pages).
-            Pooled(vec![0u64; words])
+            // calloc: zeroed by the kernel on first touch, and a failure is
+            // reported where `vec![0; words]` would abort the process.
+            zrecord::reader::zeroed_words(words).map(Pooled)
         }
     }
 }
@@ -95,12 +99,17 @@ pub fn take_latest() -> Vec<u64> {
 }
 
 /// A writable uint8 array of `nbytes` for a gather to fill (its old
-/// contents are unspecified), drawn from the pool of dropped batches.
+/// contents are unspecified), drawn from the pool of dropped batches;
+/// `MemoryError` when no buffer of that size can be allocated.
 #[pyfunction]
-pub fn batch_buffer(nbytes: usize) -> ArrayView {
-    let buf = take(nbytes);
+pub fn batch_buffer(nbytes: usize) -> PyResult<ArrayView> {
+    let buf = take(nbytes).ok_or_else(|| {
+        PyMemoryError::new_err(format!(
+            "out of memory: cannot allocate {nbytes} bytes for a batch buffer"
+        ))
+    })?;
     let address = buf.address();
-    ArrayView::pooled(buf, address, nbytes)
+    Ok(ArrayView::pooled(buf, address, nbytes))
 }
 
 #[cfg(test)]
@@ -114,13 +123,13 @@ mod tests {
     fn a_dropped_buffer_is_reused_for_a_similar_size_only() {
         let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
         FREE.lock().unwrap().clear();
-        let first = take(POOLED_FROM);
+        let first = take(POOLED_FROM).unwrap();
         let address = first.address();
         drop(first);
         // Far smaller: a new buffer, the kept one stays.
-        let small = take(POOLED_FROM / 4);
+        let small = take(POOLED_FROM / 4).unwrap();
         assert_ne!(small.address(), address);
-        let again = take(POOLED_FROM - 100);
+        let again = take(POOLED_FROM - 100).unwrap();
         assert_eq!(again.address(), address);
     }
 
@@ -129,7 +138,7 @@ mod tests {
         let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
         FREE.lock().unwrap().clear();
         let bufs: Vec<Pooled> = (0..KEEP_BUFFERS + 3)
-            .map(|_| take(KEEP_BYTES / 2))
+            .map(|_| take(KEEP_BYTES / 2).unwrap())
             .collect();
         let last = bufs.last().unwrap().address();
         drop(bufs);
@@ -139,10 +148,10 @@ mod tests {
             assert!(free.len() <= KEEP_BUFFERS);
         }
         // The last one dropped is kept, and handed out first.
-        assert_eq!(take(KEEP_BYTES / 2).address(), last);
+        assert_eq!(take(KEEP_BYTES / 2).unwrap().address(), last);
         // Small buffers, and one larger than the whole pool, are not kept.
         drop(Pooled::new(vec![0u64; 1000]));
-        drop(take(KEEP_BYTES + 8));
+        drop(take(KEEP_BYTES + 8).unwrap());
         assert!(FREE
             .lock()
             .unwrap()
@@ -151,12 +160,22 @@ mod tests {
     }
 
     #[test]
+    fn a_buffer_past_the_address_space_is_refused_not_aborted() {
+        let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        FREE.lock().unwrap().clear();
+        // 2^60 bytes: more than any machine maps (47-bit user space), and
+        // usize::MAX bytes (2^61 words) pass what a Layout can describe.
+        assert!(take(1 << 60).is_none());
+        assert!(take(usize::MAX).is_none());
+    }
+
+    #[test]
     fn small_buffers_are_not_kept() {
         let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
         FREE.lock().unwrap().clear();
         drop(Pooled::new(vec![0u64; 1000]));
         assert!(FREE.lock().unwrap().is_empty());
-        drop(take(POOLED_FROM));
+        drop(take(POOLED_FROM).unwrap());
         assert_eq!(take_latest().len(), POOLED_FROM / 8);
     }
 }

@@ -14,7 +14,7 @@
 
 use std::sync::Arc;
 
-use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyMemoryError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 
@@ -85,14 +85,17 @@ fn columns_to_py<'py>(
 }
 
 /// The exception for a stream that failed at a step: zrecord's
-/// `ZrecordError` (with loaderx's `code`) naming stream, step, store and record.
+/// `ZrecordError` (with loaderx's `code`) naming stream, step, store and
+/// record; `MemoryError` for a batch too large to allocate, as a zrecord
+/// gather raises (both carry `step` and `stream`).
 fn gather_error(py: Python<'_>, e: GatherError) -> PyErr {
     let code = e.source.code();
     let message = e.to_string();
-    let made = py
-        .import("zt._zt")
-        .and_then(|m| m.getattr("ZrecordError"))
-        .and_then(|t| t.call1((message.clone(),)));
+    let class = match e.source {
+        zrecord::Error::Memory { .. } => Ok(py.get_type::<PyMemoryError>().into_any()),
+        _ => py.import("zt._zt").and_then(|m| m.getattr("ZrecordError")),
+    };
+    let made = class.and_then(|t| t.call1((message.clone(),)));
     match made {
         Ok(exc) => {
             let _ = exc.setattr("code", code);

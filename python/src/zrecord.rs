@@ -129,7 +129,11 @@ fn layout_named(name: &str) -> PyResult<Layout> {
 /// holds one only in native (little-endian) order and at its size (`">i4"`
 /// is also named `"int32"`); loaderx 2.3 writes `dtype.str`.
 fn schema_dtype<'a>(layout: Layout, typestr: &'a str, name: &'a str) -> &'a str {
-    let size = zrecord::schema::itemsize;
+    // The size is the digits after the kind, read without
+    // `zrecord::schema::itemsize`'s check that NumPy parses the string:
+    // ml_dtypes' float8_e5m2 has the `dtype.str` "<f1", which only its name
+    // makes a type.
+    let size = |t: &str| t.get(2..).and_then(|d| d.parse::<usize>().ok());
     let named = !typestr.starts_with('>')
         && zrecord::schema::LOADERX28_DTYPES
             .iter()

@@ -6,6 +6,7 @@
 //! one per thread; dictionaries are digested once and shared.
 
 use std::cell::RefCell;
+use std::path::Path;
 
 use zstd::zstd_safe::{self, CCtx, CDict, CParameter, DCtx, DDict, WriteBuf};
 
@@ -152,7 +153,20 @@ impl Encoder {
             )));
         }
         let cdict = match (codec, dict) {
-            (Codec::ZstdDict, Some(d)) if !d.is_empty() => Some(CDict::create(d, level)),
+            // `CDict::create` panics when zstd cannot load the bytes (the
+            // dictionary magic followed by corrupt entropy tables): a
+            // caller's bad `dict_bytes` is an argument error, not an abort.
+            // The decoder's load is checked too: a dictionary the readers
+            // of the store could not load would make it unreadable.
+            (Codec::ZstdDict, Some(d)) if !d.is_empty() => {
+                let cdict = CDict::try_create(d, level).filter(|_| DDict::try_create(d).is_some());
+                Some(cdict.ok_or_else(|| {
+                    Error::invalid(
+                        "dict_bytes is not a zstd dictionary zstd can load (corrupt header or \
+                         entropy tables); use the bytes train_dict returns",
+                    )
+                })?)
+            }
             (Codec::ZstdDict, _) => {
                 return Err(Error::invalid(
                     "creating a zstd_dict store requires non-empty dict_bytes from train_dict",
@@ -227,12 +241,20 @@ pub struct Decoder {
 }
 
 impl Decoder {
-    /// A decoder for `codec` with the store's dictionary, if any.
-    pub fn new(codec: Codec, dict: Option<&[u8]>) -> Decoder {
-        Decoder {
-            codec,
-            ddict: dict.map(DDict::create),
-        }
+    /// A decoder for `codec` with the store's dictionary (`dict.zr`), if
+    /// any. A dictionary zstd cannot load (the dictionary magic with a
+    /// corrupt or truncated header or entropy tables) is
+    /// [`Error::BadDict`], naming the store at `path`: `DDict::create`
+    /// would panic on it.
+    pub fn new(codec: Codec, dict: Option<&[u8]>, path: &Path) -> Result<Decoder> {
+        let ddict = match dict {
+            Some(d) => Some(DDict::try_create(d).ok_or_else(|| Error::BadDict {
+                path: path.to_path_buf(),
+                len: d.len() as u64,
+            })?),
+            None => None,
+        };
+        Ok(Decoder { codec, ddict })
     }
 
     /// The codec.

@@ -141,6 +141,15 @@ pub enum Error {
         /// The store directory.
         path: PathBuf,
     },
+    /// A `dict.zr` zstd cannot load: it starts with the zstd dictionary
+    /// magic but its header or entropy tables are corrupt or cut short.
+    #[error("{path}: invalid or unsupported zrecord store format: dict.zr ({len} bytes) is not a zstd dictionary zstd can load (corrupt or truncated header or entropy tables)")]
+    BadDict {
+        /// The store directory.
+        path: PathBuf,
+        /// The length of `dict.zr`.
+        len: u64,
+    },
     /// A raw or zstd store with a `dict.zr`.
     #[error("{path}: invalid or unsupported zrecord store format: dict.zr in a store whose codec uses no dictionary")]
     UnexpectedDict {

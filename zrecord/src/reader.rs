@@ -219,16 +219,16 @@ impl Reader {
         schema: Schema,
         objects: crate::remote::Objects,
         dict: Option<&[u8]>,
-    ) -> Reader {
-        let decoder = Decoder::new(header.codec, dict);
-        Reader {
+    ) -> Result<Reader> {
+        let decoder = Decoder::new(header.codec, dict, &path)?;
+        Ok(Reader {
             path,
             _meta: None,
             header,
             schema,
             bytes: Bytes::Remote(objects),
             decoder,
-        }
+        })
     }
 
     fn open_with(path: impl AsRef<Path>, dense: Option<bool>) -> Result<Reader> {
@@ -255,7 +255,7 @@ impl Reader {
             .enumerate()
             .map(|(s, (f, &tail))| map(f, 0, tail, &dest.join(format!("data_{s}.zr"))))
             .collect::<Result<Vec<_>>>()?;
-        let decoder = Decoder::new(header.codec, dict.as_deref());
+        let decoder = Decoder::new(header.codec, dict.as_deref(), &dest)?;
         Ok(Reader {
             path: dest,
             _meta: Some(meta),
@@ -455,7 +455,8 @@ impl Reader {
     /// then copied in one go.
     fn copy_rows(&self, idxs: &[u64], dst: &mut [u8], row: usize) -> Result<()> {
         let shards = self.header.data_shards as u64;
-        let mut spans: Vec<(usize, usize, usize)> = Vec::with_capacity(idxs.len());
+        let mut spans: Vec<(usize, usize, usize)> =
+            try_vec(idxs.len(), &self.path, "a Dense gather's record spans")?;
         for &index in idxs {
             let (loc, frame) = self.frame(index)?;
             self.check_row(index, loc, row)?;
@@ -503,7 +504,7 @@ impl Reader {
             Bytes::Mapped { .. } => None,
         };
         let prefix = self.schema.shape_prefix_bytes();
-        let mut offsets = Vec::with_capacity(idxs.len() + 1);
+        let mut offsets = try_vec(idxs.len() + 1, &self.path, "Ragged offsets")?;
         offsets.push(0u64);
         let mut total = 0u64;
         for (j, &i) in idxs.iter().enumerate() {
@@ -525,7 +526,8 @@ impl Reader {
                     reason: "corrupt ragged record shape header".into(),
                 });
             }
-            total += (logic - prefix) as u64;
+            // Saturated: a sum past u64 is refused by the allocation below.
+            total = total.saturating_add((logic - prefix) as u64);
             offsets.push(total);
         }
         let len = usize::try_from(total)
@@ -542,9 +544,10 @@ impl Reader {
         } else {
             words.resize(need, 0);
         }
-        let shape_words = idxs.len() * ndim;
+        // Saturated: an overflowing count is refused by the allocation.
+        let shape_words = idxs.len().saturating_mul(ndim);
         let mut shapes = zeroed_words(shape_words)
-            .ok_or_else(|| memory("Ragged shapes", shape_words as u64 * 8))?;
+            .ok_or_else(|| memory("Ragged shapes", (shape_words as u64).saturating_mul(8)))?;
         {
             // SAFETY: `words` holds len.div_ceil(8) * 8 >= len bytes.
             let values =
@@ -681,9 +684,27 @@ fn split_blocks<'a>(
     blocks
 }
 
-/// `n` zero words, or `None` when they cannot be allocated. Zeroed
-/// allocation (`calloc`) leaves untouched pages to the kernel's zero page.
-fn zeroed_words(n: usize) -> Option<Vec<u64>> {
+/// An empty vector with room for `n` items, or [`Error::Memory`] naming the
+/// store at `path`: buffers sized by a caller's index count are allocated
+/// like the gather's output, so an absurd request is an error the caller
+/// can catch, never an abort.
+pub(crate) fn try_vec<T>(n: usize, path: &Path, what: &'static str) -> Result<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| Error::Memory {
+        path: path.to_path_buf(),
+        what,
+        bytes: (n as u64).saturating_mul(std::mem::size_of::<T>() as u64),
+    })?;
+    Ok(v)
+}
+
+/// `n` zero words, or `None` when they cannot be allocated (or `n` words
+/// pass the address space). Zeroed allocation (`calloc`) leaves untouched
+/// pages to the kernel's zero page, as `vec![0; n]` does, but a failure is
+/// the caller's to report instead of an abort: every buffer a gather or a
+/// batch is given (here, in zloader and in the Python binding's batch
+/// pool) comes from it.
+pub fn zeroed_words(n: usize) -> Option<Vec<u64>> {
     if n == 0 {
         return Some(Vec::new());
     }

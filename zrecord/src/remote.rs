@@ -152,13 +152,7 @@ mod enabled {
             LocTable::Paged(meta)
         };
         let objects = Objects { locs, shards };
-        Ok(Reader::remote(
-            path.to_path_buf(),
-            header,
-            schema,
-            objects,
-            dict.as_deref(),
-        ))
+        Reader::remote(path.to_path_buf(), header, schema, objects, dict.as_deref())
     }
 
     /// The listing must hold exactly the shards the header names (each at

@@ -156,8 +156,16 @@ pub struct Schema {
     pub layout: Layout,
 }
 
+/// The datetime units NumPy takes in `M8[...]` / `m8[...]`.
+const DATETIME_UNITS: [&str; 13] = [
+    "Y", "M", "W", "D", "h", "m", "s", "ms", "us", "ns", "ps", "fs", "as",
+];
+
 /// Bytes per element of a NumPy `dtype.str`, or `None` for what a store
-/// cannot hold: object, structured-looking or zero-size types.
+/// cannot hold: object, structured-looking or zero-size types, and any
+/// string `numpy.dtype` refuses (`"<f3"`, `"<i16"`, `"<M8[xyz]"`), so a
+/// schema the Python side could not turn into a dtype is a schema error
+/// here, not a `TypeError` there.
 pub fn itemsize(dtype: &str) -> Option<usize> {
     let b = dtype.as_bytes();
     if b.len() < 3 || !matches!(b[0], b'<' | b'>' | b'|' | b'=') {
@@ -168,15 +176,39 @@ pub fn itemsize(dtype: &str) -> Option<usize> {
         return None;
     }
     let rest = &dtype[2..];
-    let digits = match rest.find('[') {
-        Some(i) if matches!(kind, b'm' | b'M') && rest.ends_with(']') => &rest[..i],
+    let (digits, unit) = match rest.find('[') {
+        Some(i) if matches!(kind, b'm' | b'M') && rest.ends_with(']') => {
+            (&rest[..i], Some(&rest[i + 1..rest.len() - 1]))
+        }
         Some(_) => return None,
-        None => rest,
+        None => (rest, None),
     };
     if digits.is_empty() || !digits.bytes().all(|c| c.is_ascii_digit()) || digits.len() > 9 {
         return None;
     }
     let n: usize = digits.parse().ok()?;
+    // The sizes NumPy has a type of each fixed-size kind for (`f16` is the
+    // 128-bit long double of x86-64 and aarch64 Linux).
+    let fixed: &[usize] = match kind {
+        b'b' => &[1],
+        b'i' | b'u' => &[1, 2, 4, 8],
+        b'f' => &[2, 4, 8, 16],
+        b'c' => &[8, 16, 32],
+        b'm' | b'M' => &[8],
+        _ => &[],
+    };
+    if !fixed.is_empty() && !fixed.contains(&n) {
+        return None;
+    }
+    // A datetime unit: `[unit]` or `[Nunit]`, N at most 9 digits (NumPy's
+    // multiplier is 32-bit; 9 digits always fit).
+    if let Some(unit) = unit {
+        let count = unit.bytes().take_while(u8::is_ascii_digit).count();
+        let (multiple, name) = unit.split_at(count);
+        if multiple.len() > 9 || !DATETIME_UNITS.contains(&name) {
+            return None;
+        }
+    }
     let size = if kind == b'U' { n.checked_mul(4)? } else { n };
     (size > 0).then_some(size)
 }
@@ -649,5 +681,71 @@ mod tests {
         assert_eq!(itemsize("<M8[ns]"), Some(8));
         assert_eq!(itemsize("|O"), None);
         assert_eq!(itemsize("|V0"), None);
+        // What numpy 2.4's `np.dtype` takes (checked against it).
+        for (typestr, size) in [
+            ("|b1", 1),
+            ("<i8", 8),
+            (">u2", 2),
+            ("<f2", 2),
+            ("<f16", 16),
+            ("<c32", 32),
+            ("<m8", 8),
+            ("<M8[10ns]", 8),
+            ("<M8[999999999ns]", 8),
+            ("<m8[Y]", 8),
+            ("<M8[as]", 8),
+            ("|S3", 3),
+            ("|V7", 7),
+        ] {
+            assert_eq!(itemsize(typestr), Some(size), "{typestr}");
+        }
+        // And what it refuses with TypeError: sizes no type of the kind has,
+        // datetime sizes and units it does not know.
+        for typestr in [
+            "<f3",
+            "<f1",
+            "<f12",
+            "<i3",
+            "<i16",
+            "<u5",
+            "|b2",
+            "<c4",
+            "<c12",
+            "<M4",
+            "<m16",
+            "<M8[]",
+            "<M8[xyz]",
+            "<M8[2]",
+            "<M8[B]",
+            "<M8[1000000000000ns]",
+        ] {
+            assert_eq!(itemsize(typestr), None, "{typestr}");
+        }
+    }
+
+    /// A schema naming a dtype NumPy refuses (`"<f3"`) fails to decode as
+    /// a schema error in both encodings: the Python layer would otherwise
+    /// open the store and raise `TypeError` from `numpy.dtype`.
+    #[test]
+    fn dtypes_numpy_refuses_are_schema_errors() {
+        let p = Path::new("");
+        let mut msgpack =
+            hex_decode("83a56474797065a33c6632a46e64696d01aa6974656d5f736861706591cc80");
+        assert!(Schema::decode(&msgpack, true, p).is_ok());
+        let at = msgpack.windows(3).position(|w| w == b"<f2").unwrap();
+        msgpack[at + 2] = b'3';
+        let e = Schema::decode(&msgpack, true, p).unwrap_err();
+        assert!(matches!(e, Error::Schema { .. }), "{e:?}");
+        let e = Schema::decode(br#"{"dtype": "<f3", "ndim": 1}"#, false, p).unwrap_err();
+        assert!(matches!(e, Error::Schema { .. }), "{e:?}");
+        let e = Schema::new(Layout::Loaderx23, "<i3", Geometry::Ragged { ndim: 1 }).unwrap_err();
+        assert!(matches!(e, Error::Schema { .. }), "{e:?}");
+    }
+
+    fn hex_decode(text: &str) -> Vec<u8> {
+        (0..text.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap())
+            .collect()
     }
 }

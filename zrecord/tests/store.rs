@@ -395,6 +395,106 @@ fn dictionary_presence_must_match_codec() {
     ));
 }
 
+/// The zstd dictionary magic (`ZSTD_MAGIC_DICTIONARY`, little-endian):
+/// what makes zstd parse a dictionary's header and entropy tables instead
+/// of taking its bytes as raw content.
+const DICT_MAGIC: [u8; 4] = [0x37, 0xa4, 0x30, 0xec];
+
+/// A zstd_dict store whose `dict.zr` `damage` rewrote.
+fn open_with_damaged_dict(damage: impl FnOnce(&Path)) -> Error {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = dense_store(dir.path(), Codec::ZstdDict, 2, 50);
+    assert_eq!(fs::read(path.join("dict.zr")).unwrap()[..4], DICT_MAGIC);
+    damage(&path.join("dict.zr"));
+    Reader::open(&path, true)
+        .err()
+        .expect("a store with a dictionary zstd cannot load must not open")
+}
+
+#[test]
+fn dictionary_cut_to_its_magic_and_id_is_an_error_not_a_panic() {
+    let e = open_with_damaged_dict(|dict| {
+        OpenOptions::new()
+            .write(true)
+            .open(dict)
+            .unwrap()
+            .set_len(8)
+            .unwrap()
+    });
+    assert!(matches!(e, Error::BadDict { len: 8, .. }), "{e:?}");
+    assert!(e.is_format());
+}
+
+#[test]
+fn dictionary_with_the_magic_and_garbage_tables_is_an_error_not_a_panic() {
+    let e = open_with_damaged_dict(|dict| {
+        let mut bytes = fs::read(dict).unwrap();
+        // Keep the magic and dictionary id; the entropy tables after them
+        // become bytes no Huffman or FSE header starts with.
+        for b in &mut bytes[8..] {
+            *b = 0xff;
+        }
+        fs::write(dict, bytes).unwrap();
+    });
+    assert!(matches!(e, Error::BadDict { .. }), "{e:?}");
+    assert!(e.is_format());
+}
+
+#[test]
+fn writer_given_a_dictionary_zstd_cannot_load_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let schema = Schema::dense("|u1", &[48]).unwrap();
+    let data = rows(64, 48, 5);
+    let good = train_dict(&data, &[48; 64], 4096).unwrap();
+    let mut garbage = good.clone();
+    garbage[8..].fill(0xff);
+    let mut cut = good.clone();
+    cut.truncate(8);
+    for (name, dict) in [("garbage", garbage), ("cut", cut)] {
+        let options = CreateOptions {
+            codec: Codec::ZstdDict,
+            data_shards: 1,
+            dict: Some(dict),
+            level: None,
+        };
+        let path = dir.path().join(name);
+        let e = Writer::create(&path, &schema, &options)
+            .err()
+            .expect("an unloadable dictionary must be refused");
+        assert!(matches!(e, Error::Invalid { .. }), "{name}: {e:?}");
+        // Refused before anything was built.
+        assert!(!path.exists(), "{name}");
+    }
+    // Bytes without the magic are a raw-content dictionary, which zstd
+    // takes (as loaderx does): they still build a readable store.
+    let options = CreateOptions {
+        codec: Codec::ZstdDict,
+        data_shards: 1,
+        dict: Some(b"raw content dictionary bytes".to_vec()),
+        level: None,
+    };
+    let path = dir.path().join("raw-content");
+    let mut w = Writer::create(&path, &schema, &options).unwrap();
+    w.append_dense(&data).unwrap();
+    w.close().unwrap();
+    let mut out = vec![0u8; 48];
+    Reader::open(&path, true)
+        .unwrap()
+        .gather_dense(&[3], &mut out)
+        .unwrap();
+    assert_eq!(out, data[3 * 48..4 * 48]);
+}
+
+/// The zeroed allocation every gather and batch buffer comes from fails
+/// instead of aborting: past the address space, and past what a layout can
+/// describe.
+#[test]
+fn zeroed_words_refuse_what_cannot_be_allocated() {
+    assert!(zrecord::reader::zeroed_words(1 << 57).is_none());
+    assert!(zrecord::reader::zeroed_words(usize::MAX).is_none());
+    assert_eq!(zrecord::reader::zeroed_words(3), Some(vec![0u64; 3]));
+}
+
 #[test]
 fn bad_schema_bytes() {
     // Not a MsgPack map, so read as loaderx 2.8's JSON, which it is not.
