@@ -24,6 +24,7 @@ pub mod location;
 mod name_index;
 pub mod open;
 pub mod part;
+pub mod plugin;
 pub mod publish;
 pub mod readahead;
 pub mod registry;
@@ -46,8 +47,11 @@ pub use format::{Format, OpenInput, Probe};
 pub use limits::Limits;
 pub use open::OpenOptions;
 pub use part::{Caps, Location, PartRef, Tensor};
+pub use plugin::{Checkpoint, Plugin, Reader};
 pub use registry::Registry;
 pub use rule::Rule;
 pub use source::Source;
 pub use store::Store;
-pub use write::{Align, FormatWriter, TensorIn, WriteOptions, WrittenFile};
+pub use write::{
+    Align, FormatWriter, MetadataCaps, TensorIn, WriteOptions, WriterCaps, WrittenFile,
+};

@@ -11,13 +11,16 @@ use std::path::Path;
 use crate::error::{Context, Error, Result};
 use crate::format::{extension_of, Format, Probe, PROBE_BYTES};
 use crate::open::{OpenOptions, Opener};
+use crate::plugin::Plugin;
 use crate::source::Source;
 use crate::store::Store;
 use crate::write::{FormatWriter, WriteOptions};
 
-/// The formats zt can read, in detection order, and the ones it can write.
+/// The formats zt can read, in detection order, and the ones it can write,
+/// with the plugins they come from.
 #[derive(Clone, Copy)]
 pub struct Registry {
+    plugins: &'static [&'static Plugin],
     formats: &'static [&'static dyn Format],
     writers: &'static [&'static dyn FormatWriter],
 }
@@ -39,12 +42,57 @@ impl std::fmt::Debug for Registry {
 
 impl Registry {
     /// A registry of `formats` (tried in this order by detection: formats
-    /// whose structures overlap go most specific first) and `writers`.
+    /// whose structures overlap go most specific first) and `writers`,
+    /// with no plugin descriptions (so no rules or checkpoint names).
     pub const fn new(
         formats: &'static [&'static dyn Format],
         writers: &'static [&'static dyn FormatWriter],
     ) -> Registry {
-        Registry { formats, writers }
+        Registry {
+            plugins: &[],
+            formats,
+            writers,
+        }
+    }
+
+    /// The registry of `plugins`: their readers in detection order
+    /// ([`crate::plugin::Reader::detect_rank`], ties in the order given),
+    /// their writers in the order given. Built once per process (its
+    /// tables live as long as it).
+    pub fn from_plugins(plugins: &[&'static Plugin]) -> Registry {
+        let mut readers: Vec<_> = plugins.iter().flat_map(|p| p.readers).collect();
+        readers.sort_by_key(|r| r.detect_rank);
+        let formats: Vec<&'static dyn Format> = readers.iter().map(|r| r.format).collect();
+        let writers: Vec<&'static dyn FormatWriter> =
+            plugins.iter().flat_map(|p| p.writers).copied().collect();
+        Registry {
+            plugins: Vec::leak(plugins.to_vec()),
+            formats: Vec::leak(formats),
+            writers: Vec::leak(writers),
+        }
+    }
+
+    /// The plugins it was built from.
+    pub fn plugins(&self) -> &'static [&'static Plugin] {
+        self.plugins
+    }
+
+    /// Every rule a refusal can cite: the core's ([`Rule::CORE`]), then
+    /// each plugin's.
+    pub fn rules(&self) -> impl Iterator<Item = Rule> {
+        let plugins = self.plugins.iter().flat_map(|p| p.rules);
+        Rule::CORE
+            .iter()
+            .chain(plugins.flat_map(|(_, rules)| rules.iter()))
+            .copied()
+    }
+
+    /// The checkpoint file names a model directory is searched for, most
+    /// preferred first (see [`crate::plugin::Checkpoint`]).
+    pub fn checkpoint_names(&self) -> Vec<&'static str> {
+        let mut all: Vec<_> = self.plugins.iter().flat_map(|p| p.checkpoints).collect();
+        all.sort_by_key(|c| c.preference);
+        all.into_iter().map(|c| c.name).collect()
     }
 
     /// Every readable format, in detection order.
@@ -142,6 +190,7 @@ impl Registry {
     /// URL), in the format its extension names.
     pub fn convert(&self, source: &Source, path: &Path, options: &WriteOptions) -> Result<u64> {
         let writer = self.writer_for(path)?;
+        crate::write::check_request(writer, path, options, None)?;
         // A whole read: queue the source's bytes in file order first (advice
         // only: a failure to advise is no reason to fail the conversion).
         let _ = source.read_ahead_all();
@@ -162,6 +211,7 @@ impl Registry {
         options: &WriteOptions,
     ) -> Result<crate::shard::Written> {
         let writer = self.writer_for(path)?;
+        crate::write::check_request(writer, path, options, None)?;
         let layout = sharded(writer, path)?;
         with_tensors(writer, source, options, |tensors| {
             crate::shard::write(
@@ -200,6 +250,7 @@ impl Registry {
                     .join(", ")
             ),
         })?;
+        crate::write::check_request(writer, dir, options, None)?;
         let layout = sharded(writer, dir)?;
         with_tensors(writer, source, options, |tensors| {
             crate::shard::write_dir(

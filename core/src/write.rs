@@ -130,20 +130,113 @@ impl WrittenFile {
     }
 }
 
+/// The file attributes a format holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetadataCaps {
+    /// None: metadata given to it is refused (npz, `.pt`).
+    None,
+    /// String values only (safetensors' `__metadata__`).
+    Strings,
+    /// Any [`Value`] (`.zt` attributes).
+    Any,
+}
+
+impl MetadataCaps {
+    /// Its name, as Python's writer table carries it.
+    pub fn name(self) -> &'static str {
+        match self {
+            MetadataCaps::None => "none",
+            MetadataCaps::Strings => "strings",
+            MetadataCaps::Any => "any",
+        }
+    }
+}
+
+/// A format option beyond the core's, by the name the CLI and Python give
+/// it: `.zt` blob placement ([`WriteOptions::align`]).
+pub const OPTION_ALIGN: &str = "align";
+/// zstd compression ([`WriteOptions::compression`]).
+pub const OPTION_COMPRESSION: &str = "compression";
+
+/// What a writer accepts, as data. [`check_request`] checks a request
+/// against it before any writer runs (the registry's conversions and
+/// Python's saves both call it), and Python reads it through the binding,
+/// so no front end keeps its own copy of a format's rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriterCaps {
+    /// The file attributes it holds.
+    pub metadata: MetadataCaps,
+    /// The format options it takes ([`OPTION_ALIGN`],
+    /// [`OPTION_COMPRESSION`]); any other set in a request is refused.
+    pub options: &'static [&'static str],
+    /// Whether it writes from in-memory arrays
+    /// ([`FormatWriter::write_arrays`]): what Python's
+    /// `save_file(format=...)` may name and a file's extension may pick.
+    pub arrays: bool,
+}
+
+impl WriterCaps {
+    /// A format that lays out dense tensors and nothing else: no
+    /// attributes, no options, written by conversion only.
+    pub const DENSE: WriterCaps = WriterCaps {
+        metadata: MetadataCaps::None,
+        options: &[],
+        arrays: false,
+    };
+}
+
+/// Refuse a request `writer` cannot honour, citing the `write.*` rule it
+/// breaks: a format option it does not take, metadata it cannot hold.
+/// Checked once, before the writer runs, for every writer alike.
+pub fn check_request(
+    writer: &dyn FormatWriter,
+    path: &Path,
+    options: &WriteOptions,
+    metadata: Option<&[(String, Value)]>,
+) -> Result<()> {
+    let caps = writer.caps();
+    let name = writer.name();
+    let requested = [
+        (OPTION_ALIGN, options.align.is_some()),
+        (OPTION_COMPRESSION, options.compression.is_some()),
+    ];
+    for (option, set) in requested {
+        if set && !caps.options.contains(&option) {
+            return Err(Error::Write {
+                rule: Rule::WRITE_OPTIONS,
+                ctx: Context::file(path),
+                reason: format!("{name} files take no {option} option (.zt does)"),
+            });
+        }
+    }
+    match (caps.metadata, metadata) {
+        (MetadataCaps::None, Some(_)) => Err(Error::Write {
+            rule: Rule::WRITE_METADATA,
+            ctx: Context::file(path),
+            reason: format!("{name} files cannot carry metadata; use .safetensors or .zt"),
+        }),
+        (MetadataCaps::Strings, Some(m)) => string_metadata(path, m).map(drop),
+        _ => Ok(()),
+    }
+}
+
 /// A format zt can write: the mirror image of [`crate::Format`].
 pub trait FormatWriter: Send + Sync + 'static {
     /// Format name (`"safetensors"`).
     fn name(&self) -> &'static str;
     /// Extensions that select this writer, lowercase, without the dot.
     fn extensions(&self) -> &'static [&'static str];
-    /// Whether [`FormatWriter::write_arrays`] is implemented: what Python's
-    /// `save_file(format=...)` may name and a file's extension may pick.
-    fn writes_arrays(&self) -> bool {
-        false
+    /// What it accepts ([`check_request`] holds every request to it).
+    fn caps(&self) -> WriterCaps {
+        WriterCaps::DENSE
     }
     /// Write every tensor of `source` to `path` (built beside it and renamed
-    /// into place). Returns the bytes written.
-    fn write(&self, source: &Source, path: &Path, options: &WriteOptions) -> Result<u64>;
+    /// into place). Returns the bytes written. The default is the adapter
+    /// for formats that only lay dense tensors out ([`write_dense`]); a
+    /// format with layouts of its own (`.zt`, GGUF's blocks) writes them.
+    fn write(&self, source: &Source, path: &Path, options: &WriteOptions) -> Result<u64> {
+        write_dense(self, source, path, options)
+    }
 
     /// Write in-memory tensors (what `zt.save` and `zt.numpy.save_file` are
     /// handed) to `path`, with `metadata` as file attributes (`None` writes
@@ -201,22 +294,6 @@ pub trait FormatWriter: Send + Sync + 'static {
         let bytes = self.write_arrays(tensors, metadata, path, options)?;
         Ok(WrittenFile::sized(path, bytes))
     }
-}
-
-/// Refuse `metadata` for a format that holds no file attributes.
-pub fn refuse_metadata(
-    name: &str,
-    path: &Path,
-    metadata: Option<&[(String, Value)]>,
-) -> Result<()> {
-    if metadata.is_some() {
-        return Err(Error::Write {
-            rule: Rule::WRITE_METADATA,
-            ctx: Context::file(path),
-            reason: format!("{name} files cannot carry metadata"),
-        });
-    }
-    Ok(())
 }
 
 /// `metadata` as string pairs, for formats whose attributes are strings
@@ -290,14 +367,39 @@ pub fn dense_tensors<'a>(source: &'a Source, path: &Path) -> Result<Vec<DenseTen
         .collect())
 }
 
-/// Refuse options that a format without alignment or compression cannot honour.
-pub fn refuse_zt_options(name: &str, path: &Path, options: &WriteOptions) -> Result<()> {
-    if options.align.is_some() || options.compression.is_some() {
-        return Err(Error::Write {
-            rule: Rule::WRITE_OPTIONS,
-            ctx: Context::file(path),
-            reason: format!("{name} files have no alignment or compression options"),
-        });
+/// The attributes of `source` a format that holds `caps` carries when a
+/// source is converted to it: every one ([`MetadataCaps::Any`]), the string
+/// ones if there are any ([`MetadataCaps::Strings`]: the others have no
+/// place in safetensors' `__metadata__`), or none.
+pub fn carried_attributes(source: &Source, caps: MetadataCaps) -> Option<Vec<(String, Value)>> {
+    match caps {
+        MetadataCaps::None => None,
+        MetadataCaps::Any => Some(source.attributes().to_vec()),
+        MetadataCaps::Strings => {
+            let strings: Vec<(String, Value)> = source
+                .attributes()
+                .iter()
+                .filter(|(_, v)| matches!(v, Value::Str(_)))
+                .cloned()
+                .collect();
+            (!strings.is_empty()).then_some(strings)
+        }
     }
-    Ok(())
+}
+
+/// The one conversion of a writer that only lays dense tensors out: every
+/// tensor of `source` (borrowed from the mapping where its bytes are raw,
+/// decoded otherwise; another layout is refused naming it) and the
+/// attributes the format carries, handed to
+/// [`FormatWriter::write_arrays`].
+pub fn write_dense<W: FormatWriter + ?Sized>(
+    writer: &W,
+    source: &Source,
+    path: &Path,
+    options: &WriteOptions,
+) -> Result<u64> {
+    let tensors = dense_tensors(source, path)?;
+    let inputs: Vec<TensorIn<'_>> = tensors.iter().map(|t| t.input()).collect();
+    let metadata = carried_attributes(source, writer.caps().metadata);
+    writer.write_arrays(&inputs, metadata.as_deref(), path, options)
 }

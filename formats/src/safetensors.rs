@@ -24,9 +24,8 @@ use zt_core::error::{Context, Error, Result};
 use zt_core::format::{Format, OpenInput, Probe};
 use zt_core::limits::Limits;
 use zt_core::publish::publish_with;
-use zt_core::source::Source;
 use zt_core::write::{
-    dense_tensors, refuse_zt_options, string_metadata, FormatWriter, TensorIn, WriteOptions,
+    string_metadata, FormatWriter, MetadataCaps, TensorIn, WriteOptions, WriterCaps,
 };
 
 /// The rules safetensors refusals cite (`safetensors.*`).
@@ -51,6 +50,27 @@ pub use rules::RULES;
 
 /// The safetensors plugin.
 pub struct Safetensors;
+
+/// The safetensors plugin: a length prefix and a JSON header, no magic.
+pub static PLUGIN: zt_core::Plugin = zt_core::Plugin {
+    name: "safetensors",
+    readers: &[zt_core::Reader {
+        format: &Safetensors,
+        detect_rank: 60,
+    }],
+    writers: &[&SafetensorsWriter],
+    rules: &[("safetensors", RULES)],
+    checkpoints: &[
+        zt_core::Checkpoint {
+            name: "model.safetensors.index.json",
+            preference: 10,
+        },
+        zt_core::Checkpoint {
+            name: "model.safetensors",
+            preference: 11,
+        },
+    ],
+};
 
 /// safetensors' own cap on the header length.
 pub const MAX_HEADER: u64 = 100_000_000;
@@ -574,25 +594,12 @@ impl FormatWriter for SafetensorsWriter {
         &["safetensors"]
     }
 
-    fn write(&self, source: &Source, path: &Path, options: &WriteOptions) -> Result<u64> {
-        refuse_zt_options("safetensors", path, options)?;
-        let tensors = dense_tensors(source, path)?;
-        let inputs: Vec<TensorIn<'_>> = tensors.iter().map(|t| t.input()).collect();
-        // Only string attributes fit `__metadata__`; others are not carried.
-        let metadata: Vec<(String, String)> = source
-            .attributes()
-            .iter()
-            .filter_map(|(k, v)| match v {
-                Value::Str(s) => Some((k.clone(), s.clone())),
-                _ => None,
-            })
-            .collect();
-        let metadata = (!metadata.is_empty()).then_some(metadata.as_slice());
-        write_synced(path, &inputs, metadata, !options.defer_sync)
-    }
-
-    fn writes_arrays(&self) -> bool {
-        true
+    fn caps(&self) -> WriterCaps {
+        WriterCaps {
+            metadata: MetadataCaps::Strings,
+            options: &[],
+            arrays: true,
+        }
     }
 
     fn write_arrays(
@@ -602,7 +609,6 @@ impl FormatWriter for SafetensorsWriter {
         path: &Path,
         options: &WriteOptions,
     ) -> Result<u64> {
-        refuse_zt_options("safetensors", path, options)?;
         let metadata = metadata.map(|m| string_metadata(path, m)).transpose()?;
         write_synced(path, tensors, metadata.as_deref(), !options.defer_sync)
     }

@@ -13,10 +13,29 @@ use zt_core::catalog::Value;
 use zt_core::error::Result;
 use zt_core::format::{Format, OpenInput, Probe};
 use zt_core::source::Source;
-use zt_core::write::{Align, FormatWriter, TensorIn, WriteOptions, WrittenFile};
+use zt_core::write::{
+    Align, FormatWriter, MetadataCaps, TensorIn, WriteOptions, WriterCaps, WrittenFile,
+    OPTION_ALIGN, OPTION_COMPRESSION,
+};
 
 /// zTensor v2 files.
 pub struct Zt;
+
+/// The `.zt` plugin: the container's reader and writer and its rules
+/// (upstream ztensor's names, under `zt.`).
+pub static PLUGIN: zt_core::Plugin = zt_core::Plugin {
+    name: "zt",
+    readers: &[zt_core::Reader {
+        format: &Zt,
+        detect_rank: 10,
+    }],
+    writers: &[&ZtWriter],
+    rules: &[("zt", RULES)],
+    checkpoints: &[zt_core::Checkpoint {
+        name: "model.zt",
+        preference: 30,
+    }],
+};
 
 /// The zTensor v2 magic.
 pub const ZT_MAGIC: &[u8; 8] = MAGIC;
@@ -95,15 +114,19 @@ impl FormatWriter for ZtWriter {
         zt_container::write::convert_shard(source, path, options)
     }
 
+    fn caps(&self) -> WriterCaps {
+        WriterCaps {
+            metadata: MetadataCaps::Any,
+            options: &[OPTION_ALIGN, OPTION_COMPRESSION],
+            arrays: true,
+        }
+    }
+
     /// Dense objects of one `data` part each, canonical unless `align` or
     /// `compression` is given (an explicit `align`, even `"canonical"`,
     /// places blobs without the rest of the canonical form, as
     /// `zt.Writer(canonical=False, align=...)` does), with `metadata` as
     /// the file attributes in the order given.
-    fn writes_arrays(&self) -> bool {
-        true
-    }
-
     fn write_arrays(
         &self,
         tensors: &[TensorIn<'_>],

@@ -61,12 +61,23 @@ fn zrecord_limits(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     Ok(out)
 }
 
-/// `(name, extensions)` of every writer that writes from arrays, in the
-/// registry's order: what `format=` may name and what an extension picks.
+/// Every writer that writes from arrays, in the registry's order, as
+/// `(name, extensions, caps)`: what `format=` may name, what an extension
+/// picks, and what each accepts (`metadata`: "none", "strings" or "any";
+/// `options`: the format options it takes; `shards`: whether it has a
+/// sharded layout). Python reads these instead of keeping its own rules;
+/// the writer's own checks (`zt::write::check_request`) are the same data.
 fn array_writers(py: Python<'_>) -> PyResult<Bound<'_, PyTuple>> {
-    let writers = zt::writers().iter().filter(|w| w.writes_arrays());
+    let writers = zt::writers().iter().filter(|w| w.caps().arrays);
     let rows = writers
-        .map(|w| Ok((w.name(), PyTuple::new(py, w.extensions())?)))
+        .map(|w| {
+            let caps = w.caps();
+            let described = PyDict::new(py);
+            described.set_item("metadata", caps.metadata.name())?;
+            described.set_item("options", PyTuple::new(py, caps.options)?)?;
+            described.set_item("shards", w.shard_layout().is_some())?;
+            Ok((w.name(), PyTuple::new(py, w.extensions())?, described))
+        })
         .collect::<PyResult<Vec<_>>>()?;
     PyTuple::new(py, rows)
 }

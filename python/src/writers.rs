@@ -168,6 +168,7 @@ pub fn save<'py>(
         storage_options: storage_options_from_py(storage_options)?,
         defer_sync: false,
     };
+    zt::write::check_request(writer, &path, &options, metadata.as_deref()).map_err(to_py_err)?;
     let written = match max_shard_size {
         Some(max) => {
             let layout = writer

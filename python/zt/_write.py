@@ -57,10 +57,14 @@ def prepare(name: str, value) -> tuple[str, np.ndarray]:
     return dtype, buf
 
 
-# What a `format=` may name, and what a file name's extension picks: the
-# registry's writers that write from arrays (GGUF is written by conversion).
-FORMATS = tuple(name for name, _ in _zt.ARRAY_WRITERS)
-_BY_EXTENSION = {f".{ext}": name for name, exts in _zt.ARRAY_WRITERS for ext in exts}
+# What a `format=` may name, what a file name's extension picks, and what
+# each writer accepts: the registry's writers that write from arrays (GGUF
+# is written by conversion), with their capabilities as the Rust writers
+# hold them (`zt::write::WriterCaps`; the writers check every request
+# against them, so nothing here repeats those rules).
+FORMATS = tuple(name for name, _, _ in _zt.ARRAY_WRITERS)
+_BY_EXTENSION = {f".{ext}": name for name, exts, _ in _zt.ARRAY_WRITERS for ext in exts}
+CAPS = {name: caps for name, _, caps in _zt.ARRAY_WRITERS}
 
 
 def format_of(path: str, format: str | None) -> str:
@@ -126,23 +130,12 @@ def save(
     path = os.fspath(path)
     described = describe(tensors)
     fmt = format_of(path, format)
-    max_bytes = None
-    if max_shard_size is not None:
-        max_bytes = shard_size(max_shard_size)
-        if fmt not in ("safetensors", "pt", "zt"):
-            raise ValueError(f"{fmt} has no sharded layout; shard safetensors, pt or zt")
-    if (align is not None or compression) and fmt != "zt":
-        raise ValueError(f"{fmt} files have no alignment or compression options; use .zt")
-    if metadata is not None and fmt not in ("safetensors", "zt"):
-        raise ValueError(f"{fmt} files cannot carry metadata; use .safetensors or .zt")
-    if fmt == "npy" and len(described) != 1:
-        raise ValueError(f".npy holds exactly one array, got {len(described)}")
-    level = None
-    if fmt == "zt":
-        from ._zt_writer import _level
+    max_bytes = None if max_shard_size is None else shard_size(max_shard_size)
+    from ._zt_writer import _level
 
-        level = _level(None, compression)
-    elif metadata is not None:  # safetensors: str to str, as safetensors requires
+    level = _level(None, compression)  # a writer that takes no compression refuses it
+    if metadata is not None and CAPS[fmt]["metadata"] == "strings":
+        # str to str, raising TypeError otherwise, as safetensors does.
         metadata = dict(metadata_pairs(metadata))
     return _zt.save(path, fmt, described, _as_dict(metadata), align, level, storage_options, max_bytes)
 

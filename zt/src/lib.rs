@@ -40,8 +40,8 @@ use std::path::Path;
 pub use zt_container as container;
 pub use zt_core::rule::{self, Rule};
 pub use zt_core::{
-    buffer, catalog, copy, dtype, error, format, limits, location, open as options, part, publish,
-    source, store, write,
+    buffer, catalog, copy, dtype, error, format, limits, location, open as options, part, plugin,
+    publish, source, store, write,
 };
 pub use zt_formats as formats;
 pub use zt_formats::zip;
@@ -52,14 +52,15 @@ pub use zt_formats::zip;
 pub use zt_core::remote;
 
 pub use zt_core::{
-    Align, Attributes, Caps, Catalog, Context, DType, Decode, Digest, DigestAlgorithm, Error,
-    Format, FormatWriter, Limits, Location, Object, OpenInput, OpenOptions, Part, PartRef, Payload,
-    Probe, Registry, RemoteKind, Result, Source, Store, Tensor, TensorIn, Value, WriteOptions,
+    Align, Attributes, Caps, Catalog, Checkpoint, Context, DType, Decode, Digest, DigestAlgorithm,
+    Error, Format, FormatWriter, Limits, Location, MetadataCaps, Object, OpenInput, OpenOptions,
+    Part, PartRef, Payload, Plugin, Probe, Reader, Registry, RemoteKind, Result, Source, Store,
+    Tensor, TensorIn, Value, WriteOptions, WriterCaps,
 };
 
 pub mod model_dir;
 mod registry;
-pub use registry::{registry, rules};
+pub use registry::{plugins, registry, rules};
 pub use zt_core::shard;
 
 /// The README's Rust example, compiled and run as a doctest.

@@ -9,22 +9,15 @@ use zt_core::Rule;
 
 use crate::{registry, Context, Error, Result};
 
-/// The checkpoint files zt looks for in a model directory, most preferred
-/// first (what `from_pretrained` prefers: safetensors over PyTorch).
-const CANDIDATES: &[&str] = &[
-    "model.safetensors.index.json",
-    "model.safetensors",
-    "pytorch_model.bin.index.json",
-    "pytorch_model.bin",
-    "model.zt",
-];
-
-/// The file to open for the checkpoint in `dir`: the first of
-/// `model.safetensors.index.json`, `model.safetensors`,
-/// `pytorch_model.bin.index.json`, `pytorch_model.bin`, `model.zt`
-/// present, else the one `*.index.json` there.
+/// The file to open for the checkpoint in `dir`: the first present of the
+/// checkpoint names the plugins declare, most preferred first
+/// (`model.safetensors.index.json`, `model.safetensors`,
+/// `pytorch_model.bin.index.json`, `pytorch_model.bin`, `model.zt`: what
+/// `from_pretrained` prefers, safetensors over PyTorch), else the one
+/// `*.index.json` there.
 pub fn checkpoint_in(dir: &Path) -> Result<PathBuf> {
-    for name in CANDIDATES {
+    let candidates = registry().checkpoint_names();
+    for name in &candidates {
         let path = dir.join(name);
         if path.is_file() {
             return Ok(path);
@@ -40,7 +33,7 @@ pub fn checkpoint_in(dir: &Path) -> Result<PathBuf> {
         [] => Err(Error::Index {
             rule: Rule::INDEX_CHECKPOINT,
             ctx: Context::file(dir),
-            reason: format!("no checkpoint here (looked for {})", CANDIDATES.join(", ")),
+            reason: format!("no checkpoint here (looked for {})", candidates.join(", ")),
         }),
         _ => Err(Error::Index {
             rule: Rule::INDEX_CHECKPOINT,

@@ -1,67 +1,47 @@
 //! The one list of plugins. The CLI, the Python binding and the Rust API all
-//! read it through [`registry`]; nothing else names a format. The plugins'
-//! rule lists are here too ([`rules`]), so a test sees every rule at once.
+//! read it through [`registry`]; nothing else names a format. Each plugin
+//! describes itself in its own directory (`formats/src/NAME/`, its
+//! `PLUGIN`: readers with their detection rank, writers, rules, checkpoint
+//! names); this list is the only other place a format is named.
 
-use zt_core::{Format, FormatWriter, Registry, Rule};
+use std::sync::OnceLock;
+
+use zt_core::{Plugin, Registry, Rule};
 use zt_formats::{gguf, h5, npy, onnx, pt, safetensors, zip, ztensor};
 
-/// Readers in detection order: formats with magic numbers first (PyTorch
-/// zips before npz, since both are zips), then safetensors (a length prefix
-/// and a JSON object), then the protobuf-shaped ONNX, which has no magic.
-static FORMATS: &[&dyn Format] = &[
-    &ztensor::Zt,
-    &gguf::Gguf,
-    &h5::Hdf5,
-    &npy::Npy,
-    &pt::Pt,
-    &npy::Npz,
-    &safetensors::Safetensors,
-    &onnx::Onnx,
+/// Every plugin. Detection order comes from each reader's rank, not from
+/// this order (which only breaks ties and orders the writers).
+static PLUGINS: &[&Plugin] = &[
+    &ztensor::PLUGIN,
+    &gguf::PLUGIN,
+    &h5::PLUGIN,
+    &npy::PLUGIN,
+    &pt::PLUGIN,
+    &safetensors::PLUGIN,
+    &onnx::PLUGIN,
+    &zip::PLUGIN,
 ];
 
-/// Writers; a destination's extension picks one.
-static WRITERS: &[&dyn FormatWriter] = &[
-    &safetensors::SafetensorsWriter,
-    &npy::NpzWriter,
-    &npy::NpyWriter,
-    &pt::PtWriter,
-    &gguf::GgufWriter,
-    &ztensor::ZtWriter,
-];
-
-/// Each plugin's rules (its module's `RULES`), by the prefix their names
-/// carry. `zip` is the archive reader PyTorch and npz share.
-static PLUGIN_RULES: &[(&str, &[Rule])] = &[
-    ("zt", ztensor::RULES),
-    ("gguf", gguf::RULES),
-    ("h5", h5::RULES),
-    ("npy", npy::RULES),
-    ("npz", npy::NPZ_RULES),
-    ("zip", zip::RULES),
-    ("pt", pt::RULES),
-    ("safetensors", safetensors::RULES),
-    ("onnx", onnx::RULES),
-];
-
-static REGISTRY: Registry = Registry::new(FORMATS, WRITERS);
+/// Every plugin zt links, as listed.
+pub fn plugins() -> &'static [&'static Plugin] {
+    PLUGINS
+}
 
 /// Every format zt reads and writes.
 pub fn registry() -> &'static Registry {
-    &REGISTRY
+    static REGISTRY: OnceLock<Registry> = OnceLock::new();
+    REGISTRY.get_or_init(|| Registry::from_plugins(PLUGINS))
 }
 
 /// Every rule a refusal can cite: the core's ([`Rule::CORE`]), then each
 /// plugin's.
 pub fn rules() -> impl Iterator<Item = Rule> {
-    Rule::CORE
-        .iter()
-        .chain(PLUGIN_RULES.iter().flat_map(|(_, rules)| rules.iter()))
-        .copied()
+    registry().rules()
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{rules, PLUGIN_RULES};
+    use super::{registry, rules, PLUGINS};
     use std::collections::HashSet;
     use zt_core::Rule;
 
@@ -81,15 +61,16 @@ mod tests {
                 "{rule}"
             );
         }
-        for (prefix, list) in PLUGIN_RULES {
+        let sets: Vec<_> = PLUGINS.iter().flat_map(|p| p.rules).collect();
+        for (prefix, list) in &sets {
             assert!(!list.is_empty(), "{prefix} lists no rule");
             for rule in *list {
                 assert_eq!(rule.plugin(), *prefix, "{rule} is listed under {prefix}");
             }
         }
         // Each plugin's prefix is listed once, and none is a core group.
-        let prefixes: HashSet<_> = PLUGIN_RULES.iter().map(|(p, _)| *p).collect();
-        assert_eq!(prefixes.len(), PLUGIN_RULES.len());
+        let prefixes: HashSet<_> = sets.iter().map(|(p, _)| *p).collect();
+        assert_eq!(prefixes.len(), sets.len());
         assert!(!prefixes
             .iter()
             .any(|p| ["core", "index", "access", "write"].contains(p)));
@@ -104,5 +85,39 @@ mod tests {
             assert!(seen.contains(name), "{name} missing");
         }
         assert_eq!(seen.len(), rules().count());
+    }
+
+    #[test]
+    fn detection_order_and_checkpoint_names_come_from_the_plugins() {
+        // The order detection relies on: magic numbers first, PyTorch's
+        // zips before npz, safetensors' structure, ONNX last.
+        let order: Vec<&str> = registry().formats().iter().map(|f| f.name()).collect();
+        assert_eq!(
+            order,
+            [
+                "zt",
+                "gguf",
+                "h5",
+                "npy",
+                "pt",
+                "npz",
+                "safetensors",
+                "onnx"
+            ]
+        );
+        let writers: Vec<&str> = registry().writers().iter().map(|w| w.name()).collect();
+        assert_eq!(writers, ["zt", "gguf", "npz", "npy", "pt", "safetensors"]);
+        assert_eq!(
+            registry().checkpoint_names(),
+            [
+                "model.safetensors.index.json",
+                "model.safetensors",
+                "pytorch_model.bin.index.json",
+                "pytorch_model.bin",
+                "model.zt",
+            ]
+        );
+        let names: HashSet<&str> = PLUGINS.iter().map(|p| p.name).collect();
+        assert_eq!(names.len(), PLUGINS.len(), "a plugin listed twice");
     }
 }

@@ -55,13 +55,27 @@ use zt_core::format::{Format, OpenInput, Probe};
 use zt_core::limits::Limits;
 use zt_core::store::Store;
 
-pub use dequant::{dequantize, dequantize_blocks, dequantize_with, f16_to_f32};
+pub use dequant::{
+    dequantize, dequantize_blocks, dequantize_rows_with, dequantize_with, f16_to_f32,
+};
 pub use rules::RULES;
 pub use types::GgmlType;
 pub use write::{write, GgufWriter};
 
 /// The GGUF plugin.
 pub struct Gguf;
+
+/// The GGUF plugin (written by conversion only).
+pub static PLUGIN: zt_core::Plugin = zt_core::Plugin {
+    name: "gguf",
+    readers: &[zt_core::Reader {
+        format: &Gguf,
+        detect_rank: 20,
+    }],
+    writers: &[&GgufWriter],
+    rules: &[("gguf", RULES)],
+    checkpoints: &[],
+};
 
 /// `GGUF` as the first four bytes.
 pub const MAGIC: &[u8; 4] = b"GGUF";

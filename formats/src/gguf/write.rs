@@ -20,7 +20,9 @@ use zt_core::Rule;
 use zt_core::catalog::Value;
 use zt_core::error::{Context, Error, Result};
 use zt_core::publish::publish;
-use zt_core::write::{refuse_zt_options, FormatWriter, WriteOptions};
+#[cfg(doc)]
+use zt_core::write::WriterCaps;
+use zt_core::write::{FormatWriter, WriteOptions};
 use zt_core::{PartRef, Source};
 
 use super::types::{self, GgmlType};
@@ -38,8 +40,10 @@ impl FormatWriter for GgufWriter {
         &["gguf"]
     }
 
-    fn write(&self, source: &Source, path: &Path, options: &WriteOptions) -> Result<u64> {
-        refuse_zt_options("gguf", path, options)?;
+    /// GGUF's block types are written as they are stored, so this is no
+    /// dense adapter. Written by conversion only ([`WriterCaps::DENSE`]:
+    /// no options, no metadata from arrays).
+    fn write(&self, source: &Source, path: &Path, _options: &WriteOptions) -> Result<u64> {
         write(source, path)
     }
 }

@@ -47,6 +47,18 @@ pub use rules::RULES;
 /// The HDF5 plugin.
 pub struct Hdf5;
 
+/// The HDF5 plugin (read only).
+pub static PLUGIN: zt_core::Plugin = zt_core::Plugin {
+    name: "h5",
+    readers: &[zt_core::Reader {
+        format: &Hdf5,
+        detect_rank: 30,
+    }],
+    writers: &[],
+    rules: &[("h5", RULES)],
+    checkpoints: &[],
+};
+
 impl Format for Hdf5 {
     fn name(&self) -> &'static str {
         "h5"

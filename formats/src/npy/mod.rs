@@ -32,11 +32,8 @@ use zt_core::error::{Context, Error, Result};
 use zt_core::format::{Format, OpenInput, Probe};
 use zt_core::limits::Limits;
 use zt_core::publish::publish;
-use zt_core::source::Source;
 use zt_core::store::Store;
-use zt_core::write::{
-    dense_tensors, refuse_metadata, refuse_zt_options, FormatWriter, TensorIn, WriteOptions,
-};
+use zt_core::write::{FormatWriter, TensorIn, WriteOptions, WriterCaps};
 
 pub use header::{descr_for, parse_descr};
 pub use rules::{NPZ_RULES, RULES};
@@ -47,6 +44,25 @@ pub struct Npy;
 /// The `.npz` plugin: a zip of `.npy` members, named as `numpy.load` names
 /// them (the member name without `.npy`).
 pub struct Npz;
+
+/// The NumPy plugin: `.npy` (its own magic) and `.npz` (a zip, tried after
+/// PyTorch's zips, which are more specific), with their writers.
+pub static PLUGIN: zt_core::Plugin = zt_core::Plugin {
+    name: "npy",
+    readers: &[
+        zt_core::Reader {
+            format: &Npy,
+            detect_rank: 35,
+        },
+        zt_core::Reader {
+            format: &Npz,
+            detect_rank: 50,
+        },
+    ],
+    writers: &[&NpzWriter, &NpyWriter],
+    rules: &[("npy", RULES), ("npz", NPZ_RULES)],
+    checkpoints: &[],
+};
 
 impl Format for Npy {
     fn name(&self) -> &'static str {
@@ -765,26 +781,22 @@ impl FormatWriter for NpzWriter {
         &["npz"]
     }
 
-    fn write(&self, source: &Source, path: &Path, options: &WriteOptions) -> Result<u64> {
-        refuse_zt_options("npz", path, options)?;
-        let tensors = dense_tensors(source, path)?;
-        let inputs: Vec<TensorIn<'_>> = tensors.iter().map(|t| t.input()).collect();
-        write_npz(path, &inputs)
-    }
-
-    fn writes_arrays(&self) -> bool {
-        true
+    /// From arrays too; no attributes and no options (a request with them
+    /// is refused before a writer runs: `zt_core::write::check_request`).
+    fn caps(&self) -> WriterCaps {
+        WriterCaps {
+            arrays: true,
+            ..WriterCaps::DENSE
+        }
     }
 
     fn write_arrays(
         &self,
         tensors: &[TensorIn<'_>],
-        metadata: Option<&[(String, Value)]>,
+        _metadata: Option<&[(String, Value)]>,
         path: &Path,
-        options: &WriteOptions,
+        _options: &WriteOptions,
     ) -> Result<u64> {
-        refuse_zt_options("npz", path, options)?;
-        refuse_metadata("npz", path, metadata)?;
         write_npz(path, tensors)
     }
 }
@@ -798,38 +810,34 @@ impl FormatWriter for NpyWriter {
         &["npy"]
     }
 
-    fn write(&self, source: &Source, path: &Path, options: &WriteOptions) -> Result<u64> {
-        refuse_zt_options("npy", path, options)?;
-        let tensors = dense_tensors(source, path)?;
-        let inputs: Vec<TensorIn<'_>> = tensors.iter().map(|t| t.input()).collect();
-        write_one_npy(path, &inputs, "the source has")
-    }
-
-    fn writes_arrays(&self) -> bool {
-        true
+    /// From arrays too; no attributes and no options (a request with them
+    /// is refused before a writer runs: `zt_core::write::check_request`).
+    fn caps(&self) -> WriterCaps {
+        WriterCaps {
+            arrays: true,
+            ..WriterCaps::DENSE
+        }
     }
 
     fn write_arrays(
         &self,
         tensors: &[TensorIn<'_>],
-        metadata: Option<&[(String, Value)]>,
+        _metadata: Option<&[(String, Value)]>,
         path: &Path,
-        options: &WriteOptions,
+        _options: &WriteOptions,
     ) -> Result<u64> {
-        refuse_zt_options("npy", path, options)?;
-        refuse_metadata("npy", path, metadata)?;
-        write_one_npy(path, tensors, "got")
+        write_one_npy(path, tensors)
     }
 }
 
-/// `.npy` of the only tensor of `tensors` (`got` words the count's error).
-fn write_one_npy(path: &Path, tensors: &[TensorIn<'_>], got: &str) -> Result<u64> {
+/// `.npy` of the only tensor of `tensors`.
+fn write_one_npy(path: &Path, tensors: &[TensorIn<'_>]) -> Result<u64> {
     match tensors {
         [one] => write_npy(path, one),
         many => Err(Error::Write {
             rule: Rule::WRITE_OBJECT,
             ctx: Context::file(path),
-            reason: format!(".npy holds exactly one array; {got} {}", many.len()),
+            reason: format!(".npy holds exactly one array; got {}", many.len()),
         }),
     }
 }

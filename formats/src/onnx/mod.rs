@@ -82,6 +82,18 @@ pub use tensor::dtype_of;
 /// The ONNX plugin.
 pub struct Onnx;
 
+/// The ONNX plugin (read only): protobuf has no magic, so it is tried last.
+pub static PLUGIN: zt_core::Plugin = zt_core::Plugin {
+    name: "onnx",
+    readers: &[zt_core::Reader {
+        format: &Onnx,
+        detect_rank: 90,
+    }],
+    writers: &[],
+    rules: &[("onnx", RULES)],
+    checkpoints: &[],
+};
+
 /// A varint for the sniff, which must never fail loudly.
 fn varint(b: &[u8], at: &mut usize) -> Option<u64> {
     let mut v = 0u64;

@@ -39,6 +39,28 @@ pub use write::{write, PtWriter};
 /// The PyTorch checkpoint plugin.
 pub struct Pt;
 
+/// The PyTorch plugin: zip checkpoints (before npz, which is a zip too)
+/// and legacy ones, and `torch.save`-compatible state dicts.
+pub static PLUGIN: zt_core::Plugin = zt_core::Plugin {
+    name: "pt",
+    readers: &[zt_core::Reader {
+        format: &Pt,
+        detect_rank: 40,
+    }],
+    writers: &[&PtWriter],
+    rules: &[("pt", RULES)],
+    checkpoints: &[
+        zt_core::Checkpoint {
+            name: "pytorch_model.bin.index.json",
+            preference: 20,
+        },
+        zt_core::Checkpoint {
+            name: "pytorch_model.bin",
+            preference: 21,
+        },
+    ],
+};
+
 /// `PROTO 2`, `LONG1` of 10 bytes, then torch's magic 0x1950a86a20f9469cfc6c:
 /// the first pickle of a legacy checkpoint.
 const LEGACY_MAGIC: &[u8] = b"\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19";

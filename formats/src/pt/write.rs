@@ -14,10 +14,7 @@ use zt_core::catalog::Value;
 use zt_core::dtype::{c_strides, DType};
 use zt_core::error::{Context, Error, Result};
 use zt_core::publish::publish_with;
-use zt_core::source::Source;
-use zt_core::write::{
-    dense_tensors, refuse_metadata, refuse_zt_options, FormatWriter, TensorIn, WriteOptions,
-};
+use zt_core::write::{FormatWriter, TensorIn, WriteOptions, WriterCaps};
 
 /// The folder every record sits in (what `torch.save` uses for buffers).
 const ROOT: &str = "archive";
@@ -285,26 +282,22 @@ impl FormatWriter for PtWriter {
         &["pt", "pth", "bin"]
     }
 
-    fn write(&self, source: &Source, path: &Path, options: &WriteOptions) -> Result<u64> {
-        refuse_zt_options("pt", path, options)?;
-        let tensors = dense_tensors(source, path)?;
-        let inputs: Vec<TensorIn<'_>> = tensors.iter().map(|t| t.input()).collect();
-        write_synced(path, &inputs, !options.defer_sync)
-    }
-
-    fn writes_arrays(&self) -> bool {
-        true
+    /// From arrays too; no attributes and no options (a request with them
+    /// is refused before a writer runs: `zt_core::write::check_request`).
+    fn caps(&self) -> WriterCaps {
+        WriterCaps {
+            arrays: true,
+            ..WriterCaps::DENSE
+        }
     }
 
     fn write_arrays(
         &self,
         tensors: &[TensorIn<'_>],
-        metadata: Option<&[(String, Value)]>,
+        _metadata: Option<&[(String, Value)]>,
         path: &Path,
         options: &WriteOptions,
     ) -> Result<u64> {
-        refuse_zt_options("pt", path, options)?;
-        refuse_metadata("pt", path, metadata)?;
         write_synced(path, tensors, !options.defer_sync)
     }
 }

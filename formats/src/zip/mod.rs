@@ -21,6 +21,17 @@ pub mod rules;
 mod write;
 
 pub use rules::RULES;
+
+/// The zip reader npz and PyTorch share: no format of its own, only the
+/// rules its refusals cite (`zip.*`), listed as a plugin so the registry
+/// sees them.
+pub static PLUGIN: zt_core::Plugin = zt_core::Plugin {
+    name: "zip",
+    readers: &[],
+    writers: &[],
+    rules: &[("zip", RULES)],
+    checkpoints: &[],
+};
 pub use write::{write_stored, write_stored_aligned, Member};
 
 const LOCAL_SIG: u32 = 0x0403_4b50;
