@@ -3,7 +3,9 @@ does not use libhdf5) and compared bit for bit with h5py's `f[k][()]`."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import pathlib
 import struct
 import time
 
@@ -412,3 +414,173 @@ def test_h5_groups_nested_past_the_depth_limit_are_a_depth_error(tmp):
         assert f["/".join(["g"] * 200) + "/x"].shape == (2,)
     got = limited.run(f"zt.open({os.fspath(path)!r})")
     assert got["kind"] == "FormatError" and "depth" in got["message"] and "deep.h5" in got["message"], got
+
+
+# -- files from older writers (issue 36): layout and fill value messages of
+# older libhdf5 releases (made by rewriting h5py files, see
+# tests/data/h5_legacy/make.py), soft links in old-style groups, a
+# MATLAB v7.3-style userblock, and files PyTables and netCDF4 write.
+
+
+def load_legacy_maker():
+    path = pathlib.Path(__file__).parent / "data" / "h5_legacy" / "make.py"
+    spec = importlib.util.spec_from_file_location("h5_legacy_make", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+legacy = load_legacy_maker()
+
+
+def links_of(src) -> dict:
+    """zt's `h5.links`, by link name."""
+    return {e["name"]: e for e in src.attributes.get("h5.links", [])}
+
+
+def h5py_soft_links(path) -> dict:
+    """Every soft link h5py sees, by path: its target."""
+    found = {}
+
+    def walk(group, prefix):
+        for name in group:
+            link = group.get(name, getlink=True)
+            if isinstance(link, h5py.SoftLink):
+                found[prefix + name] = link.path
+            elif isinstance(link, h5py.HardLink) and isinstance(group[name], h5py.Group):
+                walk(group[name], prefix + name + "/")
+
+    with h5py.File(path, "r") as f:
+        walk(f, "")
+    return found
+
+
+def layout_versions(path, names) -> set:
+    """The data layout message versions of `names`' object headers."""
+    with h5py.File(path, "r") as f:
+        where = [f.userblock_size + h5py.h5o.get_info(f[n].id).addr for n in names]
+    raw = path.read_bytes()
+    return {b[0] for at in where for k, _, b in legacy.header_messages(raw, at)[1] if k == legacy.LAYOUT}
+
+
+def test_layout_messages_of_versions_1_and_2(tmp):
+    path = tmp / "layouts.h5"
+    with h5py.File(path, "w", libver="earliest") as f:
+        edits = legacy.layouts(f)
+    legacy.patch(path, edits)
+    assert layout_versions(path, edits) == {1, 2}
+    assert_matches_h5py(path, list(edits))
+
+
+def test_fill_value_messages_of_older_writers(tmp):
+    path = tmp / "fills.h5"
+    with h5py.File(path, "w", libver="earliest") as f:
+        edits = legacy.fills(f)
+    legacy.patch(path, edits)
+    with h5py.File(path, "r") as f:  # libhdf5 reads version 1 "undefined" as no fill value
+        with pytest.raises(RuntimeError, match="undefined"):
+            f["fill/v1_undefined"].fillvalue  # noqa: B018
+        assert f["fill/v1_value"].fillvalue == 7
+    assert_matches_h5py(path, list(edits))
+
+
+@pytest.mark.parametrize("libver", LIBVERS)
+def test_soft_links_are_listed_in_old_and_new_style_groups_alike(tmp, libver):
+    path = tmp / f"soft-{libver}.h5"
+    with h5py.File(path, "w", libver=libver) as f:
+        f["g/x"] = sample("<f4", (3, 2))
+        f["abs"] = h5py.SoftLink("/g/x")
+        f["g/rel"] = h5py.SoftLink("x")
+        f["g/sub/up"] = h5py.SoftLink("../x")
+        f["dangling"] = h5py.SoftLink("/nowhere")
+    src = assert_matches_h5py(path, ["g/x"])
+    links = links_of(src)
+    assert {name: e["target"] for name, e in links.items()} == h5py_soft_links(path)
+    assert all(e["kind"] == "soft" for e in links.values())
+    assert set(links["abs"]) == {"name", "kind", "target"}
+    assert "h5.skipped" not in src.attributes
+
+
+@pytest.mark.parametrize("userblock", [0, 512])
+def test_legacy_file_with_and_without_a_matlab_userblock(tmp, userblock):
+    path = tmp / "legacy.mat"
+    legacy.legacy(path, userblock)
+    assert path.read_bytes().startswith(b"MATLAB 7.3 MAT-file") == (userblock == 512)
+    assert zt.detect(path) == "h5"
+    src = assert_matches_h5py(path)
+    assert len(src) == 10
+    assert {n: e["target"] for n, e in links_of(src).items()} == h5py_soft_links(path)
+    assert src.attributes["note"] == "legacy shapes"
+    assert "h5.skipped" not in src.attributes
+
+
+def test_a_message_zt_cannot_parse_skips_only_its_dataset(tmp):
+    """libhdf5 refuses to open a dataset whose layout message has an unknown
+    version and reads the rest of the file; so does zt, which lists the
+    dataset in `h5.skipped` (name, reason), as npz lists members it cannot
+    read in `npz.skipped`."""
+    path = tmp / "bad.h5"
+    with h5py.File(path, "w", libver="earliest") as f:
+        f["good"] = sample("<f4", (4, 3))
+        f.create_dataset("chunked", data=sample("<i2", (20,)), chunks=(6,), compression="gzip")
+        f["bad"] = sample("<f8", (5,))
+        f["bad"].attrs["unit"] = "m"
+    legacy.patch(path, {"bad": legacy.replace(legacy.LAYOUT, lambda body: bytes([9]) + body[1:])})
+    with h5py.File(path, "r") as f:
+        with pytest.raises(Exception, match="layout"):
+            f["bad"]  # noqa: B018
+        want = {name: f[name][()] for name in ("good", "chunked")}
+    src = zt.open(path)
+    assert sorted(src.keys()) == sorted(want)
+    for name, value in want.items():
+        assert src[name].numpy().tobytes() == value.tobytes(), name
+    (entry,) = src.attributes["h5.skipped"]
+    assert set(entry) == {"name", "reason"}
+    assert entry["name"] == "bad"
+    assert "data layout message" in entry["reason"] and "unknown layout version 9" in entry["reason"]
+
+
+def test_pytables_files(tmp):
+    import tables
+
+    path = tmp / "pytables.h5"
+    with tables.open_file(path, "w", title="pytables") as f:
+        f.create_array("/", "array", sample("<f4", (3, 4)))
+        f.create_array("/", "array_be", sample(">i4", (5,)))
+        zlib = tables.Filters(complevel=5, complib="zlib", shuffle=True)
+        f.create_carray("/", "carray", obj=sample("<i8", (10, 10)), chunkshape=(3, 3), filters=zlib)
+        e = f.create_earray("/", "earray", atom=tables.Float64Atom(), shape=(0, 3))
+        e.append(sample("<f8", (7, 3)))
+        group = f.create_group("/", "group")
+        f.create_array(group, "x", sample("<u2", (6,)))
+
+        class Row(tables.IsDescription):
+            a = tables.Int32Col()
+            b = tables.Float64Col()
+
+        table = f.create_table("/", "table", Row)
+        table.append([(1, 2.0), (3, 4.0)])
+        f.create_soft_link("/", "soft", "/array")  # in an old-style group
+    src = assert_matches_h5py(path, ["array", "array_be", "carray", "earray", "group/x"])
+    assert {n: e["target"] for n, e in links_of(src).items()} == {"soft": "/array"}
+    assert [e["name"] for e in src.attributes["h5.skipped"]] == ["table"]
+    assert src.attributes["TITLE"] == "pytables"
+
+
+@pytest.mark.parametrize("fmt", ["NETCDF4", "NETCDF4_CLASSIC"])
+def test_netcdf4_files(tmp, fmt):
+    import netCDF4
+
+    path = tmp / "data.nc"
+    with netCDF4.Dataset(path, "w", format=fmt) as d:
+        d.createDimension("x", 6)
+        d.createDimension("t", None)
+        v = d.createVariable("v", "f4", ("t", "x"), zlib=True)
+        v[0:3, :] = sample("<f4", (3, 6))
+        w = d.createVariable("w", "i2", ("x",))
+        w[:] = np.arange(6, dtype="i2")
+        d.createVariable("unwritten", "f8", ("x",), fill_value=-1.5)
+        d.title = "netcdf"
+    src = assert_matches_h5py(path)
+    assert {"v", "w", "unwritten"} <= set(src.keys())
+    np.testing.assert_array_equal(src["unwritten"].numpy(), np.full(6, -1.5))

@@ -38,12 +38,44 @@ struct Parts {
     external: bool,
 }
 
+/// What a message zt cannot parse costs: its dataset only, listed in
+/// `h5.skipped` with this reason, as libhdf5 fails to open that dataset
+/// and reads the rest of the file. A spent budget (a limit, memory) is no
+/// verdict on the message and still stops the walk.
+pub(super) fn skip_reason(e: Error) -> Result<String> {
+    match e {
+        Error::Limit { .. } | Error::Memory { .. } | Error::Io { .. } => Err(e),
+        e => Ok(e.to_string()),
+    }
+}
+
+/// The messages that describe a dataset, or why they do not (a message
+/// zt cannot parse, or one zt does not resolve).
 fn parse_parts(r: &Reader<'_>, msgs: &[Message]) -> Result<std::result::Result<Parts, String>> {
+    match read_parts(r, msgs) {
+        Ok(parts) => Ok(parts),
+        Err(e) => skip_reason(e).map(Err),
+    }
+}
+
+/// The structure a dataset message holds, for errors that name it.
+fn message_name(kind_: u16) -> &'static str {
+    match kind_ {
+        kind::DATASPACE => "dataspace message",
+        kind::DATATYPE => "datatype message",
+        kind::LAYOUT => "data layout message",
+        kind::FILTERS => "filter pipeline message",
+        kind::FILL | kind::FILL_OLD => "fill value message",
+        _ => "dataset message",
+    }
+}
+
+fn read_parts(r: &Reader<'_>, msgs: &[Message]) -> Result<std::result::Result<Parts, String>> {
     let (mut space, mut ty, mut layout) = (None, None, None);
     let (mut filters, mut fill, mut fill_old, mut external) = (Vec::new(), None, None, false);
     let depth = r.limits.depth;
     for m in msgs {
-        let mut c = Cursor::new(&m.data, m.at, r.geo, "dataset message");
+        let mut c = Cursor::new(&m.data, m.at, r.geo, message_name(m.kind));
         if m.is_shared()
             && matches!(
                 m.kind,

@@ -393,32 +393,50 @@ fn array(c: &mut Cursor<'_>, version: u8, depth: usize) -> Result<()> {
     datatype(c, depth - 1).map(|_| ())
 }
 
-/// Parse a fill value message (new or old style); `None` means the default
-/// (zero bytes).
+/// Parse a fill value message (new or old style); `None` means no value
+/// is stored (zero bytes are used), as libhdf5 reads it.
 pub fn fill_value(c: &mut Cursor<'_>, kind_: u16) -> Result<Option<Vec<u8>>> {
-    let defined = if kind_ == kind::FILL_OLD {
-        true
-    } else {
-        match c.u8()? {
-            1 => {
-                c.skip(2)?;
-                c.skip(1)?;
-                true
+    if kind_ == kind::FILL_OLD {
+        // The old message is only a size and the value; size 0: none.
+        let size = c.u32()?;
+        return fill_bytes(c, u64::from(size));
+    }
+    match c.u8()? {
+        // Versions 1 and 2: space allocation time, fill write time, then
+        // "defined". Version 1 always carries a size, which its writers
+        // set to -1 (0xFFFFFFFF) for no value; libhdf5 reads the size only
+        // when defined, as a signed number, and keeps no value for 0 or
+        // less.
+        1 | 2 => {
+            c.skip(2)?;
+            let defined = c.u8()? != 0;
+            if !defined || c.remaining() < 4 {
+                return Ok(None);
             }
-            2 => {
-                c.skip(2)?;
-                c.u8()? != 0
-            }
-            3 => c.u8()? & 0x20 != 0,
-            v => return Err(c.bad(format!("unknown fill value version {v}"))),
+            let size = c.u32()? as i32;
+            fill_bytes(c, u64::try_from(size).unwrap_or(0))
         }
-    };
-    if !defined || c.remaining() < 4 {
+        // Version 3: flags; bit 5 says a size and value follow.
+        3 => {
+            let flags = c.u8()?;
+            if flags & 0x20 == 0 || c.remaining() < 4 {
+                return Ok(None);
+            }
+            let size = c.u32()?;
+            fill_bytes(c, u64::from(size))
+        }
+        v => Err(c.bad(format!("unknown fill value version {v}"))),
+    }
+}
+
+/// The `size` bytes of a fill value (`None` for 0), which must lie in the
+/// message.
+fn fill_bytes(c: &mut Cursor<'_>, size: u64) -> Result<Option<Vec<u8>>> {
+    if size == 0 {
         return Ok(None);
     }
-    let size = c.u32()? as usize;
-    let bytes = c.take(size)?;
-    Ok((size > 0).then(|| bytes.to_vec()))
+    let size = usize::try_from(size).map_err(|_| c.bad("fill value size"))?;
+    Ok(Some(c.take(size)?.to_vec()))
 }
 
 /// Where a link points.
@@ -571,6 +589,10 @@ fn chunk_dims(c: &mut Cursor<'_>, n: usize, width: usize, max_rank: usize) -> Re
     Ok(dims)
 }
 
+/// Versions 1 and 2 (HDF5 1.4 and 1.6): dimensionality n, class, 5
+/// reserved bytes, the address (not for compact data), then n 4-byte
+/// dimension sizes, the last of them the element size; compact data
+/// follows as a 4-byte size and the bytes.
 fn layout_v1(c: &mut Cursor<'_>, max_rank: usize) -> Result<Layout> {
     let n = usize::from(c.u8()?);
     let class = c.u8()?;
@@ -592,9 +614,12 @@ fn layout_v1(c: &mut Cursor<'_>, max_rank: usize) -> Result<Layout> {
                 .ok_or_else(|| c.bad("contiguous size overflows"))?;
             Ok(Layout::Contiguous { addr, size })
         }
+        // The element size is the last of the n dimensions (which
+        // `chunk_dims` drops): libhdf5 writes and reads no separate
+        // element-size field for versions 1 and 2, although the
+        // specification's table lists one.
         2 => {
             let chunk = chunk_dims(c, n, 4, max_rank)?;
-            c.skip(4)?; // dataset element size
             Ok(Layout::Chunked {
                 chunk,
                 index: ChunkIndex::BTreeV1,
@@ -762,6 +787,17 @@ pub fn attribute(c: &mut Cursor<'_>, max_rank: usize, depth: usize) -> Result<At
         space,
         data,
     })
+}
+
+/// The name of the attribute message `body` as far as it can be read,
+/// to list an attribute whose type or space zt cannot parse.
+pub fn attribute_name(body: &[u8]) -> Option<String> {
+    let version = *body.first()?;
+    let len = usize::from(u16::from_le_bytes([*body.get(2)?, *body.get(3)?]));
+    let start: usize = if version == 3 { 9 } else { 8 };
+    let raw = body.get(start..start.checked_add(len)?)?;
+    let end = raw.iter().position(|&b| b == 0).unwrap_or(raw.len());
+    Some(String::from_utf8_lossy(&raw[..end]).into_owned())
 }
 
 fn geo_of(c: &Cursor<'_>) -> super::reader::Geometry {

@@ -6,7 +6,11 @@
 //! fractal heap indexed by a v2 B-tree). Every dataset of a supported
 //! element type becomes a tensor named by its path without the leading
 //! slash (`model_weights/dense/dense/kernel:0`); everything else is listed
-//! in the file attribute `h5.skipped`. Soft and external links are listed
+//! in the file attribute `h5.skipped`, as is a dataset one of whose
+//! messages zt cannot parse (with the error: that dataset is refused, the
+//! rest of the file reads) and an attribute zt cannot parse. Structure
+//! errors outside a dataset's messages (superblock, object headers,
+//! B-trees, heaps) refuse the file. Soft and external links are listed
 //! in `h5.links` and never followed. Attributes of the root become file
 //! attributes; those of other groups become file attributes named
 //! `<group path>/<name>`; those of datasets stay on the tensor.
@@ -39,7 +43,7 @@ use zt_core::format::{Format, OpenInput, Probe};
 use zt_core::store::Store;
 
 use self::heap::{FractalHeap, GlobalHeaps};
-use self::messages::{kind, Target};
+use self::messages::{kind, Attribute, Target};
 use self::object_header::Message;
 use self::reader::{Cursor, Reader};
 pub use rules::RULES;
@@ -138,6 +142,39 @@ fn entry(fields: &[(&str, &str)]) -> Value {
             .map(|(k, v)| (k.to_string(), Value::Str(v.to_string())))
             .collect(),
     )
+}
+
+/// Cache type of a symbol table entry whose scratch pad holds a soft
+/// link's value (`H5G_CACHED_SLINK`).
+const CACHED_SOFT_LINK: u32 = 2;
+
+/// One symbol table entry: link name offset, object header address, cache
+/// type, 4 reserved bytes and a 16-byte scratch pad. A soft link has no
+/// object header; its scratch pad holds the offset of its value in the
+/// group's local heap, as libhdf5 (and h5py with `libver="earliest"`)
+/// writes soft links into old-style groups.
+fn symbol_table_entry(
+    r: &Reader<'_>,
+    c: &mut Cursor<'_>,
+    names: &[u8],
+    heap: u64,
+) -> Result<(String, Target)> {
+    let name_at = c.uint(r.geo.offset_size)?;
+    let header = c.addr()?;
+    let cache = c.u32()?;
+    c.skip(4)?; // reserved
+    let value_at = c.u32()?; // the scratch pad's first 4 bytes
+    c.skip(12)?;
+    let heap_at = r.abs(heap)?;
+    let name = heap::local_name(r, names, name_at, heap_at)?;
+    if cache == CACHED_SOFT_LINK {
+        let value = heap::local_name(r, names, u64::from(value_at), heap_at)?;
+        return Ok((name, Target::Soft(value)));
+    }
+    match header {
+        Some(addr) => Ok((name, Target::Hard(addr))),
+        None => Err(c.bad(format!("member {name:?} has no object header"))),
+    }
 }
 
 impl Walk<'_, '_> {
@@ -262,14 +299,7 @@ impl Walk<'_, '_> {
             let body = r.block(node + 8, n * entry_size, "symbol table node")?;
             let mut c = r.cursor(&body, node + 8, "symbol table node");
             for _ in 0..n {
-                let name_at = c.uint(so as usize)?;
-                let header = c.addr()?;
-                c.skip(24)?; // cache type, reserved, scratch pad
-                let name = heap::local_name(r, &names, name_at, r.abs(heap)?)?;
-                match header {
-                    Some(addr) => out.push((name, Target::Hard(addr))),
-                    None => return Err(c.bad(format!("member {name:?} has no object header"))),
-                }
+                out.push(symbol_table_entry(r, &mut c, &names, heap)?);
             }
         }
         Ok(())
@@ -298,22 +328,38 @@ impl Walk<'_, '_> {
             .collect()
     }
 
+    /// The attribute message `body` (at file offset `at`), or `None` when
+    /// zt cannot parse it: then it is listed in `h5.skipped` as
+    /// `<path>@<name>` with the reason, and its object still reads.
+    fn attribute(&mut self, path: &str, body: &[u8], at: u64) -> Result<Option<Attribute>> {
+        let r = self.r;
+        let mut c = Cursor::new(body, at, r.geo, "attribute message");
+        match messages::attribute(&mut c, r.limits.rank, r.limits.depth) {
+            Ok(a) => Ok(Some(a)),
+            Err(e) => {
+                let reason = dataset::skip_reason(e)?;
+                let name = messages::attribute_name(body).unwrap_or_default();
+                let name = format!("{path}@{name}");
+                self.skipped
+                    .push(entry(&[("name", &name), ("reason", &reason)]));
+                Ok(None)
+            }
+        }
+    }
+
     fn attributes_of(&mut self, path: &str, msgs: &[Message]) -> Result<Attributes> {
         let r = self.r;
         let mut raw = Vec::new();
         for m in msgs {
-            let mut c = Cursor::new(&m.data, m.at, r.geo, "attribute message");
             match m.kind {
-                kind::ATTRIBUTE => {
-                    raw.push(messages::attribute(&mut c, r.limits.rank, r.limits.depth)?)
-                }
+                kind::ATTRIBUTE => raw.extend(self.attribute(path, &m.data, m.at)?),
                 kind::ATTRIBUTE_INFO => {
+                    let mut c = Cursor::new(&m.data, m.at, r.geo, "attribute info message");
                     let info = messages::dense_info(&mut c, m.kind)?;
                     if let (Some(heap), Some(index)) = (info.heap, info.name_index) {
                         let mut dense = Vec::new();
                         for body in self.dense(heap, index, &[8], 0)? {
-                            let mut c = Cursor::new(&body, 0, r.geo, "attribute message");
-                            dense.push(messages::attribute(&mut c, r.limits.rank, r.limits.depth)?);
+                            dense.extend(self.attribute(path, &body, 0)?);
                         }
                         dense.sort_by(|a, b| a.name.cmp(&b.name));
                         raw.extend(dense);
