@@ -2,15 +2,25 @@
 //! indices [`Plan::fill`] gives for each step and deliver the batches in
 //! step order through a bounded reorder buffer.
 //!
-//! * **Claiming.** A worker takes the next step from an atomic counter. It
-//!   may start gathering step `s` only while `s < next + prefetch`, where
-//!   `next` is the step the consumer receives next, so at most `prefetch`
-//!   batches are being built or waiting at any time (plus the ones the
-//!   consumer holds). Waiting is on a condition variable, never a poll.
+//! * **Claiming.** A worker claims the next step under the state lock, and
+//!   only while the *window* (the steps claimed and not yet delivered: being
+//!   gathered or waiting) holds fewer than `prefetch` batches and fewer than
+//!   `prefetch_bytes` bytes. So an idle consumer stops the workers once the
+//!   window is full, however large `prefetch` is. Waiting is on a condition
+//!   variable, never a poll. The step the consumer waits for is always
+//!   claimable (an empty window holds no bytes), so a batch larger than
+//!   `prefetch_bytes` still comes, one at a time.
 //! * **Ordering.** Finished batches go into a map keyed by step; the consumer
 //!   takes exactly `next`, so the output is the same for any number of
 //!   workers, and restarting at step `k` ([`DataLoader::new`] with
-//!   `start_step = k`) gives exactly the batches a run reaching `k` saw.
+//!   `start_step = k`, or [`DataLoader::seek`]) gives exactly the batches a
+//!   run reaching `k` saw.
+//! * **Seeking.** [`DataLoader::seek`] moves the running loader in place,
+//!   from any thread (a `finish` included): the window is emptied, a
+//!   generation counter is bumped so the batches workers are still building
+//!   for the old position are dropped when they are finished, and a consumer
+//!   already waiting in [`DataLoader::next`] receives the new step's batch.
+//!   Nothing is stopped or joined, so a seek never waits for a slow `finish`.
 //! * **Striding.** With `step_stride = n` the loader delivers steps `start,
 //!   start + n, start + 2n, ...`: `n` loaders started at `start + i` (`i <
 //!   n`) split one run's steps between them with no overlap. This is how
@@ -29,7 +39,7 @@
 //!   owned by the batches, so closing never frees memory a batch still uses.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::{JoinHandle, ThreadId};
 
@@ -182,6 +192,11 @@ pub struct Batch {
     pub columns: Vec<Column>,
 }
 
+/// [`Config::prefetch_bytes`] when the caller has no reason to pick one:
+/// 1 GiB, several batches of any common size, and a bound an idle consumer
+/// with a huge `prefetch` cannot push past.
+pub const DEFAULT_PREFETCH_BYTES: u64 = 1 << 30;
+
 /// The loader's settings (the index plan carries the sampler's).
 #[derive(Clone, Copy, Debug)]
 pub struct Config {
@@ -191,44 +206,81 @@ pub struct Config {
     pub workers: usize,
     /// Batches built or waiting ahead of the consumer (>= 1).
     pub prefetch: usize,
+    /// Bytes the batches built or waiting ahead of the consumer may hold
+    /// (>= 1): a worker claims a step only while the window holds less. A
+    /// batch's bytes are its index array and its columns as gathered (Dense
+    /// rows; Ragged values, offsets and shapes), not what `finish` makes of
+    /// them. The window can pass the budget by the batch claimed just under
+    /// it, and by Ragged bytes beyond the estimate for batches still being
+    /// gathered (at most one per worker); see [`DataLoader::seek`] for the
+    /// batches a seek leaves in the workers' hands.
+    pub prefetch_bytes: u64,
     /// The first step delivered.
     pub start_step: u64,
     /// The distance between delivered steps (>= 1; 1 delivers every step).
     pub step_stride: u64,
 }
 
-impl Config {
-    /// The step delivered `ordinal`-th (0-based): `start_step + ordinal *
-    /// step_stride`, wrapping like the sampler's step counter.
-    fn step_at(&self, ordinal: u64) -> u64 {
-        self.start_step
-            .wrapping_add(ordinal.wrapping_mul(self.step_stride))
-    }
+/// The step delivered `ordinal`-th (0-based) from `start`: `start + ordinal
+/// * stride`, wrapping like the sampler's step counter.
+fn step_at(start: u64, stride: u64, ordinal: u64) -> u64 {
+    start.wrapping_add(ordinal.wrapping_mul(stride))
 }
 
 type Finish<T> = dyn Fn(std::result::Result<Batch, GatherError>) -> T + Send + Sync;
 
-/// Positions in the delivery order are ordinals (0, 1, 2, ...); the step
-/// an ordinal stands for is [`Config::step_at`]. With a stride of 1 the two
-/// differ only by `start_step`.
+/// A finished batch waiting for the consumer, with the bytes it holds.
+struct Waiting<T> {
+    item: T,
+    bytes: u64,
+}
+
+/// Positions in the delivery order are ordinals (0, 1, 2, ...), counted from
+/// the last start or seek; the step an ordinal stands for is [`step_at`]
+/// from `start`.
 struct State<T> {
+    /// The step at ordinal 0: `start_step`, then the last seek's step.
+    start: u64,
+    /// Bumped by every seek: a batch claimed under an older generation is
+    /// dropped when its worker finishes it, never delivered.
+    generation: u64,
     /// The ordinal the consumer receives next.
     next: u64,
+    /// The ordinal a worker claims next (`next..claim` is the window).
+    claim: u64,
     /// Finished ordinals not yet delivered.
-    done: BTreeMap<u64, T>,
+    done: BTreeMap<u64, Waiting<T>>,
+    /// Bytes of the window: measured for finished batches, estimated for
+    /// those being gathered. u128: a claim adds up to 2^64 - 1 bytes to a
+    /// window just under a budget of up to 2^64 - 1.
+    window_bytes: u128,
+    /// The Ragged bytes of the last batch finished, the estimate for a
+    /// batch about to be gathered (its index and Dense bytes are exact).
+    ragged_estimate: u64,
     closed: bool,
+}
+
+/// What a worker claimed: which step, under which generation, and the bytes
+/// it added to the window.
+struct Claim {
+    generation: u64,
+    ordinal: u64,
+    step: u64,
+    estimate: u64,
 }
 
 struct Shared<T> {
     streams: Vec<Stream>,
     config: Config,
     prefetch: u64,
-    /// The next ordinal a worker claims.
-    claim: AtomicU64,
+    prefetch_bytes: u128,
+    /// A batch's index and Dense bytes, known before it is gathered.
+    fixed_bytes: u64,
     state: Mutex<State<T>>,
     /// Signalled when step `next` is finished, or on close.
     ready: Condvar,
-    /// Signalled when `next` advances (the window moves), or on close.
+    /// Signalled when the window shrinks (`next` advances, a seek empties
+    /// it, a batch is smaller than estimated), or on close.
     space: Condvar,
     pool: Arc<Pool>,
     finish: Box<Finish<T>>,
@@ -301,12 +353,26 @@ impl<T: Send + 'static> DataLoader<T> {
         if config.prefetch == 0 {
             return Err(Error::ZeroPrefetch);
         }
+        if config.prefetch_bytes == 0 {
+            return Err(Error::ZeroPrefetchBytes);
+        }
         if config.step_stride == 0 {
             return Err(Error::ZeroStepStride);
         }
+        let n = config.plan.batch_len();
+        let fixed_bytes = streams
+            .iter()
+            .filter_map(|s| s.reader.schema().row_bytes())
+            .fold(n.saturating_mul(8), |sum, row| {
+                sum.saturating_add(row.saturating_mul(n))
+            });
+        // Spare Dense buffers past what the window and the workers' batches
+        // in hand can use are never taken again: keep no more than that.
+        let by_bytes = (config.prefetch_bytes - 1) / fixed_bytes.max(1) + 1;
+        let window = usize::try_from(by_bytes).map_or(config.prefetch, |b| b.min(config.prefetch));
         let pool = Arc::new(Pool {
             free: streams.iter().map(|_| Mutex::new(Vec::new())).collect(),
-            keep: config.prefetch + config.workers,
+            keep: window.saturating_add(config.workers),
             live: AtomicUsize::new(0),
             peak: AtomicUsize::new(0),
         });
@@ -314,10 +380,16 @@ impl<T: Send + 'static> DataLoader<T> {
             streams,
             config,
             prefetch: config.prefetch as u64,
-            claim: AtomicU64::new(0),
+            prefetch_bytes: u128::from(config.prefetch_bytes),
+            fixed_bytes,
             state: Mutex::new(State {
+                start: config.start_step,
+                generation: 0,
                 next: 0,
+                claim: 0,
                 done: BTreeMap::new(),
+                window_bytes: 0,
+                ragged_estimate: 0,
                 closed: false,
             }),
             ready: Condvar::new(),
@@ -353,7 +425,9 @@ impl<T: Send + 'static> DataLoader<T> {
         })
     }
 
-    /// The next step's item, waiting for it; `None` once closed.
+    /// The next step's item, waiting for it; `None` once closed. A
+    /// [`DataLoader::seek`] that lands while this waits makes it return the
+    /// new step's item.
     pub fn next(&self) -> Option<T> {
         let sh = &*self.shared;
         let mut st = lock(&sh.state);
@@ -362,19 +436,50 @@ impl<T: Send + 'static> DataLoader<T> {
                 return None;
             }
             let ordinal = st.next;
-            if let Some(item) = st.done.remove(&ordinal) {
+            if let Some(waiting) = st.done.remove(&ordinal) {
                 st.next = ordinal + 1;
+                st.window_bytes -= u128::from(waiting.bytes);
+                drop(st);
                 sh.space.notify_all();
-                return Some(item);
+                return Some(waiting.item);
             }
             st = sh.ready.wait(st).unwrap_or_else(|e| e.into_inner());
         }
     }
 
+    /// Make `step` the next step delivered, in place; safe from any thread,
+    /// a `finish` included. The batches waiting are handed back (so the
+    /// caller chooses where they are dropped); those the workers are still
+    /// building for the old position are dropped when finished, never
+    /// delivered; a [`DataLoader::next`] that has not yet taken its batch
+    /// (one waiting in another thread) returns `step`'s. Returns at once:
+    /// nothing is stopped or joined. Until the workers are done with the
+    /// old batches in hand (one each at most), those are alive beside the
+    /// new window. [`Error::Closed`] once shut down.
+    pub fn seek(&self, step: u64) -> Result<Vec<T>> {
+        let sh = &*self.shared;
+        let mut st = lock(&sh.state);
+        if st.closed {
+            return Err(Error::Closed);
+        }
+        st.generation += 1;
+        st.start = step;
+        st.next = 0;
+        st.claim = 0;
+        st.window_bytes = 0;
+        let dropped = std::mem::take(&mut st.done)
+            .into_values()
+            .map(|w| w.item)
+            .collect();
+        drop(st);
+        sh.space.notify_all();
+        Ok(dropped)
+    }
+
     /// The step [`DataLoader::next`] delivers next.
     pub fn position(&self) -> u64 {
-        let next = lock(&self.shared.state).next;
-        self.shared.config.step_at(next)
+        let st = lock(&self.shared.state);
+        step_at(st.start, self.shared.config.step_stride, st.next)
     }
 
     /// The distance between the steps this loader delivers.
@@ -405,7 +510,11 @@ impl<T: Send + 'static> DataLoader<T> {
         let sh = &*self.shared;
         let mut st = lock(&sh.state);
         st.closed = true;
-        let left = std::mem::take(&mut st.done).into_values().collect();
+        st.window_bytes = 0;
+        let left = std::mem::take(&mut st.done)
+            .into_values()
+            .map(|w| w.item)
+            .collect();
         drop(st);
         sh.ready.notify_all();
         sh.space.notify_all();
@@ -441,14 +550,8 @@ impl<T: Send + 'static> Drop for DataLoader<T> {
 impl<T: Send + 'static> Shared<T> {
     fn work(&self) {
         let n = self.config.plan.batch_len() as usize; // addressable: checked by `check_streams`
-        loop {
-            // Ordinals count deliveries and never wrap in practice (2^64
-            // batches); the step they stand for wraps like the sampler's.
-            let ordinal = self.claim.fetch_add(1, Ordering::SeqCst);
-            if !self.wait_for_window(ordinal) {
-                return;
-            }
-            let step = self.config.step_at(ordinal);
+        while let Some(claim) = self.claim() {
+            let step = claim.step;
             // The batch size is the caller's: a batch whose indices do not
             // fit in memory fails its step (a memory error the consumer
             // receives), where `vec!` would abort the process.
@@ -471,27 +574,64 @@ impl<T: Send + 'static> Shared<T> {
                     })
                 }
             };
+            // Measured before `finish` consumes the batch: a failed step
+            // holds no batch memory.
+            let ragged = batch.as_ref().ok().map(ragged_bytes);
+            let bytes = ragged.map_or(0, |r| self.fixed_bytes.saturating_add(r));
             let item = (self.finish)(batch);
             let mut st = lock(&self.state);
-            if st.closed {
-                return; // `item` is dropped here, after the lock is released
+            if st.closed || st.generation != claim.generation {
+                // Closed, or claimed before a seek: not part of the window.
+                // The item is dropped after the lock is released.
+                let closed = st.closed;
+                drop(st);
+                drop(item);
+                if closed {
+                    return;
+                }
+                continue;
             }
-            st.done.insert(ordinal, item);
-            let wake = st.next == ordinal;
+            if let Some(r) = ragged {
+                st.ragged_estimate = r;
+            }
+            st.window_bytes = st.window_bytes - u128::from(claim.estimate) + u128::from(bytes);
+            st.done.insert(claim.ordinal, Waiting { item, bytes });
+            let wake = st.next == claim.ordinal;
             drop(st);
             if wake {
                 self.ready.notify_all();
             }
+            if bytes < claim.estimate {
+                self.space.notify_all();
+            }
         }
     }
 
-    /// Wait until `ordinal` is inside the prefetch window; false once closed.
-    fn wait_for_window(&self, ordinal: u64) -> bool {
+    /// Wait until the window has room (fewer than `prefetch` batches and
+    /// fewer than `prefetch_bytes` bytes), then claim the next ordinal;
+    /// `None` once closed. An empty window always has room, so the step the
+    /// consumer waits for is always claimed.
+    fn claim(&self) -> Option<Claim> {
         let mut st = lock(&self.state);
-        while !st.closed && ordinal - st.next >= self.prefetch {
+        loop {
+            if st.closed {
+                return None;
+            }
+            if st.claim - st.next < self.prefetch && st.window_bytes < self.prefetch_bytes {
+                break;
+            }
             st = self.space.wait(st).unwrap_or_else(|e| e.into_inner());
         }
-        !st.closed
+        let estimate = self.fixed_bytes.saturating_add(st.ragged_estimate);
+        let ordinal = st.claim;
+        st.claim += 1;
+        st.window_bytes += u128::from(estimate);
+        Some(Claim {
+            generation: st.generation,
+            ordinal,
+            step: step_at(st.start, self.config.step_stride, ordinal),
+            estimate,
+        })
     }
 
     fn gather(
@@ -547,4 +687,20 @@ impl<T: Send + 'static> Shared<T> {
         }
         Ok(columns)
     }
+}
+
+/// The bytes of a batch's Ragged columns: values, offsets and shapes.
+fn ragged_bytes(batch: &Batch) -> u64 {
+    batch
+        .columns
+        .iter()
+        .map(|c| match c {
+            Column::Dense(_) => 0,
+            Column::Ragged(r) => {
+                let b = &r.batch;
+                let words = b.words.len() + b.offsets.len() + b.shapes.len();
+                (words as u64).saturating_mul(8)
+            }
+        })
+        .fold(0, u64::saturating_add)
 }

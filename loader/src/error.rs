@@ -82,6 +82,12 @@ pub enum Error {
     /// A DataLoader needs room for at least one batch ahead.
     #[error("prefetch must be positive")]
     ZeroPrefetch,
+    /// A byte budget of 0 would admit no batch ahead of the consumer.
+    #[error("prefetch_bytes must be positive")]
+    ZeroPrefetchBytes,
+    /// The DataLoader was shut down: it has no position to move.
+    #[error("the DataLoader is closed")]
+    Closed,
     /// Delivering every 0th step is meaningless: the stride must be >= 1.
     #[error("step_stride must be positive")]
     ZeroStepStride,

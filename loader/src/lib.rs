@@ -1,4 +1,4 @@
-//! # zloader: a stateless batch sampler (and, later, the step-ordered DataLoader)
+//! # zloader: a stateless batch sampler and the step-ordered DataLoader
 //!
 //! A training run reads batch `s` at step `s`. Which record indices that
 //! batch holds is a pure function of `(length, batch_size, mode, seed, s)`:

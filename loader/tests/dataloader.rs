@@ -41,6 +41,7 @@ fn config(plan: Plan, workers: usize, prefetch: usize, start_step: u64) -> Confi
         plan,
         workers,
         prefetch,
+        prefetch_bytes: zloader::dataloader::DEFAULT_PREFETCH_BYTES,
         start_step,
         step_stride: 1,
     }
@@ -336,5 +337,256 @@ fn a_batch_past_the_address_space_is_refused_at_construction() {
     assert_eq!(
         DataLoader::plain(stream(&reader), config(wide, 1, 1, 0)).err(),
         Some(Error::BatchTooLarge(1 << 59))
+    );
+}
+
+/// A latch a `finish` waits on until the test opens it.
+#[derive(Default)]
+struct Gate {
+    open: std::sync::Mutex<bool>,
+    opened: std::sync::Condvar,
+}
+
+impl Gate {
+    fn wait(&self) {
+        let mut open = self.open.lock().unwrap();
+        while !*open {
+            open = self.opened.wait(open).unwrap();
+        }
+    }
+
+    fn open(&self) {
+        *self.open.lock().unwrap() = true;
+        self.opened.notify_all();
+    }
+}
+
+fn plan_ids(plan: &Plan, step: u64) -> Vec<u64> {
+    let mut v = vec![0; plan.batch_len() as usize];
+    plan.fill(step, &mut v).unwrap();
+    v
+}
+
+/// A seek from another thread while the consumer waits in `next` (every
+/// `finish` held at a gate, so nothing can be delivered before the seek)
+/// makes that `next` return the new step's batch, not `None`, and the
+/// seek itself does not wait for the workers held in `finish`.
+#[test]
+fn seek_from_another_thread_while_next_waits_delivers_the_new_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let reader = dense_store(dir.path());
+    let plan = Plan::new(N, 20, Mode::Iid, 3).unwrap();
+    let gate = Arc::new(Gate::default());
+    let held = gate.clone();
+    let dl = Arc::new(
+        DataLoader::new(stream(&reader), config(plan, 2, 2, 0), move |b| {
+            held.wait();
+            b
+        })
+        .unwrap(),
+    );
+    let entered = Arc::new(std::sync::Barrier::new(2));
+    let consumer = {
+        let (dl, entered) = (dl.clone(), entered.clone());
+        std::thread::spawn(move || {
+            entered.wait();
+            let first = dl.next().map(|b| b.unwrap());
+            let second = dl.next().map(|b| b.unwrap());
+            (first, second)
+        })
+    };
+    entered.wait();
+    let dropped = dl.seek(40).unwrap();
+    assert!(
+        dropped.is_empty(),
+        "nothing could finish before the gate opened"
+    );
+    assert_eq!(dl.position(), 40);
+    gate.open();
+    let (first, second) = consumer.join().unwrap();
+    let (first, second) = (first.expect("not closed"), second.expect("not closed"));
+    assert_eq!((first.step, second.step), (40, 41));
+    assert_eq!(ids(&first), plan_ids(&plan, 40));
+    assert_eq!(ids(&second), plan_ids(&plan, 41));
+    assert_eq!(dl.position(), 42);
+    drop(dl.shutdown());
+    dl.join();
+}
+
+/// A `finish` may seek its own loader: with a window of one batch, step 3
+/// is gathered only after the consumer took steps 0-2, and its `finish`
+/// moves the loader to 50, so the consumer sees 0, 1, 2, 50, 51, ...
+#[test]
+fn seek_from_finish_moves_the_waiting_consumer() {
+    let dir = tempfile::tempdir().unwrap();
+    let reader = dense_store(dir.path());
+    let plan = Plan::new(N, 20, Mode::Iid, 5).unwrap();
+    type Loader = DataLoader<Result<Batch, GatherError>>;
+    let me: Arc<std::sync::OnceLock<std::sync::Weak<Loader>>> = Arc::default();
+    let seeked = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (slot, flag) = (me.clone(), seeked.clone());
+    let dl = Arc::new(
+        DataLoader::new(stream(&reader), config(plan, 3, 1, 0), move |b| {
+            let at_three = b.as_ref().is_ok_and(|b| b.step == 3);
+            if at_three && !flag.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                let loader = slot.get().and_then(|w| w.upgrade()).unwrap();
+                drop(loader.seek(50).unwrap());
+            }
+            b
+        })
+        .unwrap(),
+    );
+    me.set(Arc::downgrade(&dl)).ok().unwrap();
+    let steps: Vec<u64> = (0..7).map(|_| dl.next().unwrap().unwrap().step).collect();
+    assert_eq!(steps, [0, 1, 2, 50, 51, 52, 53]);
+    drop(dl.shutdown());
+    dl.join();
+}
+
+/// Seeks racing a consumer: every batch delivered is the step after the
+/// previous one or a seek's target, with that step's indices, and the
+/// consumer never sees `None` on a loader nobody closed.
+#[test]
+fn concurrent_seeks_never_end_or_scramble_the_stream() {
+    let dir = tempfile::tempdir().unwrap();
+    let reader = dense_store(dir.path());
+    let plan = Plan::new(N, 20, Mode::Cyclic, 8).unwrap();
+    let dl = Arc::new(DataLoader::plain(stream(&reader), config(plan, 3, 3, 0)).unwrap());
+    let targets: Vec<u64> = (1..=40).map(|k| k * 1000).collect();
+    let seeker = {
+        let (dl, targets) = (dl.clone(), targets.clone());
+        std::thread::spawn(move || {
+            for t in targets {
+                drop(dl.seek(t).unwrap());
+            }
+        })
+    };
+    let mut previous: Option<u64> = None;
+    for _ in 0..400 {
+        let b = dl.next().expect("a loader nobody closed").unwrap();
+        let follows = previous.is_some_and(|p| b.step == p + 1);
+        assert!(
+            follows || b.step == 0 || targets.contains(&b.step),
+            "step {} after {previous:?}",
+            b.step
+        );
+        assert_eq!(ids(&b), plan_ids(&plan, b.step));
+        previous = Some(b.step);
+    }
+    seeker.join().unwrap();
+    // The last seek has landed: the next batch is at or past its target.
+    let b = dl.next().unwrap().unwrap();
+    assert!(b.step >= 40_000, "{}", b.step);
+    drop(dl.shutdown());
+    dl.join();
+    assert_eq!(dl.seek(7).err(), Some(Error::Closed));
+}
+
+/// Steps a `finish` saw, sent to the test as they are finished.
+fn reporting_loader(
+    streams: Vec<Stream>,
+    config: Config,
+) -> (
+    DataLoader<Result<Batch, GatherError>>,
+    std::sync::mpsc::Receiver<u64>,
+) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let tx = std::sync::Mutex::new(tx);
+    let dl = DataLoader::new(streams, config, move |b| {
+        if let Ok(b) = &b {
+            let _ = tx.lock().unwrap().send(b.step);
+        }
+        b
+    })
+    .unwrap();
+    (dl, rx)
+}
+
+/// With `prefetch` practically unbounded, an idle consumer's window stops
+/// at `prefetch_bytes`: a budget of 2.5 batches admits exactly 3 (each
+/// claimed while the window held less than the budget), and after the
+/// workers are stopped and joined no fourth step was ever gathered.
+#[test]
+fn an_idle_consumer_window_stops_at_prefetch_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let reader = dense_store(dir.path());
+    let plan = Plan::new(N, 20, Mode::Cyclic, 2).unwrap();
+    let batch = 20 * ROW as u64 + 20 * 8; // the rows and the index array
+    let cfg = Config {
+        prefetch: usize::MAX,
+        prefetch_bytes: batch * 5 / 2,
+        ..config(plan, 4, 1, 0)
+    };
+    let (dl, rx) = reporting_loader(stream(&reader), cfg);
+    let mut seen: Vec<u64> = (0..3).map(|_| rx.recv().unwrap()).collect();
+    drop(dl.shutdown());
+    dl.join();
+    seen.extend(rx.try_iter());
+    seen.sort_unstable();
+    assert_eq!(seen, [0, 1, 2]);
+    assert!(dl.peak_batches() <= 3, "{}", dl.peak_batches());
+}
+
+/// Ragged bytes count too: with one worker each batch is claimed after the
+/// previous one finished, so the estimate is the measured size, and a
+/// budget of 2.5 batches of equal-size records again admits exactly 3.
+#[test]
+fn ragged_bytes_count_against_prefetch_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("r.zr");
+    let schema = Schema::ragged("<u4", 1).unwrap();
+    let mut w = Writer::create(&path, &schema, &CreateOptions::default()).unwrap();
+    let records: Vec<Vec<u8>> = (0..N as u32)
+        .map(|i| (0..64).flat_map(|_| i.to_le_bytes()).collect())
+        .collect();
+    let payloads: Vec<&[u8]> = records.iter().map(Vec::as_slice).collect();
+    w.append_ragged(&payloads, &vec![64; N as usize]).unwrap();
+    w.close().unwrap();
+    let reader = Arc::new(Reader::open(&path, false).unwrap());
+    let plan = Plan::new(N, 10, Mode::Sequential, 0).unwrap();
+    // Values 10 x 256 bytes, 11 offsets, 10 shapes, 10 indices.
+    let batch = 10 * 256 + 11 * 8 + 10 * 8 + 10 * 8;
+    let cfg = Config {
+        prefetch: usize::MAX,
+        prefetch_bytes: batch * 5 / 2,
+        ..config(plan, 1, 1, 0)
+    };
+    let streams = vec![Stream {
+        name: "r".into(),
+        reader,
+    }];
+    let (dl, rx) = reporting_loader(streams, cfg);
+    let mut seen: Vec<u64> = (0..3).map(|_| rx.recv().unwrap()).collect();
+    drop(dl.shutdown());
+    dl.join();
+    seen.extend(rx.try_iter());
+    assert_eq!(seen, [0, 1, 2]);
+}
+
+/// A batch larger than `prefetch_bytes` is still delivered (the step the
+/// consumer waits for is always claimed), one at a time: never more than
+/// the one being built plus the one the consumer holds.
+#[test]
+fn a_batch_larger_than_prefetch_bytes_still_flows() {
+    let dir = tempfile::tempdir().unwrap();
+    let reader = dense_store(dir.path());
+    let plan = Plan::new(N, 20, Mode::Iid, 4).unwrap();
+    let cfg = Config {
+        prefetch_bytes: 1,
+        ..config(plan, 3, 8, 0)
+    };
+    let dl = DataLoader::plain(stream(&reader), cfg).unwrap();
+    for step in 0..20 {
+        let b = dl.next().unwrap().unwrap();
+        assert_eq!(ids(&b), plan_ids(&plan, step));
+    }
+    assert!(dl.peak_batches() <= 2, "{}", dl.peak_batches());
+    let zero = Config {
+        prefetch_bytes: 0,
+        ..cfg
+    };
+    assert_eq!(
+        DataLoader::plain(stream(&reader), zero).err(),
+        Some(Error::ZeroPrefetchBytes)
     );
 }

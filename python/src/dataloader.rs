@@ -18,7 +18,7 @@ use pyo3::exceptions::{PyMemoryError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 
-use zloader::dataloader::{Column, Config};
+use zloader::dataloader::{Column, Config, DEFAULT_PREFETCH_BYTES};
 use zloader::{Batch, DataLoader, GatherError, Mode, Plan, Stream};
 use zrecord::Geometry;
 
@@ -111,28 +111,25 @@ fn to_py_err(e: zloader::Error) -> PyErr {
     PyValueError::new_err(e.to_string())
 }
 
-/// The running native loader.
+/// The running native loader. `seek` moves it in place (no restart), so
+/// one core serves a loader's whole life and a thread waiting in `next`
+/// is never left holding a closed one.
 #[pyclass(frozen, module = "zt._zt")]
 pub struct DataLoaderCore {
     inner: DataLoader<Item>,
     streams: Arc<Vec<Stream>>,
-    /// The settings it was started with, for [`DataLoaderCore::restarted`].
-    config: Config,
-    finish: Option<Py<PyAny>>,
 }
 
 /// Start the workers over already-opened streams.
 fn start(
-    py: Python<'_>,
     streams: &Arc<Vec<Stream>>,
     config: Config,
-    finish: Option<&Py<PyAny>>,
+    finish: Option<Py<PyAny>>,
 ) -> PyResult<DataLoader<Item>> {
     match finish {
         None => DataLoader::new(streams.to_vec(), config, Item::Raw),
         Some(finish) => {
             let layout = streams.clone();
-            let finish = finish.clone_ref(py);
             DataLoader::new(streams.to_vec(), config, move |batch| {
                 let step = match &batch {
                     Ok(b) => b.step,
@@ -161,10 +158,9 @@ impl DataLoaderCore {
     /// seeking costs no open-time checks. Arguments are validated by
     /// zt/loader.py; the checks here back them up.
     #[new]
-    #[pyo3(signature = (readers, names, batch_size, mode, seed, rank, world_size, workers, prefetch, start_step, step_stride=1, finish=None))]
+    #[pyo3(signature = (readers, names, batch_size, mode, seed, rank, world_size, workers, prefetch, start_step, step_stride=1, finish=None, prefetch_bytes=DEFAULT_PREFETCH_BYTES))]
     #[allow(clippy::too_many_arguments)]
     fn new(
-        py: Python<'_>,
         readers: Vec<Py<RecordReader>>,
         names: Vec<String>,
         batch_size: u64,
@@ -177,6 +173,7 @@ impl DataLoaderCore {
         start_step: u64,
         step_stride: u64,
         finish: Option<Py<PyAny>>,
+        prefetch_bytes: u64,
     ) -> PyResult<Self> {
         if readers.len() != names.len() {
             return Err(PyValueError::new_err("one name per stream reader"));
@@ -203,35 +200,29 @@ impl DataLoaderCore {
             plan,
             workers,
             prefetch,
+            prefetch_bytes,
             start_step,
             step_stride,
         };
         let streams = Arc::new(streams);
-        let inner = start(py, &streams, config, finish.as_ref())?;
-        Ok(DataLoaderCore {
-            inner,
-            streams,
-            config,
-            finish,
-        })
+        let inner = start(&streams, config, finish)?;
+        Ok(DataLoaderCore { inner, streams })
     }
 
-    /// A new loader over the same readers and settings, delivering from
-    /// `start_step` (what `seek` and `load_state_dict` start). Close this one
-    /// first: both would otherwise gather at once.
-    fn restarted(&self, py: Python<'_>, start_step: u64) -> PyResult<Self> {
-        let config = Config {
-            start_step,
-            ..self.config
-        };
-        let finish = self.finish.as_ref().map(|f| f.clone_ref(py));
-        let inner = start(py, &self.streams, config, finish.as_ref())?;
-        Ok(DataLoaderCore {
-            inner,
-            streams: self.streams.clone(),
-            config,
-            finish,
-        })
+    /// Make `step` the next step delivered (what `seek` and
+    /// `load_state_dict` call), from any thread or a transform: a `next()`
+    /// waiting in another thread returns `step`'s batch; batches built for
+    /// the old position are dropped. Waits for no worker, so a transform
+    /// may call it. `RuntimeError` once closed.
+    fn seek(&self, py: Python<'_>, step: u64) -> PyResult<()> {
+        // The state lock is never held by a thread waiting for the GIL, but
+        // a seek need not hold the GIL while it takes the lock either.
+        let dropped = py
+            .detach(|| self.inner.seek(step))
+            .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+        // Prefetched items (transform results) are dropped here, GIL held.
+        drop(dropped);
+        Ok(())
     }
 
     /// The next step's `(step, transformed, value)`; `None` once closed.

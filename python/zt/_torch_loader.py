@@ -177,7 +177,9 @@ class DataLoader:
     without an accelerator it warns and leaves memory unpinned, as
     ``torch.utils.data.DataLoader`` does. ``health_check=seconds`` checks the
     other ranks before each step (see the module docs) and raises
-    :class:`RankFailure` naming the step.
+    :class:`RankFailure` naming the step. ``prefetch_bytes`` bounds the
+    batches built or waiting ahead of the consumer by bytes as well as by
+    ``prefetch`` (see :class:`zt.loader.DataLoader`).
     """
 
     def __init__(
@@ -189,6 +191,7 @@ class DataLoader:
         seed: int = 42,
         workers: int = 4,
         prefetch: int = 4,
+        prefetch_bytes: int = _loader.DEFAULT_PREFETCH_BYTES,
         transform: Any = None,
         rank: int | None = None,
         world_size: int | None = None,
@@ -215,6 +218,7 @@ class DataLoader:
             seed=seed,
             workers=workers,
             prefetch=prefetch,
+            prefetch_bytes=prefetch_bytes,
             # With a transform or pinning, the conversion (and the pinning
             # copy) run on the worker threads; otherwise at hand-off.
             transform=_finisher(transform, pin_memory),
@@ -259,6 +263,8 @@ class DataLoader:
         return self._loader.step
 
     def seek(self, step: int) -> None:
+        """See :meth:`zt.loader.DataLoader.seek`: safe from any thread or a
+        transform; a ``next()`` waiting elsewhere returns ``step``'s batch."""
         self._loader.seek(step)
 
     def state_dict(self) -> dict[str, int]:
@@ -302,7 +308,12 @@ class DataLoader:
 class _HealthCheck:
     """One all-reduce per step over a gloo group of every rank: the group's
     timeout bounds how long a lost rank can stall the others, and the
-    reduced step numbers show a rank at another step."""
+    reduced step numbers show a rank at another step.
+
+    Steps go up to 2^64 - 1, past int64: each rank sends ``b = step - 2^63``
+    (which fits) and ``~b`` (``-b - 1``, which fits too, where ``-b`` would
+    not for step 0), so MAX gives the highest step and, through ``~``, the
+    lowest."""
 
     def __init__(self, sampler: _loader.Sampler, seconds: float):
         import torch.distributed as dist
@@ -325,7 +336,8 @@ class _HealthCheck:
 
     def check(self, step: int) -> None:
         buffer = self.buffer
-        buffer[0], buffer[1] = step, -step
+        biased = step - (1 << 63)
+        buffer[0], buffer[1] = biased, ~biased
         try:
             self.dist.all_reduce(buffer, op=self.dist.ReduceOp.MAX, group=self.group)
         except Exception as exc:  # gloo raises RuntimeError or DistBackendError
@@ -337,7 +349,7 @@ class _HealthCheck:
                 "global batch resumes the same sequence.",
                 step,
             ) from exc
-        highest, lowest = int(buffer[0]), -int(buffer[1])
+        highest, lowest = int(buffer[0]) + (1 << 63), ~int(buffer[1]) + (1 << 63)
         if highest != step or lowest != step:
             raise RankFailure(
                 f"zt.torch.DataLoader health check before step {step} on rank {self.rank} of {self.world}: "
@@ -365,7 +377,8 @@ class IterableDataset(tud.IterableDataset):
 
     ``streams`` are opened readers; torch's worker processes reopen them by
     path when they are started with ``spawn`` (forked workers share the
-    parent's).
+    parent's). ``prefetch`` and ``prefetch_bytes`` bound each torch worker's
+    own loader, so ``num_workers=n`` holds up to ``n`` times as much ahead.
     """
 
     def __init__(
@@ -377,6 +390,7 @@ class IterableDataset(tud.IterableDataset):
         seed: int = 42,
         workers: int = 2,
         prefetch: int = 2,
+        prefetch_bytes: int = _loader.DEFAULT_PREFETCH_BYTES,
         rank: int | None = None,
         world_size: int | None = None,
         start_step: int = 0,
@@ -396,6 +410,7 @@ class IterableDataset(tud.IterableDataset):
             seed=seed,
             workers=1,
             prefetch=1,
+            prefetch_bytes=prefetch_bytes,
             rank=rank,
             world_size=world_size,
         )
@@ -407,6 +422,7 @@ class IterableDataset(tud.IterableDataset):
             seed=s.seed,
             workers=workers,
             prefetch=prefetch,
+            prefetch_bytes=prefetch_bytes,
             rank=s.rank,
             world_size=s.world_size,
             packed=packed,

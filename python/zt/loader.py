@@ -55,7 +55,6 @@ from __future__ import annotations
 
 import enum
 import operator
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -65,9 +64,14 @@ from . import _ranks, _zt
 
 _frombuffer = np.frombuffer
 
-__all__ = ["CYCLIC", "IID", "LOADERX_IID", "SEQUENTIAL", "DataLoader", "Mode", "Sampler"]
+__all__ = ["CYCLIC", "DEFAULT_PREFETCH_BYTES", "IID", "LOADERX_IID", "SEQUENTIAL", "DataLoader", "Mode", "Sampler"]
 
 _U64_MAX = (1 << 64) - 1
+# A state's samples_seen is global_step * the global batch, both below 2^64.
+_SAMPLES_MAX = _U64_MAX * _U64_MAX
+
+DEFAULT_PREFETCH_BYTES = 1 << 30
+"""The default ``prefetch_bytes`` of :class:`DataLoader`: 1 GiB."""
 
 
 class Mode(enum.IntEnum):
@@ -86,13 +90,13 @@ CYCLIC = Mode.CYCLIC
 LOADERX_IID = Mode.LOADERX_IID
 
 
-def _u64(name: str, value: Any, low: int) -> int:
+def _u64(name: str, value: Any, low: int, high: int = _U64_MAX, bound: str = "2^64-1") -> int:
     try:
         value = operator.index(value)
     except TypeError:
         raise TypeError(f"{name} must be an integer, got {type(value).__name__}") from None
-    if not low <= value <= _U64_MAX:
-        raise ValueError(f"{name} must be in {low}..2^64-1, got {value}")
+    if not low <= value <= high:
+        raise ValueError(f"{name} must be in {low}..{bound}, got {value}")
     return value
 
 
@@ -363,7 +367,10 @@ def _read_state(state: dict[str, Any]) -> tuple[int, dict[str, int], int]:
     if missing:
         raise KeyError(f"loader state lacks {missing}")
     settings = {mine: _u64(key, state[key], 0) for key, mine in _SETTINGS.items()}
-    return _u64("global_step", state["global_step"], 0), settings, _u64("samples_seen", state["samples_seen"], 0)
+    # samples_seen is step * global batch, so past 2^64 from step 2^64 / batch
+    # on: a state saved at any step (up to 2^64 - 1) loads.
+    seen = _u64("samples_seen", state["samples_seen"], 0, _SAMPLES_MAX, "(2^64-1)^2")
+    return _u64("global_step", state["global_step"], 0), settings, seen
 
 
 def _resume_step(state: dict[str, Any], config: dict[str, int], global_batch_len: int, rebase: bool, what: str) -> int:
@@ -382,7 +389,14 @@ def _resume_step(state: dict[str, Any], config: dict[str, int], global_batch_len
             "the global batch may not), or pass rebase=True to start this loader's own sequence at the "
             f"saved sample count ({seen} samples)."
         )
-    return -(-seen // global_batch_len)
+    step = -(-seen // global_batch_len)
+    if step > _U64_MAX:
+        raise ValueError(
+            f"{what} state was saved with different settings ({detail}) and rebase=True, but its "
+            f"sample count ({seen}) is past this {what}'s last step (2^64-1 steps of {global_batch_len} "
+            "samples): there is no step to resume at."
+        )
+    return step
 
 
 # -- DataLoader ------------------------------------------------------------------
@@ -474,8 +488,19 @@ class DataLoader:
 
     ``workers`` native threads claim steps, gather without the GIL and hand
     batches over in step order, so the sequence is the same for any number of
-    workers; at most ``prefetch`` batches are built or waiting ahead of the
-    consumer. ``transform(batch)`` (optional) runs on the worker threads, and
+    workers. Memory ahead of the consumer is bounded twice: at most
+    ``prefetch`` batches are built or waiting, and a worker starts another
+    only while those hold less than ``prefetch_bytes`` (default 1 GiB,
+    :data:`DEFAULT_PREFETCH_BYTES`), so a huge ``prefetch`` with an idle
+    consumer stops at the byte budget instead of growing until the process
+    dies. A batch's bytes are what the loader gathers (its index array, Dense
+    rows, Ragged values, offsets and shapes), not what a transform makes of
+    them; the window passes the budget by at most the batch started just
+    under it (plus, for Ragged streams, the difference between the last
+    batch's size and the size of those still being gathered, one per
+    worker). The step ``next()`` waits for is always started, so a batch
+    larger than ``prefetch_bytes`` still comes, one at a time.
+    ``transform(batch)`` (optional) runs on the worker threads, and
     may run concurrently; its result is what ``next()`` returns, and an
     exception it raises is raised by ``next()`` at that step, with its
     traceback. A stream that fails (a corrupt record) raises
@@ -489,8 +514,9 @@ class DataLoader:
     ``step_stride=n`` delivers steps ``start_step, start_step + n, ...``:
     ``n`` loaders started at consecutive steps split a run between them (how
     :class:`zt.torch.IterableDataset` feeds torch's worker processes).
-    :meth:`close` stops the workers; it is safe from the consumer, another
-    thread or a transform.
+    :meth:`seek` and :meth:`close` are safe from the consumer, another thread
+    or a transform: a seek moves the loader (a ``next()`` waiting elsewhere
+    returns the new step's batch), a close stops it.
     """
 
     def __init__(
@@ -502,6 +528,7 @@ class DataLoader:
         seed: int = 42,
         workers: int = 4,
         prefetch: int = 4,
+        prefetch_bytes: int = DEFAULT_PREFETCH_BYTES,
         transform: Any = None,
         rank: int | None = None,
         world_size: int | None = None,
@@ -533,6 +560,7 @@ class DataLoader:
         length = next(iter(lengths.values()))
         self._workers = _positive("workers", workers)
         self._prefetch = _positive("prefetch", prefetch)
+        self._prefetch_bytes = _u64("prefetch_bytes", _positive("prefetch_bytes", prefetch_bytes), 1)
         self._stride = _positive("step_stride", step_stride)
         if transform is not None and not callable(transform):
             raise TypeError(f"transform must be callable, got {type(transform).__name__}")
@@ -546,7 +574,6 @@ class DataLoader:
             _assemble = _assembler(names, [_column_builder(self.streams[n], packed) for n in names])
         self._assemble = _assemble
         self._names = names
-        self._lock = threading.Lock()
         self._closed = False
         s = self.sampler
         finish = None if transform is None else _transformer(self._assemble, transform)
@@ -563,6 +590,7 @@ class DataLoader:
             _u64("start_step", start_step, 0),
             self._stride,
             finish,
+            self._prefetch_bytes,
         )
 
     # -- iteration ------------------------------------------------------------------
@@ -598,16 +626,26 @@ class DataLoader:
         return core.position
 
     def seek(self, step: int) -> None:
-        """Make ``step`` the next step returned: the workers restart there
-        (over the same open readers) and batches already prefetched are
-        dropped."""
+        """Make ``step`` the next step returned. Batches already prefetched
+        are dropped, and batches being built for the old position (a
+        transform already running finishes) are dropped when done; the
+        workers go on from ``step`` over the same open readers.
+
+        Safe from any thread and from a transform, and returns at once (it
+        waits for no worker). A ``next()`` that has not yet received its
+        batch when the seek lands, such as one waiting in another thread,
+        returns ``step``'s batch; one that already received its batch
+        returns that. This is rather than refusing a seek while a ``next()``
+        is in flight because the caller usually cannot know whether one is
+        (a consumer loop in another thread, a transform deciding to skip
+        ahead): refusing would make a seek fail or not by timing, where this
+        way the result is the same as the two calls made one after the
+        other. ``RuntimeError`` once closed."""
         step = _u64("step", step, 0)
-        with self._lock:
-            if self._closed:
-                raise RuntimeError("DataLoader is closed")
-            old, self._core = self._core, None
-            old.close()
-            self._core = old.restarted(step)
+        core = self._core
+        if core is None or self._closed:
+            raise RuntimeError("DataLoader is closed")
+        core.seek(step)
 
     def state_dict(self) -> dict[str, int]:
         """The run's position for every rank at once: the next global step and
@@ -638,7 +676,7 @@ class DataLoader:
 
     @property
     def peak_batches(self) -> int:
-        """The most batches alive at once since the last start or seek."""
+        """The most batches alive at once since the loader started."""
         core = self._core
         return 0 if core is None else core.peak_batches
 
@@ -653,6 +691,11 @@ class DataLoader:
     @property
     def prefetch(self) -> int:
         return self._prefetch
+
+    @property
+    def prefetch_bytes(self) -> int:
+        """The byte budget of the batches built or waiting ahead of the consumer."""
+        return self._prefetch_bytes
 
     # -- lifecycle ------------------------------------------------------------------
 
