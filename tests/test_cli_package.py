@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import safetensors.numpy
 from conftest import ROOT
+from partials import building_in
 
 import zt
 
@@ -276,7 +277,8 @@ def test_ctrl_c_ends_a_conversion_at_once_and_publishes_nothing(zt_cli, tmp):
     )
     try:
         deadline = time.monotonic() + 60
-        while not list(tmp.glob(".out.zt.*.partial")):
+        # The output is written unnamed (O_TMPFILE) until complete.
+        while not building_in(proc.pid, tmp):
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < deadline, "the conversion never started"
             time.sleep(0.01)

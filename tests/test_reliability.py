@@ -11,6 +11,7 @@ import subprocess
 import numpy as np
 import pytest
 import safetensors.numpy
+from partials import building_in
 
 import zt
 import zt.numpy
@@ -29,23 +30,22 @@ def test_a_fifo_is_refused_not_waited_on(tmp):
     fifo = tmp / "model.safetensors"
     os.mkfifo(fifo)
     for read in (zt.open, zt.numpy.load_file, zt.detect):
-        with pytest.raises(OSError, match="a FIFO, not a regular file|is a FIFO"):
+        with pytest.raises(OSError, match="a FIFO is not a regular file"):
             read(fifo)
 
 
-def test_a_directory_is_not_a_model_file(tmp):
-    with pytest.raises(OSError, match="a directory"):
-        zt.open(tmp)
-
-
 @pytest.mark.skipif(os.geteuid() != 0, reason="only root can replace /dev/null")
-def test_a_device_destination_is_refused_and_left_alone(model, zt_cli):
+def test_a_device_destination_is_refused_and_left_alone(tmp, model, zt_cli):
     before = os.stat("/dev/null")
-    done = subprocess.run([zt_cli, "convert", model, "/dev/null"], capture_output=True, text=True)
-    assert done.returncode != 0
-    assert "not a regular file" in done.stderr, done.stderr
     with pytest.raises(ValueError, match="a character device, not a regular file"):
-        zt.numpy.save_file({"w": np.zeros(2)}, "/dev/null")
+        zt.numpy.save_file({"w": np.zeros(2)}, "/dev/null")  # safetensors, as for any unknown extension
+    # Through a link, as `cp` would write into it: refused too.
+    link = tmp / "out.safetensors"
+    link.symlink_to("/dev/null")
+    done = subprocess.run([zt_cli, "convert", model, link], capture_output=True, text=True)
+    assert done.returncode != 0
+    assert "a character device, not a regular file" in done.stderr, done.stderr
+    assert link.is_symlink()
     after = os.stat("/dev/null")
     assert (after.st_mode, after.st_rdev, after.st_ino) == (before.st_mode, before.st_rdev, before.st_ino)
 
@@ -83,23 +83,6 @@ def test_a_tensor_file_is_not_written_under_an_index_name(tmp):
     assert list(tmp.iterdir()) == []
 
 
-def _building_in(pid: int, directory) -> bool:
-    """Whether process `pid` holds an unnamed file (O_TMPFILE) in
-    `directory`: /proc shows it as `DIR/#INODE (deleted)`."""
-    prefix = os.fspath(directory) + "/#"
-    try:
-        fds = os.listdir(f"/proc/{pid}/fd")
-    except FileNotFoundError:
-        return False
-    for fd in fds:
-        try:
-            if os.readlink(f"/proc/{pid}/fd/{fd}").startswith(prefix):
-                return True
-        except OSError:
-            continue
-    return False
-
-
 def test_a_killed_writer_leaves_nothing_beside_the_destination(tmp, zt_cli):
     # About 160 MB: long enough to be killed while it writes. The output
     # has no name until it is complete (O_TMPFILE), so kill -9 leaves no
@@ -114,7 +97,7 @@ def test_a_killed_writer_leaves_nothing_beside_the_destination(tmp, zt_cli):
     for _ in range(3):
         proc = subprocess.Popen([zt_cli, "convert", src, out / "m.zt"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         try:
-            while proc.poll() is None and not _building_in(proc.pid, out):
+            while proc.poll() is None and not building_in(proc.pid, out):
                 pass
         finally:
             if proc.poll() is None:  # by PID

@@ -197,15 +197,15 @@ pub fn check_request(
     let caps = writer.caps();
     let name = writer.name();
     let requested = [
-        (OPTION_ALIGN, options.align.is_some()),
-        (OPTION_COMPRESSION, options.compression.is_some()),
+        (OPTION_ALIGN, "alignment", options.align.is_some()),
+        (OPTION_COMPRESSION, "compression", options.compression.is_some()),
     ];
-    for (option, set) in requested {
+    for (option, what, set) in requested {
         if set && !caps.options.contains(&option) {
             return Err(Error::Write {
                 rule: Rule::WRITE_OPTIONS,
                 ctx: Context::file(path),
-                reason: format!("{name} files take no {option} option (.zt does)"),
+                reason: format!("{name} files have no {what} option ({option}=); use .zt"),
             });
         }
     }
