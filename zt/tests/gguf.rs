@@ -4,11 +4,12 @@
 //! Every failure asserts the exact `Error` variant, and where it refuses
 //! the input the rule it cites (`cites!`, `support/cites.rs`).
 
+#[path = "support/dir.rs"]
+mod dir;
+use dir::Dir;
 #[macro_use]
 #[path = "support/cites.rs"]
 mod cites;
-
-use std::path::PathBuf;
 
 use zt::formats::gguf::{dequantize, Gguf, GgufWriter};
 use zt::{DType, Error, Format, FormatWriter, Limits, OpenOptions, Source, Value, WriteOptions};
@@ -171,22 +172,6 @@ fn every_kv(big: bool) -> (u64, Vec<u8>) {
     b.u32(8).u64(1).str("x"); // ["x"]
     b.str("k.bytes").u32(8).u64(2).raw(&[0xff, 0xfe]);
     (15, b.buf)
-}
-
-struct Dir(tempfile::TempDir);
-
-impl Dir {
-    fn new() -> Dir {
-        Dir(tempfile::tempdir().unwrap())
-    }
-    fn file(&self, name: &str, bytes: &[u8]) -> PathBuf {
-        let path = self.0.path().join(name);
-        std::fs::write(&path, bytes).unwrap();
-        path
-    }
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.path().join(name)
-    }
 }
 
 fn open(bytes: &[u8]) -> zt::Result<Source> {

@@ -6,11 +6,14 @@
 //!
 //! Every failure asserts the exact `Error` variant.
 
+#[path = "support/dir.rs"]
+mod dir;
+use dir::Dir;
 #[macro_use]
 #[path = "support/cites.rs"]
 mod cites;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use zt::formats::h5::reader::lookup3;
 use zt::{Error, Limits, OpenOptions, Source, Value};
@@ -20,20 +23,6 @@ fn fixture(name: &str) -> Vec<u8> {
         .join("tests/data/h5")
         .join(name);
     std::fs::read(path).unwrap()
-}
-
-struct Dir(tempfile::TempDir);
-
-impl Dir {
-    fn new() -> Dir {
-        Dir(tempfile::tempdir().unwrap())
-    }
-
-    fn file(&self, name: &str, bytes: &[u8]) -> PathBuf {
-        let path = self.0.path().join(name);
-        std::fs::write(&path, bytes).unwrap();
-        path
-    }
 }
 
 /// Open and read every tensor; the first error, if any.

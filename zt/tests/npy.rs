@@ -4,12 +4,15 @@
 //! Every failure asserts the exact `Error` variant, and where it refuses
 //! the input the rule it cites (`cites!`, `support/cites.rs`).
 
+#[path = "support/dir.rs"]
+mod dir;
+use dir::Dir;
 #[macro_use]
 #[path = "support/cites.rs"]
 mod cites;
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use flate2::{Compress, Compression, FlushCompress};
@@ -46,24 +49,6 @@ fn npy(dict: &str, data: &[u8]) -> Vec<u8> {
 fn dict(descr: &str, fortran: bool, shape: &str) -> String {
     let f = if fortran { "True" } else { "False" };
     format!("{{'descr': '{descr}', 'fortran_order': {f}, 'shape': {shape}, }}")
-}
-
-struct Dir(tempfile::TempDir);
-
-impl Dir {
-    fn new() -> Dir {
-        Dir(tempfile::tempdir().unwrap())
-    }
-
-    fn file(&self, name: &str, bytes: &[u8]) -> PathBuf {
-        let path = self.0.path().join(name);
-        std::fs::write(&path, bytes).unwrap();
-        path
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.path().join(name)
-    }
 }
 
 fn open_limited(path: &Path, limits: Limits) -> zt::Result<Source> {

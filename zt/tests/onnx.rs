@@ -4,11 +4,14 @@
 //!
 //! Every failure asserts the exact `Error` variant.
 
+#[path = "support/dir.rs"]
+mod dir;
+use dir::Dir;
 #[macro_use]
 #[path = "support/cites.rs"]
 mod cites;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use zt::formats::onnx::Onnx;
@@ -76,24 +79,6 @@ fn f32s(v: &[f32]) -> Vec<u8> {
 }
 
 // ------------------------------------------------------------- helpers
-
-struct Dir(tempfile::TempDir);
-
-impl Dir {
-    fn new() -> Dir {
-        Dir(tempfile::tempdir().unwrap())
-    }
-
-    fn file(&self, name: &str, bytes: &[u8]) -> PathBuf {
-        let path = self.0.path().join(name);
-        std::fs::write(&path, bytes).unwrap();
-        path
-    }
-
-    fn path(&self) -> &Path {
-        self.0.path()
-    }
-}
 
 fn bytes_of(source: &Source, name: &str) -> zt::Result<Vec<u8>> {
     Ok(source.tensor(name)?.data()?.bytes()?.into_owned())
@@ -208,7 +193,7 @@ fn external_data_is_mapped_from_the_data_file() {
     assert_eq!(part.map().unwrap(), &data[..]);
     assert_eq!(
         part.locate().unwrap().path,
-        dir.path().join("w.bin").canonicalize().unwrap()
+        dir.path("w.bin").canonicalize().unwrap()
     );
 }
 
@@ -290,7 +275,7 @@ fn a_field_past_the_end_of_file_is_truncated() {
 fn external_paths_that_escape_are_refused() {
     let outer = Dir::new();
     let secret = outer.file("secret.bin", &f32s(&[1.0, 2.0]));
-    let model_dir = outer.path().join("model");
+    let model_dir = outer.path("model");
     std::fs::create_dir(&model_dir).unwrap();
     std::os::unix::fs::symlink(&secret, model_dir.join("link.bin")).unwrap();
     std::fs::create_dir(model_dir.join("sub")).unwrap();
@@ -544,7 +529,7 @@ fn external_data_beyond_two_gib_reads() {
     // Models over 2 GB must keep their weights in external files; a sparse
     // 3 GiB data file with a tensor past the 2 GiB (and 32-bit) marks.
     let dir = Dir::new();
-    let path = dir.path().join("big.bin");
+    let path = dir.path("big.bin");
     let file = std::fs::File::create(&path).unwrap();
     let offset = (2u64 << 30) + (1 << 30) - 4096;
     file.set_len(3 << 30).unwrap();
