@@ -177,6 +177,62 @@ def test_dequantize_refuses_what_it_cannot(tmp):
             assert info.value.rule == "gguf.Dequant"
 
 
+SLICE_KEYS = [
+    slice(1, 3),
+    (slice(None, None, 2), 1),
+    (Ellipsis, slice(5, 40, 3)),
+    -1,
+    (slice(None, None, -1), slice(None), slice(None, None, -7)),
+    (0, 0, slice(None, 33)),
+    [],
+    (),
+]
+
+
+@pytest.mark.parametrize("qtype", DEQUANTIZED, ids=lambda q: q.name)
+def test_get_slice_of_a_quantized_tensor_is_its_dequantized_rows(tmp, qtype):
+    """safe_open(...).get_slice on a block-quantized tensor slices its
+    values (float32, bit for bit gguf-py's dequantization), not its block
+    bytes: the rows the slice covers are read and dequantized, the last
+    dimension (along which the blocks run) sliced after."""
+    block = gguf.GGML_QUANT_SIZES[qtype][0]
+    shape = (4, 3, 2 * block) if block == 32 else (5, 2, 2 * block)
+    path = tmp / "q.gguf"
+    w = writer(path)
+    w.add_tensor("q", blocks(qtype, shape), raw_dtype=qtype)
+    finish(w)
+    values = gguf.quants.dequantize(GGUFReader(path).tensors[0].data, qtype)
+    for backend in ("mmap", "pread"):
+        with zt.safe_open(path, "np", backend=backend) as f:
+            s = f.get_slice("q")
+            assert s.get_shape() == list(shape) and s.get_dtype() == "F32"
+            for key in SLICE_KEYS:
+                got, want = s[key], values[key]
+                assert got.dtype == np.float32 and got.shape == want.shape, (key, got.shape)
+                assert got.tobytes() == np.ascontiguousarray(want).tobytes(), (backend, key)
+    # Only the rows asked for are dequantized: one row fits a budget the
+    # whole tensor does not.
+    from zt._safe_open import SafeSlice
+
+    row_bytes = shape[-1] * 4
+    with zt.open(path, limits={"decoded_bytes": 2 * row_bytes}) as src:
+        with pytest.raises(zt.FormatError, match="decoded_bytes"):
+            src["q"].dequantize()
+        one = SafeSlice(src["q"], lambda arr: arr)[1, 1]
+        assert one.tobytes() == values[1, 1].tobytes()
+
+
+def test_get_slice_of_a_block_type_it_cannot_dequantize_is_refused(tmp):
+    path = tmp / "iq.gguf"
+    w = writer(path)
+    w.add_tensor("q", blocks(Q.IQ2_XXS, (2, 256)), raw_dtype=Q.IQ2_XXS)
+    finish(w)
+    with zt.safe_open(path, "np") as f:
+        with pytest.raises(zt.FormatError, match='tensor "q".*IQ2_XXS') as info:
+            f.get_slice("q")[0]
+    assert info.value.rule == "gguf.Dequant"
+
+
 # ---------------------------------------------------------------- metadata
 
 

@@ -569,6 +569,201 @@ def test_get_slice_for_every_format(tmp):
         assert np.array_equal(f.get_slice("f4")[1, ::2], f4[1, ::2])
 
 
+def test_get_slice_takes_what_safetensors_readme_passes(tmp):
+    """`[]` (nothing of the first dimension), `()` (everything), and steps
+    and bounds past 2**64, which numpy clamps: as numpy indexes the array,
+    and as safetensors slices where it accepts the key."""
+    path, arrays = slice_fixture(tmp)
+    a = arrays["a"]
+    big = 2**64
+    keys = [
+        [],
+        (),
+        slice(None, None, big),
+        slice(3, None, -big),
+        slice(big, None),
+        slice(-big, big, 2),
+        (slice(None), slice(None, None, -(2**65))),
+        (Ellipsis, slice(1, None, big)),
+    ]
+    for backend in ("mmap", "pread"):
+        with zt.safe_open(path, "np", backend=backend) as f, safetensors.safe_open(path, "np") as g:
+            for key in keys:
+                got, want = f.get_slice("a")[key], a[key]
+                assert got.shape == want.shape and np.array_equal(got, want), (backend, key)
+                assert got.flags.writeable and got.flags.c_contiguous
+            for key in ([], (), slice(None, None, 2**62)):  # the ones safetensors takes
+                assert np.array_equal(f.get_slice("a")[key], g.get_slice("a")[key]), key
+            with pytest.raises(TypeError, match="empty"):
+                f.get_slice("a")[[0, 1]]  # numpy's fancy indexing: safetensors refuses it too
+
+
+def test_closed_safe_open_raises_format_error_where_safetensors_raises_its_error(tmp):
+    path, _ = slice_fixture(tmp)
+    calls = {
+        "keys": lambda f: f.keys(),
+        "offset_keys": lambda f: f.offset_keys(),
+        "metadata": lambda f: f.metadata(),
+        "get_tensor": lambda f: f.get_tensor("a"),
+        "get_tensors": lambda f: f.get_tensors(),
+        "get_slice": lambda f: f.get_slice("a"),
+    }
+    assert zt.SafetensorError is zt.FormatError
+    with safetensors.safe_open(path, "np") as g, zt.safe_open(path, "np") as f:
+        taken = f.get_slice("a")
+    for call in calls.values():
+        with pytest.raises(safetensors.SafetensorError):
+            call(g)
+        with pytest.raises(zt.FormatError, match="closed"):
+            call(f)
+    # A slice taken while open still reads, as safetensors' does.
+    assert np.array_equal(taken[1], np.arange(4 * 5 * 6, dtype=np.float32).reshape(4, 5, 6)[1])
+
+
+def test_missing_file_is_worded_as_safetensors_words_it(tmp):
+    missing = os.fspath(tmp / "notafile")
+    with pytest.raises(FileNotFoundError) as want:
+        safetensors.safe_open(missing, framework="np")
+    with pytest.raises(FileNotFoundError) as got:
+        zt.safe_open(missing, framework="np")
+    assert str(got.value) == str(want.value) == f"No such file or directory: {missing}"
+
+
+# TensorSpec dtype names, with arrays of their bytes as numpy holds them.
+SPEC_ARRAYS = {
+    **{np.dtype(d).name: d for d in NUMPY_DTYPES.values()},
+    **{st_name: t for st_name, (_, t, _) in RAW_DTYPES.items()},
+}
+
+
+def spec_inputs() -> dict[str, np.ndarray]:
+    """One array per TensorSpec dtype (fp4 as packed bytes), in every shape
+    kind: a matrix, a scalar, an empty tensor."""
+    out = {}
+    for name, dtype in SPEC_ARRAYS.items():
+        for shape in ((3, 4), (), (0, 5)):
+            raw = RNG.integers(0, 256, size=int(np.prod(shape)) * np.dtype(dtype).itemsize, dtype=np.uint8)
+            out[f"{name}{list(shape)}"] = (name, list(shape), raw)
+    out["float4_e2m1fn_x2[2, 3]"] = ("float4_e2m1fn_x2", [2, 3], RNG.integers(0, 256, size=6, dtype=np.uint8))
+    return out
+
+
+def specs(module, inputs) -> dict:
+    return {
+        key: module.TensorSpec(dtype=dtype, shape=shape, data_ptr=raw.ctypes.data, data_len=raw.nbytes)
+        for key, (dtype, shape, raw) in inputs.items()
+    }
+
+
+@pytest.mark.parametrize("metadata", [None, {"format": "np"}], ids=["none", "meta"])
+def test_tensorspec_serialize_and_serialize_file_are_byte_identical_to_safetensors(tmp, metadata):
+    inputs = spec_inputs()
+    got, want = specs(zt, inputs), specs(safetensors, inputs)
+    for key in inputs:
+        g, w = got[key], want[key]
+        assert (g.dtype, g.shape, g.data_ptr, g.data_len, repr(g)) == (
+            w.dtype,
+            w.shape,
+            w.data_ptr,
+            w.data_len,
+            repr(w),
+        )
+    data = safetensors.serialize(want, metadata=metadata)
+    assert zt.serialize(got, metadata=metadata) == data
+    # safetensors whatever the extension, as serialize_file writes it.
+    for name in ("m.safetensors", "weights.npz"):
+        safetensors.serialize_file(want, tmp / f"st-{name}", metadata=metadata)
+        zt.serialize_file(got, tmp / name, metadata=metadata)
+        assert (tmp / name).read_bytes() == (tmp / f"st-{name}").read_bytes() == data
+    # And deserialize reads back what safetensors' does, in file order.
+    assert sorted(zt.deserialize(data)) == sorted(safetensors.deserialize(data))
+    assert [name for name, _ in zt.deserialize(data)] == zt.safe_open(tmp / "m.safetensors", "np").offset_keys()
+    assert all(type(d["data"]) is bytearray for _, d in zt.deserialize(data))
+
+
+def test_tensorspec_and_serialize_refuse_what_safetensors_refuses():
+    raw = np.zeros(16, np.uint8)
+    ptr = raw.ctypes.data
+    cases = {
+        "unknown_dtype": lambda m: m.TensorSpec(dtype="nonsense", shape=[1], data_ptr=0, data_len=0),
+        "negative_dim": lambda m: m.TensorSpec(dtype="float32", shape=[-1], data_ptr=0, data_len=0),
+        "str_shape": lambda m: m.TensorSpec(dtype="float32", shape="ab", data_ptr=0, data_len=0),
+        "float_dim": lambda m: m.TensorSpec(dtype="float32", shape=[1.0], data_ptr=0, data_len=0),
+        "negative_ptr": lambda m: m.TensorSpec(dtype="float32", shape=[1], data_ptr=-1, data_len=4),
+        "positional": lambda m: m.TensorSpec("float32", [1], 0, 0),
+        "raw_dict": lambda m: m.serialize({"t": {"dtype": "float32", "shape": [1], "data_ptr": 0, "data_len": 0}}),
+        "short_data": lambda m: m.serialize({"t": m.TensorSpec(dtype="float32", shape=[4], data_ptr=ptr, data_len=15)}),
+        "half_byte": lambda m: m.serialize(
+            {"t": m.TensorSpec(dtype="float4_e2m1fn_x2", shape=[], data_ptr=ptr, data_len=1)}
+        ),
+        "int_metadata": lambda m: m.serialize({}, metadata={"k": 1}),
+        "empty_bytes": lambda m: m.deserialize(b""),
+    }
+    for case, call in cases.items():
+        with pytest.raises(Exception) as want:
+            call(safetensors)
+        with pytest.raises(Exception) as got:
+            call(zt)
+        if isinstance(want.value, safetensors.SafetensorError):
+            assert isinstance(got.value, zt.SafetensorError), (case, got.value)
+        else:
+            assert type(got.value) is type(want.value), (case, got.value, want.value)
+    # Bytes to read at address 0: safetensors reads there (the process
+    # dies); zt refuses.
+    with pytest.raises(zt.FormatError, match="data_ptr is 0"):
+        zt.serialize({"t": zt.TensorSpec(dtype="float32", shape=[1], data_ptr=0, data_len=4)})
+
+
+def test_safe_open_on_file_objects(tmp):
+    """Open handles, as safetensors' `_safe_open_handle` takes them (a local
+    file's, text mode included, opened by its name) and more: an fsspec
+    handle of any filesystem or an io.BytesIO (copied to a temporary
+    file). The handle's position is left where it was."""
+    import io
+
+    import fsspec
+
+    path, arrays = slice_fixture(tmp)
+    data = path.read_bytes()
+    memory = fsspec.filesystem("memory")
+    with memory.open("/zt-test/s.safetensors", "wb") as out:
+        out.write(data)
+    handles = {
+        "text": lambda: open(path),  # noqa: SIM115 - closed below
+        "binary": lambda: open(path, "rb"),  # noqa: SIM115
+        "fsspec_local": lambda: fsspec.filesystem("file").open(os.fspath(path), "rb"),
+        "fsspec_memory": lambda: memory.open("/zt-test/s.safetensors", "rb"),
+        "bytesio": lambda: io.BytesIO(data),
+    }
+    for (kind, make), backend, opener in itertools.product(
+        handles.items(), ("mmap", "pread"), (zt._safe_open_handle, zt.safe_open)
+    ):
+        handle = make()
+        try:
+            if kind != "text":
+                handle.seek(5)
+            with opener(handle, framework="np", backend=backend) as f:
+                assert f.keys() == sorted(arrays) and f.metadata() == {"k": "v"}, kind
+                for name, want in arrays.items():
+                    assert np.array_equal(f.get_tensor(name), want), (kind, name)
+                assert np.array_equal(f.get_slice("a")[1:3, ::2], arrays["a"][1:3, ::2])
+            if kind != "text":
+                assert handle.tell() == 5, kind
+        finally:
+            handle.close()
+    # safetensors' own reads the same by name.
+    with open(path) as handle, safetensors._safe_open_handle(handle, framework="np") as g:
+        assert g.keys() == sorted(arrays)
+    # A handle whose name now names another file reads the file it has open.
+    with open(path, "rb") as handle:
+        os.replace(path, tmp / "moved.safetensors")
+        safetensors.numpy.save_file({"other": np.ones(2)}, path)
+        with zt._safe_open_handle(handle, framework="np") as f:
+            assert f.keys() == sorted(arrays)
+    with pytest.raises(TypeError, match="binary"):
+        zt.safe_open(io.StringIO("not bytes"), framework="np")
+
+
 def test_get_slice_over_s3_reads_only_the_slice(tmp, s3, bucket):
     """Tensor-parallel sharding of a remote checkpoint: a slice comes by
     ranged reads of the runs it covers, not the whole tensor. Runs closer

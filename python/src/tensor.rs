@@ -417,6 +417,21 @@ impl Tensor {
         Ok(ArrayView::from_f32(values, tensor.shape().to_vec()))
     }
 
+    /// The values (f32) of whole rows of a GGUF block-quantized tensor:
+    /// the tensor seen as `[rows, last]`, the rows `rows` in that order, as
+    /// an array of shape `[len(rows), last]`, reading and dequantizing only
+    /// those rows' blocks (`zt::formats::gguf::dequantize_rows_with`). What
+    /// `get_slice` reads a quantized tensor through.
+    fn _dequantize_rows(&self, py: Python<'_>, rows: Vec<u64>) -> PyResult<ArrayView> {
+        let tensor = self.tensor();
+        let limits = self.source.limits();
+        let last = tensor.shape().last().copied().unwrap_or(1);
+        let values = py
+            .detach(|| zt::formats::gguf::dequantize_rows_with(&tensor, &rows, limits))
+            .map_err(to_py_err)?;
+        Ok(ArrayView::from_f32(values, vec![rows.len() as u64, last]))
+    }
+
     /// `(address, length)` of the mapping that holds this tensor, for tests
     /// that check a view really points into it.
     fn _mapping(&self) -> PyResult<Option<(usize, usize)>> {

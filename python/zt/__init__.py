@@ -23,18 +23,23 @@ from ._zt import FormatError, page_size
 
 __all__ = [
     "FormatError",
+    "SafetensorError",
     "Sink",
     "Source",
     "Tensor",
+    "TensorSpec",
     "Writer",
     "canonical_violations",
     "content_id",
     "convert",
+    "deserialize",
     "detect",
     "open",
     "page_size",
     "remote_stats",
     "safe_open",
+    "serialize",
+    "serialize_file",
     "loader",
     "numpy",
     "torch",
@@ -46,6 +51,12 @@ __version__: str = _zt.__version__
 __commit__: str = _zt.__commit__
 
 PathLike = Union[str, "os.PathLike[str]"]
+
+#: safetensors' error class, by its name: code written for safetensors that
+#: catches ``SafetensorError`` catches, after the import swap, what zt raises
+#: where safetensors raises it (a closed ``safe_open``, an unknown
+#: ``TensorSpec`` dtype, a file it cannot read).
+SafetensorError = FormatError
 
 
 class Source(Mapping):
@@ -213,5 +224,7 @@ def remote_stats() -> dict[str, int]:
 
 
 from . import loader, numpy, torch, zrecord  # noqa: E402  (the submodules import the names above)
+from ._safe_open import _safe_open_handle as _safe_open_handle  # noqa: E402  (safetensors' name)
 from ._safe_open import safe_open  # noqa: E402
+from ._serialize import TensorSpec, deserialize, serialize, serialize_file  # noqa: E402
 from ._zt_writer import Sink, Writer, canonical_violations, content_id, verify  # noqa: E402

@@ -10,12 +10,23 @@ one planned batch of ranged GETs. Tensors zt decodes (compressed, typed
 protobuf fields, big-endian) decode only the range the runs span where the
 encoding can seek, and whole otherwise; fp4 and other sub-byte types, and
 arrays not stored in C order, are sliced after reading the whole tensor.
+GGUF block-quantized tensors slice as their values: the rows the slice
+covers are read and dequantized to float32 (the blocks run along the last
+axis, so rows are independent).
+
+``safe_open`` also takes an open file object, as ``safetensors._safe_open_handle``
+does (``_safe_open_handle`` is here too): a local file's handle is opened
+by its name (checked to be the very file the handle has open), any other
+object with ``read`` (an fsspec handle, ``io.BytesIO``) is copied to a
+temporary file first.
 """
 
 from __future__ import annotations
 
 import operator
 import os
+import shutil
+import tempfile
 from typing import Any
 
 import numpy as np
@@ -64,6 +75,66 @@ def _framework(name: str) -> str:
         ) from None
 
 
+def _is_handle(obj: Any) -> bool:
+    """True for an open file object (anything with ``read``), not a path."""
+    return not isinstance(obj, (str, bytes, os.PathLike, list, tuple)) and callable(getattr(obj, "read", None))
+
+
+def _local_name(f: Any) -> str | None:
+    """The path of the local file the handle ``f`` has open, when its
+    ``name`` names that very file (same device and inode as its
+    descriptor), else None."""
+    name = getattr(f, "name", None)
+    if not isinstance(name, (str, os.PathLike)):
+        return None
+    try:
+        mine = os.fstat(f.fileno())
+        there = os.stat(name)
+    except (AttributeError, OSError, ValueError):
+        # No descriptor (io.UnsupportedOperation is an OSError), a closed
+        # file, or a name that is not there.
+        return None
+    return os.fspath(name) if (mine.st_dev, mine.st_ino) == (there.st_dev, there.st_ino) else None
+
+
+_COPY_STEP = 8 << 20
+
+
+def _open_handle(f: Any, map: bool):
+    """A :class:`zt.Source` over the file object ``f``: the local file it
+    has open, by name; else its bytes (read from the start, in 8 MiB steps)
+    copied to a temporary file that is unlinked once open (the mapping or
+    descriptor keeps it). The handle's position is restored."""
+    import zt
+
+    path = _local_name(f)
+    if path is not None:
+        return zt.open(path, map=map)
+    stem = getattr(f, "name", None) or getattr(f, "path", None)
+    stem = os.path.basename(os.fspath(stem)) if isinstance(stem, (str, os.PathLike)) else ""
+    seekable = callable(getattr(f, "seek", None))
+    at = f.tell() if seekable and callable(getattr(f, "tell", None)) else None
+    if seekable:
+        f.seek(0)
+    directory = tempfile.mkdtemp(prefix="zt-handle-")
+    try:
+        # A lone .npy is named after its file: "arr_0" when the handle has no name.
+        copy = os.path.join(directory, stem or "arr_0")
+        with open(copy, "wb") as out:
+            while True:
+                chunk = f.read(_COPY_STEP)
+                if not chunk:
+                    break
+                if not isinstance(chunk, (bytes, bytearray, memoryview)):
+                    raise TypeError(f"safe_open reads a file object opened in binary mode; read() gave {type(chunk)}")
+                out.write(chunk)
+        return zt.open(copy, map=map)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+        if at is not None:
+            f.seek(at)
+
+
 class safe_open:  # noqa: N801 - the name safetensors gives it
     """Open a tensor file lazily, as ``safetensors.safe_open`` does: a
     context manager with ``keys()``, ``offset_keys()``, ``metadata()``,
@@ -73,8 +144,11 @@ class safe_open:  # noqa: N801 - the name safetensors gives it
     to ``device``). ``backend="pread"`` reads with positional I/O instead of
     mapping. ``filename`` is any file zt reads (or several, or a shard
     index), local or an object URL (``storage_options`` as for
-    :func:`zt.open`). Tensors come back writable, as safetensors' do: views
-    of a private copy-on-write mapping where the bytes allow it.
+    :func:`zt.open`), or an open binary file object (a local file's handle
+    is opened by its name; another, an fsspec handle or ``io.BytesIO``, is
+    copied to a temporary file). Tensors come back writable, as
+    safetensors' do: views of a private copy-on-write mapping where the
+    bytes allow it. Once closed, every call raises ``zt.FormatError``.
     """
 
     def __init__(
@@ -92,10 +166,19 @@ class safe_open:  # noqa: N801 - the name safetensors gives it
             raise ValueError(f"backend must be 'mmap' or 'pread', got {backend!r}")
         self._framework = _framework(framework)
         self._device = device
+        self._maps = None
+        if _is_handle(filename):
+            self._source = _open_handle(filename, map=backend == "mmap")
+            return
         if isinstance(filename, (str, bytes, os.PathLike)):
             filename = os.fspath(filename)
-        self._source = zt.open(filename, map=backend == "mmap", storage_options=storage_options)
-        self._maps = None
+        try:
+            self._source = zt.open(filename, map=backend == "mmap", storage_options=storage_options)
+        except FileNotFoundError:
+            if not isinstance(filename, str) or "://" in filename or os.path.lexists(filename):
+                raise  # an object URL, or a shard the file names: zt's message says which
+            # The file itself: worded as safetensors words it.
+            raise FileNotFoundError(f"No such file or directory: {filename}") from None
 
     def __enter__(self) -> safe_open:
         return self
@@ -104,35 +187,45 @@ class safe_open:  # noqa: N801 - the name safetensors gives it
         self.close()
 
     def close(self) -> None:
-        """Release the file (tensors already taken stay valid)."""
+        """Release the file (tensors already taken stay valid). Every call
+        after it raises ``zt.FormatError`` (safetensors' ``SafetensorError``)."""
         self._source.close()
+
+    def _open(self):
+        """The source, or ``zt.FormatError`` once closed (as safetensors
+        raises its ``SafetensorError``)."""
+        if self._source.closed:
+            raise _zt.FormatError("File is closed")
+        return self._source
 
     def keys(self) -> list[str]:
         """Tensor names, sorted (as safetensors returns them)."""
-        return sorted(self._source.keys())
+        return sorted(self._open().keys())
 
     def offset_keys(self) -> list[str]:
         """Tensor names in the order their bytes lie in the file(s)."""
-        files = {f: i for i, f in enumerate(self._source.files)}
+        source = self._open()
+        files = {f: i for i, f in enumerate(source.files)}
 
         def where(item):
             position, name = item
-            location = self._source[name].location if len(self._source[name].parts) == 1 else None
+            location = source[name].location if len(source[name].parts) == 1 else None
             if location is None:
                 return (len(files), 0, position)
             return (files.get(location[0], len(files)), location[1], position)
 
-        return [name for _, name in sorted(enumerate(self._source.keys()), key=where)]
+        return [name for _, name in sorted(enumerate(source.keys()), key=where)]
 
     def metadata(self) -> dict | None:
         """The file's metadata (safetensors' ``__metadata__``; for other
         formats their file attributes), or ``None`` when it has none."""
-        return dict(self._source.attributes) or None
+        return dict(self._open().attributes) or None
 
     def _tensor(self, name: str) -> Tensor:
-        if name not in self._source:
+        source = self._open()
+        if name not in source:
             raise KeyError(f"File does not contain tensor {name}")
-        return self._source[name]
+        return source[name]
 
     def _convert(self, arr: np.ndarray):
         if self._framework == "np":
@@ -148,7 +241,7 @@ class safe_open:  # noqa: N801 - the name safetensors gives it
         t = self._tensor(name)
         if self._maps is None:
             self._maps = PrivateMaps()
-        arr = None if self._source._native.remote else self._maps.array(t)
+        arr = None if self._open()._native.remote else self._maps.array(t)
         if arr is None:
             arr = t.numpy(copy=False)
             if not arr.flags.writeable:
@@ -164,10 +257,25 @@ class safe_open:  # noqa: N801 - the name safetensors gives it
         return SafeSlice(self._tensor(name), self._convert)
 
 
+class _safe_open_handle(safe_open):  # noqa: N801 - the name safetensors gives it
+    """``safetensors._safe_open_handle``: :class:`safe_open` over an open
+    file object ``f`` (a local file's handle, an fsspec handle, anything
+    with ``read``)."""
+
+    def __init__(self, f: Any, framework: str, device: Any = "cpu", *, backend: str = "mmap") -> None:
+        if not _is_handle(f):
+            raise TypeError(f"_safe_open_handle takes an open file object, got {type(f)}")
+        super().__init__(f, framework, device, backend=backend)
+
+
 class SafeSlice:
     """One tensor, sliced on demand (``safe_open.get_slice``): ``get_shape()``,
     ``get_dtype()``, and ``[...]`` with ints (negative ones count from the
-    end), slices (any step; bounds clamp as numpy's do) and one ``...``."""
+    end), slices (any step; bounds and steps clamp as numpy's do), one
+    ``...``, and ``[]`` (nothing of the first dimension, as numpy's
+    ``a[[]]``). A GGUF block-quantized tensor slices as its float32
+    values (``get_dtype()`` is ``"F32"``): only the rows the slice covers
+    are read and dequantized."""
 
     def __init__(self, tensor: Tensor, convert):
         self._t = tensor
@@ -179,7 +287,14 @@ class SafeSlice:
 
     def get_dtype(self) -> str:
         """The element type, as safetensors names it (``"F32"``, ``"BF16"``, ...)."""
+        if self._quantized:
+            return "F32"
         return _ST_DTYPES.get(self._t.dtype, self._t.dtype.upper())
+
+    @property
+    def _quantized(self) -> bool:
+        """A GGUF block-quantized tensor (sliced as its dequantized values)."""
+        return self._t.layout.startswith("gguf.")
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -193,6 +308,12 @@ class SafeSlice:
 
     def _read(self, key) -> np.ndarray:
         shape = self._t.shape
+        if isinstance(key, list):
+            if key:
+                raise TypeError(
+                    f"unsupported index {key!r}: a list only when empty (safetensors' get_slice takes [] alone)"
+                )
+            key = slice(0, 0)  # numpy's a[[]]: none of the first dimension
         items = key if isinstance(key, tuple) else (key,)
         if sum(1 for k in items if k is Ellipsis) > 1:
             raise IndexError("an index can only have a single ellipsis ('...')")
@@ -208,9 +329,13 @@ class SafeSlice:
             if isinstance(k, slice):
                 start, stop, step = k.indices(dim)
                 count = len(range(start, stop, step))
-                if step < 0:
+                if count <= 1:
+                    # One element or none: the step never applies (numpy
+                    # takes any step, past 2**64 too).
+                    start, step = (start if count else 0), 1
+                elif step < 0:
                     # The same elements in increasing order, reversed after.
-                    start, step = (start + (count - 1) * step if count else 0), -step
+                    start, step = start + (count - 1) * step, -step
                     flip.append(d)
             else:
                 try:
@@ -225,15 +350,9 @@ class SafeSlice:
                 drop.append(d)
             starts.append(start)
             counts.append(count)
-            steps.append(step or 1)
-        try:
-            arr = self._selection(starts, counts, steps)
-        except _zt.FormatError:
-            # Sub-byte types, arrays not stored in C order, layouts with no
-            # one part: slice the whole array.
-            whole = self._t.numpy()
-            index = tuple(slice(s, s + c * st, st) if c else slice(0, 0) for s, c, st in zip(starts, counts, steps))
-            arr = np.array(whole[index])
+            steps.append(step)
+        read = self._dequantized if self._quantized else self._values
+        arr = read(starts, counts, steps)
         if flip:
             arr = np.flip(arr, axis=tuple(flip))
         if drop:
@@ -242,6 +361,34 @@ class SafeSlice:
         if not arr.flags.c_contiguous or not arr.flags.writeable:
             arr = arr.copy(order="C")
         return arr
+
+    def _values(self, starts, counts, steps) -> np.ndarray:
+        """The selection's elements, reading only the runs it covers where
+        the tensor allows it."""
+        try:
+            return self._selection(starts, counts, steps)
+        except _zt.FormatError:
+            # Sub-byte types, arrays not stored in C order, layouts with no
+            # one part: slice the whole array.
+            whole = self._t.numpy()
+            index = tuple(slice(s, s + c * st, st) if c else slice(0, 0) for s, c, st in zip(starts, counts, steps))
+            return np.array(whole[index])
+
+    def _dequantized(self, starts, counts, steps) -> np.ndarray:
+        """The selection of a GGUF block-quantized tensor as float32: the
+        rows it covers (every dimension but the last) read and dequantized,
+        then the last dimension sliced."""
+        shape = self._t.shape
+        if not shape:
+            raise _zt.FormatError(f"{self._t.name!r}: a rank-0 quantized tensor cannot be sliced")
+        rows = np.zeros(1, dtype=np.int64)  # a rank-1 tensor is one row
+        for start, count, step, dim in zip(starts[:-1], counts[:-1], steps[:-1], shape[:-1]):
+            picked = np.arange(start, start + count * step, step, dtype=np.int64)
+            rows = (rows[:, None] * dim + picked[None, :]).reshape(-1)
+        values = np.asarray(self._t._native._dequantize_rows(rows.tolist()))
+        values = values.reshape([*counts[:-1], shape[-1]])
+        start, count, step = starts[-1], counts[-1], steps[-1]
+        return values[..., start : start + count * step : step]
 
     def _selection(self, starts, counts, steps) -> np.ndarray:
         native = self._t._native
@@ -254,4 +401,4 @@ class SafeSlice:
         return arr
 
 
-__all__ = ["SafeSlice", "safe_open"]
+__all__ = ["SafeSlice", "_safe_open_handle", "safe_open"]

@@ -1,5 +1,8 @@
 """torch helpers: safetensors.torch's API (``save``, ``load``, ``save_file``,
-``load_file``, ``save_model``, ``load_model``), and the
+``load_file``, ``save_model``, ``load_model``, and the shared-storage
+helpers other libraries import: ``storage_ptr``, ``storage_size``,
+``_find_shared_tensors``, ``_is_complete``, ``_remove_duplicate_names``,
+``_end_ptr``), and the
 DataLoader front (``DataLoader``, ``IterableDataset``, ``as_tensors``,
 ``RankFailure``, defined in ``zt._torch_loader``). torch is imported lazily,
 on first use of either: the zt package does not depend on it."""
@@ -8,6 +11,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections import defaultdict
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Union
 
@@ -158,49 +162,130 @@ def load_into(
         return load_arrays(dest, path, strict, backend=backend)
 
 
-# ---- what safetensors.torch refuses, refused the same way -----------------
+# ---- shared storage: safetensors.torch's helpers ---------------------------
+#
+# transformers and other libraries import these from safetensors.torch
+# (``storage_ptr``, ``storage_size``, ``_find_shared_tensors``, ...), so
+# zt.torch has them under the same names, returning what safetensors 0.8.0's
+# return for the same tensors.
 
 
-def _storage(torch, t):
-    """(data pointer, bytes) of the storage behind ``t``."""
+def storage_ptr(tensor: _torch_types.Tensor) -> int:
+    """The address of the storage behind ``tensor`` (not of its first
+    element: a view's storage is its base's), or 0 where it has none that
+    can be read (a sparse tensor; a meta tensor's is 0 too)."""
     try:
-        storage = t.untyped_storage()
-        return storage.data_ptr(), storage.nbytes()
+        return tensor.untyped_storage().data_ptr()
     except (NotImplementedError, RuntimeError):
-        return 0, 0
+        return 0
 
 
-def _span(t) -> tuple[int, int]:
-    """[first byte, end) of ``t``'s own elements in memory."""
-    start = t.data_ptr()
-    if not t.nelement():
-        return start, start
-    return start, t.view(-1)[-1].data_ptr() + t.element_size()
+def storage_size(tensor: _torch_types.Tensor) -> int:
+    """The bytes of the storage behind ``tensor``: the whole of its base's
+    for a view, its own size for a meta tensor. A sparse tensor has no
+    storage to measure (torch raises ``NotImplementedError``)."""
+    return tensor.untyped_storage().nbytes()
 
 
-def _shared_groups(torch, tensors: Mapping[str, object]) -> list[set[str]]:
-    """Names whose tensors share memory, grouped as safetensors groups them:
-    by storage, then split where their element spans do not overlap."""
-    by_storage: dict = {}
-    for name, t in tensors.items():
-        ptr, size = _storage(torch, t)
-        if t.device.type != "meta" and ptr != 0 and size != 0:
-            by_storage.setdefault((t.device, ptr, size), set()).add(name)
-    groups = []
-    for names in sorted(by_storage.values(), key=sorted):
+def _end_ptr(tensor: _torch_types.Tensor) -> int:
+    """One past the last byte of ``tensor``'s own elements: its last
+    element's address plus the element's size (``data_ptr()`` for an empty
+    tensor). safetensors finds the last element through ``view(-1)``,
+    which fails for a strided view that cannot be flattened (``A[::2, :]``,
+    ``expand``); zt computes it from the strides, the same address for
+    every tensor that ``view(-1)`` accepts."""
+    if not tensor.nelement():
+        return tensor.data_ptr()
+    last = sum((n - 1) * s for n, s in zip(tensor.shape, tensor.stride()))
+    return tensor.data_ptr() + (last + 1) * tensor.element_size()
+
+
+def _is_complete(tensor: _torch_types.Tensor) -> bool:
+    """True if ``tensor`` starts where its storage starts and its elements
+    fill the storage's bytes: the name worth keeping among tensors that
+    share it (a view of a part, or with holes, is not)."""
+    return tensor.data_ptr() == storage_ptr(tensor) and tensor.nelement() * tensor.element_size() == storage_size(
+        tensor
+    )
+
+
+def _split_disjoint(groups: list[set[str]], tensors: Mapping[str, object]) -> list[set[str]]:
+    """Each group of names on one storage, split where the tensors' byte
+    spans do not overlap: walked in address order, a tensor starting at or
+    past the end of the one before it starts a new group (the end of the one
+    just before, as safetensors compares, not the furthest end so far)."""
+    out: list[set[str]] = []
+    for names in groups:
         if len(names) < 2:
-            groups.append(names)
+            out.append(names)
             continue
-        spans = sorted((*_span(tensors[n]), n) for n in names)
-        _, last_end, first = spans[0]
-        groups.append({first})
+        spans = sorted((tensors[n].data_ptr(), _end_ptr(tensors[n]), n) for n in names)
+        _, end_before, first = spans[0]
+        out.append({first})
         for start, end, name in spans[1:]:
-            if start >= last_end:
-                groups.append({name})
+            if start >= end_before:
+                out.append({name})
             else:
-                groups[-1].add(name)
-            last_end = end
-    return groups
+                out[-1].add(name)
+            end_before = end
+    return out
+
+
+def _find_shared_tensors(state_dict: Mapping[str, _torch_types.Tensor]) -> list[set[str]]:
+    """The names of ``state_dict`` grouped by the memory they share: one
+    set per storage (device, address and size), split where the tensors do
+    not overlap; tensors on the meta device or with no storage (an empty
+    or sparse tensor) are left out. In safetensors' order: the groups as
+    Python's ``sorted`` orders sets (by inclusion, else as first seen)."""
+    torch = _torch()
+    by_storage: dict = {}
+    meta = torch.device("meta")
+    for name, t in state_dict.items():
+        if t.device == meta:
+            continue
+        ptr = storage_ptr(t)
+        if ptr == 0:
+            continue
+        size = storage_size(t)
+        if size == 0:
+            continue
+        by_storage.setdefault((t.device, ptr, size), set()).add(name)
+    return _split_disjoint(sorted(by_storage.values()), state_dict)
+
+
+def _remove_duplicate_names(
+    state_dict: Mapping[str, _torch_types.Tensor],
+    *,
+    preferred_names: list[str] | None = None,
+    discard_names: list[str] | None = None,
+) -> dict[str, list[str]]:
+    """For each group of names sharing memory: the name to keep, mapped to
+    the names to drop (sorted). The kept name covers the whole storage
+    (:func:`_is_complete`); among those, the first in name order, preferring
+    names not in ``discard_names`` and, over that, names in
+    ``preferred_names``. A group where no name covers its storage raises
+    ``RuntimeError``: keeping any would save more memory than it holds."""
+    preferred = set(preferred_names or ())
+    discard = set(discard_names or ())
+    drop: dict[str, list[str]] = defaultdict(list)
+    for group in _find_shared_tensors(state_dict):
+        complete = {name for name in group if _is_complete(state_dict[name])}
+        if not complete:
+            raise RuntimeError(
+                f"Error while trying to find names to remove to save state dict, but found no suitable name to"
+                f" keep for saving amongst: {group}. None is covering the entire storage. Refusing to save/load"
+                " the model since you could be storing much more memory than needed."
+            )
+        keep = min(complete - discard or complete)
+        if preferred & complete:
+            keep = min(preferred & complete)
+        for name in sorted(group):
+            if name != keep:
+                drop[keep].append(name)
+    return drop
+
+
+# ---- what safetensors.torch refuses, refused the same way -----------------
 
 
 def _refuse(torch, tensors) -> None:
@@ -221,7 +306,7 @@ def _refuse(torch, tensors) -> None:
             " You can make it a dense tensor before saving with `.to_dense()` but be aware this might"
             " make a much larger file than needed."
         )
-    shared = [g for g in _shared_groups(torch, tensors) if len(g) > 1]
+    shared = [g for g in _find_shared_tensors(tensors) if len(g) > 1]
     if shared:
         raise RuntimeError(
             f"Some tensors share memory, this will lead to duplicate memory on disk and potential differences"
@@ -319,34 +404,6 @@ def save(
 # ---- models: shared tensors, as safetensors handles them ------------------
 
 
-def _duplicates(torch, state_dict, *, preferred=None) -> dict[str, list[str]]:
-    """For each group of names sharing memory: the name kept (the first in
-    name order among those covering the whole storage, preferring
-    ``preferred`` names) and the names dropped, as safetensors chooses."""
-    preferred = set(preferred or ())
-    drop: dict[str, list[str]] = {}
-    for group in _shared_groups(torch, state_dict):
-        if len(group) < 2:
-            continue
-        complete = set()
-        for name in group:
-            t = state_dict[name]
-            ptr, size = _storage(torch, t)
-            if t.data_ptr() == ptr and t.nelement() * t.element_size() == size:
-                complete.add(name)
-        if not complete:
-            raise RuntimeError(
-                f"Error while trying to find names to remove to save state dict, but found no suitable name to"
-                f" keep for saving amongst: {group}. None is covering the entire storage. Refusing to save/load"
-                " the model since you could be storing much more memory than needed."
-            )
-        keep = sorted(complete)[0]
-        if preferred & complete:
-            keep = sorted(preferred & complete)[0]
-        drop[keep] = [n for n in sorted(group) if n != keep]
-    return drop
-
-
 def save_model(
     model: _torch_types.nn.Module,
     filename: PathLike,
@@ -359,9 +416,8 @@ def save_model(
     duplicate names of shared tensors (each dropped name recorded in the
     metadata as ``{dropped: kept}`` unless the caller set that key), made
     contiguous unless ``force_contiguous=False``."""
-    torch = _torch()
     state_dict = model.state_dict()
-    for kept, dropped in _duplicates(torch, state_dict).items():
+    for kept, dropped in _remove_duplicate_names(state_dict).items():
         for name in dropped:
             metadata = {} if metadata is None else metadata
             if name not in metadata:
@@ -389,9 +445,8 @@ def load_model(
     into ``model``, where names the model shares with a loaded one count
     as loaded. Returns ``(missing, unexpected)``; with ``strict`` either
     being non-empty raises ``RuntimeError``."""
-    torch = _torch()
     state_dict = load_file(filename, device=device, backend=backend)
-    drop = _duplicates(torch, model.state_dict(), preferred=state_dict.keys())
+    drop = _remove_duplicate_names(model.state_dict(), preferred_names=list(state_dict))
     missing, unexpected = model.load_state_dict(state_dict, strict=False)
     missing = set(missing)
     for names in drop.values():

@@ -216,3 +216,119 @@ def test_other_formats_through_the_same_calls(tmp_path):
     other = Tied()
     assert zt.torch.load_model(other, tmp_path / "model.zt") == (set(), [])
     assert torch.equal(other.head.weight, model.head.weight)
+
+
+# ---- safetensors.torch's storage helpers, which other libraries import ----
+
+
+def helper_inputs() -> dict:
+    """Tensors whose storage and span the helpers measure: whole tensors,
+    views of part of a storage (strided too), empty and meta tensors, a
+    tensor set onto a smaller slice of another's storage (same address,
+    other size), every element width."""
+    base = torch.arange(16, dtype=torch.float32)
+    grid = torch.zeros((3, 3))
+    m = torch.randn(10)
+    n = torch.empty([], dtype=m.dtype)
+    n.set_(source=m.untyped_storage()[:16])
+    return {
+        "whole": grid,
+        "rows": grid[:1, :],
+        "tail": base[4:],
+        "every_fourth": base[::4],
+        "column": grid[:, 1],
+        "scalar": torch.tensor(2.5),
+        "empty": torch.zeros((0, 3)),
+        "empty_view": base[3:3],
+        "meta": torch.zeros((2, 2), device="meta"),
+        "m": m,
+        "n_smaller_storage": n,
+        "f16_every_fourth": torch.zeros(16, dtype=torch.float16)[::4],
+        "fp8": sample(torch.float8_e4m3fn, (4,)),
+        "fp4": sample(torch.float4_e2m1fn_x2, (2, 3)),
+        "bool": sample(torch.bool, (5,)),
+        "grad": torch.ones(3, requires_grad=True),
+    }
+
+
+def test_storage_helpers_match_safetensors():
+    for name, t in helper_inputs().items():
+        assert zt.torch.storage_ptr(t) == st.storage_ptr(t), name
+        assert zt.torch.storage_size(t) == st.storage_size(t), name
+        assert zt.torch._is_complete(t) == st._is_complete(t), name
+        assert zt.torch._end_ptr(t) == st._end_ptr(t), name
+    # A sparse tensor has no storage: address 0, and no size to measure.
+    sparse = torch.ones(3, 3).to_sparse()
+    assert zt.torch.storage_ptr(sparse) == st.storage_ptr(sparse) == 0
+    with pytest.raises(NotImplementedError):
+        st.storage_size(sparse)
+    with pytest.raises(NotImplementedError):
+        zt.torch.storage_size(sparse)
+
+
+def test_end_ptr_of_views_view_minus_one_cannot_flatten():
+    # safetensors flattens with view(-1), which these refuse; zt computes the
+    # same end from the strides: the last element's address plus its size.
+    grid = torch.arange(12, dtype=torch.float64).reshape(3, 4)
+    for t in (grid[::2, :], grid.T, torch.zeros(4).expand(3, 4), grid[:, 1:3]):
+        with pytest.raises(RuntimeError):
+            st._end_ptr(t)
+        last = t[tuple(n - 1 for n in t.shape)]
+        assert zt.torch._end_ptr(t) == last.data_ptr() + t.element_size()
+
+
+class TiedAndCopied(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(5, 5)
+        self.b = self.a
+        self.c = nn.Linear(5, 5)
+
+
+def shared_inputs() -> dict:
+    """State dicts whose names share storage in every way safetensors groups."""
+    grid = torch.zeros((3, 3))
+    row = torch.zeros(4)
+    m = torch.randn(10)
+    n = torch.empty([], dtype=m.dtype)
+    n.set_(source=m.untyped_storage()[:16])
+    meta = torch.zeros((2, 2), device="meta")
+    return {
+        "view_of_whole": {"A": grid, "B": grid[:1, :]},
+        "same_tensor_twice": {"A": grid, "B": grid[:1, :], "C": grid},
+        "only_the_view": {"B": grid[:1, :]},
+        "disjoint_halves": {"B": row[:2], "C": row[2:]},
+        "overlapping_halves": {"B": row[:2], "C": row[1:]},
+        "three_views": {"B": row[:2], "C": row[2:], "D": row[:1]},
+        "same_address_other_size": {"m": m, "n": n},
+        "meta": {"C": meta, "D": meta[:1]},
+        "empty": {"e": torch.zeros(0), "f": torch.zeros((0, 2))},
+        "tied_model": TiedAndCopied().state_dict(),
+        "unshared_model": nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 3)).state_dict(),
+    }
+
+
+def outcome(call, *args, **kwargs):
+    """What ``call`` returns (a dict of a defaultdict), or RuntimeError if it raises that."""
+    try:
+        result = call(*args, **kwargs)
+    except RuntimeError:
+        return RuntimeError
+    return dict(result) if isinstance(result, dict) else result
+
+
+@pytest.mark.parametrize("case", sorted(shared_inputs()))
+def test_find_shared_tensors_and_remove_duplicate_names_match_safetensors(case):
+    state_dict = shared_inputs()[case]
+    # The same groups in the same order (a list, compared as such).
+    assert zt.torch._find_shared_tensors(state_dict) == st._find_shared_tensors(state_dict)
+    names = sorted(state_dict)
+    for kwargs in (
+        {},
+        {"preferred_names": names[-1:]},
+        {"discard_names": names[:1]},
+        {"preferred_names": names[:1], "discard_names": names[:1]},
+    ):
+        want = outcome(st._remove_duplicate_names, state_dict, **kwargs)
+        got = outcome(zt.torch._remove_duplicate_names, state_dict, **kwargs)
+        assert got == want, (case, kwargs)

@@ -11,7 +11,7 @@ use dir::Dir;
 #[path = "support/cites.rs"]
 mod cites;
 
-use zt::formats::gguf::{dequantize, Gguf, GgufWriter};
+use zt::formats::gguf::{dequantize, dequantize_rows_with, Gguf, GgufWriter};
 use zt::{DType, Error, Format, FormatWriter, Limits, OpenOptions, Source, Value, WriteOptions};
 
 // ---------------------------------------------------------------- builder
@@ -342,6 +342,58 @@ fn block_types_are_objects_of_verbatim_blocks() {
     let values = dequantize(&q).unwrap();
     assert_eq!(values.len(), 64);
     assert_eq!((values[0], values[31], values[32]), (-16.0, 15.0, -16.0));
+}
+
+#[test]
+fn dequantized_rows_are_those_rows_of_the_whole_tensor() {
+    // Q8_0, three rows of two blocks (zt shape [3, 64]), each block with
+    // its own scale so every row differs.
+    let mut data = Vec::new();
+    for block in 0..6u16 {
+        data.extend_from_slice(&(0x3c00 + block * 0x100).to_le_bytes());
+        data.extend((0..32).map(|i| (i as i8 - 16) as u8));
+    }
+    let t = T {
+        name: "q",
+        dims: vec![64, 3],
+        ty: 8,
+        offset: 0,
+        data,
+    };
+    let src = open(&file(false, 3, 0, &[], &[t], 32)).unwrap();
+    let q = src.tensor("q").unwrap();
+    assert_eq!(q.shape(), &[3, 64]);
+    let whole = dequantize(&q).unwrap();
+    let rows = [2u64, 0, 1, 2];
+    let got = dequantize_rows_with(&q, &rows, &Limits::default()).unwrap();
+    let want: Vec<f32> = rows
+        .iter()
+        .flat_map(|&r| {
+            whole[r as usize * 64..(r as usize + 1) * 64]
+                .iter()
+                .copied()
+        })
+        .collect();
+    assert_eq!(got, want);
+    assert!(dequantize_rows_with(&q, &[], &Limits::default())
+        .unwrap()
+        .is_empty());
+    // A row past the end, and an output past the budget, are refused.
+    assert!(cites!(
+        dequantize_rows_with(&q, &[3], &Limits::default()),
+        Err(Error::Range { .. }),
+        &["gguf.Dequant"]
+    ));
+    let tight = Limits {
+        decoded_bytes: 64 * 4,
+        ..Limits::default()
+    };
+    assert!(dequantize_rows_with(&q, &[1], &tight).is_ok());
+    assert!(cites!(
+        dequantize_rows_with(&q, &[0, 1], &tight),
+        Err(Error::Limit { .. }),
+        &["core.Limit"]
+    ));
 }
 
 #[test]

@@ -145,6 +145,102 @@ pub fn dequantize_with(tensor: &Tensor<'_>, limits: &Limits) -> Result<Vec<f32>>
     Ok(out)
 }
 
+/// Whole rows of a `gguf.<type>/1` tensor as f32: the tensor seen as
+/// `[rows, row]`, `row` its last dimension (ggml's blocks run along that
+/// axis, so each row is whole blocks of its own), and the rows `rows` in
+/// the order given: `rows.len() * row` values, in C order. Reads only those
+/// rows' blocks (a run of consecutive rows as one read,
+/// [`zt_core::PartRef::read_selection`]) and checks the output against
+/// `limits.decoded_bytes` before reading. What slicing a quantized tensor
+/// (`safe_open(...).get_slice`) reads through.
+pub fn dequantize_rows_with(
+    tensor: &Tensor<'_>,
+    rows: &[u64],
+    limits: &Limits,
+) -> Result<Vec<f32>> {
+    let part = tensor.data()?;
+    let ctx = part.ctx();
+    let ty = types::by_layout(tensor.layout()).ok_or_else(|| Error::Unsupported {
+        rule: rules::DEQUANT,
+        ctx: ctx.clone(),
+        reason: format!("layout {} is not a ggml block type", tensor.layout()),
+    })?;
+    let kernel = kernel(ty).ok_or_else(|| Error::Unsupported {
+        rule: rules::DEQUANT,
+        ctx: ctx.clone(),
+        reason: format!("dequantizing {} is not implemented", ty.name),
+    })?;
+    let overflow = |what| Error::Overflow {
+        rule: Rule::OVERFLOW,
+        ctx: ctx.clone(),
+        what,
+    };
+    let shape = tensor.shape();
+    let Some((&row, lead)) = shape.split_last() else {
+        return Err(Error::range(
+            ctx.clone(),
+            rules::DEQUANT,
+            "a rank-0 tensor has no rows",
+        ));
+    };
+    let n_rows = zt_core::dtype::num_elements(lead).ok_or_else(|| overflow("row count"))?;
+    if row % ty.elems_per_block != 0 {
+        return Err(Error::range(
+            ctx.clone(),
+            rules::DEQUANT,
+            format!(
+                "rows of {row} elements are not whole {} blocks of {}",
+                ty.name, ty.elems_per_block
+            ),
+        ));
+    }
+    let row_bytes = row / ty.elems_per_block * ty.block_bytes;
+    if n_rows.checked_mul(row_bytes) != Some(part.nbytes()) {
+        return Err(Error::range(
+            ctx.clone(),
+            rules::DEQUANT,
+            format!(
+                "{} bytes are not {n_rows} rows of {row_bytes}",
+                part.nbytes()
+            ),
+        ));
+    }
+    if let Some(&bad) = rows.iter().find(|&&r| r >= n_rows) {
+        return Err(Error::range(
+            ctx.clone(),
+            rules::DEQUANT,
+            format!("row {bad} of {n_rows}"),
+        ));
+    }
+    let values = (rows.len() as u64)
+        .checked_mul(row)
+        .ok_or_else(|| overflow("dequantized size"))?;
+    limits.check_decoded(
+        &ctx,
+        values
+            .checked_mul(4)
+            .ok_or_else(|| overflow("dequantized size"))?,
+    )?;
+    let mut out = f32_buffer(&ctx, values)?;
+    out.resize(values as usize, 0.0);
+    let (bb, epb) = (ty.block_bytes as usize, ty.elems_per_block as usize);
+    let mut done = 0;
+    for run in rows.chunk_by(|a, b| a.checked_add(1) == Some(*b)) {
+        let sel = zt_core::part::Sel {
+            start: run[0] * row_bytes,
+            count: run.len() as u64 * row_bytes,
+            step: 1,
+        };
+        let bytes = part.read_selection(&[sel])?;
+        let dst = &mut out[done..done + run.len() * row as usize];
+        for (block, d) in bytes.chunks_exact(bb).zip(dst.chunks_exact_mut(epb)) {
+            kernel(block, d);
+        }
+        done += dst.len();
+    }
+    Ok(out)
+}
+
 /// An empty f32 buffer with room for `n` values, or [`Error::Memory`].
 fn f32_buffer(ctx: &Context, n: u64) -> Result<Vec<f32>> {
     let fail = || Error::Memory {
