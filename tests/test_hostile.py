@@ -144,3 +144,16 @@ def test_a_format_error_without_a_rule_has_rule_none():
     # FormatError names no rule; the class attribute says so.
     assert zt.FormatError("x").rule is None
     assert zt.FormatError.rule is None
+
+
+def test_a_format_error_says_where_as_data(tmp):
+    # The file and the tensor beside the message, as `rule` is.
+    path = st_file(tmp / "m.safetensors", {"a": entry(shape=(3,))}, b"\0" * 8)
+    with pytest.raises(zt.FormatError) as e:
+        zt.open(path)
+    assert e.value.file == str(path)
+    assert e.value.tensor == "a"
+    assert e.value.offset is None or isinstance(e.value.offset, int)
+    # Raised from Python, it says nothing: every field is None.
+    bare = zt.FormatError("x")
+    assert (bare.rule, bare.file, bare.tensor, bare.offset) == (None, None, None, None)

@@ -32,7 +32,7 @@ pyo3::create_exception!(
     zt,
     FormatError,
     PyValueError,
-    "A tensor file is malformed, hostile, or cannot be served as asked. The message names the file, the tensor and the reason; `rule` names the check that failed (\"zt.BlobOverlap\", \"safetensors.Offsets\"; see zt::Rule), or is None."
+    "A tensor file is malformed, hostile, or cannot be served as asked. The message names the file, the tensor and the reason; `rule` names the check that failed (\"zt.BlobOverlap\", \"safetensors.Offsets\"; see zt::Rule), or is None; `file`, `tensor` and `offset` say where, each None where the error does not say."
 );
 
 /// Map a zt error onto the Python exception a user expects. A
@@ -41,13 +41,25 @@ pyo3::create_exception!(
 pub(crate) fn to_py_err(e: zt::Error) -> PyErr {
     let message = e.to_string();
     let rule = e.rule().map(zt::Rule::name);
+    let ctx = e.context().clone();
     let format_error = |message: String| {
         let err = FormatError::new_err(message);
-        if let Some(rule) = rule {
-            Python::attach(|py| {
-                let _ = err.value(py).setattr("rule", rule);
-            });
-        }
+        Python::attach(|py| {
+            let value = err.value(py);
+            if let Some(rule) = rule {
+                let _ = value.setattr("rule", rule);
+            }
+            // Where the failure is, as data beside the message.
+            if let Some(file) = &ctx.file {
+                let _ = value.setattr("file", file.to_string_lossy().into_owned());
+            }
+            if let Some(tensor) = &ctx.tensor {
+                let _ = value.setattr("tensor", tensor.as_str());
+            }
+            if let Some(offset) = ctx.offset {
+                let _ = value.setattr("offset", offset);
+            }
+        });
         err
     };
     match e {
@@ -290,6 +302,10 @@ fn _zt(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // The class default: a FormatError raised without a rule (from Python,
     // or a changed remote object) has `rule` None.
     format_error.setattr("rule", m.py().None())?;
+    // And none of `file`, `tensor`, `offset` where the error has none.
+    for field in ["file", "tensor", "offset"] {
+        format_error.setattr(field, m.py().None())?;
+    }
     m.add("FormatError", format_error)?;
     m.add_function(wrap_pyfunction!(open, m)?)?;
     m.add_function(wrap_pyfunction!(batch_pool::batch_buffer, m)?)?;
