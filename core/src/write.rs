@@ -198,7 +198,11 @@ pub fn check_request(
     let name = writer.name();
     let requested = [
         (OPTION_ALIGN, "alignment", options.align.is_some()),
-        (OPTION_COMPRESSION, "compression", options.compression.is_some()),
+        (
+            OPTION_COMPRESSION,
+            "compression",
+            options.compression.is_some(),
+        ),
     ];
     for (option, what, set) in requested {
         if set && !caps.options.contains(&option) {
