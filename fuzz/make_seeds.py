@@ -5,9 +5,12 @@
 Small files (a few KB each, committed) that reach the main branches of each
 reader: dtypes, byte orders, metadata, compression, sparse and external
 data. The PyTorch and HDF5 seeds are the test suite's committed fixtures
-(tests/data/pt, zt/tests/data/h5); `pickle` and `zt_cbor` get the pickle
-streams and manifests cut out of those and of the `.zt` seeds. Which
-directories seed which target: fuzz/bodies/src/seeds.rs.
+(tests/data/pt, zt/tests/data/h5, tests/data/h5_legacy); `pickle` and `zt_cbor` get the pickle
+streams and manifests cut out of those and of the `.zt` seeds. The seeds
+of zrecord_dict, index_json and http_response (one part of a whole the fuzz
+body supplies) are written by `cargo run -p zt-fuzz-bodies --example
+make-seeds` instead. Which directories seed which target:
+fuzz/bodies/src/seeds.rs.
 """
 
 from __future__ import annotations
@@ -178,6 +181,14 @@ def h5_seeds() -> None:
     (d / "earliest.edits").write_bytes(b"\x00")
     (d / "latest.edits").write_bytes(b"\x01")
     (d / "superblock.edits").write_bytes(b"\x01" + struct.pack("<HB", 9, 0x01))
+    # The legacy fixture (tests/data/h5_legacy/make.py) is picked by a first
+    # byte with its high bit set: as written, and with the first version-1
+    # chunked layout message of rank 1 made version 9 (1 ^ 8), which zt
+    # lists in h5.skipped instead of reading.
+    legacy = (ROOT / "tests" / "data" / "h5_legacy" / "legacy.h5").read_bytes()
+    (d / "legacy.edits").write_bytes(b"\x80")
+    layout = legacy.index(bytes([1, 2, 2, 0, 0, 0, 0, 0]))
+    (d / "legacy-layout.edits").write_bytes(b"\x80" + struct.pack("<HB", layout, 0x08))
 
 
 def zrecord_seeds() -> None:

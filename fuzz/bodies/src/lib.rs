@@ -10,7 +10,7 @@
 //! every tensor it accepted. Errors are fine; panics, aborts, runaway
 //! allocations and stack overflows are the findings.
 
-use std::cell::Cell;
+use std::cell::{Cell, OnceCell};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -19,6 +19,9 @@ use zt::container::cbor::{decode, encode, DecodeLimits, MAX_DEPTH};
 use zt::container::container::{Footer, MAGIC};
 use zt::{Context, Format, Limits, OpenInput, OpenOptions, Source, Store};
 
+pub mod fixtures;
+pub mod generate;
+pub mod http;
 mod seeds;
 pub use seeds::{repo_root, seed_files, SEEDS};
 
@@ -38,6 +41,9 @@ pub const TARGETS: &[Target] = &[
     ("zt_file", zt_file),
     ("zt_cbor", zt_cbor),
     ("zrecord_meta", zrecord_meta),
+    ("zrecord_dict", zrecord_dict),
+    ("index_json", index_json),
+    ("http_response", http_response),
 ];
 
 /// One scratch directory per process; onnx external data resolves
@@ -52,18 +58,23 @@ fn scratch() -> &'static PathBuf {
     })
 }
 
-/// Write `data` to a scratch file named `input-N.EXT` (N unique per
-/// thread, so test threads never share a file), run `f` on it, remove it.
-fn with_file(ext: &str, data: &[u8], f: impl FnOnce(&Path)) {
+/// A number unique to this thread, so test threads never share a scratch
+/// file.
+fn slot() -> usize {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     thread_local!(static SLOT: Cell<usize> = const { Cell::new(usize::MAX) });
-    let slot = SLOT.with(|s| {
+    SLOT.with(|s| {
         if s.get() == usize::MAX {
             s.set(NEXT.fetch_add(1, Ordering::Relaxed));
         }
         s.get()
-    });
-    let path = scratch().join(format!("input-{slot}.{ext}"));
+    })
+}
+
+/// Write `data` to a scratch file named `input-N.EXT` (N: [`slot`]), run
+/// `f` on it, remove it.
+fn with_file(ext: &str, data: &[u8], f: impl FnOnce(&Path)) {
+    let path = scratch().join(format!("input-{}.{ext}", slot()));
     std::fs::write(&path, data).expect("write input");
     f(&path);
     let _ = std::fs::remove_file(&path);
@@ -224,16 +235,24 @@ pub fn onnx(data: &[u8]) {
 /// HDF5 from well-formed h5py files outward: the input is a list of
 /// (offset, xor) edits applied to one of the committed fixtures, so the
 /// fuzzer starts deep inside B-trees, heaps and chunk indexes instead of
-/// at a signature it would rarely guess.
+/// at a signature it would rarely guess. Byte 0 picks the fixture: with
+/// its high bit set, the legacy one (layout and fill value messages of
+/// older libhdf5 releases, soft links in old-style groups, a userblock);
+/// otherwise, as before that fixture existed, earliest or latest by parity.
 pub fn h5(data: &[u8]) {
     const FIXTURES: [&[u8]; 2] = [
         include_bytes!("../../../zt/tests/data/h5/earliest.h5"),
         include_bytes!("../../../zt/tests/data/h5/latest.h5"),
     ];
+    const LEGACY: &[u8] = include_bytes!("../../../tests/data/h5_legacy/legacy.h5");
     let Some((&pick, edits)) = data.split_first() else {
         return;
     };
-    let mut bytes = FIXTURES[usize::from(pick) % FIXTURES.len()].to_vec();
+    let mut bytes = if pick & 0x80 != 0 {
+        LEGACY.to_vec()
+    } else {
+        FIXTURES[usize::from(pick) % FIXTURES.len()].to_vec()
+    };
     // Each edit: a 2-byte little-endian offset and a byte to xor there.
     for e in edits.chunks_exact(3) {
         let at = usize::from(u16::from_le_bytes([e[0], e[1]])) % bytes.len();
@@ -307,3 +326,176 @@ pub fn zrecord_meta(data: &[u8]) {
     let end = SCHEMA_AT + header.schema.len();
     assert_eq!(&page[..end], &data[..end]);
 }
+
+/// The zrecord stores `zrecord_dict` puts its input into, built once per
+/// thread (in `zrecord-N` of the scratch directory, N: [`slot`]) with
+/// [`fixtures::zrecord_dictionary`]: a Dense store in loaderx 2.8's layout
+/// with two shards and a Ragged one in loaderx 2.3's with one, both
+/// `zstd_dict`, whose frames name the dictionary's id. Each with whether it
+/// is Dense.
+fn zrecord_stores() -> Vec<(PathBuf, bool)> {
+    thread_local!(static STORES: OnceCell<Vec<(PathBuf, bool)>> = const { OnceCell::new() });
+    STORES.with(|s| s.get_or_init(build_zrecord_stores).clone())
+}
+
+fn build_zrecord_stores() -> Vec<(PathBuf, bool)> {
+    use zrecord::{Codec, CreateOptions, Geometry, Layout, Schema, Writer};
+    let dir = scratch().join(format!("zrecord-{}", slot()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("zrecord scratch directory");
+    let options = |data_shards| CreateOptions {
+        codec: Codec::ZstdDict,
+        data_shards,
+        dict: Some(fixtures::zrecord_dictionary()),
+        level: None,
+    };
+    let records = fixtures::zrecord_records(fixtures::RECORDS, 5);
+
+    let dense = dir.join("dense");
+    let schema = Schema::dense("|u1", &[4, 12]).expect("dense schema");
+    let mut w = Writer::create(&dense, &schema, &options(2)).expect("create the dense store");
+    w.append_dense(&records).expect("append dense records");
+    w.close().expect("publish the dense store");
+
+    let ragged = dir.join("ragged");
+    let schema =
+        Schema::new(Layout::Loaderx23, "<i4", Geometry::Ragged { ndim: 1 }).expect("ragged schema");
+    let mut w = Writer::create(&ragged, &schema, &options(1)).expect("create the ragged store");
+    let lens: Vec<usize> = (0..fixtures::RECORDS).map(|i| 1 + i % 12).collect();
+    let payloads: Vec<&[u8]> = records
+        .chunks_exact(fixtures::RECORD)
+        .zip(&lens)
+        .map(|(r, &n)| &r[..4 * n])
+        .collect();
+    let shapes: Vec<u64> = lens.iter().map(|&n| n as u64).collect();
+    w.append_ragged(&payloads, &shapes)
+        .expect("append ragged records");
+    w.close().expect("publish the ragged store");
+    vec![(dense, true), (ragged, false)]
+}
+
+/// `dict.zr`: arbitrary bytes as a zrecord store's zstd dictionary. Each
+/// of two `zstd_dict` stores (Dense and Ragged) gets the input as its
+/// `dict.zr` and is opened and gathered whole (a dictionary zstd cannot
+/// load fails the open; one whose id the frames do not name, the gather);
+/// a Ragged gather that succeeds has an offset per record. Then the input
+/// as a writer's `dict_bytes`: a dictionary both the encoder and the
+/// decoder accept must round-trip a record.
+pub fn zrecord_dict(data: &[u8]) {
+    use zrecord::codec::{Decoder, Encoder};
+    use zrecord::{Codec, Reader};
+    for (store, dense) in zrecord_stores() {
+        std::fs::write(store.join("dict.zr"), data).expect("write dict.zr");
+        let Ok(reader) = Reader::open(&store, dense) else {
+            continue;
+        };
+        let all: Vec<u64> = (0..reader.len()).collect();
+        let _ = reader.record_lengths(&all);
+        if dense {
+            let mut out = vec![0u8; all.len() * fixtures::RECORD];
+            let _ = reader.gather_dense(&all, &mut out);
+        } else if let Ok(batch) = reader.gather_ragged(&all) {
+            assert_eq!(batch.offsets.len(), all.len() + 1);
+            assert_eq!(batch.values().len() as u64, batch.offsets[all.len()]);
+        }
+    }
+    let path = Path::new("dict.zr");
+    let (Ok(encoder), Ok(decoder)) = (
+        Encoder::new(Codec::ZstdDict, Some(data), None),
+        Decoder::new(Codec::ZstdDict, Some(data), path),
+    ) else {
+        return;
+    };
+    let record = fixtures::zrecord_records(1, 7);
+    let mut frame = Vec::new();
+    if encoder
+        .encode(&[&record], &mut Vec::new(), &mut frame)
+        .is_ok()
+    {
+        let mut back = vec![0u8; record.len()];
+        let decoded = decoder.decode(&frame, &mut back);
+        assert_eq!(decoded, Ok(()), "a dictionary's own frame does not decode");
+        assert_eq!(
+            back, record,
+            "a dictionary's own frame decodes to other bytes"
+        );
+    }
+}
+
+/// Write the shards an `index_json` input may name into the scratch
+/// directory (once per process).
+fn index_shards() {
+    static WRITTEN: OnceLock<()> = OnceLock::new();
+    WRITTEN.get_or_init(|| {
+        for (name, bytes) in fixtures::index_shards() {
+            std::fs::write(scratch().join(name), bytes).expect("write a shard");
+        }
+    });
+}
+
+/// Hugging Face `*.index.json`: the input is the index, written beside
+/// small valid safetensors shards ([`fixtures::index_shards`]) and opened
+/// with `zt::open` (mapped and read, default and tight limits), every
+/// tensor of every shard it accepts read: the JSON, `weight_map`, shard
+/// paths (escapes, an index naming an index), the agreement of index and
+/// shards, merging, `metadata`.
+pub fn index_json(data: &[u8]) {
+    index_shards();
+    with_file("safetensors.index.json", data, |path| {
+        for map in [true, false] {
+            let options = OpenOptions {
+                map,
+                ..OpenOptions::default()
+            };
+            if let Ok(source) = zt::open_with(path, &options) {
+                read_all(&source, false);
+            }
+        }
+        let options = OpenOptions {
+            limits: tight(),
+            ..OpenOptions::default()
+        };
+        if let Ok(source) = zt::open_with(path, &options) {
+            read_all(&source, true);
+        }
+    });
+}
+
+/// The object-storage client's response handling: the input is the raw
+/// responses of a scripted HTTP/1.1 server on 127.0.0.1 ([`http`] says
+/// which answers what) to `zt_remote` opening `http://127.0.0.1:PORT/obj`
+/// (two concurrent ranged probes, then a `HEAD` if the head probe was
+/// refused) and reading a range of it, then to a ranged read of the object
+/// as a listing would give it ([`fixtures::OBJECT`]'s size and ETag), which
+/// always reaches the server: status lines, headers (`Content-Range`,
+/// `Content-Length`, `ETag`, `Last-Modified`, chunked bodies), bodies
+/// longer or shorter than announced, versions that change between requests.
+/// Every read that succeeds returns exactly the bytes asked for.
+pub fn http_response(data: &[u8]) {
+    use zt_remote::RemoteObject;
+    let server = http::server();
+    let _turn = server.play(data);
+    let url = server.url("obj");
+    if let Ok(object) = RemoteObject::open(&url, http::config()) {
+        let size = object.len();
+        let (at, len) = (size / 3, (size - size / 3).min(1 << 20));
+        if let Ok(bytes) = object.read(at, len) {
+            assert_eq!(bytes.len() as u64, len, "read {len} bytes at {at}");
+        }
+    }
+    let listed = RemoteObject::listed(
+        &url,
+        http::config(),
+        fixtures::OBJECT.len() as u64,
+        fixtures::OBJECT_ETAG.into(),
+    )
+    .expect("the server's URL");
+    let (at, len) = LISTED_READ;
+    if let Ok(bytes) = listed.read(at, len) {
+        assert_eq!(bytes.len() as u64, len, "read {len} bytes at {at}");
+    }
+}
+
+/// The range the listed object's read asks for (offset, length): it
+/// fetches the block around it, the whole 48-byte object (`bytes=0-47`).
+pub const LISTED_READ: (u64, u64) = (16, 16);

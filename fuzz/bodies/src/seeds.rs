@@ -2,7 +2,10 @@
 //!
 //! `fuzz/make_seeds.py` writes the `fuzz/seeds/*` directories with the
 //! reference libraries (small files, committed); the PyTorch and HDF5
-//! fixtures are the test suite's own. `fuzz/run-campaign.sh` hands the same
+//! fixtures are the test suite's own; `zrecord_dict`, `index_json` and
+//! `http_response`, whose inputs are one part of a whole the body supplies,
+//! are written by `cargo run -p zt-fuzz-bodies --example make-seeds` from
+//! the body's own definitions ([`crate::generate`]). `fuzz/run-campaign.sh` hands the same
 //! directories to libFuzzer, and `tests/seeds.rs` runs every body over them.
 
 use std::path::{Path, PathBuf};
@@ -19,6 +22,7 @@ pub const SEEDS: &[(&str, &[&str])] = &[
             "fuzz/seeds/zt",
             "tests/data/pt",
             "zt/tests/data/h5",
+            "tests/data/h5_legacy",
         ],
     ),
     ("safetensors", &["fuzz/seeds/safetensors"]),
@@ -31,6 +35,9 @@ pub const SEEDS: &[(&str, &[&str])] = &[
     ("zt_file", &["fuzz/seeds/zt"]),
     ("zt_cbor", &["fuzz/seeds/zt_cbor"]),
     ("zrecord_meta", &["fuzz/seeds/zrecord_meta"]),
+    ("zrecord_dict", &["fuzz/seeds/zrecord_dict"]),
+    ("index_json", &["fuzz/seeds/index_json"]),
+    ("http_response", &["fuzz/seeds/http_response"]),
 ];
 
 /// Files that are not seeds: the generators and their notes.

@@ -48,3 +48,29 @@ fn regressions() {
         body(&std::fs::read(&path).unwrap());
     }
 }
+
+/// The seeds built in Rust are what their generator writes now, so they
+/// match what the bodies put beside them: a change to a fixture (or to
+/// zstd's trainer) that is not followed by
+/// `cargo run -p zt-fuzz-bodies --example make-seeds` fails here.
+#[test]
+fn generated_seeds_are_up_to_date() {
+    use zt_fuzz_bodies::generate::{seeds, GENERATED};
+    for target in GENERATED {
+        let expected = seeds(target);
+        let committed: Vec<(String, Vec<u8>)> = seed_files(target)
+            .iter()
+            .map(|p| {
+                let name = p.file_name().unwrap().to_string_lossy().into_owned();
+                (name, std::fs::read(p).unwrap())
+            })
+            .collect();
+        let mut expected_sorted = expected.clone();
+        expected_sorted.sort();
+        assert!(
+            committed == expected_sorted,
+            "{target}: fuzz/seeds/{target} is not what the generator writes; run \
+             `cargo run -p zt-fuzz-bodies --example make-seeds`"
+        );
+    }
+}

@@ -1,0 +1,17 @@
+//! Write the seeds of the targets whose seeds are built in Rust
+//! (`zt_fuzz_bodies::generate::GENERATED`: `zrecord_dict`, `index_json`,
+//! `http_response`), replacing the seed files in their directories:
+//! `cargo run -p zt-fuzz-bodies --example make-seeds`. `cargo test` checks
+//! that the committed seeds are what this writes.
+
+use zt_fuzz_bodies::generate::{seed_dir, seeds, write, GENERATED};
+
+fn main() {
+    for target in GENERATED {
+        let dir = seed_dir(target);
+        write(target, &dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        let seeds = seeds(target);
+        let bytes: usize = seeds.iter().map(|(_, b)| b.len()).sum();
+        println!("{target}: {} files, {bytes} bytes", seeds.len());
+    }
+}

@@ -1,0 +1,134 @@
+//! The fixed half of the targets whose input is one part of something
+//! larger: the zrecord stores `zrecord_dict` puts its dictionary into, the
+//! safetensors shards an `index_json` input indexes, and the object the
+//! `http_response` server plays. The bodies build them at run time and
+//! `generate` builds the seeds from the same definitions, so a seed always
+//! matches what its body puts beside it.
+
+/// The name of every shard an `index_json` input may name, with its bytes:
+/// two shards of one checkpoint and a third file holding one of the first
+/// shard's names (an index naming it merges two tensors of one name).
+pub fn index_shards() -> Vec<(&'static str, Vec<u8>)> {
+    vec![
+        (
+            SHARD_1,
+            safetensors(
+                &[
+                    (
+                        "a",
+                        "F32",
+                        &[2, 3],
+                        &f32_bytes(&[0.0, 1.0, 2.0, 3.0, 4.0, 5.0]),
+                    ),
+                    (
+                        "b",
+                        "I64",
+                        &[2],
+                        &[7, 0, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0],
+                    ),
+                ],
+                Some(r#"{"format":"pt"}"#),
+            ),
+        ),
+        (
+            SHARD_2,
+            safetensors(
+                &[
+                    (
+                        "c",
+                        "BF16",
+                        &[2, 2],
+                        &[0x80, 0x3f, 0, 0x40, 0x40, 0x40, 0x80, 0x40],
+                    ),
+                    ("d", "U8", &[], &[42]),
+                    ("e", "BOOL", &[0, 4], &[]),
+                ],
+                None,
+            ),
+        ),
+        (
+            SHARD_DUPLICATE,
+            safetensors(
+                &[
+                    ("a", "F16", &[1], &[0, 0x3c]),
+                    ("f", "I8", &[3], &[1, 0xff, 3]),
+                ],
+                None,
+            ),
+        ),
+    ]
+}
+
+/// The first shard: `a` (f32 2x3) and `b` (i64 2), with metadata.
+pub const SHARD_1: &str = "model-00001-of-00002.safetensors";
+/// The second shard: `c` (bf16 2x2), `d` (u8 scalar), `e` (bool 0x4).
+pub const SHARD_2: &str = "model-00002-of-00002.safetensors";
+/// Another `a` (f16 1) and `f` (i8 3).
+pub const SHARD_DUPLICATE: &str = "model-extra.safetensors";
+
+fn f32_bytes(values: &[f32]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+/// A safetensors file: the JSON header (offsets in order, padded with
+/// spaces to 8 bytes as the reference writer pads it) and the data.
+fn safetensors(tensors: &[(&str, &str, &[u64], &[u8])], metadata: Option<&str>) -> Vec<u8> {
+    let mut entries = Vec::new();
+    if let Some(m) = metadata {
+        entries.push(format!(r#""__metadata__":{m}"#));
+    }
+    let mut data = Vec::new();
+    for (name, dtype, shape, bytes) in tensors {
+        let shape: Vec<String> = shape.iter().map(u64::to_string).collect();
+        let start = data.len();
+        data.extend_from_slice(bytes);
+        entries.push(format!(
+            r#""{name}":{{"dtype":"{dtype}","shape":[{}],"data_offsets":[{start},{}]}}"#,
+            shape.join(","),
+            data.len()
+        ));
+    }
+    let mut header = format!("{{{}}}", entries.join(",")).into_bytes();
+    while header.len() % 8 != 0 {
+        header.push(b' ');
+    }
+    let mut file = (header.len() as u64).to_le_bytes().to_vec();
+    file.extend_from_slice(&header);
+    file.extend_from_slice(&data);
+    file
+}
+
+/// Bytes per record of the Dense store (`|u1`, 4x12) and of each sample
+/// the dictionary is trained on.
+pub const RECORD: usize = 48;
+/// Records in each store.
+pub const RECORDS: usize = 12;
+/// Samples the dictionary is trained on.
+const SAMPLES: usize = 64;
+/// The dictionary's size bound: small, so that most of a seed is zstd's
+/// header and entropy tables rather than content.
+const DICT_BYTES: usize = 1024;
+
+/// `n` records of `RECORD` bytes: compressible, each different, in the
+/// style of zrecord/tests/store.rs, so frames reference the dictionary.
+pub fn zrecord_records(n: usize, seed: u64) -> Vec<u8> {
+    (0..n * RECORD)
+        .map(|i| ((i as u64 / 7).wrapping_mul(seed + 31) % 23) as u8 + b'a')
+        .collect()
+}
+
+/// The dictionary the `zrecord_dict` stores are written with (zstd's
+/// trainer is deterministic): its bytes are the `trained.dict` seed.
+pub fn zrecord_dictionary() -> Vec<u8> {
+    let samples = zrecord_records(SAMPLES, 3);
+    zrecord::train_dict(&samples, &[RECORD; SAMPLES], DICT_BYTES).expect("train the dictionary")
+}
+
+/// The object the `http_response` seeds serve: its bytes, ETag and
+/// Last-Modified. The body's listed object is this one.
+pub const OBJECT: &[u8] = b"zt fuzz object: forty-eight bytes, 0123456789abc";
+const _: () = assert!(OBJECT.len() == 48);
+/// Its ETag, quoted as servers send it.
+pub const OBJECT_ETAG: &str = "\"zt-1\"";
+/// Its Last-Modified.
+pub const OBJECT_MODIFIED: &str = "Wed, 21 Oct 2015 07:28:00 GMT";

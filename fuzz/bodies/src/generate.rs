@@ -1,0 +1,365 @@
+//! The seeds of the targets whose input is one part of a larger whole the
+//! body supplies ([`crate::fixtures`]): built here from the same
+//! definitions, so that they match it. Written by `cargo run -p
+//! zt-fuzz-bodies --example make-seeds` (fuzz/make_seeds.py writes the
+//! others with the reference libraries); `tests/seeds.rs` checks that the
+//! committed files are what this writes.
+
+use std::path::{Path, PathBuf};
+
+use crate::fixtures::{
+    zrecord_dictionary, zrecord_records, OBJECT, OBJECT_ETAG, OBJECT_MODIFIED, RECORD, SHARD_1,
+    SHARD_2, SHARD_DUPLICATE,
+};
+use crate::http;
+
+/// The targets whose seeds this module writes.
+pub const GENERATED: &[&str] = &["zrecord_dict", "index_json", "http_response"];
+
+/// One seed: its file name and bytes.
+pub type Seed = (String, Vec<u8>);
+
+/// The seeds of `target` (none for a target not in [`GENERATED`]).
+pub fn seeds(target: &str) -> Vec<Seed> {
+    let seeds = match target {
+        "zrecord_dict" => zrecord_dict(),
+        "index_json" => index_json(),
+        "http_response" => http_response(),
+        _ => Vec::new(),
+    };
+    seeds
+        .into_iter()
+        .map(|(name, bytes)| (name.to_string(), bytes))
+        .collect()
+}
+
+/// Where the seeds of `target` live.
+pub fn seed_dir(target: &str) -> PathBuf {
+    crate::repo_root().join("fuzz/seeds").join(target)
+}
+
+/// Replace the seed files of `target` in `dir` by [`seeds`]`(target)`;
+/// notes beside them (`README.md`) stay.
+pub fn write(target: &str, dir: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.is_file() && path.extension().is_none_or(|e| e != "md") {
+            std::fs::remove_file(&path)?;
+        }
+    }
+    for (name, bytes) in seeds(target) {
+        std::fs::write(dir.join(name), bytes)?;
+    }
+    Ok(())
+}
+
+/// The dictionary the stores were written with, and what becomes of one in
+/// a damaged or foreign `dict.zr`.
+fn zrecord_dict() -> Vec<(&'static str, Vec<u8>)> {
+    let trained = zrecord_dictionary();
+    // Loads, but names another id than the frames do.
+    let mut other_id = trained.clone();
+    other_id[4..8].copy_from_slice(&0x1234_5678u32.to_le_bytes());
+    // The magic and id with entropy tables no Huffman or FSE header starts
+    // with, and cut after them: what panicked before the fallible
+    // constructors (zrecord/tests/store.rs).
+    let mut garbage = trained.clone();
+    garbage[8..].fill(0xff);
+    let cut = trained[..8].to_vec();
+    // Half the tables.
+    let half = trained[..trained.len() / 2].to_vec();
+    // No magic: a raw-content dictionary, which zstd loads as it is.
+    let raw = zrecord_records(4, 3);
+    assert_eq!(raw.len(), 4 * RECORD);
+    vec![
+        ("trained.dict", trained),
+        ("other-id.dict", other_id),
+        ("garbage-tables.dict", garbage),
+        ("cut-8.dict", cut),
+        ("half.dict", half),
+        ("raw-content.dict", raw),
+        ("empty.dict", Vec::new()),
+    ]
+}
+
+/// An index as `save_pretrained` writes it (keys sorted, indented by two)
+/// with `weight_map` and `metadata` as given.
+fn index(weight_map: &[(&str, &str)], metadata: &str) -> Vec<u8> {
+    let mut map: Vec<(&str, &str)> = weight_map.to_vec();
+    map.sort();
+    let entries: Vec<String> = map
+        .iter()
+        .map(|(name, file)| format!("    \"{name}\": \"{file}\""))
+        .collect();
+    format!(
+        "{{\n  \"metadata\": {metadata},\n  \"weight_map\": {{\n{}\n  }}\n}}\n",
+        entries.join(",\n")
+    )
+    .into_bytes()
+}
+
+/// Indexes of the shards [`crate::fixtures::index_shards`] writes, valid
+/// and refused.
+fn index_json() -> Vec<(&'static str, Vec<u8>)> {
+    let total = "{\n    \"total_size\": 49\n  }";
+    let both = [
+        ("a", SHARD_1),
+        ("b", SHARD_1),
+        ("c", SHARD_2),
+        ("d", SHARD_2),
+        ("e", SHARD_2),
+    ];
+    let with = |extra: (&'static str, &'static str)| {
+        let mut map = both.to_vec();
+        map.push(extra);
+        map
+    };
+    let moved = |name: &str, to: &'static str| {
+        both.iter()
+            .map(|&(n, f)| if n == name { (n, to) } else { (n, f) })
+            .collect::<Vec<_>>()
+    };
+    let metadata = "{\n    \"total_size\": 49,\n    \"format\": \"pt\",\n    \
+                    \"nested\": {\"list\": [1, -2, 3.5, 1e300, 18446744073709551615, null, true, \"x\"]}\n  }";
+    vec![
+        ("two-shards.index", index(&both, total)),
+        ("one-shard.index", index(&both[..2], total)),
+        ("metadata.index", index(&both, metadata)),
+        // Refused: a tensor in the other shard than the index says, a
+        // tensor no shard has, a shard holding a name the index puts in
+        // another, a shard outside the directory, one that is itself an
+        // index, one that is missing.
+        ("misplaced.index", index(&moved("c", SHARD_1), total)),
+        ("lacks.index", index(&with(("z", SHARD_2)), total)),
+        (
+            "duplicate.index",
+            index(&with(("f", SHARD_DUPLICATE)), total),
+        ),
+        (
+            "escape.index",
+            index(&moved("a", "../model-00001-of-00002.safetensors"), total),
+        ),
+        (
+            "names-an-index.index",
+            index(&moved("a", "other.safetensors.index.json"), total),
+        ),
+        (
+            "missing-shard.index",
+            index(&with(("z", "model-00003-of-00003.safetensors")), total),
+        ),
+        (
+            "not-a-string.index",
+            b"{\"weight_map\": {\"a\": 1}}\n".to_vec(),
+        ),
+        ("empty-map.index", b"{\"weight_map\": {}}\n".to_vec()),
+    ]
+}
+
+/// One response: status line, headers, blank line, body.
+fn response(status: &str, headers: &[(&str, String)], body: &[u8]) -> Vec<u8> {
+    let mut out = format!("HTTP/1.1 {status}\r\n");
+    for (name, value) in headers {
+        out.push_str(&format!("{name}: {value}\r\n"));
+    }
+    out.push_str("\r\n");
+    let mut out = out.into_bytes();
+    out.extend_from_slice(body);
+    out
+}
+
+/// What a server holding [`OBJECT`] answers, ETag and Last-Modified as given.
+struct Honest {
+    etag: Option<&'static str>,
+}
+
+impl Honest {
+    fn version(&self) -> Vec<(&'static str, String)> {
+        let mut h = vec![("Last-Modified", OBJECT_MODIFIED.to_string())];
+        if let Some(tag) = self.etag {
+            h.push(("ETag", tag.to_string()));
+        }
+        h
+    }
+
+    /// 206 with `range` of the object (the whole of it for every request
+    /// the body sends: the object is smaller than either probe and than a
+    /// block).
+    fn partial(&self) -> Vec<u8> {
+        let mut h = self.version();
+        let size = OBJECT.len();
+        h.push(("Content-Range", format!("bytes 0-{}/{size}", size - 1)));
+        h.push(("Content-Length", size.to_string()));
+        response("206 Partial Content", &h, OBJECT)
+    }
+
+    /// 200 and no body, to a HEAD.
+    fn head(&self) -> Vec<u8> {
+        let mut h = self.version();
+        h.push(("Content-Length", OBJECT.len().to_string()));
+        response("200 OK", &h, b"")
+    }
+
+    /// The four answers: head probe, tail probe, HEAD, read.
+    fn all(&self) -> [Vec<u8>; 4] {
+        [self.partial(), self.partial(), self.head(), self.partial()]
+    }
+}
+
+/// `[head probe, tail probe, HEAD, read]` with the read's answer replaced.
+fn read_answer(read: Vec<u8>) -> Vec<Vec<u8>> {
+    let mut parts = HONEST.all().to_vec();
+    parts[3] = read;
+    parts
+}
+
+const HONEST: Honest = Honest {
+    etag: Some(OBJECT_ETAG),
+};
+
+/// A 206 of [`OBJECT`] with these changes to its headers and body.
+fn partial_with(set: &[(&'static str, &str)], body: &[u8]) -> Vec<u8> {
+    let mut h = HONEST.version();
+    let size = OBJECT.len();
+    h.push(("Content-Range", format!("bytes 0-{}/{size}", size - 1)));
+    h.push(("Content-Length", body.len().to_string()));
+    for (name, value) in set {
+        h.retain(|(n, _)| n != name);
+        h.push((name, value.to_string()));
+    }
+    response("206 Partial Content", &h, body)
+}
+
+/// Servers honest, lying and broken.
+fn http_response() -> Vec<(&'static str, Vec<u8>)> {
+    let size = OBJECT.len();
+    let chunked = {
+        let mut h = HONEST.version();
+        h.push(("Content-Range", format!("bytes 0-{}/{size}", size - 1)));
+        h.push(("Transfer-Encoding", "chunked".into()));
+        let (a, b) = OBJECT.split_at(16);
+        let mut body = format!("{:x}\r\n", a.len()).into_bytes();
+        body.extend_from_slice(a);
+        body.extend_from_slice(format!("\r\n{:x}\r\n", b.len()).as_bytes());
+        body.extend_from_slice(b);
+        body.extend_from_slice(b"\r\n0\r\n\r\n");
+        response("206 Partial Content", &h, &body)
+    };
+    let longer = [OBJECT, OBJECT].concat();
+    let unsatisfiable = response(
+        "416 Range Not Satisfiable",
+        &[
+            ("Content-Range", "bytes */0".into()),
+            ("Content-Length", "0".into()),
+        ],
+        b"",
+    );
+    let empty_head = response(
+        "200 OK",
+        &[
+            ("ETag", "\"empty\"".into()),
+            ("Last-Modified", OBJECT_MODIFIED.into()),
+            ("Content-Length", "0".into()),
+        ],
+        b"",
+    );
+    let not_found = response("404 Not Found", &[("Content-Length", "0".into())], b"");
+    let whole = {
+        let mut h = HONEST.version();
+        h.push(("Content-Length", size.to_string()));
+        response("200 OK", &h, OBJECT)
+    };
+    let other_size = format!("bytes 0-{}/{}", size - 1, size + 1);
+    let seeds: Vec<(&str, Vec<Vec<u8>>)> = vec![
+        ("honest.http", HONEST.all().to_vec()),
+        ("no-etag.http", Honest { etag: None }.all().to_vec()),
+        (
+            "chunked.http",
+            vec![chunked.clone(), chunked.clone(), HONEST.head(), chunked],
+        ),
+        // An empty object: both probes refused, the HEAD says 0 bytes.
+        (
+            "empty-object.http",
+            vec![unsatisfiable.clone(), unsatisfiable, empty_head],
+        ),
+        (
+            "not-found.http",
+            vec![
+                not_found.clone(),
+                not_found.clone(),
+                not_found.clone(),
+                not_found,
+            ],
+        ),
+        // A server that ignores Range: 200 and the whole object.
+        (
+            "ignores-range.http",
+            vec![whole.clone(), whole.clone(), HONEST.head(), whole],
+        ),
+        // The object changes between open's two probes.
+        (
+            "tail-changed.http",
+            vec![
+                HONEST.partial(),
+                partial_with(&[("ETag", "\"zt-2\"")], OBJECT),
+                HONEST.head(),
+                HONEST.partial(),
+            ],
+        ),
+        ("tail-other-size.http", {
+            let mut p = HONEST.all().to_vec();
+            p[1] = partial_with(&[("Content-Range", &other_size)], OBJECT);
+            p
+        }),
+        // The read's answers: another version, no ETag, another range, a
+        // body longer than the range (announced, or only sent), shorter
+        // (announced, or cut off by the end of the connection), no
+        // Content-Range, a status that is no 206.
+        (
+            "read-changed.http",
+            read_answer(partial_with(&[("ETag", "\"zt-2\"")], OBJECT)),
+        ),
+        (
+            "read-no-etag.http",
+            read_answer(Honest { etag: None }.partial()),
+        ),
+        (
+            "read-other-range.http",
+            read_answer(partial_with(&[("Content-Range", "bytes 8-55/56")], OBJECT)),
+        ),
+        ("read-longer.http", read_answer(partial_with(&[], &longer))),
+        (
+            "read-longer-unannounced.http",
+            read_answer(partial_with(&[("Content-Length", "48")], &longer)),
+        ),
+        (
+            "read-short.http",
+            read_answer(partial_with(&[], &OBJECT[..20])),
+        ),
+        (
+            "read-cut-off.http",
+            read_answer(partial_with(&[("Content-Length", "48")], &OBJECT[..20])),
+        ),
+        (
+            "read-no-content-range.http",
+            read_answer({
+                let mut h = HONEST.version();
+                h.push(("Content-Length", size.to_string()));
+                response("206 Partial Content", &h, OBJECT)
+            }),
+        ),
+        (
+            "read-precondition-failed.http",
+            read_answer(response(
+                "412 Precondition Failed",
+                &[("Content-Length", "0".into())],
+                b"",
+            )),
+        ),
+        ("read-garbage.http", read_answer(b"HTTP/1.1 2".to_vec())),
+    ];
+    seeds
+        .into_iter()
+        .map(|(name, parts)| (name, http::join(&parts)))
+        .collect()
+}
