@@ -86,12 +86,34 @@ pub(crate) struct Opener<'a> {
 }
 
 impl Opener<'_> {
-    /// Open one file, or a Hugging Face shard index (`*.index.json`).
+    /// Open one file, a Hugging Face shard index (`*.index.json`), or a
+    /// local directory, as the checkpoint file it holds.
     pub fn open(&self, path: &Path) -> Result<Source> {
+        if !location::is_url(path) && path.is_dir() {
+            return self.open(&self.checkpoint_in(path)?);
+        }
         if is_shard_index(path) {
             return self.open_index(path);
         }
         self.open_file(path)
+    }
+
+    /// The file a directory is opened through: the first present of the
+    /// checkpoint names the plugins declare, most preferred first (a model
+    /// directory's `model.safetensors`, a distributed checkpoint's
+    /// `.metadata`). The plugins name the files, so the core names no
+    /// format; the file found is a regular file, so this never recurses.
+    fn checkpoint_in(&self, dir: &Path) -> Result<std::path::PathBuf> {
+        let names = self.registry.checkpoint_names();
+        names
+            .iter()
+            .map(|name| dir.join(name))
+            .find(|p| p.is_file())
+            .ok_or_else(|| Error::Index {
+                rule: Rule::INDEX_CHECKPOINT,
+                ctx: Context::file(dir),
+                reason: format!("no checkpoint here (looked for {})", names.join(", ")),
+            })
     }
 
     /// Open several files as one source; a name found in two files is an error.

@@ -70,7 +70,10 @@ pub struct Reader {
 
 /// A checkpoint file name in a model directory and how much it is
 /// preferred: lower first (`from_pretrained` prefers safetensors, 10-19,
-/// over PyTorch, 20-29; a shard index before the single file).
+/// over PyTorch, 20-29; a shard index before the single file). Opening a
+/// directory opens the first of these names present in it, which is how a
+/// format whose checkpoint is a directory (DCP: `.metadata` beside its
+/// `.distcp` files) is opened by the directory's path.
 #[derive(Debug, Clone, Copy)]
 pub struct Checkpoint {
     /// The file name (`model.safetensors.index.json`).

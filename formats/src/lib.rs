@@ -7,6 +7,7 @@
 //! refusals cite (`NAME::rules`, listed in `NAME::RULES`); the core names
 //! none of them.
 
+pub mod dcp;
 pub mod gguf;
 pub mod h5;
 pub mod npy;

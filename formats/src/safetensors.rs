@@ -24,6 +24,7 @@ use zt_core::error::{Context, Error, Result};
 use zt_core::format::{Format, OpenInput, Probe};
 use zt_core::limits::Limits;
 use zt_core::publish::publish_with;
+use zt_core::store::Store;
 use zt_core::write::{
     string_metadata, FormatWriter, MetadataCaps, TensorIn, WriteOptions, WriterCaps,
 };
@@ -248,123 +249,131 @@ impl Format for Safetensors {
     }
 
     fn open(&self, input: &OpenInput<'_>) -> Result<Catalog> {
-        let store = input.store;
-        let ctx = input.ctx();
-        let len_bytes = store.read(0, 8).map_err(|_| Error::Truncated {
+        open_in(input.store, input.limits, 0)
+    }
+}
+
+/// The tensors of a safetensors file that starts at byte `start` of `store`
+/// and runs to its end, as [`Safetensors`] would list that file alone (a
+/// PyTorch distributed checkpoint saved as `SAFETENSORS` ends each `.distcp`
+/// file with one, after its non-tensor entries): payloads point into `store`.
+pub fn open_in(store: &Arc<Store>, limits: &Limits, start: u64) -> Result<Catalog> {
+    let ctx = store.ctx();
+    let len_bytes = store.read(start, 8).map_err(|_| Error::Truncated {
+        rule: Rule::TRUNCATED,
+        ctx: ctx.clone(),
+        what: "safetensors header length",
+        needed: 8,
+        available: store.len().saturating_sub(start),
+    })?;
+    let n = u64::from_le_bytes(len_bytes[..8].try_into().expect("8 bytes"));
+    limits.check_header(&ctx, n)?;
+    // The reference crate's own cap applies even when `Limits` allow
+    // more, so every file zt accepts is one the reference accepts.
+    Limits::check(&ctx, "safetensors header_bytes", n, MAX_HEADER)?;
+    // `start + 8` fits: the read above ended inside the file.
+    let data_start = (start + 8).checked_add(n).ok_or_else(|| Error::Overflow {
+        rule: Rule::OVERFLOW,
+        ctx: ctx.clone(),
+        what: "header end",
+    })?;
+    if data_start > store.len() {
+        return Err(Error::Truncated {
             rule: Rule::TRUNCATED,
-            ctx: ctx.clone(),
-            what: "safetensors header length",
-            needed: 8,
-            available: store.len(),
-        })?;
-        let n = u64::from_le_bytes(len_bytes[..8].try_into().expect("8 bytes"));
-        input.limits.check_header(&ctx, n)?;
-        // The reference crate's own cap applies even when `Limits` allow
-        // more, so every file zt accepts is one the reference accepts.
-        Limits::check(&ctx, "safetensors header_bytes", n, MAX_HEADER)?;
-        let data_start = 8u64.checked_add(n).ok_or_else(|| Error::Overflow {
-            rule: Rule::OVERFLOW,
-            ctx: ctx.clone(),
-            what: "header end",
-        })?;
-        if data_start > store.len() {
-            return Err(Error::Truncated {
-                rule: Rule::TRUNCATED,
-                ctx: ctx.at(8),
-                what: "safetensors header",
-                needed: n,
-                available: store.len() - 8,
-            });
-        }
-        let header = store.read(8, n)?;
-        let text = std::str::from_utf8(&header).map_err(|e| {
-            Error::header(
-                ctx.clone().at(8),
-                rules::HEADER,
-                format!("header is not UTF-8: {e}"),
-            )
-        })?;
-        let Header { metadata, entries } = serde_json::from_str(text).map_err(|e| {
-            Error::header(
-                ctx.clone().at(8),
-                rules::HEADER,
-                format!("bad JSON header: {e}"),
-            )
-        })?;
-        input.limits.check_tensors(&ctx, entries.len() as u64)?;
-        let attributes = match metadata {
-            Some(map) => parse_metadata(map).map_err(|e| e.in_file(store.path()))?,
-            None => Vec::new(),
-        };
+            ctx: ctx.at(start + 8),
+            what: "safetensors header",
+            needed: n,
+            available: store.len() - start - 8,
+        });
+    }
+    let header = store.read(start + 8, n)?;
+    let text = std::str::from_utf8(&header).map_err(|e| {
+        Error::header(
+            ctx.clone().at(start + 8),
+            rules::HEADER,
+            format!("header is not UTF-8: {e}"),
+        )
+    })?;
+    let Header { metadata, entries } = serde_json::from_str(text).map_err(|e| {
+        Error::header(
+            ctx.clone().at(start + 8),
+            rules::HEADER,
+            format!("bad JSON header: {e}"),
+        )
+    })?;
+    limits.check_tensors(&ctx, entries.len() as u64)?;
+    let attributes = match metadata {
+        Some(map) => parse_metadata(map).map_err(|e| e.in_file(store.path()))?,
+        None => Vec::new(),
+    };
 
-        let mut tensors = Vec::with_capacity(entries.len());
-        for (name, info) in entries {
-            let (dtype, begin, end) = check_entry(&info, input.limits)
-                .map_err(|e| e.in_file(store.path()).in_tensor(&name))?;
-            tensors.push((name, dtype, info.shape, begin, end));
-        }
+    let mut tensors = Vec::with_capacity(entries.len());
+    for (name, info) in entries {
+        let (dtype, begin, end) =
+            check_entry(&info, limits).map_err(|e| e.in_file(store.path()).in_tensor(&name))?;
+        tensors.push((name, dtype, info.shape, begin, end));
+    }
 
-        // The offsets must tile the buffer: sorted, each starting where the
-        // previous ended, the last ending at end of file.
-        tensors.sort_unstable_by_key(|t| (t.3, t.4));
-        let mut cursor = 0u64;
-        for (i, t) in tensors.iter().enumerate() {
-            if t.3 != cursor {
-                // Two entries with one name and one range sort next to each
-                // other; name that rather than the overlap it causes.
-                if i > 0 && tensors[i - 1].0 == t.0 {
-                    return Err(Error::DuplicateName {
-                        ctx: ctx.clone().tensor(&t.0),
-                    });
-                }
-                let what = if t.3 < cursor {
-                    "overlaps the previous tensor"
-                } else {
-                    "leaves a gap after the previous tensor"
-                };
-                return Err(Error::range(
-                    ctx.clone().tensor(&t.0).at(data_start + t.3),
-                    rules::OFFSETS,
-                    format!("data_offsets [{}, {}] {what}", t.3, t.4),
-                ));
+    // The offsets must tile the buffer: sorted, each starting where the
+    // previous ended, the last ending at end of file.
+    tensors.sort_unstable_by_key(|t| (t.3, t.4));
+    let mut cursor = 0u64;
+    for (i, t) in tensors.iter().enumerate() {
+        if t.3 != cursor {
+            // Two entries with one name and one range sort next to each
+            // other; name that rather than the overlap it causes.
+            if i > 0 && tensors[i - 1].0 == t.0 {
+                return Err(Error::DuplicateName {
+                    ctx: ctx.clone().tensor(&t.0),
+                });
             }
-            cursor = t.4;
-        }
-        let expected = data_start
-            .checked_add(cursor)
-            .ok_or_else(|| Error::Overflow {
-                rule: Rule::OVERFLOW,
-                ctx: ctx.clone(),
-                what: "buffer end",
-            })?;
-        if expected != store.len() {
+            let what = if t.3 < cursor {
+                "overlaps the previous tensor"
+            } else {
+                "leaves a gap after the previous tensor"
+            };
             return Err(Error::range(
-                ctx.clone(),
+                ctx.clone().tensor(&t.0).at(data_start + t.3),
                 rules::OFFSETS,
-                format!(
-                    "tensors end at byte {expected} but the file has {} bytes",
-                    store.len()
-                ),
+                format!("data_offsets [{}, {}] {what}", t.3, t.4),
             ));
         }
-
-        let objects = tensors
-            .into_iter()
-            .map(|(name, dtype, shape, begin, end)| {
-                let payload = Payload::Stored {
-                    store: Arc::clone(store),
-                    offset: data_start + begin,
-                    len: end - begin,
-                };
-                Object::dense(name, dtype, shape, payload)
-            })
-            .collect();
-        Ok(Catalog {
-            objects,
-            attributes,
-            ..Catalog::default()
-        })
+        cursor = t.4;
     }
+    let expected = data_start
+        .checked_add(cursor)
+        .ok_or_else(|| Error::Overflow {
+            rule: Rule::OVERFLOW,
+            ctx: ctx.clone(),
+            what: "buffer end",
+        })?;
+    if expected != store.len() {
+        return Err(Error::range(
+            ctx.clone(),
+            rules::OFFSETS,
+            format!(
+                "tensors end at byte {expected} but the file has {} bytes",
+                store.len()
+            ),
+        ));
+    }
+
+    let objects = tensors
+        .into_iter()
+        .map(|(name, dtype, shape, begin, end)| {
+            let payload = Payload::Stored {
+                store: Arc::clone(store),
+                offset: data_start + begin,
+                len: end - begin,
+            };
+            Object::dense(name, dtype, shape, payload)
+        })
+        .collect();
+    Ok(Catalog {
+        objects,
+        attributes,
+        ..Catalog::default()
+    })
 }
 
 /// Check one entry's dtype, rank and byte size; returns the dtype and the

@@ -7,7 +7,7 @@
 use std::sync::OnceLock;
 
 use zt_core::{Plugin, Registry, Rule};
-use zt_formats::{gguf, h5, npy, onnx, pt, safetensors, zip, ztensor};
+use zt_formats::{dcp, gguf, h5, npy, onnx, pt, safetensors, zip, ztensor};
 
 /// Every plugin. Detection order comes from each reader's rank, not from
 /// this order (which only breaks ties and orders the writers).
@@ -20,6 +20,7 @@ static PLUGINS: &[&Plugin] = &[
     &safetensors::PLUGIN,
     &onnx::PLUGIN,
     &zip::PLUGIN,
+    &dcp::PLUGIN,
 ];
 
 /// Every plugin zt links, as listed.
@@ -99,6 +100,7 @@ mod tests {
                 "gguf",
                 "h5",
                 "npy",
+                "dcp",
                 "pt",
                 "npz",
                 "safetensors",
@@ -115,6 +117,7 @@ mod tests {
                 "pytorch_model.bin.index.json",
                 "pytorch_model.bin",
                 "model.zt",
+                ".metadata",
             ]
         );
         let names: HashSet<&str> = PLUGINS.iter().map(|p| p.name).collect();

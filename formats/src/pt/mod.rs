@@ -36,6 +36,13 @@ use zt_core::store::Store;
 pub use rules::RULES;
 pub use write::{write, PtWriter};
 
+/// The tensors of a zip checkpoint embedded at `[start, start + len)` of
+/// `store`, as [`Pt`] would list that archive alone (a distributed
+/// checkpoint's chunk: `torch.save` output inside a `.distcp` file).
+pub fn open_embedded(store: &Arc<Store>, limits: &Limits, start: u64, len: u64) -> Result<Catalog> {
+    zip::open_in(store, limits, start, len)
+}
+
 /// The PyTorch checkpoint plugin.
 pub struct Pt;
 

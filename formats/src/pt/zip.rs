@@ -10,17 +10,26 @@ use std::collections::HashMap;
 use super::pickle::Vm;
 use super::rebuild::{find_tensors, TorchInterp};
 use super::{catalog, root_name, Record};
-use crate::zip::{member_bytes, read_entries, Entry};
+use crate::zip::{member_bytes, read_entries_in, Entry};
+use std::sync::Arc;
 use zt_core::catalog::{Catalog, Value};
 use zt_core::error::{Error, Result};
 use zt_core::format::OpenInput;
+use zt_core::limits::Limits;
+use zt_core::store::Store;
 
 /// Read the archive's pickle and resolve every tensor to its record.
 pub fn open(input: &OpenInput<'_>) -> Result<Catalog> {
-    let store = input.store;
-    let limits = input.limits;
-    let ctx = input.ctx();
-    let entries = read_entries(store, &ctx, limits)?;
+    open_in(input.store, input.limits, 0, input.store.len())
+}
+
+/// [`open`] for an archive embedded at `[start, start + len)` of `store`
+/// (each chunk of a PyTorch distributed checkpoint is a whole `torch.save`
+/// archive inside a `.distcp` file): the catalog's payloads point into
+/// `store`.
+pub fn open_in(store: &Arc<Store>, limits: &Limits, start: u64, len: u64) -> Result<Catalog> {
+    let ctx = store.ctx();
+    let entries = read_entries_in(store, &ctx, limits, start, len)?;
     let root = match entries.first().and_then(|e| e.name.split_once('/')) {
         Some((root, _)) => root.to_string(),
         None => {

@@ -125,7 +125,23 @@ struct Directory {
 /// Read every entry of the archive in `store`, with data offsets resolved
 /// from the local headers and overlaps refused.
 pub fn read_entries(store: &Store, ctx: &Context, limits: &Limits) -> Result<Vec<Entry>> {
-    let dir = find_directory(store, ctx)?;
+    read_entries_in(store, ctx, limits, 0, store.len())
+}
+
+/// [`read_entries`] for an archive embedded at `[start, start + len)` of
+/// `store` (a PyTorch distributed checkpoint holds one `torch.save` archive
+/// per chunk in one file): the archive's own offsets count from `start`,
+/// and the entries returned carry offsets into `store`, so
+/// [`member_bytes`] reads them unchanged. Nothing outside the range is read.
+pub fn read_entries_in(
+    store: &Store,
+    ctx: &Context,
+    limits: &Limits,
+    start: u64,
+    len: u64,
+) -> Result<Vec<Entry>> {
+    store.check_range(start, len, "embedded zip archive")?;
+    let dir = find_directory(store, ctx, start, len)?;
     Limits::check(ctx, "entries", dir.count, limits.entries)?;
     limits.check_header(ctx, dir.size)?;
     let end = dir
@@ -158,17 +174,27 @@ pub fn read_entries(store: &Store, ctx: &Context, limits: &Limits) -> Result<Vec
             ),
         ));
     }
-    let bytes = store.read(dir.offset, dir.size)?;
+    // Within the range: `end <= dir.limit < len` was checked above.
+    let dir_start = start + dir.offset;
+    let bytes = store.read(dir_start, dir.size)?;
     let mut entries = Vec::with_capacity(dir.count as usize);
     let mut at = 0usize;
     for _ in 0..dir.count {
-        let (entry, next) = central_entry(ctx, &bytes, at, dir.offset, limits)?;
+        let (mut entry, next) = central_entry(ctx, &bytes, at, dir_start, limits)?;
+        entry.local_offset =
+            start
+                .checked_add(entry.local_offset)
+                .ok_or_else(|| Error::Overflow {
+                    rule: Rule::OVERFLOW,
+                    ctx: ctx.clone(),
+                    what: "zip member offset",
+                })?;
         entries.push(entry);
         at = next;
     }
     if at as u64 != dir.size {
         return Err(Error::header(
-            ctx.clone().at(dir.offset + at as u64),
+            ctx.clone().at(dir_start + at as u64),
             rules::DIRECTORY,
             format!(
                 "{} entries end at byte {at} of a {}-byte central directory",
@@ -184,7 +210,7 @@ pub fn read_entries(store: &Store, ctx: &Context, limits: &Limits) -> Result<Vec
         .collect();
     store.prefetch_ranges(&headers)?;
     for entry in &mut entries {
-        entry.data_start = local_data_start(store, ctx, entry, dir.offset)?;
+        entry.data_start = local_data_start(store, ctx, entry, dir_start)?;
     }
     check_overlaps(ctx, &entries)?;
     Ok(entries)
@@ -192,9 +218,9 @@ pub fn read_entries(store: &Store, ctx: &Context, limits: &Limits) -> Result<Vec
 
 /// Find the end of central directory record (searching back over a
 /// possible comment) and, when a zip64 locator precedes it, the zip64 end
-/// record.
-fn find_directory(store: &Store, ctx: &Context) -> Result<Directory> {
-    let len = store.len();
+/// record, in the archive at `[start, start + len)` of `store`; the
+/// offsets returned count from `start`.
+fn find_directory(store: &Store, ctx: &Context, start: u64, len: u64) -> Result<Directory> {
     if len < EOCD_LEN {
         return Err(Error::Truncated {
             rule: Rule::TRUNCATED,
@@ -205,7 +231,7 @@ fn find_directory(store: &Store, ctx: &Context) -> Result<Directory> {
         });
     }
     let tail_start = len.saturating_sub(EOCD_SEARCH);
-    let tail = store.read(tail_start, len - tail_start)?;
+    let tail = store.read(start + tail_start, len - tail_start)?;
     // The last signature whose record and comment fit in the file.
     let found = (0..=tail.len() - EOCD_LEN as usize).rev().find(|&i| {
         u32_at(&tail, i) == EOCD_SIG
@@ -223,14 +249,14 @@ fn find_directory(store: &Store, ctx: &Context) -> Result<Directory> {
     if u16_at(eocd, 4) != 0 || u16_at(eocd, 6) != 0 {
         return Err(Error::Unsupported {
             rule: rules::UNSUPPORTED,
-            ctx: ctx.clone().at(eocd_pos),
+            ctx: ctx.clone().at(start + eocd_pos),
             reason: "multi-disk zip archives".into(),
         });
     }
     if eocd_pos >= LOCATOR_LEN {
-        let locator = store.read(eocd_pos - LOCATOR_LEN, LOCATOR_LEN)?;
+        let locator = store.read(start + eocd_pos - LOCATOR_LEN, LOCATOR_LEN)?;
         if u32_at(&locator, 0) == LOCATOR_SIG {
-            return zip64_directory(store, ctx, &locator, eocd_pos - LOCATOR_LEN);
+            return zip64_directory(store, ctx, &locator, start, eocd_pos - LOCATOR_LEN);
         }
     }
     Ok(Directory {
@@ -246,13 +272,14 @@ fn zip64_directory(
     store: &Store,
     ctx: &Context,
     locator: &[u8],
+    start: u64,
     locator_pos: u64,
 ) -> Result<Directory> {
     let record_pos = u64_at(locator, 8);
     if u32_at(locator, 4) != 0 || u32_at(locator, 16) > 1 {
         return Err(Error::Unsupported {
             rule: rules::UNSUPPORTED,
-            ctx: ctx.clone().at(locator_pos),
+            ctx: ctx.clone().at(start.saturating_add(locator_pos)),
             reason: "multi-disk zip64 archives".into(),
         });
     }
@@ -261,15 +288,15 @@ fn zip64_directory(
         .is_none_or(|end| end > locator_pos)
     {
         return Err(Error::range(
-            ctx.clone().at(locator_pos),
+            ctx.clone().at(start.saturating_add(locator_pos)),
             rules::DIRECTORY,
             format!("zip64 end record offset {record_pos} is not before its locator"),
         ));
     }
-    let record = store.read(record_pos, EOCD64_LEN)?;
+    let record = store.read(start + record_pos, EOCD64_LEN)?;
     if u32_at(&record, 0) != EOCD64_SIG {
         return Err(Error::header(
-            ctx.clone().at(record_pos),
+            ctx.clone().at(start.saturating_add(record_pos)),
             rules::DIRECTORY,
             "no zip64 end of central directory record where the locator points",
         ));
@@ -277,7 +304,7 @@ fn zip64_directory(
     if u32_at(&record, 16) != 0 || u32_at(&record, 20) != 0 {
         return Err(Error::Unsupported {
             rule: rules::UNSUPPORTED,
-            ctx: ctx.clone().at(record_pos),
+            ctx: ctx.clone().at(start.saturating_add(record_pos)),
             reason: "multi-disk zip64 archives".into(),
         });
     }
