@@ -23,6 +23,8 @@ pub struct Request<'a> {
     pub max_shard_size: Option<u64>,
     /// `--to`: the format of a directory output.
     pub to: Option<&'a str>,
+    /// `--select`, `--strip-prefix`, `--rename`, `--dtype`.
+    pub transform: zt::Transform,
     /// Draw the progress line.
     pub show_progress: bool,
 }
@@ -43,6 +45,11 @@ pub fn run(req: &Request<'_>) -> zt::Result<()> {
     let source: Source = match input_dir {
         Some(dir) => zt::open(zt::model_dir::checkpoint_in(dir)?)?,
         None => zt::open_all(req.inputs)?,
+    };
+    let source = if req.transform.is_identity() {
+        source
+    } else {
+        source.transform(&req.transform)?
     };
     let dir_out = is_dir_output(req.out, input_dir.is_some());
     if req.to.is_some() && !dir_out {
@@ -101,6 +108,30 @@ fn usage(reason: &str) -> zt::Error {
         ctx: zt::Context::default(),
         reason: reason.into(),
     }
+}
+
+/// `--select`, `--strip-prefix`, `--rename OLD=NEW` and `--dtype` as one
+/// [`zt::Transform`].
+pub fn transform(
+    select: Vec<String>,
+    strip_prefix: Option<String>,
+    rename: &[String],
+    dtype: Option<&str>,
+) -> zt::Result<zt::Transform> {
+    let map = rename
+        .iter()
+        .map(|pair| match pair.split_once('=') {
+            Some((old, new)) if !old.is_empty() && !new.is_empty() => {
+                Ok((old.to_string(), new.to_string()))
+            }
+            _ => Err(usage(&format!("--rename {pair:?}: expected OLD=NEW"))),
+        })
+        .collect::<zt::Result<Vec<_>>>()?;
+    Ok(zt::Transform {
+        select,
+        rename: zt::transform::Rename { strip_prefix, map },
+        dtype: dtype.map(zt::transform::parse_cast_dtype).transpose()?,
+    })
 }
 
 /// Parse `--max-shard-size`.

@@ -88,6 +88,20 @@ enum Command {
         /// Compression for .zt: zstd or zstd:LEVEL.
         #[arg(long)]
         compress: Option<String>,
+        /// Convert only the tensors whose names match this glob (`*`, `?`,
+        /// `[abc]`); repeat for a union. A pattern matching nothing is an error.
+        #[arg(long, value_name = "GLOB")]
+        select: Vec<String>,
+        /// Strip this prefix from the names that start with it.
+        #[arg(long, value_name = "PREFIX")]
+        strip_prefix: Option<String>,
+        /// Write the tensor named OLD as NEW; repeatable (before --strip-prefix).
+        #[arg(long, value_name = "OLD=NEW")]
+        rename: Vec<String>,
+        /// Cast floating tensors (f64, f32, f16, bf16) to bf16, f16, f32 or
+        /// f64, rounding as torch does; other tensors are unchanged.
+        #[arg(long, value_name = "DTYPE")]
+        dtype: Option<String>,
         /// Draw a progress line on stderr even when it is not a terminal.
         #[arg(long, conflicts_with = "no_progress")]
         progress: bool,
@@ -187,6 +201,10 @@ fn dispatch(cli: Cli) -> u8 {
             to,
             align,
             compress,
+            select,
+            strip_prefix,
+            rename,
+            dtype,
             progress,
             no_progress,
         } => {
@@ -199,6 +217,7 @@ fn dispatch(cli: Cli) -> u8 {
                     options: &options,
                     max_shard_size: convert::shard_size(max_shard_size.as_deref())?,
                     to: to.as_deref(),
+                    transform: convert::transform(select, strip_prefix, &rename, dtype.as_deref())?,
                     show_progress,
                 })
             })

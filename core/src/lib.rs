@@ -12,7 +12,9 @@
 
 #![deny(missing_docs)]
 
+pub mod assemble;
 pub mod buffer;
+pub mod cast;
 pub mod catalog;
 pub mod copy;
 pub mod digests;
@@ -35,6 +37,7 @@ pub mod selection;
 pub mod shard;
 pub mod source;
 pub mod store;
+pub mod transform;
 pub mod write;
 
 pub use catalog::{
@@ -52,6 +55,7 @@ pub use registry::Registry;
 pub use rule::Rule;
 pub use source::Source;
 pub use store::Store;
+pub use transform::{Rename, Transform};
 pub use write::{
     Align, FormatWriter, MetadataCaps, TensorIn, WriteOptions, WriterCaps, WrittenFile,
 };

@@ -192,8 +192,11 @@ impl Registry {
         let writer = self.writer_for(path)?;
         crate::write::check_request(writer, path, options, None)?;
         // A whole read: queue the source's bytes in file order first (advice
-        // only: a failure to advise is no reason to fail the conversion).
-        let _ = source.read_ahead_all();
+        // only: a failure to advise is no reason to fail the conversion),
+        // unless the writer reads ahead as it writes.
+        if !writer.reads_ahead() {
+            let _ = source.read_ahead_all();
+        }
         crate::publish::to_location(path, &options.storage_options, |local| {
             writer.write(source, local, options)
         })
@@ -282,7 +285,9 @@ fn with_tensors<T>(
     options: &WriteOptions,
     body: impl FnOnce(&crate::shard::Tensors<'_>) -> Result<T>,
 ) -> Result<T> {
-    let _ = source.read_ahead_all(); // as in `Registry::convert`
+    if !writer.reads_ahead() {
+        let _ = source.read_ahead_all(); // as in `Registry::convert`
+    }
     let names: Vec<&str> = source.names().collect();
     let items: Vec<crate::shard::Item> = source
         .tensors()

@@ -126,6 +126,14 @@ impl Rule {
     pub const WRITE_FORMAT: Rule = Rule::new("write.Format");
     /// A tensor's bytes are not its shape times its dtype's width.
     pub const WRITE_SIZE: Rule = Rule::new("write.Size");
+    /// A conversion's `select` pattern that is malformed or matches no tensor.
+    pub const WRITE_SELECT: Rule = Rule::new("write.Select");
+    /// A conversion's `rename` that gives two tensors one name, or a
+    /// tensor an empty name.
+    pub const WRITE_RENAME: Rule = Rule::new("write.Rename");
+    /// A conversion's `dtype` that is not a floating type zt casts to, or a
+    /// tensor whose floating type zt cannot cast from.
+    pub const WRITE_CAST: Rule = Rule::new("write.Cast");
 
     /// Every rule the core defines (the registry's tests add each plugin's
     /// `RULES` and check that no name repeats).
@@ -162,6 +170,9 @@ impl Rule {
         Rule::WRITE_USAGE,
         Rule::WRITE_FORMAT,
         Rule::WRITE_SIZE,
+        Rule::WRITE_SELECT,
+        Rule::WRITE_RENAME,
+        Rule::WRITE_CAST,
     ];
 }
 

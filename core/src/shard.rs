@@ -804,7 +804,7 @@ fn remove_replaced(dir: &Path, layout: &ShardLayout, name: &str, files: &[String
 
 /// Refuse a destination directory that exists and is not empty: a model
 /// directory is replaced only where nothing would be lost.
-fn refuse_occupied(dest_dir: &Path) -> Result<()> {
+pub fn refuse_occupied(dest_dir: &Path) -> Result<()> {
     match std::fs::symlink_metadata(dest_dir) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(Error::io(dest_dir, e)),
@@ -829,7 +829,7 @@ fn refuse_occupied(dest_dir: &Path) -> Result<()> {
 
 /// Rename the complete staging directory to `dest_dir` (which is absent
 /// or an empty directory, which the rename replaces), durably.
-fn rename_dir(staged: &Path, dest_dir: &Path) -> Result<()> {
+pub fn rename_dir(staged: &Path, dest_dir: &Path) -> Result<()> {
     crate::publish::sync_dir(staged)?;
     std::fs::rename(staged, dest_dir).map_err(|e| Error::io(dest_dir, e))?;
     crate::publish::sync_dir(&parent_dir(dest_dir))

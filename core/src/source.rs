@@ -333,6 +333,62 @@ impl Source {
         }
     }
 
+    /// Give every object a new name (`rename(old)`, `None` keeps it), the
+    /// name index rebuilt; `Err((first, second))`: the slots of the first
+    /// two objects that now share a name, in listing order, nothing
+    /// renamed. For a source whose slots are its positions (a
+    /// [`Source::select`]ion), as `crate::transform` builds it.
+    pub(crate) fn rename_objects(
+        &mut self,
+        rename: impl Fn(&str) -> Option<String>,
+    ) -> std::result::Result<(), (usize, usize)> {
+        let names: Vec<Option<String>> = self.objects.iter().map(|o| rename(&o.name)).collect();
+        let name_of = |i: usize| match &names[i] {
+            Some(new) => new.as_str(),
+            None => self.objects[i].name.as_str(),
+        };
+        let mut index = NameIndex::with_capacity(self.objects.len());
+        for position in 0..self.objects.len() {
+            let slot = self.slot(position);
+            if !index.insert(slot, name_of) {
+                let first = index
+                    .get(name_of(slot), name_of)
+                    .expect("a repeated name is indexed");
+                return Err((first, slot));
+            }
+        }
+        for (object, name) in self.objects.iter_mut().zip(names) {
+            if let Some(name) = name {
+                object.name = name;
+            }
+        }
+        self.index = OnceLock::from(index);
+        Ok(())
+    }
+
+    /// Replace parts (`(slot, part index, new part)`: a cast's decoded
+    /// views), forgetting the digests stored for the old bytes. The
+    /// objects' lazy checks stay: every read of a new part runs its
+    /// object's check first, as before.
+    pub(crate) fn replace_parts(&mut self, parts: Vec<(usize, usize, Part)>) {
+        if parts.is_empty() {
+            return;
+        }
+        let mut stale: Vec<(usize, usize)> = parts.iter().map(|(o, p, _)| (*o, *p)).collect();
+        stale.sort_unstable();
+        for (slot, part, with) in parts {
+            self.objects[slot].parts[part] = with;
+        }
+        self.digests
+            .finish(|o, p| stale.binary_search(&(o, p)).is_err());
+        self.occupancy = OnceLock::new();
+    }
+
+    /// The object in `slot`.
+    pub(crate) fn slot_object(&self, slot: usize) -> &Object {
+        &self.objects[slot]
+    }
+
     /// The detected format (`"safetensors"`, `"npz"`, ... or `"mixed"`).
     pub fn format(&self) -> &'static str {
         self.format

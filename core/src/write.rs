@@ -183,6 +183,12 @@ impl WriterCaps {
         options: &[],
         arrays: false,
     };
+
+    /// [`WriterCaps::DENSE`], written from arrays too.
+    pub const DENSE_ARRAYS: WriterCaps = WriterCaps {
+        arrays: true,
+        ..WriterCaps::DENSE
+    };
 }
 
 /// Refuse a request `writer` cannot honour, citing the `write.*` rule it
@@ -240,6 +246,14 @@ pub trait FormatWriter: Send + Sync + 'static {
     /// format with layouts of its own (`.zt`, GGUF's blocks) writes them.
     fn write(&self, source: &Source, path: &Path, options: &WriteOptions) -> Result<u64> {
         write_dense(self, source, path, options)
+    }
+
+    /// Whether [`FormatWriter::write`] reads its source ahead itself, a
+    /// window at a time as it writes (safetensors), so a conversion must
+    /// not read the whole source ahead first: that would keep every page of
+    /// a mapped source resident at once.
+    fn reads_ahead(&self) -> bool {
+        false
     }
 
     /// Write in-memory tensors (what `zt.save` and `zt.numpy.save_file` are

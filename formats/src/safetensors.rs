@@ -24,6 +24,7 @@ use zt_core::error::{Context, Error, Result};
 use zt_core::format::{Format, OpenInput, Probe};
 use zt_core::limits::Limits;
 use zt_core::publish::publish_with;
+use zt_core::source::Source;
 use zt_core::store::Store;
 use zt_core::write::{
     string_metadata, FormatWriter, MetadataCaps, TensorIn, WriteOptions, WriterCaps,
@@ -469,14 +470,111 @@ fn write_synced(
     metadata: Option<&[(String, String)]>,
     durable: bool,
 ) -> Result<u64> {
-    let (header, order) = prepare(&Context::file(path), tensors, metadata)?;
+    let (header, order) = prepare_inputs(&Context::file(path), tensors, metadata)?;
     publish_with(path, durable, |w| {
         w.write_all(&header)?;
-        for t in &order {
-            w.write_all(t.data)?;
+        for &i in &order {
+            w.write_all(tensors[i].data)?;
         }
         Ok(())
     })
+}
+
+/// How many bytes of tensors [`write_source`] reads ahead at a time.
+const READ_AHEAD_WINDOW: u64 = 64 << 20;
+
+/// Every tensor of `source` written as [`write_with`] writes them, one
+/// tensor's bytes in memory at a time: each read (borrowed from the
+/// mapping, or decoded: a cast), written, dropped, and its mapped pages
+/// released (`PartRef::evict`, sparing pages another tensor shares), so a
+/// conversion's resident memory stays near its largest tensor whatever the
+/// file's size. A tensor of another layout is refused naming it.
+fn write_source(
+    source: &Source,
+    path: &Path,
+    metadata: Option<&[(String, String)]>,
+    durable: bool,
+) -> Result<u64> {
+    let ctx = Context::file(path);
+    let mut parts = Vec::with_capacity(source.len());
+    let mut metas = Vec::with_capacity(source.len());
+    for t in source.tensors() {
+        if t.layout() != "dense" {
+            return Err(Error::Write {
+                rule: Rule::WRITE_DTYPE,
+                ctx: ctx.clone().tensor(t.name()),
+                reason: format!("layout {} has no equivalent in this format", t.layout()),
+            });
+        }
+        let part = t.data()?;
+        let len = num_elements(part.shape())
+            .and_then(|n| part.dtype().nbytes(n))
+            .ok_or_else(|| Error::Overflow {
+                rule: Rule::OVERFLOW,
+                ctx: ctx.clone().tensor(t.name()),
+                what: "byte size",
+            })?;
+        metas.push(Meta {
+            name: t.name(),
+            dtype: part.dtype(),
+            shape: part.shape(),
+            len,
+        });
+        parts.push(part);
+    }
+    let (header, order) = prepare(&ctx, &metas, metadata)?;
+    // Read ahead in windows, in the order written: a window's stored bytes
+    // into the page cache in file order before its tensors are written
+    // (what `Registry::convert` does for the whole source with other
+    // writers, which would hold every page of it mapped at once).
+    let mut ahead = 0;
+    let mut read_ahead = |k: usize| {
+        if k < ahead {
+            return;
+        }
+        let mut window = Vec::new();
+        let mut bytes = 0u64;
+        while ahead < order.len() && (window.is_empty() || bytes < READ_AHEAD_WINDOW) {
+            window.push(order[ahead]);
+            bytes += metas[order[ahead]].len;
+            ahead += 1;
+        }
+        // Advice only: a failure to read ahead is no reason to fail.
+        let _ = source.read_ahead(&window);
+    };
+    // Read errors cross the writer's `io::Result` boxed, and come back out
+    // as themselves.
+    let mut failed: Option<Error> = None;
+    let written = publish_with(path, durable, |w| {
+        w.write_all(&header)?;
+        for (k, &i) in order.iter().enumerate() {
+            read_ahead(k);
+            let bytes = match parts[i].bytes() {
+                Ok(bytes) => bytes,
+                Err(e) => {
+                    failed = Some(e);
+                    return Err(std::io::Error::other("a tensor could not be read"));
+                }
+            };
+            if bytes.len() as u64 != metas[i].len {
+                failed = Some(Error::Write {
+                    rule: Rule::WRITE_SIZE,
+                    ctx: ctx.clone().tensor(metas[i].name),
+                    reason: format!("{} bytes read, {} expected", bytes.len(), metas[i].len),
+                });
+                return Err(std::io::Error::other("a tensor's size changed"));
+            }
+            w.write_all(&bytes)?;
+            drop(bytes);
+            // Advice: a page that stays mapped costs memory, not bytes.
+            let _ = parts[i].evict();
+        }
+        Ok(())
+    });
+    match (written, failed) {
+        (_, Some(e)) => Err(e),
+        (written, None) => written,
+    }
 }
 
 /// The whole file [`write_with`] would write, in memory (what
@@ -485,25 +583,60 @@ pub fn to_bytes(
     tensors: &[TensorIn<'_>],
     metadata: Option<&[(String, String)]>,
 ) -> Result<Vec<u8>> {
-    let (header, order) = prepare(&Context::default(), tensors, metadata)?;
-    let total = order.iter().map(|t| t.data.len()).sum::<usize>() + header.len();
+    let (header, order) = prepare_inputs(&Context::default(), tensors, metadata)?;
+    let total = order.iter().map(|&i| tensors[i].data.len()).sum::<usize>() + header.len();
     let mut out = Vec::with_capacity(total);
     out.extend_from_slice(&header);
-    for t in &order {
-        out.extend_from_slice(t.data);
+    for &i in &order {
+        out.extend_from_slice(tensors[i].data);
     }
     Ok(out)
 }
 
-/// Check the tensors, order them as the reference writer does, and build
-/// the length prefix and header.
-fn prepare<'t, 'a>(
+/// What the header says of one tensor.
+struct Meta<'a> {
+    name: &'a str,
+    dtype: DType,
+    shape: &'a [u64],
+    /// Its bytes.
+    len: u64,
+}
+
+/// [`prepare`] for tensors in memory, each checked against its shape.
+fn prepare_inputs(
     ctx: &Context,
-    tensors: &'t [TensorIn<'a>],
+    tensors: &[TensorIn<'_>],
     metadata: Option<&[(String, String)]>,
-) -> Result<(Vec<u8>, Vec<&'t TensorIn<'a>>)> {
-    let mut order: Vec<&TensorIn<'_>> = tensors.iter().collect();
-    for t in &order {
+) -> Result<(Vec<u8>, Vec<usize>)> {
+    // Sizes checked in order up to the first tensor `prepare` refuses, so
+    // the error reported is the first tensor's, as before.
+    for t in tensors {
+        if t.name == "__metadata__" || dtype_to_str(t.dtype).is_none() {
+            break;
+        }
+        t.check(ctx)?;
+    }
+    let mut metas = Vec::with_capacity(tensors.len());
+    for t in tensors {
+        metas.push(Meta {
+            name: t.name,
+            dtype: t.dtype,
+            shape: t.shape,
+            len: t.data.len() as u64,
+        });
+    }
+    prepare(ctx, &metas, metadata)
+}
+
+/// Check the tensors, order them as the reference writer does (indexes
+/// into `tensors`), and build the length prefix and header.
+fn prepare(
+    ctx: &Context,
+    tensors: &[Meta<'_>],
+    metadata: Option<&[(String, String)]>,
+) -> Result<(Vec<u8>, Vec<usize>)> {
+    let mut order: Vec<usize> = (0..tensors.len()).collect();
+    for t in tensors {
         if t.name == "__metadata__" {
             return Err(Error::Write {
                 rule: Rule::WRITE_NAME,
@@ -518,19 +651,19 @@ fn prepare<'t, 'a>(
                 reason: format!("safetensors has no {} dtype", t.dtype),
             });
         }
-        t.check(ctx)?;
     }
     // The reference writer sorts by its `Dtype` enum descending (the enum
     // is declared in increasing alignment order), then by name.
-    order.sort_by(|a, b| {
+    order.sort_by(|&a, &b| {
+        let (a, b) = (&tensors[a], &tensors[b]);
         writer_rank(b.dtype)
             .cmp(&writer_rank(a.dtype))
             .then_with(|| a.name.cmp(b.name))
     });
     for pair in order.windows(2) {
-        if pair[0].name == pair[1].name {
+        if tensors[pair[0]].name == tensors[pair[1]].name {
             return Err(Error::DuplicateName {
-                ctx: ctx.clone().tensor(pair[0].name),
+                ctx: ctx.clone().tensor(tensors[pair[0]].name),
             });
         }
     }
@@ -556,11 +689,11 @@ fn prepare<'t, 'a>(
         json.push('}');
     }
     let mut offset = 0u64;
-    for (i, t) in order.iter().enumerate() {
+    for (i, t) in order.iter().map(|&i| &tensors[i]).enumerate() {
         if i > 0 || metadata.is_some() {
             json.push(',');
         }
-        let end = offset + t.data.len() as u64;
+        let end = offset + t.len;
         let shape: Vec<String> = t.shape.iter().map(u64::to_string).collect();
         json.push_str(&format!(
             "{}:{{\"dtype\":\"{}\",\"shape\":[{}],\"data_offsets\":[{offset},{end}]}}",
@@ -620,5 +753,17 @@ impl FormatWriter for SafetensorsWriter {
     ) -> Result<u64> {
         let metadata = metadata.map(|m| string_metadata(path, m)).transpose()?;
         write_synced(path, tensors, metadata.as_deref(), !options.defer_sync)
+    }
+
+    fn reads_ahead(&self) -> bool {
+        true
+    }
+
+    /// A conversion: one tensor's bytes in memory at a time
+    /// ([`write_source`]), the attributes that are strings carried.
+    fn write(&self, source: &Source, path: &Path, options: &WriteOptions) -> Result<u64> {
+        let metadata = zt_core::write::carried_attributes(source, self.caps().metadata);
+        let metadata = metadata.map(|m| string_metadata(path, &m)).transpose()?;
+        write_source(source, path, metadata.as_deref(), !options.defer_sync)
     }
 }

@@ -161,6 +161,19 @@ pub(crate) fn storage_options_from_py(
     Ok(out)
 }
 
+/// The options `open` and `open_ranks` take, from their keywords.
+fn open_options(
+    map: bool,
+    limits: Option<&Bound<'_, PyDict>>,
+    storage_options: Option<&Bound<'_, PyDict>>,
+) -> PyResult<zt::OpenOptions> {
+    Ok(zt::OpenOptions {
+        limits: limits_from_py(limits)?,
+        map,
+        storage_options: storage_options_from_py(storage_options)?,
+    })
+}
+
 /// Open one file, several files as one source, or a shard index.
 #[pyfunction]
 #[pyo3(signature = (paths, map = true, limits = None, storage_options = None))]
@@ -171,16 +184,30 @@ fn open(
     limits: Option<&Bound<'_, PyDict>>,
     storage_options: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<tensor::Source> {
-    let options = zt::OpenOptions {
-        limits: limits_from_py(limits)?,
-        map,
-        storage_options: storage_options_from_py(storage_options)?,
-    };
+    let options = open_options(map, limits, storage_options)?;
     let source = py
         .detach(|| match paths.as_slice() {
             [one] => zt::open_with(one, &options),
             many => zt::open_all_with(many, &options),
         })
+        .map_err(to_py_err)?;
+    Ok(tensor::Source::new(source))
+}
+
+/// Open the per-rank files of a DTensor run, in rank order, as one source
+/// of global tensors.
+#[pyfunction]
+#[pyo3(signature = (paths, map = true, limits = None, storage_options = None))]
+fn open_ranks(
+    py: Python<'_>,
+    paths: Vec<PathBuf>,
+    map: bool,
+    limits: Option<&Bound<'_, PyDict>>,
+    storage_options: Option<&Bound<'_, PyDict>>,
+) -> PyResult<tensor::Source> {
+    let options = open_options(map, limits, storage_options)?;
+    let source = py
+        .detach(|| zt::open_ranks_with(&paths, &options))
         .map_err(to_py_err)?;
     Ok(tensor::Source::new(source))
 }
@@ -206,8 +233,11 @@ fn detect(
 /// zstd level; `storage_options` reach `s3://` sources and destinations.
 /// Returns the bytes written. `format` (a writer's name: "safetensors",
 /// "npz", "npy", "pt", "gguf", "zt") overrides the extension.
+/// `select` (glob patterns), `strip_prefix`, `rename` (`(old, new)` pairs)
+/// and `dtype` (a cast's target by name) transform the source first
+/// (`zt::Transform`).
 #[pyfunction]
-#[pyo3(signature = (sources, dst, align = None, compression = None, storage_options = None, format = None, max_shard_size = None))]
+#[pyo3(signature = (sources, dst, align = None, compression = None, storage_options = None, format = None, max_shard_size = None, select = None, strip_prefix = None, rename = None, dtype = None))]
 #[allow(clippy::too_many_arguments)]
 fn convert(
     py: Python<'_>,
@@ -218,7 +248,23 @@ fn convert(
     storage_options: Option<&Bound<'_, PyDict>>,
     format: Option<String>,
     max_shard_size: Option<u64>,
+    select: Option<Vec<String>>,
+    strip_prefix: Option<String>,
+    rename: Option<Vec<(String, String)>>,
+    dtype: Option<String>,
 ) -> PyResult<u64> {
+    let transform = zt::Transform {
+        select: select.unwrap_or_default(),
+        rename: zt::transform::Rename {
+            strip_prefix,
+            map: rename.unwrap_or_default(),
+        },
+        dtype: dtype
+            .as_deref()
+            .map(zt::transform::parse_cast_dtype)
+            .transpose()
+            .map_err(to_py_err)?,
+    };
     let writer = match format.as_deref() {
         None => None,
         Some(name) => Some(zt::registry().writer_named(name).ok_or_else(|| {
@@ -240,6 +286,11 @@ fn convert(
     };
     py.detach(|| {
         let source = zt::open_all_with(&sources, &open)?;
+        let source = if transform.is_identity() {
+            source
+        } else {
+            source.transform(&transform)?
+        };
         if let Some(max) = max_shard_size {
             if writer.is_some() {
                 return Err(zt::Error::Write {
@@ -308,6 +359,7 @@ fn _zt(m: &Bound<'_, PyModule>) -> PyResult<()> {
     }
     m.add("FormatError", format_error)?;
     m.add_function(wrap_pyfunction!(open, m)?)?;
+    m.add_function(wrap_pyfunction!(open_ranks, m)?)?;
     m.add_function(wrap_pyfunction!(batch_pool::batch_buffer, m)?)?;
     m.add("BATCH_POOLED_FROM", batch_pool::POOLED_FROM)?;
     m.add_function(wrap_pyfunction!(detect, m)?)?;

@@ -35,6 +35,7 @@ __all__ = [
     "deserialize",
     "detect",
     "open",
+    "open_ranks",
     "page_size",
     "remote_stats",
     "safe_open",
@@ -179,6 +180,43 @@ def open(  # noqa: A001
     return Source(_zt.open([os.fspath(p) for p in paths], map, limits, _storage(storage_options, cache)))
 
 
+def open_ranks(
+    paths: list[PathLike],
+    *,
+    map: bool = True,
+    limits: dict | None = None,
+    storage_options: dict | None = None,
+    cache: PathLike | None = None,
+) -> Source:
+    """Open the per-rank ``torch.save`` files of a DTensor run (FSDP2, tensor
+    parallel: ``model_world_size_W_rank_R.pt``) as one source of global
+    tensors.
+
+    ``paths`` are given in rank order: the list position is the rank, and a
+    file name's ``rank_R`` (and ``world_size_W``) must agree. Each DTensor's
+    local shards are merged by its placements: ``Shard(d)`` pieces placed
+    along ``d`` in mesh order as ``torch.chunk`` splits them (the last ranks
+    may hold fewer or no rows), ``_StridedShard`` (FSDP2 over tensor
+    parallel) as torch computes its rows, ``Replicate`` taken once, over
+    meshes of any number of dimensions; plain tensors (FSDP2 buffers) are
+    replicated and taken from rank 0 once every rank is checked to hold
+    them with the same dtype and shape. A sharded tensor is assembled when
+    read. A missing rank, a file out of order, a mesh that disagrees with
+    the files, shards that do not make the global shape, differing replicas
+    and placements zt does not merge (``Partial``) raise
+    :class:`FormatError` with a ``pt.Rank*`` rule. The other options are
+    :func:`open`'s.
+
+    One rank file opened alone with :func:`open` lists its local shards,
+    each with ``dtensor.placements``, ``dtensor.global_shape``,
+    ``dtensor.mesh_shape`` (and ``dtensor.coordinate``, ``dtensor.rank``
+    where the mesh records them) as attributes.
+    """
+    if isinstance(paths, (str, bytes, os.PathLike)):
+        paths = [paths]
+    return Source(_zt.open_ranks([os.fspath(p) for p in paths], map, limits, _storage(storage_options, cache)))
+
+
 def convert(
     src: PathLike | list[PathLike],
     dst: PathLike,
@@ -188,6 +226,9 @@ def convert(
     storage_options: dict | None = None,
     format: str | None = None,
     max_shard_size: int | str | None = None,
+    select: str | list[str] | None = None,
+    rename: str | dict[str, str] | None = None,
+    dtype: object = None,
 ) -> int:
     """Convert a file (or several, read as one source) to ``dst``; the
     extension of ``dst`` picks the format unless ``format`` names it
@@ -198,15 +239,58 @@ def convert(
     and appears only when complete. Sources and destination may be object
     URLs (``storage_options`` as for :func:`open`). ``max_shard_size``
     (bytes, or ``"5GB"``) writes a sharded checkpoint as ``zt convert
-    --max-shard-size`` does. Returns the bytes written."""
+    --max-shard-size`` does.
+
+    ``select`` keeps only the tensors whose names match a glob pattern
+    (``"model.*"``; a list is a union; a pattern matching no tensor is an
+    error). ``rename`` is a prefix stripped from the names that have it
+    (``"model."``) or a mapping ``{old: new}``; two tensors given one name
+    is an error. ``dtype`` (``"bf16"``, ``"f16"``, ``"f32"``, ``"f64"``, or
+    a torch or numpy dtype) casts every floating tensor, rounding as torch
+    does (to nearest, ties to even); integer and bool tensors are
+    unchanged. The cast is read and written a piece at a time, so memory
+    stays bounded by the largest tensor. Returns the bytes written."""
     if isinstance(src, (str, bytes, os.PathLike)):
         src = [src]
     from ._write import shard_size
 
     max_bytes = None if max_shard_size is None else shard_size(max_shard_size)
+    if isinstance(select, str):
+        select = [select]
+    strip_prefix, pairs = None, None
+    if isinstance(rename, str):
+        strip_prefix = rename
+    elif rename is not None:
+        pairs = [(str(k), str(v)) for k, v in dict(rename).items()]
     return _zt.convert(
-        [os.fspath(p) for p in src], os.fspath(dst), align, compression, _storage(storage_options), format, max_bytes
+        [os.fspath(p) for p in src],
+        os.fspath(dst),
+        align,
+        compression,
+        _storage(storage_options),
+        format,
+        max_bytes,
+        None if select is None else [str(p) for p in select],
+        strip_prefix,
+        pairs,
+        _cast_name(dtype),
     )
+
+
+def _cast_name(dtype: object) -> str | None:
+    """A cast's target as zt names it: a string as given, a torch dtype
+    (``torch.bfloat16``) or a numpy one (``numpy.float16``) by its name."""
+    if dtype is None or isinstance(dtype, str):
+        return dtype
+    name = str(dtype)
+    if name.startswith("torch."):
+        return name
+    import numpy as np
+
+    try:
+        return np.dtype(dtype).name
+    except TypeError:
+        return name
 
 
 def detect(path: PathLike, *, storage_options: dict | None = None) -> str:

@@ -41,7 +41,7 @@ pub use zt_container as container;
 pub use zt_core::rule::{self, Rule};
 pub use zt_core::{
     buffer, catalog, copy, dtype, error, format, limits, location, open as options, part, plugin,
-    publish, source, store, write,
+    publish, source, store, transform, write,
 };
 pub use zt_formats as formats;
 pub use zt_formats::zip;
@@ -55,7 +55,7 @@ pub use zt_core::{
     Align, Attributes, Caps, Catalog, Checkpoint, Context, DType, Decode, Digest, DigestAlgorithm,
     Error, Format, FormatWriter, Limits, Location, MetadataCaps, Object, OpenInput, OpenOptions,
     Part, PartRef, Payload, Plugin, Probe, Reader, Registry, RemoteKind, Result, Source, Store,
-    Tensor, TensorIn, Value, WriteOptions, WriterCaps,
+    Tensor, TensorIn, Transform, Value, WriteOptions, WriterCaps,
 };
 
 pub mod model_dir;
@@ -87,6 +87,19 @@ pub fn open_all<P: AsRef<Path>>(locations: &[P]) -> Result<Source> {
 /// Open several files as one source with `options`.
 pub fn open_all_with<P: AsRef<Path>>(locations: &[P], options: &OpenOptions) -> Result<Source> {
     registry().open_all(locations, options)
+}
+
+/// Open the per-rank `torch.save` files of a DTensor run (FSDP2, tensor
+/// parallel: `model_world_size_W_rank_R.pt`), given in rank order, as one
+/// source of global tensors merged by their placements; see
+/// [`formats::pt::ranks`].
+pub fn open_ranks<P: AsRef<Path>>(locations: &[P]) -> Result<Source> {
+    open_ranks_with(locations, &OpenOptions::default())
+}
+
+/// [`open_ranks`] with `options`.
+pub fn open_ranks_with<P: AsRef<Path>>(locations: &[P], options: &OpenOptions) -> Result<Source> {
+    zt_formats::pt::ranks::open_ranks(locations, options)
 }
 
 /// Recognise the format of the file at `location` by its structure.

@@ -108,7 +108,10 @@ mod tests {
             ]
         );
         let writers: Vec<&str> = registry().writers().iter().map(|w| w.name()).collect();
-        assert_eq!(writers, ["zt", "gguf", "npz", "npy", "pt", "safetensors"]);
+        assert_eq!(
+            writers,
+            ["zt", "gguf", "npz", "npy", "pt", "safetensors", "dcp"]
+        );
         assert_eq!(
             registry().checkpoint_names(),
             [

@@ -963,3 +963,210 @@ fn a_safetensors_block_without_the_chunk_is_refused() {
         "{got:?}"
     );
 }
+
+// Writing DCP (`format="dcp"`): zt's own reader reads it back. torch's
+// reader is held to it in tests/torch/test_dcp_write.py.
+
+/// Tensors of every kind the writer is asked for: f32, bf16, f16, int64,
+/// bool, a scalar, an empty tensor, and names with dots.
+fn write_inputs() -> Vec<(String, zt::DType, Vec<u64>, Vec<u8>)> {
+    use zt::DType;
+    let mut v = vec![
+        (
+            "model.w".to_string(),
+            DType::F32,
+            vec![4, 3],
+            f32s((0..12).map(|i| i as f32 * 0.5)),
+        ),
+        (
+            "model.b".into(),
+            DType::BF16,
+            vec![5],
+            (0..10).map(|i| i as u8 * 7).collect(),
+        ),
+        (
+            "h".into(),
+            DType::F16,
+            vec![2, 1, 2],
+            vec![1, 60, 2, 61, 3, 62, 4, 63],
+        ),
+        (
+            "step".into(),
+            DType::I64,
+            vec![],
+            (-7i64).to_le_bytes().to_vec(),
+        ),
+        ("mask".into(), DType::Bool, vec![3], vec![1, 0, 1]),
+        ("empty".into(), DType::F32, vec![0, 4], vec![]),
+    ];
+    // Enough bytes that a spread over files has something to spread.
+    v.push((
+        "big".into(),
+        DType::U8,
+        vec![300, 7],
+        (0..2100).map(|i| (i % 251) as u8).collect(),
+    ));
+    v
+}
+
+fn tensor_ins(v: &[(String, zt::DType, Vec<u64>, Vec<u8>)]) -> Vec<zt::write::TensorIn<'_>> {
+    v.iter()
+        .map(|(name, dtype, shape, data)| zt::write::TensorIn {
+            name,
+            dtype: *dtype,
+            shape,
+            data,
+        })
+        .collect()
+}
+
+fn assert_reads_back(dir: &Path, inputs: &[(String, zt::DType, Vec<u64>, Vec<u8>)]) {
+    let src = zt::open(dir).unwrap();
+    assert_eq!(src.format(), "dcp");
+    assert_eq!(src.len(), inputs.len());
+    for (name, dtype, shape, data) in inputs {
+        let t = src.tensor(name).unwrap().data().unwrap();
+        assert_eq!(t.dtype(), *dtype, "{name}");
+        assert_eq!(t.shape(), &shape[..], "{name}");
+        assert_eq!(&t.bytes().unwrap()[..], &data[..], "{name}");
+    }
+}
+
+fn distcp_files(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".distcp"))
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn a_written_checkpoint_reads_back_through_zt() {
+    let inputs = write_inputs();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("ckpt");
+    let writer = zt::registry().writer_named("dcp").unwrap();
+    assert!(writer.caps().arrays);
+    let n = writer
+        .write_arrays(&tensor_ins(&inputs), None, &dir, &Default::default())
+        .unwrap();
+    assert!(dir.join(".metadata").is_file());
+    assert_eq!(distcp_files(&dir), ["__0_0.distcp"]);
+    let on_disk = std::fs::metadata(dir.join(".metadata")).unwrap().len()
+        + std::fs::metadata(dir.join("__0_0.distcp")).unwrap().len();
+    assert_eq!(n, on_disk);
+    assert_reads_back(&dir, &inputs);
+    // Each tensor is one chunk: the whole-tensor chunk is read in place.
+    let src = zt::open(&dir).unwrap();
+    assert!(src.tensor("model.w").unwrap().data().unwrap().caps().map);
+    // Nothing is left beside the destination.
+    let beside: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().collect();
+    assert_eq!(beside.len(), 1);
+}
+
+#[test]
+fn a_conversion_to_dcp_carries_every_tensor() {
+    let inputs = write_inputs();
+    let tmp = tempfile::tempdir().unwrap();
+    let first = tmp.path().join("first");
+    zt::formats::dcp::write::write(&first, &tensor_ins(&inputs), 1).unwrap();
+    // DCP to DCP through a source, as `zt.convert(..., format="dcp")` does.
+    let source = zt::open(&first).unwrap();
+    let second = tmp.path().join("second");
+    let writer = zt::registry().writer_named("dcp").unwrap();
+    writer.write(&source, &second, &Default::default()).unwrap();
+    assert_reads_back(&second, &inputs);
+}
+
+#[test]
+fn tensors_spread_over_the_files_asked_for() {
+    let inputs = write_inputs();
+    let tmp = tempfile::tempdir().unwrap();
+    for files in [2, 3, 7, 20] {
+        let dir = tmp.path().join(format!("n{files}"));
+        zt::formats::dcp::write::write(&dir, &tensor_ins(&inputs), files).unwrap();
+        let expect: Vec<String> = (0..files.min(inputs.len()))
+            .map(|i| format!("__0_{i}.distcp"))
+            .collect();
+        assert_eq!(distcp_files(&dir), expect);
+        assert_reads_back(&dir, &inputs);
+    }
+}
+
+#[test]
+fn an_occupied_destination_is_refused_and_left_alone() {
+    let inputs = write_inputs();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("ckpt");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join("keep"), b"mine").unwrap();
+    let got = zt::formats::dcp::write::write(&dir, &tensor_ins(&inputs), 1);
+    assert!(
+        cites!(got, Err(Error::Write { .. }), &["write.Destination"]),
+        "{got:?}"
+    );
+    assert_eq!(std::fs::read(dir.join("keep")).unwrap(), b"mine");
+    assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 1);
+    // An empty directory is replaced.
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    zt::formats::dcp::write::write(&empty, &tensor_ins(&inputs), 1).unwrap();
+    assert_reads_back(&empty, &inputs);
+}
+
+#[test]
+fn duplicate_names_and_bad_sizes_are_refused_before_anything_is_written() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("ckpt");
+    let data = f32s([1.0, 2.0]);
+    let twice = [zt::write::TensorIn {
+        name: "a",
+        dtype: zt::DType::F32,
+        shape: &[2],
+        data: &data,
+    }; 2];
+    let got = zt::formats::dcp::write::write(&dir, &twice, 1);
+    assert!(matches!(got, Err(Error::DuplicateName { .. })), "{got:?}");
+    let short = [zt::write::TensorIn {
+        name: "a",
+        dtype: zt::DType::F32,
+        shape: &[3],
+        data: &data,
+    }];
+    let got = zt::formats::dcp::write::write(&dir, &short, 1);
+    assert!(
+        cites!(got, Err(Error::Write { .. }), &["write.Size"]),
+        "{got:?}"
+    );
+    assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0);
+}
+
+#[test]
+fn a_large_state_dict_reads_back_past_memo_frame_and_batch_bounds() {
+    // Thousands of entries: memo indexes past 255 (`LONG_BINGET`), items
+    // set in batches of 1000, `.metadata` over several 64 KiB frames.
+    let names: Vec<String> = (0..2500).map(|i| format!("layers.{i}.w")).collect();
+    let data: Vec<Vec<u8>> = (0..2500u32).map(|i| i.to_le_bytes().to_vec()).collect();
+    let tensors: Vec<zt::write::TensorIn<'_>> = names
+        .iter()
+        .zip(&data)
+        .map(|(name, data)| zt::write::TensorIn {
+            name,
+            dtype: zt::DType::I32,
+            shape: &[1],
+            data,
+        })
+        .collect();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("ckpt");
+    zt::formats::dcp::write::write(&dir, &tensors, 2).unwrap();
+    assert!(std::fs::metadata(dir.join(".metadata")).unwrap().len() > 3 * 65536);
+    let src = zt::open(&dir).unwrap();
+    assert_eq!(src.len(), 2500);
+    for (name, data) in names.iter().zip(&data) {
+        let t = src.tensor(name).unwrap().data().unwrap();
+        assert_eq!(&t.bytes().unwrap()[..], &data[..], "{name}");
+    }
+}

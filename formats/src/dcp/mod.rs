@@ -12,8 +12,9 @@
 //! reader on that range (`pt::open_embedded`), so its tensor bytes are
 //! found exactly as in a `.pt` file. A tensor held in one chunk is that
 //! chunk's bytes (zero-copy where they lie raw); a tensor of several chunks
-//! is assembled into the global C-order buffer on read (`Assemble`), after
-//! open has checked that its chunks tile the global shape exactly.
+//! is assembled into the global C-order buffer on read (the core's
+//! `assemble::Assemble`), after open has checked that its chunks tile the
+//! global shape exactly.
 //!
 //! Non-tensor entries (`BytesStorageMetadata`: a step, a string) are only
 //! named, in the `dcp.bytes_entries` attribute: their bytes are pickles and
@@ -30,12 +31,14 @@
 
 mod metadata;
 pub mod rules;
+pub mod write;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use metadata::{Chunk, Metadata, StorageInfo, TensorMeta};
-use zt_core::catalog::{Catalog, Decode, Object, Payload, Value};
+use zt_core::assemble::{Assemble, Piece};
+use zt_core::catalog::{Catalog, Object, Value};
 use zt_core::dtype::num_elements;
 use zt_core::error::{Context, Error, Result};
 use zt_core::format::{Format, OpenInput, Probe};
@@ -44,11 +47,12 @@ use zt_core::store::Store;
 use zt_core::Rule;
 
 pub use rules::RULES;
+pub use write::DcpWriter;
 
 /// The DCP reader.
 pub struct Dcp;
 
-/// The DCP plugin: one reader, no writer, and `.metadata` as the file a
+/// The DCP plugin: one reader, one writer (`write.rs`), and `.metadata` as the file a
 /// checkpoint directory is opened through.
 pub static PLUGIN: zt_core::Plugin = zt_core::Plugin {
     name: "dcp",
@@ -59,7 +63,7 @@ pub static PLUGIN: zt_core::Plugin = zt_core::Plugin {
         format: &Dcp,
         detect_rank: 35,
     }],
-    writers: &[],
+    writers: &[&DcpWriter],
     rules: &[("dcp", RULES)],
     // After every single-file checkpoint name: a directory holding both a
     // model file and a `.metadata` opens as the model file.
@@ -208,15 +212,6 @@ fn build(input: &OpenInput<'_>, meta: &Metadata) -> Result<Catalog> {
     })
 }
 
-/// One chunk, located and read: its place in the global tensor and its
-/// bytes (the tensor of its `torch.save` archive or safetensors entry).
-#[derive(Debug, Clone)]
-struct Piece {
-    chunk: Chunk,
-    strides: Option<Vec<i64>>,
-    payload: Payload,
-}
-
 /// One tensor: its chunks checked against its global shape and each other,
 /// each located in its file and read (a `torch.save` archive, or an entry
 /// of the file's safetensors block).
@@ -264,7 +259,7 @@ fn tensor(files: &mut Files, meta: &Metadata, t: &TensorMeta) -> Result<Object> 
     let mut object = match pieces.as_slice() {
         // One chunk holding the whole tensor: its own bytes, zero-copy
         // where they lie raw.
-        [one] if one.chunk.sizes == t.size => {
+        [one] if one.sizes == t.size => {
             let mut o = Object::dense(&t.fqn, t.dtype, t.size.clone(), one.payload.clone());
             o.parts[0].strides = one.strides.clone();
             o
@@ -277,15 +272,15 @@ fn tensor(files: &mut Files, meta: &Metadata, t: &TensorMeta) -> Result<Object> 
                 &t.fqn,
                 t.dtype,
                 t.size.clone(),
-                Payload::Decoded {
-                    decoder: Arc::new(Assemble {
-                        ctx: ctx.clone(),
-                        size: t.size.clone(),
-                        elem,
-                        pieces,
-                    }),
-                    decoded_len: nbytes,
-                },
+                Assemble {
+                    ctx: ctx.clone(),
+                    size: t.size.clone(),
+                    elem,
+                    pieces,
+                    rule: rules::CHUNK,
+                    describe: "dcp chunks",
+                }
+                .payload(nbytes),
             )
         }
     };
@@ -529,7 +524,8 @@ fn piece(
         ));
     }
     Ok(Piece {
-        chunk: chunk.clone(),
+        offsets: chunk.offsets.clone(),
+        sizes: chunk.sizes.clone(),
         strides,
         payload,
     })
@@ -545,152 +541,4 @@ fn wrong(ctx: &Context, chunk: &Chunk, info: &StorageInfo, why: String) -> Error
             chunk.offsets, info.relative_path
         ),
     )
-}
-
-/// A tensor of several chunks: each chunk's elements copied to its place
-/// in the global C-order buffer.
-#[derive(Debug)]
-struct Assemble {
-    ctx: Context,
-    size: Vec<u64>,
-    elem: u64,
-    pieces: Vec<Piece>,
-}
-
-impl Decode for Assemble {
-    fn decode(&self, limits: &Limits) -> Result<Vec<u8>> {
-        let numel = num_elements(&self.size).unwrap_or(u64::MAX);
-        self.decode_range(0, numel.saturating_mul(self.elem), limits)
-    }
-
-    fn describe(&self) -> &'static str {
-        "dcp chunks"
-    }
-
-    /// Only the chunks the range meets are read, and only the range is
-    /// allocated: a slice of a large sharded tensor costs the slice.
-    fn decode_range(&self, start: u64, len: u64, limits: &Limits) -> Result<Vec<u8>> {
-        limits.check_decoded(&self.ctx, len)?;
-        // Every byte is written (the chunks tile the tensor, checked at
-        // open); zeroed pages cost nothing until then.
-        let mut out = zt_core::buffer::try_zeroed(&self.ctx, "an assembled DCP tensor", len)?;
-        let window = (start, start.saturating_add(len));
-        for p in &self.pieces {
-            let (first, last) = span(&self.size, &p.chunk);
-            if last * self.elem <= window.0 || first * self.elem >= window.1 {
-                continue;
-            }
-            let bytes = match &p.payload {
-                Payload::Stored { store, offset, len } => store.read(*offset, *len)?,
-                Payload::Decoded { decoder, .. } => {
-                    std::borrow::Cow::Owned(decoder.decode(limits)?)
-                }
-            };
-            place(
-                &self.ctx, &mut out, window.0, &self.size, self.elem, p, &bytes,
-            )?;
-        }
-        Ok(out)
-    }
-}
-
-/// The first element of a chunk and one past its last, as indexes into the
-/// global C-order buffer of shape `size` (the chunk lies within them).
-fn span(size: &[u64], chunk: &Chunk) -> (u64, u64) {
-    let strides = zt_core::dtype::c_strides(size);
-    let at = |index: &mut dyn Iterator<Item = u64>| -> u64 {
-        index.zip(&strides).map(|(i, &s)| i * s as u64).sum()
-    };
-    let first = at(&mut chunk.offsets.iter().copied());
-    let last = at(&mut chunk
-        .offsets
-        .iter()
-        .zip(&chunk.sizes)
-        .map(|(o, s)| o + s - 1));
-    (first, last + 1)
-}
-
-/// Copy one chunk's elements (C order, or its own strides over `bytes`)
-/// that fall in `out`, the bytes from `out_start` of the global C-order
-/// buffer of shape `size`, to their place there.
-fn place(
-    ctx: &Context,
-    out: &mut [u8],
-    out_start: u64,
-    size: &[u64],
-    elem: u64,
-    p: &Piece,
-    bytes: &[u8],
-) -> Result<()> {
-    let rank = size.len();
-    let sizes = &p.chunk.sizes;
-    let offsets = &p.chunk.offsets;
-    let out_end = out_start + out.len() as u64;
-    // The chunk's own element strides over its bytes (non-negative: the pt
-    // reader checked every element they reach against the storage, with
-    // checked arithmetic, so no offset below overflows either).
-    let unsigned = |s: Vec<i64>| -> Vec<u64> { s.into_iter().map(|x| x.max(0) as u64).collect() };
-    let src_strides = unsigned(match &p.strides {
-        Some(s) => s.clone(),
-        None => zt_core::dtype::c_strides(sizes),
-    });
-    let dst_strides = unsigned(zt_core::dtype::c_strides(size));
-    // Copy `n` bytes from byte `src` of the chunk to byte `dst` of the
-    // global buffer, the part of them inside the window.
-    let mut copy = |src: u64, dst: u64, n: u64| -> Result<()> {
-        let (a, b) = (dst.max(out_start), (dst + n).min(out_end));
-        if a >= b {
-            return Ok(());
-        }
-        let from = (src + (a - dst)) as usize..(src + (b - dst)) as usize;
-        let from = bytes.get(from).ok_or_else(|| {
-            Error::decode(
-                ctx.clone(),
-                rules::CHUNK,
-                "a chunk's bytes are shorter than its shape needs",
-            )
-        })?;
-        out[(a - out_start) as usize..(b - out_start) as usize].copy_from_slice(from);
-        Ok(())
-    };
-    // The last dimension is copied as one run when the chunk's elements are
-    // adjacent along it.
-    let (inner, inner_run) = match rank {
-        0 => (1u64, true),
-        _ => (sizes[rank - 1], src_strides[rank - 1] == 1),
-    };
-    let outer_dims = rank.saturating_sub(1);
-    let mut index = vec![0u64; outer_dims];
-    loop {
-        let mut src = 0u64;
-        let mut dst = 0u64;
-        for d in 0..outer_dims {
-            src += index[d] * src_strides[d];
-            dst += (offsets[d] + index[d]) * dst_strides[d];
-        }
-        if rank > 0 {
-            dst += offsets[rank - 1];
-        }
-        if inner_run {
-            copy(src * elem, dst * elem, inner * elem)?;
-        } else {
-            let step = src_strides[rank - 1];
-            for k in 0..inner {
-                copy((src + k * step) * elem, (dst + k) * elem, elem)?;
-            }
-        }
-        // Odometer over the outer dimensions.
-        let mut d = outer_dims;
-        loop {
-            if d == 0 {
-                return Ok(());
-            }
-            d -= 1;
-            index[d] += 1;
-            if index[d] < sizes[d] {
-                break;
-            }
-            index[d] = 0;
-        }
-    }
 }

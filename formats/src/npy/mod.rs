@@ -784,10 +784,7 @@ impl FormatWriter for NpzWriter {
     /// From arrays too; no attributes and no options (a request with them
     /// is refused before a writer runs: `zt_core::write::check_request`).
     fn caps(&self) -> WriterCaps {
-        WriterCaps {
-            arrays: true,
-            ..WriterCaps::DENSE
-        }
+        WriterCaps::DENSE_ARRAYS
     }
 
     fn write_arrays(
@@ -813,10 +810,7 @@ impl FormatWriter for NpyWriter {
     /// From arrays too; no attributes and no options (a request with them
     /// is refused before a writer runs: `zt_core::write::check_request`).
     fn caps(&self) -> WriterCaps {
-        WriterCaps {
-            arrays: true,
-            ..WriterCaps::DENSE
-        }
+        WriterCaps::DENSE_ARRAYS
     }
 
     fn write_arrays(

@@ -17,6 +17,7 @@
 
 mod legacy;
 pub mod pickle;
+pub mod ranks;
 pub mod rebuild;
 pub mod rules;
 mod write;
@@ -34,6 +35,7 @@ use zt_core::limits::Limits;
 use zt_core::store::Store;
 
 pub use rules::RULES;
+pub(crate) use write::{check_savable, write_tensor_archive};
 pub use write::{write, PtWriter};
 
 /// The tensors of a zip checkpoint embedded at `[start, start + len)` of
@@ -271,7 +273,51 @@ fn object(
     if !contiguous {
         object.parts[0].strides = Some(t.stride.clone());
     }
+    if let Some(d) = &t.dtensor {
+        object.attributes = dtensor_attributes(d);
+    }
     Ok(object)
+}
+
+/// A DTensor's local tensor's attributes: where it lies in the global
+/// tensor (`dtensor.placements` as torch prints them, `"Shard(0)"`, one per
+/// mesh dimension joined by `", "`; `dtensor.global_shape`;
+/// `dtensor.mesh_shape`; `dtensor.coordinate` and `dtensor.rank` when the
+/// mesh recorded them; `dtensor.rank_map`, the mesh's ranks in mesh order;
+/// `dtensor.shard_order`, `[tensor dim, [mesh dims]]` pairs).
+fn dtensor_attributes(d: &rebuild::DTensorMeta) -> Vec<(String, Value)> {
+    let ints = |v: &[u64]| Value::List(v.iter().map(|&n| uint(n)).collect());
+    let mut out = vec![
+        (
+            "dtensor.placements".to_string(),
+            Value::Str(rebuild::placements_text(&d.placements)),
+        ),
+        ("dtensor.global_shape".to_string(), ints(&d.global_shape)),
+        ("dtensor.mesh_shape".to_string(), ints(&d.mesh_shape)),
+    ];
+    if let Some(c) = &d.coordinate {
+        out.push(("dtensor.coordinate".to_string(), ints(c)));
+    }
+    if let Some(r) = d.rank {
+        out.push(("dtensor.rank".to_string(), uint(r)));
+    }
+    if let Some(m) = &d.rank_map {
+        out.push(("dtensor.rank_map".to_string(), ints(m)));
+    }
+    if !d.shard_order.is_empty() {
+        let entries = d
+            .shard_order
+            .iter()
+            .map(|(dim, dims)| Value::List(vec![uint(*dim), ints(dims)]))
+            .collect();
+        out.push(("dtensor.shard_order".to_string(), Value::List(entries)));
+    }
+    out
+}
+
+/// An unsigned count as the smallest `Value` that holds it.
+fn uint(n: u64) -> Value {
+    i64::try_from(n).map_or(Value::UInt(n), Value::Int)
 }
 
 /// C order, ignoring the strides of dimensions of size 1 (torch leaves

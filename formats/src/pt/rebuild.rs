@@ -1,11 +1,14 @@
 //! What torch's pickles mean: storages behind persistent ids, the tensor
 //! rebuild functions, and the handful of containers that are plain data
-//! (`OrderedDict`, `torch.Size`, `_codecs.encode`). Everything else stays
-//! an inert node. Then the search for tensors anywhere in the unpickled
+//! (`OrderedDict`, `torch.Size`, `_codecs.encode`). A DTensor is its local
+//! tensor carrying where it lies in the global one ([`DTensorMeta`], read
+//! from its pickled spec, mesh and placements as data). Everything else
+//! stays an inert node. Then the search for tensors anywhere in the unpickled
 //! object, named by their dotted path.
 
 use crate::pt::rules;
 use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
 use zt_core::Rule;
 
 use super::pickle::{Id, Interpret, Node, Outcome, Vm};
@@ -88,6 +91,89 @@ pub struct TensorRef {
     pub shape: Vec<u64>,
     /// Strides in elements.
     pub stride: Vec<i64>,
+    /// When the tensor is the local shard of a DTensor: how it lies in the
+    /// global tensor.
+    pub dtensor: Option<Arc<DTensorMeta>>,
+}
+
+/// How a DTensor's local tensor lies in its global tensor, as its pickled
+/// `DTensorSpec` and `DeviceMesh` record it (read as data; nothing of
+/// `torch.distributed` runs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DTensorMeta {
+    /// The global shape (`_rebuild_wrapper_subclass`'s size).
+    pub global_shape: Vec<u64>,
+    /// The device mesh's size in each of its dimensions.
+    pub mesh_shape: Vec<u64>,
+    /// One placement per mesh dimension.
+    pub placements: Vec<Placement>,
+    /// This rank's coordinate in the mesh (`_coordinate_on_dim`), when recorded.
+    pub coordinate: Option<Vec<u64>>,
+    /// This process's global rank (`_rank`), when recorded.
+    pub rank: Option<u64>,
+    /// The mesh's global ranks in mesh order (`_flatten_rank_map`), when recorded.
+    pub rank_map: Option<Vec<u64>>,
+    /// The order in which mesh dimensions shard each tensor dimension
+    /// (`shard_order`: `(tensor dim, mesh dims)`), when recorded.
+    pub shard_order: Vec<(u64, Vec<u64>)>,
+}
+
+/// A DTensor placement along one mesh dimension.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Placement {
+    /// `Shard(dim)`: split along `dim` as `torch.chunk` splits.
+    Shard(u64),
+    /// `Replicate()`: every rank holds the whole.
+    Replicate,
+    /// `_StridedShard(dim, split_factor)`.
+    StridedShard(u64, u64),
+    /// `Partial(reduce_op)`: the global value is a reduction of the ranks'.
+    Partial(String),
+    /// A placement class zt does not know.
+    Other(String),
+}
+
+impl std::fmt::Display for Placement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Placement::Shard(d) => write!(f, "Shard({d})"),
+            Placement::Replicate => write!(f, "Replicate()"),
+            Placement::StridedShard(d, s) => write!(f, "_StridedShard({d}, split_factor={s})"),
+            Placement::Partial(op) => write!(f, "Partial({op})"),
+            Placement::Other(name) => write!(f, "{name}"),
+        }
+    }
+}
+
+impl Placement {
+    /// Parse what [`Display`](std::fmt::Display) writes.
+    pub fn parse(text: &str) -> Option<Placement> {
+        let inner = |prefix: &str| text.strip_prefix(prefix)?.strip_suffix(')');
+        if text == "Replicate()" {
+            return Some(Placement::Replicate);
+        }
+        if let Some(d) = inner("Shard(") {
+            return d.parse().ok().map(Placement::Shard);
+        }
+        if let Some(rest) = inner("_StridedShard(") {
+            let (d, s) = rest.split_once(", split_factor=")?;
+            return Some(Placement::StridedShard(d.parse().ok()?, s.parse().ok()?));
+        }
+        if let Some(op) = inner("Partial(") {
+            return Some(Placement::Partial(op.to_string()));
+        }
+        Some(Placement::Other(text.to_string()))
+    }
+}
+
+/// The placements of a mesh as one attribute value: `"Shard(0)"`,
+/// `"Shard(0), Replicate()"`.
+pub fn placements_text(placements: &[Placement]) -> String {
+    placements
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The interpreter: which format's persistent ids to expect, and the
@@ -300,9 +386,200 @@ impl TorchInterp {
                 offset,
                 shape,
                 stride,
+                dtensor: None,
             },
         )))))
     }
+}
+
+/// `torch.distributed.tensor.DTensor` under the module names torch has
+/// pickled it by.
+fn is_dtensor_class((module, name): (&str, &str)) -> bool {
+    name == "DTensor"
+        && matches!(
+            module,
+            "torch.distributed.tensor"
+                | "torch.distributed.tensor._api"
+                | "torch.distributed._tensor"
+                | "torch.distributed._tensor.api"
+        )
+}
+
+/// The value of `key` in a dict node, in the `BUILD` state of an inert
+/// call, or in either dict of a `(dict, slots)` state pair (DTensor's
+/// state is `(None, {...})`).
+fn field(vm: &Vm, id: Id, key: &str) -> Option<Id> {
+    let state = match vm.get(id) {
+        Node::Call(c) => c.state?,
+        _ => id,
+    };
+    let in_dict = |d: Id| match vm.get(d) {
+        Node::Dict(items) => items
+            .iter()
+            .rev()
+            .find(|&&(k, _)| vm.str(k) == Some(key))
+            .map(|&(_, v)| v),
+        _ => None,
+    };
+    match vm.get(state) {
+        Node::Tuple(pair) if pair.len() == 2 => in_dict(pair[1]).or_else(|| in_dict(pair[0])),
+        _ => in_dict(state),
+    }
+}
+
+/// The callable's `(module, name)` of an inert call.
+fn call_global<'v>(vm: &'v Vm, id: Id) -> Option<(&'v str, &'v str)> {
+    match vm.get(id) {
+        Node::Call(c) => vm.global(c.callable),
+        _ => None,
+    }
+}
+
+fn non_negative_list(vm: &Vm, id: Id, what: &str) -> Result<Vec<u64>> {
+    let items = vm.items(id).ok_or_else(|| malformed(vm, what))?;
+    items.iter().map(|&i| non_negative(vm, i, what)).collect()
+}
+
+/// A DTensor: `_rebuild_from_type_v2(_rebuild_wrapper_subclass, DTensor,
+/// (DTensor, dtype, size, stride, offset, layout, device, requires_grad),
+/// {"_local_tensor": tensor, "_spec": DTensorSpec})`, read as its local
+/// tensor carrying where it lies in the global one.
+fn dtensor(vm: &Vm, inner: Id, state: Id) -> Result<Outcome> {
+    let what = "DTensor";
+    let args = vm.tuple(inner).ok_or_else(|| malformed(vm, what))?;
+    let global_shape = non_negative_list(
+        vm,
+        *args.get(2).ok_or_else(|| malformed(vm, what))?,
+        "DTensor size",
+    )?;
+    vm.limits().check_rank(vm.ctx(), global_shape.len())?;
+    let local = field(vm, state, "_local_tensor").ok_or_else(|| malformed(vm, "DTensor state"))?;
+    let mut tensor = match vm.get(local) {
+        Node::Torch(t) => match t.as_ref() {
+            Torch::Tensor(t) if t.dtensor.is_none() => t.clone(),
+            Torch::Refused(_) => return Ok(Outcome::Same(local)),
+            _ => return Err(malformed(vm, "DTensor local tensor")),
+        },
+        _ => return Err(malformed(vm, "DTensor local tensor")),
+    };
+    if tensor.shape.len() != global_shape.len() {
+        return Err(malformed(vm, "DTensor (local and global ranks differ)"));
+    }
+    let spec = field(vm, state, "_spec").ok_or_else(|| malformed(vm, "DTensor state"))?;
+    let mesh = field(vm, spec, "mesh").ok_or_else(|| malformed(vm, "DTensorSpec"))?;
+    let placements = field(vm, spec, "placements")
+        .and_then(|p| vm.items(p))
+        .ok_or_else(|| malformed(vm, "DTensorSpec placements"))?
+        .iter()
+        .map(|&p| placement(vm, p))
+        .collect::<Result<Vec<_>>>()?;
+    let mesh_shape = mesh_shape(vm, mesh)?;
+    if mesh_shape.len() != placements.len() {
+        return Err(malformed(
+            vm,
+            "DTensorSpec (one placement per mesh dimension)",
+        ));
+    }
+    let coordinate = match field(vm, mesh, "_coordinate_on_dim") {
+        Some(c) if vm.items(c).is_some() => Some(non_negative_list(vm, c, "mesh coordinate")?),
+        _ => None,
+    };
+    let rank = field(vm, mesh, "_rank")
+        .and_then(|r| vm.int(r))
+        .and_then(|r| u64::try_from(r).ok());
+    let rank_map = match field(vm, mesh, "_flatten_rank_map") {
+        Some(m) if vm.items(m).is_some() => Some(non_negative_list(vm, m, "mesh rank map")?),
+        _ => None,
+    };
+    let mut shard_order = Vec::new();
+    if let Some(entries) = field(vm, spec, "shard_order").and_then(|o| vm.items(o)) {
+        for &e in entries {
+            // ShardOrderEntry(tensor_dim, mesh_dims): a named tuple.
+            let items = match vm.get(e) {
+                Node::Call(c) => c.args.and_then(|a| vm.tuple(a)),
+                _ => vm.items(e),
+            };
+            let [dim, dims] = items.ok_or_else(|| malformed(vm, "shard_order"))? else {
+                return Err(malformed(vm, "shard_order"));
+            };
+            shard_order.push((
+                non_negative(vm, *dim, "shard_order")?,
+                non_negative_list(vm, *dims, "shard_order")?,
+            ));
+        }
+    }
+    tensor.dtensor = Some(Arc::new(DTensorMeta {
+        global_shape,
+        mesh_shape,
+        placements,
+        coordinate,
+        rank,
+        rank_map,
+        shard_order,
+    }));
+    Ok(Outcome::Node(Node::Torch(Box::new(Torch::Tensor(tensor)))))
+}
+
+/// One placement object: `Shard` / `_StridedShard` with their `dim` (and
+/// `split_factor`), `Replicate`, `Partial` with its `reduce_op`.
+fn placement(vm: &Vm, id: Id) -> Result<Placement> {
+    let Some((module, name)) = call_global(vm, id) else {
+        return Err(malformed(vm, "DTensor placement"));
+    };
+    let int = |key: &str| {
+        field(vm, id, key)
+            .and_then(|v| vm.int(v))
+            .and_then(|v| u64::try_from(v).ok())
+            .ok_or_else(|| malformed(vm, "DTensor placement"))
+    };
+    let known = module.starts_with("torch.distributed");
+    Ok(match name {
+        "Shard" if known => Placement::Shard(int("dim")?),
+        "Replicate" if known => Placement::Replicate,
+        "_StridedShard" if known => Placement::StridedShard(int("dim")?, int("split_factor")?),
+        "Partial" | "_Partial" | "MaskPartial" | "_NormPartial" if known => Placement::Partial(
+            field(vm, id, "reduce_op")
+                .and_then(|v| vm.str(v))
+                .unwrap_or("?")
+                .chars()
+                .take(32)
+                .collect(),
+        ),
+        _ => Placement::Other(format!("{module}.{name}").chars().take(128).collect()),
+    })
+}
+
+/// A device mesh's size per dimension: its layout's axes (torch 2.9 and
+/// later: `_layout` a `_MeshLayout` of `_FlatLayout`s, each dimension the
+/// product of its axis's shape), else its `mesh` tensor's shape.
+fn mesh_shape(vm: &Vm, mesh: Id) -> Result<Vec<u64>> {
+    let what = "DeviceMesh";
+    if let Some(axes) = field(vm, mesh, "_layout")
+        .and_then(|l| field(vm, l, "axes"))
+        .and_then(|a| vm.items(a))
+    {
+        return axes
+            .iter()
+            .map(|&axis| {
+                let shape = field(vm, axis, "shape").ok_or_else(|| malformed(vm, what))?;
+                let dims = match vm.int(shape) {
+                    Some(n) => vec![u64::try_from(n).map_err(|_| malformed(vm, what))?],
+                    None => non_negative_list(vm, shape, what)?,
+                };
+                dims.iter()
+                    .try_fold(1u64, |acc, &d| acc.checked_mul(d))
+                    .ok_or_else(|| overflow(vm))
+            })
+            .collect();
+    }
+    if let Some(m) = field(vm, mesh, "mesh") {
+        if let Node::Torch(t) = vm.get(m) {
+            if let Torch::Tensor(t) = t.as_ref() {
+                return Ok(t.shape.clone());
+            }
+        }
+    }
+    Err(malformed(vm, "DeviceMesh (no layout or mesh tensor)"))
 }
 
 /// `conj` or `neg` if the tensor metadata dict sets one of them.
@@ -390,6 +667,20 @@ impl TorchInterp {
                 _ => Outcome::Inert,
             }),
             ("torch._tensor", "_rebuild_from_type_v2") => match a {
+                [func, new_type, inner, state, ..]
+                    if vm.global(*func) == Some(("torch._utils", "_rebuild_wrapper_subclass"))
+                        && vm.global(*new_type).is_some_and(is_dtensor_class) =>
+                {
+                    for (m, n) in [vm.global(*func), vm.global(*new_type)]
+                        .into_iter()
+                        .flatten()
+                    {
+                        if self.globals.len() < 256 {
+                            self.globals.insert(format!("{m}.{n}"));
+                        }
+                    }
+                    dtensor(vm, *inner, *state)
+                }
                 [func, _new_type, inner, ..] if nesting < 8 => {
                     self.call(vm, *func, *inner, nesting + 1)
                 }

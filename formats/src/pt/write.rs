@@ -73,15 +73,16 @@ fn write_synced(path: &Path, tensors: &[TensorIn<'_>], durable: bool) -> Result<
                 ctx: ctx.clone().tensor(t.name),
             });
         }
-        if saved_as(t.dtype).is_none() {
-            return Err(Error::Write {
-                rule: Rule::WRITE_DTYPE,
-                ctx: ctx.clone().tensor(t.name),
-                reason: format!("torch has no dtype that stores {} the way zt does", t.dtype),
-            });
-        }
+        check_savable(t, &ctx)?;
     }
     let pickle = state_dict_pickle(tensors);
+    let members = archive_members(&pickle, tensors);
+    publish_with(path, durable, |w| write_stored_aligned(w, &members, ALIGN))
+}
+
+/// The records of a `torch.save` archive whose `data.pkl` is `pickle` and
+/// whose storages are the tensors' bytes, in `torch.save`'s order.
+fn archive_members<'a>(pickle: &'a [u8], tensors: &[TensorIn<'a>]) -> Vec<Member<'a>> {
     let small = |name: &str, bytes: &'static [u8]| Member {
         name: format!("{ROOT}/{name}"),
         parts: [bytes, &[]],
@@ -89,8 +90,8 @@ fn write_synced(path: &Path, tensors: &[TensorIn<'_>], durable: bool) -> Result<
     };
     let mut members = vec![Member {
         name: format!("{ROOT}/data.pkl"),
-        parts: [&pickle, &[]],
-        crc: crc32fast::hash(&pickle),
+        parts: [pickle, &[]],
+        crc: crc32fast::hash(pickle),
     }];
     members.push(small(".format_version", b"1"));
     members.push(small(".storage_alignment", b"64"));
@@ -103,7 +104,40 @@ fn write_synced(path: &Path, tensors: &[TensorIn<'_>], durable: bool) -> Result<
         });
     }
     members.push(small("version", b"3\n"));
-    publish_with(path, durable, |w| write_stored_aligned(w, &members, ALIGN))
+    members
+}
+
+/// Check that `torch.save` can store `t`'s dtype as zt does, naming it in
+/// `ctx`.
+pub(crate) fn check_savable(t: &TensorIn<'_>, ctx: &Context) -> Result<()> {
+    if saved_as(t.dtype).is_none() {
+        return Err(Error::Write {
+            rule: Rule::WRITE_DTYPE,
+            ctx: ctx.clone().tensor(t.name),
+            reason: format!("torch has no dtype that stores {} the way zt does", t.dtype),
+        });
+    }
+    Ok(())
+}
+
+/// Write `torch.save(tensor)` of the bare tensor `t` (no dict around it:
+/// `data.pkl` is the `_rebuild_tensor_v2` call itself), what DCP's
+/// `FileSystemWriter` stores as each chunk of a `.distcp` file. The
+/// archive's offsets are relative to its own start, so it can be written
+/// at any offset of a larger file. `t` must pass [`check_savable`].
+pub(crate) fn write_tensor_archive<W: std::io::Write>(
+    w: &mut W,
+    t: &TensorIn<'_>,
+) -> std::io::Result<()> {
+    let mut p = Pickler {
+        out: b"\x80\x02".to_vec(),
+        memo: 0,
+        globals: HashMap::new(),
+    };
+    p.tensor(0, t);
+    p.out.push(b'.');
+    let members = archive_members(&p.out, std::slice::from_ref(t));
+    write_stored_aligned(w, &members, ALIGN)
 }
 
 /// The pickle opcodes the writer emits.
@@ -285,10 +319,7 @@ impl FormatWriter for PtWriter {
     /// From arrays too; no attributes and no options (a request with them
     /// is refused before a writer runs: `zt_core::write::check_request`).
     fn caps(&self) -> WriterCaps {
-        WriterCaps {
-            arrays: true,
-            ..WriterCaps::DENSE
-        }
+        WriterCaps::DENSE_ARRAYS
     }
 
     fn write_arrays(

@@ -132,3 +132,53 @@ const _: () = assert!(OBJECT.len() == 48);
 pub const OBJECT_ETAG: &str = "\"zt-1\"";
 /// Its Last-Modified.
 pub const OBJECT_MODIFIED: &str = "Wed, 21 Oct 2015 07:28:00 GMT";
+
+/// The `dcp` target's checkpoint: tensors written by zt's DCP writer
+/// (`zt::formats::dcp::write`), as `(file name, bytes)` for every file of
+/// its directory; the `.metadata` is the valid seed, the `.distcp` what the
+/// body puts beside every input. Built in a scratch directory `dir` (which
+/// must not exist) and read back; the writer is deterministic.
+pub fn dcp_checkpoint(dir: &std::path::Path) -> Vec<(String, Vec<u8>)> {
+    use zt::write::TensorIn;
+    use zt::DType;
+    let w = f32_bytes(&[0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
+    let step = 7i64.to_le_bytes();
+    let tensors = [
+        TensorIn {
+            name: "model.w",
+            dtype: DType::F32,
+            shape: &[2, 3],
+            data: &w,
+        },
+        TensorIn {
+            name: "model.b",
+            dtype: DType::BF16,
+            shape: &[2],
+            data: &[0x80, 0x3f, 0, 0x40],
+        },
+        TensorIn {
+            name: "step",
+            dtype: DType::I64,
+            shape: &[],
+            data: &step,
+        },
+        TensorIn {
+            name: "mask",
+            dtype: DType::Bool,
+            shape: &[0, 4],
+            data: &[],
+        },
+    ];
+    zt::formats::dcp::write::write(dir, &tensors, 1).expect("write the DCP fixture");
+    let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+        .expect("the DCP fixture")
+        .map(|e| {
+            let path = e.expect("an entry").path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            (name, std::fs::read(&path).expect("a fixture file"))
+        })
+        .collect();
+    files.sort();
+    let _ = std::fs::remove_dir_all(dir);
+    files
+}

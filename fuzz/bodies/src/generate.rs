@@ -14,7 +14,7 @@ use crate::fixtures::{
 use crate::http;
 
 /// The targets whose seeds this module writes.
-pub const GENERATED: &[&str] = &["zrecord_dict", "index_json", "http_response"];
+pub const GENERATED: &[&str] = &["zrecord_dict", "index_json", "http_response", "dcp"];
 
 /// One seed: its file name and bytes.
 pub type Seed = (String, Vec<u8>);
@@ -25,6 +25,7 @@ pub fn seeds(target: &str) -> Vec<Seed> {
         "zrecord_dict" => zrecord_dict(),
         "index_json" => index_json(),
         "http_response" => http_response(),
+        "dcp" => dcp(),
         _ => Vec::new(),
     };
     seeds
@@ -362,4 +363,51 @@ fn http_response() -> Vec<(&'static str, Vec<u8>)> {
         .into_iter()
         .map(|(name, parts)| (name, http::join(&parts)))
         .collect()
+}
+
+/// `.metadata` files for the `dcp` fixture's `.distcp`
+/// ([`crate::fixtures::dcp_checkpoint`]): the valid one zt's writer wrote,
+/// and it changed one way at a time.
+fn dcp() -> Vec<(&'static str, Vec<u8>)> {
+    let dir = std::env::temp_dir().join(format!("zt-dcp-seeds-{}", std::process::id()));
+    let files = crate::fixtures::dcp_checkpoint(&dir);
+    let valid = files
+        .iter()
+        .find(|(n, _)| n == ".metadata")
+        .map(|(_, b)| b.clone())
+        .expect("the fixture's .metadata");
+    // A string of the pickle (`SHORT_BINUNICODE`) replaced by another, the
+    // frame's length kept right (the fixture's pickle is one frame).
+    let swap = |from: &str, to: &str| -> Vec<u8> {
+        let enc = |s: &str| [&[0x8c, s.len() as u8][..], s.as_bytes()].concat();
+        let (from, to) = (enc(from), enc(to));
+        let at = valid
+            .windows(from.len())
+            .position(|w| w == from)
+            .expect("the string is in the pickle");
+        let mut out = [&valid[..at], &to[..], &valid[at + from.len()..]].concat();
+        let frame = (out.len() - 11) as u64;
+        out[3..11].copy_from_slice(&frame.to_le_bytes());
+        out
+    };
+    let mut protocol5 = valid.clone();
+    protocol5[1] = 5;
+    vec![
+        ("valid.metadata", valid.clone()),
+        ("protocol-5.metadata", protocol5),
+        // Refused: paths leaving the directory, a missing file, a global
+        // outside DCP's, a dtype zt has no type for, a cut pickle.
+        ("escape.metadata", swap("__0_0.distcp", "../__0_0.distcp")),
+        ("absolute.metadata", swap("__0_0.distcp", "/etc/hostname")),
+        ("missing.metadata", swap("__0_0.distcp", "__0_1.distcp")),
+        ("forbidden-global.metadata", swap("_get_layout", "system")),
+        (
+            "forbidden-module.metadata",
+            swap("torch.serialization", "os"),
+        ),
+        ("other-dtype.metadata", swap("bfloat16", "float16")),
+        ("unknown-dtype.metadata", swap("float32", "qint8")),
+        ("renamed.metadata", swap("model.w", "model.x")),
+        ("half.metadata", valid[..valid.len() / 2].to_vec()),
+    ]
 }

@@ -44,6 +44,7 @@ pub const TARGETS: &[Target] = &[
     ("zrecord_dict", zrecord_dict),
     ("index_json", index_json),
     ("http_response", http_response),
+    ("dcp", dcp),
 ];
 
 /// One scratch directory per process; onnx external data resolves
@@ -499,3 +500,52 @@ pub fn http_response(data: &[u8]) {
 /// The range the listed object's read asks for (offset, length): it
 /// fetches the block around it, the whole 48-byte object (`bytes=0-47`).
 pub const LISTED_READ: (u64, u64) = (16, 16);
+
+/// The files of the `dcp` fixture checkpoint ([`fixtures::dcp_checkpoint`]),
+/// built once per process.
+fn dcp_fixture() -> &'static [(String, Vec<u8>)] {
+    static FILES: OnceLock<Vec<(String, Vec<u8>)>> = OnceLock::new();
+    FILES.get_or_init(|| fixtures::dcp_checkpoint(&scratch().join("dcp-fixture")))
+}
+
+/// PyTorch distributed checkpoints: the input is the `.metadata`, written
+/// into a directory (one per thread, `dcp-N`) beside the small valid
+/// `__0_0.distcp` of [`fixtures::dcp_checkpoint`], opened by the DCP plugin
+/// past its sniff (default and tight limits) and through the directory, and
+/// every tensor read: the restricted pickle machine with DCP's globals, the metadata's
+/// schema, `storage_data` paths (escapes, missing files), chunk tiling and
+/// assembly, each chunk's `torch.save` archive located on its range.
+pub fn dcp(data: &[u8]) {
+    let dir = scratch().join(format!("dcp-{}", slot()));
+    if !dir.is_dir() {
+        std::fs::create_dir_all(&dir).expect("dcp scratch directory");
+        for (name, bytes) in dcp_fixture() {
+            if name != ".metadata" {
+                std::fs::write(dir.join(name), bytes).expect("write a distcp file");
+            }
+        }
+    }
+    let meta = dir.join(".metadata");
+    std::fs::write(&meta, data).expect("write the input");
+    // The plugin itself, past the sniff, so every mutation reaches it.
+    for (limits, whole) in [(Limits::default(), false), (tight(), true)] {
+        let Ok(store) = Store::open(&meta) else {
+            return;
+        };
+        let store = Arc::new(store);
+        let input = OpenInput::new(&store, &limits);
+        if let Ok(catalog) = zt::formats::dcp::Dcp.open(&input) {
+            if let Ok(source) = Source::from_catalog("dcp", store, catalog, limits) {
+                read_all(&source, whole);
+            }
+        }
+    }
+    // And the directory as a user opens it, positionally.
+    let options = OpenOptions {
+        map: false,
+        ..OpenOptions::default()
+    };
+    if let Ok(source) = zt::open_with(&dir, &options) {
+        read_all(&source, false);
+    }
+}

@@ -3,7 +3,7 @@
 //! `fuzz/make_seeds.py` writes the `fuzz/seeds/*` directories with the
 //! reference libraries (small files, committed); the PyTorch and HDF5
 //! fixtures are the test suite's own; `zrecord_dict`, `index_json` and
-//! `http_response`, whose inputs are one part of a whole the body supplies,
+//! `http_response` and `dcp`, whose inputs are one part of a whole the body supplies,
 //! are written by `cargo run -p zt-fuzz-bodies --example make-seeds` from
 //! the body's own definitions ([`crate::generate`]). `fuzz/run-campaign.sh` hands the same
 //! directories to libFuzzer, and `tests/seeds.rs` runs every body over them.
@@ -38,6 +38,7 @@ pub const SEEDS: &[(&str, &[&str])] = &[
     ("zrecord_dict", &["fuzz/seeds/zrecord_dict"]),
     ("index_json", &["fuzz/seeds/index_json"]),
     ("http_response", &["fuzz/seeds/http_response"]),
+    ("dcp", &["fuzz/seeds/dcp"]),
 ];
 
 /// Files that are not seeds: the generators and their notes.

@@ -1,0 +1,193 @@
+//! A tensor from chunks: each chunk a box of the global tensor (its first
+//! element's index and its extent per dimension) whose bytes are a payload
+//! of their own, copied to its place in the global C-order buffer on read.
+//! What a distributed checkpoint's sharded tensor is (the `dcp` plugin's
+//! chunks, the per-rank files of a DTensor merged by their placements).
+//!
+//! The caller checks that the chunks tile the global shape (none overlaps
+//! another, together they cover every element) and that each payload holds
+//! what its extent and strides reach; reading only copies.
+
+use std::sync::Arc;
+
+use crate::catalog::{Decode, Payload};
+use crate::dtype::{c_strides, num_elements};
+use crate::error::{Context, Error, Result};
+use crate::limits::Limits;
+use crate::rule::Rule;
+
+/// One chunk of a tensor.
+#[derive(Debug, Clone)]
+pub struct Piece {
+    /// Its first element's index in each dimension of the global tensor.
+    pub offsets: Vec<u64>,
+    /// Its extent in each dimension.
+    pub sizes: Vec<u64>,
+    /// Its element strides over its bytes; `None` is C order.
+    pub strides: Option<Vec<i64>>,
+    /// Its bytes.
+    pub payload: Payload,
+}
+
+/// A tensor of several chunks: each chunk's elements copied to its place
+/// in the global C-order buffer.
+#[derive(Debug)]
+pub struct Assemble {
+    /// The tensor, for errors.
+    pub ctx: Context,
+    /// The global shape.
+    pub size: Vec<u64>,
+    /// Bytes per element.
+    pub elem: u64,
+    /// The chunks, tiling `size`.
+    pub pieces: Vec<Piece>,
+    /// The rule a chunk shorter than its extent cites.
+    pub rule: Rule,
+    /// What [`Decode::describe`] says (`"dcp chunks"`).
+    pub describe: &'static str,
+}
+
+impl Assemble {
+    /// A payload of the assembled tensor (`decoded_len` its C-order bytes).
+    pub fn payload(self, decoded_len: u64) -> Payload {
+        Payload::Decoded {
+            decoder: Arc::new(self),
+            decoded_len,
+        }
+    }
+}
+
+impl Decode for Assemble {
+    fn decode(&self, limits: &Limits) -> Result<Vec<u8>> {
+        let numel = num_elements(&self.size).unwrap_or(u64::MAX);
+        self.decode_range(0, numel.saturating_mul(self.elem), limits)
+    }
+
+    fn describe(&self) -> &'static str {
+        self.describe
+    }
+
+    /// Only the chunks the range meets are read, and only the range is
+    /// allocated: a slice of a large sharded tensor costs the slice.
+    fn decode_range(&self, start: u64, len: u64, limits: &Limits) -> Result<Vec<u8>> {
+        limits.check_decoded(&self.ctx, len)?;
+        // Every byte is written (the chunks tile the tensor, checked at
+        // open); zeroed pages cost nothing until then.
+        let mut out = crate::buffer::try_zeroed(&self.ctx, "an assembled tensor", len)?;
+        let window = (start, start.saturating_add(len));
+        for p in &self.pieces {
+            if p.sizes.contains(&0) {
+                continue;
+            }
+            let (first, last) = span(&self.size, p);
+            if last * self.elem <= window.0 || first * self.elem >= window.1 {
+                continue;
+            }
+            let bytes = match &p.payload {
+                Payload::Stored { store, offset, len } => store.read(*offset, *len)?,
+                Payload::Decoded { decoder, .. } => {
+                    std::borrow::Cow::Owned(decoder.decode(limits)?)
+                }
+            };
+            self.place(&mut out, window.0, p, &bytes)?;
+        }
+        Ok(out)
+    }
+}
+
+/// The first element of a chunk and one past its last, as indexes into the
+/// global C-order buffer of shape `size` (the chunk lies within them).
+fn span(size: &[u64], chunk: &Piece) -> (u64, u64) {
+    let strides = c_strides(size);
+    let at = |index: &mut dyn Iterator<Item = u64>| -> u64 {
+        index.zip(&strides).map(|(i, &s)| i * s as u64).sum()
+    };
+    let first = at(&mut chunk.offsets.iter().copied());
+    let last = at(&mut chunk
+        .offsets
+        .iter()
+        .zip(&chunk.sizes)
+        .map(|(o, s)| o + s - 1));
+    (first, last + 1)
+}
+
+impl Assemble {
+    /// Copy one chunk's elements (C order, or its own strides over `bytes`)
+    /// that fall in `out`, the bytes from `out_start` of the global C-order
+    /// buffer, to their place there.
+    fn place(&self, out: &mut [u8], out_start: u64, p: &Piece, bytes: &[u8]) -> Result<()> {
+        let (size, elem) = (&self.size, self.elem);
+        let rank = size.len();
+        let sizes = &p.sizes;
+        let offsets = &p.offsets;
+        let out_end = out_start + out.len() as u64;
+        // The chunk's own element strides over its bytes (non-negative: the
+        // reader checked every element they reach against its storage, with
+        // checked arithmetic, so no offset below overflows either).
+        let unsigned =
+            |s: Vec<i64>| -> Vec<u64> { s.into_iter().map(|x| x.max(0) as u64).collect() };
+        let src_strides = unsigned(match &p.strides {
+            Some(s) => s.clone(),
+            None => c_strides(sizes),
+        });
+        let dst_strides = unsigned(c_strides(size));
+        // Copy `n` bytes from byte `src` of the chunk to byte `dst` of the
+        // global buffer, the part of them inside the window.
+        let mut copy = |src: u64, dst: u64, n: u64| -> Result<()> {
+            let (a, b) = (dst.max(out_start), (dst + n).min(out_end));
+            if a >= b {
+                return Ok(());
+            }
+            let from = (src + (a - dst)) as usize..(src + (b - dst)) as usize;
+            let from = bytes.get(from).ok_or_else(|| {
+                Error::decode(
+                    self.ctx.clone(),
+                    self.rule,
+                    "a chunk's bytes are shorter than its shape needs",
+                )
+            })?;
+            out[(a - out_start) as usize..(b - out_start) as usize].copy_from_slice(from);
+            Ok(())
+        };
+        // The last dimension is copied as one run when the chunk's elements
+        // are adjacent along it.
+        let (inner, inner_run) = match rank {
+            0 => (1u64, true),
+            _ => (sizes[rank - 1], src_strides[rank - 1] == 1),
+        };
+        let outer_dims = rank.saturating_sub(1);
+        let mut index = vec![0u64; outer_dims];
+        loop {
+            let mut src = 0u64;
+            let mut dst = 0u64;
+            for d in 0..outer_dims {
+                src += index[d] * src_strides[d];
+                dst += (offsets[d] + index[d]) * dst_strides[d];
+            }
+            if rank > 0 {
+                dst += offsets[rank - 1];
+            }
+            if inner_run {
+                copy(src * elem, dst * elem, inner * elem)?;
+            } else {
+                let step = src_strides[rank - 1];
+                for k in 0..inner {
+                    copy((src + k * step) * elem, (dst + k) * elem, elem)?;
+                }
+            }
+            // Odometer over the outer dimensions.
+            let mut d = outer_dims;
+            loop {
+                if d == 0 {
+                    return Ok(());
+                }
+                d -= 1;
+                index[d] += 1;
+                if index[d] < sizes[d] {
+                    break;
+                }
+                index[d] = 0;
+            }
+        }
+    }
+}
