@@ -20,6 +20,7 @@ use zt_core::limits::Limits;
 use zt_core::location::sibling;
 use zt_core::store::Store;
 use zt_core::OpenOptions;
+use zt_core::Rule;
 use zt_core::{PartRef, Source};
 
 /// What `verify` checked.
@@ -39,6 +40,13 @@ pub struct Verification {
 /// parts of foreign formats count as undigested.
 pub fn verify(source: &Source, deep: bool) -> Result<Verification> {
     let mut out = Verification::default();
+    // The container's own rule for its files (upstream ztensor's name);
+    // the core's for every other format's.
+    let logical_rule = if source.format() == "zt" {
+        rules::LAYOUT_DATA
+    } else {
+        Rule::LOGICAL_DATA
+    };
     for t in source.tensors() {
         for p in t.parts() {
             if p.verify()? {
@@ -46,7 +54,7 @@ pub fn verify(source: &Source, deep: bool) -> Result<Verification> {
             } else {
                 out.undigested += 1;
             }
-            check_logical(&p)?;
+            check_logical(&p, logical_rule)?;
         }
         check_sparse(&t)?;
     }
@@ -119,8 +127,12 @@ pub fn hash_store(store: &Store, algo: DigestAlgorithm) -> Result<Digest> {
 }
 
 fn integrity(p: &PartRef<'_>, reason: String) -> Error {
+    integrity_citing(p, rules::LAYOUT_DATA, reason)
+}
+
+fn integrity_citing(p: &PartRef<'_>, rule: Rule, reason: String) -> Error {
     Error::Integrity {
-        rule: rules::LAYOUT_DATA,
+        rule,
         ctx: p
             .locate()
             .map(|l| Context::file(l.path))
@@ -129,20 +141,25 @@ fn integrity(p: &PartRef<'_>, reason: String) -> Error {
     }
 }
 
-fn check_logical(p: &PartRef<'_>) -> Result<()> {
+fn check_logical(p: &PartRef<'_>, rule: Rule) -> Result<()> {
     match p.dtype() {
         DType::Bool => {
             let b = p.storage_bytes()?;
             if let Some(i) = b.iter().position(|&x| x > 1) {
-                return Err(integrity(p, format!("bool element {i} is {}", b[i])));
+                return Err(integrity_citing(
+                    p,
+                    rule,
+                    format!("bool element {i} is {}", b[i]),
+                ));
             }
         }
         DType::F4E2M1 => {
             let n: u64 = p.shape().iter().product();
             let b = p.storage_bytes()?;
             if n % 2 == 1 && b.last().is_some_and(|&x| x >> 4 != 0) {
-                return Err(integrity(
+                return Err(integrity_citing(
                     p,
+                    rule,
                     "the odd trailing f4 nibble is not zero".into(),
                 ));
             }

@@ -68,6 +68,10 @@ impl Rule {
     pub const DECODED_LENGTH: Rule = Rule::new("core.DecodedLength");
     /// A byte range asked of a tensor lies outside it.
     pub const READ_RANGE: Rule = Rule::new("core.ReadRange");
+    /// A logical type's data breaks its rule (a bool element that is not 0
+    /// or 1, an odd fp4 tensor's trailing nibble that is not 0), in a
+    /// format with no rule of its own for it (`.zt` cites `zt.LayoutData`).
+    pub const LOGICAL_DATA: Rule = Rule::new("core.LogicalData");
     /// A part's payload disagrees with its shape, dtype or strides.
     pub const PART_SIZE: Rule = Rule::new("core.PartSize");
     /// A related-file location (a shard, external data) that is not a
@@ -146,6 +150,7 @@ impl Rule {
         Rule::UNKNOWN_FORMAT,
         Rule::DECODED_LENGTH,
         Rule::READ_RANGE,
+        Rule::LOGICAL_DATA,
         Rule::PART_SIZE,
         Rule::LOCATION,
         Rule::LISTING_ORDER,

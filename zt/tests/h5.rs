@@ -12,30 +12,21 @@ use dir::Dir;
 #[macro_use]
 #[path = "support/cites.rs"]
 mod cites;
+// `read_all`: open and read every tensor; the first error, if any.
+#[path = "support/open.rs"]
+mod open;
+use open::read_all;
 
 use std::path::Path;
 
 use zt::formats::h5::reader::lookup3;
-use zt::{Error, Limits, OpenOptions, Source, Value};
+use zt::{Error, Limits, Source, Value};
 
 fn fixture(name: &str) -> Vec<u8> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/data/h5")
         .join(name);
     std::fs::read(path).unwrap()
-}
-
-/// Open and read every tensor; the first error, if any.
-fn read_all(path: &Path, limits: Limits) -> Result<Source, Error> {
-    let options = OpenOptions {
-        limits,
-        ..OpenOptions::default()
-    };
-    let source = zt::open_with(path, &options)?;
-    for t in source.tensors() {
-        t.data()?.bytes()?;
-    }
-    Ok(source)
 }
 
 fn find(hay: &[u8], needle: &[u8]) -> Vec<usize> {

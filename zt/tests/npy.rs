@@ -10,6 +10,9 @@ use dir::Dir;
 #[macro_use]
 #[path = "support/cites.rs"]
 mod cites;
+#[path = "support/open.rs"]
+mod open;
+use open::open_limited;
 
 use std::io::Write;
 use std::path::Path;
@@ -49,16 +52,6 @@ fn npy(dict: &str, data: &[u8]) -> Vec<u8> {
 fn dict(descr: &str, fortran: bool, shape: &str) -> String {
     let f = if fortran { "True" } else { "False" };
     format!("{{'descr': '{descr}', 'fortran_order': {f}, 'shape': {shape}, }}")
-}
-
-fn open_limited(path: &Path, limits: Limits) -> zt::Result<Source> {
-    zt::open_with(
-        path,
-        &OpenOptions {
-            limits,
-            ..Default::default()
-        },
-    )
 }
 
 /// Run a plugin's `open` directly, bypassing detection, for files that
