@@ -182,3 +182,34 @@ def test_rank_discovery_order(monkeypatch):
         monkeypatch.setenv("RANK", "0")
         monkeypatch.setenv("WORLD_SIZE", "5")
         Sampler(N, 12, CYCLIC)
+
+
+def test_settings_come_from_one_keyword_spec(streams):
+    import inspect
+
+    sig = inspect.signature(DataLoader)
+    assert list(sig.parameters) == [
+        "streams",
+        "batch_size",
+        "mode",
+        "seed",
+        "workers",
+        "prefetch",
+        "prefetch_bytes",
+        "transform",
+        "rank",
+        "world_size",
+        "start_step",
+        "step_stride",
+        "packed",
+    ]
+    assert all(p.kind is p.KEYWORD_ONLY for name, p in sig.parameters.items() if name != "streams")
+    assert sig.parameters["batch_size"].default == 256 and sig.parameters["mode"].default == CYCLIC
+    with DataLoader(streams, rank=0, world_size=1) as dl:
+        assert (dl.sampler.batch_size, dl.sampler.seed, dl.workers, dl.prefetch) == (256, 42, 4, 4)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'batchsize'"):
+        DataLoader(streams, batchsize=8)
+    with pytest.raises(ValueError, match="step_stride must be positive"):
+        DataLoader(streams, step_stride=0)
+    with pytest.raises(TypeError, match="transform must be callable, got int"):
+        DataLoader(streams, transform=3)

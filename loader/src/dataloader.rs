@@ -47,6 +47,7 @@ use zrecord::{Geometry, RaggedBatch, Reader};
 
 use crate::error::{Error, Result};
 use crate::sampler::Plan;
+use crate::state::State as RunState;
 
 /// One named, opened store the loader gathers from.
 #[derive(Clone)]
@@ -480,6 +481,39 @@ impl<T: Send + 'static> DataLoader<T> {
     pub fn position(&self) -> u64 {
         let st = lock(&self.shared.state);
         step_at(st.start, self.shared.config.step_stride, st.next)
+    }
+
+    /// The index plan (this rank's shard of the global stream).
+    pub fn plan(&self) -> &Plan {
+        &self.shared.config.plan
+    }
+
+    /// The run's position for every rank at once: the next step and the
+    /// settings of the global stream (see [`crate::state`]). Save it from any
+    /// rank; [`DataLoader::resume`] continues it on any world size that
+    /// divides the global batch. A strided loader (`step_stride > 1`) sees
+    /// only some of the run's steps, so its position is not the run's:
+    /// [`Error::StridedState`].
+    pub fn state(&self) -> Result<RunState> {
+        let stride = self.shared.config.step_stride;
+        if stride != 1 {
+            return Err(Error::StridedState(stride));
+        }
+        Ok(RunState::at(&self.shared.config.plan, self.position()))
+    }
+
+    /// The step this loader resumes `state` at, without moving (see
+    /// [`RunState::resume_step`]; messages name the `DataLoader`).
+    pub fn resume_step(&self, state: &RunState, rebase: bool) -> Result<u64> {
+        state.resume_step_named(&self.shared.config.plan, rebase, "DataLoader")
+    }
+
+    /// Continue the run `state` was saved from: [`DataLoader::seek`] to
+    /// [`DataLoader::resume_step`]. A refused state leaves the loader where
+    /// it was. Returns the batches the seek dropped.
+    pub fn resume(&self, state: &RunState, rebase: bool) -> Result<Vec<T>> {
+        let step = self.resume_step(state, rebase)?;
+        self.seek(step)
     }
 
     /// The distance between the steps this loader delivers.

@@ -94,6 +94,75 @@ pub enum Error {
     /// The operating system refused to start a worker thread.
     #[error("could not start a loader thread: {0}")]
     Spawn(String),
+    /// A saved state that is not a mapping (Python: `TypeError`).
+    #[error("a loader state must be a dict, got {0}")]
+    StateNotObject(String),
+    /// A saved state's text is not JSON.
+    #[error("a loader state is not valid JSON: {0}")]
+    StateJson(String),
+    /// A saved state of a version this crate does not read (given as saved).
+    #[error("loader state version {0} is not one this zt reads (1 or 2)")]
+    StateVersion(String),
+    /// A saved state lacks keys its version requires (Python: `KeyError`).
+    #[error("loader state lacks {0}")]
+    StateMissing(crate::state::Keys),
+    /// A saved setting that is not an integer (Python: `TypeError`).
+    #[error("{key} must be an integer, got {type_name}")]
+    StateNotInteger {
+        /// The state's key.
+        key: &'static str,
+        /// The type of its value.
+        type_name: String,
+    },
+    /// A saved setting outside its range.
+    #[error("{key} must be in 0..{bound}, got {value}")]
+    StateOutOfRange {
+        /// The state's key.
+        key: &'static str,
+        /// The value as saved.
+        value: String,
+        /// The largest value allowed, as the message writes it.
+        bound: &'static str,
+    },
+    /// A state saved with settings that make another global stream, loaded
+    /// without re-basing.
+    #[error(
+        "{what} state was saved with different settings ({differ}): resuming would not continue the \
+         same sample sequence. Build the loader with the saved settings (the world size may change; \
+         the global batch may not), or pass rebase=True to start this loader's own sequence at the \
+         saved sample count ({samples_seen} samples)."
+    )]
+    StateSettings {
+        /// What was resuming (`DataLoader`, `sampler`, ...).
+        what: String,
+        /// The settings that differ.
+        differ: crate::state::Differences,
+        /// The saved sample count.
+        samples_seen: u128,
+    },
+    /// Re-basing a state whose sample count this loader reaches in no step
+    /// below 2^64.
+    #[error(
+        "{what} state was saved with different settings ({differ}) and rebase=True, but its \
+         sample count ({samples_seen}) is past this {what}'s last step (2^64-1 steps of \
+         {global_batch_len} samples): there is no step to resume at."
+    )]
+    RebasePastEnd {
+        /// What was resuming.
+        what: String,
+        /// The settings that differ.
+        differ: crate::state::Differences,
+        /// The saved sample count.
+        samples_seen: u128,
+        /// This loader's global batch.
+        global_batch_len: u64,
+    },
+    /// A strided loader sees only some steps, so its position is not the run's.
+    #[error(
+        "this loader delivers every {0}th step, so its position is not the run's: \
+         take the state from the consumer that sees every step"
+    )]
+    StridedState(u64),
 }
 
 /// `Result` with this crate's [`Error`].

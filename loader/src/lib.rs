@@ -95,12 +95,24 @@
 //! rank's own slice is computed (every index is a function of its position).
 //! A global batch that does not split evenly is refused
 //! ([`Error::UnevenShard`]): data-parallel steps need equal per-rank batches.
+//!
+//! ## Resuming
+//!
+//! [`State`] is a run's position for every rank at once: the next global
+//! step and the settings of the global stream, never a rank's position.
+//! [`DataLoader::state`] / [`DataLoader::resume`] (and [`Sampler::state`] /
+//! [`Sampler::resume`]) save and continue a run on any world size that
+//! divides the global batch; a state saved with other settings resumes
+//! only re-based ([`State::resume_step`]). Its JSON form is the dict zt's
+//! Python loader saves, so a run moves between the two (see [`state`]).
 #![deny(missing_docs)]
 
 pub mod dataloader;
 mod error;
 pub mod sampler;
+pub mod state;
 
 pub use dataloader::{Batch, Column, DataLoader, GatherError, Stream};
 pub use error::{Error, Result};
 pub use sampler::{Mode, Plan, Sampler};
+pub use state::State;

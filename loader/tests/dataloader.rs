@@ -590,3 +590,109 @@ fn a_batch_larger_than_prefetch_bytes_still_flows() {
         Some(Error::ZeroPrefetchBytes)
     );
 }
+
+// -- saving and resuming a run ----------------------------------------------------
+
+/// Take `steps` batches from `dl`, checking each against its indices.
+fn plain(dl: &DataLoader<Result<Batch, GatherError>>, steps: usize) -> Vec<Vec<u64>> {
+    (0..steps)
+        .map(|_| {
+            let b = dl.next().unwrap().unwrap();
+            assert_eq!(b.indices, ids(&b));
+            ids(&b)
+        })
+        .collect()
+}
+
+#[test]
+fn a_saved_state_resumes_the_uninterrupted_run() {
+    // Run 7 steps, save (through the JSON form), resume a fresh loader from
+    // it: its batches are the uninterrupted run's from step 7 on.
+    let dir = tempfile::tempdir().unwrap();
+    let reader = dense_store(dir.path());
+    for mode in [Mode::Sequential, Mode::Iid, Mode::Cyclic, Mode::LoaderxIid] {
+        let plan = Plan::new(N, 12, mode, 31).unwrap();
+        let whole = run(&reader, plan, 2, 0, 15);
+        let first = DataLoader::plain(stream(&reader), config(plan, 2, 3, 0)).unwrap();
+        assert_eq!(plain(&first, 7), whole[..7]);
+        let saved = first.state().unwrap().to_json();
+        drop(first);
+        let state = zloader::State::from_json(&saved).unwrap();
+        assert_eq!(state.global_step, 7);
+        assert_eq!(state.samples_seen, 7 * 12);
+        let resumed = DataLoader::plain(stream(&reader), config(plan, 3, 2, 0)).unwrap();
+        drop(resumed.resume(&state, false).unwrap());
+        assert_eq!(resumed.position(), 7);
+        assert_eq!(plain(&resumed, 8), whole[7..], "{mode:?}");
+        assert_eq!(resumed.state().unwrap().global_step, 15);
+    }
+}
+
+#[test]
+fn a_state_resumes_on_another_world_size() {
+    // Saved on one rank at step 5, resumed on 2 and on 3 ranks: at every
+    // step the ranks' batches together are the single-process batch.
+    let dir = tempfile::tempdir().unwrap();
+    let reader = dense_store(dir.path());
+    let plan = Plan::new(N, 24, Mode::Cyclic, 8).unwrap();
+    let whole = run(&reader, plan, 2, 0, 12);
+    let one = DataLoader::plain(stream(&reader), config(plan, 1, 2, 0)).unwrap();
+    plain(&one, 5);
+    let state = one.state().unwrap();
+    for world in [2u64, 3] {
+        let mut joined = vec![Vec::new(); 7];
+        let mut states = Vec::new();
+        for rank in 0..world {
+            let sharded = plan.shard(rank, world).unwrap();
+            let dl = DataLoader::plain(stream(&reader), config(sharded, 2, 2, 0)).unwrap();
+            drop(dl.resume(&state, false).unwrap());
+            for (step, ids) in plain(&dl, 7).into_iter().enumerate() {
+                assert_eq!(ids.len() as u64, 24 / world);
+                joined[step].extend(ids);
+            }
+            states.push(dl.state().unwrap());
+        }
+        assert_eq!(joined, whole[5..], "world size {world}");
+        // Every rank saves the same state, the one-process run's at step 12.
+        assert!(states.iter().all(|s| *s == zloader::State::at(&plan, 12)));
+    }
+}
+
+#[test]
+fn rebasing_starts_the_new_stream_past_the_saved_samples() {
+    let dir = tempfile::tempdir().unwrap();
+    let reader = dense_store(dir.path());
+    let saved_plan = Plan::new(N, 12, Mode::Cyclic, 1).unwrap();
+    let state = zloader::State::at(&saved_plan, 5); // 60 samples
+    let plan = Plan::new(N, 20, Mode::Cyclic, 1).unwrap();
+    let dl = DataLoader::plain(stream(&reader), config(plan, 2, 2, 0)).unwrap();
+    let refused = dl.resume(&state, false).err().unwrap();
+    assert!(matches!(refused, Error::StateSettings { .. }));
+    assert!(refused.to_string().starts_with(
+        "DataLoader state was saved with different settings (global_batch_size: saved 12, here 20)"
+    ));
+    assert_eq!(
+        dl.position(),
+        0,
+        "a refused state leaves the loader where it was"
+    );
+    drop(dl.resume(&state, true).unwrap());
+    assert_eq!(dl.position(), 3);
+    assert_eq!(plain(&dl, 2), [plan_ids(&plan, 3), plan_ids(&plan, 4)]);
+}
+
+#[test]
+fn a_strided_loader_has_no_state_to_save() {
+    let dir = tempfile::tempdir().unwrap();
+    let reader = dense_store(dir.path());
+    let plan = Plan::new(N, 12, Mode::Cyclic, 1).unwrap();
+    let config = Config {
+        step_stride: 3,
+        ..config(plan, 1, 1, 0)
+    };
+    let dl = DataLoader::plain(stream(&reader), config).unwrap();
+    assert_eq!(dl.state(), Err(Error::StridedState(3)));
+    // Resuming one is allowed: it moves its own share of the steps.
+    drop(dl.resume(&zloader::State::at(&plan, 4), false).unwrap());
+    assert_eq!(dl.position(), 4);
+}

@@ -16,13 +16,14 @@ use std::sync::Arc;
 
 use pyo3::exceptions::{PyMemoryError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyList;
+use pyo3::types::{PyDict, PyList};
 
 use zloader::dataloader::{Column, Config, DEFAULT_PREFETCH_BYTES};
 use zloader::{Batch, DataLoader, GatherError, Mode, Plan, Stream};
 use zrecord::Geometry;
 
 use crate::array::{ArrayView, Keep};
+use crate::loader::{state_error, state_from_py, state_to_py};
 use crate::zrecord::RecordReader;
 
 /// What a worker hands over: the raw batch (no transform) or the
@@ -239,6 +240,33 @@ impl DataLoaderCore {
                 Ok(Some((step, false, columns.into_any())))
             }
         }
+    }
+
+    /// The run's state dict (`zloader::DataLoader::state`): `ValueError`
+    /// for a strided loader, whose position is not the run's.
+    fn state_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let state = self.inner.state().map_err(to_py_err)?;
+        state_to_py(py, &state)
+    }
+
+    /// Resume a state dict (`zloader::DataLoader::resume`): checked, then
+    /// moved to as `seek` moves (a refused state leaves the loader where it
+    /// was); `RuntimeError` once closed.
+    fn load_state_dict(
+        &self,
+        py: Python<'_>,
+        state: &Bound<'_, PyAny>,
+        rebase: bool,
+    ) -> PyResult<()> {
+        let state = state_from_py(state)?;
+        let step = self
+            .inner
+            .resume_step(&state, rebase)
+            .map_err(state_error)?;
+        if self.inner.is_closed() {
+            return Err(PyRuntimeError::new_err("DataLoader is closed"));
+        }
+        self.seek(py, step)
     }
 
     /// The step `next()` delivers next.

@@ -10,11 +10,12 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyByteArray;
+use pyo3::types::{PyBool, PyByteArray, PyDict, PyFloat, PyString};
 
-use zloader::{Mode, Plan};
+use zloader::state::Value;
+use zloader::{Mode, Plan, State};
 
 use crate::borrow::{Access, Borrowed};
 
@@ -24,6 +25,70 @@ const DETACH_AT: usize = 1 << 15;
 
 fn to_py_err(e: zloader::Error) -> PyErr {
     PyValueError::new_err(e.to_string())
+}
+
+/// A loader error as Python raises it: a missing key is a `KeyError`, a
+/// value of the wrong type a `TypeError`, anything else a `ValueError`.
+pub(crate) fn state_error(e: zloader::Error) -> PyErr {
+    use zloader::Error as E;
+    match e {
+        E::StateMissing(_) => PyKeyError::new_err(e.to_string()),
+        E::StateNotObject(_) | E::StateNotInteger { .. } => PyTypeError::new_err(e.to_string()),
+        e => to_py_err(e),
+    }
+}
+
+/// One value of a Python state dict as `zloader` reads it: an integer (or
+/// anything else `operator.index` takes) as its decimal text, a bool as itself,
+/// a float as its value, anything else by type name and repr.
+fn state_value(v: &Bound<'_, PyAny>) -> PyResult<Value> {
+    if let Ok(b) = v.cast::<PyBool>() {
+        return Ok(Value::Bool(b.is_true()));
+    }
+    if let Ok(f) = v.cast::<PyFloat>() {
+        return Ok(Value::Float(f.value()));
+    }
+    let index = v.py().import("operator")?.getattr("index")?;
+    match index.call1((v,)) {
+        Ok(i) => Ok(Value::Int(i.str()?.to_string())),
+        Err(e) if e.is_instance_of::<PyTypeError>(v.py()) => Ok(Value::Other {
+            type_name: v.get_type().name()?.to_string(),
+            repr: v.repr()?.to_string(),
+        }),
+        Err(e) => Err(e),
+    }
+}
+
+/// A Python state dict (`state_dict()`'s, or the first format) as a
+/// checked [`State`]; keys that are not strings are not the state's.
+pub(crate) fn state_from_py(state: &Bound<'_, PyAny>) -> PyResult<State> {
+    let Ok(dict) = state.cast::<PyDict>() else {
+        let name = state.get_type().name()?.to_string();
+        return Err(state_error(zloader::Error::StateNotObject(name)));
+    };
+    let mut entries = Vec::with_capacity(dict.len());
+    for (k, v) in dict.iter() {
+        if let Ok(k) = k.cast::<PyString>() {
+            entries.push((k.to_cow()?.into_owned(), state_value(&v)?));
+        }
+    }
+    State::from_entries(entries).map_err(state_error)
+}
+
+/// A [`State`] as the dict `state_dict()` returns (its keys in order).
+pub(crate) fn state_to_py<'py>(py: Python<'py>, state: &State) -> PyResult<Bound<'py, PyDict>> {
+    let dict = PyDict::new(py);
+    for (key, value) in state.entries() {
+        dict.set_item(key, value)?;
+    }
+    Ok(dict)
+}
+
+/// The unsharded plan of a loader's settings (already validated by
+/// `zt/loader.py`).
+fn settings_plan(length: u64, batch_size: u64, mode: u64, seed: u64) -> PyResult<Plan> {
+    let mode = Mode::try_from(mode).map_err(to_py_err)?;
+    Plan::new(length, batch_size, mode, seed).map_err(to_py_err)
 }
 
 /// The sampler state shared by every thread that uses one Python object.
@@ -168,6 +233,40 @@ impl Sampler {
     #[getter]
     fn global_batch_len(&self) -> u64 {
         self.plan.global_batch_len()
+    }
+
+    /// The state dict of a run over these settings whose next step is
+    /// `step` (what `state_dict()` returns: `zloader::State`'s saved form).
+    #[staticmethod]
+    fn state_dict_at<'py>(
+        py: Python<'py>,
+        length: u64,
+        batch_size: u64,
+        mode: u64,
+        seed: u64,
+        step: u64,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let plan = settings_plan(length, batch_size, mode, seed)?;
+        state_to_py(py, &State::at(&plan, step))
+    }
+
+    /// The step a loader over these settings resumes a state dict at
+    /// (`zloader::State::resume_step`; messages name `what`).
+    #[staticmethod]
+    #[allow(clippy::too_many_arguments)]
+    fn resume_step_of(
+        state: &Bound<'_, PyAny>,
+        length: u64,
+        batch_size: u64,
+        mode: u64,
+        seed: u64,
+        rebase: bool,
+        what: &str,
+    ) -> PyResult<u64> {
+        let plan = settings_plan(length, batch_size, mode, seed)?;
+        state_from_py(state)?
+            .resume_step_named(&plan, rebase, what)
+            .map_err(state_error)
     }
 
     /// CYCLIC: steps per cycle; None otherwise.

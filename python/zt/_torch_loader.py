@@ -38,6 +38,20 @@ from .torch import _to_torch
 
 __all__ = ["DataLoader", "IterableDataset", "RankFailure", "as_tensors"]
 
+# Their settings: zt.loader's keyword spec, less and plus what each front
+# takes (zt.loader._KEYWORDS).
+_FRONT = _loader._Front(
+    "zt.torch.DataLoader",
+    drop=("step_stride",),
+    extra={"pin_memory": _loader._Keyword(False), "health_check": _loader._Keyword(None)},
+)
+_DATASET = _loader._Front(
+    "zt.torch.IterableDataset",
+    drop=("transform", "step_stride"),
+    defaults={"workers": 2, "prefetch": 2},
+    extra={"steps": _loader._Keyword(None, _loader._optional_step)},
+)
+
 
 class RankFailure(RuntimeError):
     """A peer rank is gone, stalled, or at another step: raised by
@@ -149,15 +163,6 @@ def _can_pin() -> bool:
     return torch.cuda.is_available()
 
 
-def _positional_guard(cls: str, positional: tuple) -> None:
-    if positional:
-        raise TypeError(
-            f"{cls} takes one positional argument (streams) and its settings by keyword, "
-            f"e.g. {cls}(streams, batch_size=256); got {len(positional)} more positional: "
-            f"{', '.join(map(repr, positional))}"
-        )
-
-
 # -- the in-process front -------------------------------------------------------------
 
 
@@ -182,28 +187,10 @@ class DataLoader:
     ``prefetch`` (see :class:`zt.loader.DataLoader`).
     """
 
-    def __init__(
-        self,
-        streams: dict[str, Any],
-        *positional: Any,
-        batch_size: int = 256,
-        mode: int = _loader.CYCLIC,
-        seed: int = 42,
-        workers: int = 4,
-        prefetch: int = 4,
-        prefetch_bytes: int = _loader.DEFAULT_PREFETCH_BYTES,
-        transform: Any = None,
-        rank: int | None = None,
-        world_size: int | None = None,
-        start_step: int = 0,
-        packed: bool = False,
-        pin_memory: bool = False,
-        health_check: float | None = None,
-    ):
-        _positional_guard("zt.torch.DataLoader", positional)
+    def __init__(self, streams: dict[str, Any], *positional: Any, **settings: Any):
         self._loader = None
-        if transform is not None and not callable(transform):
-            raise TypeError(f"transform must be callable, got {type(transform).__name__}")
+        kw = _FRONT.read(positional, settings)
+        pin_memory, health_check = kw.pop("pin_memory"), kw.pop("health_check")
         if pin_memory and not _can_pin():
             warnings.warn(
                 "pin_memory=True but no accelerator is available: batches stay in ordinary (pageable) memory",
@@ -211,22 +198,10 @@ class DataLoader:
             )
             pin_memory = False
         self.pin_memory = pin_memory
-        self._loader = _loader.DataLoader(
-            streams,
-            batch_size=batch_size,
-            mode=mode,
-            seed=seed,
-            workers=workers,
-            prefetch=prefetch,
-            prefetch_bytes=prefetch_bytes,
-            # With a transform or pinning, the conversion (and the pinning
-            # copy) run on the worker threads; otherwise at hand-off.
-            transform=_finisher(transform, pin_memory),
-            rank=rank,
-            world_size=world_size,
-            start_step=start_step,
-            _assemble=_Columns(streams, packed),
-        )
+        # With a transform or pinning, the conversion (and the pinning copy)
+        # run on the worker threads; otherwise at hand-off.
+        kw["transform"] = _finisher(kw["transform"], pin_memory)
+        self._loader = _loader.DataLoader(streams, _assemble=_Columns(streams, kw.pop("packed")), **kw)
         try:
             self._health = None if health_check is None else _HealthCheck(self._loader.sampler, health_check)
         except BaseException:
@@ -381,57 +356,24 @@ class IterableDataset(tud.IterableDataset):
     own loader, so ``num_workers=n`` holds up to ``n`` times as much ahead.
     """
 
-    def __init__(
-        self,
-        streams: dict[str, Any],
-        *positional: Any,
-        batch_size: int = 256,
-        mode: int = _loader.CYCLIC,
-        seed: int = 42,
-        workers: int = 2,
-        prefetch: int = 2,
-        prefetch_bytes: int = _loader.DEFAULT_PREFETCH_BYTES,
-        rank: int | None = None,
-        world_size: int | None = None,
-        start_step: int = 0,
-        steps: int | None = None,
-        packed: bool = False,
-    ):
+    def __init__(self, streams: dict[str, Any], *positional: Any, **settings: Any):
         from .zrecord import Dense
 
-        _positional_guard("zt.torch.IterableDataset", positional)
+        kw = _DATASET.read(positional, settings)
         super().__init__()
         streams = dict(streams)
+        start_step, steps = kw.pop("start_step"), kw.pop("steps")
         # Validates the streams and settings now, in the main process.
-        probe = _loader.DataLoader(
-            streams,
-            batch_size=batch_size,
-            mode=mode,
-            seed=seed,
-            workers=1,
-            prefetch=1,
-            prefetch_bytes=prefetch_bytes,
-            rank=rank,
-            world_size=world_size,
-        )
+        probe = _loader.DataLoader(streams, **{**kw, "workers": 1, "prefetch": 1})
         probe.close()
         s = probe.sampler
-        self._settings = dict(
-            batch_size=s.batch_size,
-            mode=int(s.mode),
-            seed=s.seed,
-            workers=workers,
-            prefetch=prefetch,
-            prefetch_bytes=prefetch_bytes,
-            rank=s.rank,
-            world_size=s.world_size,
-            packed=packed,
-        )
+        # What each torch worker's loader is given (the ranks found here).
+        self._settings = {**kw, "batch_size": s.batch_size, "mode": int(s.mode), "seed": s.seed}
+        self._settings.update(rank=s.rank, world_size=s.world_size)
         self._config = dict(s._config)
-        self._global_batch_len = s.global_batch_len
         self.rank, self.world_size = s.rank, s.world_size
-        self.start_step = _loader._u64("start_step", start_step, 0)
-        self.steps = None if steps is None else _loader._u64("steps", steps, 0)
+        self.start_step = start_step
+        self.steps = steps
         self._streams = streams
         self._kinds = {name: (isinstance(ds, Dense), str(ds.path)) for name, ds in streams.items()}
 
@@ -471,12 +413,12 @@ class IterableDataset(tud.IterableDataset):
     def state_at(self, step: int) -> dict[str, int]:
         """The state dict of a run whose next step is ``step`` (count the
         batches you took from torch's loader: that count plus ``start_step``)."""
-        return _loader._state(self._config, _loader._u64("step", step, 0), self._global_batch_len)
+        return _loader._state(self._config, _loader._u64("step", step, 0))
 
     def load_state_dict(self, state: dict[str, int], *, rebase: bool = False) -> None:
         """Make the next iteration start where ``state`` left off (checked as
         :meth:`zt.loader.DataLoader.load_state_dict` checks it)."""
-        self.start_step = _loader._resume_step(state, self._config, self._global_batch_len, rebase, "dataset")
+        self.start_step = _loader._resume_step(state, self._config, rebase, "dataset")
 
 
 class _Share:
@@ -505,3 +447,7 @@ class _Share:
 
     def __del__(self):
         self.close()
+
+
+DataLoader.__init__.__signature__ = _FRONT.signature()  # type: ignore[attr-defined]
+IterableDataset.__init__.__signature__ = _DATASET.signature()  # type: ignore[attr-defined]

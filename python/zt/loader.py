@@ -54,9 +54,10 @@ every step the ranks' batches together are the single-process batch.
 from __future__ import annotations
 
 import enum
+import inspect
 import operator
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -67,8 +68,6 @@ _frombuffer = np.frombuffer
 __all__ = ["CYCLIC", "DEFAULT_PREFETCH_BYTES", "IID", "LOADERX_IID", "SEQUENTIAL", "DataLoader", "Mode", "Sampler"]
 
 _U64_MAX = (1 << 64) - 1
-# A state's samples_seen is global_step * the global batch, both below 2^64.
-_SAMPLES_MAX = _U64_MAX * _U64_MAX
 
 DEFAULT_PREFETCH_BYTES = 1 << 30
 """The default ``prefetch_bytes`` of :class:`DataLoader`: 1 GiB."""
@@ -218,7 +217,7 @@ class Sampler:
         ``mode``, ``seed``, and ``samples_seen`` (``global_step`` times the
         global batch). No rank's position is in it: resume on any world size
         (see :meth:`load_state_dict`)."""
-        return _state(self._config, self.step, self.global_batch_len)
+        return _state(self._config, self.step)
 
     def load_state_dict(self, state: dict[str, int], *, rebase: bool = False) -> None:
         """Resume from :meth:`state_dict` (or the older ``{"step", "batch_size",
@@ -230,7 +229,7 @@ class Sampler:
         keeps its own settings and starts at the first step at which at least
         ``samples_seen`` samples have been drawn under them, a new sequence
         that covers about as much of the data as the old run had."""
-        self.seek(_resume_step(state, self._config, self.global_batch_len, rebase, "sampler"))
+        self.seek(_resume_step(state, self._config, rebase, "sampler"))
 
     # -- description --------------------------------------------------------------
 
@@ -328,75 +327,20 @@ class Sampler:
 
 
 # -- state dicts -------------------------------------------------------------------
-
-STATE_VERSION = 2
-_SETTINGS = {"global_batch_size": "batch_size", "length": "length", "mode": "mode", "seed": "seed"}
-
-
-def _state(config: dict[str, int], step: int, global_batch_len: int) -> dict[str, int]:
-    return {
-        "version": STATE_VERSION,
-        "global_step": step,
-        "global_batch_size": config["batch_size"],
-        "length": config["length"],
-        "mode": config["mode"],
-        "seed": config["seed"],
-        "samples_seen": step * global_batch_len,
-    }
+# The state dict's form, versions, checks and re-basing are zloader's
+# (`zloader::State`, loader/src/state.rs); these call it.
 
 
-def _read_state(state: dict[str, Any]) -> tuple[int, dict[str, int], int]:
-    """``(global_step, settings as in Sampler._config, samples_seen)`` from a
-    state dict of either format."""
-    if not isinstance(state, dict):
-        raise TypeError(f"a loader state must be a dict, got {type(state).__name__}")
-    version = state.get("version", 1)
-    if version == 1:  # the first format: {"length", "batch_size", "mode", "seed", "step"}
-        keys = ("step", "length", "batch_size", "mode", "seed")
-        missing = [k for k in keys if k not in state]
-        if missing:
-            raise KeyError(f"loader state lacks {missing}")
-        settings = {k: _u64(k, state[k], 0) for k in ("length", "batch_size", "mode", "seed")}
-        step = _u64("step", state["step"], 0)
-        short = settings["mode"] == CYCLIC and settings["length"] < settings["batch_size"]
-        seen = step * (settings["length"] if short else settings["batch_size"])
-        return step, settings, seen
-    if version != STATE_VERSION:
-        raise ValueError(f"loader state version {version!r} is not one this zt reads (1 or {STATE_VERSION})")
-    missing = [k for k in ("global_step", *_SETTINGS, "samples_seen") if k not in state]
-    if missing:
-        raise KeyError(f"loader state lacks {missing}")
-    settings = {mine: _u64(key, state[key], 0) for key, mine in _SETTINGS.items()}
-    # samples_seen is step * global batch, so past 2^64 from step 2^64 / batch
-    # on: a state saved at any step (up to 2^64 - 1) loads.
-    seen = _u64("samples_seen", state["samples_seen"], 0, _SAMPLES_MAX, "(2^64-1)^2")
-    return _u64("global_step", state["global_step"], 0), settings, seen
+def _state(config: dict[str, int], step: int) -> dict[str, int]:
+    """The state dict of a run over ``config``'s settings whose next step is ``step``."""
+    return _zt.Sampler.state_dict_at(config["length"], config["batch_size"], config["mode"], config["seed"], step)
 
 
-def _resume_step(state: dict[str, Any], config: dict[str, int], global_batch_len: int, rebase: bool, what: str) -> int:
+def _resume_step(state: dict[str, Any], config: dict[str, int], rebase: bool, what: str) -> int:
     """The step to resume at: the saved step when the settings match, else
     (with ``rebase``) the first step past the saved sample count."""
-    step, saved, seen = _read_state(state)
-    differ = {k: (saved[k], v) for k, v in config.items() if saved[k] != v}
-    if not differ:
-        return step
-    names = {mine: key for key, mine in _SETTINGS.items()}
-    detail = ", ".join(f"{names[k]}: saved {a}, here {b}" for k, (a, b) in differ.items())
-    if not rebase:
-        raise ValueError(
-            f"{what} state was saved with different settings ({detail}): resuming would not continue the "
-            "same sample sequence. Build the loader with the saved settings (the world size may change; "
-            "the global batch may not), or pass rebase=True to start this loader's own sequence at the "
-            f"saved sample count ({seen} samples)."
-        )
-    step = -(-seen // global_batch_len)
-    if step > _U64_MAX:
-        raise ValueError(
-            f"{what} state was saved with different settings ({detail}) and rebase=True, but its "
-            f"sample count ({seen}) is past this {what}'s last step (2^64-1 steps of {global_batch_len} "
-            "samples): there is no step to resume at."
-        )
-    return step
+    c = config
+    return _zt.Sampler.resume_step_of(state, c["length"], c["batch_size"], c["mode"], c["seed"], rebase, what)
 
 
 # -- DataLoader ------------------------------------------------------------------
@@ -460,12 +404,103 @@ def _transformer(assemble, transform):
     return finish
 
 
+def _callable(name: str, value: Any) -> Any:
+    if value is not None and not callable(value):
+        raise TypeError(f"{name} must be callable, got {type(value).__name__}")
+    return value
+
+
+def _byte_budget(name: str, value: Any) -> int:
+    return _u64(name, _positive(name, value), 1)
+
+
+def _step(name: str, value: Any) -> int:
+    return _u64(name, value, 0)
+
+
+def _optional_step(name: str, value: Any) -> int | None:
+    return None if value is None else _u64(name, value, 0)
+
+
+class _Keyword(NamedTuple):
+    """One DataLoader setting: its default and its check (``None``: checked
+    where it is used, the index settings and the ranks by :class:`Sampler`)."""
+
+    default: Any
+    check: Callable[[str, Any], Any] | None = None
+
+
+# The DataLoader keyword spec: the settings every front (zt.loader.DataLoader,
+# zt.torch.DataLoader, zt.torch.IterableDataset) takes after `streams`, by
+# keyword only, with one default and one check each. A front leaves some out,
+# changes a default or adds its own (`_Front`).
+_KEYWORDS: dict[str, _Keyword] = {
+    "batch_size": _Keyword(256),
+    "mode": _Keyword(CYCLIC),
+    "seed": _Keyword(42),
+    "workers": _Keyword(4, _positive),
+    "prefetch": _Keyword(4, _positive),
+    "prefetch_bytes": _Keyword(DEFAULT_PREFETCH_BYTES, _byte_budget),
+    "transform": _Keyword(None, _callable),
+    "rank": _Keyword(None),
+    "world_size": _Keyword(None),
+    "start_step": _Keyword(0, _step),
+    "step_stride": _Keyword(1, _positive),
+    "packed": _Keyword(False),
+}
+
 _POSITIONAL_HINT = (
-    "zt.loader.DataLoader takes one positional argument (streams) and its settings by keyword, "
-    "e.g. DataLoader(streams, batch_size=256, workers=4); got {n} more positional: {values}. "
+    "{front} takes one positional argument (streams) and its settings by keyword, "
+    "e.g. {front}(streams, batch_size=256, workers=4); got {n} more positional: {values}. "
     "(loaderx's DataLoader(streams, 8) means 8 transform workers, so a positional batch size "
     "would silently mean something else.)"
 )
+
+
+class _Front:
+    """One front's keywords, made from :data:`_KEYWORDS`: which it leaves
+    out, the defaults it changes, the settings of its own. Gives the front's
+    signature (its ``__init__.__signature__``) and reads its arguments."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        drop: tuple[str, ...] = (),
+        defaults: dict[str, Any] | None = None,
+        extra: dict[str, _Keyword] | None = None,
+        internal: tuple[str, ...] = (),
+    ) -> None:
+        spec = {k: v for k, v in _KEYWORDS.items() if k not in drop}
+        for k, default in (defaults or {}).items():
+            spec[k] = spec[k]._replace(default=default)
+        spec.update(extra or {})
+        self.name, self.spec, self.internal = name, spec, internal
+
+    def signature(self) -> inspect.Signature:
+        P = inspect.Parameter
+        params = [P("self", P.POSITIONAL_OR_KEYWORD), P("streams", P.POSITIONAL_OR_KEYWORD)]
+        params += [P(k, P.KEYWORD_ONLY, default=v.default) for k, v in self.spec.items()]
+        return inspect.Signature(params)
+
+    def read(self, positional: tuple, given: dict[str, Any]) -> dict[str, Any]:
+        """Every setting (given or default), checked; internal keywords
+        (``_assemble``) pass through unchecked."""
+        if positional:
+            values = ", ".join(map(repr, positional))
+            raise TypeError(_POSITIONAL_HINT.format(front=self.name, n=len(positional), values=values))
+        unknown = [k for k in given if k not in self.spec and k not in self.internal]
+        if unknown:
+            raise TypeError(f"{self.name}() got an unexpected keyword argument {unknown[0]!r}")
+        out = {k: given.get(k, v.default) for k, v in self.spec.items()}
+        for k, v in self.spec.items():
+            if v.check is not None:
+                out[k] = v.check(k, out[k])
+        out.update((k, given[k]) for k in self.internal if k in given)
+        return out
+
+
+_FRONT = _Front("zt.loader.DataLoader", internal=("_assemble",))
 
 
 class DataLoader:
@@ -519,31 +554,14 @@ class DataLoader:
     returns the new step's batch), a close stops it.
     """
 
-    def __init__(
-        self,
-        streams: dict[str, Any],
-        *positional: Any,
-        batch_size: int = 256,
-        mode: int = CYCLIC,
-        seed: int = 42,
-        workers: int = 4,
-        prefetch: int = 4,
-        prefetch_bytes: int = DEFAULT_PREFETCH_BYTES,
-        transform: Any = None,
-        rank: int | None = None,
-        world_size: int | None = None,
-        start_step: int = 0,
-        step_stride: int = 1,
-        packed: bool = False,
-        _assemble: Any = None,
-    ) -> None:
-        # `_assemble` (internal: zt.torch's front) replaces the function that
-        # turns the native columns into a batch (numpy arrays by default).
+    def __init__(self, streams: dict[str, Any], *positional: Any, **settings: Any) -> None:
+        # Settings: `_KEYWORDS`. `_assemble` (internal: zt.torch's front)
+        # replaces the function that turns the native columns into a batch
+        # (numpy arrays by default).
         from .zrecord import Dense, Ragged
 
         self._core = None
-        if positional:
-            raise TypeError(_POSITIONAL_HINT.format(n=len(positional), values=", ".join(map(repr, positional))))
+        kw = _FRONT.read(positional, settings)
         self.streams = dict(streams)
         if not self.streams:
             raise ValueError("need at least one stream")
@@ -558,16 +576,15 @@ class DataLoader:
         if len(set(lengths.values())) != 1:
             raise ValueError(f"all streams must hold the same number of records, got {lengths}")
         length = next(iter(lengths.values()))
-        self._workers = _positive("workers", workers)
-        self._prefetch = _positive("prefetch", prefetch)
-        self._prefetch_bytes = _u64("prefetch_bytes", _positive("prefetch_bytes", prefetch_bytes), 1)
-        self._stride = _positive("step_stride", step_stride)
-        if transform is not None and not callable(transform):
-            raise TypeError(f"transform must be callable, got {type(transform).__name__}")
+        self._workers = kw["workers"]
+        self._prefetch = kw["prefetch"]
+        self._prefetch_bytes = kw["prefetch_bytes"]
+        self._stride = kw["step_stride"]
+        transform, packed, _assemble = kw["transform"], kw["packed"], kw.get("_assemble")
         # The Sampler validates the index settings with its messages, finds
         # the ranks and gives the state dict; the workers compute the same
         # batches natively.
-        self.sampler = Sampler(length, batch_size, mode, seed, rank, world_size)
+        self.sampler = Sampler(length, kw["batch_size"], kw["mode"], kw["seed"], kw["rank"], kw["world_size"])
         self._transform = transform
         names = list(self.streams)
         if _assemble is None:
@@ -587,7 +604,7 @@ class DataLoader:
             s.world_size,
             self._workers,
             self._prefetch,
-            _u64("start_step", start_step, 0),
+            kw["start_step"],
             self._stride,
             finish,
             self._prefetch_bytes,
@@ -651,20 +668,20 @@ class DataLoader:
         """The run's position for every rank at once: the next global step and
         the settings that decide the global stream (JSON-friendly; see
         :meth:`Sampler.state_dict`). Save it from any rank."""
-        if self._stride != 1:
-            raise ValueError(
-                f"this loader delivers every {self._stride}th step, so its position is not the run's: "
-                "take the state from the consumer that sees every step"
-            )
-        return _state(self.sampler._config, self.step, self.sampler.global_batch_len)
+        return self._core_or_raise().state_dict()
 
     def load_state_dict(self, state: dict[str, int], *, rebase: bool = False) -> None:
         """Resume from :meth:`state_dict`, on any rank and world size. A state
         saved with a different global batch size, seed, mode or length is
         refused with ``ValueError`` unless ``rebase=True`` (see
         :meth:`Sampler.load_state_dict`)."""
-        s = self.sampler
-        self.seek(_resume_step(state, s._config, s.global_batch_len, rebase, "DataLoader"))
+        self._core_or_raise().load_state_dict(state, rebase)
+
+    def _core_or_raise(self):
+        core = self._core
+        if core is None:
+            raise RuntimeError("DataLoader is closed")
+        return core
 
     # -- diagnostics -----------------------------------------------------------------
 
@@ -728,3 +745,6 @@ class DataLoader:
             f"<zt.loader.DataLoader streams={self._names} batch_size={self.sampler.batch_size} "
             f"mode={self.sampler.mode.name} workers={self._workers} prefetch={self._prefetch} {state}>"
         )
+
+
+DataLoader.__init__.__signature__ = _FRONT.signature()  # type: ignore[attr-defined]

@@ -192,3 +192,30 @@ def test_readme_torch_example(tmp_path, monkeypatch):
     assert blocks, "README has no torch example"
     for code in blocks:
         exec(compile(code, "README.md", "exec"), {"__name__": "readme"})
+
+
+def test_the_fronts_share_zt_loaders_keyword_spec(streams):
+    import inspect
+
+    base = inspect.signature(DataLoader).parameters
+    front = inspect.signature(ztt.DataLoader).parameters
+    dataset = inspect.signature(ztt.IterableDataset).parameters
+    assert [k for k in front if k not in base] == ["pin_memory", "health_check"]
+    assert [k for k in base if k not in front] == ["step_stride"]
+    assert [k for k in dataset if k not in base] == ["steps"]
+    assert [k for k in base if k not in dataset] == ["transform", "step_stride"]
+    for name, p in base.items():
+        if name in front:
+            assert front[name].default == p.default, name
+        if name in dataset and name not in ("workers", "prefetch"):
+            assert dataset[name].default == p.default, name
+    assert (dataset["workers"].default, dataset["prefetch"].default) == (2, 2)
+    # Checked in the main process, with zt.loader's messages.
+    with pytest.raises(ValueError, match="workers must be positive"):
+        ztt.IterableDataset(streams, batch_size=GLOBAL_BATCH, workers=0, rank=0, world_size=1)
+    with pytest.raises(ValueError, match=r"steps must be in 0\.\.2\^64-1"):
+        ztt.IterableDataset(streams, batch_size=GLOBAL_BATCH, steps=-1, rank=0, world_size=1)
+    with pytest.raises(TypeError, match="zt.torch.DataLoader\\(\\) got an unexpected keyword argument 'step_stride'"):
+        ztt.DataLoader(streams, batch_size=GLOBAL_BATCH, step_stride=2, rank=0, world_size=1)
+    with pytest.raises(TypeError, match="transform must be callable"):
+        ztt.DataLoader(streams, batch_size=GLOBAL_BATCH, transform=3, rank=0, world_size=1)

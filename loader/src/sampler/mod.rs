@@ -13,6 +13,7 @@ mod iid;
 mod shuffle;
 
 use crate::error::{Error, Result};
+use crate::state::State;
 use shuffle::Permutation;
 
 /// How a sampler walks the index space `[0, length)`.
@@ -361,6 +362,20 @@ impl Sampler {
     /// replayed, since every batch is a function of `(seed, step)`.
     pub fn seek(&mut self, step: u64) {
         self.step = step;
+    }
+
+    /// The run's position (see [`crate::state`]): the next step and the
+    /// settings of the global stream, the same on every rank.
+    pub fn state(&self) -> State {
+        State::at(&self.plan, self.step)
+    }
+
+    /// Continue the run `state` was saved from (any world size; other
+    /// settings only with `rebase`, see [`State::resume_step`]). A refused
+    /// state leaves the step where it was.
+    pub fn resume(&mut self, state: &State, rebase: bool) -> Result<()> {
+        self.step = state.resume_step_named(&self.plan, rebase, "sampler")?;
+        Ok(())
     }
 
     /// The indices of the current step, in a buffer the sampler reuses (valid
