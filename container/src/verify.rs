@@ -126,10 +126,6 @@ pub fn hash_store(store: &Store, algo: DigestAlgorithm) -> Result<Digest> {
     })
 }
 
-fn integrity(p: &PartRef<'_>, reason: String) -> Error {
-    integrity_citing(p, rules::LAYOUT_DATA, reason)
-}
-
 fn integrity_citing(p: &PartRef<'_>, rule: Rule, reason: String) -> Error {
     Error::Integrity {
         rule,
