@@ -1,5 +1,7 @@
 //! `zt convert`: files to a file, files to a sharded checkpoint
-//! (`--max-shard-size`), and model directories to model directories.
+//! (`--max-shard-size`), model directories to model directories, anything
+//! to a DCP checkpoint directory (`--to dcp`), and per-rank DTensor files
+//! merged (`--ranks`).
 
 use std::path::{Path, PathBuf};
 use zt::Rule;
@@ -25,6 +27,8 @@ pub struct Request<'a> {
     pub to: Option<&'a str>,
     /// `--select`, `--strip-prefix`, `--rename`, `--dtype`.
     pub transform: zt::Transform,
+    /// `--ranks`: the inputs are per-rank DTensor files in rank order.
+    pub ranks: bool,
     /// Draw the progress line.
     pub show_progress: bool,
 }
@@ -37,13 +41,22 @@ fn is_dir_output(out: &Path, input_is_dir: bool) -> bool {
         || (input_is_dir && out.extension().is_none())
 }
 
+/// A format whose output is a directory of its own, not a sharded
+/// checkpoint (DCP): its writer has no extension and no shard layout.
+fn is_directory_format(format: &str) -> bool {
+    zt::registry()
+        .writer_named(format)
+        .is_some_and(|w| w.extensions().is_empty() && w.shard_layout().is_none())
+}
+
 pub fn run(req: &Request<'_>) -> zt::Result<()> {
     let input_dir = match req.inputs {
-        [one] if one.is_dir() => Some(one.as_path()),
+        [one] if one.is_dir() && !req.ranks => Some(one.as_path()),
         _ => None,
     };
     let source: Source = match input_dir {
         Some(dir) => zt::open(zt::model_dir::checkpoint_in(dir)?)?,
+        None if req.ranks => zt::open_ranks(req.inputs)?,
         None => zt::open_all(req.inputs)?,
     };
     let source = if req.transform.is_identity() {
@@ -51,17 +64,34 @@ pub fn run(req: &Request<'_>) -> zt::Result<()> {
     } else {
         source.transform(&req.transform)?
     };
-    let dir_out = is_dir_output(req.out, input_dir.is_some());
+    let own_dir = req.to.is_some_and(is_directory_format);
+    let dir_out = own_dir || is_dir_output(req.out, input_dir.is_some());
     if req.to.is_some() && !dir_out {
         return Err(usage(
             "--to names the format of a directory output; a file's extension names its format",
+        ));
+    }
+    if req.options.files.is_some() && !own_dir {
+        return Err(usage("--dcp-files N goes with --to dcp"));
+    }
+    if own_dir && req.max_shard_size.is_some() {
+        return Err(usage(
+            "--max-shard-size shards a checkpoint; a dcp directory spreads its tensors over --dcp-files N files",
         ));
     }
     let expected = source.total_bytes();
     let started = std::time::Instant::now();
     let bar = (req.show_progress && expected >= PROGRESS_FROM)
         .then(|| progress::Progress::start(req.out.to_path_buf(), expected));
-    let result = if dir_out {
+    let result = if own_dir {
+        let format = req.to.unwrap_or_default();
+        zt::registry()
+            .convert_to(&source, req.out, format, req.options)
+            .map(|bytes| zt::shard::Written {
+                files: vec![req.out.to_path_buf()],
+                bytes,
+            })
+    } else if dir_out {
         let extra = match input_dir {
             Some(dir) => zt::model_dir::companions(dir)?,
             None => Vec::new(),

@@ -68,7 +68,9 @@ enum Command {
     },
     /// Convert files (read as one source) to the format OUT's extension
     /// names; or a model directory (its checkpoint, sharded or not, and
-    /// its other files) to a model directory.
+    /// its other files) to a model directory; or anything to a DCP
+    /// checkpoint directory (--to dcp). A DCP directory as input is read
+    /// through its .metadata; per-rank DTensor files merge with --ranks.
     Convert {
         /// Input files (or one model directory), then the output path last
         /// (a directory when it ends with / or is one).
@@ -79,9 +81,20 @@ enum Command {
         /// (directory outputs default to 5GB).
         #[arg(long, value_name = "SIZE")]
         max_shard_size: Option<String>,
-        /// Format of a directory output: safetensors (the default), pt or zt.
+        /// Format of a directory output: safetensors (the default), pt or
+        /// zt (a sharded checkpoint), or dcp (a PyTorch distributed
+        /// checkpoint directory: `.metadata` and `__0_N.distcp` files).
         #[arg(long, value_name = "FORMAT")]
         to: Option<String>,
+        /// With --to dcp: spread the tensors over N .distcp files by bytes
+        /// (default: one per GiB of tensor data).
+        #[arg(long, value_name = "N")]
+        dcp_files: Option<u64>,
+        /// The inputs are per-rank DTensor files (FSDP2, tensor parallel:
+        /// `model_world_size_W_rank_R.pt`) in rank order: merge them by
+        /// their placements into global tensors.
+        #[arg(long)]
+        ranks: bool,
         /// Blob placement for .zt: canonical, auto, or a power of two >= 4096.
         #[arg(long)]
         align: Option<String>,
@@ -199,6 +212,8 @@ fn dispatch(cli: Cli) -> u8 {
             mut paths,
             max_shard_size,
             to,
+            dcp_files,
+            ranks,
             align,
             compress,
             select,
@@ -211,6 +226,10 @@ fn dispatch(cli: Cli) -> u8 {
             let out = paths.pop().expect("clap requires two paths");
             let show_progress = progress || (!no_progress && std::io::stderr().is_terminal());
             write_options(align.as_deref(), compress.as_deref()).and_then(|options| {
+                let options = WriteOptions {
+                    files: dcp_files,
+                    ..options
+                };
                 convert::run(&convert::Request {
                     inputs: &paths,
                     out: &out,
@@ -218,6 +237,7 @@ fn dispatch(cli: Cli) -> u8 {
                     max_shard_size: convert::shard_size(max_shard_size.as_deref())?,
                     to: to.as_deref(),
                     transform: convert::transform(select, strip_prefix, &rename, dtype.as_deref())?,
+                    ranks,
                     show_progress,
                 })
             })
@@ -377,6 +397,7 @@ fn write_options(align: Option<&str>, compress: Option<&str>) -> zt::Result<Writ
     Ok(WriteOptions {
         align,
         compression,
+        files: None,
         storage_options: Vec::new(),
         defer_sync: false,
     })

@@ -3,7 +3,7 @@
 //! shard indexes (`*.index.json`) and merges what it opened.
 
 use crate::rule::Rule;
-use std::path::{Component, Path};
+use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
 use crate::catalog::Value;
@@ -89,13 +89,89 @@ impl Opener<'_> {
     /// Open one file, a Hugging Face shard index (`*.index.json`), or a
     /// local directory, as the checkpoint file it holds.
     pub fn open(&self, path: &Path) -> Result<Source> {
-        if !location::is_url(path) && path.is_dir() {
-            return self.open(&self.checkpoint_in(path)?);
+        if let Some(file) = self.directory_checkpoint(path)? {
+            return self.open(&file);
         }
         if is_shard_index(path) {
             return self.open_index(path);
         }
-        self.open_file(path)
+        match self.open_file(path) {
+            Err(e) if is_missing_object(&e, path) => self.open(&self.under_prefix(path, e)?),
+            other => other,
+        }
+    }
+
+    /// The file [`Opener::open`] reads to open `path`, for detection: a
+    /// directory's (or an `s3://` prefix's) checkpoint file, a shard
+    /// index's first shard, else `path` itself.
+    pub fn resolve(&self, path: &Path) -> Result<PathBuf> {
+        let file = self
+            .directory_checkpoint(path)?
+            .unwrap_or_else(|| path.to_path_buf());
+        if is_shard_index(&file) {
+            let ctx = Context::file(&file);
+            let json = self.read_index(&file)?;
+            let shards = shard_files(&ctx, &json)?;
+            let first = shards.first().ok_or_else(|| Error::Index {
+                rule: Rule::INDEX_SCHEMA,
+                ctx: ctx.clone(),
+                reason: "the index names no shard".into(),
+            })?;
+            return shard_location(&ctx, &file, first);
+        }
+        if location::is_url(&file) {
+            if let Err(e) = self.options.open_store_positional(&file) {
+                return if is_missing_object(&e, &file) {
+                    self.under_prefix(&file, e)
+                } else {
+                    Err(e)
+                };
+            }
+        }
+        Ok(file)
+    }
+
+    /// The checkpoint file of a local directory, or of an object URL
+    /// ending with `/` (a key prefix); `None` for anything else.
+    fn directory_checkpoint(&self, path: &Path) -> Result<Option<PathBuf>> {
+        if location::is_url(path) {
+            if path.to_string_lossy().ends_with('/') && has_key(path) {
+                return self.checkpoint_under(path).map(Some);
+            }
+            return Ok(None);
+        }
+        if path.is_dir() {
+            return self.checkpoint_in(path).map(Some);
+        }
+        Ok(None)
+    }
+
+    /// An object URL that names no object, opened as a key prefix holding
+    /// a checkpoint (`s3://b/ckpt` for `s3://b/ckpt/.metadata`); `missing`
+    /// (the object's own error) when it holds none either.
+    fn under_prefix(&self, url: &Path, missing: Error) -> Result<PathBuf> {
+        let prefix = PathBuf::from(format!("{}/", url.to_string_lossy()));
+        self.checkpoint_under(&prefix).map_err(|_| missing)
+    }
+
+    /// The first checkpoint name present under an object-storage key
+    /// prefix (ending with `/`), probed in order of preference, so no
+    /// listing is needed.
+    fn checkpoint_under(&self, prefix: &Path) -> Result<PathBuf> {
+        let names = self.registry.checkpoint_names();
+        for name in &names {
+            let candidate = PathBuf::from(format!("{}{name}", prefix.to_string_lossy()));
+            match self.options.open_store_positional(&candidate) {
+                Ok(_) => return Ok(candidate),
+                Err(e) if is_missing_object(&e, &candidate) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(Error::Index {
+            rule: Rule::INDEX_CHECKPOINT,
+            ctx: Context::file(prefix),
+            reason: format!("no checkpoint here (looked for {})", names.join(", ")),
+        })
     }
 
     /// The file a directory is opened through: the first present of the
@@ -143,61 +219,12 @@ impl Opener<'_> {
     /// that each tensor is in the shard the index says.
     fn open_index(&self, index_path: &Path) -> Result<Source> {
         let ctx = Context::file(index_path);
-        // The size is checked before a byte is read: an index is a header.
-        let file = self.options.open_store_positional(index_path)?;
-        self.options.limits.check_header(&ctx, file.len())?;
-        let text = file.read(0, file.len())?;
-        let json: serde_json::Value = serde_json::from_slice(&text).map_err(|e| Error::Index {
-            rule: Rule::INDEX_SCHEMA,
-            ctx: ctx.clone(),
-            reason: format!("not JSON: {e}"),
-        })?;
-        let weight_map = json
-            .get("weight_map")
-            .and_then(|w| w.as_object())
-            .ok_or_else(|| Error::Index {
-                rule: Rule::INDEX_SCHEMA,
-                ctx: ctx.clone(),
-                reason: "no \"weight_map\" object".into(),
-            })?;
-        // Each shard once, in the order the index first names it (a set
-        // beside the list: searching the list was quadratic, 40 s for an
-        // index naming 80k shards).
-        let mut shard_files: Vec<&str> = Vec::new();
-        let mut seen: std::collections::HashSet<&str> = std::collections::HashSet::new();
-        for (name, file) in weight_map {
-            let file = file.as_str().ok_or_else(|| Error::Index {
-                rule: Rule::INDEX_SCHEMA,
-                ctx: ctx.clone().tensor(name),
-                reason: "shard file name is not a string".into(),
-            })?;
-            if seen.insert(file) {
-                shard_files.push(file);
-            }
-        }
+        let json = self.read_index(index_path)?;
+        let shard_files = shard_files(&ctx, &json)?;
+        let weight_map = weight_map(&ctx, &json)?;
         let mut sources = Vec::with_capacity(shard_files.len());
         for file in &shard_files {
-            let rel = Path::new(file);
-            let escapes = rel.is_absolute()
-                || location::is_url(rel)
-                || rel.components().any(|c| !matches!(c, Component::Normal(_)));
-            if escapes {
-                return Err(Error::Index {
-                    rule: Rule::INDEX_SHARD_PATH,
-                    ctx: ctx.clone(),
-                    reason: format!("shard path {file:?} leaves the index's directory"),
-                });
-            }
-            let shard = location::sibling(index_path, file);
-            // A shard that is itself an index would let two indexes name
-            // each other (or one name itself) and recurse without end.
-            if is_shard_index(&shard) {
-                return Err(Error::Index {
-                    rule: Rule::INDEX_SHARD_PATH,
-                    ctx: ctx.clone(),
-                    reason: format!("shard {file:?} is itself an index"),
-                });
-            }
+            let shard = shard_location(&ctx, index_path, file)?;
             let source = self.open_file(&shard)?;
             for t in source.tensors() {
                 match weight_map.get(t.name()).and_then(|v| v.as_str()) {
@@ -239,6 +266,99 @@ impl Opener<'_> {
         merged.files.insert(0, index_path.to_path_buf());
         Ok(merged)
     }
+}
+
+impl Opener<'_> {
+    /// A shard index's JSON, its size checked before a byte is read (an
+    /// index is a header).
+    fn read_index(&self, index_path: &Path) -> Result<serde_json::Value> {
+        let ctx = Context::file(index_path);
+        let file = self.options.open_store_positional(index_path)?;
+        self.options.limits.check_header(&ctx, file.len())?;
+        let text = file.read(0, file.len())?;
+        serde_json::from_slice(&text).map_err(|e| Error::Index {
+            rule: Rule::INDEX_SCHEMA,
+            ctx,
+            reason: format!("not JSON: {e}"),
+        })
+    }
+}
+
+/// An index's `weight_map`.
+fn weight_map<'j>(
+    ctx: &Context,
+    json: &'j serde_json::Value,
+) -> Result<&'j serde_json::Map<String, serde_json::Value>> {
+    json.get("weight_map")
+        .and_then(|w| w.as_object())
+        .ok_or_else(|| Error::Index {
+            rule: Rule::INDEX_SCHEMA,
+            ctx: ctx.clone(),
+            reason: "no \"weight_map\" object".into(),
+        })
+}
+
+/// Each shard an index names, once, in the order it first names it (a set
+/// beside the list: searching the list was quadratic, 40 s for an index
+/// naming 80k shards).
+fn shard_files<'j>(ctx: &Context, json: &'j serde_json::Value) -> Result<Vec<&'j str>> {
+    let mut shard_files: Vec<&str> = Vec::new();
+    let mut seen: std::collections::HashSet<&str> = std::collections::HashSet::new();
+    for (name, file) in weight_map(ctx, json)? {
+        let file = file.as_str().ok_or_else(|| Error::Index {
+            rule: Rule::INDEX_SCHEMA,
+            ctx: ctx.clone().tensor(name),
+            reason: "shard file name is not a string".into(),
+        })?;
+        if seen.insert(file) {
+            shard_files.push(file);
+        }
+    }
+    Ok(shard_files)
+}
+
+/// Where the shard `file` an index names lies: beside the index, by plain
+/// relative components only, and not itself an index.
+fn shard_location(ctx: &Context, index_path: &Path, file: &str) -> Result<PathBuf> {
+    let rel = Path::new(file);
+    let escapes = rel.is_absolute()
+        || location::is_url(rel)
+        || rel.components().any(|c| !matches!(c, Component::Normal(_)));
+    if escapes {
+        return Err(Error::Index {
+            rule: Rule::INDEX_SHARD_PATH,
+            ctx: ctx.clone(),
+            reason: format!("shard path {file:?} leaves the index's directory"),
+        });
+    }
+    let shard = location::sibling(index_path, file);
+    // A shard that is itself an index would let two indexes name each
+    // other (or one name itself) and recurse without end.
+    if is_shard_index(&shard) {
+        return Err(Error::Index {
+            rule: Rule::INDEX_SHARD_PATH,
+            ctx: ctx.clone(),
+            reason: format!("shard {file:?} is itself an index"),
+        });
+    }
+    Ok(shard)
+}
+
+/// An object URL names a key (or key prefix) after its bucket or host: a
+/// bucket's root (`s3://bucket/`) is left to the object client, which
+/// refuses it.
+fn has_key(url: &Path) -> bool {
+    let text = url.to_string_lossy();
+    let rest = text.split_once("://").map_or("", |(_, r)| r);
+    rest.split_once('/')
+        .is_some_and(|(_, key)| !key.trim_matches('/').is_empty())
+}
+
+/// `error` says that the object at the URL `path` itself does not exist
+/// (not a file it refers to).
+fn is_missing_object(error: &Error, path: &Path) -> bool {
+    location::is_url(path)
+        && matches!(error, Error::NotFound { ctx } if ctx.file.as_deref() == Some(path))
 }
 
 fn is_shard_index(path: &Path) -> bool {
@@ -312,6 +432,20 @@ mod tests {
                 )],
                 ..Catalog::default()
             })
+        }
+    }
+
+    #[test]
+    fn a_url_is_a_key_prefix_only_past_its_bucket() {
+        for (url, key) in [
+            ("s3://b/ckpt/", true),
+            ("s3://b/a/b/", true),
+            ("s3://b/", false),
+            ("s3://b//", false),
+            ("https://host/", false),
+            ("https://host/dir/", true),
+        ] {
+            assert_eq!(has_key(Path::new(url)), key, "{url}");
         }
     }
 

@@ -134,9 +134,18 @@ impl Registry {
             .ok_or_else(|| Error::UnknownFormat { ctx: store.ctx() })
     }
 
-    /// Recognise the format of the file at `location` by its structure.
+    /// Recognise the format of the file at `location` by its structure: a
+    /// directory (or an `s3://` prefix) as the checkpoint file
+    /// [`Registry::open`] would open in it (a DCP directory's `.metadata`,
+    /// a model directory's `model.safetensors`), a Hugging Face shard index
+    /// as its first shard.
     pub fn detect(&self, location: &Path, options: &OpenOptions) -> Result<&'static str> {
-        let store = options.open_store_positional(location)?;
+        let file = Opener {
+            registry: self,
+            options,
+        }
+        .resolve(location)?;
+        let store = options.open_store_positional(&file)?;
         Ok(self.detect_store(&store)?.name())
     }
 
@@ -189,8 +198,32 @@ impl Registry {
     /// Write every tensor of `source` to `path` (a local path or an `s3://`
     /// URL), in the format its extension names.
     pub fn convert(&self, source: &Source, path: &Path, options: &WriteOptions) -> Result<u64> {
-        let writer = self.writer_for(path)?;
+        self.convert_with(self.writer_for(path)?, source, path, options)
+    }
+
+    fn convert_with(
+        &self,
+        writer: &'static dyn FormatWriter,
+        source: &Source,
+        path: &Path,
+        options: &WriteOptions,
+    ) -> Result<u64> {
         crate::write::check_request(writer, path, options, None)?;
+        // A writer named by no extension and with no sharded form writes a
+        // directory of its own (DCP), which is published by rename only.
+        if crate::location::is_url(path)
+            && writer.extensions().is_empty()
+            && writer.shard_layout().is_none()
+        {
+            return Err(Error::Write {
+                rule: Rule::WRITE_FORMAT,
+                ctx: Context::file(path),
+                reason: format!(
+                    "{} output is a directory, written locally only (not to object storage yet)",
+                    writer.name()
+                ),
+            });
+        }
         // A whole read: queue the source's bytes in file order first (advice
         // only: a failure to advise is no reason to fail the conversion),
         // unless the writer reads ahead as it writes.
@@ -200,6 +233,37 @@ impl Registry {
         crate::publish::to_location(path, &options.storage_options, |local| {
             writer.write(source, local, options)
         })
+    }
+
+    /// The writer named `format`, or an error at `path` listing the ones
+    /// zt has.
+    pub fn writer_or_refuse(&self, format: &str, path: &Path) -> Result<&'static dyn FormatWriter> {
+        self.writer_named(format).ok_or_else(|| Error::Write {
+            rule: Rule::WRITE_FORMAT,
+            ctx: Context::file(path),
+            reason: format!(
+                "zt writes no format {format:?} (it writes {})",
+                self.writers
+                    .iter()
+                    .map(|w| w.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        })
+    }
+
+    /// [`Registry::convert`] in the format named `format` whatever `path`'s
+    /// extension: a file, or for a format whose output is a directory of
+    /// its own (DCP) that directory.
+    pub fn convert_to(
+        &self,
+        source: &Source,
+        path: &Path,
+        format: &str,
+        options: &WriteOptions,
+    ) -> Result<u64> {
+        let writer = self.writer_or_refuse(format, path)?;
+        self.convert_with(writer, source, path, options)
     }
 
     /// Write every tensor of `source` to `path` (a local path or an `s3://`
@@ -241,18 +305,7 @@ impl Registry {
         extra: &[(String, std::path::PathBuf)],
         options: &WriteOptions,
     ) -> Result<crate::shard::Written> {
-        let writer = self.writer_named(format).ok_or_else(|| Error::Write {
-            rule: Rule::WRITE_FORMAT,
-            ctx: Context::file(dir),
-            reason: format!(
-                "zt writes no format {format:?} (it writes {})",
-                self.writers
-                    .iter()
-                    .map(|w| w.name())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        })?;
+        let writer = self.writer_or_refuse(format, dir)?;
         crate::write::check_request(writer, dir, options, None)?;
         let layout = sharded(writer, dir)?;
         with_tensors(writer, source, options, |tensors| {

@@ -89,6 +89,10 @@ pub struct WriteOptions {
     pub align: Option<Align>,
     /// zstd compression level for writers that compress; `None` is raw.
     pub compression: Option<i32>,
+    /// How many data files to spread the tensors over, for a format whose
+    /// output is a directory of them (DCP's `.distcp` files); `None` is
+    /// the writer's default.
+    pub files: Option<u64>,
     /// How an `s3://` destination is reached (see `OpenOptions`); format
     /// writers never see it: the destination is published by upload.
     pub storage_options: Vec<(String, String)>,
@@ -157,6 +161,8 @@ impl MetadataCaps {
 pub const OPTION_ALIGN: &str = "align";
 /// zstd compression ([`WriteOptions::compression`]).
 pub const OPTION_COMPRESSION: &str = "compression";
+/// The number of data files of a directory output ([`WriteOptions::files`]).
+pub const OPTION_FILES: &str = "files";
 
 /// What a writer accepts, as data. [`check_request`] checks a request
 /// against it before any writer runs (the registry's conversions and
@@ -167,7 +173,7 @@ pub struct WriterCaps {
     /// The file attributes it holds.
     pub metadata: MetadataCaps,
     /// The format options it takes ([`OPTION_ALIGN`],
-    /// [`OPTION_COMPRESSION`]); any other set in a request is refused.
+    /// [`OPTION_COMPRESSION`], [`OPTION_FILES`]); any other set in a request is refused.
     pub options: &'static [&'static str],
     /// Whether it writes from in-memory arrays
     /// ([`FormatWriter::write_arrays`]): what Python's
@@ -203,21 +209,35 @@ pub fn check_request(
     let caps = writer.caps();
     let name = writer.name();
     let requested = [
-        (OPTION_ALIGN, "alignment", options.align.is_some()),
+        (
+            OPTION_ALIGN,
+            "alignment",
+            options.align.is_some(),
+            "; use .zt",
+        ),
         (
             OPTION_COMPRESSION,
             "compression",
             options.compression.is_some(),
+            "; use .zt",
         ),
+        (OPTION_FILES, "file count", options.files.is_some(), ""),
     ];
-    for (option, what, set) in requested {
+    for (option, what, set, hint) in requested {
         if set && !caps.options.contains(&option) {
             return Err(Error::Write {
                 rule: Rule::WRITE_OPTIONS,
                 ctx: Context::file(path),
-                reason: format!("{name} files have no {what} option ({option}=); use .zt"),
+                reason: format!("{name} files have no {what} option ({option}=){hint}"),
             });
         }
+    }
+    if options.files == Some(0) {
+        return Err(Error::Write {
+            rule: Rule::WRITE_OPTIONS,
+            ctx: Context::file(path),
+            reason: format!("{name}: {OPTION_FILES}= must be at least 1"),
+        });
     }
     match (caps.metadata, metadata) {
         (MetadataCaps::None, Some(_)) => Err(Error::Write {

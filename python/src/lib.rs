@@ -6,6 +6,7 @@
 //! for any work that touches tensor bytes.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use zt::Rule;
 
 use pyo3::exceptions::{
@@ -228,20 +229,22 @@ fn detect(
         .map_err(to_py_err)
 }
 
-/// Convert files (read as one source) to `dst`, whose extension picks the
-/// format. `align` is None, "canonical", "auto" or an int; `compression` a
+/// Convert files (read as one source), or an opened source, to `dst`,
+/// whose extension picks the format. `align` is None, "canonical", "auto" or an int; `compression` a
 /// zstd level; `storage_options` reach `s3://` sources and destinations.
 /// Returns the bytes written. `format` (a writer's name: "safetensors",
-/// "npz", "npy", "pt", "gguf", "zt") overrides the extension.
+/// "npz", "npy", "pt", "gguf", "zt", "dcp") overrides the extension.
 /// `select` (glob patterns), `strip_prefix`, `rename` (`(old, new)` pairs)
 /// and `dtype` (a cast's target by name) transform the source first
-/// (`zt::Transform`).
+/// (`zt::Transform`). `ranks`: the sources are per-rank DTensor files in
+/// rank order, merged by placements (`zt::open_ranks`). `files`: the
+/// number of data files of a directory output (DCP's `.distcp`).
 #[pyfunction]
-#[pyo3(signature = (sources, dst, align = None, compression = None, storage_options = None, format = None, max_shard_size = None, select = None, strip_prefix = None, rename = None, dtype = None))]
+#[pyo3(signature = (sources, dst, align = None, compression = None, storage_options = None, format = None, max_shard_size = None, select = None, strip_prefix = None, rename = None, dtype = None, ranks = false, files = None))]
 #[allow(clippy::too_many_arguments)]
 fn convert(
     py: Python<'_>,
-    sources: Vec<PathBuf>,
+    sources: Bound<'_, PyAny>,
     dst: PathBuf,
     align: Option<Bound<'_, PyAny>>,
     compression: Option<i32>,
@@ -252,6 +255,8 @@ fn convert(
     strip_prefix: Option<String>,
     rename: Option<Vec<(String, String)>>,
     dtype: Option<String>,
+    ranks: bool,
+    files: Option<u64>,
 ) -> PyResult<u64> {
     let transform = zt::Transform {
         select: select.unwrap_or_default(),
@@ -265,13 +270,14 @@ fn convert(
             .transpose()
             .map_err(to_py_err)?,
     };
-    let writer = match format.as_deref() {
-        None => None,
-        Some(name) => Some(zt::registry().writer_named(name).ok_or_else(|| {
+    if let Some(name) = format.as_deref() {
+        if zt::registry().writer_named(name).is_none() {
             let known: Vec<&str> = zt::registry().writers().iter().map(|w| w.name()).collect();
-            PyValueError::new_err(format!("zt writes no format {name:?}; it writes {known:?}"))
-        })?),
-    };
+            return Err(PyValueError::new_err(format!(
+                "zt writes no format {name:?}; it writes {known:?}"
+            )));
+        }
+    }
     let align = align.as_ref().map(align_from_py).transpose()?;
     let storage_options = storage_options_from_py(storage_options)?;
     let open = zt::OpenOptions {
@@ -281,18 +287,37 @@ fn convert(
     let options = zt::WriteOptions {
         align,
         compression,
+        files,
         storage_options,
         defer_sync: false,
     };
+    // An opened source (`zt.open_ranks(...)`, `zt.open(...)`), or paths.
+    let (opened, paths) = match sources.cast::<tensor::Source>() {
+        Ok(_) if ranks => return Err(PyValueError::new_err(
+            "ranks=True merges rank files given by path; an opened source is converted as it is",
+        )),
+        Ok(source) => (Some(source.get().inner()?), Vec::new()),
+        Err(_) => (None, sources.extract::<Vec<PathBuf>>()?),
+    };
     py.detach(|| {
-        let source = zt::open_all_with(&sources, &open)?;
-        let source = if transform.is_identity() {
-            source
-        } else {
-            source.transform(&transform)?
+        let source = match opened {
+            Some(source) if transform.is_identity() => source,
+            Some(source) => Arc::new(source.transform(&transform)?),
+            None => {
+                let source = if ranks {
+                    zt::open_ranks_with(&paths, &open)?
+                } else {
+                    zt::open_all_with(&paths, &open)?
+                };
+                Arc::new(if transform.is_identity() {
+                    source
+                } else {
+                    source.transform(&transform)?
+                })
+            }
         };
         if let Some(max) = max_shard_size {
-            if writer.is_some() {
+            if format.is_some() {
                 return Err(zt::Error::Write {
                     rule: Rule::WRITE_OPTIONS,
                     ctx: zt::Context::file(&dst),
@@ -301,11 +326,9 @@ fn convert(
             }
             return zt::convert_sharded(&source, &dst, max, &options).map(|w| w.bytes);
         }
-        match writer {
+        match format.as_deref() {
             None => zt::convert(&source, &dst, &options),
-            Some(w) => zt::publish::to_location(&dst, &options.storage_options, |local| {
-                w.write(&source, local, &options)
-            }),
+            Some(name) => zt::registry().convert_to(&source, &dst, name, &options),
         }
     })
     .map_err(to_py_err)

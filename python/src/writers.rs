@@ -165,6 +165,7 @@ pub fn save<'py>(
     let options = zt::WriteOptions {
         align: align.map(crate::align_from_py).transpose()?,
         compression,
+        files: None,
         storage_options: storage_options_from_py(storage_options)?,
         defer_sync: false,
     };

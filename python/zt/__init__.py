@@ -144,7 +144,11 @@ def open(  # noqa: A001
     """Open a tensor file, several files as one source, or a shard index.
 
     ``paths`` may be one path, a list of paths (a name found in two files is
-    an error), or a Hugging Face ``*.index.json``. Each may be a local path
+    an error; per-rank DTensor files, which repeat every name, are refused
+    with rule ``pt.RankFiles``: merge them with :func:`open_ranks`), a
+    Hugging Face ``*.index.json``, or a directory (a model directory or a
+    DCP checkpoint: the checkpoint file in it; an ``s3://`` prefix ending
+    with ``/``, or naming no object, is probed the same way). Each may be a local path
     or an object URL: ``s3://bucket/key`` (any S3-compatible store) or
     ``https://host/path`` (a server that honours ``Range``). ``map=False``
     reads with positional I/O instead of memory-mapping. ``limits``
@@ -218,7 +222,7 @@ def open_ranks(
 
 
 def convert(
-    src: PathLike | list[PathLike],
+    src: PathLike | list[PathLike] | Source,
     dst: PathLike,
     *,
     align: str | int | None = None,
@@ -229,12 +233,21 @@ def convert(
     select: str | list[str] | None = None,
     rename: str | dict[str, str] | None = None,
     dtype: object = None,
+    ranks: bool = False,
+    dcp_files: int | None = None,
 ) -> int:
-    """Convert a file (or several, read as one source) to ``dst``; the
-    extension of ``dst`` picks the format unless ``format`` names it
-    (``"safetensors"``, ``"npz"``, ``"npy"``, ``"pt"``, ``"gguf"``,
-    ``"zt"``). ``align`` and ``compression``
-    apply to ``.zt`` output. The output is written beside ``dst`` and renamed
+    """Convert a file (or several, read as one source, or a :class:`Source`
+    already opened: ``zt.open_ranks(files)``) to ``dst``; the extension of
+    ``dst`` picks the format unless ``format`` names it (``"safetensors"``,
+    ``"npz"``, ``"npy"``, ``"pt"``, ``"gguf"``, ``"zt"``, or ``"dcp"``: a
+    PyTorch distributed checkpoint directory, ``.metadata`` and
+    ``__0_N.distcp`` files, that ``torch.distributed.checkpoint.load``
+    reads). ``align`` and ``compression`` apply to ``.zt`` output;
+    ``dcp_files`` is the number of ``.distcp`` files a DCP output spreads
+    its tensors over by bytes (default one per GiB of tensor data).
+    ``ranks=True``: the files are per-rank DTensor files (FSDP2, tensor
+    parallel) in rank order, merged by their placements as
+    :func:`open_ranks` merges them. The output is written beside ``dst`` and renamed
     into place; an ``s3://`` destination is uploaded by multipart upload
     and appears only when complete. Sources and destination may be object
     URLs (``storage_options`` as for :func:`open`). ``max_shard_size``
@@ -254,6 +267,8 @@ def convert(
         src = [src]
     from ._write import shard_size
 
+    sources = src._native if isinstance(src, Source) else [os.fspath(p) for p in src]
+
     max_bytes = None if max_shard_size is None else shard_size(max_shard_size)
     if isinstance(select, str):
         select = [select]
@@ -263,7 +278,7 @@ def convert(
     elif rename is not None:
         pairs = [(str(k), str(v)) for k, v in dict(rename).items()]
     return _zt.convert(
-        [os.fspath(p) for p in src],
+        sources,
         os.fspath(dst),
         align,
         compression,
@@ -274,6 +289,8 @@ def convert(
         strip_prefix,
         pairs,
         _cast_name(dtype),
+        ranks,
+        dcp_files,
     )
 
 
@@ -296,7 +313,10 @@ def _cast_name(dtype: object) -> str | None:
 def detect(path: PathLike, *, storage_options: dict | None = None) -> str:
     """The format of a file, recognised by its structure: one of
     ``"safetensors"``, ``"pt"``, ``"gguf"``, ``"npy"``, ``"npz"``,
-    ``"onnx"``, ``"h5"``, ``"zt"``."""
+    ``"onnx"``, ``"h5"``, ``"zt"``, ``"dcp"``. A directory (or an ``s3://``
+    prefix) reports the format of the checkpoint file :func:`open` reads
+    in it (a DCP directory's ``.metadata``, a model directory's
+    ``model.safetensors``), a shard index that of its first shard."""
     return _zt.detect(os.fspath(path), _storage(storage_options))
 
 

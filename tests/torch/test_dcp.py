@@ -237,6 +237,37 @@ def test_a_checkpoint_in_object_storage_reads_through_its_metadata(two_ranks, s3
         assert remote[name].tobytes() == local[name].tobytes(), name
 
 
+def test_a_key_prefix_opens_through_its_metadata(two_ranks, s3, bucket):
+    # `s3://b/prefix/` (or `s3://b/prefix`, which names no object) is
+    # probed for the checkpoint names as a directory is: no listing.
+    client = s3.boto3()
+    for f in sorted(two_ranks.iterdir()):
+        client.upload_file(os.fspath(f), bucket, f"prefix/{f.name}")
+    local = zt.open(two_ranks)
+    for url in (f"s3://{bucket}/prefix/", f"s3://{bucket}/prefix"):
+        remote = zt.open(url)
+        assert remote.files[0] == f"s3://{bucket}/prefix/.metadata", url
+        assert list(remote) == list(local), url
+        for name in local:
+            assert remote[name].tobytes() == local[name].tobytes(), (url, name)
+        assert zt.detect(url) == "dcp", url
+    # A prefix holding no checkpoint is missing, as the object it names is.
+    with pytest.raises(FileNotFoundError):
+        zt.open(f"s3://{bucket}/nothing-here")
+    with pytest.raises(zt.FormatError) as e:
+        zt.open(f"s3://{bucket}/nothing-here/")
+    assert e.value.rule == "index.Checkpoint"
+
+
+def test_detect_names_the_format_a_directory_opens_through(two_ranks):
+    assert zt.detect(two_ranks) == "dcp"
+    assert zt.detect(two_ranks / ".metadata") == "dcp"
+    out = subprocess.run(
+        [sys.executable, "-m", "zt", "detect", str(two_ranks)], capture_output=True, text=True, check=True
+    ).stdout
+    assert out == "dcp\n"
+
+
 def test_the_cli_lists_a_dcp_directory(two_ranks):
     out = subprocess.run(
         [sys.executable, "-m", "zt", "ls", str(two_ranks)], capture_output=True, text=True, check=True

@@ -11,6 +11,7 @@ import io
 import pathlib
 import pickle
 import pickletools
+import subprocess
 import textwrap
 import zipfile
 
@@ -162,6 +163,54 @@ def test_each_chunk_is_torch_save_of_the_bare_tensor(converted):
         assert isinstance(t, torch.Tensor)
         assert raw(t) == raw(tensors[index.fqn])
     assert end == len(blob)
+
+
+def test_the_cli_converts_to_dcp_over_the_files_asked_for(converted, tmp_path, zt_cli):
+    """`zt convert SRC OUT --to dcp --dcp-files N`, from a safetensors file
+    and from a DCP directory, with a cast: torch loads what it wrote."""
+    _, tensors = converted
+    src = tmp_path / "model.safetensors"
+    st.save_file(tensors, src)
+    out = tmp_path / "ckpt"
+    run = subprocess.run(
+        [zt_cli, "convert", src, out, "--to", "dcp", "--dcp-files", "3"], capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stderr
+    assert "(dcp)" in run.stdout
+    assert sorted(p.name for p in out.iterdir()) == [".metadata"] + [f"__0_{i}.distcp" for i in range(3)]
+    assert_same(load_like(out, tensors), tensors)
+    # DCP to DCP, selected and cast as torch casts.
+    again = tmp_path / "again"
+    argv = [zt_cli, "convert", out, again, "--to", "dcp", "--select", "model.*", "--dtype", "bf16"]
+    run = subprocess.run(argv, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    want = {
+        k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in tensors.items() if k.startswith("model.")
+    }
+    assert_same(load_like(again, want), want)
+
+
+def test_convert_takes_the_number_of_dcp_files(converted, tmp_path):
+    _, tensors = converted
+    src = tmp_path / "model.safetensors"
+    st.save_file(tensors, src)
+    out = tmp_path / "two"
+    zt.convert(src, out, format="dcp", dcp_files=2)
+    assert sorted(p.name for p in out.iterdir()) == [".metadata", "__0_0.distcp", "__0_1.distcp"]
+    assert_same(load_like(out, tensors), tensors)
+    # An opened source converts as it is.
+    from_source = tmp_path / "from-source"
+    with zt.open(out) as opened:
+        zt.convert(opened, from_source, format="dcp")
+    assert_same(load_like(from_source, tensors), tensors)
+    # A file count for a format of one file, or none at all, is refused.
+    with pytest.raises(zt.FormatError) as e:
+        zt.convert(src, tmp_path / "x.safetensors", dcp_files=2)
+    assert e.value.rule == "write.Options"
+    with pytest.raises(zt.FormatError) as e:
+        zt.convert(src, tmp_path / "zero", format="dcp", dcp_files=0)
+    assert e.value.rule == "write.Options"
+    assert not (tmp_path / "x.safetensors").exists() and not (tmp_path / "zero").exists()
 
 
 def test_save_file_writes_dcp_from_memory(tmp_path):

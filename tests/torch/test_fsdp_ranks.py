@@ -231,6 +231,58 @@ def test_rank_files_out_of_order_or_missing_are_refused(saved, tmp_path):
     assert e.value.rule == "pt.RankMissing"
 
 
+def test_rank_files_opened_by_name_point_at_open_ranks(saved):
+    files = rank_files(saved, 2, "model")
+    with pytest.raises(zt.FormatError) as e:
+        zt.open(files)
+    assert e.value.rule == "pt.RankFiles"
+    assert "open_ranks" in str(e.value)
+    assert e.value.file == str(files[1])
+    with pytest.raises(zt.FormatError) as e:
+        zt.convert(files, saved / "never.safetensors")
+    assert e.value.rule == "pt.RankFiles"
+    assert not (saved / "never.safetensors").exists()
+
+
+@pytest.mark.parametrize("how", ["ranks=True", "open_ranks", "cli"])
+def test_rank_files_convert_to_the_full_model(saved, tmp_path, how, zt_cli):
+    import subprocess
+
+    st = pytest.importorskip("safetensors.torch")
+    files = rank_files(saved, 4, "model")
+    full = torch.load(saved / "w4" / "model_full.pt", weights_only=True)
+    out = tmp_path / "model.safetensors"
+    if how == "ranks=True":
+        zt.convert(files, out, ranks=True, dtype="bf16")
+    elif how == "open_ranks":
+        with zt.open_ranks(files) as merged:
+            zt.convert(merged, out, dtype="bf16")
+    else:
+        run = subprocess.run(
+            [zt_cli, "convert", "--ranks", *files, out, "--dtype", "bf16"], capture_output=True, text=True
+        )
+        assert run.returncode == 0, run.stderr
+    got = st.load_file(out)
+    assert sorted(got) == sorted(full)
+    for name, t in full.items():
+        want = t.to(torch.bfloat16) if t.is_floating_point() else t
+        assert got[name].dtype == want.dtype, name
+        assert raw(got[name]) == raw(want), name
+
+
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning")
+def test_rank_files_convert_to_dcp_that_torch_loads(saved, tmp_path):
+    dcp = pytest.importorskip("torch.distributed.checkpoint")
+    files = rank_files(saved, 2, "dtensors")
+    full = torch.load(saved / "w2" / "dtensors_full.pt", weights_only=True)
+    out = tmp_path / "ckpt"
+    zt.convert(files, out, ranks=True, format="dcp")
+    state = {k: torch.empty_like(v) for k, v in full.items()}
+    dcp.load(state, checkpoint_id=str(out))
+    for name, t in full.items():
+        assert raw(state[name]) == raw(t), name
+
+
 def test_files_of_different_runs_are_refused(saved):
     # Rank 0 and 1 of the 2-rank run, with ranks 2 and 3 of the 4-rank one.
     two = rank_files(saved, 2, "dtensors")

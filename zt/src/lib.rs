@@ -84,9 +84,13 @@ pub fn open_all<P: AsRef<Path>>(locations: &[P]) -> Result<Source> {
     open_all_with(locations, &OpenOptions::default())
 }
 
-/// Open several files as one source with `options`.
+/// Open several files as one source with `options`. Per-rank DTensor
+/// files repeat their tensors' names: given here they are refused
+/// (`pt.RankFiles`) with a message that points at [`open_ranks`].
 pub fn open_all_with<P: AsRef<Path>>(locations: &[P], options: &OpenOptions) -> Result<Source> {
-    registry().open_all(locations, options)
+    registry()
+        .open_all(locations, options)
+        .map_err(|e| zt_formats::pt::ranks::explain_duplicate(e, options))
 }
 
 /// Open the per-rank `torch.save` files of a DTensor run (FSDP2, tensor

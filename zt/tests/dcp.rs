@@ -1072,12 +1072,107 @@ fn a_conversion_to_dcp_carries_every_tensor() {
     let tmp = tempfile::tempdir().unwrap();
     let first = tmp.path().join("first");
     zt::formats::dcp::write::write(&first, &tensor_ins(&inputs), 1).unwrap();
-    // DCP to DCP through a source, as `zt.convert(..., format="dcp")` does.
+    // DCP to DCP through a source, as `zt.convert(..., format="dcp")` and
+    // `zt convert --to dcp` do.
     let source = zt::open(&first).unwrap();
     let second = tmp.path().join("second");
-    let writer = zt::registry().writer_named("dcp").unwrap();
-    writer.write(&source, &second, &Default::default()).unwrap();
+    zt::registry()
+        .convert_to(&source, &second, "dcp", &Default::default())
+        .unwrap();
     assert_reads_back(&second, &inputs);
+}
+
+#[test]
+fn a_conversion_to_dcp_takes_the_number_of_files_as_an_option() {
+    let inputs = write_inputs();
+    let tmp = tempfile::tempdir().unwrap();
+    let first = tmp.path().join("first");
+    zt::formats::dcp::write::write(&first, &tensor_ins(&inputs), 1).unwrap();
+    let source = zt::open(&first).unwrap();
+    let files = |n| zt::WriteOptions {
+        files: Some(n),
+        ..Default::default()
+    };
+    let out = tmp.path().join("three");
+    zt::registry()
+        .convert_to(&source, &out, "dcp", &files(3))
+        .unwrap();
+    assert_eq!(
+        distcp_files(&out),
+        ["__0_0.distcp", "__0_1.distcp", "__0_2.distcp"]
+    );
+    assert_reads_back(&out, &inputs);
+    // Zero files, and a file count for a format of one file, are refused
+    // before anything is written.
+    let zero = tmp.path().join("zero");
+    let got = zt::registry().convert_to(&source, &zero, "dcp", &files(0));
+    assert!(
+        cites!(got, Err(Error::Write { .. }), &["write.Options"]),
+        "{got:?}"
+    );
+    assert!(!zero.exists());
+    let one = tmp.path().join("one.safetensors");
+    let got = zt::convert(&source, &one, &files(2));
+    assert!(
+        cites!(got, Err(Error::Write { .. }), &["write.Options"]),
+        "{got:?}"
+    );
+    assert!(got.unwrap_err().to_string().contains("files="));
+    assert!(!one.exists());
+    // A directory of its own is not uploaded (yet): refused, not spooled.
+    let got = zt::registry().convert_to(
+        &source,
+        Path::new("s3://bucket/ckpt"),
+        "dcp",
+        &Default::default(),
+    );
+    assert!(
+        cites!(got, Err(Error::Write { .. }), &["write.Format"]),
+        "{got:?}"
+    );
+    // A format zt does not write is named.
+    let got = zt::registry().convert_to(&source, &tmp.path().join("x"), "nope", &files(1));
+    assert!(
+        cites!(got, Err(Error::Write { .. }), &["write.Format"]),
+        "{got:?}"
+    );
+}
+
+#[test]
+fn detect_names_the_format_of_the_checkpoint_a_directory_opens_through() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("ckpt");
+    zt::formats::dcp::write::write(&dir, &tensor_ins(&write_inputs()), 2).unwrap();
+    assert_eq!(zt::detect(&dir).unwrap(), "dcp");
+    assert_eq!(zt::detect(dir.join(".metadata")).unwrap(), "dcp");
+    // A model directory: its checkpoint file; a sharded one: its first shard.
+    let model = tmp.path().join("model");
+    let source = zt::open(&dir).unwrap();
+    zt::convert_dir(
+        &source,
+        &model,
+        "safetensors",
+        1024,
+        &[],
+        &Default::default(),
+    )
+    .unwrap();
+    assert!(model.join("model.safetensors.index.json").is_file());
+    assert_eq!(zt::detect(&model).unwrap(), "safetensors");
+    assert_eq!(
+        zt::detect(model.join("model.safetensors.index.json")).unwrap(),
+        "safetensors"
+    );
+    let pt = tmp.path().join("pt");
+    zt::convert_dir(&source, &pt, "pt", 1 << 30, &[], &Default::default()).unwrap();
+    assert_eq!(zt::detect(&pt).unwrap(), "pt");
+    // A directory with no checkpoint says so, as opening it does.
+    let empty = tempfile::tempdir().unwrap();
+    let got = zt::detect(empty.path());
+    assert!(
+        cites!(got, Err(Error::Index { .. }), &["index.Checkpoint"]),
+        "{got:?}"
+    );
 }
 
 #[test]

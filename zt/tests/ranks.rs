@@ -525,6 +525,26 @@ fn meshes_that_disagree_between_ranks_are_refused() {
 }
 
 #[test]
+fn rank_files_opened_by_name_point_at_open_ranks() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = ranks(dir.path(), 2);
+    let e = zt::open_all(&files).unwrap_err();
+    assert!(cites!(e, Error::Index { .. }, &["pt.RankFiles"]), "{e}");
+    let text = e.to_string();
+    assert!(text.contains("open_ranks"), "{text}");
+    assert!(text.contains("Shard(0)"), "{text}");
+    assert_eq!(e.context().tensor.as_deref(), Some("w"));
+    // Files that merely repeat a plain tensor's name keep the plain error.
+    let plain = dir.path().join("plain.pt");
+    archive(&plain, &[("b", tensor("0", &[2]), vec![1.0, 2.0])]);
+    let e = zt::open_all(&[&plain, &plain]).unwrap_err();
+    assert!(
+        cites!(e, Error::DuplicateName { .. }, &["core.DuplicateName"]),
+        "{e}"
+    );
+}
+
+#[test]
 fn merged_ranks_convert_to_one_safetensors_file() {
     let dir = tempfile::tempdir().unwrap();
     let src = zt::open_ranks(&ranks(dir.path(), 4)).unwrap();

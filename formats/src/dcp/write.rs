@@ -30,7 +30,7 @@ use zt_core::catalog::Value;
 use zt_core::dtype::{c_strides, DType};
 use zt_core::error::{Context, Error, Result};
 use zt_core::publish::{publish_with, Staging};
-use zt_core::write::{FormatWriter, TensorIn, WriteOptions, WriterCaps};
+use zt_core::write::{FormatWriter, TensorIn, WriteOptions, WriterCaps, OPTION_FILES};
 
 /// Bytes of tensor data per `.distcp` file the default spread aims at.
 pub const FILE_BYTES: u64 = 1 << 30;
@@ -48,9 +48,13 @@ impl FormatWriter for DcpWriter {
         &[]
     }
 
-    /// From arrays too; no attributes, no options.
+    /// From arrays too; no attributes; the number of `.distcp` files
+    /// ([`OPTION_FILES`], default [`default_files`]).
     fn caps(&self) -> WriterCaps {
-        WriterCaps::DENSE_ARRAYS
+        WriterCaps {
+            options: &[OPTION_FILES],
+            ..WriterCaps::DENSE_ARRAYS
+        }
     }
 
     fn write_arrays(
@@ -60,7 +64,11 @@ impl FormatWriter for DcpWriter {
         path: &Path,
         options: &WriteOptions,
     ) -> Result<u64> {
-        write_synced(path, tensors, default_files(tensors), !options.defer_sync)
+        let files = match options.files {
+            Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
+            None => default_files(tensors),
+        };
+        write_synced(path, tensors, files, !options.defer_sync)
     }
 }
 

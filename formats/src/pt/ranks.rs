@@ -352,6 +352,47 @@ const MAX_RUNS: usize = 1 << 16;
 /// tensor-parallel degree).
 const MAX_SPLIT: u64 = 1 << 10;
 
+/// `error`, from opening `paths` as one source by name, reworded when the
+/// name repeated is a DTensor's in the file that repeats it: the files are
+/// per-rank files, which merge by placements ([`open_ranks`]), not by
+/// name. Any other error (or a file that cannot be reopened) is returned
+/// as it was.
+pub fn explain_duplicate(error: Error, options: &OpenOptions) -> Error {
+    let Error::DuplicateName { ctx } = &error else {
+        return error;
+    };
+    let (Some(file), Some(name)) = (&ctx.file, &ctx.tensor) else {
+        return error;
+    };
+    let Ok(rank) = open_rank(file, options) else {
+        return error;
+    };
+    let placements = |o: &Object| match attribute(o, "dtensor.placements") {
+        Some(Value::Str(p)) => Some(p.clone()),
+        _ => None,
+    };
+    // The name repeated, if it is a DTensor's, else the file's first
+    // DTensor (the repeated name may be a replicated plain buffer's).
+    let named = rank.index.get(name).map(|&i| &rank.catalog.objects[i]);
+    let Some((dtensor, placements)) = named
+        .into_iter()
+        .chain(&rank.catalog.objects)
+        .find_map(|o| placements(o).map(|p| (&o.name, p)))
+    else {
+        return error;
+    };
+    refuse(
+        ctx.clone(),
+        rules::RANK_FILES,
+        format!(
+            "{name:?} is in more than one file, and {dtensor:?} is a DTensor \
+             ({placements}): these are per-rank files, merged by placements \
+             with open_ranks (zt::open_ranks, zt.open_ranks, \
+             `zt convert --ranks`), not by name"
+        ),
+    )
+}
+
 /// Open per-rank `torch.save` files, given in rank order, as one source of
 /// global tensors (see the module's documentation).
 pub fn open_ranks<P: AsRef<Path>>(paths: &[P], options: &OpenOptions) -> Result<Source> {

@@ -36,6 +36,10 @@ pub const RANK_REPLICA: Rule = Rule::new("pt.RankReplica");
 /// Per-rank files: a placement zt does not merge (`Partial`,
 /// `_StridedShard`, a shard order other than the mesh's).
 pub const RANK_PLACEMENT: Rule = Rule::new("pt.RankPlacement");
+/// Per-rank DTensor files opened as one source by name (`open_all`, a
+/// list given to `open` or `convert`), where every rank holds a shard of
+/// the same tensor: they merge by placements (`open_ranks`).
+pub const RANK_FILES: Rule = Rule::new("pt.RankFiles");
 
 /// Every `pt.*` rule: the registry's tests check that names are unique
 /// across plugins and carry the prefix.
@@ -52,4 +56,5 @@ pub const RULES: &[Rule] = &[
     RANK_SHARDS,
     RANK_REPLICA,
     RANK_PLACEMENT,
+    RANK_FILES,
 ];
