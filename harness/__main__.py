@@ -14,6 +14,7 @@ import argparse
 import time
 
 from . import (
+    checkpoint_bench,
     cold_bench,
     common,
     copy_bench,
@@ -148,6 +149,13 @@ COMPARISONS = {
         dict(size_mb=1024, runs=5, records=20_000, batches=20, model=remote_bench.MEDIUM_MODEL),
         remote_bench.run,
         remote_bench.header,
+    ),
+    "checkpoints": (
+        dict(runs=1, model=checkpoint_bench.QUICK_MODEL, ranks=1, shard_mb=10),
+        # Saved from 4 torchrun ranks; 1.7 GiB in all fits this VM's minutes.
+        dict(runs=5, model=checkpoint_bench.FULL_MODEL, ranks=4, shard_mb=100),
+        checkpoint_bench.run,
+        checkpoint_bench.header,
     ),
     "zrecord": (
         dict(vision=48, tokens=8192, ragged=8192, runs=2, write_rounds=1, batches=8),
