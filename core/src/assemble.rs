@@ -90,8 +90,32 @@ impl Decode for Assemble {
                 }
             };
             self.place(&mut out, window.0, p, &bytes)?;
+            drop(bytes);
+            if let Payload::Stored { store, offset, len } = &p.payload {
+                release_chunk_pages(store, *offset, *len);
+            }
         }
         Ok(out)
+    }
+}
+
+/// Drop from this process's mapping the pages that hold only this chunk's
+/// bytes, once they are copied: an assembled tensor is a copy, and the
+/// chunk's mapped pages would otherwise stay resident until the source is
+/// closed, so converting a checkpoint of many-chunk tensors held the whole
+/// model's pages (831 MiB peak RSS for a 594 MiB model, 4 chunks a tensor).
+/// Advice only: a later read faults the same bytes back in from the file.
+/// Pages shared with a neighbouring chunk (the range's first and last,
+/// unless aligned) are kept.
+fn release_chunk_pages(store: &crate::store::Store, offset: u64, len: u64) {
+    if !store.is_mapped() {
+        return;
+    }
+    let page = crate::store::page_size();
+    let start = offset.div_ceil(page) * page;
+    let end = (offset + len) / page * page;
+    if start < end {
+        let _ = store.evict_pages(start, end);
     }
 }
 
