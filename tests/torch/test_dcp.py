@@ -24,7 +24,7 @@ import zt
 
 torch = pytest.importorskip("torch")
 dcp = pytest.importorskip("torch.distributed.checkpoint")
-from procs import Launches, rank_env, torchrun_argv  # noqa: E402
+from procs import Launches, rank_env, run_file_job, torchrun_argv  # noqa: E402
 from torch.distributed.checkpoint._nested_dict import flatten_state_dict  # noqa: E402
 from torch.distributed.checkpoint.api import CheckpointException  # noqa: E402
 from torch.distributed.checkpoint.filesystem import FileSystemWriter, SerializationFormat  # noqa: E402
@@ -150,8 +150,7 @@ def two_ranks(tmp_path_factory) -> pathlib.Path:
         )
     )
     with Launches(work / "logs") as group:
-        run = group.start("torchrun-dcp", torchrun_argv(2, job, str(ckpt)), rank_env())
-        rc = run.wait(LAUNCH_TIMEOUT)
+        rc, run = run_file_job(group, "torchrun-dcp", torchrun_argv(2, job, str(ckpt)), rank_env(), LAUNCH_TIMEOUT)
         assert rc == 0, f"torchrun failed (exit {rc})\n{run.output()}"
     return ckpt
 

@@ -23,7 +23,7 @@ import zt.torch
 torch = pytest.importorskip("torch")
 dcp = pytest.importorskip("torch.distributed.checkpoint")
 st = pytest.importorskip("safetensors.torch")
-from procs import Launches, rank_env, torchrun_argv  # noqa: E402
+from procs import Launches, rank_env, run_file_job, torchrun_argv  # noqa: E402
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save  # noqa: E402
 
 LAUNCH_TIMEOUT = 120
@@ -278,8 +278,8 @@ def test_two_ranks_load_a_converted_checkpoint(converted, tmp_path):
         )
     )
     with Launches(tmp_path / "logs") as group:
-        run = group.start("torchrun-dcp-write", torchrun_argv(2, job, str(ckpt), str(ref), str(tmp_path)), rank_env())
-        rc = run.wait(LAUNCH_TIMEOUT)
+        argv = torchrun_argv(2, job, str(ckpt), str(ref), str(tmp_path))
+        rc, run = run_file_job(group, "torchrun-dcp-write", argv, rank_env(), LAUNCH_TIMEOUT)
         assert rc == 0, f"torchrun failed (exit {rc})\n{run.output()}"
     assert (tmp_path / "ok-0").exists() and (tmp_path / "ok-1").exists()
 

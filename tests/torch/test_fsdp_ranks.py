@@ -26,7 +26,7 @@ import zt
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch.distributed.tensor")
-from procs import Launches, rank_env, torchrun_argv  # noqa: E402
+from procs import Launches, rank_env, run_file_job, torchrun_argv  # noqa: E402
 
 LAUNCH_TIMEOUT = 120
 
@@ -123,8 +123,8 @@ def saved(tmp_path_factory) -> pathlib.Path:
         for world in (2, 4):
             out = work / f"w{world}"
             out.mkdir()
-            run = group.start(f"torchrun-{world}", torchrun_argv(world, job, str(out)), rank_env())
-            rc = run.wait(LAUNCH_TIMEOUT)
+            argv = torchrun_argv(world, job, str(out))
+            rc, run = run_file_job(group, f"torchrun-{world}", argv, rank_env(), LAUNCH_TIMEOUT)
             assert rc == 0, f"torchrun failed (exit {rc})\n{run.output()}"
     return work
 
