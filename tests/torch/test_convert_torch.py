@@ -9,6 +9,7 @@ import json
 
 import numpy as np
 import pytest
+import safetensors.numpy
 import safetensors.torch
 
 import zt
