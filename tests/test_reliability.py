@@ -86,7 +86,7 @@ def test_a_tensor_file_is_not_written_under_an_index_name(tmp):
 def test_a_killed_writer_leaves_nothing_beside_the_destination(tmp, zt_cli):
     # About 160 MB: long enough to be killed while it writes. The output
     # has no name until it is complete (O_TMPFILE), so kill -9 leaves no
-    # hidden partial (it left 64-198 MiB ones before).
+    # hidden partial (a named one was left before).
     rng = np.random.default_rng(3)
     src = tmp / "src" / "m.safetensors"
     src.parent.mkdir()

@@ -103,7 +103,8 @@ impl Decode for Assemble {
 /// bytes, once they are copied: an assembled tensor is a copy, and the
 /// chunk's mapped pages would otherwise stay resident until the source is
 /// closed, so converting a checkpoint of many-chunk tensors held the whole
-/// model's pages (831 MiB peak RSS for a 594 MiB model, 4 chunks a tensor).
+/// model's pages (peak RSS: `python -m harness --only checkpoints`,
+/// results/checkpoints.md).
 /// Advice only: a later read faults the same bytes back in from the file.
 /// Pages shared with a neighbouring chunk (the range's first and last,
 /// unless aligned) are kept.

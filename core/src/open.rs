@@ -299,8 +299,8 @@ fn weight_map<'j>(
 }
 
 /// Each shard an index names, once, in the order it first names it (a set
-/// beside the list: searching the list was quadratic, 40 s for an index
-/// naming 80k shards).
+/// beside the list: searching the list made an index of many shards
+/// quadratic to open).
 fn shard_files<'j>(ctx: &Context, json: &'j serde_json::Value) -> Result<Vec<&'j str>> {
     let mut shard_files: Vec<&str> = Vec::new();
     let mut seen: std::collections::HashSet<&str> = std::collections::HashSet::new();

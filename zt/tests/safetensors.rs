@@ -333,7 +333,7 @@ fn limits_bound_counts_and_rank() {
 #[test]
 fn an_index_naming_many_shards_opens_in_linear_time() {
     // 200k distinct shard files, none there: the first is reported missing
-    // at once (collecting the shard list was quadratic, 40 s at 80k).
+    // at once (collecting the shard list was quadratic in the shards).
     let dir = tempfile::tempdir().unwrap();
     let index = dir.path().join("model.safetensors.index.json");
     let map: serde_json::Map<String, serde_json::Value> = (0..200_000)
