@@ -426,245 +426,85 @@ impl State {
     }
 }
 
-/// Just enough JSON for a saved state: one object whose values are typed
-/// as Python's `json.loads` types them (nested values are kept as text).
+/// A saved state's JSON read by zrecord's reader ([`zrecord::json`]), as
+/// Python's `json.loads` reads it: each member's value as the saver held it.
 mod json {
-    use super::Value;
+    use super::{python_float_repr, Value};
     use crate::error::{Error, Result};
+    use zrecord::json::{self as reader, ErrorKind, Value as Json};
 
-    /// Nesting deeper than this is refused rather than followed.
+    /// Nesting deeper than this (the state's object counted) is refused
+    /// rather than followed.
     const MAX_DEPTH: usize = 64;
 
-    struct Parser<'a> {
-        text: &'a str,
-        at: usize,
+    /// The reader's failure in this loader's words.
+    fn fail(e: reader::Error) -> Error {
+        let what = match e.kind {
+            ErrorKind::Truncated | ErrorKind::UnexpectedCharacter | ErrorKind::NotUtf8 => {
+                "expected a value"
+            }
+            ErrorKind::ExpectedColon => "expected ':'",
+            ErrorKind::KeyNotString => "expected '\"'",
+            ErrorKind::ExpectedCommaOrBrace => "expected ',' or '}'",
+            ErrorKind::ExpectedCommaOrBracket => "expected ',' or a closing bracket",
+            ErrorKind::TooDeep => "nested too deep",
+            ErrorKind::MalformedNumber => "bad number",
+            ErrorKind::UnterminatedString => "unterminated string",
+            ErrorKind::TruncatedEscape
+            | ErrorKind::MalformedEscape
+            | ErrorKind::UnpairedSurrogate => "bad \\u escape",
+            ErrorKind::InvalidEscape => "bad escape",
+            ErrorKind::ControlCharacter => "control character in string",
+            ErrorKind::TrailingBytes => "extra data",
+        };
+        Error::StateJson(format!("{what} at byte {}", e.at))
     }
 
-    fn fail(at: usize, what: &str) -> Error {
-        Error::StateJson(format!("{what} at byte {at}"))
+    /// A string as Python's `repr` writes it (near enough for messages).
+    fn str_repr(s: &str) -> String {
+        format!("'{}'", s.escape_debug())
     }
 
-    impl Parser<'_> {
-        fn ws(&mut self) {
-            let rest = &self.text.as_bytes()[self.at..];
-            self.at += rest
-                .iter()
-                .take_while(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
-                .count();
-        }
-
-        fn peek(&self) -> Option<u8> {
-            self.text.as_bytes().get(self.at).copied()
-        }
-
-        fn eat(&mut self, byte: u8) -> Result<()> {
-            self.ws();
-            if self.peek() == Some(byte) {
-                self.at += 1;
-                Ok(())
-            } else {
-                Err(fail(self.at, &format!("expected '{}'", byte as char)))
+    /// A value as Python's `repr` writes what `json.loads` made of it.
+    fn repr(value: &Json) -> String {
+        match value {
+            Json::Null => "None".into(),
+            Json::Bool(b) => if *b { "True" } else { "False" }.into(),
+            Json::Int(text) => text.clone(),
+            Json::Float(f) => python_float_repr(*f),
+            Json::Str(s) => str_repr(s),
+            Json::Array(items) => {
+                let items: Vec<String> = items.iter().map(repr).collect();
+                format!("[{}]", items.join(", "))
+            }
+            Json::Object(members) => {
+                let members: Vec<String> = members
+                    .iter()
+                    .map(|(k, v)| format!("{}: {}", str_repr(k), repr(v)))
+                    .collect();
+                format!("{{{}}}", members.join(", "))
             }
         }
+    }
 
-        fn string(&mut self) -> Result<String> {
-            self.eat(b'"')?;
-            let mut out = String::new();
-            loop {
-                let rest = &self.text[self.at..];
-                let mut chars = rest.chars();
-                let c = chars
-                    .next()
-                    .ok_or_else(|| fail(self.at, "unterminated string"))?;
-                self.at += c.len_utf8();
-                match c {
-                    '"' => return Ok(out),
-                    '\\' => {
-                        let e = self
-                            .peek()
-                            .ok_or_else(|| fail(self.at, "unterminated string"))?;
-                        self.at += 1;
-                        out.push(match e {
-                            b'"' => '"',
-                            b'\\' => '\\',
-                            b'/' => '/',
-                            b'b' => '\u{8}',
-                            b'f' => '\u{c}',
-                            b'n' => '\n',
-                            b'r' => '\r',
-                            b't' => '\t',
-                            b'u' => {
-                                let hex = self
-                                    .text
-                                    .get(self.at..self.at + 4)
-                                    .ok_or_else(|| fail(self.at, "bad \\u escape"))?;
-                                let code = u32::from_str_radix(hex, 16)
-                                    .map_err(|_| fail(self.at, "bad \\u escape"))?;
-                                self.at += 4;
-                                char::from_u32(code).unwrap_or('\u{fffd}')
-                            }
-                            _ => return Err(fail(self.at - 1, "bad escape")),
-                        });
-                    }
-                    c if (c as u32) < 0x20 => {
-                        return Err(fail(self.at - 1, "control character in string"))
-                    }
-                    c => out.push(c),
-                }
-            }
-        }
-
-        fn number(&mut self) -> Result<Value> {
-            let start = self.at;
-            let bytes = self.text.as_bytes();
-            let mut i = self.at;
-            if bytes.get(i) == Some(&b'-') {
-                i += 1;
-            }
-            let digits = bytes[i..].iter().take_while(|b| b.is_ascii_digit()).count();
-            if digits == 0 || (digits > 1 && bytes[i] == b'0') {
-                return Err(fail(start, "bad number"));
-            }
-            i += digits;
-            let mut integer = true;
-            if bytes.get(i) == Some(&b'.') {
-                integer = false;
-                i += 1;
-                let frac = bytes[i..].iter().take_while(|b| b.is_ascii_digit()).count();
-                if frac == 0 {
-                    return Err(fail(start, "bad number"));
-                }
-                i += frac;
-            }
-            if matches!(bytes.get(i), Some(b'e' | b'E')) {
-                integer = false;
-                i += 1;
-                if matches!(bytes.get(i), Some(b'+' | b'-')) {
-                    i += 1;
-                }
-                let exp = bytes[i..].iter().take_while(|b| b.is_ascii_digit()).count();
-                if exp == 0 {
-                    return Err(fail(start, "bad number"));
-                }
-                i += exp;
-            }
-            self.at = i;
-            let text = &self.text[start..i];
-            if integer {
-                Ok(Value::Int(text.to_string()))
-            } else {
-                text.parse()
-                    .map(Value::Float)
-                    .map_err(|_| fail(start, "bad number"))
-            }
-        }
-
-        fn literal(&mut self, word: &str) -> bool {
-            if self.text[self.at..].starts_with(word) {
-                self.at += word.len();
-                true
-            } else {
-                false
-            }
-        }
-
-        /// A nested array or object, kept as its text.
-        fn nested(&mut self, depth: usize) -> Result<Value> {
-            let start = self.at;
-            let (open, close, type_name) = match self.peek() {
-                Some(b'[') => (b'[', b']', "list"),
-                _ => (b'{', b'}', "dict"),
-            };
-            if depth >= MAX_DEPTH {
-                return Err(fail(start, "nested too deep"));
-            }
-            self.eat(open)?;
-            self.ws();
-            if self.peek() == Some(close) {
-                self.at += 1;
-            } else {
-                loop {
-                    if open == b'{' {
-                        self.ws();
-                        self.string()?;
-                        self.eat(b':')?;
-                    }
-                    self.value(depth + 1)?;
-                    self.ws();
-                    match self.peek() {
-                        Some(b',') => self.at += 1,
-                        Some(c) if c == close => {
-                            self.at += 1;
-                            break;
-                        }
-                        _ => return Err(fail(self.at, "expected ',' or a closing bracket")),
-                    }
-                }
-            }
-            Ok(Value::Other {
-                type_name: type_name.into(),
-                repr: self.text[start..self.at].to_string(),
-            })
-        }
-
-        fn value(&mut self, depth: usize) -> Result<Value> {
-            self.ws();
-            match self.peek() {
-                Some(b'"') => {
-                    let s = self.string()?;
-                    Ok(Value::Other {
-                        type_name: "str".into(),
-                        repr: format!("'{}'", s.escape_debug()),
-                    })
-                }
-                Some(b'-' | b'0'..=b'9') => self.number(),
-                Some(b'[' | b'{') => self.nested(depth),
-                _ if self.literal("true") => Ok(Value::Bool(true)),
-                _ if self.literal("false") => Ok(Value::Bool(false)),
-                _ if self.literal("null") => Ok(Value::Other {
-                    type_name: "NoneType".into(),
-                    repr: "None".into(),
-                }),
-                _ => Err(fail(self.at, "expected a value")),
-            }
+    /// A member's value as the saver held it.
+    fn saved(value: Json) -> Value {
+        match value {
+            Json::Int(text) => Value::Int(text),
+            Json::Bool(b) => Value::Bool(b),
+            Json::Float(f) => Value::Float(f),
+            other => Value::Other {
+                type_name: other.python_type().into(),
+                repr: repr(&other),
+            },
         }
     }
 
     /// The members of the JSON object `text`, in order.
     pub(super) fn object(text: &str) -> Result<Vec<(String, Value)>> {
-        let mut p = Parser { text, at: 0 };
-        p.ws();
-        if p.peek() != Some(b'{') {
-            let top = p.value(0)?;
-            return Err(Error::StateNotObject(top.type_name().to_string()));
+        match reader::decode(text.as_bytes(), MAX_DEPTH).map_err(fail)? {
+            Json::Object(members) => Ok(members.into_iter().map(|(k, v)| (k, saved(v))).collect()),
+            other => Err(Error::StateNotObject(other.python_type().to_string())),
         }
-        p.at += 1;
-        let mut members = Vec::new();
-        p.ws();
-        if p.peek() == Some(b'}') {
-            p.at += 1;
-        } else {
-            loop {
-                p.ws();
-                let key = p.string()?;
-                p.eat(b':')?;
-                let value = p.value(1)?;
-                members.push((key, value));
-                p.ws();
-                match p.peek() {
-                    Some(b',') => p.at += 1,
-                    Some(b'}') => {
-                        p.at += 1;
-                        break;
-                    }
-                    _ => return Err(fail(p.at, "expected ',' or '}'")),
-                }
-            }
-        }
-        p.ws();
-        if p.at != text.len() {
-            return Err(fail(p.at, "extra data"));
-        }
-        Ok(members)
     }
 }

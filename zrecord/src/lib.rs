@@ -40,7 +40,7 @@
 pub mod codec;
 pub mod error;
 mod fsio;
-mod json;
+pub mod json;
 pub mod layout;
 mod msgpack;
 pub mod reader;
