@@ -4,8 +4,10 @@ helpers other libraries import: ``storage_ptr``, ``storage_size``,
 ``_find_shared_tensors``, ``_is_complete``, ``_remove_duplicate_names``,
 ``_end_ptr``), and the
 DataLoader front (``DataLoader``, ``IterableDataset``, ``as_tensors``,
-``RankFailure``, defined in ``zt._torch_loader``). torch is imported lazily,
-on first use of either: the zt package does not depend on it."""
+``RankFailure``, defined in ``zt._torch_loader``), and ``load_sharded``,
+a model load shared by the ranks of a process group (``zt._load_sharded``).
+torch is imported lazily, on first use of any: the zt package does not
+depend on it."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import numpy as np
 
 from . import _write
 from ._load_into import LoadResult
+from ._load_sharded import LoadStats, ShardedLoadError, ShardedStateDict, load_sharded  # noqa: F401 - re-exported
 
 if TYPE_CHECKING:
     import torch as _torch_types
