@@ -304,3 +304,29 @@ def test_a_rank_that_dies_mid_load_makes_the_others_raise(models):
         assert runs[0].wait(120) == 0, runs[0].output()
     report = json.loads((out / "rank0.json").read_text())
     assert report["die"]["ok"], report["die"]["detail"]
+
+
+def test_the_readme_example_runs_under_torchrun(models):
+    """The README's example (its ```python load_sharded block), run as
+    written under torchrun with 2 ranks, on a model with the names it uses."""
+    import re
+
+    root, _, s3 = models
+    readme = (HERE.parent.parent / "README.md").read_text()
+    (code,) = re.findall(r"```python load_sharded\n(.*?)```", readme, flags=re.S)
+    model = root / "readme-model"
+    g = torch.Generator().manual_seed(9)
+    sd = {
+        "model.layers.0.q_proj.weight": torch.randn(8, 4, generator=g),
+        "model.layers.0.o_proj.weight": torch.randn(4, 8, generator=g),
+        "model.norm.weight": torch.randn(4, generator=g),
+    }
+    _save_hf_shards(sd, model)
+    script = root / "readme_example.py"
+    script.write_text(code.replace('"model/"', repr(str(model) + "/")))
+    with Launches(root / "readme-logs") as group:
+        rc, run = run_file_job(group, "readme", torchrun_argv(2, script), rank_env(), timeout=300)
+        assert rc == 0, run.output()
+        out = run.output()
+    # Each rank keeps half of q_proj's rows: torch.Size([4, 4]).
+    assert out.count("torch.Size([4, 4])") == 2, out
