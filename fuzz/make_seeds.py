@@ -9,8 +9,11 @@ data. The PyTorch and HDF5 seeds are the test suite's committed fixtures
 streams and manifests cut out of those and of the `.zt` seeds. The seeds
 of zrecord_dict, index_json and http_response (one part of a whole the fuzz
 body supplies) are written by `cargo run -p zt-fuzz-bodies --example
-make-seeds` instead. Which directories seed which target:
-fuzz/bodies/src/seeds.rs.
+make-seeds` instead, as are the seeds a plugin makes in Rust
+(`FuzzTarget::make_seeds`). Which directories seed which target: each
+reader's `Format::fuzz` (a plugin's target) and fuzz/bodies/src/seeds.rs
+(the bodies written there); `cargo run -q -p zt-fuzz-bodies --example
+seed-dirs -- TARGET` prints them.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ use crate::error::{Context, Error, Result};
 use crate::limits::Limits;
 use crate::location;
 use crate::open::OpenOptions;
+use crate::plugin::FuzzTarget;
 use crate::store::Store;
 
 /// How many bytes of the head and tail of a file `detect` reads.
@@ -178,6 +179,16 @@ pub trait Format: Send + Sync + 'static {
     fn sniff(&self, probe: &Probe<'_>) -> bool;
     /// Read the metadata and build the catalog, touching no tensor bytes.
     fn open(&self, input: &OpenInput<'_>) -> Result<Catalog>;
+    /// The fuzz target this reader is fuzzed under on its own (see
+    /// [`FuzzTarget`]): the fuzz crate derives its targets and their seeds
+    /// from these, through the registry's plugins
+    /// ([`crate::Plugin::fuzz_targets`]). `None` (the default): fuzzed only
+    /// through the registry's `open_any`, or by a body of the fuzz crate's
+    /// own (a reader whose input needs a whole it supplies, as DCP's
+    /// `.metadata` beside its `.distcp`).
+    fn fuzz(&self) -> Option<FuzzTarget> {
+        None
+    }
 }
 
 /// The lowercase extension of `path` (`""` when it has none).

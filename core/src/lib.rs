@@ -50,7 +50,7 @@ pub use format::{Format, OpenInput, Probe};
 pub use limits::Limits;
 pub use open::OpenOptions;
 pub use part::{Caps, Location, PartRef, Tensor};
-pub use plugin::{Checkpoint, Plugin, Reader};
+pub use plugin::{Checkpoint, FuzzGroup, FuzzTarget, Plugin, Reader, Seed};
 pub use registry::Registry;
 pub use rule::Rule;
 pub use source::Source;

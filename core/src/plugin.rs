@@ -7,7 +7,9 @@
 //! (the `zt` crate's `zt/src/registry.rs`), and everything else is derived
 //! from that list by [`crate::Registry::from_plugins`]: detection order,
 //! the writers an extension or a name picks, every rule name, the
-//! checkpoint names a model directory is searched for.
+//! checkpoint names a model directory is searched for, and the fuzz
+//! targets with their seeds ([`Plugin::fuzz_targets`], from each reader's
+//! [`Format::fuzz`]).
 
 use crate::format::Format;
 use crate::rule::Rule;
@@ -80,4 +82,121 @@ pub struct Checkpoint {
     pub name: &'static str,
     /// Its preference: lower first.
     pub preference: u16,
+}
+
+/// One seed file: its name and bytes.
+pub type Seed = (String, Vec<u8>);
+
+/// How a reader is fuzzed on its own ([`Format::fuzz`]): the fuzz crate
+/// (`fuzz/bodies`) makes one target of each name its plugins' readers
+/// declare, whose body writes the input to a file named with each such
+/// reader's first extension and opens it with that reader past the
+/// registry's sniff (default and tight limits), then reads every part of
+/// every tensor. Nothing of a format is named in `fuzz/`: the target, its
+/// libFuzzer run (`bash fuzz/run-campaign.sh NAME SECONDS`), its seeds and
+/// their replay in `cargo test` all come from this value.
+#[derive(Debug, Clone, Copy)]
+pub struct FuzzTarget {
+    /// The target's name: what `fuzz/run-campaign.sh` runs, its corpus
+    /// (`fuzz/corpus/NAME`), its minimized findings
+    /// (`fuzz/regressions/NAME-WHAT`). Readers of one plugin that name the
+    /// same target are all run on each input (npy and npz: `numpy`).
+    pub name: &'static str,
+    /// The directories, relative to the repository root, whose files seed
+    /// it: committed files written by a reference library
+    /// (`fuzz/make_seeds.py`) or the test suite's own fixtures. They also
+    /// seed `open_any` and are the conformance runner's fixtures
+    /// (`zt/tests/conformance.rs`).
+    pub seeds: &'static [&'static str],
+    /// Seeds made in Rust (a format no reference library writes from
+    /// Python, or one whose own writer makes good seeds): written into
+    /// `fuzz/seeds/NAME`, which then seeds the target too, by `cargo run -p
+    /// zt-fuzz-bodies --example make-seeds`; `cargo test` checks the
+    /// committed files are what it makes.
+    pub make_seeds: Option<fn() -> Vec<Seed>>,
+}
+
+impl FuzzTarget {
+    /// A target seeded from committed directories only.
+    pub const fn new(name: &'static str, seeds: &'static [&'static str]) -> Self {
+        FuzzTarget {
+            name,
+            seeds,
+            make_seeds: None,
+        }
+    }
+
+    /// The directory [`FuzzTarget::make_seeds`] writes into:
+    /// `fuzz/seeds/NAME`.
+    pub fn made_seeds_dir(&self) -> String {
+        format!("fuzz/seeds/{}", self.name)
+    }
+
+    /// Every directory whose files seed it: [`FuzzTarget::seeds`], then
+    /// [`FuzzTarget::made_seeds_dir`] when it makes seeds (once).
+    pub fn seed_dirs(&self) -> Vec<String> {
+        let mut dirs: Vec<String> = self.seeds.iter().map(|d| d.to_string()).collect();
+        if self.make_seeds.is_some() && !dirs.contains(&self.made_seeds_dir()) {
+            dirs.push(self.made_seeds_dir());
+        }
+        dirs
+    }
+}
+
+/// One fuzz target of a plugin and the readers its body runs, in the
+/// plugin's order.
+#[derive(Clone)]
+pub struct FuzzGroup {
+    /// The target (the first reader's declaration; a later reader naming
+    /// the same target adds its seed directories, [`FuzzGroup::seed_dirs`]).
+    pub target: FuzzTarget,
+    /// Its readers.
+    pub readers: Vec<&'static dyn Format>,
+    /// Every directory seeding it: each reader's [`FuzzTarget::seed_dirs`],
+    /// once each, in order.
+    pub seed_dirs: Vec<String>,
+}
+
+impl std::fmt::Debug for FuzzGroup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FuzzGroup")
+            .field("target", &self.target.name)
+            .field(
+                "readers",
+                &self.readers.iter().map(|r| r.name()).collect::<Vec<_>>(),
+            )
+            .field("seed_dirs", &self.seed_dirs)
+            .finish()
+    }
+}
+
+impl Plugin {
+    /// Its fuzz targets, from its readers' [`Format::fuzz`], in the order
+    /// their first reader is listed; readers that name one target share it.
+    pub fn fuzz_targets(&self) -> Vec<FuzzGroup> {
+        let mut groups: Vec<FuzzGroup> = Vec::new();
+        for reader in self.readers {
+            let Some(target) = reader.format.fuzz() else {
+                continue;
+            };
+            let group = match groups.iter().position(|g| g.target.name == target.name) {
+                Some(i) => &mut groups[i],
+                None => {
+                    groups.push(FuzzGroup {
+                        target,
+                        readers: Vec::new(),
+                        seed_dirs: Vec::new(),
+                    });
+                    groups.last_mut().expect("just pushed")
+                }
+            };
+            group.readers.push(reader.format);
+            for dir in target.seed_dirs() {
+                if !group.seed_dirs.contains(&dir) {
+                    group.seed_dirs.push(dir);
+                }
+            }
+        }
+        groups
+    }
 }

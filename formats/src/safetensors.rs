@@ -252,6 +252,15 @@ impl Format for Safetensors {
     fn open(&self, input: &OpenInput<'_>) -> Result<Catalog> {
         open_in(input.store, input.limits, 0)
     }
+
+    /// Fuzz target `safetensors`: JSON header, offsets, dtypes (seeds written
+    /// by the `safetensors` package).
+    fn fuzz(&self) -> Option<zt_core::FuzzTarget> {
+        Some(zt_core::FuzzTarget::new(
+            "safetensors",
+            &["fuzz/seeds/safetensors"],
+        ))
+    }
 }
 
 /// The tensors of a safetensors file that starts at byte `start` of `store`

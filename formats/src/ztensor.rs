@@ -62,6 +62,12 @@ impl Format for Zt {
     fn open(&self, input: &OpenInput<'_>) -> Result<Catalog> {
         zt_container::read::open(input)
     }
+
+    /// Fuzz target `zt_file`: whole files: footer, manifest, layouts, zstd seek
+    /// tables, sparse and chunked parts (seeds written by upstream `ztensor`).
+    fn fuzz(&self) -> Option<zt_core::FuzzTarget> {
+        Some(zt_core::FuzzTarget::new("zt_file", &["fuzz/seeds/zt"]))
+    }
 }
 
 /// Writes `.zt`: canonical by default, or placed by `WriteOptions::align`

@@ -53,9 +53,9 @@ pub use zt_core::remote;
 
 pub use zt_core::{
     Align, Attributes, Caps, Catalog, Checkpoint, Context, DType, Decode, Digest, DigestAlgorithm,
-    Error, Format, FormatWriter, Limits, Location, MetadataCaps, Object, OpenInput, OpenOptions,
-    Part, PartRef, Payload, Plugin, Probe, Reader, Registry, RemoteKind, Result, Source, Store,
-    Tensor, TensorIn, Transform, Value, WriteOptions, WriterCaps,
+    Error, Format, FormatWriter, FuzzGroup, FuzzTarget, Limits, Location, MetadataCaps, Object,
+    OpenInput, OpenOptions, Part, PartRef, Payload, Plugin, Probe, Reader, Registry, RemoteKind,
+    Result, Source, Store, Tensor, TensorIn, Transform, Value, WriteOptions, WriterCaps,
 };
 
 pub mod model_dir;

@@ -2,8 +2,9 @@
 //! one table of seeds, one runner for every format, as memchr tests every
 //! implementation of one API from one table.
 //!
-//! The fixtures are the fuzz targets' committed seeds (the directories of
-//! `fuzz/bodies/src/seeds.rs`'s `SEEDS`, compiled in below): each file is
+//! The fixtures are the fuzz targets' committed seeds (every target's
+//! directories, `fuzz/bodies/src/seeds.rs`'s `all_seed_dirs`, compiled in
+//! below: each plugin's from its readers' `Format::fuzz`): each file is
 //! given to the plugin whose reader `zt::detect` picks for it, and kept if
 //! that reader opens it and every part of every tensor reads and verifies
 //! (a seed that does not, such as a pickle stream or an edit list fed to a
@@ -30,8 +31,9 @@
 //!    rule and are fine.
 //!
 //! A failure names the plugin, the fixture and the mutation (file, cut or
-//! byte and bit). Adding a plugin to `zt/src/registry.rs` and its seeds to
-//! `SEEDS` is all it takes for the runner to cover it.
+//! byte and bit). Adding a plugin to `zt/src/registry.rs`, its reader
+//! declaring its fuzz target's seeds, is all it takes for the runner to
+//! cover it.
 
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -50,7 +52,7 @@ use open::{open_limited, read_parts};
 
 /// The fuzz targets' seed table, compiled in as it is: the one list of
 /// seed directories (its `repo_root` is relative to the fuzz crate, so
-/// only `SEEDS` is used here).
+/// only `all_seed_dirs` is used here).
 #[allow(dead_code)]
 #[path = "../../fuzz/bodies/src/seeds.rs"]
 mod seeds;
@@ -150,8 +152,8 @@ fn open_and_read(format: &dyn Format, path: &Path) -> zt::Result<()> {
 /// Every seed directory of every fuzz target, once, in table order.
 fn seed_dirs() -> Vec<PathBuf> {
     let mut dirs: Vec<PathBuf> = Vec::new();
-    for (_, list) in seeds::SEEDS {
-        for dir in *list {
+    for (_, list) in seeds::all_seed_dirs() {
+        for dir in list {
             let dir = repo_root().join(dir);
             if !dirs.contains(&dir) {
                 dirs.push(dir);

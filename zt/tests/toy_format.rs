@@ -2,7 +2,8 @@
 //! literally for a toy format outside the `formats` crate: one module (its
 //! reader, writer, rules and `PLUGIN`) and one registry entry. Nothing
 //! else is touched, and the registry then detects, opens, converts to and
-//! from, checks requests and lists rules for it as for any built-in format.
+//! from, checks requests and lists rules for it as for any built-in format,
+//! and its fuzz target and seeds come from the same entry.
 
 use std::path::Path;
 use std::sync::OnceLock;
@@ -17,10 +18,11 @@ use zt::{Error, Registry, TensorIn, WriteOptions};
 mod toy {
     use std::path::Path;
     use zt::catalog::{Catalog, Object, Payload, Value};
+    use zt::plugin::Seed;
     use zt::publish::publish;
     use zt::write::{FormatWriter, MetadataCaps, WriteOptions, WriterCaps};
     use zt::{Checkpoint, Context, DType, Error, Format, OpenInput, Plugin, Probe, Reader};
-    use zt::{Result, Rule, TensorIn};
+    use zt::{FuzzTarget, Result, Rule, TensorIn};
 
     pub mod rules {
         use zt::Rule;
@@ -124,6 +126,35 @@ mod toy {
                 ..Catalog::default()
             })
         }
+        /// Its fuzz target: the fuzz crate runs this reader on every input
+        /// under the name `toy`, seeded from `fuzz/seeds/toy`, which
+        /// [`seeds`] writes (`--example make-seeds`).
+        fn fuzz(&self) -> Option<FuzzTarget> {
+            Some(FuzzTarget {
+                make_seeds: Some(seeds),
+                ..FuzzTarget::new("toy", &[])
+            })
+        }
+    }
+
+    /// The toy's fuzz seeds, made in Rust: one tensor of each dtype, and a
+    /// header naming a dtype code the format does not define.
+    pub fn seeds() -> Vec<Seed> {
+        let file = |code: u8| {
+            let mut b = MAGIC.to_vec();
+            b.extend_from_slice(&1u32.to_le_bytes());
+            b.extend_from_slice(&1u16.to_le_bytes());
+            b.extend_from_slice(b"t");
+            b.extend_from_slice(&[code, 1]);
+            b.extend_from_slice(&8u64.to_le_bytes());
+            b.extend_from_slice(&8u64.to_le_bytes());
+            b.extend_from_slice(&[1, 2, 3, 4, 5, 6, 7, 8]);
+            b
+        };
+        vec![
+            ("u8.toy".to_string(), file(1)),
+            ("bad-dtype.toy".to_string(), file(9)),
+        ]
     }
 
     impl FormatWriter for ToyWriter {
@@ -296,4 +327,38 @@ fn the_registry_checks_requests_and_lists_rules_from_the_entry() {
     }
     // Its checkpoint name joins the model directory search, in its place.
     assert_eq!(registry().checkpoint_names().last(), Some(&"model.toy"));
+}
+
+#[test]
+fn its_fuzz_target_and_seeds_come_from_the_entry() {
+    // The fuzz crate derives its targets from each plugin's
+    // `fuzz_targets()`: the toy's is named `toy`, runs the toy reader and
+    // is seeded from the directory its seed maker writes.
+    let groups = toy::PLUGIN.fuzz_targets();
+    assert_eq!(groups.len(), 1);
+    let group = &groups[0];
+    assert_eq!(group.target.name, "toy");
+    let readers: Vec<&str> = group.readers.iter().map(|r| r.name()).collect();
+    assert_eq!(readers, ["toy"]);
+    assert_eq!(group.seed_dirs, ["fuzz/seeds/toy"]);
+    // Its seeds are what the reader is fuzzed from: the valid one opens,
+    // the other is refused citing the toy's rule.
+    let dir = tempfile::tempdir().unwrap();
+    let make = group.target.make_seeds.unwrap();
+    for (name, bytes) in make() {
+        let path = dir.path().join(&name);
+        std::fs::write(&path, bytes).unwrap();
+        let opened = registry().open(&path, &zt::OpenOptions::default());
+        match name.as_str() {
+            "u8.toy" => assert_eq!(opened.unwrap().tensor("t").unwrap().shape(), [8]),
+            _ => assert_eq!(opened.unwrap_err().rule().unwrap().name(), "toy.DType"),
+        }
+    }
+    // zt's own plugins declare theirs the same way.
+    let names: Vec<&str> = zt::plugins()
+        .iter()
+        .flat_map(|p| p.fuzz_targets())
+        .map(|g| g.target.name)
+        .collect();
+    assert!(names.contains(&"safetensors") && names.contains(&"numpy"));
 }

@@ -200,6 +200,13 @@ impl Format for Gguf {
     fn open(&self, input: &OpenInput<'_>) -> Result<Catalog> {
         open(input.store, input.limits)
     }
+
+    /// Fuzz target `gguf`: metadata values (arrays of arrays), tensor infos,
+    /// alignment, both byte orders, dequantization (seeds written by
+    /// `gguf-py`).
+    fn fuzz(&self) -> Option<zt_core::FuzzTarget> {
+        Some(zt_core::FuzzTarget::new("gguf", &["fuzz/seeds/gguf"]))
+    }
 }
 
 /// Sequential reads of the header, bounded by the file and by

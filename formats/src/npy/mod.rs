@@ -106,6 +106,12 @@ impl Format for Npy {
             ..Catalog::default()
         })
     }
+
+    /// Fuzz target `numpy` (npy and npz on the same bytes): the npy header
+    /// parser (seeds written by numpy).
+    fn fuzz(&self) -> Option<zt_core::FuzzTarget> {
+        Some(zt_core::FuzzTarget::new("numpy", &["fuzz/seeds/numpy"]))
+    }
 }
 
 impl Format for Npz {
@@ -194,6 +200,12 @@ impl Format for Npz {
             checks,
             ..Catalog::default()
         })
+    }
+
+    /// Fuzz target `numpy` (npy and npz on the same bytes): the zip reader with
+    /// its members' npy headers, deflate and CRC-32 (seeds written by numpy).
+    fn fuzz(&self) -> Option<zt_core::FuzzTarget> {
+        Some(zt_core::FuzzTarget::new("numpy", &["fuzz/seeds/numpy"]))
     }
 }
 

@@ -121,6 +121,13 @@ impl Format for Pt {
             zip::open(input)
         }
     }
+
+    /// Fuzz target `pt`: zip archives (`data.pkl` + storages) and the legacy
+    /// (pre-1.6) stream, which the reader tells apart itself; seeded by the
+    /// test suite's fixtures.
+    fn fuzz(&self) -> Option<zt_core::FuzzTarget> {
+        Some(zt_core::FuzzTarget::new("pt", &["tests/data/pt"]))
+    }
 }
 
 /// Where a storage's bytes are in the file.

@@ -13,20 +13,40 @@ use crate::fixtures::{
 };
 use crate::http;
 
-/// The targets whose seeds this module writes.
+/// The targets written in this crate whose seeds this module writes.
 pub const GENERATED: &[&str] = &["zrecord_dict", "index_json", "http_response", "dcp"];
 
 /// One seed: its file name and bytes.
-pub type Seed = (String, Vec<u8>);
+pub type Seed = zt::plugin::Seed;
 
-/// The seeds of `target` (none for a target not in [`GENERATED`]).
+/// Every target whose seeds are made in Rust: [`GENERATED`], then the
+/// plugins' targets that make their own (`zt::FuzzTarget::make_seeds`).
+pub fn generated() -> Vec<&'static str> {
+    let mut targets = GENERATED.to_vec();
+    targets.extend(
+        crate::plugin_targets()
+            .iter()
+            .filter(|g| g.target.make_seeds.is_some())
+            .map(|g| g.target.name),
+    );
+    targets
+}
+
+/// The seeds of `target` (none for a target not in [`generated`]).
 pub fn seeds(target: &str) -> Vec<Seed> {
     let seeds = match target {
         "zrecord_dict" => zrecord_dict(),
         "index_json" => index_json(),
         "http_response" => http_response(),
         "dcp" => dcp(),
-        _ => Vec::new(),
+        _ => {
+            return crate::plugin_targets()
+                .iter()
+                .find(|g| g.target.name == target)
+                .and_then(|g| g.target.make_seeds)
+                .map(|make| make())
+                .unwrap_or_default()
+        }
     };
     seeds
         .into_iter()
@@ -34,7 +54,8 @@ pub fn seeds(target: &str) -> Vec<Seed> {
         .collect()
 }
 
-/// Where the seeds of `target` live.
+/// Where the seeds of `target` live (`zt::FuzzTarget::made_seeds_dir` for
+/// a plugin's).
 pub fn seed_dir(target: &str) -> PathBuf {
     crate::repo_root().join("fuzz/seeds").join(target)
 }

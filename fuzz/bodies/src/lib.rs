@@ -1,10 +1,20 @@
-//! The bodies of zt's fuzz targets, one function per target.
+//! The bodies of zt's fuzz targets.
 //!
-//! `fuzz/libfuzzer/fuzz_targets/*.rs` are one-line `fuzz_target!` wrappers around
-//! these (built by `cargo +nightly fuzz build`, run by
-//! `fuzz/run-campaign.sh`). The same functions run on stable in
-//! `cargo test` over every seed file (`tests/seeds.rs`), so CI exercises
-//! each body without libFuzzer.
+//! The registry's readers are fuzzed by targets derived from their plugins
+//! (`Format::fuzz`, gathered by `Plugin::fuzz_targets`): one target per name
+//! a plugin's readers declare, whose body opens the input with each of those
+//! readers past the sniff ([`Body::Readers`]). Nothing here names them. The
+//! targets whose input is not a file one reader opens alone (the registry's
+//! detection, the pickle machine, the `.zt` CBOR codec, HDF5 edits of a
+//! fixture, zrecord's parts, a shard index, HTTP responses, a DCP
+//! `.metadata` beside its `.distcp`) are written here ([`WRITTEN`]).
+//! [`targets`] lists both.
+//!
+//! `fuzz/libfuzzer/fuzz_targets/body.rs` is the one libFuzzer binary: it
+//! runs the target `ZT_FUZZ_TARGET` names (built by `cargo +nightly fuzz
+//! build`, run by `fuzz/run-campaign.sh`). The same bodies run on stable in
+//! `cargo test` over every seed file (`tests/seeds.rs`), so CI exercises each
+//! body without libFuzzer.
 //!
 //! Every body feeds its input to one parser and then reads every part of
 //! every tensor it accepted. Errors are fine; panics, aborts, runaway
@@ -23,22 +33,18 @@ pub mod fixtures;
 pub mod generate;
 pub mod http;
 mod seeds;
-pub use seeds::{repo_root, seed_files, SEEDS};
+pub use seeds::{all_seed_dirs, plugin_targets, repo_root, seed_files, SEEDS};
 
-/// A fuzz target: its name (the `fuzz_targets/NAME.rs` file) and body.
-pub type Target = (&'static str, fn(&[u8]));
+/// A target written here: its name and body.
+pub type Written = (&'static str, fn(&[u8]));
 
-/// Every target, in campaign order.
-pub const TARGETS: &[Target] = &[
+/// The targets written here, in campaign order (`open_any` first; the
+/// plugins' targets follow it, then the rest of these).
+pub const WRITTEN: &[Written] = &[
     ("open_any", open_any),
-    ("safetensors", safetensors),
-    ("pt", pt),
     ("pickle", pickle),
-    ("gguf", gguf),
-    ("numpy", numpy),
     ("onnx", onnx),
     ("h5", h5),
-    ("zt_file", zt_file),
     ("zt_cbor", zt_cbor),
     ("zrecord_meta", zrecord_meta),
     ("zrecord_dict", zrecord_dict),
@@ -46,6 +52,74 @@ pub const TARGETS: &[Target] = &[
     ("http_response", http_response),
     ("dcp", dcp),
 ];
+
+/// What a target runs on each input.
+#[derive(Clone)]
+pub enum Body {
+    /// A body written here.
+    Written(fn(&[u8])),
+    /// A plugin's readers, each past the sniff on the same bytes (written to
+    /// a file named with the reader's first extension), under default and
+    /// tight limits, every part of every tensor read.
+    Readers(Vec<&'static dyn Format>),
+}
+
+/// A fuzz target: its name and body.
+#[derive(Clone)]
+pub struct Target {
+    /// Its name: `ZT_FUZZ_TARGET`, `fuzz/run-campaign.sh NAME`,
+    /// `fuzz/corpus/NAME`, `fuzz/regressions/NAME-WHAT`.
+    pub name: &'static str,
+    /// Its body.
+    pub body: Body,
+}
+
+impl Target {
+    /// Run the body on one input.
+    pub fn run(&self, data: &[u8]) {
+        match &self.body {
+            Body::Written(body) => body(data),
+            Body::Readers(readers) => {
+                for format in readers {
+                    let ext = format.extensions().first().copied().unwrap_or("bin");
+                    plugin(*format, format.name(), ext, data);
+                }
+            }
+        }
+    }
+}
+
+/// Every target, in campaign order: `open_any`, each plugin's (registry
+/// order), then the rest of [`WRITTEN`]. A plugin's target named as one
+/// written here is a mistake this refuses (panics).
+pub fn targets() -> &'static [Target] {
+    static TARGETS: OnceLock<Vec<Target>> = OnceLock::new();
+    TARGETS.get_or_init(|| {
+        let written = |&(name, body): &Written| Target {
+            name,
+            body: Body::Written(body),
+        };
+        let mut targets: Vec<Target> = WRITTEN[..1].iter().map(written).collect();
+        for group in plugin_targets() {
+            let name = group.target.name;
+            assert!(
+                !WRITTEN.iter().any(|(n, _)| *n == name) && !targets.iter().any(|t| t.name == name),
+                "fuzz target {name} is declared twice"
+            );
+            targets.push(Target {
+                name,
+                body: Body::Readers(group.readers),
+            });
+        }
+        targets.extend(WRITTEN[1..].iter().map(written));
+        targets
+    })
+}
+
+/// The target named `name`.
+pub fn target(name: &str) -> Option<&'static Target> {
+    targets().iter().find(|t| t.name == name)
+}
 
 /// One scratch directory per process; onnx external data resolves
 /// relative to it, so it holds one small data file to find.
@@ -134,26 +208,30 @@ fn plugin(format: &dyn Format, name: &'static str, ext: &str, data: &[u8]) {
 }
 
 /// Detection also looks at the extension (an empty zip is an npz only by
-/// name), so the input length picks one without changing the bytes. Every
-/// format a reader is registered for is named, so each plugin's extension
-/// rules are reached (detection itself is structural).
-const EXTENSIONS: [&str; 10] = [
-    "bin",
-    "npy",
-    "npz",
-    "safetensors",
-    "gguf",
-    "pt",
-    "onnx",
-    "h5",
-    "zt",
-    "safetensors.index.json",
-];
+/// name), so the input length picks one without changing the bytes: `bin`,
+/// each registered reader's first extension (detection order), and a shard
+/// index's, so each plugin's extension rules are reached (detection itself
+/// is structural).
+fn extensions() -> &'static [&'static str] {
+    static EXTENSIONS: OnceLock<Vec<&'static str>> = OnceLock::new();
+    EXTENSIONS.get_or_init(|| {
+        let mut list = vec!["bin"];
+        for format in zt::registry().formats() {
+            if let Some(ext) = format.extensions().first() {
+                if !list.contains(ext) {
+                    list.push(ext);
+                }
+            }
+        }
+        list.push("safetensors.index.json");
+        list
+    })
+}
 
 /// Any bytes through the registry (sniff, then the plugin it picks), mapped
 /// and read, with default and tight limits.
 pub fn open_any(data: &[u8]) {
-    let ext = EXTENSIONS[data.len() % EXTENSIONS.len()];
+    let ext = extensions()[data.len() % extensions().len()];
     with_file(ext, data, |path| {
         for map in [true, false] {
             let options = OpenOptions {
@@ -172,22 +250,6 @@ pub fn open_any(data: &[u8]) {
             read_all(&source, true);
         }
     });
-}
-
-/// The safetensors plugin: JSON header, offsets, dtypes.
-pub fn safetensors(data: &[u8]) {
-    plugin(
-        &zt::formats::safetensors::Safetensors,
-        "safetensors",
-        "safetensors",
-        data,
-    );
-}
-
-/// The PyTorch plugin on whole files: zip archives (`data.pkl` + storages)
-/// and the legacy (pre-1.6) stream, which the plugin tells apart itself.
-pub fn pt(data: &[u8]) {
-    plugin(&zt::formats::pt::Pt, "pt", "pt", data);
 }
 
 /// Any bytes straight into the pickle machine and the tensor search, in
@@ -214,21 +276,10 @@ pub fn pickle(data: &[u8]) {
     }
 }
 
-/// The GGUF plugin: metadata values (arrays of arrays), tensor infos,
-/// alignment, both byte orders, dequantization.
-pub fn gguf(data: &[u8]) {
-    plugin(&zt::formats::gguf::Gguf, "gguf", "gguf", data);
-}
-
-/// The npy and npz plugins on the same bytes: the npy header parser, and
-/// the zip reader with its members' npy headers, deflate and CRC-32.
-pub fn numpy(data: &[u8]) {
-    plugin(&zt::formats::npy::Npy, "npy", "npy", data);
-    plugin(&zt::formats::npy::Npz, "npz", "npz", data);
-}
-
 /// The ONNX plugin: protobuf walker, typed-field decoding, sparse
 /// coordinates, external-data path checks (against the scratch `w.bin`).
+/// Written here (the ONNX reader declares no `Format::fuzz` yet); the
+/// same body as a derived target's.
 pub fn onnx(data: &[u8]) {
     plugin(&zt::formats::onnx::Onnx, "onnx", "onnx", data);
 }
@@ -260,12 +311,6 @@ pub fn h5(data: &[u8]) {
         bytes[at] ^= e[2];
     }
     plugin(&zt::formats::h5::Hdf5, "hdf5", "h5", &bytes);
-}
-
-/// The `.zt` plugin on whole files: footer, manifest, layouts, zstd seek
-/// tables, sparse and chunked parts.
-pub fn zt_file(data: &[u8]) {
-    plugin(&zt::formats::ztensor::Zt, "zt", "zt", data);
 }
 
 /// The `.zt` manifest decoder on arbitrary bytes: the strict CBOR codec

@@ -2,31 +2,90 @@
 //! seed files (CI has no libFuzzer). A panic here is a finding, exactly as
 //! under `cargo fuzz run`.
 
-use zt_fuzz_bodies::{seed_files, SEEDS, TARGETS};
+use zt_fuzz_bodies::{all_seed_dirs, plugin_targets, seed_files, target, targets, Body, SEEDS};
 
 #[test]
 fn every_target_has_seeds_and_survives_them() {
-    for (name, body) in TARGETS {
+    for target in targets() {
+        let name = target.name;
         let seeds = seed_files(name);
         assert!(
             !seeds.is_empty(),
-            "{name}: no seed files (run fuzz/make_seeds.py)"
+            "{name}: no seed files (run fuzz/make_seeds.py, or for seeds made in \
+             Rust `cargo run -p zt-fuzz-bodies --example make-seeds`)"
         );
         for seed in seeds {
             let data = std::fs::read(&seed).unwrap();
-            body(&data);
+            target.run(&data);
         }
     }
 }
 
+/// The targets come from the registry: each plugin target runs its readers,
+/// the written ones have their seed lists, names are unique, and every
+/// reader zt registers is fuzzed by a target of its own or by a body
+/// written here (`open_any` reaches them all through detection).
 #[test]
-fn every_target_has_a_seed_list_and_a_libfuzzer_wrapper() {
-    let root = zt_fuzz_bodies::repo_root();
-    for (name, _) in TARGETS {
-        assert!(SEEDS.iter().any(|(n, _)| n == name), "{name}: not in SEEDS");
-        let wrapper = root.join(format!("fuzz/libfuzzer/fuzz_targets/{name}.rs"));
-        assert!(wrapper.is_file(), "{}: missing", wrapper.display());
+fn the_targets_are_the_registrys_and_the_written_ones() {
+    let names: Vec<&str> = targets().iter().map(|t| t.name).collect();
+    let mut unique = names.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), names.len(), "{names:?}");
+    assert_eq!(names[0], "open_any");
+    let groups = plugin_targets();
+    for group in &groups {
+        match &target(group.target.name).unwrap().body {
+            Body::Readers(readers) => assert_eq!(readers.len(), group.readers.len()),
+            Body::Written(_) => panic!("{}: not the plugin's readers", group.target.name),
+        }
     }
+    for (name, _) in SEEDS {
+        assert!(target(name).is_some(), "{name}: in SEEDS, not a target");
+    }
+    assert_eq!(all_seed_dirs().len(), targets().len());
+    // The readers with a written body of their own (their input needs a
+    // whole the body supplies, or their plugin declares no target yet).
+    const WRITTEN_FOR: &[&str] = &["h5", "dcp", "onnx"];
+    for format in zt::registry().formats() {
+        let derived = groups
+            .iter()
+            .any(|g| g.readers.iter().any(|r| r.name() == format.name()));
+        assert!(
+            derived || WRITTEN_FOR.contains(&format.name()),
+            "{}: no fuzz target (Format::fuzz)",
+            format.name()
+        );
+    }
+    // The same targets as before they came from the registry.
+    for name in ["safetensors", "pt", "gguf", "numpy", "zt_file"] {
+        assert!(
+            groups.iter().any(|g| g.target.name == name),
+            "{name} is not a plugin target"
+        );
+    }
+}
+
+/// One libFuzzer binary runs every target (`ZT_FUZZ_TARGET`), so adding a
+/// format adds no wrapper: the crate's only `[[bin]]` is `body`.
+#[test]
+fn one_libfuzzer_binary_runs_every_target() {
+    let root = zt_fuzz_bodies::repo_root();
+    let manifest = std::fs::read_to_string(root.join("fuzz/libfuzzer/Cargo.toml")).unwrap();
+    let bins: Vec<&str> = manifest
+        .lines()
+        .filter_map(|l| l.strip_prefix("name = \""))
+        .filter_map(|l| l.strip_suffix('"'))
+        .filter(|n| *n != "zt-fuzz")
+        .collect();
+    assert_eq!(bins, ["body"]);
+    assert!(root.join("fuzz/libfuzzer/fuzz_targets/body.rs").is_file());
+    let wrappers: Vec<_> = std::fs::read_dir(root.join("fuzz/libfuzzer/fuzz_targets"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(wrappers, ["body.rs"]);
 }
 
 /// Findings from the campaigns, minimized, kept as regression inputs.
@@ -40,12 +99,12 @@ fn regressions() {
         // Named TARGET-WHAT: the body is picked from the name.
         let path = entry.path();
         let file = path.file_name().unwrap().to_string_lossy().into_owned();
-        let (_, body) = TARGETS
+        let target = targets()
             .iter()
-            .filter(|(n, _)| file.starts_with(&format!("{n}-")))
-            .max_by_key(|(n, _)| n.len())
+            .filter(|t| file.starts_with(&format!("{}-", t.name)))
+            .max_by_key(|t| t.name.len())
             .unwrap_or_else(|| panic!("{file}: names no target"));
-        body(&std::fs::read(&path).unwrap());
+        target.run(&std::fs::read(&path).unwrap());
     }
 }
 
@@ -55,8 +114,8 @@ fn regressions() {
 /// `cargo run -p zt-fuzz-bodies --example make-seeds` fails here.
 #[test]
 fn generated_seeds_are_up_to_date() {
-    use zt_fuzz_bodies::generate::{seeds, GENERATED};
-    for target in GENERATED {
+    use zt_fuzz_bodies::generate::{generated, seeds};
+    for target in generated() {
         let expected = seeds(target);
         let committed: Vec<(String, Vec<u8>)> = seed_files(target)
             .iter()

@@ -1,6 +1,0 @@
-//! libFuzzer entry for `zt_fuzz_bodies::onnx` (the body and what it checks
-//! are documented there; `cargo test -p zt-fuzz-bodies` runs it over its
-//! seeds on stable). `bash fuzz/run-campaign.sh onnx SECONDS`
-#![no_main]
-
-libfuzzer_sys::fuzz_target!(|data: &[u8]| zt_fuzz_bodies::onnx(data));
