@@ -259,36 +259,11 @@ pub enum Error {
     },
 }
 
-/// Why an object-storage request failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RemoteKind {
-    /// The credentials were refused or lack the permission.
-    PermissionDenied,
-    /// The object was replaced while it was read (its ETag changed).
-    Changed,
-    /// The server sent a body or range other than the one asked for.
-    BadResponse,
-    /// A URL, storage option or credential file zt cannot use.
-    Config,
-    /// Not possible on this store (writing to a plain HTTP server), or zt
-    /// was built without object-storage support.
-    Unsupported,
-    /// A network or server failure that lasted through the retries.
-    Network,
-}
-
-impl fmt::Display for RemoteKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            RemoteKind::PermissionDenied => "permission denied",
-            RemoteKind::Changed => "object changed during read",
-            RemoteKind::BadResponse => "bad response",
-            RemoteKind::Config => "bad object-storage configuration",
-            RemoteKind::Unsupported => "unsupported",
-            RemoteKind::Network => "request failed",
-        })
-    }
-}
+/// Why an object-storage request failed: zt-remote's own kind (built in
+/// every configuration; `Unsupported` where zt was built without the
+/// `remote` feature). [`Error::Remote`] never holds `NotFound` or `Memory`:
+/// those are [`Error::NotFound`] and [`Error::Memory`].
+pub use zt_remote::ErrorKind as RemoteKind;
 
 /// The context field of any variant (every variant has one), as `&` or
 /// `&mut` after the receiver it is given.

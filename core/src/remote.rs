@@ -17,12 +17,6 @@ pub fn error(e: zt_remote::Error) -> Error {
     let ctx = Context::file(&e.url);
     let kind = match e.kind {
         ErrorKind::NotFound => return Error::NotFound { ctx },
-        ErrorKind::PermissionDenied => RemoteKind::PermissionDenied,
-        ErrorKind::Changed => RemoteKind::Changed,
-        ErrorKind::BadResponse => RemoteKind::BadResponse,
-        ErrorKind::Config => RemoteKind::Config,
-        ErrorKind::Unsupported => RemoteKind::Unsupported,
-        ErrorKind::Io => RemoteKind::Network,
         ErrorKind::Memory { bytes } => {
             return Error::Memory {
                 ctx,
@@ -30,6 +24,7 @@ pub fn error(e: zt_remote::Error) -> Error {
                 bytes,
             }
         }
+        kind => kind,
     };
     Error::Remote {
         ctx,

@@ -70,9 +70,12 @@ pub(crate) fn to_py_err(e: zt::Error) -> PyErr {
         zt::Error::Memory { .. } => PyMemoryError::new_err(message),
         zt::Error::Remote { kind, .. } => match kind {
             zt::RemoteKind::PermissionDenied => PyPermissionError::new_err(message),
-            zt::RemoteKind::Network => PyOSError::new_err(message),
+            zt::RemoteKind::Io => PyOSError::new_err(message),
             zt::RemoteKind::Config | zt::RemoteKind::Unsupported => PyValueError::new_err(message),
             zt::RemoteKind::Changed | zt::RemoteKind::BadResponse => format_error(message),
+            // The core reports these as Error::NotFound and Error::Memory.
+            zt::RemoteKind::NotFound => PyFileNotFoundError::new_err(message),
+            zt::RemoteKind::Memory { .. } => PyMemoryError::new_err(message),
         },
         _ => format_error(message),
     }

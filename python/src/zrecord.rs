@@ -50,10 +50,15 @@ fn to_py(e: Error) -> PyErr {
             zrecord::RemoteKind::Config | zrecord::RemoteKind::Unsupported => {
                 PyValueError::new_err(message)
             }
-            zrecord::RemoteKind::Network => PyOSError::new_err(message),
+            zrecord::RemoteKind::Io => PyOSError::new_err(message),
             zrecord::RemoteKind::Changed | zrecord::RemoteKind::BadResponse => {
                 crate::FormatError::new_err(message)
             }
+            // zrecord reports these as Error::NotFound and Error::Memory.
+            zrecord::RemoteKind::NotFound => {
+                pyo3::exceptions::PyFileNotFoundError::new_err(message)
+            }
+            zrecord::RemoteKind::Memory { .. } => pyo3::exceptions::PyMemoryError::new_err(message),
         },
         other => {
             let code = other.code();

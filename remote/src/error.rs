@@ -1,12 +1,17 @@
 //! One error type for object-storage access: a kind per reason a caller
 //! acts on differently, the URL, and the detail the server or client gave.
+//! The kind is the one every crate above reports a remote failure with
+//! (`zt_core::RemoteKind` and `zrecord::RemoteKind` are this type), so this
+//! module builds without the `client` feature: no object_store, no tokio.
 
 use std::fmt;
 
 /// Result alias for this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// Why a request failed, as a caller acts on it.
+/// Why a request failed, as a caller acts on it. Crates that keep the
+/// failure as a remote one (`zt_core::Error::Remote`) turn `NotFound` and
+/// `Memory` into their own not-found and memory errors instead.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorKind {
     /// The object (or bucket) does not exist.
@@ -57,6 +62,7 @@ impl Error {
     }
 
     /// Classify an `object_store` error about `url`.
+    #[cfg(feature = "client")]
     pub fn from_store(url: &str, e: object_store::Error) -> Error {
         use object_store::Error as E;
         let kind = match &e {
@@ -96,6 +102,7 @@ impl Error {
 /// ("Requested a..b, got c..d"), a missing or unparsable `Content-Range`, or
 /// a 416 as a generic error of a private type; its text is the only way to
 /// tell them from network failures.
+#[cfg(feature = "client")]
 fn is_bad_range(e: &object_store::Error) -> bool {
     let text = e.to_string();
     [
@@ -110,19 +117,24 @@ fn is_bad_range(e: &object_store::Error) -> bool {
     .any(|needle| text.contains(needle))
 }
 
-impl fmt::Display for Error {
+impl fmt::Display for ErrorKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let what = match self.kind {
+        f.write_str(match self {
             ErrorKind::NotFound => "not found",
             ErrorKind::PermissionDenied => "permission denied",
             ErrorKind::Changed => "object changed during read",
             ErrorKind::BadResponse => "bad response",
-            ErrorKind::Config => "bad configuration",
+            ErrorKind::Config => "bad object-storage configuration",
             ErrorKind::Unsupported => "unsupported",
             ErrorKind::Io => "request failed",
             ErrorKind::Memory { .. } => "out of memory",
-        };
-        write!(f, "{}: {what}: {}", self.url, self.detail)
+        })
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}: {}", self.url, self.kind, self.detail)
     }
 }
 

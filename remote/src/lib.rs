@@ -10,22 +10,37 @@
 //!
 //! Built on `object_store` with a private tokio runtime behind a blocking
 //! API (callers release the GIL around it), fork-safe.
+//!
+//! All of that is the `client` feature (on by default). Without it the
+//! crate is its [`error`] module alone: the [`ErrorKind`] the core and the
+//! record stores report remote failures with, in every build of theirs.
 
 #![deny(missing_docs)]
 
+#[cfg(feature = "client")]
 pub mod cache;
+#[cfg(feature = "client")]
 pub mod config;
 pub mod error;
+#[cfg(feature = "client")]
 pub mod list;
+#[cfg(feature = "client")]
 pub mod object;
+#[cfg(feature = "client")]
 pub mod plan;
+#[cfg(feature = "client")]
 pub mod runtime;
+#[cfg(feature = "client")]
 pub mod upload;
+#[cfg(feature = "client")]
 pub mod url;
 
-pub use config::RemoteConfig;
 pub use error::{Error, ErrorKind, Result};
-pub use object::RemoteObject;
-pub use runtime::{stats, StatsSnapshot};
-pub use upload::{upload_file, Spool};
-pub use url::ObjectUrl;
+#[cfg(feature = "client")]
+pub use {
+    config::RemoteConfig,
+    object::RemoteObject,
+    runtime::{stats, StatsSnapshot},
+    upload::{upload_file, Spool},
+    url::ObjectUrl,
+};

@@ -284,50 +284,22 @@ pub enum Error {
     },
 }
 
-/// Why an object-storage request failed (see `zt_remote::ErrorKind`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RemoteKind {
-    /// The credentials were refused or lack the permission.
-    PermissionDenied,
-    /// An object of the store was replaced while it was read.
-    Changed,
-    /// The server sent a body or range other than the one asked for.
-    BadResponse,
-    /// A URL, option or credential file that cannot be used.
-    Config,
-    /// Not possible on this kind of store (a plain HTTP server cannot list
-    /// or be written), or zrecord was built without the `remote` feature.
-    Unsupported,
-    /// A network or server failure that lasted through the retries.
-    Network,
-}
-
-impl RemoteKind {
-    /// True for failures of the transport rather than of the data.
-    pub fn is_io(self) -> bool {
-        matches!(self, RemoteKind::Network)
-    }
-}
-
-impl std::fmt::Display for RemoteKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            RemoteKind::PermissionDenied => "permission denied",
-            RemoteKind::Changed => "object changed during read",
-            RemoteKind::BadResponse => "bad response",
-            RemoteKind::Config => "bad object-storage configuration",
-            RemoteKind::Unsupported => "unsupported",
-            RemoteKind::Network => "request failed",
-        })
-    }
-}
+/// Why an object-storage request failed: zt-remote's own kind, the one
+/// zt-core reports too (built in every configuration; `Unsupported` where
+/// zrecord was built without the `remote` feature). [`Error::Remote`] never
+/// holds `NotFound` or `Memory`: those are [`Error::NotFound`] and
+/// [`Error::Memory`].
+pub use zt_remote::ErrorKind as RemoteKind;
 
 impl Error {
     /// loaderx's numeric code for this error (`loaderx/_store.py` `_ERRORS`).
     pub fn code(&self) -> i32 {
         match self {
             Error::Io { .. } => -2,
-            Error::Remote { kind, .. } if kind.is_io() => -2,
+            Error::Remote {
+                kind: RemoteKind::Io,
+                ..
+            } => -2,
             Error::RecordSize { .. } => -4,
             Error::Full { .. } => -5,
             Error::Decode { .. } | Error::Zstd { .. } => -7,

@@ -70,12 +70,6 @@ mod enabled {
     fn error(path: &Path, e: zt_remote::Error) -> Error {
         let kind = match e.kind {
             ErrorKind::NotFound => return Error::NotFound { path: path.into() },
-            ErrorKind::PermissionDenied => RemoteKind::PermissionDenied,
-            ErrorKind::Changed => RemoteKind::Changed,
-            ErrorKind::BadResponse => RemoteKind::BadResponse,
-            ErrorKind::Config => RemoteKind::Config,
-            ErrorKind::Unsupported => RemoteKind::Unsupported,
-            ErrorKind::Io => RemoteKind::Network,
             ErrorKind::Memory { bytes } => {
                 return Error::Memory {
                     path: path.into(),
@@ -83,6 +77,7 @@ mod enabled {
                     bytes,
                 }
             }
+            kind => kind,
         };
         Error::Remote {
             path: PathBuf::from(e.url),
