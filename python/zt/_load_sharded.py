@@ -90,9 +90,11 @@ class ShardedLoadError(RuntimeError):
 class LoadStats:
     """What one rank's share of a cooperative load moved."""
 
-    #: Bytes of the loaded tensors (once): what storage should serve in all.
+    #: Bytes of the loaded tensors as delivered, once: what storage serves
+    #: across the group (a tensor stored compressed or block-quantized
+    #: counts its delivered size here and below).
     needed_bytes: int = 0
-    #: Bytes this rank read from storage.
+    #: This rank's share of them, read from storage by it.
     fetched_bytes: int = 0
     #: Bytes this rank sent to, and received from, the other ranks.
     sent_bytes: int = 0
@@ -173,19 +175,30 @@ def load_sharded(
     if window_bytes < 1 or threads < 1:
         raise ValueError("window_bytes and threads must be at least 1")
     patterns = _patterns(select)
+    rules = _placement_rules(torch, placements, len(where.mesh_shape))
     network_before = zt.remote_stats().get("bytes_in", 0)
-    with zt.open(path, storage_options=storage_options) as source:
+    source, failure = None, None
+    try:
+        # A rank that cannot open the source or refuses a tensor still
+        # takes part in the next collective, so every rank learns of it.
+        source = zt.open(path, storage_options=storage_options)
         names = [n for n in source if patterns is None or any(fnmatch.fnmatchcase(n, p) for p in patterns)]
         files = {f: i for i, f in enumerate(source.files)}
-        opened = zt.remote_stats().get("bytes_in", 0)
         tensors = [source[n] for n in names]
-        rules = _placement_rules(torch, placements, len(where.mesh_shape))
         items = [_item(t, files, position, _placement_of(t.name, t.shape, rules)) for position, t in enumerate(tensors)]
+    except Exception as e:
+        failure = e
+    opened = zt.remote_stats().get("bytes_in", 0)
+    try:
+        _agree(torch, where, "opening the source", failure)
         _check_agreement(torch, where, items, source)
         plan = _load_plan.plan(items, where.coords, where.mesh_shape, window_bytes)
         stats = LoadStats(needed_bytes=sum(i.nbytes for i in items), windows=len(plan.windows))
         outputs = _allocate(torch, plan, where.rank)
         _run(torch, where, plan, tensors, outputs, stats, threads)
+    finally:
+        if source is not None:
+            source.close()
     state = ShardedStateDict()
     for item, (tensor, _) in zip(items, outputs):
         state[item.name] = _finish(torch, tensor, item, mesh, rules, device)
@@ -327,9 +340,9 @@ def _check_agreement(torch, where: _Group, items, source) -> None:
     ``all_gather`` of digests; a rank that differs is named."""
     aspects = {
         "the tensors selected": [i.name for i in items],
-        "the tensors' shapes and types": [(i.shape, i.itemsize) for i in items],
+        "the tensors' shapes and types": [(i.shape, i.dtype) for i in items],
         "the placements": [i.placements for i in items],
-        "the files (names and sizes)": [(f, source.nbytes) for f in source.files],
+        "the files (names and sizes)": [source.files, source.nbytes],
     }
     digests = b"".join(hashlib.sha256(repr(v).encode()).digest() for v in aspects.values())
     mine = torch.frombuffer(bytearray(digests), dtype=torch.uint8)
@@ -423,30 +436,29 @@ def _run(torch, where: _Group, plan: _load_plan.Plan, tensors, outputs, stats: L
                 except Exception as e:  # reported to every rank below
                     failure = failure or f"{plan.items[block.item].name!r}: {type(e).__name__}: {e}"
             pending = start(k + 1) if failure is None else []
-            _agree_fetched(torch, where, k, failure)
+            _agree(torch, where, f"reading window {k} from storage", failure)
             stats.fetched_bytes += sum(plan.block_bytes(b) for b in fetched)
             _exchange(torch, where, plan, k, fetched, outputs, stats)
             del fetched
 
 
-def _agree_fetched(torch, where: _Group, window: int, failure: str | None) -> None:
-    """Every rank learns whether every rank's fetch of ``window`` worked;
-    if one failed, all raise with its message."""
+def _agree(torch, where: _Group, what: str, failure: BaseException | str | None) -> None:
+    """Every rank learns whether every rank's step ``what`` worked; if one
+    failed, all raise with its message (the failing rank from its error)."""
     flags = torch.tensor([0 if failure is None else 1], dtype=torch.int32)
     every = [torch.empty_like(flags) for _ in range(where.world)]
-    _collective(torch, where, f"window {window}", lambda: _all_gather(torch, every, flags, where))
+    _collective(torch, where, what, lambda: _all_gather(torch, every, flags, where))
     failed = [r for r, f in enumerate(every) if int(f)]
     if not failed:
         return
+    mine = None if failure is None else failure if isinstance(failure, str) else f"{type(failure).__name__}: {failure}"
     messages: list = [None] * where.world
-    _collective(
-        torch,
-        where,
-        f"window {window}",
-        lambda: torch.distributed.all_gather_object(messages, failure, group=where.group),
-    )
+    _collective(torch, where, what, lambda: torch.distributed.all_gather_object(messages, mine, group=where.group))
     detail = "; ".join(f"rank {r}: {messages[r]}" for r in failed)
-    raise ShardedLoadError(f"zt.torch.load_sharded: reading from storage failed on {detail}", failed)
+    error = ShardedLoadError(f"zt.torch.load_sharded: {what} failed on {detail}", failed)
+    if isinstance(failure, BaseException):
+        raise error from failure
+    raise error
 
 
 def _exchange(torch, where: _Group, plan, window: int, fetched: dict, outputs, stats: LoadStats) -> None:

@@ -9,7 +9,7 @@ the reference library: ``expected.safetensors`` beside the model).
 SPEC: {"out": dir, "timeout": seconds, "cases": [case, ...]}; a case is
 {"id", "path", "expected", "placements": {pattern: [["S", dim] | ["R"], ...]},
 "select": [...] | null, "group": "world" | "halves", "mesh": [dims] | null,
-"expect_error": text | null, "sabotage": null | "fetch" | "disagree" | "die"}.
+"expect_error": text | null, "sabotage": null | "fetch" | "missing" | "disagree" | "die"}.
 
 Each rank writes out/rank<R>.json: {case id: {"ok", "detail", "stats"}}.
 """
@@ -84,6 +84,8 @@ def run_case(case: dict, rank: int, world: int, groups: dict) -> dict:
     if case["group"] == "halves":
         path = path[rank // (world // 2)]
     select = case.get("select")
+    if case.get("sabotage") == "missing" and rank == 1:
+        path = path + "-not-on-this-node"
     if case.get("sabotage") == "disagree" and rank == world - 1:
         select = ["nothing*"]
     if case.get("sabotage") == "fetch" and rank == 1:
@@ -167,7 +169,7 @@ def main() -> int:
             report[case["id"]] = {"ok": False, "detail": f"{type(e).__name__}: {e}"}
         out = pathlib.Path(spec["out"]) / f"rank{rank}.json"
         out.write_text(json.dumps(report))
-        if case.get("sabotage") in ("die", "fetch", "disagree"):
+        if case.get("sabotage"):
             break  # the group may be unusable after a fault: stop here
     if not any(c.get("sabotage") == "die" for c in spec["cases"]):
         dist.destroy_process_group()

@@ -272,6 +272,17 @@ def test_a_failed_read_fails_every_rank_naming_it(models):
         assert "injected read failure" in report["fetch"]["detail"]
 
 
+def test_a_rank_that_cannot_open_the_source_fails_every_rank_naming_it(models):
+    _, made, _ = models
+    case = {"id": "missing", "path": made["hf"][0], "expected": made["hf"][1], "placements": TP, "group": "world"}
+    reports = _fault_job(
+        models, "missing", {**case, "sabotage": "missing", "expect_error": "opening the source failed on rank 1: "}
+    )
+    for report in reports:
+        assert report["missing"]["ok"], report["missing"]["detail"]
+        assert "not-on-this-node" in report["missing"]["detail"]
+
+
 def test_ranks_that_ask_for_different_things_are_refused_naming_the_rank(models):
     _, made, _ = models
     case = {"id": "disagree", "path": made["hf"][0], "expected": made["hf"][1], "placements": TP, "group": "world"}
