@@ -35,6 +35,19 @@ enum Backing {
     /// Ranged GETs of an object, pinned to its version.
     #[cfg(feature = "remote")]
     Remote(std::sync::Arc<zt_remote::RemoteObject>),
+    /// Bytes a format decoded into memory for its own reader to walk (a
+    /// DCP chunk's decompressed `torch.save` archive): see
+    /// [`Store::from_bytes`].
+    Memory(Memory),
+}
+
+/// A memory store's bytes; its `Debug` says how many, not what they are.
+struct Memory(Vec<u8>);
+
+impl std::fmt::Debug for Memory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Memory({} bytes)", self.0.len())
+    }
 }
 
 /// One opened file.
@@ -188,6 +201,32 @@ impl Store {
             walking: AtomicBool::new(false),
             cold_pages: Default::default(),
             local: None,
+        }
+    }
+
+    /// A store over bytes already in memory, named `name` (what errors
+    /// say of it). For data a format decodes and then reads with another
+    /// format's reader, which takes a store: the bytes are read as a file's
+    /// are, bounds-checked, and never handed out as a mapped view
+    /// ([`Store::is_mapped`] is false), so no tensor of a source points
+    /// into them. Page-cache advice does nothing.
+    pub fn from_bytes(name: impl Into<PathBuf>, bytes: Vec<u8>) -> Store {
+        Store {
+            path: name.into(),
+            len: bytes.len() as u64,
+            backing: Backing::Memory(Memory(bytes)),
+            walking: AtomicBool::new(false),
+            cold_pages: Default::default(),
+            local: None,
+        }
+    }
+
+    /// The bytes of a store made by [`Store::from_bytes`], given back;
+    /// `None` for any other store.
+    pub fn into_bytes(self) -> Option<Vec<u8>> {
+        match self.backing {
+            Backing::Memory(Memory(bytes)) => Some(bytes),
+            _ => None,
         }
     }
 
@@ -347,6 +386,9 @@ impl Store {
                 .read(offset, len)
                 .map(Cow::Owned)
                 .map_err(crate::remote::error),
+            Backing::Memory(Memory(bytes)) => Ok(Cow::Borrowed(
+                &bytes[offset as usize..(offset + len) as usize],
+            )),
         }
     }
 
@@ -363,6 +405,10 @@ impl Store {
             Backing::Positional(file) => self.pread_exact(file, offset, buf),
             #[cfg(feature = "remote")]
             Backing::Remote(object) => object.read_into(offset, buf).map_err(crate::remote::error),
+            Backing::Memory(Memory(bytes)) => {
+                buf.copy_from_slice(&bytes[offset as usize..offset as usize + buf.len()]);
+                Ok(())
+            }
         }
     }
 
@@ -411,6 +457,17 @@ impl Store {
                 Ok(())
             }
             Backing::Positional(file) => self.pread_uninit(file, offset, buf),
+            Backing::Memory(Memory(bytes)) => {
+                let src = &bytes[offset as usize..offset as usize + len];
+                // SAFETY: `src` and `buf` are both `len` bytes long and do not
+                // overlap (`src` is this store's own buffer, `buf` a `&mut`
+                // borrow); writing initialised bytes into `MaybeUninit<u8>`
+                // is always valid.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(src.as_ptr(), buf.as_mut_ptr().cast::<u8>(), len)
+                };
+                Ok(())
+            }
             #[cfg(feature = "remote")]
             Backing::Remote(_) => {
                 buf.fill(MaybeUninit::new(0));
@@ -666,5 +723,31 @@ mod tests {
         positional.begin_walk();
         assert_eq!(positional.read(5, 10).unwrap()[..], bytes[5..15]);
         positional.end_walk();
+    }
+
+    #[test]
+    fn a_memory_store_reads_as_a_file_and_gives_its_bytes_back() {
+        let bytes: Vec<u8> = (0..100u8).collect();
+        let store = Store::from_bytes("chunk (decoded)", bytes.clone());
+        assert_eq!(store.len(), 100);
+        assert!(!store.is_mapped() && !store.is_remote());
+        assert_eq!(store.path(), Path::new("chunk (decoded)"));
+        assert_eq!(store.read(10, 5).unwrap()[..], bytes[10..15]);
+        let mut buf = [0u8; 4];
+        store.read_into(96, &mut buf).unwrap();
+        assert_eq!(buf, [96, 97, 98, 99]);
+        let mut uninit = [MaybeUninit::<u8>::uninit(); 3];
+        store.read_into_uninit(None, 1, &mut uninit).unwrap();
+        // SAFETY: read_into_uninit succeeded, so every byte is initialised.
+        assert_eq!(uninit.map(|b| unsafe { b.assume_init() }), [1, 2, 3]);
+        // Bounds are checked as for a file; no view of the bytes is lent.
+        assert!(store.read(99, 2).is_err());
+        assert!(store.slice(0, 1).is_err());
+        store.begin_walk();
+        store.populate(0, 100).unwrap();
+        store.end_walk();
+        // Debug says how many bytes, not what they are.
+        assert!(format!("{store:?}").contains("Memory(100 bytes)"));
+        assert_eq!(store.into_bytes().unwrap(), bytes);
     }
 }

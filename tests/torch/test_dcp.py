@@ -3,10 +3,12 @@ by torch itself at test time: in one process (a plain state dict needs no
 process group) and under torchrun with two gloo ranks on 127.0.0.1 (DTensors
 Shard(0), Shard(1), Replicate, uneven shards: tensors of several chunks).
 Both serialization formats torch 2.15 writes: TORCH_SAVE (the default) and
-SAFETENSORS. Every tensor zt reads equals, bit for bit, what torch's own
+SAFETENSORS, and TORCH_SAVE through torch's zstd extension
+(`FileSystemWriter(_extensions=[ZStandard()])`, which needs the `zstandard`
+package). Every tensor zt reads equals, bit for bit, what torch's own
 converter (`dcp_to_torch_save`, then `torch.load`) gives for the TORCH_SAVE
-checkpoint (torch's converter cannot read the SAFETENSORS one, which holds
-the same state). Hand-built hostile checkpoints are in zt/tests/dcp.rs; the
+checkpoint, compressed or not (torch's converter cannot read the SAFETENSORS
+one, which holds the same state). Hand-built hostile checkpoints are in zt/tests/dcp.rs; the
 refusals Python sees are checked here on torch's own files."""
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import zt
 torch = pytest.importorskip("torch")
 dcp = pytest.importorskip("torch.distributed.checkpoint")
 from procs import Launches, rank_env, run_file_job, torchrun_argv  # noqa: E402
+from torch.distributed.checkpoint._extension import ZStandard  # noqa: E402
 from torch.distributed.checkpoint._nested_dict import flatten_state_dict  # noqa: E402
 from torch.distributed.checkpoint.api import CheckpointException  # noqa: E402
 from torch.distributed.checkpoint.filesystem import FileSystemWriter, SerializationFormat  # noqa: E402
@@ -121,6 +124,7 @@ def two_ranks(tmp_path_factory) -> pathlib.Path:
             import torch
             import torch.distributed as dist
             import torch.distributed.checkpoint as dcp
+            from torch.distributed.checkpoint._extension import ZStandard
             from torch.distributed.checkpoint.filesystem import FileSystemWriter, SerializationFormat
             from torch.distributed.device_mesh import init_device_mesh
             from torch.distributed.tensor import Replicate, Shard, distribute_tensor
@@ -144,6 +148,8 @@ def two_ranks(tmp_path_factory) -> pathlib.Path:
             dcp.save(state, checkpoint_id=sys.argv[1])
             st = FileSystemWriter(sys.argv[1] + "-st", serialization_format=SerializationFormat.SAFETENSORS)
             dcp.save(state, storage_writer=st)
+            if ZStandard.is_available():
+                dcp.save(state, storage_writer=FileSystemWriter(sys.argv[1] + "-zstd", _extensions=[ZStandard()]))
             dist.barrier()
             dist.destroy_process_group()
             """
@@ -153,6 +159,62 @@ def two_ranks(tmp_path_factory) -> pathlib.Path:
         rc, run = run_file_job(group, "torchrun-dcp", torchrun_argv(2, job, str(ckpt)), rank_env(), LAUNCH_TIMEOUT)
         assert rc == 0, f"torchrun failed (exit {rc})\n{run.output()}"
     return ckpt
+
+
+def single_state() -> dict:
+    """A nested optimizer-like state of several dtypes: bf16, a tensor
+    saved with its strides (a transpose), a scalar, an empty tensor, and
+    non-tensor entries."""
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(4, 6, generator=g)
+    return {
+        "model": {
+            "w": w,
+            "w_t": torch.randn(3, 5, generator=g).t(),
+            "b16": torch.randn(7, generator=g).to(torch.bfloat16),
+            "big16": torch.randn(300, 70, generator=g).to(torch.bfloat16),
+            "ids": torch.arange(-5, 5, dtype=torch.int64),
+            "mask": torch.tensor([True, False, True]),
+            "scalar": torch.tensor(2.5),
+            "empty": torch.zeros(0, 3),
+        },
+        "optim": {"state": {"w": {"exp_avg": torch.zeros_like(w) + 0.5}}, "step": 3},
+        "note": "hello",
+    }
+
+
+@pytest.fixture(scope="module")
+def single_zstd(tmp_path_factory) -> pathlib.Path:
+    """`single_state()` saved in one process through torch's zstd
+    extension (`zstd`), and without it (`plain`) beside it."""
+    pytest.importorskip("zstandard")
+    work = tmp_path_factory.mktemp("dcp-zstd")
+    state = single_state()
+    dcp.save(state, storage_writer=FileSystemWriter(work / "zstd", _extensions=[ZStandard()]))
+    dcp.save(state, checkpoint_id=work / "plain")
+    return work / "zstd"
+
+
+def transform_descriptors(ckpt: pathlib.Path) -> set:
+    meta = pickle.loads((ckpt / ".metadata").read_bytes())
+    return {tuple(info.transform_descriptors or ()) for info in meta.storage_data.values()}
+
+
+def test_a_zstd_checkpoint_reads_as_torch_reads_it(single_zstd, tmp_path):
+    # Every chunk (and every non-tensor entry) is a zstd frame.
+    assert transform_descriptors(single_zstd) == {("stream.zstd/1",)}
+    src = assert_reads_as_torch(single_zstd, tmp_path)
+    assert src["model.b16"].dtype == "bf16"
+    assert src["model.big16"].shape == (300, 70)
+    assert src.attributes["dcp.bytes_entries"] == ["optim.step", "note"]
+    # The same tensors as the state saved without the extension, and
+    # decompressed per tensor when read: no view of the file.
+    plain = zt.open(single_zstd.with_name("plain"))
+    assert sorted(plain) == sorted(src)
+    for name in plain:
+        assert src[name].tobytes() == plain[name].tobytes(), name
+    assert not src["model.w"].caps["map"]
+    assert not src["model.w"].caps["locate"]
 
 
 def test_a_single_process_checkpoint_reads_as_torch_reads_it(single, tmp_path):
@@ -195,6 +257,60 @@ def test_sharded_and_replicated_dtensors_assemble_as_torch_does(two_ranks, tmp_p
     assert src["model.uneven"].shape == (5, 3)
     # The same state saved as SAFETENSORS by the same two ranks.
     assert_reads_as_torch(two_ranks.with_name("ranks-st"), tmp_path, ref_ckpt=two_ranks)
+
+
+def test_sharded_dtensors_saved_through_zstd_assemble_as_torch_does(two_ranks, tmp_path):
+    pytest.importorskip("zstandard")
+    ckpt = two_ranks.with_name("ranks-zstd")
+    assert transform_descriptors(ckpt) == {("stream.zstd/1",)}
+    meta = pickle.loads((ckpt / ".metadata").read_bytes())
+    chunks = {k: len(v.chunks) for k, v in meta.state_dict_metadata.items() if hasattr(v, "chunks")}
+    assert chunks["model.s0"] == chunks["model.s1"] == chunks["model.uneven"] == 2
+    # Each rank wrote its own file of frames.
+    assert len({info.relative_path for info in meta.storage_data.values()}) == 2
+    src = assert_reads_as_torch(ckpt, tmp_path)
+    assert src["model.s1"].dtype == "bf16"
+    # The same tensors as the two ranks' save without the extension.
+    plain = zt.open(two_ranks)
+    assert sorted(src) == sorted(plain)
+    for name in plain:
+        assert src[name].tobytes() == plain[name].tobytes(), name
+    # A slice across both ranks' compressed chunks.
+    ref = reference(ckpt, tmp_path)
+    with zt.safe_open(ckpt, framework="pt") as f:
+        assert raw(f.get_slice("model.s1")[1:3, 2:5]) == raw(ref["model.s1"][1:3, 2:5])
+
+
+def test_zstd_over_safetensors_serialization_is_refused_as_torch_cannot_read_it(tmp_path):
+    # torch writes an empty zstd frame per chunk there and the tensors
+    # uncompressed after them; its own reader fails on it.
+    pytest.importorskip("zstandard")
+    ckpt = tmp_path / "st-zstd"
+    writer = FileSystemWriter(ckpt, serialization_format=SerializationFormat.SAFETENSORS, _extensions=[ZStandard()])
+    dcp.save({"w": torch.arange(6.0)}, storage_writer=writer)
+    with pytest.raises(CheckpointException):
+        dcp_to_torch_save(ckpt, tmp_path / "fails.pt")
+    with pytest.raises(zt.FormatError) as e:
+        src = zt.open(ckpt)
+        src["w"].tobytes()
+    assert e.value.rule == "dcp.Unsupported"
+    assert "SAFETENSORS" in str(e.value)
+
+
+def test_a_cut_zstd_chunk_cites_its_rule(single_zstd, tmp_path):
+    ckpt = tmp_path / "cut-zstd"
+    ckpt.mkdir()
+    for f in single_zstd.iterdir():
+        (ckpt / f.name).write_bytes(f.read_bytes())
+    meta = pickle.loads((single_zstd / ".metadata").read_bytes())
+    index = next(i for i in meta.storage_data if i.fqn == "model.big16")
+    meta.storage_data[index].length -= 1
+    (ckpt / ".metadata").write_bytes(pickle.dumps(meta, protocol=4))
+    src = zt.open(ckpt)
+    assert src["model.w"].tobytes() == zt.open(single_zstd)["model.w"].tobytes()
+    with pytest.raises(zt.FormatError) as e:
+        src["model.big16"].tobytes()
+    assert e.value.rule == "dcp.Zstd"
 
 
 def test_load_file_and_safe_open_slices_take_the_directory(two_ranks, tmp_path):

@@ -139,8 +139,13 @@ fn metadata(
                         .int(loc.offset)
                         .str("length")
                         .int(loc.length);
+                    // Descriptors separated by commas, in order.
                     if let Some(t) = loc.transforms {
-                        p.str("transform_descriptors").op(b"]").str(t).op(b"a");
+                        p.str("transform_descriptors").op(b"](");
+                        t.split(',').for_each(|d| {
+                            p.str(d);
+                        });
+                        p.op(b"e");
                     }
                 },
             );
@@ -831,14 +836,330 @@ fn metadata_that_is_not_dcp_s_is_refused() {
 }
 
 #[test]
-fn transforms_are_refused_as_not_read_yet() {
+fn transforms_other_than_one_zstd_are_refused() {
+    // Read as torch's registry reads descriptors: `stream.zstd/<v>` with
+    // `v`'s first dotted part `1`; anything else, or two, is not read.
+    for t in [
+        "stream.gzip/1",
+        "stream.zstd/2",
+        "stream.zstd/10",
+        "stream.zstd",
+        "stream.zstd/1,stream.zstd/1",
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut f = zstd_fixture(stream_frame);
+        f.storage[0].transforms = Some(t);
+        f.write(dir.path());
+        let got = open_and_read(dir.path());
+        assert!(
+            cites!(got, Err(Error::Unsupported { .. }), &["dcp.Unsupported"]),
+            "{t}: {got:?}"
+        );
+    }
     let dir = tempfile::tempdir().unwrap();
-    let mut f = fixture();
-    f.storage[0].transforms = Some("stream.zstd/1");
+    let mut f = zstd_fixture(stream_frame);
+    f.storage[0].transforms = Some("stream.zstd/1.3");
     f.write(dir.path());
+    open_and_read(dir.path()).unwrap();
+}
+
+/// The fixture with every tensor chunk stored through torch's zstd
+/// extension: each archive replaced by `frame(archive)` in its file, its
+/// `storage_data` entry saying `["stream.zstd/1"]`.
+fn zstd_fixture(frame: fn(&[u8]) -> Vec<u8>) -> Fixture {
+    let plain = fixture();
+    let mut files: Vec<DistCp> = plain.files.iter().map(|d| DistCp::new(&d.name)).collect();
+    let mut storage = Vec::new();
+    for loc in plain.storage {
+        if loc.fqn == "step" {
+            storage.push(loc);
+            continue;
+        }
+        let src = plain.files.iter().find(|d| d.name == loc.path).unwrap();
+        let z = frame(&src.bytes[loc.offset as usize..(loc.offset + loc.length) as usize]);
+        let dst = files.iter_mut().find(|d| d.name == loc.path).unwrap();
+        storage.push(Location {
+            offset: dst.bytes.len() as u64,
+            length: z.len() as u64,
+            transforms: Some("stream.zstd/1"),
+            ..loc
+        });
+        dst.bytes.extend_from_slice(&z);
+    }
+    Fixture {
+        tensors: plain.tensors,
+        storage,
+        files,
+    }
+}
+
+/// One zstd frame as torch's writer makes it (the `zstandard` package's
+/// `stream_writer`): level 3, no content size, no checksum.
+fn stream_frame(bytes: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut e = zstd::stream::write::Encoder::new(Vec::new(), 3).unwrap();
+    e.include_contentsize(false).unwrap();
+    e.include_checksum(false).unwrap();
+    e.write_all(bytes).unwrap();
+    e.finish().unwrap()
+}
+
+/// One zstd frame declaring its content size and carrying a checksum.
+fn sized_frame(bytes: &[u8]) -> Vec<u8> {
+    let mut c = zstd::bulk::Compressor::new(3).unwrap();
+    c.include_checksum(true).unwrap();
+    c.compress(bytes).unwrap()
+}
+
+/// Where a frame's first block header starts, and where its content size
+/// field is and how long (`None` when it declares none): RFC 8878 3.1.1.
+fn frame_layout(frame: &[u8]) -> (usize, Option<(usize, usize)>) {
+    let fhd = frame[4];
+    let single = fhd & 0x20 != 0;
+    let dict = [0, 1, 2, 4][(fhd & 3) as usize];
+    let fcs = match (fhd >> 6, single) {
+        (0, false) => 0,
+        (0, true) => 1,
+        (1, _) => 2,
+        (2, _) => 4,
+        _ => 8,
+    };
+    let at = 5 + usize::from(!single) + dict;
+    (at + fcs, (fcs > 0).then_some((at, fcs)))
+}
+
+/// The fixture's first chunk (`model.b`, one C-order chunk) stored as
+/// `frame` instead, its range `[offset, offset + frame.len() + extend)`.
+fn with_first_frame(frame: &[u8], extend: i64) -> Fixture {
+    let mut f = zstd_fixture(stream_frame);
+    let file = &mut f.files[0];
+    let offset = file.bytes.len() as u64;
+    file.bytes.extend_from_slice(frame);
+    file.bytes.extend_from_slice(&[0u8; 16]);
+    f.storage[0].offset = offset;
+    f.storage[0].length = (frame.len() as i64 + extend) as u64;
+    f
+}
+
+/// `model.b`'s archive as the fixture stores it.
+fn first_archive() -> Vec<u8> {
+    let plain = fixture();
+    let loc = &plain.storage[0];
+    assert_eq!(loc.fqn, "model.b");
+    plain.files[0].bytes[loc.offset as usize..(loc.offset + loc.length) as usize].to_vec()
+}
+
+/// Open and read the checkpoint in `dir` with `limits`.
+fn read_with(dir: &Path, limits: Limits) -> zt::Result<Source> {
+    let src = open_with(dir, limits)?;
+    for t in src.tensors() {
+        t.data()?.bytes()?;
+    }
+    Ok(src)
+}
+
+#[test]
+fn zstd_chunks_read_as_the_same_chunks_stored_plain() {
+    let plain_dir = tempfile::tempdir().unwrap();
+    fixture().write(plain_dir.path());
+    let plain = zt::open(plain_dir.path()).unwrap();
+    // torch's frames (no content size), and frames declaring their size
+    // with a checksum (verified).
+    for (frame, sized) in [
+        (stream_frame as fn(&[u8]) -> Vec<u8>, false),
+        (sized_frame, true),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let f = zstd_fixture(frame);
+        let declared = zstd::zstd_safe::get_frame_content_size(&f.files[0].bytes).unwrap();
+        assert_eq!(declared.is_some(), sized);
+        f.write(dir.path());
+        let src = zt::open(dir.path()).unwrap();
+        assert_eq!(
+            src.names().collect::<Vec<_>>(),
+            plain.names().collect::<Vec<_>>()
+        );
+        for name in plain.names() {
+            let want = plain.tensor(name).unwrap().data().unwrap();
+            let got = src.tensor(name).unwrap().data().unwrap();
+            assert_eq!(got.shape(), want.shape(), "{name}");
+            assert_eq!(got.dtype(), want.dtype(), "{name}");
+            // A C-order chunk (`model.b`), one stored transposed
+            // (`model.t`), one tensor of four chunks and one of uneven
+            // chunks, all decompressed on read.
+            assert_eq!(
+                &got.bytes().unwrap()[..],
+                &want.bytes().unwrap()[..],
+                "{name}"
+            );
+            assert!(!got.caps().map, "{name}");
+        }
+        // A byte range of a tensor assembled from compressed chunks.
+        let w = src.tensor("model.w").unwrap().data().unwrap();
+        let all = w.bytes().unwrap().to_vec();
+        assert_eq!(&w.storage_range(40, 24).unwrap()[..], &all[40..64]);
+    }
+}
+
+#[test]
+fn a_cut_zstd_frame_is_refused_at_every_length() {
+    let frame = stream_frame(&first_archive());
+    for cut in 0..frame.len() {
+        let dir = tempfile::tempdir().unwrap();
+        with_first_frame(&frame[..cut], 0).write(dir.path());
+        let got = open_and_read(dir.path());
+        assert!(
+            cites!(got, Err(Error::Decode { .. }), &["dcp.Zstd"]),
+            "cut {cut}: {got:?}"
+        );
+    }
+}
+
+#[test]
+fn a_corrupt_zstd_frame_is_refused() {
+    let archive = first_archive();
+    // A block of the reserved type.
+    let mut frame = stream_frame(&archive);
+    let (block, _) = frame_layout(&frame);
+    frame[block] |= 0b110;
+    // Content that no longer matches the frame's checksum.
+    let mut summed = sized_frame(&archive);
+    let n = summed.len();
+    summed[n - 6] ^= 0x55;
+    // Another magic (the archive itself, no frame).
+    for (what, frame) in [("block", frame), ("checksum", summed), ("magic", archive)] {
+        let dir = tempfile::tempdir().unwrap();
+        with_first_frame(&frame, 0).write(dir.path());
+        let got = open_and_read(dir.path());
+        assert!(
+            cites!(got, Err(Error::Decode { .. }), &["dcp.Zstd"]),
+            "{what}: {got:?}"
+        );
+    }
+}
+
+#[test]
+fn a_zstd_frame_declaring_another_size_is_refused() {
+    let archive = first_archive();
+    let frame = sized_frame(&archive);
+    let (_, Some((at, len))) = frame_layout(&frame) else {
+        panic!("a sized frame declares its size")
+    };
+    let declared = |frame: &[u8]| {
+        let mut v = [0u8; 8];
+        v[..len].copy_from_slice(&frame[at..at + len]);
+        u64::from_le_bytes(v)
+    };
+    let value = declared(&frame);
+    for lie in [value + 1, value - 1] {
+        let mut bad = frame.clone();
+        bad[at..at + len].copy_from_slice(&lie.to_le_bytes()[..len]);
+        let dir = tempfile::tempdir().unwrap();
+        with_first_frame(&bad, 0).write(dir.path());
+        let got = open_and_read(dir.path());
+        assert!(
+            cites!(got, Err(Error::Decode { .. }), &["dcp.Zstd"]),
+            "{lie}: {got:?}"
+        );
+    }
+}
+
+#[test]
+fn bytes_after_the_zstd_frame_are_refused() {
+    let frame = stream_frame(&first_archive());
+    let twice = [&frame[..], &frame[..]].concat();
+    for (what, bytes, extend) in [("garbage", &frame, 3), ("a second frame", &twice, 0)] {
+        let dir = tempfile::tempdir().unwrap();
+        with_first_frame(bytes, extend).write(dir.path());
+        let got = open_and_read(dir.path());
+        assert!(
+            cites!(got, Err(Error::Decode { .. }), &["dcp.Zstd"]),
+            "{what}: {got:?}"
+        );
+    }
+}
+
+#[test]
+fn a_zstd_chunk_decompressing_past_the_limits_is_refused() {
+    // `decoded_bytes` above every tensor's bytes but below `model.b`'s
+    // archive (its 12 bytes and the records around them).
+    let dir = tempfile::tempdir().unwrap();
+    zstd_fixture(stream_frame).write(dir.path());
+    let limits = Limits {
+        decoded_bytes: 512,
+        ..Limits::default()
+    };
+    let src = open_with(dir.path(), limits.clone()).unwrap();
+    let got = src
+        .tensor("model.b")
+        .unwrap()
+        .data()
+        .unwrap()
+        .bytes()
+        .map(|_| ());
+    assert!(
+        cites!(got, Err(Error::Limit { .. }), &["dcp.Limit"]),
+        "{got:?}"
+    );
+    // Declared in the frame: refused at open.
+    let dir = tempfile::tempdir().unwrap();
+    zstd_fixture(sized_frame).write(dir.path());
+    let got = read_with(dir.path(), limits);
+    assert!(
+        cites!(got, Err(Error::Limit { .. }), &["dcp.Limit"]),
+        "{got:?}"
+    );
+}
+
+#[test]
+fn a_zstd_bomb_is_refused_past_what_its_archive_can_hold() {
+    // 64 MiB of zeros for a 12-byte chunk: far more than a torch.save
+    // archive of it holds. Undeclared, refused as it decompresses (never
+    // past the chunk's bytes and 16 MiB); declared, at open.
+    let zeros = vec![0u8; 64 << 20];
+    for (what, frame) in [
+        ("stream", stream_frame(&zeros)),
+        ("sized", sized_frame(&zeros)),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        with_first_frame(&frame, 0).write(dir.path());
+        let got = open_and_read(dir.path());
+        assert!(
+            cites!(got, Err(Error::Decode { .. }), &["dcp.Zstd"]),
+            "{what}: {got:?}"
+        );
+        let message = got.unwrap_err().to_string();
+        assert!(message.contains("decompresses past"), "{what}: {message}");
+    }
+}
+
+#[test]
+fn a_zstd_frame_of_no_bytes_or_no_archive_is_refused() {
+    // torch's SAFETENSORS serialization with the extension writes an
+    // empty frame per chunk (torch cannot read it back either).
+    for frame in [stream_frame(b""), sized_frame(b"")] {
+        let dir = tempfile::tempdir().unwrap();
+        with_first_frame(&frame, 0).write(dir.path());
+        let got = open_and_read(dir.path());
+        assert!(
+            cites!(got, Err(Error::Unsupported { .. }), &["dcp.Unsupported"]),
+            "{got:?}"
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    with_first_frame(&stream_frame(b"not an archive"), 0).write(dir.path());
     let got = open_and_read(dir.path());
     assert!(
-        cites!(got, Err(Error::Unsupported { .. }), &["dcp.Unsupported"]),
+        cites!(got, Err(Error::Header { .. }), &["dcp.Chunk"]),
+        "{got:?}"
+    );
+    // An archive of another tensor than the metadata declares.
+    let dir = tempfile::tempdir().unwrap();
+    let other = chunk_archive("FloatStorage", 2, &[2], &[1], &f32s([1.0, 2.0]));
+    with_first_frame(&stream_frame(&other), 0).write(dir.path());
+    let got = open_and_read(dir.path());
+    assert!(
+        cites!(got, Err(Error::Header { .. }), &["dcp.Chunk"]),
         "{got:?}"
     );
 }

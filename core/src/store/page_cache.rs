@@ -259,6 +259,7 @@ impl Store {
             }
             #[cfg(feature = "remote")]
             Backing::Remote(_) => Ok(()),
+            Backing::Memory(_) => Ok(()),
         }
     }
 

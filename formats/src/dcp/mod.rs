@@ -26,11 +26,15 @@
 //! chunks by name, and `storage_data` gives its start as every chunk's
 //! offset; it is read by the safetensors plugin's reader on that range.
 //!
-//! Not read yet: storage transforms (`stream.zstd/1`), refused with
-//! `dcp.Unsupported`.
+//! Chunks stored through torch's zstd extension (`transform_descriptors`
+//! `["stream.zstd/1"]`, `FileSystemWriter(_extensions=[ZStandard()])`) are
+//! read lazily: each chunk decompressed when its tensor is read, bounded,
+//! and its archive read by the same pt reader on an in-memory store
+//! (`transform.rs`). Other transforms are refused with `dcp.Unsupported`.
 
 mod metadata;
 pub mod rules;
+mod transform;
 pub mod write;
 
 use std::collections::HashMap;
@@ -426,13 +430,7 @@ fn piece(
     chunk: &Chunk,
     info: &StorageInfo,
 ) -> Result<Piece> {
-    if !info.transforms.is_empty() {
-        return Err(Error::unsupported(
-            ctx.clone(),
-            rules::UNSUPPORTED,
-            format!("storage transforms {:?} (not read yet)", info.transforms),
-        ));
-    }
+    let zstd = transform::is_zstd(ctx, &info.transforms)?;
     let store = files.get(&info.relative_path)?;
     if info
         .offset
@@ -452,6 +450,20 @@ fn piece(
             ),
         ));
     }
+    if zstd {
+        let elem = t.dtype.size().unwrap_or(1);
+        return transform::ZstdChunk::open(
+            ctx,
+            store,
+            info,
+            chunk,
+            t.dtype,
+            elem,
+            files.input.limits,
+        );
+    }
+    let at = ctx.clone().at(info.offset);
+    let wrong = |why: String| wrong(&at, &chunk.offsets, &info.relative_path, why);
     // `TORCH_SAVE` (the default) puts a `torch.save` archive here;
     // `SAFETENSORS` puts nothing here of the chunk's own: `offset` is where
     // the file's safetensors block starts and `length` the chunk's bytes.
@@ -460,18 +472,13 @@ fn piece(
         let catalog =
             crate::pt::open_embedded(&store, files.input.limits, info.offset, info.length)?;
         let [object] = catalog.objects.as_slice() else {
-            return Err(wrong(
-                ctx,
-                chunk,
-                info,
-                format!(
-                    "its archive holds {} tensors, not one",
-                    catalog.objects.len()
-                ),
-            ));
+            return Err(wrong(format!(
+                "its archive holds {} tensors, not one",
+                catalog.objects.len()
+            )));
         };
         let [part] = object.parts.as_slice() else {
-            return Err(wrong(ctx, chunk, info, "its tensor is not dense".into()));
+            return Err(wrong("its tensor is not dense".into()));
         };
         let part = part.clone();
         (part.dtype, part.shape, part.strides, part.payload)
@@ -479,50 +486,26 @@ fn piece(
         let block = files.block(&store, &info.relative_path, info.offset)?;
         let Some(&i) = block.by_name.get(&t.fqn) else {
             return Err(wrong(
-                ctx,
-                chunk,
-                info,
                 "its safetensors block has no entry of this name".into(),
             ));
         };
         let part = block.catalog.objects[i].parts[0].clone();
         if part.payload.len() != info.length {
-            return Err(wrong(
-                ctx,
-                chunk,
-                info,
-                format!(
-                    "its safetensors entry holds {} bytes, storage_data says {}",
-                    part.payload.len(),
-                    info.length
-                ),
-            ));
+            return Err(wrong(format!(
+                "its safetensors entry holds {} bytes, storage_data says {}",
+                part.payload.len(),
+                info.length
+            )));
         }
         (part.dtype, part.shape, part.strides, part.payload)
     };
-    if dtype != t.dtype {
-        return Err(wrong(
-            ctx,
-            chunk,
-            info,
-            format!(
-                "its tensor is {}, the metadata says {}",
-                dtype.name(),
-                t.dtype.name()
-            ),
-        ));
-    }
-    if shape != chunk.sizes {
-        return Err(wrong(
-            ctx,
-            chunk,
-            info,
-            format!(
-                "its tensor has shape {shape:?}, the metadata says {:?}",
-                chunk.sizes
-            ),
-        ));
-    }
+    check_chunk_tensor(
+        &at,
+        &chunk.offsets,
+        &info.relative_path,
+        (dtype, &shape),
+        (t.dtype, &chunk.sizes),
+    )?;
     Ok(Piece {
         offsets: chunk.offsets.clone(),
         sizes: chunk.sizes.clone(),
@@ -531,14 +514,44 @@ fn piece(
     })
 }
 
-/// A chunk whose bytes are not what `.metadata` declares.
-fn wrong(ctx: &Context, chunk: &Chunk, info: &StorageInfo, why: String) -> Error {
+/// A chunk whose bytes are not what `.metadata` declares (`ctx` at the
+/// chunk's offset in its file).
+fn wrong(ctx: &Context, offsets: &[u64], path: &str, why: String) -> Error {
     Error::header(
-        ctx.clone().at(info.offset),
+        ctx.clone(),
         rules::CHUNK,
-        format!(
-            "chunk at {:?} in {:?}: {why}",
-            chunk.offsets, info.relative_path
-        ),
+        format!("chunk at {offsets:?} in {path:?}: {why}"),
     )
+}
+
+/// The one tensor a chunk's bytes hold, `(dtype, shape)`, against what
+/// `.metadata` declares for the chunk.
+fn check_chunk_tensor(
+    ctx: &Context,
+    offsets: &[u64],
+    path: &str,
+    (dtype, shape): (zt_core::dtype::DType, &[u64]),
+    (want, sizes): (zt_core::dtype::DType, &[u64]),
+) -> Result<()> {
+    if dtype != want {
+        return Err(wrong(
+            ctx,
+            offsets,
+            path,
+            format!(
+                "its tensor is {}, the metadata says {}",
+                dtype.name(),
+                want.name()
+            ),
+        ));
+    }
+    if shape != sizes {
+        return Err(wrong(
+            ctx,
+            offsets,
+            path,
+            format!("its tensor has shape {shape:?}, the metadata says {sizes:?}"),
+        ));
+    }
+    Ok(())
 }

@@ -31,8 +31,16 @@ pub const CHUNK: Rule = Rule::new("dcp.Chunk");
 /// A size past [`zt_core::Limits`]: a tensor's rank or bytes, the number of
 /// chunks.
 pub const LIMIT: Rule = Rule::new("dcp.Limit");
-/// What zt does not read yet: storage transforms (`stream.zstd/1`), a
-/// layout other than strided, a dtype zt has no type for.
+/// A chunk stored through torch's zstd extension (`stream.zstd/1`) is not
+/// one whole zstd frame filling its range: another magic, a corrupt or cut
+/// frame, one decoding to another size than it declares, bytes after it,
+/// or more decompressed bytes than a `torch.save` archive of the chunk
+/// holds.
+pub const ZSTD: Rule = Rule::new("dcp.Zstd");
+/// What zt does not read: storage transforms other than one
+/// `stream.zstd/1` (and that one over `SAFETENSORS` serialization, which
+/// torch cannot read back either), a layout other than strided, a dtype
+/// zt has no type for.
 pub const UNSUPPORTED: Rule = Rule::new("dcp.Unsupported");
 
 /// Every `dcp.*` rule: the registry's tests check that names are unique
@@ -48,5 +56,6 @@ pub const RULES: &[Rule] = &[
     FILE,
     CHUNK,
     LIMIT,
+    ZSTD,
     UNSUPPORTED,
 ];
