@@ -264,6 +264,7 @@ impl Opener<'_> {
             merged.attributes = vec![("metadata".into(), json_to_value(meta))];
         }
         merged.files.insert(0, index_path.to_path_buf());
+        merged.versions.insert(0, None);
         Ok(merged)
     }
 }

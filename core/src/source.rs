@@ -27,6 +27,9 @@ use zt_fsutil::prefetch;
 pub struct Source {
     format: &'static str,
     pub(crate) files: Vec<PathBuf>,
+    /// What version of each of `files` was opened (`Store::version`;
+    /// `None` where nothing names one, such as a shard index read whole).
+    pub(crate) versions: Vec<Option<String>>,
     /// The objects as the catalog gave them: an object's place here is its
     /// *slot*, which the name index, digests and checks are keyed by.
     pub(crate) objects: Vec<Object>,
@@ -197,6 +200,8 @@ impl Source {
         let remote = store.is_remote() || catalog.extra_stores.iter().any(|s| s.is_remote());
         let mut files = vec![store.path().to_path_buf()];
         files.extend(catalog.extra_stores.iter().map(|s| s.path().to_path_buf()));
+        let mut versions = vec![store.version()];
+        versions.extend(catalog.extra_stores.iter().map(|s| s.version()));
         let objects = &catalog.objects;
         let mut digests = catalog.digests;
         digests.finish(|o, p| objects.get(o).is_some_and(|obj| p < obj.parts.len()));
@@ -215,6 +220,7 @@ impl Source {
         Ok(Source {
             format,
             files,
+            versions,
             objects: catalog.objects,
             order,
             rank: OnceLock::new(),
@@ -285,6 +291,7 @@ impl Source {
                 }
             }
             merged.files.extend(source.files);
+            merged.versions.extend(source.versions);
             merged.rank = OnceLock::new();
             merged.occupancy = OnceLock::new();
             merged.remote |= source.remote;
@@ -319,6 +326,7 @@ impl Source {
         Source {
             format: self.format,
             files: self.files.clone(),
+            versions: self.versions.clone(),
             objects,
             order: None,
             rank: OnceLock::new(),
@@ -403,6 +411,12 @@ impl Source {
     /// The files this source reads.
     pub fn files(&self) -> &[PathBuf] {
         &self.files
+    }
+
+    /// The version of each of [`Source::files`] as opened (see
+    /// [`crate::store::Store::version`]).
+    pub fn versions(&self) -> &[Option<String>] {
+        &self.versions
     }
 
     /// File-level attributes.

@@ -274,6 +274,23 @@ impl Store {
         false
     }
 
+    /// What names the version of the file this store reads, for callers
+    /// that must know two processes read the same bytes (ranks sharing a
+    /// load): a remote object's pinned version (its ETag, else size and
+    /// last-modified), a local file's length (its modification time would
+    /// tell copies of one model on two machines apart), or `None` for
+    /// bytes in memory.
+    pub fn version(&self) -> Option<String> {
+        #[cfg(feature = "remote")]
+        if let Backing::Remote(object) = &self.backing {
+            return Some(object.version_key());
+        }
+        match self.backing {
+            Backing::Mapped(_) | Backing::Positional(_) => Some(self.len.to_string()),
+            _ => None,
+        }
+    }
+
     /// Address and length of the whole mapping, for callers that check
     /// where a zero-copy view points (tests, diagnostics).
     pub fn mapping(&self) -> Option<(usize, usize)> {

@@ -182,6 +182,13 @@ impl Source {
             .collect())
     }
 
+    /// The version of each of `files` as opened: a remote object's pinned
+    /// ETag (else size@last-modified), a local file's size, or None.
+    #[getter]
+    fn versions(&self) -> PyResult<Vec<Option<String>>> {
+        Ok(self.get()?.versions().to_vec())
+    }
+
     /// File-level attributes.
     #[getter]
     fn attributes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {

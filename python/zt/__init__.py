@@ -96,6 +96,13 @@ class Source(Mapping):
         return self._native.files
 
     @property
+    def versions(self) -> list[str | None]:
+        """The version of each of :attr:`files` as opened: an object's
+        pinned ETag (else ``size@last-modified``), a local file's size,
+        or ``None`` (a shard index, read whole)."""
+        return self._native.versions
+
+    @property
     def attributes(self) -> dict[str, Any]:
         """File-level metadata (safetensors ``__metadata__``, GGUF KV, ...)."""
         return self._native.attributes

@@ -342,7 +342,9 @@ def _check_agreement(torch, where: _Group, items, source) -> None:
         "the tensors selected": [i.name for i in items],
         "the tensors' shapes and types": [(i.shape, i.dtype) for i in items],
         "the placements": [i.placements for i in items],
-        "the files (names and sizes)": [source.files, source.nbytes],
+        # A replaced object, or a file rewritten between two ranks' opens,
+        # has another version: each rank reads only the version it pinned.
+        "the files (names and versions)": [source.files, source.versions],
     }
     digests = b"".join(hashlib.sha256(repr(v).encode()).digest() for v in aspects.values())
     mine = torch.frombuffer(bytearray(digests), dtype=torch.uint8)

@@ -9,7 +9,8 @@ the reference library: ``expected.safetensors`` beside the model).
 SPEC: {"out": dir, "timeout": seconds, "cases": [case, ...]}; a case is
 {"id", "path", "expected", "placements": {pattern: [["S", dim] | ["R"], ...]},
 "select": [...] | null, "group": "world" | "halves", "mesh": [dims] | null,
-"expect_error": text | null, "sabotage": null | "fetch" | "missing" | "disagree" | "die"}.
+"expect_error": text | null, "sabotage": null | "fetch" | "missing" | "disagree" | "die"
+| "replace-between-opens" | "replace-mid-load", "replace": s3 URL}.
 
 Each rank writes out/rank<R>.json: {case id: {"ok", "detail", "stats"}}.
 """
@@ -68,6 +69,36 @@ def _dims_of(name: str, placements: dict, mesh_dims: int) -> list:
     return [None] * mesh_dims
 
 
+def _replace_object(url: str) -> None:
+    """Upload different bytes of the same size over an object."""
+    import boto3
+
+    bucket, key = url[len("s3://") :].split("/", 1)
+    client = boto3.client("s3")
+    body = client.get_object(Bucket=bucket, Key=key)["Body"].read()
+    client.put_object(Bucket=bucket, Key=key, Body=body[:-1] + bytes([body[-1] ^ 0xFF]))
+
+
+def _replace_between_opens(case: dict, rank: int) -> None:
+    """Rank 0 opens, then replaces an object; rank 1 opens after that (it
+    waits on the group's store): the two ranks pinned different versions."""
+    import zt
+
+    store = dist.distributed_c10d._get_default_store()
+    real_open = zt.open
+
+    def opening(*args, **kwargs):
+        if rank != 0:
+            store.wait(["replaced"])
+        source = real_open(*args, **kwargs)
+        if rank == 0:
+            _replace_object(case["replace"])
+            store.set("replaced", "1")
+        return source
+
+    zt.open = opening
+
+
 def run_case(case: dict, rank: int, world: int, groups: dict) -> dict:
     group, mesh_obj, coord, mesh = None, None, [rank], [world]
     if case["group"] == "halves":
@@ -106,6 +137,16 @@ def run_case(case: dict, rank: int, world: int, groups: dict) -> dict:
             return real_exchange(*args, **kwargs)
 
         load_sharded_module._exchange = dying
+    if case.get("sabotage") == "replace-between-opens":
+        _replace_between_opens(case, rank)
+    if case.get("sabotage") == "replace-mid-load" and rank == 0:
+        real_run = load_sharded_module._run
+
+        def replacing(*args, **kwargs):
+            _replace_object(case["replace"])  # after every rank opened (the agreement passed)
+            return real_run(*args, **kwargs)
+
+        load_sharded_module._run = replacing
     placements = _placements(case.get("placements") or {})
     try:
         state = zt.torch.load_sharded(

@@ -283,6 +283,39 @@ def test_a_rank_that_cannot_open_the_source_fails_every_rank_naming_it(models):
         assert "not-on-this-node" in report["missing"]["detail"]
 
 
+def _big_copy(models, prefix: str) -> tuple[str, str]:
+    """The big model's shards under a prefix of their own (a test replaces one)."""
+    root, made, s3 = models
+    client = s3.boto3()
+    for f in sorted((root / "big").iterdir()):
+        client.upload_file(str(f), "load-sharded", f"{prefix}/{f.name}")
+    return (
+        f"s3://load-sharded/{prefix}/model.safetensors.index.json",
+        f"s3://load-sharded/{prefix}/model-00002-of-00002.safetensors",
+    )
+
+
+def test_ranks_that_pinned_different_versions_of_an_object_are_refused(models):
+    index, shard = _big_copy(models, "replaced-between")
+    _, made, _ = models
+    case = {"id": "between", "path": index, "expected": made["s3"][1], "group": "world", "replace": shard}
+    reports = _fault_job(models, "between", {**case, "sabotage": "replace-between-opens", "expect_error": "versions"})
+    for rank, report in enumerate(reports):
+        assert report["between"]["ok"], report["between"]["detail"]
+        assert f"group rank {1 - rank}" in report["between"]["detail"]
+
+
+def test_an_object_replaced_mid_load_fails_every_rank(models):
+    index, shard = _big_copy(models, "replaced-mid")
+    _, made, _ = models
+    case = {"id": "mid", "path": index, "expected": made["s3"][1], "group": "world", "replace": shard}
+    reports = _fault_job(
+        models, "mid", {**case, "sabotage": "replace-mid-load", "expect_error": "from storage failed on rank"}
+    )
+    for report in reports:
+        assert report["mid"]["ok"], report["mid"]["detail"]
+
+
 def test_ranks_that_ask_for_different_things_are_refused_naming_the_rank(models):
     _, made, _ = models
     case = {"id": "disagree", "path": made["hf"][0], "expected": made["hf"][1], "placements": TP, "group": "world"}
