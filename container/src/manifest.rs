@@ -373,7 +373,14 @@ fn walk_root(
     let bad = |reason: String| Stop::from(Error::header(ctx.clone(), rules::SCHEMA, reason));
     let n = match p.token(0)? {
         Token::Map(n) => n,
-        other => return Err(bad(format!("manifest is a {}, not a map", other.kind()))),
+        other => {
+            return Err(Stop::from(kind_mismatch(
+                ctx,
+                "manifest",
+                other.kind(),
+                "a map",
+            )))
+        }
     };
     let mut shards = Vec::new();
     let mut attributes = None;
@@ -415,10 +422,11 @@ fn walk_objects(
     let n = match p.token(1)? {
         Token::Map(n) => n,
         other => {
-            return Err(Stop::from(Error::header(
-                ctx.clone(),
-                rules::SCHEMA,
-                format!("\"objects\" is a {}, not a map", other.kind()),
+            return Err(Stop::from(kind_mismatch(
+                ctx,
+                "\"objects\"",
+                other.kind(),
+                "a map",
             )))
         }
     };
@@ -438,6 +446,23 @@ fn walk_objects(
     Ok(())
 }
 
+/// `what` is a CBOR item of kind `found` ([`Token::kind`]) where the
+/// schema has `expected`: a typed [`Mismatch`](zt_core::error::Mismatch).
+fn kind_mismatch(ctx: &Context, what: impl Into<String>, found: &str, expected: &str) -> Error {
+    let article = if found.starts_with(['a', 'e', 'i', 'o', 'u']) {
+        "an"
+    } else {
+        "a"
+    };
+    Error::mismatch(
+        ctx.clone(),
+        rules::SCHEMA,
+        what,
+        format!("{article} {found}"),
+        expected,
+    )
+}
+
 /// A map key that must be a name (§3.5).
 fn key_name<'a>(key: Token<'a>, ctx: &Context, what: &str) -> Result<&'a str> {
     match key {
@@ -445,11 +470,7 @@ fn key_name<'a>(key: Token<'a>, ctx: &Context, what: &str) -> Result<&'a str> {
             check_name(t, ctx, what)?;
             Ok(t)
         }
-        other => Err(Error::header(
-            ctx.clone(),
-            rules::SCHEMA,
-            format!("{what} is a {}, not text", other.kind()),
-        )),
+        other => Err(kind_mismatch(ctx, what, other.kind(), "text")),
     }
 }
 
@@ -464,21 +485,18 @@ fn owned_text(t: &str) -> Cow<'static, str> {
 fn text_token<'a>(tok: Token<'a>, ctx: &Context, what: &str) -> Result<&'a str> {
     match tok {
         Token::Text(t) => Ok(t),
-        other => Err(Error::header(
-            ctx.clone(),
-            rules::SCHEMA,
-            format!("{what} is a {}, not text", other.kind()),
-        )),
+        other => Err(kind_mismatch(ctx, what, other.kind(), "text")),
     }
 }
 
 fn uint_token(tok: Token<'_>, ctx: &Context, what: &str) -> Result<u64> {
     match tok {
         Token::UInt(u) => Ok(u),
-        other => Err(Error::header(
-            ctx.clone(),
-            rules::SCHEMA,
-            format!("{what} is a {}, not an unsigned integer", other.kind()),
+        other => Err(kind_mismatch(
+            ctx,
+            what,
+            other.kind(),
+            "an unsigned integer",
         )),
     }
 }
@@ -621,7 +639,14 @@ fn walk_object(
     let bad = |reason: String| Stop::from(Error::header(ctx.clone(), rules::SCHEMA, reason));
     let n = match p.token(2)? {
         Token::Map(n) => n,
-        other => return Err(bad(format!("object is a {}, not a map", other.kind()))),
+        other => {
+            return Err(Stop::from(kind_mismatch(
+                ctx,
+                "object",
+                other.kind(),
+                "a map",
+            )))
+        }
     };
     let (mut shape, mut layout, mut attributes, mut parts) = (None, None, None, None);
     let mut order = KeyOrder::default();
@@ -640,7 +665,14 @@ fn walk_object(
                     }
                     shape = Some(walk_uints(p, dims, 3, ctx, "shape dimension")?);
                 }
-                other => return Err(bad(format!("shape is a {}, not an array", other.kind()))),
+                other => {
+                    return Err(Stop::from(kind_mismatch(
+                        ctx,
+                        "shape",
+                        other.kind(),
+                        "an array",
+                    )))
+                }
             },
             Token::Text("layout") => layout = Some(owned_text(walk_text(p, 3, ctx, "layout")?)),
             Token::Text("attributes") => attributes = Some(walk_attributes(p, 3, ctx)?),
@@ -656,7 +688,14 @@ fn walk_object(
                     }
                     parts = Some(v);
                 }
-                other => return Err(bad(format!("parts is a {}, not a map", other.kind()))),
+                other => {
+                    return Err(Stop::from(kind_mismatch(
+                        ctx,
+                        "parts",
+                        other.kind(),
+                        "a map",
+                    )))
+                }
             },
             _ => p.skip(3)?,
         }
@@ -702,7 +741,14 @@ fn walk_part(p: &mut Pull<'_>, name: &str, shards: &[ShardDef], ctx: &Context) -
     let bad = |reason: String| Stop::from(bad_part(reason));
     let n = match p.token(4)? {
         Token::Map(n) => n,
-        other => return Err(bad(format!("is a {}, not a map", other.kind()))),
+        other => {
+            return Err(Stop::from(kind_mismatch(
+                ctx,
+                format!("part {name:?}"),
+                other.kind(),
+                "a map",
+            )))
+        }
     };
     let (mut dtype, mut logical, mut blob, mut shard) = (None, None, None, None);
     let (mut encoding, mut decoded_length, mut digest) = (None, None, None);
@@ -725,7 +771,14 @@ fn walk_part(p: &mut Pull<'_>, name: &str, shards: &[ShardDef], ctx: &Context) -
                     blob = Some((offset, length));
                 }
                 Token::Array(k) => return Err(bad(format!("blob has {k} elements, not 2"))),
-                other => return Err(bad(format!("blob is a {}, not an array", other.kind()))),
+                other => {
+                    return Err(Stop::from(kind_mismatch(
+                        ctx,
+                        format!("part {name:?}: blob"),
+                        other.kind(),
+                        "an array",
+                    )))
+                }
             },
             Token::Text("shard") => {
                 let s = walk_text(p, 5, ctx, "shard")?;
@@ -782,11 +835,7 @@ fn text_name<'a>(k: &'a Cbor, ctx: &Context, what: &str) -> Result<&'a str> {
             check_name(t, ctx, what)?;
             Ok(t)
         }
-        other => Err(Error::header(
-            ctx.clone(),
-            rules::SCHEMA,
-            format!("{what} is a {}, not text", other.kind()),
-        )),
+        other => Err(kind_mismatch(ctx, what, other.kind(), "text")),
     }
 }
 
@@ -812,11 +861,7 @@ fn is_valid_name(name: &str) -> bool {
 /// Values may be any permitted CBOR item (tags were refused by the codec).
 pub fn check_attributes(a: &Cbor, ctx: &Context) -> Result<()> {
     let Cbor::Map(entries) = a else {
-        return Err(Error::header(
-            ctx.clone(),
-            rules::SCHEMA,
-            format!("attributes is a {}, not a map", a.kind()),
-        ));
+        return Err(kind_mismatch(ctx, "attributes", a.kind(), "a map"));
     };
     for (k, _) in entries {
         text_name(k, ctx, "attribute key")?;
@@ -827,10 +872,11 @@ pub fn check_attributes(a: &Cbor, ctx: &Context) -> Result<()> {
 fn uint(v: &Cbor, ctx: &Context, what: &str) -> Result<u64> {
     match v {
         Cbor::UInt(u) => Ok(*u),
-        other => Err(Error::header(
-            ctx.clone(),
-            rules::SCHEMA,
-            format!("{what} is a {}, not an unsigned integer", other.kind()),
+        other => Err(kind_mismatch(
+            ctx,
+            what,
+            other.kind(),
+            "an unsigned integer",
         )),
     }
 }
@@ -838,11 +884,7 @@ fn uint(v: &Cbor, ctx: &Context, what: &str) -> Result<u64> {
 fn text<'a>(v: &'a Cbor, ctx: &Context, what: &str) -> Result<&'a str> {
     match v {
         Cbor::Text(t) => Ok(t),
-        other => Err(Error::header(
-            ctx.clone(),
-            rules::SCHEMA,
-            format!("{what} is a {}, not text", other.kind()),
-        )),
+        other => Err(kind_mismatch(ctx, what, other.kind(), "text")),
     }
 }
 
@@ -871,7 +913,7 @@ fn walk_shards(p: &mut Pull<'_>, ctx: &Context) -> Walk<Vec<ShardDef>> {
 fn parse_shards(s: &Cbor, ctx: &Context) -> Result<Vec<ShardDef>> {
     let bad = |reason: String| Error::header(ctx.clone(), rules::SCHEMA, reason);
     let Cbor::Map(entries) = s else {
-        return Err(bad(format!("shards is a {}, not a map", s.kind())));
+        return Err(kind_mismatch(ctx, "shards", s.kind(), "a map"));
     };
     let mut out = Vec::with_capacity(entries.len());
     for (k, v) in entries {
@@ -883,7 +925,7 @@ fn parse_shards(s: &Cbor, ctx: &Context) -> Result<Vec<ShardDef>> {
                 ))
                 .with_rule(rules::SHARD_NAME))
             }
-            other => return Err(bad(format!("shard name is a {}, not text", other.kind()))),
+            other => return Err(kind_mismatch(ctx, "shard name", other.kind(), "text")),
         };
         let size = match v.get("size") {
             Some(x) => uint(x, ctx, "shard size")?,
@@ -964,6 +1006,7 @@ pub fn attributes_of(a: &Option<Cbor>) -> zt_core::catalog::Attributes {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use zt_core::error::Mismatch;
 
     fn dense(shape: Option<u64>, extra: Vec<(&str, Cbor)>) -> Cbor {
         let part = Cbor::map([
@@ -1020,6 +1063,25 @@ mod tests {
         assert!(matches!(p.name, Cow::Borrowed("data")));
         assert_eq!((p.dtype, p.offset, p.length), (DType::F32, 64, 16));
         assert_eq!(from_cbor(&root, &Context::default()).unwrap(), m);
+    }
+
+    #[test]
+    fn a_value_of_the_wrong_type_is_a_typed_mismatch() {
+        let shape_map = dense(None, vec![("shape", Cbor::map([("n", Cbor::UInt(4))]))]);
+        let root = Cbor::map([("objects", Cbor::map([("w", shape_map)]))]);
+        let e = parse(&cbor::encode(&root), &Context::default(), 0).unwrap_err();
+        let want = Mismatch::new("shape", "a map", "an array");
+        assert_eq!(e.as_mismatch(), Some(&want));
+        assert_eq!(e.rule(), Some(rules::SCHEMA));
+        assert!(
+            e.to_string().ends_with("shape is a map, not an array"),
+            "{e}"
+        );
+        let e = from_cbor(&Cbor::UInt(1), &Context::default()).unwrap_err();
+        assert_eq!(
+            e.detail(),
+            "malformed header: manifest is an unsigned integer, not a map"
+        );
     }
 
     #[test]

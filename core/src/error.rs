@@ -114,8 +114,9 @@ pub enum Error {
         ctx: Context,
         /// The check it failed.
         rule: Rule,
-        /// What is wrong.
-        reason: String,
+        /// What is wrong: words, or a value of the wrong type as data
+        /// ([`Reason::Mismatch`], [`Error::mismatch`]).
+        reason: Reason,
     },
     /// A dtype string or code that the format or zt does not know.
     #[error("{ctx}: unsupported dtype {dtype:?}")]
@@ -257,6 +258,60 @@ pub enum Error {
         /// What the server or client said.
         detail: String,
     },
+}
+
+/// What is wrong with a malformed header ([`Error::Header`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reason {
+    /// In words.
+    Text(String),
+    /// A value of one type where the format has another (boxed: every
+    /// result of the crate carries an `Error`'s size).
+    Mismatch(Box<Mismatch>),
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Reason::Text(text) => f.write_str(text),
+            Reason::Mismatch(m) => m.fmt(f),
+        }
+    }
+}
+
+/// A value of one type where the format has another, as data: a CBOR map
+/// where the `.zt` manifest has text, an HDF5 structure of another
+/// signature or type, a protobuf field of another wire type. Shown as
+/// "`{what}` is `{found}`, not `{expected}`".
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mismatch {
+    /// The value: "shape", "v1 B-tree node: node type", "protobuf field 7".
+    pub what: String,
+    /// What it is, as the message says it: "a map", "1", "length-delimited".
+    pub found: String,
+    /// What the format has there: "an array", "0", "a varint".
+    pub expected: String,
+}
+
+impl Mismatch {
+    /// `what` is `found` where the format has `expected`.
+    pub fn new(
+        what: impl Into<String>,
+        found: impl Into<String>,
+        expected: impl Into<String>,
+    ) -> Mismatch {
+        Mismatch {
+            what: what.into(),
+            found: found.into(),
+            expected: expected.into(),
+        }
+    }
+}
+
+impl fmt::Display for Mismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} is {}, not {}", self.what, self.found, self.expected)
+    }
 }
 
 /// Why an object-storage request failed: zt-remote's own kind (built in
@@ -411,7 +466,34 @@ impl Error {
         Error::Header {
             ctx,
             rule,
-            reason: reason.into(),
+            reason: Reason::Text(reason.into()),
+        }
+    }
+
+    /// A malformed header ([`Error::Header`]) citing `rule` whose `what` is
+    /// `found` where the format has `expected` ([`Mismatch`]).
+    pub fn mismatch(
+        ctx: Context,
+        rule: Rule,
+        what: impl Into<String>,
+        found: impl Into<String>,
+        expected: impl Into<String>,
+    ) -> Self {
+        Error::Header {
+            ctx,
+            rule,
+            reason: Reason::Mismatch(Box::new(Mismatch::new(what, found, expected))),
+        }
+    }
+
+    /// The type mismatch this error reports, if it is one.
+    pub fn as_mismatch(&self) -> Option<&Mismatch> {
+        match self {
+            Error::Header {
+                reason: Reason::Mismatch(m),
+                ..
+            } => Some(m),
+            _ => None,
         }
     }
 

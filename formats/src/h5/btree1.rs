@@ -45,7 +45,7 @@ fn walk(
         c.sig(b"TREE")?;
         let ty = c.u8()?;
         if ty != node_type {
-            return Err(c.bad(format!("node type {ty}, expected {node_type}")));
+            return Err(c.mismatch("node type", ty, node_type));
         }
         let level = c.u8()?;
         if expect_level.is_some_and(|l| l != level) {

@@ -36,7 +36,7 @@ pub fn records(r: &Reader<'_>, addr: u64, types: &[u8]) -> Result<(u8, Vec<Vec<u
     }
     let ty = c.u8()?;
     if !types.contains(&ty) {
-        return Err(c.bad(format!("record type {ty}, expected one of {types:?}")));
+        return Err(c.mismatch("record type", ty, format_args!("one of {types:?}")));
     }
     let node_size = u64::from(c.u32()?);
     let rec_size = u64::from(c.u16()?);
@@ -87,7 +87,7 @@ pub fn records(r: &Reader<'_>, addr: u64, types: &[u8]) -> Result<(u8, Vec<Vec<u
         c.skip(1)?; // version
         let node_ty = c.u8()?;
         if node_ty != ty {
-            return Err(c.bad(format!("record type {node_ty} in a tree of type {ty}")));
+            return Err(c.mismatch("record type", node_ty, format_args!("{ty}, the tree's")));
         }
         for _ in 0..nrec {
             out.push(c.take(rec_size as usize)?.to_vec());

@@ -6,6 +6,7 @@
 use crate::h5::rules;
 use std::borrow::Cow;
 use std::cell::Cell;
+use std::fmt;
 use zt_core::Rule;
 
 use zt_core::error::{Context, Error, Result};
@@ -214,6 +215,23 @@ impl<'b> Cursor<'b> {
         )
     }
 
+    /// A field of this structure that holds `found` where the format has
+    /// `expected` (a typed [`Mismatch`](zt_core::error::Mismatch)).
+    pub fn mismatch(
+        &self,
+        what: &str,
+        found: impl fmt::Display,
+        expected: impl fmt::Display,
+    ) -> Error {
+        Error::mismatch(
+            self.ctx(),
+            rules::STRUCTURE,
+            format!("{}: {what}", self.what),
+            found.to_string(),
+            expected.to_string(),
+        )
+    }
+
     /// Move to `pos` within the block.
     pub fn seek(&mut self, pos: usize) -> Result<()> {
         if pos > self.buf.len() {
@@ -301,15 +319,12 @@ impl<'b> Cursor<'b> {
         let at = self.ctx();
         let got = self.take(4)?;
         if got != sig {
-            return Err(Error::header(
+            return Err(Error::mismatch(
                 at,
                 rules::STRUCTURE,
-                format!(
-                    "{}: expected signature {:?}, found {:?}",
-                    self.what,
-                    String::from_utf8_lossy(sig),
-                    String::from_utf8_lossy(got)
-                ),
+                format!("{}: signature", self.what),
+                format!("{:?}", String::from_utf8_lossy(got)),
+                format!("{:?}", String::from_utf8_lossy(sig)),
             ));
         }
         Ok(())
@@ -409,6 +424,7 @@ pub fn lookup3(data: &[u8]) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use zt_core::error::Mismatch;
 
     #[test]
     fn lookup3_known_values() {
@@ -436,5 +452,25 @@ mod tests {
         assert_eq!(c.u16().unwrap(), 1);
         assert_eq!(c.addr().unwrap(), None);
         assert!(matches!(c.u8(), Err(Error::Truncated { .. })));
+    }
+
+    #[test]
+    fn another_signature_is_a_typed_mismatch() {
+        let geo = Geometry {
+            base: 0,
+            offset_size: 8,
+            length_size: 8,
+        };
+        let e = Cursor::new(b"SNOD", 64, geo, "v1 B-tree node")
+            .sig(b"TREE")
+            .unwrap_err();
+        let want = Mismatch::new("v1 B-tree node: signature", "\"SNOD\"", "\"TREE\"");
+        assert_eq!(e.as_mismatch(), Some(&want));
+        assert_eq!(e.rule(), Some(rules::STRUCTURE));
+        assert!(
+            e.to_string()
+                .ends_with("signature is \"SNOD\", not \"TREE\""),
+            "{e}"
+        );
     }
 }

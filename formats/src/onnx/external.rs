@@ -65,10 +65,12 @@ impl<'i> Externals<'i> {
             get(key)
                 .map(|v| {
                     v.trim().parse::<u64>().map_err(|_| {
-                        Error::header(
+                        Error::mismatch(
                             ctx.clone(),
                             rules::EXTERNAL,
-                            format!("external data {key} {v:?} is not a number"),
+                            format!("external data {key}"),
+                            format!("{v:?}"),
+                            "a number",
                         )
                     })
                 })

@@ -569,10 +569,12 @@ impl Walker<'_> {
             }
         };
         if itype != DType::I64 {
-            return Err(Error::header(
+            return Err(Error::mismatch(
                 ctx,
                 rules::SPARSE,
-                format!("sparse indices must be int64, not {itype}"),
+                "the sparse indices' dtype",
+                itype.to_string(),
+                "int64",
             ));
         }
         let rank = dims.len() as u64;

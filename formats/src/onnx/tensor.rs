@@ -203,13 +203,9 @@ impl TensorInfo {
                         (b.len() / width) as u64
                     }
                     _ => {
-                        return Err(Error::header(
-                            Context::default().at(f.at),
+                        return Err(f.wrong_wire_for(
                             rules::TENSOR,
-                            format!(
-                                "field {} is not packed or single {width}-byte values",
-                                f.number
-                            ),
+                            &format!("packed or single {width}-byte values"),
                         ))
                     }
                 };
@@ -219,13 +215,7 @@ impl TensorInfo {
                 let n = match f.value {
                     Wire::Varint(_) => 1,
                     Wire::Bytes(b, off) => count_packed_varints(b, off)?,
-                    _ => {
-                        return Err(Error::header(
-                            Context::default().at(f.at),
-                            rules::TENSOR,
-                            format!("field {} is not varints", f.number),
-                        ))
-                    }
+                    _ => return Err(f.wrong_wire_for(rules::TENSOR, "varints")),
                 };
                 self.counts[f.number as usize] += n;
             }

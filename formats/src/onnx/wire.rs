@@ -27,6 +27,19 @@ pub enum Wire<'a> {
     Fixed32(u32),
 }
 
+impl Wire<'_> {
+    /// The wire type in words, for messages: "a varint", "a fixed64",
+    /// "length-delimited", "a fixed32".
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Wire::Varint(_) => "a varint",
+            Wire::Fixed64(_) => "a fixed64",
+            Wire::Bytes(..) => "length-delimited",
+            Wire::Fixed32(_) => "a fixed32",
+        }
+    }
+}
+
 /// One field: its number and value, and the file offset of its tag (for
 /// error messages).
 #[derive(Debug, Clone, Copy)]
@@ -148,12 +161,20 @@ impl<'a> Reader<'a> {
 }
 
 impl<'a> Field<'a> {
-    fn wrong_wire(&self, want: &str) -> Error {
-        Error::header(
+    /// This field is of another wire type than `want`, under `rule` (a
+    /// typed [`Mismatch`](zt_core::error::Mismatch)).
+    pub fn wrong_wire_for(&self, rule: Rule, want: &str) -> Error {
+        Error::mismatch(
             Context::default().at(self.at),
-            rules::PROTOBUF,
-            format!("protobuf field {} should be {want}", self.number),
+            rule,
+            format!("protobuf field {}", self.number),
+            self.value.kind(),
+            want,
         )
+    }
+
+    fn wrong_wire(&self, want: &str) -> Error {
+        self.wrong_wire_for(rules::PROTOBUF, want)
     }
 
     /// The value of a varint field.
@@ -231,6 +252,7 @@ pub fn count_packed_varints(b: &[u8], offset: u64) -> Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use zt_core::error::Mismatch;
 
     #[test]
     fn varints_and_fields() {
@@ -244,6 +266,20 @@ mod tests {
         let f = r.next_field().unwrap().unwrap();
         assert!(matches!(f.value, Wire::Fixed32(7)));
         assert!(r.next_field().unwrap().is_none());
+    }
+
+    #[test]
+    fn a_field_of_another_wire_type_is_a_typed_mismatch() {
+        // field 2 as bytes "hi", read as a varint.
+        let mut r = Reader::new(&[0x12, 2, b'h', b'i'], 100);
+        let e = r.next_field().unwrap().unwrap().varint().unwrap_err();
+        let want = Mismatch::new("protobuf field 2", "length-delimited", "a varint");
+        assert_eq!(e.as_mismatch(), Some(&want));
+        assert_eq!(e.rule(), Some(rules::PROTOBUF));
+        assert_eq!(
+            e.to_string(),
+            "offset 100: malformed header: protobuf field 2 is length-delimited, not a varint"
+        );
     }
 
     #[test]
