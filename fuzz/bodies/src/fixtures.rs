@@ -170,15 +170,87 @@ pub fn dcp_checkpoint(dir: &std::path::Path) -> Vec<(String, Vec<u8>)> {
         },
     ];
     zt::formats::dcp::write::write(dir, &tensors, 1).expect("write the DCP fixture");
-    let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
-        .expect("the DCP fixture")
-        .map(|e| {
-            let path = e.expect("an entry").path();
-            let name = path.file_name().unwrap().to_string_lossy().into_owned();
-            (name, std::fs::read(&path).expect("a fixture file"))
-        })
-        .collect();
+    let mut files = dir_files(dir);
+    let (frame, _) = dcp_zstd(&dir.join("zstd"));
+    files.push((DCP_ZSTD_FILE.to_string(), frame));
     files.sort();
     let _ = std::fs::remove_dir_all(dir);
     files
+}
+
+/// Every file of `dir`, as `(file name, bytes)`.
+fn dir_files(dir: &std::path::Path) -> Vec<(String, Vec<u8>)> {
+    std::fs::read_dir(dir)
+        .expect("the DCP fixture")
+        .filter_map(|e| {
+            let path = e.expect("an entry").path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            path.is_file()
+                .then(|| (name, std::fs::read(&path).expect("a fixture file")))
+        })
+        .collect()
+}
+
+/// The `.distcp` of the `dcp` fixture's compressed chunk.
+pub const DCP_ZSTD_FILE: &str = "__z_0.distcp";
+
+/// The `dcp` fixture's compressed chunk: `model.w` stored as torch's zstd
+/// extension stores a chunk (`transform_descriptors` `["stream.zstd/1"]`),
+/// as `(the bytes of` [`DCP_ZSTD_FILE`]`, a .metadata naming only it)`.
+/// The `.metadata` is the one zt's writer writes for `model.w` alone (built
+/// in `dir`, which must not exist), its file renamed, its length that of
+/// the frame, and the descriptors added to its `_StorageInfo`. The frame
+/// is the chunk's `torch.save` archive in raw blocks, with the header
+/// torch's frames have (no content size, a 2 MiB window): libzstd decodes
+/// it, and its bytes depend on no compressor's version.
+pub fn dcp_zstd(dir: &std::path::Path) -> (Vec<u8>, Vec<u8>) {
+    use zt::write::TensorIn;
+    let w = f32_bytes(&[0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
+    let tensor = TensorIn {
+        name: "model.w",
+        dtype: zt::DType::F32,
+        shape: &[2, 3],
+        data: &w,
+    };
+    zt::formats::dcp::write::write(dir, &[tensor], 1).expect("write the DCP zstd fixture");
+    let files = dir_files(dir);
+    let _ = std::fs::remove_dir_all(dir);
+    let get = |n: &str| files.iter().find(|(f, _)| f == n).expect(n).1.clone();
+    let (archive, meta) = (get("__0_0.distcp"), get(".metadata"));
+    // Magic, frame header descriptor (nothing declared), window 2 MiB.
+    let mut frame = vec![0x28, 0xb5, 0x2f, 0xfd, 0x00, 0x58];
+    let blocks: Vec<&[u8]> = archive.chunks(128 << 10).collect();
+    for (i, block) in blocks.iter().enumerate() {
+        let last = u32::from(i + 1 == blocks.len());
+        let header = (block.len() as u32) << 3 | last; // raw block
+        frame.extend_from_slice(&header.to_le_bytes()[..3]);
+        frame.extend_from_slice(block);
+    }
+    let enc = |s: &str| [&[0x8c, s.len() as u8][..], s.as_bytes()].concat();
+    let find = |hay: &[u8], needle: &[u8]| {
+        hay.windows(needle.len())
+            .position(|w| w == needle)
+            .expect("in the pickle")
+    };
+    // The file's name (same length), then the length (`BININT2`, as long
+    // for both), then the descriptors as one more field.
+    let mut meta = meta;
+    let at = find(&meta, &enc("__0_0.distcp"));
+    meta[at..at + 14].copy_from_slice(&enc(DCP_ZSTD_FILE));
+    let length = |n: usize| [&[b'M'][..], &(n as u16).to_le_bytes()].concat();
+    let key = find(&meta, &enc("length"));
+    let value = key + find(&meta[key..], &length(archive.len()));
+    meta[value..value + 3].copy_from_slice(&length(frame.len()));
+    let field = [
+        enc("transform_descriptors"),
+        b"]".to_vec(),
+        enc("stream.zstd/1"),
+        b"a".to_vec(),
+    ]
+    .concat();
+    let meta = [&meta[..value + 3], &field[..], &meta[value + 3..]].concat();
+    let mut meta = meta;
+    let framed = (meta.len() - 11) as u64;
+    meta[3..11].copy_from_slice(&framed.to_le_bytes());
+    (frame, meta)
 }

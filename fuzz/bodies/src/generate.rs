@@ -430,5 +430,11 @@ fn dcp() -> Vec<(&'static str, Vec<u8>)> {
         ("unknown-dtype.metadata", swap("float32", "qint8")),
         ("renamed.metadata", swap("model.w", "model.x")),
         ("half.metadata", valid[..valid.len() / 2].to_vec()),
+        // A chunk stored through torch's zstd extension (the fixture's
+        // `__z_0.distcp`).
+        ("zstd.metadata", {
+            let zdir = dir.with_extension("zstd");
+            crate::fixtures::dcp_zstd(&zdir).1
+        }),
     ]
 }

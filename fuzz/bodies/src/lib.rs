@@ -555,11 +555,13 @@ fn dcp_fixture() -> &'static [(String, Vec<u8>)] {
 
 /// PyTorch distributed checkpoints: the input is the `.metadata`, written
 /// into a directory (one per thread, `dcp-N`) beside the small valid
-/// `__0_0.distcp` of [`fixtures::dcp_checkpoint`], opened by the DCP plugin
+/// `__0_0.distcp` of [`fixtures::dcp_checkpoint`] (and its `__z_0.distcp`,
+/// a chunk stored through torch's zstd extension), opened by the DCP plugin
 /// past its sniff (default and tight limits) and through the directory, and
 /// every tensor read: the restricted pickle machine with DCP's globals, the metadata's
 /// schema, `storage_data` paths (escapes, missing files), chunk tiling and
-/// assembly, each chunk's `torch.save` archive located on its range.
+/// assembly, each chunk's `torch.save` archive located on its range, the
+/// zstd transform's descriptors and frame.
 pub fn dcp(data: &[u8]) {
     let dir = scratch().join(format!("dcp-{}", slot()));
     if !dir.is_dir() {

@@ -133,3 +133,31 @@ fn generated_seeds_are_up_to_date() {
         );
     }
 }
+
+/// The `dcp` seed of a compressed chunk is a checkpoint zt reads, not one
+/// it refuses: beside the fixture's files it opens, and its one tensor
+/// decompresses to the chunk the writer stored.
+#[test]
+fn the_dcp_zstd_seed_reads() {
+    let scratch = std::env::temp_dir().join(format!("zt-dcp-zstd-seed-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch).unwrap();
+    let files = zt_fuzz_bodies::fixtures::dcp_checkpoint(&scratch.join("fixture"));
+    let dir = scratch.join("ckpt");
+    std::fs::create_dir_all(&dir).unwrap();
+    for (name, bytes) in &files {
+        if name != ".metadata" {
+            std::fs::write(dir.join(name), bytes).unwrap();
+        }
+    }
+    let seed = zt_fuzz_bodies::repo_root().join("fuzz/seeds/dcp/zstd.metadata");
+    std::fs::copy(seed, dir.join(".metadata")).unwrap();
+    let src = zt::open(&dir).unwrap();
+    let w = src.tensor("model.w").unwrap().data().unwrap();
+    let want: Vec<u8> = [0.0f32, 1.0, 2.0, 3.0, 4.0, 5.0]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    assert_eq!(&w.bytes().unwrap()[..], &want[..]);
+    assert!(!w.caps().map);
+    let _ = std::fs::remove_dir_all(&scratch);
+}
