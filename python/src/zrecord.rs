@@ -44,6 +44,13 @@ fn to_py(e: Error) -> PyErr {
         | Error::DtypeNotInLayout { .. }
         | Error::RecordSize { .. } => PyValueError::new_err(message),
         Error::OutOfRange { .. } => PyIndexError::new_err(message),
+        Error::Dataset { rule, .. } => {
+            let err = crate::FormatError::new_err(message);
+            Python::attach(|py| {
+                let _ = err.value(py).setattr("rule", rule);
+            });
+            err
+        }
         Error::Memory { .. } => pyo3::exceptions::PyMemoryError::new_err(message),
         Error::Remote { kind, .. } => match kind {
             zrecord::RemoteKind::PermissionDenied => PyPermissionError::new_err(message),
@@ -396,6 +403,25 @@ impl RecordReader {
         })
     }
 
+    /// Open `paths` (stores, in order) as one dataset; every store must
+    /// have the same schema and codec (see `zrecord::dataset`).
+    #[staticmethod]
+    #[pyo3(signature = (paths, dense, storage_options = None))]
+    fn open_many(
+        py: Python<'_>,
+        paths: Vec<PathBuf>,
+        dense: bool,
+        storage_options: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Self> {
+        let storage_options = crate::storage_options_from_py(storage_options)?;
+        let reader = py
+            .detach(|| zrecord::open_many(&paths, Some(dense), &storage_options))
+            .map_err(to_py)?;
+        Ok(RecordReader {
+            inner: RwLock::new(Some(Arc::new(reader))),
+        })
+    }
+
     /// `(dtype, ndim, item_shape or None)`; `dtype` as the schema spells it
     /// (a loaderx 2.8 name such as `"bfloat16"`, or a `dtype.str`).
     fn schema(&self) -> PyResult<(String, usize, Option<Vec<u64>>)> {
@@ -504,6 +530,23 @@ impl RecordReader {
     }
 }
 
+/// Write a dataset manifest listing `stores` (in order) at `manifest`,
+/// copying no record; returns the number of records in all.
+#[pyfunction]
+#[pyo3(signature = (stores, manifest, storage_options = None))]
+pub fn zrecord_concat(
+    py: Python<'_>,
+    stores: Vec<PathBuf>,
+    manifest: PathBuf,
+    storage_options: Option<&Bound<'_, PyDict>>,
+) -> PyResult<u64> {
+    let storage_options = crate::storage_options_from_py(storage_options)?;
+    let written = py
+        .detach(|| zrecord::write_manifest(&stores, &manifest, &storage_options))
+        .map_err(to_py)?;
+    Ok(written.stores.iter().map(|e| e.records).sum())
+}
+
 /// Train a zstd dictionary of at most `dict_bytes` on samples end to end.
 #[pyfunction]
 pub fn train_dict<'py>(
@@ -536,5 +579,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<RecordReader>()?;
     m.add_function(wrap_pyfunction!(train_dict, m)?)?;
     m.add_function(wrap_pyfunction!(dict_tiers, m)?)?;
+    m.add_function(wrap_pyfunction!(zrecord_concat, m)?)?;
     Ok(())
 }

@@ -27,6 +27,14 @@ opens the other's stores.
 >>> with Dense.open("rows") as ds:                                       # doctest: +SKIP
 ...     batch = ds[[3, 1, 4]]                                           # (3, 4) float32
 
+Many stores read as one (what a cluster build leaves, one store per task):
+``concat(stores, "train.json")`` writes a manifest listing them, with each
+store's record count and header digest, without copying a record;
+``Dense.open("train.json")`` (or ``Dense.open_many(stores)``) opens them
+as one sequence, a gather split by store and put back in order. A store
+changed or missing since the manifest was written is refused
+(``zt.FormatError``, rule ``zrecord.DatasetStore``).
+
 Unlike loaderx, a build happens beside the destination and is renamed into
 place by ``close()``: an exception inside ``with create(...)`` (or a killed
 process) publishes nothing. Gathers release the GIL and run in parallel;
@@ -55,7 +63,7 @@ PathLike = Union[str, "os.PathLike[str]"]
 #: Object-storage options, as for :func:`zt.open`.
 StorageOptions = Union[Mapping[str, Any], None]
 
-__all__ = ["DEFAULT_LAYOUT", "DICT_TIERS", "LAYOUTS", "Dense", "Ragged", "ZrecordError", "train_dict"]
+__all__ = ["DEFAULT_LAYOUT", "DICT_TIERS", "LAYOUTS", "Dense", "Ragged", "ZrecordError", "concat", "train_dict"]
 
 # The store's names and bounds, from the zrecord crate (`_zt.ZRECORD_LIMITS`).
 _LIMITS = _zt.ZRECORD_LIMITS
@@ -181,10 +189,13 @@ class _Base:
 
     # -- construction -------------------------------------------------------
 
-    def _open(self, path, dense, storage_options=None):
+    def _open(self, path, dense, storage_options=None, many=None):
         self.path = _location(path)
         self._writer = None
-        self._reader = _zt.RecordReader.open(os.fspath(self.path), dense, storage_options)
+        if many is None:
+            self._reader = _zt.RecordReader.open(os.fspath(self.path), dense, storage_options)
+        else:
+            self._reader = _zt.RecordReader.open_many([os.fspath(_location(p)) for p in many], dense, storage_options)
         try:
             dtype, ndim, item_shape = self._reader.schema()
             self.dtype = _validate_dtype(_schema_dtype(dtype))
@@ -329,9 +340,19 @@ class Dense(_Base):
     @classmethod
     def open(cls, path: PathLike, *, storage_options: StorageOptions = None) -> Self:
         """Open an existing dense store for reading: a directory, or an
-        ``s3://`` prefix (``storage_options`` as for :func:`zt.open`)."""
+        ``s3://`` prefix (``storage_options`` as for :func:`zt.open`), or a
+        dataset manifest (see :func:`concat`)."""
         self = cls.__new__(cls)
         self._open(path, True, storage_options)
+        return self
+
+    @classmethod
+    def open_many(cls, paths: Sequence[PathLike], *, storage_options: StorageOptions = None) -> Self:
+        """Open dense stores (directories or ``s3://`` prefixes, of one
+        dtype, item shape and codec) as one sequence, in order."""
+        paths = list(paths)
+        self = cls.__new__(cls)
+        self._open(paths[0] if paths else "", True, storage_options, many=paths)
         return self
 
     @classmethod
@@ -396,9 +417,18 @@ class Ragged(_Base):
     @classmethod
     def open(cls, path: PathLike, *, storage_options: StorageOptions = None) -> Self:
         """Open an existing ragged store for reading (a directory or an
-        ``s3://`` prefix)."""
+        ``s3://`` prefix, or a dataset manifest: see :func:`concat`)."""
         self = cls.__new__(cls)
         self._open(path, False, storage_options)
+        return self
+
+    @classmethod
+    def open_many(cls, paths: Sequence[PathLike], *, storage_options: StorageOptions = None) -> Self:
+        """Open ragged stores (of one dtype, rank and codec) as one
+        sequence, in order."""
+        paths = list(paths)
+        self = cls.__new__(cls)
+        self._open(paths[0] if paths else "", False, storage_options, many=paths)
         return self
 
     @classmethod
@@ -489,6 +519,22 @@ class Ragged(_Base):
         values, offsets, shapes = self._packed(reader, idxs)
         bounds = offsets.tolist()
         return [values[a:b].reshape(s) for a, b, s in zip(bounds[:-1], bounds[1:], map(tuple, shapes.tolist()))]
+
+
+def concat(stores: Sequence[PathLike], manifest: PathLike, *, storage_options: StorageOptions = None) -> int:
+    """Write a dataset manifest at ``manifest`` (a ``.json`` file, local or
+    an object URL) listing ``stores`` in order, copying no record; returns
+    the number of records in all. Each store is opened and checked; they
+    must share a schema and codec. A store under the manifest's directory is
+    named relative to it (the dataset moves as a whole). The manifest
+    (``{"format": "zrecord-dataset", "version": 1, "stores": [{"path",
+    "records", "digest"}, ...]}``) is written beside its destination and
+    renamed into place; ``Dense.open(manifest)`` / ``Ragged.open(manifest)``
+    read the stores as one, refusing a store changed since (rule
+    ``zrecord.DatasetStore``)."""
+    return _zt.zrecord_concat(
+        [os.fspath(_location(s)) for s in stores], os.fspath(_location(manifest)), storage_options
+    )
 
 
 def _sample_count(total, item_bytes, sample_budget):

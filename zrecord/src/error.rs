@@ -247,6 +247,17 @@ pub enum Error {
         /// Bytes asked for.
         bytes: u64,
     },
+    /// A dataset manifest, or a store it lists, refused: `rule` is one of
+    /// [`crate::dataset::rules`].
+    #[error("{path}: {reason} (rule {rule})")]
+    Dataset {
+        /// The manifest (or the first store of a list).
+        path: PathBuf,
+        /// The rule the refusal cites.
+        rule: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
     /// A caller's argument is inconsistent (buffer sizes, shapes, counts).
     #[error("invalid argument: {reason}")]
     Invalid {

@@ -38,6 +38,7 @@
 #![deny(missing_docs)]
 
 pub mod codec;
+pub mod dataset;
 pub mod error;
 mod fsio;
 pub mod json;
@@ -49,6 +50,7 @@ pub mod schema;
 pub mod writer;
 
 pub use codec::{train_dict, Codec, DictTier, DICT_TIERS};
+pub use dataset::{open_manifest, open_many, write_manifest, Manifest};
 pub use error::{Error, RemoteKind, Result};
 pub use reader::{RaggedBatch, Reader};
 pub use schema::{Geometry, Layout, Schema};

@@ -48,6 +48,9 @@ pub struct Reader {
     pub(crate) schema: Schema,
     bytes: Bytes,
     pub(crate) decoder: Decoder,
+    /// xxh3-128 of the header page as read (what a dataset manifest
+    /// records of the store); 0 for a dataset.
+    header_digest: u128,
 }
 
 /// Where a reader's RecordLocs and records are.
@@ -62,6 +65,8 @@ enum Bytes {
     /// The objects of a store in object storage, read by ranged GETs.
     #[cfg(feature = "remote")]
     Remote(crate::remote::Objects),
+    /// The stores of a dataset (see [`crate::dataset`]).
+    Many(crate::dataset::Many),
 }
 
 /// A Ragged gather: payloads end to end, their byte offsets and shapes.
@@ -84,6 +89,12 @@ impl RaggedBatch {
         // SAFETY: `words` holds at least `len` initialized bytes.
         unsafe { std::slice::from_raw_parts(self.words.as_ptr() as *const u8, self.len) }
     }
+}
+
+/// A dataset manifest rather than a store: a `.json` name, or a local
+/// path that is a file (a store is a directory).
+fn is_manifest(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "json") || path.is_file()
 }
 
 fn open_meta(dest: &Path) -> Result<File> {
@@ -193,6 +204,9 @@ impl Reader {
         storage_options: &[(String, String)],
     ) -> Result<Reader> {
         let path = path.as_ref();
+        if is_manifest(path) {
+            return crate::dataset::open_manifest(path, dense, storage_options);
+        }
         if crate::remote::is_url(path) {
             return crate::remote::open(path, dense, storage_options);
         }
@@ -219,6 +233,7 @@ impl Reader {
         schema: Schema,
         objects: crate::remote::Objects,
         dict: Option<&[u8]>,
+        page: &[u8],
     ) -> Result<Reader> {
         let decoder = Decoder::new(header.codec, dict, &path)?;
         Ok(Reader {
@@ -228,7 +243,44 @@ impl Reader {
             schema,
             bytes: Bytes::Remote(objects),
             decoder,
+            header_digest: xxhash_rust::xxh3::xxh3_128(page),
         })
+    }
+
+    /// A dataset's reader over its stores (`length` records in all).
+    pub(crate) fn many(path: PathBuf, many: crate::dataset::Many, length: u64) -> Reader {
+        let first = &many.members[0];
+        let header = Header {
+            length,
+            data_shards: first.header.data_shards,
+            codec: first.header.codec,
+            tails: Vec::new(),
+            schema: first.header.schema.clone(),
+        };
+        Reader {
+            path,
+            _meta: None,
+            schema: first.schema.clone(),
+            decoder: Decoder::new(Codec::Raw, None, Path::new(""))
+                .expect("a raw decoder needs nothing"),
+            header,
+            bytes: Bytes::Many(many),
+            header_digest: 0,
+        }
+    }
+
+    /// `xxh3-128:` and the 32 hex digits of the store's header page: what a
+    /// dataset manifest records of it (see [`crate::dataset`]).
+    pub fn header_digest(&self) -> String {
+        format!("xxh3-128:{:032x}", self.header_digest)
+    }
+
+    /// The stores of a dataset, or `None` for one store.
+    fn many_of(&self) -> Option<&crate::dataset::Many> {
+        match &self.bytes {
+            Bytes::Many(many) => Some(many),
+            _ => None,
+        }
     }
 
     fn open_with(path: impl AsRef<Path>, dense: Option<bool>) -> Result<Reader> {
@@ -263,6 +315,7 @@ impl Reader {
             schema,
             bytes: Bytes::Mapped { locs, shards },
             decoder,
+            header_digest: xxhash_rust::xxh3::xxh3_128(&page),
         })
     }
 
@@ -281,9 +334,12 @@ impl Reader {
         self.header.codec
     }
 
-    /// Number of data shards.
+    /// Number of data shards (a dataset's: all its stores').
     pub fn data_shards(&self) -> usize {
-        self.header.data_shards as usize
+        match self.many_of() {
+            Some(many) => many.data_shards(),
+            None => self.header.data_shards as usize,
+        }
     }
 
     /// The schema.
@@ -337,6 +393,7 @@ impl Reader {
             Bytes::Mapped { locs, shards } => (locs.as_deref().unwrap_or(&[]), shards),
             #[cfg(feature = "remote")]
             Bytes::Remote(_) => (&[], &[]),
+            Bytes::Many(_) => (&[], &[]),
         }
     }
 
@@ -352,6 +409,9 @@ impl Reader {
 
     /// The logical length of each record (what a Ragged gather allocates).
     pub fn record_lengths(&self, idxs: &[u64]) -> Result<Vec<u64>> {
+        if let Some(many) = self.many_of() {
+            return many.record_lengths(idxs);
+        }
         self.check_indices(idxs)?;
         #[cfg(feature = "remote")]
         if let Bytes::Remote(objects) = &self.bytes {
@@ -378,6 +438,9 @@ impl Reader {
         };
         if Some(dst.len()) != idxs.len().checked_mul(row) {
             return Err(Error::invalid("destination is not one row per index"));
+        }
+        if let Some(many) = self.many_of() {
+            return many.gather_dense(idxs, dst, row);
         }
         self.check_indices(idxs)?;
         if idxs.is_empty() {
@@ -497,11 +560,14 @@ impl Reader {
             Geometry::Ragged { ndim } => ndim,
             Geometry::Dense { .. } => return Err(Error::invalid("gather_ragged on a dense store")),
         };
+        if let Some(many) = self.many_of() {
+            return many.gather_ragged_into(idxs, words, ndim, &self.path);
+        }
         self.check_indices(idxs)?;
         #[cfg(feature = "remote")]
         let remote_locs = match &self.bytes {
             Bytes::Remote(objects) => Some(objects.locs(self, idxs)?),
-            Bytes::Mapped { .. } => None,
+            Bytes::Mapped { .. } | Bytes::Many(_) => None,
         };
         let prefix = self.schema.shape_prefix_bytes();
         let mut offsets = try_vec(idxs.len() + 1, &self.path, "Ragged offsets")?;

@@ -19,7 +19,7 @@
 use std::path::Path;
 
 #[cfg(feature = "remote")]
-pub use enabled::{open, publish, Objects};
+pub use enabled::{open, publish, read_small, write_small, Objects};
 
 use crate::error::{Error, RemoteKind, Result};
 
@@ -39,6 +39,26 @@ pub fn open(
     _dense: Option<bool>,
     _storage_options: &[(String, String)],
 ) -> Result<crate::Reader> {
+    Err(unsupported(path))
+}
+
+/// Without the `remote` feature a URL cannot be read.
+#[cfg(not(feature = "remote"))]
+pub fn read_small(
+    path: &Path,
+    _max: u64,
+    _storage_options: &[(String, String)],
+) -> Result<Vec<u8>> {
+    Err(unsupported(path))
+}
+
+/// Without the `remote` feature a URL cannot be written.
+#[cfg(not(feature = "remote"))]
+pub fn write_small(
+    path: &Path,
+    _bytes: &[u8],
+    _storage_options: &[(String, String)],
+) -> Result<()> {
     Err(unsupported(path))
 }
 
@@ -147,7 +167,14 @@ mod enabled {
             LocTable::Paged(meta)
         };
         let objects = Objects { locs, shards };
-        Reader::remote(path.to_path_buf(), header, schema, objects, dict.as_deref())
+        Reader::remote(
+            path.to_path_buf(),
+            header,
+            schema,
+            objects,
+            dict.as_deref(),
+            &page,
+        )
     }
 
     /// The listing must hold exactly the shards the header names (each at
@@ -330,6 +357,42 @@ mod enabled {
             }
             Ok(())
         }
+    }
+
+    /// A small object's bytes (a dataset manifest), refused past `max`.
+    pub fn read_small(
+        path: &Path,
+        max: u64,
+        storage_options: &[(String, String)],
+    ) -> Result<Vec<u8>> {
+        let url = text(path)?.to_string();
+        let config = config(path, storage_options)?;
+        let object = RemoteObject::open(&url, config).map_err(|e| error(path, e))?;
+        if object.len() > max {
+            return Err(Error::Invalid {
+                reason: format!("{url}: {} bytes, past the {max}-byte limit", object.len()),
+            });
+        }
+        object.read(0, object.len()).map_err(|e| error(path, e))
+    }
+
+    /// Put `bytes` at the URL `path` (one object, replaced whole).
+    pub fn write_small(
+        path: &Path,
+        bytes: &[u8],
+        storage_options: &[(String, String)],
+    ) -> Result<()> {
+        let url = text(path)?.to_string();
+        let config = config(path, storage_options)?;
+        let local =
+            std::env::temp_dir().join(format!("zt-manifest-{:016x}", zt_fsutil::random_u64()));
+        let uploaded = std::fs::write(&local, bytes)
+            .map_err(|e| Error::io(&local, e))
+            .and_then(|()| {
+                zt_remote::upload_file(&local, &url, &config).map_err(|e| error(path, e))
+            });
+        let _ = std::fs::remove_file(&local);
+        uploaded.map(|_| ())
     }
 
     /// Upload the store built at `local` (a published local store) to the
