@@ -20,7 +20,7 @@ use std::path::PathBuf;
 
 use clap::{CommandFactory, Parser, Subcommand};
 use serde_json::json;
-use zt::{Align, Source, Value, WriteOptions};
+use zt::{Align, Source, Value, WriteOptions, ZtOptions};
 
 /// `zt --version`: the crate version and the git commit it was built from
 /// (`build.rs`; "unknown" outside a git checkout, e.g. from an sdist).
@@ -394,13 +394,9 @@ fn write_options(align: Option<&str>, compress: Option<&str>) -> zt::Result<Writ
             }
         },
     };
-    Ok(WriteOptions {
-        align,
-        compression,
-        files: None,
-        storage_options: Vec::new(),
-        defer_sync: false,
-    })
+    // The `.zt` plugin's options, for any destination: a writer whose caps
+    // do not list one refuses it (`check_request`).
+    Ok(WriteOptions::default().with_format(ZtOptions { align, compression }))
 }
 
 fn clean(dests: &[PathBuf]) -> zt::Result<()> {

@@ -379,10 +379,10 @@ mod tests {
     use super::*;
     use crate::read::manifest_of;
     use crate::write::write_shard;
+    use crate::write::Align;
     use zt_core::catalog::Digest;
     use zt_core::limits::Limits;
     use zt_core::store::Store;
-    use zt_core::write::Align;
 
     fn xxh3_of(path: &Path) -> String {
         let bytes = std::fs::read(path).unwrap();

@@ -57,5 +57,6 @@ pub use source::Source;
 pub use store::Store;
 pub use transform::{Rename, Transform};
 pub use write::{
-    Align, FormatWriter, MetadataCaps, TensorIn, WriteOptions, WriterCaps, WrittenFile,
+    FormatOption, FormatOptions, FormatWriter, MetadataCaps, TensorIn, WriteOptions, WriterCaps,
+    WrittenFile,
 };

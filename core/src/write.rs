@@ -3,9 +3,10 @@
 //! files through [`crate::publish`].
 
 use crate::rule::Rule;
+use std::any::Any;
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
+use std::sync::Arc;
 
 use crate::catalog::{Digest, Value};
 use crate::dtype::{num_elements, DType};
@@ -52,43 +53,40 @@ impl TensorIn<'_> {
     }
 }
 
-/// Where a `.zt` writer places blobs (other writers ignore it).
+/// One format option a request sets, as [`check_request`] checks it against
+/// the writer's caps: its name as the CLI and Python give it (`align`),
+/// what a refusal calls it (`alignment`), and a hint a refusal ends with
+/// (`; use .zt`: the format that takes it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Align {
-    /// Canonical zTensor placement (64 KiB, byte-reproducible output).
-    Canonical,
-    /// Large tensors at 64 KiB, small ones at the 4 KiB floor.
-    Auto,
-    /// Every blob at a multiple of this power of two (at least 4096).
-    Bytes(u64),
+pub struct FormatOption {
+    /// The name ([`WriterCaps::options`] lists the names a writer takes).
+    pub name: &'static str,
+    /// What a refusal calls it.
+    pub what: &'static str,
+    /// What a refusal ends with (may be empty).
+    pub hint: &'static str,
 }
 
-impl FromStr for Align {
-    type Err = String;
-
-    /// `"canonical"`, `"auto"`, or a number of bytes (the writer checks
-    /// that it is a power of two of at least 4096). One parser for the
-    /// CLI's `--align` and Python's `align=`.
-    fn from_str(text: &str) -> std::result::Result<Align, String> {
-        match text {
-            "canonical" => Ok(Align::Canonical),
-            "auto" => Ok(Align::Auto),
-            n => n
-                .parse()
-                .map(Align::Bytes)
-                .map_err(|_| format!("align {n:?}: expected canonical, auto or a number of bytes")),
-        }
-    }
+/// Options a format owns, typed by its plugin and carried through the core
+/// and the front ends as [`WriteOptions::format`] without the core knowing
+/// their fields (the `.zt` plugin's `ZtOptions`: blob placement and
+/// compression). The writer that owns them reads them back with
+/// [`WriteOptions::format_options`]; [`check_request`] refuses every one
+/// set ([`FormatOptions::requested`]) that the writer's caps do not list.
+pub trait FormatOptions: std::fmt::Debug + Send + Sync + 'static {
+    /// The options set, in the order a refusal reports them.
+    fn requested(&self) -> Vec<FormatOption>;
+    /// Itself, for [`WriteOptions::format_options`].
+    fn as_any(&self) -> &dyn Any;
 }
 
 /// Options a writer receives. A writer refuses options it cannot honour
 /// rather than ignoring them silently.
 #[derive(Debug, Clone, Default)]
 pub struct WriteOptions {
-    /// Blob placement (`.zt`); `None` is the writer's default.
-    pub align: Option<Align>,
-    /// zstd compression level for writers that compress; `None` is raw.
-    pub compression: Option<i32>,
+    /// The options a format owns (the `.zt` plugin's placement and
+    /// compression, `ZtOptions`), typed by that plugin; `None`: none set.
+    pub format: Option<Arc<dyn FormatOptions>>,
     /// How many data files to spread the tensors over, for a format whose
     /// output is a directory of them (DCP's `.distcp` files); `None` is
     /// the writer's default.
@@ -103,6 +101,21 @@ pub struct WriteOptions {
     /// for its shards and syncs them all together before it publishes the
     /// index or root (see [`crate::shard`]).
     pub defer_sync: bool,
+}
+
+impl WriteOptions {
+    /// These options with `format`'s options ([`WriteOptions::format`]).
+    pub fn with_format(self, format: impl FormatOptions) -> WriteOptions {
+        WriteOptions {
+            format: Some(Arc::new(format)),
+            ..self
+        }
+    }
+
+    /// The format options of type `T`, when these carry them.
+    pub fn format_options<T: FormatOptions>(&self) -> Option<&T> {
+        self.format.as_deref()?.as_any().downcast_ref()
+    }
 }
 
 /// A file a writer wrote, as the root of a sharded checkpoint records it
@@ -156,12 +169,10 @@ impl MetadataCaps {
     }
 }
 
-/// A format option beyond the core's, by the name the CLI and Python give
-/// it: `.zt` blob placement ([`WriteOptions::align`]).
-pub const OPTION_ALIGN: &str = "align";
-/// zstd compression ([`WriteOptions::compression`]).
-pub const OPTION_COMPRESSION: &str = "compression";
-/// The number of data files of a directory output ([`WriteOptions::files`]).
+/// The number of data files of a directory output ([`WriteOptions::files`]),
+/// by the name the CLI and Python give it. The options a format owns are
+/// named by its plugin ([`FormatOptions`]; `.zt`'s `align` and
+/// `compression`).
 pub const OPTION_FILES: &str = "files";
 
 /// What a writer accepts, as data. [`check_request`] checks a request
@@ -172,8 +183,9 @@ pub const OPTION_FILES: &str = "files";
 pub struct WriterCaps {
     /// The file attributes it holds.
     pub metadata: MetadataCaps,
-    /// The format options it takes ([`OPTION_ALIGN`],
-    /// [`OPTION_COMPRESSION`], [`OPTION_FILES`]); any other set in a request is refused.
+    /// The format options it takes, by name ([`OPTION_FILES`], and those a
+    /// plugin's [`FormatOptions`] name: `.zt`'s `align`, `compression`);
+    /// any other set in a request is refused.
     pub options: &'static [&'static str],
     /// Whether it writes from in-memory arrays
     /// ([`FormatWriter::write_arrays`]): what Python's
@@ -208,23 +220,25 @@ pub fn check_request(
 ) -> Result<()> {
     let caps = writer.caps();
     let name = writer.name();
-    let requested = [
-        (
-            OPTION_ALIGN,
-            "alignment",
-            options.align.is_some(),
-            "; use .zt",
-        ),
-        (
-            OPTION_COMPRESSION,
-            "compression",
-            options.compression.is_some(),
-            "; use .zt",
-        ),
-        (OPTION_FILES, "file count", options.files.is_some(), ""),
-    ];
-    for (option, what, set, hint) in requested {
-        if set && !caps.options.contains(&option) {
+    let mut requested = options
+        .format
+        .as_ref()
+        .map(|f| f.requested())
+        .unwrap_or_default();
+    if options.files.is_some() {
+        requested.push(FormatOption {
+            name: OPTION_FILES,
+            what: "file count",
+            hint: "",
+        });
+    }
+    for FormatOption {
+        name: option,
+        what,
+        hint,
+    } in requested
+    {
+        if !caps.options.contains(&option) {
             return Err(Error::Write {
                 rule: Rule::WRITE_OPTIONS,
                 ctx: Context::file(path),

@@ -8,15 +8,15 @@ use zt_container::cbor::Cbor;
 use zt_container::container::MAGIC;
 use zt_container::manifest::from_value;
 use zt_container::write::{write_objects, write_shard, ObjectIn, Options};
+/// The `.zt` plugin's options: blob placement and compression, a typed
+/// value a request carries (`WriteOptions::with_format`), and their names.
+pub use zt_container::write::{Align, ZtOptions, OPTION_ALIGN, OPTION_COMPRESSION};
 use zt_core::catalog::Catalog;
 use zt_core::catalog::Value;
 use zt_core::error::Result;
 use zt_core::format::{Format, OpenInput, Probe};
 use zt_core::source::Source;
-use zt_core::write::{
-    Align, FormatWriter, MetadataCaps, TensorIn, WriteOptions, WriterCaps, WrittenFile,
-    OPTION_ALIGN, OPTION_COMPRESSION,
-};
+use zt_core::write::{FormatWriter, MetadataCaps, TensorIn, WriteOptions, WriterCaps, WrittenFile};
 
 /// zTensor v2 files.
 pub struct Zt;
@@ -70,8 +70,10 @@ impl Format for Zt {
     }
 }
 
-/// Writes `.zt`: canonical by default, or placed by `WriteOptions::align`
-/// and compressed with `zt.zstd-seekable/1` when `compression` is set.
+/// Writes `.zt`: canonical by default, or placed by [`ZtOptions::align`]
+/// and compressed with `zt.zstd-seekable/1` when
+/// [`ZtOptions::compression`] is set (the request's `.zt` options,
+/// `WriteOptions::format`).
 /// Durable as every zt writer is (fsync of the file before its rename and
 /// of the directory after, `zt_core::publish`), unless
 /// `WriteOptions::defer_sync` leaves the syncing to the caller.
@@ -163,15 +165,16 @@ fn arrays_in<'a>(
     metadata: Option<&[(String, Value)]>,
     options: &WriteOptions,
 ) -> (Vec<ObjectIn<'a>>, Option<Cbor>, Options) {
-    let canonical = options.align.is_none() && options.compression.is_none();
+    let zt = ZtOptions::of(options);
+    let canonical = zt.align.is_none() && zt.compression.is_none();
     let opts = Options {
         canonical,
-        align: options.align.unwrap_or(if canonical {
+        align: zt.align.unwrap_or(if canonical {
             Align::Canonical
         } else {
             Align::Auto
         }),
-        compression: options.compression,
+        compression: zt.compression,
         publish: !options.defer_sync,
         ..Options::default()
     };

@@ -288,12 +288,11 @@ fn convert(
         ..Default::default()
     };
     let options = zt::WriteOptions {
-        align,
-        compression,
         files,
         storage_options,
-        defer_sync: false,
-    };
+        ..zt::WriteOptions::default()
+    }
+    .with_format(zt::ZtOptions { align, compression });
     // An opened source (`zt.open_ranks(...)`, `zt.open(...)`), or paths.
     let (opened, paths) = match sources.cast::<tensor::Source>() {
         Ok(_) if ranks => return Err(PyValueError::new_err(

@@ -163,12 +163,13 @@ pub fn save<'py>(
     };
     zt::shard::refuse_index_name(&path).map_err(to_py_err)?;
     let options = zt::WriteOptions {
+        storage_options: storage_options_from_py(storage_options)?,
+        ..zt::WriteOptions::default()
+    }
+    .with_format(zt::ZtOptions {
         align: align.map(crate::align_from_py).transpose()?,
         compression,
-        files: None,
-        storage_options: storage_options_from_py(storage_options)?,
-        defer_sync: false,
-    };
+    });
     zt::write::check_request(writer, &path, &options, metadata.as_deref()).map_err(to_py_err)?;
     let written = match max_shard_size {
         Some(max) => {

@@ -45,6 +45,10 @@ pub use zt_core::{
 };
 pub use zt_formats as formats;
 pub use zt_formats::zip;
+/// The `.zt` plugin's writer options (`--align`, `--compress`; Python's
+/// `align=`, `compression=`), carried as `WriteOptions::with_format(ZtOptions
+/// { .. })`.
+pub use zt_formats::ztensor::{Align, ZtOptions};
 
 /// Object storage (the `remote` feature): opening, caching, uploading, and
 /// the client itself (`remote::client`).
@@ -52,10 +56,10 @@ pub use zt_formats::zip;
 pub use zt_core::remote;
 
 pub use zt_core::{
-    Align, Attributes, Caps, Catalog, Checkpoint, Context, DType, Decode, Digest, DigestAlgorithm,
-    Error, Format, FormatWriter, FuzzGroup, FuzzTarget, Limits, Location, MetadataCaps, Object,
-    OpenInput, OpenOptions, Part, PartRef, Payload, Plugin, Probe, Reader, Registry, RemoteKind,
-    Result, Source, Store, Tensor, TensorIn, Transform, Value, WriteOptions, WriterCaps,
+    Attributes, Caps, Catalog, Checkpoint, Context, DType, Decode, Digest, DigestAlgorithm, Error,
+    Format, FormatWriter, FuzzGroup, FuzzTarget, Limits, Location, MetadataCaps, Object, OpenInput,
+    OpenOptions, Part, PartRef, Payload, Plugin, Probe, Reader, Registry, RemoteKind, Result,
+    Source, Store, Tensor, TensorIn, Transform, Value, WriteOptions, WriterCaps,
 };
 
 pub mod model_dir;

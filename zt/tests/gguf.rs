@@ -824,10 +824,10 @@ fn writer_refuses_what_gguf_cannot_hold() {
     let err = GgufWriter.write(&src, &dir.path("o.gguf"), &WriteOptions::default());
     assert!(cites!(err, Err(Error::Write { .. }), &["write.DType"]));
     assert!(!dir.path("o.gguf").exists());
-    let opts = WriteOptions {
+    let opts = WriteOptions::default().with_format(zt::ZtOptions {
         compression: Some(3),
-        ..WriteOptions::default()
-    };
+        ..zt::ZtOptions::default()
+    });
     // Requests are checked against the writer's caps once, by the
     // registry, before any writer runs.
     assert!(cites!(

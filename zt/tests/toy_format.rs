@@ -295,10 +295,10 @@ fn the_registry_checks_requests_and_lists_rules_from_the_entry() {
         .open(&toy_path, &zt::OpenOptions::default())
         .unwrap();
     // Options the toy's caps do not list are refused before it runs.
-    let aligned = WriteOptions {
+    let aligned = WriteOptions::default().with_format(zt::ZtOptions {
         align: Some(zt::Align::Auto),
-        ..WriteOptions::default()
-    };
+        ..zt::ZtOptions::default()
+    });
     let err = registry()
         .convert(&src, &dir.path().join("x.toy"), &aligned)
         .unwrap_err();

@@ -26,7 +26,7 @@
 //!
 //! | module | job |
 //! |---|---|
-//! | `options` | [`Options`]: placement, canonical form, publish, append, compression |
+//! | `options` | [`Options`]: placement ([`Align`]), canonical form, publish, append, compression; [`ZtOptions`], the `.zt` options a request carries |
 //! | `input` | [`ObjectIn`]/[`PartIn`] (what writers take), their checks, a source's objects |
 //! | `heap` | blob placement and the shared-blob table, one for both paths |
 //! | `describe` | the manifest a writer emits: part and object CBOR, the footer |
@@ -43,5 +43,7 @@ mod stream;
 pub use batch::{convert, convert_shard, write_objects, write_shard};
 pub(crate) use input::objects_to_ingest;
 pub use input::{attributes_cbor, objects_of, ObjectIn, PartIn};
-pub use options::{Options, AUTO_THRESHOLD, DEFAULT_LEVEL};
+pub use options::{
+    Align, Options, ZtOptions, AUTO_THRESHOLD, DEFAULT_LEVEL, OPTION_ALIGN, OPTION_COMPRESSION,
+};
 pub use stream::Writer;

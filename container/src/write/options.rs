@@ -1,9 +1,97 @@
-//! How a `.zt` writer places blobs and what it promises.
+//! How a `.zt` writer places blobs and what it promises, and the options a
+//! request carries for it ([`ZtOptions`]).
+
+use std::any::Any;
+use std::str::FromStr;
 
 use crate::container::{CANONICAL_ALIGN, FLOOR};
 use zt_core::error::{Context, Error, Result};
-use zt_core::write::{Align, WriteOptions};
+use zt_core::write::{FormatOption, FormatOptions, WriteOptions};
 use zt_core::Rule;
+
+/// Where a `.zt` writer places blobs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Align {
+    /// Canonical zTensor placement (64 KiB, byte-reproducible output).
+    Canonical,
+    /// Large tensors at 64 KiB, small ones at the 4 KiB floor.
+    Auto,
+    /// Every blob at a multiple of this power of two (at least 4096).
+    Bytes(u64),
+}
+
+impl FromStr for Align {
+    type Err = String;
+
+    /// `"canonical"`, `"auto"`, or a number of bytes (the writer checks
+    /// that it is a power of two of at least 4096). One parser for the
+    /// CLI's `--align` and Python's `align=`.
+    fn from_str(text: &str) -> std::result::Result<Align, String> {
+        match text {
+            "canonical" => Ok(Align::Canonical),
+            "auto" => Ok(Align::Auto),
+            n => n
+                .parse()
+                .map(Align::Bytes)
+                .map_err(|_| format!("align {n:?}: expected canonical, auto or a number of bytes")),
+        }
+    }
+}
+
+/// The `.zt` option `align` ([`ZtOptions::align`]), by the name the CLI,
+/// Python and the writer's caps give it.
+pub const OPTION_ALIGN: &str = "align";
+/// The `.zt` option `compression` ([`ZtOptions::compression`]).
+pub const OPTION_COMPRESSION: &str = "compression";
+
+/// The `.zt` writer's options as a request carries them: a typed value the
+/// `.zt` plugin owns, in `WriteOptions::format` (set with
+/// `WriteOptions::with_format`; the CLI's `--align`/`--compress` and
+/// Python's `align=`/`compression=` build it for any destination). The
+/// registry's `check_request` refuses each one set for a writer whose caps
+/// do not list it (`write.Options`), as for any format's options.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ZtOptions {
+    /// Blob placement; `None` is the writer's default (canonical).
+    pub align: Option<Align>,
+    /// zstd compression level; `None` is raw.
+    pub compression: Option<i32>,
+}
+
+impl ZtOptions {
+    /// The `.zt` options `options` carries (none set when it carries none).
+    pub fn of(options: &WriteOptions) -> ZtOptions {
+        options
+            .format_options::<ZtOptions>()
+            .copied()
+            .unwrap_or_default()
+    }
+}
+
+impl FormatOptions for ZtOptions {
+    fn requested(&self) -> Vec<FormatOption> {
+        let mut set = Vec::new();
+        if self.align.is_some() {
+            set.push(FormatOption {
+                name: OPTION_ALIGN,
+                what: "alignment",
+                hint: "; use .zt",
+            });
+        }
+        if self.compression.is_some() {
+            set.push(FormatOption {
+                name: OPTION_COMPRESSION,
+                what: "compression",
+                hint: "; use .zt",
+            });
+        }
+        set
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
 
 /// Blobs at least this long go to 64 KiB boundaries under `align="auto"`.
 ///
@@ -53,8 +141,10 @@ impl Options {
     /// after), as every zt writer's output is, unless the caller syncs
     /// (`defer_sync`: a sharded checkpoint's shards, synced together).
     pub fn from_write_options(o: &WriteOptions) -> Options {
-        let canonical = matches!(o.align, None | Some(Align::Canonical)) && o.compression.is_none();
-        let align = match o.align {
+        let zt = ZtOptions::of(o);
+        let canonical =
+            matches!(zt.align, None | Some(Align::Canonical)) && zt.compression.is_none();
+        let align = match zt.align {
             Some(a) if !canonical => a,
             None if !canonical => Align::Auto,
             _ => Align::Canonical,
@@ -62,7 +152,7 @@ impl Options {
         Options {
             canonical,
             align: if canonical { Align::Canonical } else { align },
-            compression: o.compression,
+            compression: zt.compression,
             publish: !o.defer_sync,
             ..Options::default()
         }
