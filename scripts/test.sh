@@ -21,10 +21,11 @@ echo "==> pytest"
 python -m pytest -q tests --ignore=tests/torch
 echo "==> pytest: the PyTorch suite (tests/torch)"
 torch_stamp=.venv/.requirements-torch.sha
-torch_want=$(sha256sum requirements-torch.txt | cut -d' ' -f1)
+torch_want=$(cat requirements-torch.txt requirements-torch-nodeps.txt | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$torch_stamp" 2>/dev/null)" != "$torch_want" ]; then
   echo "==> installing torch and tensordict (requirements-torch.txt, large download)"
   python -m pip install --quiet -r requirements-torch.txt
+  python -m pip install --quiet --no-deps -r requirements-torch-nodeps.txt
   echo "$torch_want" > "$torch_stamp"
 fi
 python -m pytest -q tests/torch

@@ -422,6 +422,24 @@ impl RecordReader {
         })
     }
 
+    /// Open a Megatron indexed dataset (`PREFIX`, `PREFIX.idx` or
+    /// `PREFIX.bin`) as a Ragged source: its sequences, or with
+    /// `documents` its documents, as records.
+    #[staticmethod]
+    fn open_binidx(py: Python<'_>, path: PathBuf, documents: bool) -> PyResult<Self> {
+        let unit = if documents {
+            zrecord::binidx::Unit::Document
+        } else {
+            zrecord::binidx::Unit::Sequence
+        };
+        let reader = py
+            .detach(|| Reader::open_binidx(&path, unit))
+            .map_err(to_py)?;
+        Ok(RecordReader {
+            inner: RwLock::new(Some(Arc::new(reader))),
+        })
+    }
+
     /// `(dtype, ndim, item_shape or None)`; `dtype` as the schema spells it
     /// (a loaderx 2.8 name such as `"bfloat16"`, or a `dtype.str`).
     fn schema(&self) -> PyResult<(String, usize, Option<Vec<u64>>)> {

@@ -189,10 +189,12 @@ class _Base:
 
     # -- construction -------------------------------------------------------
 
-    def _open(self, path, dense, storage_options=None, many=None):
+    def _open(self, path, dense, storage_options=None, many=None, documents=None):
         self.path = _location(path)
         self._writer = None
-        if many is None:
+        if documents is not None:
+            self._reader = _zt.RecordReader.open_binidx(os.fspath(self.path), documents)
+        elif many is None:
             self._reader = _zt.RecordReader.open(os.fspath(self.path), dense, storage_options)
         else:
             self._reader = _zt.RecordReader.open_many([os.fspath(_location(p)) for p in many], dense, storage_options)
@@ -429,6 +431,22 @@ class Ragged(_Base):
         paths = list(paths)
         self = cls.__new__(cls)
         self._open(paths[0] if paths else "", False, storage_options, many=paths)
+        return self
+
+    @classmethod
+    def open_binidx(cls, path: PathLike, *, unit: str = "sequence") -> Self:
+        """Open a Megatron indexed dataset (``PREFIX``, ``PREFIX.idx`` or
+        ``PREFIX.bin``, as ``IndexedDatasetBuilder`` writes them) as a
+        rank-1 Ragged source: record ``i`` is sequence ``i``
+        (``IndexedDataset[i]``), or with ``unit="document"`` document ``i``
+        (its sequences end to end). Tokens are copied from the mapped
+        ``.bin``; the index is read from its mapping and checked record by
+        record (rule ``zrecord.Binidx``). ``Ragged.open(prefix)`` opens the
+        sequences too."""
+        if unit not in ("sequence", "document"):
+            raise ValueError(f"unit must be 'sequence' or 'document', got {unit!r}")
+        self = cls.__new__(cls)
+        self._open(path, False, documents=unit == "document")
         return self
 
     @classmethod

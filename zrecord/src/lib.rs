@@ -37,6 +37,7 @@
 
 #![deny(missing_docs)]
 
+pub mod binidx;
 pub mod codec;
 pub mod dataset;
 pub mod error;

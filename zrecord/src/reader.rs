@@ -67,6 +67,8 @@ enum Bytes {
     Remote(crate::remote::Objects),
     /// The stores of a dataset (see [`crate::dataset`]).
     Many(crate::dataset::Many),
+    /// A Megatron `.bin`/`.idx` pair (see [`crate::binidx`]).
+    Binidx(crate::binidx::Binidx),
 }
 
 /// A Ragged gather: payloads end to end, their byte offsets and shapes.
@@ -204,6 +206,15 @@ impl Reader {
         storage_options: &[(String, String)],
     ) -> Result<Reader> {
         let path = path.as_ref();
+        if !crate::remote::is_url(path) && crate::binidx::is_binidx(path) {
+            if dense == Some(true) {
+                return Err(Error::invalid(format!(
+                    "{} is a Megatron indexed dataset, which is Ragged",
+                    path.display()
+                )));
+            }
+            return Self::open_binidx(path, crate::binidx::Unit::Sequence);
+        }
         if is_manifest(path) {
             return crate::dataset::open_manifest(path, dense, storage_options);
         }
@@ -273,6 +284,40 @@ impl Reader {
     /// dataset manifest records of it (see [`crate::dataset`]).
     pub fn header_digest(&self) -> String {
         format!("xxh3-128:{:032x}", self.header_digest)
+    }
+
+    /// Open a Megatron indexed dataset (`PREFIX`, `PREFIX.idx` or
+    /// `PREFIX.bin`) as a Ragged source of rank 1 whose records are its
+    /// sequences or its documents (see [`crate::binidx`]).
+    pub fn open_binidx(path: impl AsRef<Path>, unit: crate::binidx::Unit) -> Result<Reader> {
+        let path = path.as_ref();
+        let binidx = crate::binidx::Binidx::open(path, unit)?;
+        let schema = Schema::ragged(binidx.typestr, 1)?;
+        let header = Header {
+            length: binidx.len(),
+            data_shards: 1,
+            codec: Codec::Raw,
+            tails: Vec::new(),
+            schema: Vec::new(),
+        };
+        Ok(Reader {
+            path: crate::binidx::paths(path).1,
+            _meta: None,
+            header,
+            schema,
+            bytes: Bytes::Binidx(binidx),
+            decoder: Decoder::new(Codec::Raw, None, Path::new(""))
+                .expect("a raw decoder needs nothing"),
+            header_digest: 0,
+        })
+    }
+
+    /// The Megatron pair this reader reads, if it reads one.
+    fn binidx_of(&self) -> Option<&crate::binidx::Binidx> {
+        match &self.bytes {
+            Bytes::Binidx(binidx) => Some(binidx),
+            _ => None,
+        }
     }
 
     /// The stores of a dataset, or `None` for one store.
@@ -393,7 +438,7 @@ impl Reader {
             Bytes::Mapped { locs, shards } => (locs.as_deref().unwrap_or(&[]), shards),
             #[cfg(feature = "remote")]
             Bytes::Remote(_) => (&[], &[]),
-            Bytes::Many(_) => (&[], &[]),
+            Bytes::Many(_) | Bytes::Binidx(_) => (&[], &[]),
         }
     }
 
@@ -411,6 +456,9 @@ impl Reader {
     pub fn record_lengths(&self, idxs: &[u64]) -> Result<Vec<u64>> {
         if let Some(many) = self.many_of() {
             return many.record_lengths(idxs);
+        }
+        if let Some(binidx) = self.binidx_of() {
+            return binidx.record_lengths(idxs);
         }
         self.check_indices(idxs)?;
         #[cfg(feature = "remote")]
@@ -563,11 +611,14 @@ impl Reader {
         if let Some(many) = self.many_of() {
             return many.gather_ragged_into(idxs, words, ndim, &self.path);
         }
+        if let Some(binidx) = self.binidx_of() {
+            return binidx.gather_ragged_into(idxs, words);
+        }
         self.check_indices(idxs)?;
         #[cfg(feature = "remote")]
         let remote_locs = match &self.bytes {
             Bytes::Remote(objects) => Some(objects.locs(self, idxs)?),
-            Bytes::Mapped { .. } | Bytes::Many(_) => None,
+            Bytes::Mapped { .. } | Bytes::Many(_) | Bytes::Binidx(_) => None,
         };
         let prefix = self.schema.shape_prefix_bytes();
         let mut offsets = try_vec(idxs.len() + 1, &self.path, "Ragged offsets")?;

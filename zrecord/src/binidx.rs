@@ -1,0 +1,305 @@
+//! Megatron's indexed datasets (`PREFIX.bin` + `PREFIX.idx`, what
+//! `megatron.core.datasets.indexed_dataset.IndexedDatasetBuilder` writes
+//! and every pretraining corpus in the Megatron world ships) read as a
+//! Ragged source of rank 1: record `i` is sequence `i` (or, with
+//! [`Unit::Document`], document `i`: its sequences end to end), its tokens
+//! copied from the mapped `.bin`.
+//!
+//! `.idx`, little-endian: `MMIDIDX\0\0`, version u64 (1), dtype code u8
+//! (1 u8, 2 i8, 3 i16, 4 i32, 5 i64, 6 f64, 7 f32, 8 u16), sequence count
+//! u64, document count u64, then the sequence lengths (i32, in elements),
+//! the sequence pointers (i64, byte offsets into `.bin`) and the document
+//! indices (i64: the first sequence of each document, then the count),
+//! and for a multimodal dataset one i8 mode per sequence.
+//!
+//! Nothing is trusted: the counts must fit the file before anything is
+//! read, and every record's bytes are checked against `.bin` when it is
+//! gathered (the index is read from its mapping, never copied, so opening
+//! a corpus of any size costs the same). A refusal cites rule
+//! `zrecord.Binidx`.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use memmap2::Mmap;
+
+use crate::error::{Error, Result};
+use crate::reader::RaggedBatch;
+
+/// What a binidx refusal cites.
+pub const RULE: &str = "zrecord.Binidx";
+
+const MAGIC: &[u8; 9] = b"MMIDIDX\x00\x00";
+/// Magic, version, dtype code, sequence count, document count.
+const HEADER: u64 = 9 + 8 + 1 + 8 + 8;
+
+/// What a record is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unit {
+    /// One sequence (`IndexedDataset[i]`).
+    Sequence,
+    /// One document: its sequences, which lie end to end in `.bin`.
+    Document,
+}
+
+/// An opened binidx pair.
+pub(crate) struct Binidx {
+    idx: Mmap,
+    /// `None` for an empty `.bin`.
+    bin: Option<Mmap>,
+    bin_path: PathBuf,
+    idx_path: PathBuf,
+    /// Bytes per token.
+    pub(crate) itemsize: u64,
+    /// NumPy's `dtype.str` of the tokens.
+    pub(crate) typestr: &'static str,
+    sequences: u64,
+    documents: u64,
+    unit: Unit,
+}
+
+fn refuse(path: &Path, reason: impl Into<String>) -> Error {
+    Error::Dataset {
+        path: path.to_path_buf(),
+        rule: RULE,
+        reason: reason.into(),
+    }
+}
+
+/// `PREFIX.idx` and `PREFIX.bin` from a prefix or either file's name.
+pub fn paths(path: &Path) -> (PathBuf, PathBuf) {
+    let text = path.to_string_lossy();
+    let prefix = text
+        .strip_suffix(".idx")
+        .or_else(|| text.strip_suffix(".bin"))
+        .unwrap_or(&text);
+    (
+        PathBuf::from(format!("{prefix}.idx")),
+        PathBuf::from(format!("{prefix}.bin")),
+    )
+}
+
+/// True if `path` names a binidx pair (a `.idx`/`.bin` name, or a prefix
+/// whose `.idx` exists).
+pub fn is_binidx(path: &Path) -> bool {
+    let (idx, _) = paths(path);
+    path.extension().is_some_and(|e| e == "idx" || e == "bin") || idx.is_file()
+}
+
+fn map_file(path: &Path) -> Result<(Option<Mmap>, u64)> {
+    let file: File = zt_fsutil::open_regular(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => Error::NotFound { path: path.into() },
+        _ => Error::io(path, e),
+    })?;
+    let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
+    if len == 0 {
+        return Ok((None, 0));
+    }
+    // SAFETY: read-only mapping of a regular file; a corpus is not
+    // rewritten while read (as for loaderx stores, whose readers map too).
+    let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(path, e))?;
+    Ok((Some(map), len))
+}
+
+impl Binidx {
+    /// Open the pair `path` names, its records `unit`s.
+    pub(crate) fn open(path: &Path, unit: Unit) -> Result<Binidx> {
+        let (idx_path, bin_path) = paths(path);
+        let (idx, idx_len) = map_file(&idx_path)?;
+        let idx = idx.ok_or_else(|| refuse(&idx_path, "the index is empty"))?;
+        if idx_len < HEADER || &idx[..9] != MAGIC {
+            return Err(refuse(
+                &idx_path,
+                "not a Megatron index (no MMIDIDX header)",
+            ));
+        }
+        let version = u64::from_le_bytes(idx[9..17].try_into().expect("8 bytes"));
+        if version != 1 {
+            return Err(refuse(
+                &idx_path,
+                format!("index version {version}; version 1 is read"),
+            ));
+        }
+        let (itemsize, typestr) = match idx[17] {
+            1 => (1, "|u1"),
+            2 => (1, "|i1"),
+            3 => (2, "<i2"),
+            4 => (4, "<i4"),
+            5 => (8, "<i8"),
+            6 => (8, "<f8"),
+            7 => (4, "<f4"),
+            8 => (2, "<u2"),
+            code => return Err(refuse(&idx_path, format!("unknown dtype code {code}"))),
+        };
+        let sequences = u64::from_le_bytes(idx[18..26].try_into().expect("8 bytes"));
+        let documents = u64::from_le_bytes(idx[26..34].try_into().expect("8 bytes"));
+        // Lengths (4), pointers (8), document indices (8), and optionally
+        // one mode byte per sequence: the counts must fit the file.
+        let need = sequences
+            .checked_mul(12)
+            .and_then(|n| n.checked_add(documents.checked_mul(8)?))
+            .and_then(|n| n.checked_add(HEADER));
+        match need {
+            Some(need) if need == idx_len || Some(idx_len) == need.checked_add(sequences) => {}
+            _ => {
+                return Err(refuse(
+                    &idx_path,
+                    format!(
+                        "{sequences} sequences and {documents} document indices do not fit its {idx_len} bytes"
+                    ),
+                ))
+            }
+        }
+        let (bin, _) = map_file(&bin_path)?;
+        let out = Binidx {
+            idx,
+            bin,
+            bin_path,
+            idx_path,
+            itemsize,
+            typestr,
+            sequences,
+            documents,
+            unit,
+        };
+        if unit == Unit::Document && out.documents == 0 {
+            return Err(refuse(&out.idx_path, "no document indices"));
+        }
+        Ok(out)
+    }
+
+    /// Number of records.
+    pub(crate) fn len(&self) -> u64 {
+        match self.unit {
+            Unit::Sequence => self.sequences,
+            Unit::Document => self.documents - 1,
+        }
+    }
+
+    fn length(&self, i: u64) -> i32 {
+        let at = (HEADER + 4 * i) as usize;
+        i32::from_le_bytes(self.idx[at..at + 4].try_into().expect("4 bytes"))
+    }
+
+    fn pointer(&self, i: u64) -> i64 {
+        let at = (HEADER + 4 * self.sequences + 8 * i) as usize;
+        i64::from_le_bytes(self.idx[at..at + 8].try_into().expect("8 bytes"))
+    }
+
+    fn document(&self, j: u64) -> i64 {
+        let at = (HEADER + 12 * self.sequences + 8 * j) as usize;
+        i64::from_le_bytes(self.idx[at..at + 8].try_into().expect("8 bytes"))
+    }
+
+    /// Sequence `i`'s bytes in `.bin`: `(offset, length)`, checked.
+    fn sequence_span(&self, i: u64) -> Result<(u64, u64)> {
+        let (length, pointer) = (self.length(i), self.pointer(i));
+        let bin_len = self.bin.as_ref().map_or(0, |m| m.len() as u64);
+        let span = u64::try_from(length)
+            .ok()
+            .zip(u64::try_from(pointer).ok())
+            .and_then(|(n, at)| Some((at, n.checked_mul(self.itemsize)?)))
+            .filter(|&(at, n)| at.checked_add(n).is_some_and(|end| end <= bin_len));
+        span.ok_or_else(|| {
+            refuse(
+                &self.bin_path,
+                format!(
+                    "sequence {i}: {length} tokens at byte {pointer} do not lie in its {bin_len} bytes"
+                ),
+            )
+        })
+    }
+
+    /// Record `i`'s bytes in `.bin`: `(offset, length)`, checked.
+    fn span(&self, i: u64) -> Result<(u64, u64)> {
+        if self.unit == Unit::Sequence {
+            return self.sequence_span(i);
+        }
+        let (first, end) = (self.document(i), self.document(i + 1));
+        let range = u64::try_from(first)
+            .ok()
+            .zip(u64::try_from(end).ok())
+            .filter(|&(a, b)| a <= b && b <= self.sequences);
+        let Some((first, end)) = range else {
+            return Err(refuse(
+                &self.idx_path,
+                format!(
+                    "document {i}: sequences {first}..{end} are not within the {} sequences",
+                    self.sequences
+                ),
+            ));
+        };
+        if first == end {
+            return Ok((0, 0));
+        }
+        let (start, mut len) = self.sequence_span(first)?;
+        for s in first + 1..end {
+            let (at, n) = self.sequence_span(s)?;
+            if at != start + len {
+                return Err(refuse(
+                    &self.idx_path,
+                    format!("document {i}: sequence {s} does not follow the one before it in the data file"),
+                ));
+            }
+            len += n;
+        }
+        Ok((start, len))
+    }
+
+    pub(crate) fn record_lengths(&self, idxs: &[u64]) -> Result<Vec<u64>> {
+        self.check(idxs)?;
+        idxs.iter().map(|&i| Ok(self.span(i)?.1)).collect()
+    }
+
+    fn check(&self, idxs: &[u64]) -> Result<()> {
+        let len = self.len();
+        match idxs.iter().find(|&&i| i >= len) {
+            Some(&index) => Err(Error::OutOfRange { index, len }),
+            None => Ok(()),
+        }
+    }
+
+    pub(crate) fn gather_ragged_into(
+        &self,
+        idxs: &[u64],
+        mut words: Vec<u64>,
+    ) -> Result<RaggedBatch> {
+        self.check(idxs)?;
+        let spans = idxs
+            .iter()
+            .map(|&i| self.span(i))
+            .collect::<Result<Vec<_>>>()?;
+        let total: u64 = spans.iter().map(|s| s.1).sum();
+        let total =
+            usize::try_from(total).map_err(|_| Error::invalid("a gather larger than memory"))?;
+        words.clear();
+        words
+            .try_reserve_exact(total.div_ceil(8))
+            .map_err(|_| Error::Memory {
+                path: self.bin_path.clone(),
+                what: "a gather",
+                bytes: total as u64,
+            })?;
+        words.resize(total.div_ceil(8), 0);
+        let mut offsets = crate::reader::try_vec(idxs.len() + 1, &self.bin_path, "Ragged offsets")?;
+        let mut shapes = crate::reader::try_vec(idxs.len(), &self.bin_path, "Ragged shapes")?;
+        offsets.push(0);
+        // SAFETY: `words` holds `total.div_ceil(8)` initialized u64s.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr() as *mut u8, total) };
+        let data = self.bin.as_deref().unwrap_or(&[]);
+        let mut cursor = 0usize;
+        for &(at, n) in &spans {
+            let (at, n) = (at as usize, n as usize);
+            bytes[cursor..cursor + n].copy_from_slice(&data[at..at + n]);
+            cursor += n;
+            offsets.push(cursor as u64);
+            shapes.push((n as u64) / self.itemsize);
+        }
+        Ok(RaggedBatch {
+            words,
+            len: total,
+            offsets,
+            shapes,
+        })
+    }
+}
