@@ -14,7 +14,14 @@ use crate::fixtures::{
 use crate::http;
 
 /// The targets written in this crate whose seeds this module writes.
-pub const GENERATED: &[&str] = &["zrecord_dict", "index_json", "http_response", "dcp"];
+pub const GENERATED: &[&str] = &[
+    "zrecord_dict",
+    "zrecord_binidx",
+    "zrecord_manifest",
+    "index_json",
+    "http_response",
+    "dcp",
+];
 
 /// One seed: its file name and bytes.
 pub type Seed = zt::plugin::Seed;
@@ -36,6 +43,8 @@ pub fn generated() -> Vec<&'static str> {
 pub fn seeds(target: &str) -> Vec<Seed> {
     let seeds = match target {
         "zrecord_dict" => zrecord_dict(),
+        "zrecord_binidx" => zrecord_binidx(),
+        "zrecord_manifest" => zrecord_manifest(),
         "index_json" => index_json(),
         "http_response" => http_response(),
         "dcp" => dcp(),
@@ -119,6 +128,88 @@ fn index(weight_map: &[(&str, &str)], metadata: &str) -> Vec<u8> {
         entries.join(",\n")
     )
     .into_bytes()
+}
+
+/// Megatron pairs as `zrecord_binidx` takes them (`[idx length][idx][bin]`),
+/// as megatron-core's builder writes them: a corpus of three documents of
+/// i32 tokens, the same as u16, and one whose second pointer lies.
+fn zrecord_binidx() -> Vec<(&'static str, Vec<u8>)> {
+    fn pair(
+        code: u8,
+        itemsize: usize,
+        lengths: &[i32],
+        pointers: Option<&[i64]>,
+        docs: &[i64],
+    ) -> Vec<u8> {
+        let mut idx = b"MMIDIDX\x00\x00".to_vec();
+        idx.extend(1u64.to_le_bytes());
+        idx.push(code);
+        idx.extend((lengths.len() as u64).to_le_bytes());
+        idx.extend((docs.len() as u64).to_le_bytes());
+        idx.extend(lengths.iter().flat_map(|n| n.to_le_bytes()));
+        let mut at = 0i64;
+        let built: Vec<i64> = lengths
+            .iter()
+            .map(|&n| {
+                let p = at;
+                at += i64::from(n) * itemsize as i64;
+                p
+            })
+            .collect();
+        idx.extend(
+            pointers
+                .unwrap_or(&built)
+                .iter()
+                .flat_map(|n| n.to_le_bytes()),
+        );
+        idx.extend(docs.iter().flat_map(|n| n.to_le_bytes()));
+        let bin: Vec<u8> = (0..at as usize).map(|i| (i * 37 % 251) as u8).collect();
+        let mut out = (idx.len() as u32).to_le_bytes().to_vec();
+        out.extend(idx);
+        out.extend(bin);
+        out
+    }
+    let lengths = [3, 5, 1, 4, 2];
+    let docs = [0, 2, 3, 5];
+    vec![
+        ("corpus-i32.binidx", pair(4, 4, &lengths, None, &docs)),
+        ("corpus-u16.binidx", pair(8, 2, &lengths, None, &docs)),
+        (
+            "lying-pointer.binidx",
+            pair(4, 4, &lengths, Some(&[0, 9999, 32, 36, 52]), &docs),
+        ),
+    ]
+}
+
+/// Dataset manifests as `zrecord::dataset::Manifest::encode` writes them,
+/// and two it refuses.
+fn zrecord_manifest() -> Vec<(&'static str, Vec<u8>)> {
+    let digest = "xxh3-128:0123456789abcdef0123456789abcdef";
+    let manifest = zrecord::Manifest {
+        stores: vec![
+            zrecord::dataset::Entry {
+                path: "part-00000".into(),
+                records: 1000,
+                digest: digest.into(),
+            },
+            zrecord::dataset::Entry {
+                path: "s3://bucket/a \"quoted\" store".into(),
+                records: 0,
+                digest: digest.into(),
+            },
+        ],
+    };
+    vec![
+        ("two-stores.manifest", manifest.encode().into_bytes()),
+        (
+            "empty.manifest",
+            zrecord::Manifest { stores: vec![] }.encode().into_bytes(),
+        ),
+        (
+            "version-2.manifest",
+            br#"{"format": "zrecord-dataset", "version": 2, "stores": []}"#.to_vec(),
+        ),
+    ]
 }
 
 /// Indexes of the shards [`crate::fixtures::index_shards`] writes, valid

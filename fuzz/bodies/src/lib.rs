@@ -48,6 +48,8 @@ pub const WRITTEN: &[Written] = &[
     ("zt_cbor", zt_cbor),
     ("zrecord_meta", zrecord_meta),
     ("zrecord_dict", zrecord_dict),
+    ("zrecord_binidx", zrecord_binidx),
+    ("zrecord_manifest", zrecord_manifest),
     ("index_json", index_json),
     ("http_response", http_response),
     ("dcp", dcp),
@@ -466,6 +468,56 @@ pub fn zrecord_dict(data: &[u8]) {
             "a dictionary's own frame decodes to other bytes"
         );
     }
+}
+
+/// A Megatron `.bin`/`.idx` pair: the input is `[idx length: u32 LE][idx]
+/// [bin]` (a shorter input is all index), written as `input-N.idx` and
+/// `input-N.bin` and opened as sequences and as documents; the first 4096
+/// records of each are gathered and their lengths read. A gather that
+/// succeeds has an offset per record and as many bytes as its last offset.
+pub fn zrecord_binidx(data: &[u8]) {
+    use zrecord::binidx::Unit;
+    use zrecord::Reader;
+    let (idx, bin) = match data.get(..4) {
+        Some(head) => {
+            let n = u32::from_le_bytes(head.try_into().expect("4 bytes")) as usize;
+            let rest = &data[4..];
+            rest.split_at(n.min(rest.len()))
+        }
+        None => (data, &[][..]),
+    };
+    let prefix = scratch().join(format!("input-{}", slot()));
+    std::fs::write(prefix.with_extension("idx"), idx).expect("write the index");
+    std::fs::write(prefix.with_extension("bin"), bin).expect("write the data");
+    for unit in [Unit::Sequence, Unit::Document] {
+        let Ok(reader) = Reader::open_binidx(&prefix, unit) else {
+            continue;
+        };
+        let some: Vec<u64> = (0..reader.len().min(4096)).collect();
+        let _ = reader.record_lengths(&some);
+        if let Ok(batch) = reader.gather_ragged(&some) {
+            assert_eq!(batch.offsets.len(), some.len() + 1);
+            assert_eq!(batch.values().len() as u64, batch.offsets[some.len()]);
+        }
+    }
+    let _ = std::fs::remove_file(prefix.with_extension("idx"));
+    let _ = std::fs::remove_file(prefix.with_extension("bin"));
+}
+
+/// A dataset manifest (`zrecord::dataset::Manifest`): whatever decodes
+/// encodes to text that decodes to the same manifest.
+pub fn zrecord_manifest(data: &[u8]) {
+    use zrecord::Manifest;
+    let path = Path::new("train.json");
+    let Ok(manifest) = Manifest::decode(data, path) else {
+        return;
+    };
+    let again = Manifest::decode(manifest.encode().as_bytes(), path);
+    assert_eq!(
+        again.ok(),
+        Some(manifest),
+        "a manifest does not survive its own encoding"
+    );
 }
 
 /// Write the shards an `index_json` input may name into the scratch

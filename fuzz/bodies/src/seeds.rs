@@ -6,7 +6,8 @@
 //! [`SEEDS`]; `open_any` from both its own list and every plugin target's.
 //! `fuzz/make_seeds.py` writes most `fuzz/seeds/*` directories with the
 //! reference libraries (small files, committed); the PyTorch and HDF5
-//! fixtures are the test suite's own; `zrecord_dict`, `index_json`,
+//! fixtures are the test suite's own; `zrecord_dict`, `zrecord_binidx`,
+//! `zrecord_manifest`, `index_json`,
 //! `http_response` and `dcp`, whose inputs are one part of a whole the body
 //! supplies, and the plugin targets that make seeds in Rust, are written by
 //! `cargo run -p zt-fuzz-bodies --example make-seeds` ([`crate::generate`]).
@@ -33,6 +34,8 @@ pub const SEEDS: &[(&str, &[&str])] = &[
     ("zt_cbor", &["fuzz/seeds/zt_cbor"]),
     ("zrecord_meta", &["fuzz/seeds/zrecord_meta"]),
     ("zrecord_dict", &["fuzz/seeds/zrecord_dict"]),
+    ("zrecord_binidx", &["fuzz/seeds/zrecord_binidx"]),
+    ("zrecord_manifest", &["fuzz/seeds/zrecord_manifest"]),
     ("index_json", &["fuzz/seeds/index_json"]),
     ("http_response", &["fuzz/seeds/http_response"]),
     ("dcp", &["fuzz/seeds/dcp"]),
