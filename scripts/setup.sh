@@ -24,6 +24,21 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 
+# Azurite (Microsoft's Azure Storage emulator, an npm package) for the
+# object-storage tests, pinned, in the project-local .node/ (gitignored).
+# 3.35.0 is the newest that runs on Node 20 (3.36 needs Node 21+).
+AZURITE_VERSION=3.35.0
+if [ "$(cat .node/.azurite-version 2>/dev/null)" != "$AZURITE_VERSION" ]; then
+  echo "==> installing Azurite $AZURITE_VERSION (npm) into .node/"
+  if ! command -v npm >/dev/null; then
+    apt-get update -qq && apt-get install -y -qq nodejs npm >/dev/null
+  fi
+  mkdir -p .node
+  npm install --prefix .node --no-audit --no-fund --no-save --loglevel=error \
+    "azurite@$AZURITE_VERSION" >/dev/null
+  echo "$AZURITE_VERSION" > .node/.azurite-version
+fi
+
 echo "==> building the zt extension (release) and installing the package"
 export VIRTUAL_ENV="$VENV" PATH="$VENV/bin:$PATH"
 # The package brings the `zt` command ([project.scripts]: the Rust CLI inside

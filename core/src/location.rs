@@ -1,12 +1,13 @@
 //! Where a store lives. A location is a `Path`: a local file, or an
-//! object-storage URL (`s3://bucket/key`, `https://host/path`) carried as
+//! object-storage URL (`s3://bucket/key`, `gs://bucket/key`,
+//! `az://container/key`, `https://host/path`) carried as
 //! the path's text, so every context, listing and error names it the same
 //! way whichever backing serves it.
 
 use std::path::{Component, Path, PathBuf};
 
-/// URL schemes zt reads through object storage.
-pub const URL_SCHEMES: &[&str] = &["s3://", "http://", "https://"];
+/// URL schemes zt reads through object storage (zt-remote's list).
+pub const URL_SCHEMES: &[&str] = zt_remote::URL_SCHEMES;
 
 /// True if `location` is an object-storage URL rather than a local path.
 pub fn is_url(location: &Path) -> bool {
@@ -57,6 +58,15 @@ mod tests {
     fn urls_and_paths() {
         assert!(is_url(Path::new("s3://b/k.safetensors")));
         assert!(is_url(Path::new("https://h/a/b")));
+        for url in [
+            "gs://b/k",
+            "gcs://b/k",
+            "az://c/k",
+            "abfs://c/k",
+            "abfss://c/k",
+        ] {
+            assert!(is_url(Path::new(url)), "{url}");
+        }
         assert!(!is_url(Path::new("s3:/b/k")));
         assert!(!is_url(Path::new("./s3://b")));
         assert!(!is_url(Path::new("/data/model.pt")));
@@ -76,6 +86,17 @@ mod tests {
         assert_eq!(
             sibling(Path::new("https://h/a/m.zt"), "m-1.zt"),
             url("https://h/a/m-1.zt")
+        );
+        assert_eq!(
+            sibling(
+                Path::new("gs://b/dir/model.safetensors.index.json"),
+                "m-1.safetensors"
+            ),
+            url("gs://b/dir/m-1.safetensors")
+        );
+        assert_eq!(
+            sibling(Path::new("az://c/m.onnx"), "w.bin"),
+            url("az://c/w.bin")
         );
         assert_eq!(sibling(Path::new("m.onnx"), "w.bin"), url("./w.bin"));
         assert_eq!(sibling(Path::new("/d/m.onnx"), "w.bin"), url("/d/w.bin"));

@@ -1,15 +1,36 @@
-//! Configuration as users expect it: the standard AWS environment
-//! (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`,
-//! `AWS_REGION`, `AWS_ENDPOINT_URL[_S3]`, `AWS_ALLOW_HTTP`, ...), the shared
-//! config and credentials files of `AWS_PROFILE` (which `object_store` does
-//! not read itself), and explicit storage options, which win.
+//! Configuration as users expect it, for each backend:
+//!
+//! - S3: the standard AWS environment (`AWS_ACCESS_KEY_ID`,
+//!   `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, `AWS_REGION`,
+//!   `AWS_ENDPOINT_URL[_S3]`, `AWS_ALLOW_HTTP`, ...) and the shared config
+//!   and credentials files of `AWS_PROFILE` (which `object_store` does not
+//!   read itself);
+//! - Google Cloud Storage: `GOOGLE_APPLICATION_CREDENTIALS` (and the other
+//!   `GOOGLE_*` variables `object_store` knows: `GOOGLE_SERVICE_ACCOUNT`,
+//!   `GOOGLE_SERVICE_ACCOUNT_KEY`, ...), and `STORAGE_EMULATOR_HOST`, the
+//!   emulator's address Google's own clients read (requests to it are sent
+//!   unsigned, as theirs are);
+//! - Azure Blob Storage: `AZURE_STORAGE_CONNECTION_STRING` (which, like the
+//!   `connection_string` option, is then the whole configuration, as in
+//!   Azure's SDKs), else `AZURE_STORAGE_ACCOUNT_NAME`,
+//!   `AZURE_STORAGE_ACCOUNT_KEY`, `AZURE_STORAGE_SAS_TOKEN`,
+//!   `AZURE_STORAGE_ENDPOINT`, `AZURE_STORAGE_USE_EMULATOR` (Azurite at
+//!   `AZURITE_BLOB_STORAGE_URL`, default `http://127.0.0.1:10000`) and the
+//!   other `AZURE_*` variables `object_store` knows;
+//!
+//! and explicit storage options, which win.
 //!
 //! Storage options use `object_store`'s key names (`endpoint`, `region`,
 //! `access_key_id`, `secret_access_key`, `session_token`, `allow_http`,
-//! `virtual_hosted_style_request`, `skip_signature`, `timeout`, ...), the
-//! same names `obstore` takes, plus zt's own: `profile`, `part_size`,
-//! `concurrency`, `coalesce_gap`, `max_retries`, `retry_timeout`,
-//! `connect_timeout`, `cache`, `cache_bytes`, `spool`.
+//! `virtual_hosted_style_request`, `skip_signature`, `timeout`; for GCS
+//! `service_account`, `service_account_key`, `application_credentials`,
+//! `base_url`; for Azure `account_name`, `account_key`, `sas_token`,
+//! `use_emulator`, ...), the same names `obstore` takes, plus zt's own:
+//! `profile`, `connection_string`, `part_size`, `concurrency`,
+//! `coalesce_gap`, `max_retries`, `retry_timeout`, `connect_timeout`,
+//! `cache`, `cache_bytes`, `spool`. A key must be one the URL's backend
+//! knows; `endpoint` is GCS's `base_url` too. An `http://` endpoint allows
+//! plain HTTP.
 
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -17,8 +38,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use object_store::aws::{AmazonS3, AmazonS3Builder, AmazonS3ConfigKey};
+use object_store::azure::{AzureConfigKey, MicrosoftAzure, MicrosoftAzureBuilder};
+use object_store::gcp::{
+    GcpCredential, GoogleCloudStorage, GoogleCloudStorageBuilder, GoogleConfigKey,
+};
 use object_store::http::HttpBuilder;
-use object_store::{BackoffConfig, ClientConfigKey, ObjectStore, RetryConfig};
+use object_store::{
+    BackoffConfig, ClientConfigKey, ObjectStore, RetryConfig, StaticCredentialProvider,
+};
 
 use crate::error::{Error, ErrorKind, Result};
 
@@ -42,6 +69,9 @@ pub struct RemoteConfig {
     pub store_options: Vec<(String, String)>,
     /// The AWS profile to read from the shared files (`AWS_PROFILE` if unset).
     pub profile: Option<String>,
+    /// An Azure Storage connection string (`AZURE_STORAGE_CONNECTION_STRING`
+    /// if unset): the whole Azure configuration when given.
+    pub connection_string: Option<String>,
     /// Bytes per ranged GET of a large read, and per uploaded part.
     pub part_size: u64,
     /// Requests in flight for one read or upload.
@@ -70,6 +100,7 @@ impl Default for RemoteConfig {
         RemoteConfig {
             store_options: Vec::new(),
             profile: None,
+            connection_string: None,
             part_size: DEFAULT_PART_SIZE,
             concurrency: DEFAULT_CONCURRENCY,
             coalesce_gap: DEFAULT_COALESCE_GAP,
@@ -112,6 +143,9 @@ impl RemoteConfig {
             let (key, value) = (key.as_ref(), value.as_ref());
             match key {
                 "profile" | "aws_profile" => c.profile = Some(value.to_string()),
+                "connection_string" | "azure_storage_connection_string" => {
+                    c.connection_string = Some(value.to_string())
+                }
                 "part_size" => c.part_size = parse_number(key, value)?,
                 "concurrency" => c.concurrency = parse_number(key, value)?,
                 "coalesce_gap" => c.coalesce_gap = parse_number(key, value)?,
@@ -123,7 +157,12 @@ impl RemoteConfig {
                 "cache_bytes" => c.cache_bytes = parse_number(key, value)?,
                 "spool" => c.spool_dir = Some(PathBuf::from(value)),
                 other => {
-                    if AmazonS3ConfigKey::from_str(other).is_err() {
+                    // Any backend's key: the URL decides which applies,
+                    // and the store refuses one its backend does not know.
+                    if AmazonS3ConfigKey::from_str(other).is_err()
+                        && GoogleConfigKey::from_str(other).is_err()
+                        && AzureConfigKey::from_str(other).is_err()
+                    {
                         return Err(Error::new(
                             ErrorKind::Config,
                             other,
@@ -154,9 +193,7 @@ impl RemoteConfig {
     /// The same configuration with the `endpoint` option set (the CLI's
     /// `--endpoint`).
     pub fn with_endpoint(mut self, endpoint: &str) -> RemoteConfig {
-        self.store_options.retain(|(k, _)| {
-            AmazonS3ConfigKey::from_str(k).ok() != Some(AmazonS3ConfigKey::Endpoint)
-        });
+        self.store_options.retain(|(k, _)| !is_endpoint_key(k));
         self.store_options
             .push(("endpoint".into(), endpoint.into()));
         self
@@ -214,7 +251,7 @@ impl RemoteConfig {
         for (key, value) in &self.store_options {
             let k = key
                 .parse::<AmazonS3ConfigKey>()
-                .map_err(|e| Error::new(ErrorKind::Config, key, e.to_string()))?;
+                .map_err(|_| unknown_for(key, "S3"))?;
             b = b.with_config(k, value);
         }
         let endpoint = b.get_config_value(&AmazonS3ConfigKey::Endpoint);
@@ -243,6 +280,114 @@ impl RemoteConfig {
         Ok(store)
     }
 
+    /// Build the Google Cloud Storage store for `bucket`: the `GOOGLE_*`
+    /// environment (`GOOGLE_APPLICATION_CREDENTIALS`, ...), then
+    /// `STORAGE_EMULATOR_HOST` (an emulator's address: requests to it go
+    /// unsigned), then the options.
+    pub(crate) fn gcs_store(&self, bucket: &str) -> Result<GoogleCloudStorage> {
+        let url = format!("gs://{bucket}");
+        let mut b = GoogleCloudStorageBuilder::from_env();
+        for (key, value) in self.client_settings() {
+            b = b.with_config(GoogleConfigKey::Client(key), value);
+        }
+        let emulator = std::env::var("STORAGE_EMULATOR_HOST")
+            .ok()
+            .filter(|h| !h.trim().is_empty())
+            .map(|h| {
+                let h = h.trim().trim_end_matches('/');
+                if h.contains("://") {
+                    h.to_string()
+                } else {
+                    format!("http://{h}")
+                }
+            });
+        if let Some(base) = &emulator {
+            b = b
+                .with_base_url(base)
+                .with_config(GoogleConfigKey::SkipSignature, "true");
+        }
+        let mut allow_http_said = false;
+        for (key, value) in &self.store_options {
+            let k = if is_endpoint_key(key) {
+                GoogleConfigKey::BaseUrl
+            } else {
+                key.parse::<GoogleConfigKey>()
+                    .map_err(|_| unknown_for(key, "Google Cloud Storage"))?
+            };
+            allow_http_said |= k == GoogleConfigKey::Client(ClientConfigKey::AllowHttp);
+            b = b.with_config(k, value);
+        }
+        if b.get_config_value(&GoogleConfigKey::SkipSignature)
+            .is_some_and(|v| v.eq_ignore_ascii_case("true"))
+        {
+            // object_store skips the token for reads but still asks for one
+            // on uploads, from the instance metadata server when nothing
+            // else is configured: an empty static token keeps an unsigned
+            // store (an emulator, a public bucket) from ever calling it.
+            b = b.with_credentials(Arc::new(StaticCredentialProvider::new(GcpCredential {
+                bearer: String::new(),
+            })));
+        }
+        let plain = b
+            .get_config_value(&GoogleConfigKey::BaseUrl)
+            .is_some_and(|u| u.starts_with("http://"));
+        if plain && !allow_http_said {
+            b = b.with_config(GoogleConfigKey::Client(ClientConfigKey::AllowHttp), "true");
+        }
+        b.with_bucket_name(bucket)
+            .with_retry(self.retry())
+            .build()
+            .map_err(|e| Error::new(ErrorKind::Config, url, e.to_string()))
+    }
+
+    /// Build the Azure Blob Storage store for `container`: a connection
+    /// string (the `connection_string` option, else
+    /// `AZURE_STORAGE_CONNECTION_STRING`) is the whole configuration, as in
+    /// Azure's SDKs; without one the `AZURE_*` environment
+    /// (`AZURE_STORAGE_ACCOUNT_NAME`, `AZURE_STORAGE_ACCOUNT_KEY`,
+    /// `AZURE_STORAGE_USE_EMULATOR`, ...). The options come last.
+    pub(crate) fn azure_store(&self, container: &str) -> Result<MicrosoftAzure> {
+        let url = format!("az://{container}");
+        let connection = self.connection_string.clone().or_else(|| {
+            std::env::var("AZURE_STORAGE_CONNECTION_STRING")
+                .ok()
+                .filter(|s| !s.trim().is_empty())
+        });
+        let mut b = match &connection {
+            Some(text) => {
+                let mut b = MicrosoftAzureBuilder::new();
+                for (k, v) in parse_connection_string(text)
+                    .map_err(|why| Error::new(ErrorKind::Config, "connection_string", why))?
+                {
+                    b = b.with_config(k, v);
+                }
+                b
+            }
+            None => MicrosoftAzureBuilder::from_env(),
+        };
+        for (key, value) in self.client_settings() {
+            b = b.with_config(AzureConfigKey::Client(key), value);
+        }
+        let mut allow_http_said = false;
+        for (key, value) in &self.store_options {
+            let k = key
+                .parse::<AzureConfigKey>()
+                .map_err(|_| unknown_for(key, "Azure Blob Storage"))?;
+            allow_http_said |= k == AzureConfigKey::Client(ClientConfigKey::AllowHttp);
+            b = b.with_config(k, value);
+        }
+        let plain = b
+            .get_config_value(&AzureConfigKey::Endpoint)
+            .is_some_and(|u| u.starts_with("http://"));
+        if plain && !allow_http_said && std::env::var_os("AZURE_ALLOW_HTTP").is_none() {
+            b = b.with_config(AzureConfigKey::Client(ClientConfigKey::AllowHttp), "true");
+        }
+        b.with_container_name(container)
+            .with_retry(self.retry())
+            .build()
+            .map_err(|e| Error::new(ErrorKind::Config, url, e.to_string()))
+    }
+
     /// Build the HTTP store for `origin` (`http(s)://host[:port]`).
     pub(crate) fn http_store(&self, origin: &str) -> Result<Arc<dyn ObjectStore>> {
         let mut b = HttpBuilder::new().with_url(origin).with_retry(self.retry());
@@ -263,6 +408,75 @@ impl RemoteConfig {
             .map_err(|e| Error::new(ErrorKind::Config, origin, e.to_string()))?;
         Ok(Arc::new(store))
     }
+}
+
+/// True for any backend's name of the endpoint option (`endpoint`,
+/// `aws_endpoint_url`, `azure_storage_endpoint`, ...).
+fn is_endpoint_key(key: &str) -> bool {
+    key.parse::<AmazonS3ConfigKey>().ok() == Some(AmazonS3ConfigKey::Endpoint)
+        || key.parse::<AzureConfigKey>().ok() == Some(AzureConfigKey::Endpoint)
+}
+
+fn unknown_for(key: &str, backend: &str) -> Error {
+    Error::new(
+        ErrorKind::Config,
+        key,
+        format!("unknown storage option for {backend}"),
+    )
+}
+
+/// The settings of an Azure Storage connection string
+/// (`Key=Value;Key=Value`): `AccountName`, `AccountKey`,
+/// `SharedAccessSignature`, `BlobEndpoint` (else
+/// `DefaultEndpointsProtocol` and `EndpointSuffix` make one), and
+/// `UseDevelopmentStorage=true` (Azurite). Other services' endpoints are
+/// ignored.
+pub fn parse_connection_string(
+    text: &str,
+) -> std::result::Result<Vec<(AzureConfigKey, String)>, String> {
+    let mut fields: Vec<(String, String)> = Vec::new();
+    for item in text.split(';').map(str::trim).filter(|s| !s.is_empty()) {
+        let (k, v) = item
+            .split_once('=')
+            .ok_or_else(|| format!("{item:?} is not Key=Value"))?;
+        fields.push((k.trim().to_ascii_lowercase(), v.trim().to_string()));
+    }
+    let get = |name: &str| {
+        fields
+            .iter()
+            .rev()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    };
+    let mut out = Vec::new();
+    if get("usedevelopmentstorage").is_some_and(|v| v.eq_ignore_ascii_case("true")) {
+        out.push((AzureConfigKey::UseEmulator, "true".to_string()));
+    }
+    let account = get("accountname");
+    if let Some(name) = &account {
+        out.push((AzureConfigKey::AccountName, name.clone()));
+    }
+    if let Some(key) = get("accountkey") {
+        out.push((AzureConfigKey::AccessKey, key));
+    }
+    if let Some(sas) = get("sharedaccesssignature") {
+        out.push((AzureConfigKey::SasKey, sas));
+    }
+    let endpoint = get("blobendpoint").or_else(|| {
+        let suffix = get("endpointsuffix")?;
+        let protocol = get("defaultendpointsprotocol").unwrap_or_else(|| "https".into());
+        Some(format!(
+            "{protocol}://{}.blob.{suffix}",
+            account.as_deref()?
+        ))
+    });
+    if let Some(endpoint) = endpoint {
+        out.push((AzureConfigKey::Endpoint, endpoint));
+    }
+    if out.is_empty() {
+        return Err("names no account, key, endpoint or development storage".into());
+    }
+    Ok(out)
 }
 
 /// The shared config and credentials files (`AWS_CONFIG_FILE`,
@@ -395,6 +609,60 @@ mod tests {
                 ErrorKind::Config
             );
         }
+    }
+
+    #[test]
+    fn every_backends_keys_are_options() {
+        let c = RemoteConfig::from_options(&[
+            ("service_account", "/k.json"),
+            ("account_name", "devstoreaccount1"),
+            ("connection_string", "UseDevelopmentStorage=true"),
+        ])
+        .unwrap();
+        assert_eq!(c.store_options.len(), 2);
+        assert_eq!(
+            c.connection_string.as_deref(),
+            Some("UseDevelopmentStorage=true")
+        );
+        // A key of another backend is refused when the store is built.
+        let e = c.s3_store("b").unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Config);
+        let e = c.gcs_store("b").unwrap_err();
+        assert!(e.to_string().contains("Google Cloud Storage"), "{e}");
+    }
+
+    #[test]
+    fn connection_strings() {
+        let azurite = "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;\
+            AccountKey=a2V5==;BlobEndpoint=http://127.0.0.1:10000/devstoreaccount1;\
+            QueueEndpoint=http://127.0.0.1:10001/devstoreaccount1;";
+        assert_eq!(
+            parse_connection_string(azurite).unwrap(),
+            [
+                (AzureConfigKey::AccountName, "devstoreaccount1".into()),
+                (AzureConfigKey::AccessKey, "a2V5==".into()),
+                (
+                    AzureConfigKey::Endpoint,
+                    "http://127.0.0.1:10000/devstoreaccount1".into()
+                ),
+            ]
+        );
+        assert_eq!(
+            parse_connection_string(
+                "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=k;EndpointSuffix=core.windows.net"
+            )
+            .unwrap()[2],
+            (
+                AzureConfigKey::Endpoint,
+                "https://acct.blob.core.windows.net".into()
+            )
+        );
+        assert_eq!(
+            parse_connection_string("UseDevelopmentStorage=true").unwrap(),
+            [(AzureConfigKey::UseEmulator, "true".into())]
+        );
+        assert!(parse_connection_string("nonsense").is_err());
+        assert!(parse_connection_string("QueueEndpoint=x").is_err());
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! # zt-remote: object storage for zt
 //!
-//! Reading objects of S3-compatible stores (`s3://bucket/key`) and of HTTP
-//! servers that honour `Range` (`https://host/path`) the way a tensor
+//! Reading objects of S3-compatible stores (`s3://bucket/key`), Google Cloud
+//! Storage (`gs://bucket/key`), Azure Blob Storage (`az://container/key`,
+//! `abfs://`) and of HTTP servers that honour `Range`
+//! (`https://host/path`) the way a tensor
 //! reader needs: metadata in one or two concurrent requests, structure
 //! walks from a small cache, tensor bytes by parallel ranged GETs straight
 //! into the caller's buffer, every request pinned to the version opened;
@@ -36,6 +38,12 @@ pub mod upload;
 pub mod url;
 
 pub use error::{Error, ErrorKind, Result};
+
+/// The URL schemes object storage serves (`url::ObjectUrl` parses each),
+/// for callers that tell a URL from a local path without the client.
+pub const URL_SCHEMES: &[&str] = &[
+    "s3://", "gs://", "gcs://", "az://", "abfs://", "abfss://", "http://", "https://",
+];
 #[cfg(feature = "client")]
 pub use {
     config::RemoteConfig,

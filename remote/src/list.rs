@@ -20,15 +20,16 @@ pub struct Listed {
     pub etag: Option<String>,
 }
 
-/// The objects directly under `prefix_url` (`s3://bucket/dir`), sorted by
+/// The objects directly under `prefix_url` (`s3://bucket/dir`,
+/// `gs://bucket/dir`, `az://container/dir`), sorted by
 /// name.
 pub fn list(prefix_url: &str, config: &RemoteConfig) -> Result<Vec<Listed>> {
     let url = ObjectUrl::parse(prefix_url)?;
-    if url.scheme != Scheme::S3 {
+    if url.scheme == Scheme::Http {
         return Err(Error::new(
             ErrorKind::Unsupported,
             prefix_url,
-            "listing needs an S3-compatible store; plain HTTP servers cannot list",
+            "listing needs object storage (s3://, gs://, az://); plain HTTP servers cannot list",
         ));
     }
     let store = store_for(&url, config)?;

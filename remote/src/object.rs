@@ -28,7 +28,7 @@ use crate::config::RemoteConfig;
 use crate::error::{Error, ErrorKind, Result};
 use crate::plan::{plan, Fetch};
 use crate::runtime::{block_on, stats, store_for, Stats};
-use crate::url::ObjectUrl;
+use crate::url::{ObjectUrl, Scheme};
 
 /// Bytes fetched from the start of an object when it is opened.
 pub const HEAD_BYTES: u64 = 1 << 20;
@@ -250,10 +250,23 @@ impl RemoteObject {
             ));
         }
         let store = store_for(&url, &config)?;
-        let (head, tail) = block_on(futures::future::join(
-            fetch_probe(store.as_ref(), &url, GetRange::Bounded(0..HEAD_BYTES)),
-            fetch_probe(store.as_ref(), &url, GetRange::Suffix(TAIL_BYTES)),
-        ))?;
+        let head_range = GetRange::Bounded(0..HEAD_BYTES);
+        // Azure Blob Storage has no suffix ranges: its tail is asked for
+        // once the head's response gave the size (two round trips instead
+        // of one, for objects past the head only).
+        let suffix = url.scheme != Scheme::Azure;
+        let (head, tail) = if suffix {
+            let (head, tail) = block_on(futures::future::join(
+                fetch_probe(store.as_ref(), &url, head_range),
+                fetch_probe(store.as_ref(), &url, GetRange::Suffix(TAIL_BYTES)),
+            ))?;
+            (head, Some(tail))
+        } else {
+            (
+                block_on(fetch_probe(store.as_ref(), &url, head_range))?,
+                None,
+            )
+        };
         let (meta, head) = match head {
             Ok((meta, start, body)) => (meta, Some((start, body))),
             // An empty object has no byte 0 to range over: ask for its size.
@@ -273,6 +286,19 @@ impl RemoteObject {
         if let Some((start, body)) = head {
             cache.insert(start, body);
         }
+        let tail = match tail {
+            Some(tail) => tail,
+            None if meta.size > HEAD_BYTES => {
+                let start = meta.size.saturating_sub(TAIL_BYTES).max(HEAD_BYTES);
+                block_on(fetch_probe(
+                    store.as_ref(),
+                    &url,
+                    GetRange::Bounded(start..meta.size),
+                ))?
+            }
+            // The head holds the whole object.
+            None => Ok((meta.clone(), 0, Bytes::new())),
+        };
         match tail {
             Ok((tail_meta, start, body)) if meta.size > 0 => {
                 version.confirm(&url.text, meta.size, &tail_meta)?;
@@ -533,6 +559,11 @@ impl RemoteObject {
             .get_opts(&self.url.path(), options)
             .await
             .map_err(|e| Error::from_store(url, e))?;
+        // First the version (before a byte of the body lands in `buf`,
+        // which may be a cache entry's mapping): a server that ignored
+        // `If-Match` and answers from a replaced object of another size
+        // sends another range too, and the cause to report is the change.
+        self.version.confirm(url, self.size, &result.meta)?;
         if result.range != (start..end) {
             return Err(Error::new(
                 ErrorKind::BadResponse,
@@ -543,9 +574,6 @@ impl RemoteObject {
                 ),
             ));
         }
-        // Before a byte of the body lands in `buf`, which may be a cache
-        // entry's mapping.
-        self.version.confirm(url, self.size, &result.meta)?;
         read_body(result.into_stream(), url, start, buf).await
     }
 

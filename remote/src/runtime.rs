@@ -13,6 +13,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use object_store::aws::AmazonS3;
+use object_store::azure::MicrosoftAzure;
+use object_store::gcp::GoogleCloudStorage;
+use object_store::multipart::MultipartStore;
 use object_store::ObjectStore;
 use tokio::runtime::Runtime;
 
@@ -29,6 +32,11 @@ const RUNTIME_THREADS: usize = 2;
 pub enum Backend {
     /// An S3-compatible store.
     S3(Arc<AmazonS3>),
+    /// Google Cloud Storage (its XML API: ranged GETs, multipart uploads).
+    Gcs(Arc<GoogleCloudStorage>),
+    /// Azure Blob Storage (block blobs: a multipart upload is blocks
+    /// committed by one block list).
+    Azure(Arc<MicrosoftAzure>),
     /// A plain HTTP server.
     Http(Arc<dyn ObjectStore>),
 }
@@ -38,7 +46,20 @@ impl Backend {
     pub fn store(&self) -> Arc<dyn ObjectStore> {
         match self {
             Backend::S3(s3) => Arc::clone(s3) as Arc<dyn ObjectStore>,
+            Backend::Gcs(gcs) => Arc::clone(gcs) as Arc<dyn ObjectStore>,
+            Backend::Azure(azure) => Arc::clone(azure) as Arc<dyn ObjectStore>,
             Backend::Http(http) => Arc::clone(http),
+        }
+    }
+
+    /// The store's multipart uploads by id: every backend but plain HTTP,
+    /// which is read-only.
+    pub fn multipart(&self) -> Option<Arc<dyn MultipartStore>> {
+        match self {
+            Backend::S3(s3) => Some(Arc::clone(s3) as Arc<dyn MultipartStore>),
+            Backend::Gcs(gcs) => Some(Arc::clone(gcs) as Arc<dyn MultipartStore>),
+            Backend::Azure(azure) => Some(Arc::clone(azure) as Arc<dyn MultipartStore>),
+            Backend::Http(_) => None,
         }
     }
 }
@@ -97,6 +118,8 @@ pub fn backend_for(url: &ObjectUrl, config: &RemoteConfig) -> Result<Backend> {
         }
         let backend = match url.scheme {
             Scheme::S3 => Backend::S3(Arc::new(config.s3_store(&url.root)?)),
+            Scheme::Gcs => Backend::Gcs(Arc::new(config.gcs_store(&url.root)?)),
+            Scheme::Azure => Backend::Azure(Arc::new(config.azure_store(&url.root)?)),
             Scheme::Http => Backend::Http(config.http_store(&url.root)?),
         };
         s.stores.insert(key, backend.clone());

@@ -20,7 +20,7 @@ use object_store::{ObjectStore, PutPayload};
 
 use crate::config::{spool_dir, RemoteConfig};
 use crate::error::{Error, ErrorKind, Result};
-use crate::runtime::{backend_for, block_on, stats, Backend, Stats};
+use crate::runtime::{backend_for, block_on, stats, Stats};
 use crate::url::{ObjectUrl, Scheme};
 
 /// A private directory for building files that will be uploaded, removed
@@ -148,11 +148,14 @@ pub fn abort_orphans(config: &RemoteConfig) -> Vec<String> {
         let Ok(parsed) = ObjectUrl::parse(url) else {
             continue;
         };
-        let Ok(Backend::S3(s3)) = backend_for(&parsed, config) else {
+        let Some(store) = backend_for(&parsed, config)
+            .ok()
+            .and_then(|b| b.multipart())
+        else {
             continue;
         };
         Stats::count(&stats().puts, 1);
-        let done = block_on(s3.abort_multipart(&parsed.path(), &id.to_string()));
+        let done = block_on(store.abort_multipart(&parsed.path(), &id.to_string()));
         match done {
             Ok(Ok(())) | Ok(Err(object_store::Error::NotFound { .. })) => {
                 let _ = std::fs::remove_file(&path);
@@ -164,7 +167,8 @@ pub fn abort_orphans(config: &RemoteConfig) -> Vec<String> {
     aborted
 }
 
-/// Upload the local file `local` to `url` (S3 only): one PUT when it fits
+/// Upload the local file `local` to `url` (S3, GCS or Azure; not plain
+/// HTTP): one PUT when it fits
 /// in a part, else a multipart upload of `part_size` parts, `concurrency`
 /// in flight, completed only when every part is in; any error aborts it.
 /// Returns the bytes uploaded.
@@ -177,14 +181,16 @@ pub fn upload_file(local: &Path, url: &str, config: &RemoteConfig) -> Result<u64
             "names a bucket or prefix, not an object",
         ));
     }
-    let Backend::S3(s3) = backend_for(&target, config)? else {
+    let backend = backend_for(&target, config)?;
+    let Some(multipart) = backend.multipart() else {
         return Err(Error::new(
             ErrorKind::Unsupported,
             url,
-            "writing needs an S3-compatible store; plain HTTP servers are read-only",
+            "writing needs object storage (s3://, gs://, az://); plain HTTP servers are read-only",
         ));
     };
-    debug_assert_eq!(target.scheme, Scheme::S3);
+    let store = backend.store();
+    debug_assert_ne!(target.scheme, Scheme::Http);
     abort_orphans(config);
     let file = Arc::new(File::open(local).map_err(|e| Error::io(local.display(), e))?);
     let size = file
@@ -198,18 +204,18 @@ pub fn upload_file(local: &Path, url: &str, config: &RemoteConfig) -> Result<u64
             .map_err(|e| Error::io(local.display(), e))?;
         Stats::count(&stats().puts, 1);
         Stats::count(&stats().bytes_out, size);
-        block_on(s3.put_opts(&path, PutPayload::from(data), Default::default()))?
+        block_on(store.put_opts(&path, PutPayload::from(data), Default::default()))?
             .map_err(|e| Error::from_store(url, e))?;
         return Ok(size);
     }
     Stats::count(&stats().puts, 1);
-    let id = block_on(s3.create_multipart(&path))?.map_err(|e| Error::from_store(url, e))?;
+    let id = block_on(multipart.create_multipart(&path))?.map_err(|e| Error::from_store(url, e))?;
     let journal = Journal::record(config, url, &id)?;
-    let result = send_parts(&s3, &path, &id, &file, size, config, url);
+    let result = send_parts(&multipart, &path, &id, &file, size, config, url);
     let outcome = match result {
         Ok(parts) => {
             Stats::count(&stats().puts, 1);
-            block_on(s3.complete_multipart(&path, &id, parts))?
+            block_on(multipart.complete_multipart(&path, &id, parts))?
                 .map(|_| size)
                 .map_err(|e| Error::from_store(url, e))
         }
@@ -217,7 +223,7 @@ pub fn upload_file(local: &Path, url: &str, config: &RemoteConfig) -> Result<u64
     };
     if outcome.is_err() {
         Stats::count(&stats().puts, 1);
-        let _ = block_on(s3.abort_multipart(&path, &id));
+        let _ = block_on(multipart.abort_multipart(&path, &id));
     }
     drop(journal);
     outcome
@@ -225,7 +231,7 @@ pub fn upload_file(local: &Path, url: &str, config: &RemoteConfig) -> Result<u64
 
 /// Send every part of `file`; the part ids in order.
 fn send_parts(
-    s3: &Arc<object_store::aws::AmazonS3>,
+    multipart: &Arc<dyn MultipartStore>,
     path: &object_store::path::Path,
     id: &String,
     file: &Arc<File>,
@@ -237,7 +243,7 @@ fn send_parts(
     let count = size.div_ceil(part) as usize;
     let work = futures::stream::iter(0..count)
         .map(|i| {
-            let (s3, file) = (Arc::clone(s3), Arc::clone(file));
+            let (multipart, file) = (Arc::clone(multipart), Arc::clone(file));
             async move {
                 let start = i as u64 * part;
                 let len = part.min(size - start) as usize;
@@ -250,7 +256,8 @@ fn send_parts(
                 .map_err(|e| Error::new(ErrorKind::Io, url, e.to_string()))?;
                 Stats::count(&stats().puts, 1);
                 Stats::count(&stats().bytes_out, len as u64);
-                s3.put_part(path, id, i, PutPayload::from(data))
+                multipart
+                    .put_part(path, id, i, PutPayload::from(data))
                     .await
                     .map_err(|e| Error::from_store(url, e))
             }
