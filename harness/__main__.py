@@ -47,14 +47,14 @@ COMPARISONS = {
         open_bench.header,
     ),
     "cold": (
-        dict(layers=1, vocab=8_000, runs=2),
+        dict(layers=1, vocab=8_000, runs=1, hidden=1024),
         # 9 cold runs: on a shared disk `cat` alone varied 3x run to run with 5.
         dict(layers=2, vocab=36_000, runs=9),
         cold_bench.run,
         cold_bench.header,
     ),
     "load_into": (
-        dict(size_mb=32, runs=2),
+        dict(size_mb=32, runs=2, rss=False),
         dict(size_mb=512, runs=7),
         load_into_bench.run,
         load_into_bench.header,
@@ -79,7 +79,7 @@ COMPARISONS = {
         read_onnx.header,
     ),
     "write": (
-        dict(size_mb=32, runs=3),
+        dict(size_mb=16, runs=2),
         dict(size_mb=512, runs=5),
         write_bench.run,
         write_bench.header,
@@ -91,7 +91,7 @@ COMPARISONS = {
         read_gguf.header,
     ),
     "formats": (
-        dict(layers=2, hidden=1024, intermediate=4096, heads=16, kv_heads=4, vocab=8_000, runs=2),
+        dict(layers=2, hidden=1024, intermediate=4096, heads=16, kv_heads=4, vocab=8_000, runs=1),
         dict(**read_formats.LLAMA_3_2_1B, runs=5),
         read_formats.run,
         read_formats.header,
@@ -121,13 +121,13 @@ COMPARISONS = {
         sampler_bench.header,
     ),
     "tensordict": (
-        dict(size_mb=16, runs=2, small_leaves=64),
+        dict(size_mb=16, runs=1, small_leaves=64),
         dict(size_mb=256, runs=15, small_leaves=512),
         saveopen_bench.run,
         saveopen_bench.header,
     ),
     "loader": (
-        dict(records=600, batches=20, runs=1),
+        dict(records=600, batches=10, runs=1, batch=64),
         dict(records=2500, batches=200, runs=5),
         loader_bench.run,
         loader_bench.header,
@@ -139,7 +139,7 @@ COMPARISONS = {
         ranks_bench.header,
     ),
     "stores": (
-        dict(vision=48, tokens=4096, ragged=4096, runs=2, write_rounds=1, batches=4),
+        dict(vision=48, tokens=512, ragged=1024, runs=1, write_rounds=1, batches=4),
         dict(vision=2500, tokens=200_000, ragged=200_000, runs=5, write_rounds=3, batches=40),
         stores_bench.run,
         stores_bench.header,
@@ -151,14 +151,14 @@ COMPARISONS = {
         remote_bench.header,
     ),
     "checkpoints": (
-        dict(runs=1, model=checkpoint_bench.QUICK_MODEL, ranks=1, shard_mb=10),
+        dict(runs=1, model=checkpoint_bench.QUICK_MODEL, ranks=1, shard_mb=10, warmup=0),
         # Saved from 4 torchrun ranks; 1.7 GiB in all fits this VM's minutes.
         dict(runs=5, model=checkpoint_bench.FULL_MODEL, ranks=4, shard_mb=100),
         checkpoint_bench.run,
         checkpoint_bench.header,
     ),
     "zrecord": (
-        dict(vision=48, tokens=8192, ragged=8192, runs=2, write_rounds=1, batches=8),
+        dict(vision=48, tokens=8192, ragged=8192, runs=1, write_rounds=1, batches=8),
         dict(vision=2500, tokens=200_000, ragged=200_000, runs=5, write_rounds=3, batches=40),
         zrecord_bench.run,
         zrecord_bench.header,

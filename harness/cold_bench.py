@@ -316,9 +316,11 @@ def summary_table(results: list[report.Result]) -> report.Result:
     )
 
 
-def run(layers: int, vocab: int, runs: int, formats: list[str] | None = None) -> list[report.Result]:
+def run(
+    layers: int, vocab: int, runs: int, formats: list[str] | None = None, hidden: int = 2048
+) -> list[report.Result]:
     work = common.bench_dir("cold")
-    shapes = read_formats.llama_shapes(layers, 2048, 8192, 32, 8, vocab)
+    shapes = read_formats.llama_shapes(layers, hidden, 4 * hidden, 32, 8, vocab)
     want = {k: common.digest(v) for k, v in read_formats.llama_arrays(shapes).items()}
     results = []
     for fmt in read_formats.FORMATS:
@@ -326,13 +328,13 @@ def run(layers: int, vocab: int, runs: int, formats: list[str] | None = None) ->
             continue
         if fmt.name == "pt" and not read_formats.importable("torch"):
             continue  # written by torch.save or not at all
-        r = measure_format(fmt, shapes, want, work, runs, 2048, layers)
+        r = measure_format(fmt, shapes, want, work, runs, hidden, layers)
         if r is not None:
             results.append(r)
     table = summary_table(results)
     fs = common.filesystem_of(work)
     table.notes.append(
-        f"{len(shapes)} tensors (Llama-shaped: {layers} layers, hidden 2048, vocabulary {vocab}, fp16), "
+        f"{len(shapes)} tensors (Llama-shaped: {layers} layers, hidden {hidden}, vocabulary {vocab}, fp16), "
         f"files on {fs} ({work}); page cache dropped before every run (posix_fadvise DONTNEED), checked with mincore."
     )
     if not read_formats.importable("torch"):

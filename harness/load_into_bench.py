@@ -168,7 +168,8 @@ def model_digests(d: Destination) -> dict[str, int]:
     return {k: common.digest(v.detach().numpy()) for k, v in d.model.state_dict().items()}
 
 
-def run(size_mb: int, runs: int) -> list[report.Result]:
+def run(size_mb: int, runs: int, rss: bool = True) -> list[report.Result]:
+    """`rss`: also each case's peak RSS, from a fresh process per case (off in --quick: each imports torch)."""
     work = common.bench_dir("load_into")
     path = work / f"model-{size_mb}.safetensors"
     arrays = model(size_mb)
@@ -217,7 +218,7 @@ def run(size_mb: int, runs: int) -> list[report.Result]:
                     f"max {max(cached, default=0):.3f} cached."
                 )
             extra = {}
-            if not cold:
+            if not cold and rss:
                 for name in group:
                     extra[name] = {"peak RSS over destination": f"{peak_rss(name, path) / 2**20:.0f} MiB"}
                 notes.append(

@@ -193,7 +193,7 @@ def token_corpus(min_tokens: int) -> tuple[np.ndarray, np.ndarray, dict]:
         meta = json.loads(meta_path.read_text())
         if meta["tokens"] >= min_tokens or meta["exhausted"]:
             return np.load(base / "tokens.npy", mmap_mode="r"), np.load(base / "ends.npy"), meta
-    budget = max(min_tokens, 1 << 20)
+    budget = max(min_tokens, 1 << 18)
     tk = gpt2_tokenizer()
     chunks, ends, total, files, nbytes = [], [], 0, 0, 0
     pending: list[str] = []
