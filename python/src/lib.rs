@@ -408,6 +408,8 @@ fn _zt(m: &Bound<'_, PyModule>) -> PyResult<()> {
     tables::register(m)?;
     m.add_class::<dataloader::DataLoaderCore>()?;
     m.add_function(wrap_pyfunction!(cli::cli_main, m)?)?;
+    // What tells an object URL from a local path, for the Python side.
+    m.add("URL_SCHEMES", zt::location::URL_SCHEMES.to_vec())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("__commit__", zt_cli::COMMIT)?;
     Ok(())

@@ -170,7 +170,7 @@ def _location(path):
     """A store's location: a ``Path``, or an object URL kept as text
     (``pathlib`` would fold the ``//`` of ``s3://``)."""
     text = os.fspath(path)
-    if isinstance(text, str) and text.startswith(("s3://", "http://", "https://")):
+    if isinstance(text, str) and text.startswith(tuple(_zt.URL_SCHEMES)):
         return text
     return Path(path)
 

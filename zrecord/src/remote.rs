@@ -25,11 +25,8 @@ use crate::error::{Error, RemoteKind, Result};
 
 /// True if `path` names an object-storage location rather than a directory.
 pub fn is_url(path: &Path) -> bool {
-    path.to_str().is_some_and(|s| {
-        ["s3://", "http://", "https://"]
-            .iter()
-            .any(|p| s.starts_with(p))
-    })
+    path.to_str()
+        .is_some_and(|s| zt_remote::URL_SCHEMES.iter().any(|p| s.starts_with(p)))
 }
 
 /// Without the `remote` feature a URL cannot be opened.
