@@ -18,6 +18,13 @@ Cases, each run in its own child process so its memory is measured alone:
   num_epochs=None)`, `Batch(256, drop_remainder=True)`) over the same .npy
   memmap (a random-access source; loaderx's benchmark fed grain an
   ArrayRecord store, which would not be the same data).
+  Its runs use a venv of their own, work-bench/venv-grain
+  (harness/requirements-grain.txt, made on first use; `--grain-venv` makes
+  it alone), on a Python of 3.12 or later: .venv's Python 3.11.7 fails
+  threaded `ast` use now and then with a false "AST constructor recursion
+  depth mismatch" (CPython gh-106905, fixed in 3.11.8; a threaded repro
+  failed on 3.11.7 and not on pyenv's 3.12.1 or 3.13.0), which failed
+  grain's runs here. Without such a Python they run in .venv's.
 
 A peer that cannot be imported is a "missing" row.
 
@@ -36,9 +43,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
+import pathlib
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -64,6 +74,7 @@ PEER_MODULE = {
     TORCH_SPAWN: "torch",
     GRAIN: "grain",
 }
+GRAIN_VENV = "venv-grain"
 
 
 def prepare(records: int) -> dict:
@@ -236,7 +247,8 @@ def one_run(case: str, paths: dict, **kw) -> dict:
     if case == LOADERX28:
         command = [os.fspath(loaderx28.PYTHON), os.fspath(loaderx28.WORKER), "loader", args]
     else:
-        command = [sys.executable, "-m", "harness.loader_bench", "--child", args]
+        python = grain_python()[0] if case == GRAIN else sys.executable
+        command = [python, "-m", "harness.loader_bench", "--child", args]
     proc = subprocess.Popen(
         command,
         cwd=common.ROOT,
@@ -287,11 +299,43 @@ def _failure_line(stderr: str) -> str:
     return (exceptions or lines)[-1]
 
 
-def _available(module: str) -> bool:
+def _available(module: str, python: str = sys.executable) -> bool:
     """Whether a peer imports, checked in a child so a broken install cannot
     take the parent down."""
-    probe = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True)
+    probe = subprocess.run([python, "-c", f"import {module}"], capture_output=True)
     return probe.returncode == 0
+
+
+def _python_312() -> str | None:
+    """A Python of 3.12 or later: pyenv's newest 3.12 or 3.13, else python3.12 or python3.13 on PATH."""
+    root = pathlib.Path(os.environ.get("PYENV_ROOT", pathlib.Path.home() / ".pyenv"))
+    key = lambda p: [int(x) if x.isdigit() else -1 for x in p.parts[-3].split(".")]  # noqa: E731
+    found = sorted(root.glob("versions/3.1[23].*/bin/python3"), key=key)
+    return (
+        next((os.fspath(p) for p in reversed(found)), None) or shutil.which("python3.12") or shutil.which("python3.13")
+    )
+
+
+@functools.cache
+def grain_python(make: bool = False) -> tuple[str, str]:
+    """The interpreter grain's runs use and a note on it: work-bench/venv-grain
+    when it is there (`make`: made first when it is not, from
+    harness/requirements-grain.txt), else this one."""
+    venv = common.bench_base() / GRAIN_VENV
+    python = venv / "bin" / "python"
+    base = _python_312()
+    if make and base and not (python.exists() and _available("grain", os.fspath(python))):
+        print(f"[loader] making {venv} for grain on {base} (harness/requirements-grain.txt)", flush=True)
+        subprocess.run([base, "-m", "venv", "--clear", os.fspath(venv)])
+        req = common.ROOT / "harness" / "requirements-grain.txt"
+        subprocess.run([os.fspath(python), "-m", "pip", "install", "-q", "-r", os.fspath(req)])
+    if python.exists() and _available("grain", os.fspath(python)):
+        probe = (
+            "import sys, importlib.metadata as m; print(sys.version.split()[0], m.version('grain'), m.version('numpy'))"
+        )
+        py, grain, numpy = subprocess.run([python, "-c", probe], capture_output=True, text=True).stdout.split()
+        return os.fspath(python), f"grain ran in {venv.name} (Python {py}, grain {grain}, numpy {numpy})"
+    return sys.executable, f"grain ran in this Python ({venv.name}: no Python 3.12 or later, or its install failed)"
 
 
 def run(
@@ -301,6 +345,8 @@ def run(
     everyone = [ZT, LOADERX, LOADERX28, TORCH, TORCH_SPAWN, GRAIN]
     importable = {m: _available(m) for m in dict.fromkeys(PEER_MODULE.values()) if m != PEER_MODULE[LOADERX28]}
     importable[PEER_MODULE[LOADERX28]] = loaderx28.missing() is None
+    grain, grain_note = grain_python(make=True)
+    importable["grain"] |= grain != sys.executable  # its venv's python imports grain
     cases = [c for c in everyone if importable[PEER_MODULE[c]]]
     peer = LOADERX28 if LOADERX28 in cases else LOADERX
     samples: dict[str, list[float]] = {c: [] for c in everyone}
@@ -358,6 +404,7 @@ def run(
                 "and spawn) and grain read the same images from an .npy memmap through one dataset class.",
                 "loaderx 2.8.19 runs in Python 3.12 (its requirement), in its own child process like every case; "
                 "its `next()` includes `np.from_dlpack` of its DLPack outputs (zero-copy).",
+                f"{grain_note}.",
                 "zt's peak PSS includes the store's own pages: zrecord's reader memory-maps its shards, so every "
                 f"touched record (≈ {records * int(np.prod(SHAPE)) / 2**20:.0f} MiB here) counts toward the "
                 "process; loaderx preads into its buffers, torch's workers map the .npy.",
@@ -390,7 +437,11 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--out", default="loader", help="results/<out>.md")
+    ap.add_argument("--grain-venv", action="store_true", help="only make work-bench/venv-grain (grain's runs)")
     args = ap.parse_args()
+    if args.grain_venv:
+        print(grain_python(make=True)[1])
+        return
     if args.child:
         spec = json.loads(args.child)
         out = _child(spec.pop("case"), spec.pop("paths"), **spec)

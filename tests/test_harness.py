@@ -3,6 +3,8 @@ themselves are measured by `python -m harness`, never asserted here)."""
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -156,6 +158,7 @@ def test_loader_bench_retries_a_failed_run_once_and_says_so(monkeypatch):
     monkeypatch.setattr(lb, "prepare", lambda records: {})
     monkeypatch.setattr(lb, "_available", lambda module: True)
     monkeypatch.setattr(lb.loaderx28, "missing", lambda: None)
+    monkeypatch.setattr(lb, "grain_python", lambda make=False: (sys.executable, "grain ran here"))
     calls: dict[str, int] = {}
 
     def one_run(case, paths, **kw):
