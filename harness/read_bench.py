@@ -18,9 +18,8 @@ import numpy as np
 import safetensors
 import safetensors.numpy
 
-import zt
-
 from . import common, report
+from .read_formats import big_arrays, open_zt, read_zt
 
 
 def make_many(path, count: int) -> None:
@@ -30,22 +29,6 @@ def make_many(path, count: int) -> None:
     )
 
 
-def big_arrays(size_mb: int) -> dict[str, np.ndarray]:
-    """fp16 matrices of up to 64 MiB each adding up to size_mb (synthetic: random bits)."""
-    rng = np.random.default_rng(1)
-    per = min(64, size_mb)
-    rows = per * (1 << 20) // 2 // 4096
-    return {
-        f"block.{i}.weight": rng.integers(0, 1 << 16, size=(rows, 4096), dtype=np.uint16).view(np.float16)
-        for i in range(max(1, size_mb // per))
-    }
-
-
-def read_zt(path, copy: bool) -> dict[str, int]:
-    with zt.open(path) as src:
-        return {name: common.digest(src[name].numpy(copy=copy)) for name in src}
-
-
 def read_safetensors(path) -> dict[str, int]:
     return {k: common.digest(v) for k, v in safetensors.numpy.load_file(path).items()}
 
@@ -53,11 +36,6 @@ def read_safetensors(path) -> dict[str, int]:
 def read_npz(path) -> dict[str, int]:
     with np.load(path) as f:
         return {k: common.digest(f[k]) for k in f.files}
-
-
-def open_zt(path) -> int:
-    with zt.open(path) as src:
-        return len(src)
 
 
 def open_safetensors(path) -> int:

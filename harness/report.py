@@ -8,6 +8,7 @@ import dataclasses
 import json
 import pathlib
 import re
+import textwrap
 
 from . import common
 
@@ -57,30 +58,43 @@ class Result:
         lines.extend(["", *self.notes])
         return "\n".join(lines).rstrip() + "\n"
 
+    def series(self) -> dict[str, dict[str, list[float]]]:
+        """What the plot draws: series -> bar label -> seconds per run (one series, the cases)."""
+        return {"": {c: runs for c, runs in self.samples.items() if runs}}
+
     def plot(self, path: pathlib.Path) -> None:
+        """Horizontal bars of every series (several: grouped by label, with a
+        legend), medians with interquartile error bars: GiB/s when the result
+        knows its bytes (higher is better), else milliseconds."""
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        cases = [c for c, runs in self.samples.items() if runs]
-        stats = [common.summary(self.samples[c]) for c in cases]
-        if self.nbytes:
-            # Throughput: higher is better; IQR bounds swap under 1/x.
-            values = [self.nbytes / m / 2**30 for m, _, _ in stats]
-            low = [v - self.nbytes / q3 / 2**30 for v, (_, _, q3) in zip(values, stats)]
-            high = [self.nbytes / q1 / 2**30 - v for v, (_, q1, _) in zip(values, stats)]
-            label = "GiB/s (median, IQR)"
-        else:
-            values = [m * 1e3 for m, _, _ in stats]
-            low = [(m - q1) * 1e3 for m, q1, _ in stats]
-            high = [(q3 - m) * 1e3 for m, _, q3 in stats]
-            label = "ms (median, IQR)"
-        fig, ax = plt.subplots(figsize=(7, 0.5 + 0.45 * len(cases)))
-        ax.barh(cases, values, xerr=[low, high], color="#4c72b0", capsize=3)
+        series = self.series()
+        labels = list(dict.fromkeys(label for bars in series.values() for label in bars))
+        height = 0.8 / len(series)
+        fig, ax = plt.subplots(figsize=(7 if len(series) == 1 else 9, 0.5 + 0.45 * len(labels) * len(series) ** 0.5))
+        colors = ["#4c72b0", "#8da0cb", "#dd8452", "#55a868", "#a6d49f", "#c44e52"]
+        for j, (name, bars) in enumerate(series.items()):
+            ys, values, low, high = [], [], [], []
+            for label, runs in bars.items():
+                med, q1, q3 = common.summary(runs)
+                if self.nbytes:  # IQR bounds swap under 1/x
+                    v, lo, hi = (self.nbytes / t / 2**30 for t in (med, q3, q1))
+                else:
+                    v, lo, hi = med * 1e3, q1 * 1e3, q3 * 1e3
+                ys.append(labels.index(label) + (j - (len(series) - 1) / 2) * height)
+                values += [v]
+                low += [v - lo]
+                high += [hi - v]
+            ax.barh(ys, values, height, xerr=[low, high], color=colors[j % len(colors)], capsize=3, label=name)
+        ax.set_yticks(range(len(labels)), labels)
         ax.invert_yaxis()
-        ax.set_xlabel(label)
-        ax.set_title(self.title, fontsize=10)
+        ax.set_xlabel("GiB/s (median, IQR)" if self.nbytes else "ms (median, IQR)")
+        ax.set_title(textwrap.fill(self.title, 100), fontsize=9 if len(series) > 1 else 10)
+        if len(series) > 1:
+            ax.legend(fontsize=7, loc="lower right")
         fig.tight_layout()
         fig.savefig(path, dpi=110)
         plt.close(fig)
