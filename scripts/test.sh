@@ -17,6 +17,18 @@ echo "==> cargo test"
 cargo test --workspace --quiet
 echo "==> loaderx 2.8.19 in a Python 3.12 venv (.venv-loaderx28, requirements-loaderx28.txt)"
 bash scripts/setup-loaderx28.sh
+echo "==> Ray Data and Spark for the zrecord cluster-build tests (requirements-engines.txt)"
+# Only the tests need them (tests/test_zrecord_ray.py, test_zrecord_spark.py),
+# so they are installed here, not by setup.sh. pyspark 4 runs on Java 17+.
+engines_stamp=.venv/.requirements-engines.sha
+engines_want=$(sha256sum requirements-engines.txt | cut -d' ' -f1)
+if [ "$(cat "$engines_stamp" 2>/dev/null)" != "$engines_want" ]; then
+  python -m pip install --quiet -r requirements-engines.txt
+  echo "$engines_want" > "$engines_stamp"
+fi
+if ! command -v java >/dev/null; then
+  apt-get update -qq && apt-get install -y -qq default-jre-headless >/dev/null
+fi
 echo "==> pytest"
 python -m pytest -q tests --ignore=tests/torch
 echo "==> pytest: the PyTorch suite (tests/torch)"

@@ -555,6 +555,18 @@ def concat(stores: Sequence[PathLike], manifest: PathLike, *, storage_options: S
     )
 
 
+def __getattr__(name: str) -> Any:
+    """``zt.zrecord.ray`` (a Ray Data datasink) and ``zt.zrecord.spark``
+    (Spark partitions), imported on first use: each needs its engine."""
+    if name in ("ray", "spark"):
+        import importlib
+
+        module = importlib.import_module(f"zt.zrecord_{name}")
+        globals()[name] = module
+        return module
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def _sample_count(total, item_bytes, sample_budget):
     return min(total, max(1, sample_budget // max(item_bytes, 1)))
 
