@@ -542,6 +542,20 @@ impl RecordReader {
         ))
     }
 
+    /// Train this store's zstd dictionary for the tier named `tier` on the
+    /// records loaderx would pick (`zrecord::samples`).
+    fn train_dict<'py>(&self, py: Python<'py>, tier: &str) -> PyResult<Bound<'py, PyBytes>> {
+        let reader = self.get()?;
+        let tier = zrecord::DICT_TIERS
+            .iter()
+            .find(|t| t.name == tier)
+            .ok_or_else(|| PyValueError::new_err(format!("unknown dictionary tier {tier:?}")))?;
+        let dict = py
+            .detach(|| zrecord::train_store_dict(&reader, tier))
+            .map_err(to_py)?;
+        Ok(PyBytes::new(py, &dict))
+    }
+
     /// Release this handle (a running gather keeps its own reference).
     fn close(&self) {
         self.inner.write().unwrap_or_else(|e| e.into_inner()).take();
@@ -580,6 +594,16 @@ pub fn train_dict<'py>(
     Ok(PyBytes::new(py, &dict))
 }
 
+/// The records of `total` (of `item_bytes` each) that train a dictionary
+/// within `budget` bytes, as loaderx picks them (`zrecord::samples`).
+#[pyfunction]
+pub fn zrecord_sample_indices(total: u64, item_bytes: u64, budget: u64) -> Vec<u64> {
+    zrecord::samples::spread_indices(
+        total,
+        zrecord::samples::sample_count(total, item_bytes, budget),
+    )
+}
+
 /// `{name: (dict_bytes, sample_budget)}` for the dictionary tiers.
 #[pyfunction]
 pub fn dict_tiers(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
@@ -598,5 +622,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(train_dict, m)?)?;
     m.add_function(wrap_pyfunction!(dict_tiers, m)?)?;
     m.add_function(wrap_pyfunction!(zrecord_concat, m)?)?;
+    m.add_function(wrap_pyfunction!(zrecord_sample_indices, m)?)?;
     Ok(())
 }

@@ -567,12 +567,10 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _sample_count(total, item_bytes, sample_budget):
-    return min(total, max(1, sample_budget // max(item_bytes, 1)))
-
-
 def _pack_samples(source, budget):
-    """Training samples (bytes end to end) and their sizes, within `budget`."""
+    """Training samples (bytes end to end) and their sizes, within `budget`:
+    the records loaderx picks (``zrecord::samples``, shared with the
+    stores' own ``train_dict``)."""
     if isinstance(source, np.ndarray):
         if len(source) == 0:
             raise ValueError("cannot train a zstd dictionary on an empty array")
@@ -583,29 +581,9 @@ def _pack_samples(source, budget):
             raise ValueError("zero-byte records cannot train a zstd dictionary")
         if item > budget:
             raise ValueError("one training record exceeds the sample budget")
-        k = _sample_count(len(source), item, budget)
-        idx = np.unique(np.linspace(0, len(source) - 1, k).astype(np.int64))
+        idx = np.asarray(_zt.zrecord_sample_indices(len(source), item, budget), dtype=np.int64)
         sample = np.ascontiguousarray(source[idx])
         return sample.reshape(-1).view(np.uint8), [item] * len(sample)
-    if isinstance(source, (Dense, Ragged)):
-        try:
-            source._require(False)
-        except RuntimeError:
-            raise ValueError("train_dict requires an opened read-only container") from None
-        n = len(source)
-        if n == 0:
-            raise ValueError("cannot train a zstd dictionary on an empty store")
-        if isinstance(source, Dense):
-            item = source._row_bytes
-            if item > budget:
-                raise ValueError("one training record exceeds the sample budget")
-            idx = np.unique(np.linspace(0, n - 1, _sample_count(n, item, budget)).astype(np.uint64))
-            sample = source[idx]
-            return sample.reshape(-1).view(np.uint8), [item] * len(sample)
-        preview = source[np.arange(min(n, 32), dtype=np.uint64)]
-        item = int(np.mean([r.nbytes for r in preview])) or 1
-        idx = np.unique(np.linspace(0, n - 1, _sample_count(n, item, budget)).astype(np.uint64))
-        source = source[idx]
     chunks, sizes, total = [], [], 0
     for record in source:
         if isinstance(record, (bytes, bytearray)):
@@ -643,6 +621,15 @@ def train_dict(source: Any, tier: str | None = None, *, path: PathLike | None = 
     if tier not in DICT_TIERS:
         raise ValueError(f"unknown dictionary tier {tier!r}, expected one of {sorted(DICT_TIERS)}")
     spec = DICT_TIERS[tier]
+    if isinstance(source, (Dense, Ragged)):
+        try:
+            reader = source._require(False)
+        except RuntimeError:
+            raise ValueError("train_dict requires an opened read-only container") from None
+        d = reader.train_dict(tier)  # the selection and the training in zrecord
+        if path is not None:
+            Path(path).write_bytes(d)
+        return d
     samples, sizes = _pack_samples(source, spec["sample_budget"])
     samples = np.ascontiguousarray(samples)
     d = _zt.train_dict(samples, sizes, spec["dict_bytes"])

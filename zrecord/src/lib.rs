@@ -47,6 +47,7 @@ pub mod layout;
 mod msgpack;
 pub mod reader;
 pub mod remote;
+pub mod samples;
 pub mod schema;
 pub mod writer;
 
@@ -54,5 +55,6 @@ pub use codec::{train_dict, Codec, DictTier, DICT_TIERS};
 pub use dataset::{open_manifest, open_many, write_manifest, Manifest};
 pub use error::{Error, RemoteKind, Result};
 pub use reader::{RaggedBatch, Reader};
+pub use samples::train_store_dict;
 pub use schema::{Geometry, Layout, Schema};
 pub use writer::{CreateOptions, Writer};
