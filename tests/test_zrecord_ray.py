@@ -185,3 +185,39 @@ def test_the_readme_ray_example(tmp, monkeypatch):
     exec(compile(code, "README.md", "exec"), {"__name__": "readme"})
     # rows_per_store=250: Ray bundles its (default 200) blocks into 4 tasks.
     assert [s["records"] for s in _stores(tmp / "tokens" / "dataset.json")] == [250] * 4
+
+
+def test_a_retried_ray_task_in_object_storage_keeps_the_store_it_published(tmp, s3, bucket):
+    rows = _dense_rows(30)
+    dataset = ray.data.from_items([{"x": r} for r in rows], override_num_blocks=3)
+    options = {k.lower(): v for k, v in s3.env.items() if k.startswith("AWS_")}
+    sink = _FailsOnce(f"s3://{bucket}/ds", tmp / "failed", task=1, after=True, storage_options=options)
+    dataset.write_datasink(sink, ray_remote_args={"max_retries": 2, "retry_exceptions": True})
+    assert (tmp / "failed").read_text().startswith("after publishing")
+    keys = [o["Key"] for o in s3.boto3().list_objects_v2(Bucket=bucket, Prefix="ds/")["Contents"]]
+    assert {k.split("/")[1] for k in keys} == {"dataset.json", "part-00000", "part-00001", "part-00002"}
+    with Dense.open(sink.manifest, storage_options=options) as ds:
+        np.testing.assert_array_equal(ds[: len(ds)], rows)
+
+
+def test_a_store_in_object_storage_with_other_records_is_refused(s3, bucket):
+    from zt import _zrecord_parts as parts
+
+    rows = _dense_rows(8)
+    options = {k.lower(): v for k, v in s3.env.items() if k.startswith("AWS_")}
+    spec = parts.spec_from(np.int32, ROW, None, None, storage_options=options)
+    url = f"s3://{bucket}/part-00000"
+    assert parts.write_part(spec, url, [rows[:3], rows[3:5]]) == 5
+    assert parts.write_part(spec, url, [rows[:5]]) == 5  # the same records: kept
+    for other in ([rows[1:6]], [rows[:4]], [rows[:6]]):
+        with pytest.raises(FileExistsError, match="other records"):
+            parts.write_part(spec, url, other)
+
+
+def test_an_empty_ray_dataset_is_an_empty_dataset(tmp):
+    dataset = ray.data.from_items([{"x": r} for r in _dense_rows(4)]).filter(lambda row: False)
+    sink = zt.zrecord.ray.Datasink(tmp / "out", np.int32, ROW)
+    dataset.write_datasink(sink)
+    assert sink.records == 0
+    with Dense.open(sink.manifest) as ds:
+        assert len(ds) == 0 and ds.item_shape == ROW
