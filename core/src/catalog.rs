@@ -40,6 +40,28 @@ pub enum Value {
 }
 
 impl Value {
+    /// A JSON value as an attribute value (integers as `Int`, or `UInt`
+    /// past `i64`; other numbers as `Float`).
+    pub fn from_json(v: &serde_json::Value) -> Value {
+        use serde_json::Value as J;
+        match v {
+            J::Null => Value::Null,
+            J::Bool(b) => Value::Bool(*b),
+            J::Number(n) => n
+                .as_i64()
+                .map(Value::Int)
+                .or_else(|| n.as_u64().map(Value::UInt))
+                .unwrap_or_else(|| Value::Float(n.as_f64().unwrap_or(f64::NAN))),
+            J::String(s) => Value::Str(s.clone()),
+            J::Array(a) => Value::List(a.iter().map(Value::from_json).collect()),
+            J::Object(o) => Value::Map(
+                o.iter()
+                    .map(|(k, v)| (k.clone(), Value::from_json(v)))
+                    .collect(),
+            ),
+        }
+    }
+
     /// Convert to JSON (bytes become a list of numbers).
     pub fn to_json(&self) -> serde_json::Value {
         use serde_json::Value as J;

@@ -261,7 +261,7 @@ impl Opener<'_> {
             }
         }
         if let Some(meta) = json.get("metadata") {
-            merged.attributes = vec![("metadata".into(), json_to_value(meta))];
+            merged.attributes = vec![("metadata".into(), Value::from_json(meta))];
         }
         merged.files.insert(0, index_path.to_path_buf());
         merged.versions.insert(0, None);
@@ -366,26 +366,6 @@ fn is_shard_index(path: &Path) -> bool {
     path.file_name()
         .and_then(|n| n.to_str())
         .is_some_and(|n| n.ends_with(".index.json"))
-}
-
-fn json_to_value(v: &serde_json::Value) -> Value {
-    use serde_json::Value as J;
-    match v {
-        J::Null => Value::Null,
-        J::Bool(b) => Value::Bool(*b),
-        J::Number(n) => n
-            .as_i64()
-            .map(Value::Int)
-            .or_else(|| n.as_u64().map(Value::UInt))
-            .unwrap_or_else(|| Value::Float(n.as_f64().unwrap_or(f64::NAN))),
-        J::String(s) => Value::Str(s.clone()),
-        J::Array(a) => Value::List(a.iter().map(json_to_value).collect()),
-        J::Object(o) => Value::Map(
-            o.iter()
-                .map(|(k, v)| (k.clone(), json_to_value(v)))
-                .collect(),
-        ),
-    }
 }
 
 #[cfg(test)]
