@@ -14,5 +14,6 @@ pub mod npy;
 pub mod onnx;
 pub mod pt;
 pub mod safetensors;
+pub mod tensordict;
 pub mod zip;
 pub mod ztensor;

@@ -7,7 +7,7 @@
 use std::sync::OnceLock;
 
 use zt_core::{Plugin, Registry, Rule};
-use zt_formats::{dcp, gguf, h5, npy, onnx, pt, safetensors, zip, ztensor};
+use zt_formats::{dcp, gguf, h5, npy, onnx, pt, safetensors, tensordict, zip, ztensor};
 
 /// Every plugin. Detection order comes from each reader's rank, not from
 /// this order (which only breaks ties and orders the writers).
@@ -21,6 +21,7 @@ static PLUGINS: &[&Plugin] = &[
     &onnx::PLUGIN,
     &zip::PLUGIN,
     &dcp::PLUGIN,
+    &tensordict::PLUGIN,
 ];
 
 /// Every plugin zt links, as listed.

@@ -1,0 +1,139 @@
+"""TensorDict's memmap directory and consolidated file, written by
+tensordict 0.15.3 itself, read by zt bit for bit: nested levels as dotted
+names, bf16/f16/bool/int leaves, zero-element leaves (no file), non-tensor
+values in the attributes, format version 0's meta.json; conversions out;
+and files that lie refused with a ``tensordict.*`` rule."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+tensordict = pytest.importorskip("tensordict")
+
+from tensordict import NonTensorData, TensorDict  # noqa: E402
+
+import zt  # noqa: E402
+import zt.torch  # noqa: E402
+
+
+def _td() -> TensorDict:
+    g = torch.Generator().manual_seed(0)
+    return TensorDict(
+        {
+            "obs": torch.randn(3, 4, generator=g),
+            "action": torch.randint(0, 9, (3, 2), generator=g),
+            "done": torch.rand(3, 1, generator=g) > 0.5,
+            "next": {
+                "reward": torch.randn(3, 1, generator=g).to(torch.bfloat16),
+                "deep": {"x": torch.arange(3), "q": torch.randn(3, 5, generator=g).to(torch.float16)},
+            },
+            "empty": torch.zeros(3, 0),
+            "tag": NonTensorData("episode-1", batch_size=[3]),
+        },
+        batch_size=[3],
+    )
+
+
+def _bits(t):
+    return t.contiguous().reshape(-1).view(torch.uint8).tolist() if t.numel() else []
+
+
+def _expected(td: TensorDict) -> dict:
+    flat = td.exclude("tag").flatten_keys(".")
+    return {k: v for k, v in flat.items()}
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tensordict")
+    td = _td()
+    td.memmap(root / "memmap")
+    td.consolidate(filename=root / "td.bin")
+    return root, td
+
+
+@pytest.mark.parametrize("form", ["memmap", "td.bin"])
+def test_every_leaf_reads_bit_for_bit(saved, form):
+    root, td = saved
+    reloaded = (
+        TensorDict.load_memmap(root / "memmap") if form == "memmap" else TensorDict.from_consolidated(root / "td.bin")
+    )
+    want = _expected(reloaded)
+    assert want.keys() == _expected(td).keys()
+    got = zt.torch.load_file(root / form)
+    assert sorted(got) == sorted(want)
+    for name, tensor in want.items():
+        assert got[name].dtype == tensor.dtype and got[name].shape == tensor.shape, name
+        assert _bits(got[name]) == _bits(tensor), name
+    with zt.open(root / form) as src:
+        assert src.format == ("tensordict" if form == "memmap" else "tensordict-consolidated")
+        assert src.attributes["tensordict.batch_size"] == [3]
+        tag = src.attributes["tensordict.non_tensors"]["tag"]
+        assert tag == "episode-1" or tag[0] == "episode-1"
+
+
+def test_format_version_0_reads(saved, tmp):
+    root, td = saved
+    import shutil
+
+    shutil.copytree(root / "memmap", tmp / "v0")
+    for meta in (tmp / "v0").rglob("meta.json"):
+        d = json.loads(meta.read_text())
+        d.pop("_format_version", None)
+        d.pop("_class", None)
+        meta.write_text(json.dumps(d))
+    got = zt.torch.load_file(tmp / "v0")
+    assert _bits(got["next.deep.x"]) == _bits(td["next", "deep", "x"])
+
+
+def test_a_memmap_directory_converts_to_safetensors(saved, tmp):
+    root, td = saved
+    from safetensors.torch import load_file
+
+    zt.convert(root / "memmap", tmp / "m.safetensors")
+    back = load_file(tmp / "m.safetensors")
+    assert _bits(back["obs"]) == _bits(td["obs"])
+    assert back["next.reward"].dtype == torch.bfloat16
+
+
+def _refused(path, rule):
+    with pytest.raises(zt.FormatError) as e:
+        zt.open(path).close()
+    assert e.value.rule == rule, e.value
+    return e.value
+
+
+def test_lying_files_are_refused_with_a_rule(saved, tmp):
+    root, _ = saved
+    import shutil
+
+    def copy(name):
+        shutil.copytree(root / "memmap", tmp / name)
+        return tmp / name
+
+    d = copy("short")
+    (d / "obs.memmap").write_bytes((d / "obs.memmap").read_bytes()[:-1])
+    _refused(d, "tensordict.Leaf")
+
+    d = copy("escape")
+    meta = json.loads((d / "meta.json").read_text())
+    meta["../outside"] = meta.pop("obs")
+    (d / "meta.json").write_text(json.dumps(meta))
+    _refused(d, "tensordict.Path")
+
+    d = copy("dtype")
+    meta = json.loads((d / "meta.json").read_text())
+    meta["obs"]["dtype"] = "torch.quint8"
+    (d / "meta.json").write_text(json.dumps(meta))
+    _refused(d, "tensordict.Meta")
+
+    data = (root / "td.bin").read_bytes()
+    json_len = int.from_bytes(data[-8:], "little")
+    body = json.loads(data[-8 - json_len : -8])
+    body["leaves"]["obs"][3] = len(data) + 100  # past the JSON
+    text = json.dumps(body).encode()
+    (tmp / "lying.bin").write_bytes(data[: -8 - json_len] + text + len(text).to_bytes(8, "little"))
+    _refused(tmp / "lying.bin", "tensordict.Leaf")
