@@ -137,3 +137,37 @@ def test_lying_files_are_refused_with_a_rule(saved, tmp):
     text = json.dumps(body).encode()
     (tmp / "lying.bin").write_bytes(data[: -8 - json_len] + text + len(text).to_bytes(8, "little"))
     _refused(tmp / "lying.bin", "tensordict.Leaf")
+
+
+@pytest.mark.parametrize("form", ["tensordict", "tensordict-consolidated"])
+def test_zt_writes_what_tensordict_reads(saved, tmp, form):
+    root, td = saved
+    out = tmp / ("out" if form == "tensordict" else "out.bin")
+    zt.convert(root / "memmap", out, format=form)  # tensordict -> zt -> tensordict
+    back = TensorDict.load_memmap(out) if form == "tensordict" else TensorDict.from_consolidated(out)
+    want = _expected(td)
+    got = back.flatten_keys(".")
+    assert sorted(got.keys()) == sorted(want)
+    for name, tensor in want.items():
+        assert got[name].dtype == tensor.dtype and got[name].shape == tensor.shape, name
+        assert _bits(got[name]) == _bits(tensor), name
+    # and zt reads its own output back as the same tensors
+    again = zt.torch.load_file(out)
+    assert all(_bits(again[n]) == _bits(t) for n, t in want.items())
+
+
+def test_arrays_write_to_both_forms_and_bad_names_are_refused(tmp):
+    import numpy as np
+
+    import zt.numpy
+
+    arrays = {"a.b": np.arange(6, dtype=np.int32).reshape(2, 3), "c": np.ones(4, np.float16)}
+    zt.numpy.save_file(arrays, tmp / "d", format="tensordict")
+    zt.numpy.save_file(arrays, tmp / "f.bin", format="tensordict-consolidated")
+    assert TensorDict.load_memmap(tmp / "d")["a", "b"].tolist() == [[0, 1, 2], [3, 4, 5]]
+    assert TensorDict.from_consolidated(tmp / "f.bin")["c"].dtype == torch.float16
+    for bad in ({"a": np.ones(1), "a.b": np.ones(1)}, {"x..y": np.ones(1)}, {"x/y": np.ones(1)}):
+        with pytest.raises(zt.FormatError) as e:
+            zt.numpy.save_file(bad, tmp / "bad", format="tensordict")
+        assert e.value.rule == "tensordict.Path"
+        assert not (tmp / "bad").exists()

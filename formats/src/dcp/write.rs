@@ -27,7 +27,7 @@ use std::io::Write;
 use std::path::Path;
 
 use zt_core::catalog::Value;
-use zt_core::dtype::{c_strides, DType};
+use zt_core::dtype::c_strides;
 use zt_core::error::{Context, Error, Result};
 use zt_core::publish::{publish_with, Staging};
 use zt_core::write::{FormatWriter, TensorIn, WriteOptions, WriterCaps, OPTION_FILES};
@@ -92,7 +92,7 @@ fn write_synced(dir: &Path, tensors: &[TensorIn<'_>], files: usize, durable: boo
     for t in tensors {
         t.check(&ctx)?;
         crate::pt::check_savable(t, &ctx)?;
-        if torch_dtype_name(t.dtype).is_none() {
+        if crate::pt::rebuild::torch_dtype_name(t.dtype).is_none() {
             return Err(Error::Write {
                 rule: zt_core::Rule::WRITE_DTYPE,
                 ctx: ctx.clone().tensor(t.name),
@@ -200,33 +200,6 @@ impl<W: Write> Write for Counted<'_, W> {
     fn flush(&mut self) -> std::io::Result<()> {
         self.inner.flush()
     }
-}
-
-/// The name of the `torch` attribute that is `dtype`.
-fn torch_dtype_name(dtype: DType) -> Option<&'static str> {
-    Some(match dtype {
-        DType::F64 => "float64",
-        DType::F32 => "float32",
-        DType::F16 => "float16",
-        DType::BF16 => "bfloat16",
-        DType::I64 => "int64",
-        DType::I32 => "int32",
-        DType::I16 => "int16",
-        DType::I8 => "int8",
-        DType::U8 => "uint8",
-        DType::U16 => "uint16",
-        DType::U32 => "uint32",
-        DType::U64 => "uint64",
-        DType::Bool => "bool",
-        DType::Complex64 => "complex64",
-        DType::Complex128 => "complex128",
-        DType::F8E4M3Fn => "float8_e4m3fn",
-        DType::F8E5M2 => "float8_e5m2",
-        DType::F8E4M3Fnuz => "float8_e4m3fnuz",
-        DType::F8E5M2Fnuz => "float8_e5m2fnuz",
-        DType::F8E8M0 => "float8_e8m0fnu",
-        _ => return None,
-    })
 }
 
 const METADATA_MODULE: &str = "torch.distributed.checkpoint.metadata";
@@ -548,7 +521,8 @@ pub fn metadata_pickle(tensors: &[TensorIn<'_>], placed: &[(usize, u64, u64)]) -
                                 p.str("properties");
                                 let strides: Vec<u64> =
                                     c_strides(t.shape).iter().map(|&s| s as u64).collect();
-                                let dtype = torch_dtype_name(t.dtype).expect("checked");
+                                let dtype =
+                                    crate::pt::rebuild::torch_dtype_name(t.dtype).expect("checked");
                                 p.properties(dtype, &strides);
                             }
                             1 => {
@@ -677,6 +651,7 @@ pub fn metadata_pickle(tensors: &[TensorIn<'_>], placed: &[(usize, u64, u64)]) -
 #[cfg(test)]
 mod tests {
     use super::*;
+    use zt_core::dtype::DType;
 
     fn t<'a>(name: &'a str, data: &'a [u8]) -> TensorIn<'a> {
         TensorIn {

@@ -247,6 +247,34 @@ pub fn torch_dtype(name: &str) -> Option<DType> {
     })
 }
 
+/// The name of the `torch` attribute that is `dtype` (the inverse of
+/// [`torch_dtype`]; `None` for a type torch has no dtype for).
+pub fn torch_dtype_name(dtype: DType) -> Option<&'static str> {
+    Some(match dtype {
+        DType::F64 => "float64",
+        DType::F32 => "float32",
+        DType::F16 => "float16",
+        DType::BF16 => "bfloat16",
+        DType::I64 => "int64",
+        DType::I32 => "int32",
+        DType::I16 => "int16",
+        DType::I8 => "int8",
+        DType::U8 => "uint8",
+        DType::U16 => "uint16",
+        DType::U32 => "uint32",
+        DType::U64 => "uint64",
+        DType::Bool => "bool",
+        DType::Complex64 => "complex64",
+        DType::Complex128 => "complex128",
+        DType::F8E4M3Fn => "float8_e4m3fn",
+        DType::F8E5M2 => "float8_e5m2",
+        DType::F8E4M3Fnuz => "float8_e4m3fnuz",
+        DType::F8E5M2Fnuz => "float8_e5m2fnuz",
+        DType::F8E8M0 => "float8_e8m0fnu",
+        _ => return None,
+    })
+}
+
 /// Rebuild functions zt recognises but refuses, and what they build.
 fn refused_rebuild(name: &str) -> Option<&'static str> {
     Some(match name {

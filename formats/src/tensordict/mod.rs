@@ -1,6 +1,6 @@
-//! TensorDict's on-disk forms (tensordict 0.15.3), read: the memmap
-//! directory (`td.memmap(path)`) and the consolidated file
-//! (`td.consolidate(filename=...)`).
+//! TensorDict's on-disk forms (tensordict 0.15.3), read here and written
+//! by [`write`]: the memmap directory (`td.memmap(path)`) and the
+//! consolidated file (`td.consolidate(filename=...)`).
 //!
 //! * Memmap directory: per nested level a directory with `meta.json` and
 //!   one raw C-order `<key>.memmap` per leaf (`{"obs": {"device": "cpu",
@@ -22,6 +22,8 @@
 //! size `tensordict.batch_size`. Refusals cite `tensordict.*` rules.
 
 use std::sync::Arc;
+
+pub mod write;
 
 use serde_json::{Map, Value as Json};
 use zt_core::catalog::{Catalog, Object, Payload, Value};
@@ -68,7 +70,7 @@ pub static PLUGIN: zt_core::Plugin = zt_core::Plugin {
             detect_rank: 26,
         },
     ],
-    writers: &[],
+    writers: &[&write::MemmapDirWriter, &write::ConsolidatedWriter],
     rules: &[("tensordict", RULES)],
     // After DCP's `.metadata`: a memmap directory opens through its root.
     checkpoints: &[zt_core::Checkpoint {
