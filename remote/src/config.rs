@@ -48,6 +48,7 @@ use object_store::{
 };
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::watch::Connector;
 
 /// Default size of one ranged GET of a large read, and of one uploaded part
 /// (AWS's guidance is 8–16 MiB; on the loopback benchmark 16 MiB parts
@@ -220,9 +221,15 @@ impl RemoteConfig {
         ]
     }
 
+    /// The HTTP client every store sends its requests through: object_store's
+    /// own, watched ([`crate::watch`]).
+    fn connector(&self) -> Connector {
+        Connector
+    }
+
     /// Build the S3 store for `bucket`.
     pub(crate) fn s3_store(&self, bucket: &str) -> Result<AmazonS3> {
-        let mut b = AmazonS3Builder::new();
+        let mut b = AmazonS3Builder::new().with_http_connector(self.connector());
         for (key, value) in self.client_settings() {
             b = b.with_config(AmazonS3ConfigKey::Client(key), value);
         }
@@ -286,7 +293,7 @@ impl RemoteConfig {
     /// unsigned), then the options.
     pub(crate) fn gcs_store(&self, bucket: &str) -> Result<GoogleCloudStorage> {
         let url = format!("gs://{bucket}");
-        let mut b = GoogleCloudStorageBuilder::from_env();
+        let mut b = GoogleCloudStorageBuilder::from_env().with_http_connector(self.connector());
         for (key, value) in self.client_settings() {
             b = b.with_config(GoogleConfigKey::Client(key), value);
         }
@@ -383,6 +390,7 @@ impl RemoteConfig {
             b = b.with_config(AzureConfigKey::Client(ClientConfigKey::AllowHttp), "true");
         }
         b.with_container_name(container)
+            .with_http_connector(self.connector())
             .with_retry(self.retry())
             .build()
             .map_err(|e| Error::new(ErrorKind::Config, url, e.to_string()))
@@ -390,7 +398,10 @@ impl RemoteConfig {
 
     /// Build the HTTP store for `origin` (`http(s)://host[:port]`).
     pub(crate) fn http_store(&self, origin: &str) -> Result<Arc<dyn ObjectStore>> {
-        let mut b = HttpBuilder::new().with_url(origin).with_retry(self.retry());
+        let mut b = HttpBuilder::new()
+            .with_url(origin)
+            .with_retry(self.retry())
+            .with_http_connector(self.connector());
         for (key, value) in self.client_settings() {
             b = b.with_config(key, value);
         }

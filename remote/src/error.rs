@@ -61,19 +61,14 @@ impl Error {
         }
     }
 
-    /// Classify an `object_store` error about `url`.
+    /// Classify an `object_store` error about `url`, sent in the current
+    /// operation ([`crate::watch::scoped`]): by the error's variant, then
+    /// by the client's typed errors in its source chain and the status of
+    /// the operation's latest response; never by the message's text (a key
+    /// or a duration may spell anything).
     #[cfg(feature = "client")]
     pub fn from_store(url: &str, e: object_store::Error) -> Error {
-        use object_store::Error as E;
-        let kind = match &e {
-            E::NotFound { .. } => ErrorKind::NotFound,
-            E::PermissionDenied { .. } | E::Unauthenticated { .. } => ErrorKind::PermissionDenied,
-            E::Precondition { .. } => ErrorKind::Changed,
-            E::NotSupported { .. } | E::NotImplemented { .. } => ErrorKind::Unsupported,
-            E::UnknownConfigurationKey { .. } | E::InvalidPath { .. } => ErrorKind::Config,
-            _ if is_bad_range(&e) => ErrorKind::BadResponse,
-            _ => ErrorKind::Io,
-        };
+        let kind = classify(&e, crate::watch::last_status());
         let detail = match kind {
             ErrorKind::Changed => {
                 format!("the object changed while it was read (ETag mismatch): {e}")
@@ -98,23 +93,36 @@ impl Error {
     }
 }
 
-/// object_store reports a response whose range does not match the request
-/// ("Requested a..b, got c..d"), a missing or unparsable `Content-Range`, or
-/// a 416 as a generic error of a private type; its text is the only way to
-/// tell them from network failures.
+/// The kind of an `object_store` error whose operation's latest response
+/// had `status` (`None`: no response, the attempt failed before one).
+///
+/// object_store names not-found, refused credentials, failed preconditions
+/// and unsupported operations by variant. Beyond those: one of the
+/// client's transport errors in the source chain (`HttpError`,
+/// `reqwest::Error`, a stall) is a network failure ([`ErrorKind::Io`]); a
+/// 416 is [`ErrorKind::BadResponse`] (zt asks only for ranges inside the
+/// object); any other error status is a server failure ([`ErrorKind::Io`]);
+/// and an error after a successful response that was not the transport's
+/// is object_store refusing what the server sent (a `Content-Range` other
+/// than the range asked for, none, a 200 to a ranged GET, a listing it
+/// cannot parse: its own error types are private), so
+/// [`ErrorKind::BadResponse`].
 #[cfg(feature = "client")]
-fn is_bad_range(e: &object_store::Error) -> bool {
-    let text = e.to_string();
-    [
-        "416",
-        "Range Not Satisfiable",
-        "Content-Range",
-        "CONTENT_RANGE",
-        "Requested ",
-        "range",
-    ]
-    .iter()
-    .any(|needle| text.contains(needle))
+pub(crate) fn classify(e: &object_store::Error, status: Option<u16>) -> ErrorKind {
+    use object_store::Error as E;
+    match e {
+        E::NotFound { .. } => ErrorKind::NotFound,
+        E::PermissionDenied { .. } | E::Unauthenticated { .. } => ErrorKind::PermissionDenied,
+        E::Precondition { .. } => ErrorKind::Changed,
+        E::NotSupported { .. } | E::NotImplemented { .. } => ErrorKind::Unsupported,
+        E::UnknownConfigurationKey { .. } | E::InvalidPath { .. } => ErrorKind::Config,
+        _ if crate::watch::is_transport(e) => ErrorKind::Io,
+        _ => match status {
+            Some(416) => ErrorKind::BadResponse,
+            Some(s) if (200..300).contains(&s) => ErrorKind::BadResponse,
+            _ => ErrorKind::Io,
+        },
+    }
 }
 
 impl fmt::Display for ErrorKind {
@@ -139,3 +147,68 @@ impl fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
+
+#[cfg(all(test, feature = "client"))]
+mod tests {
+    use super::*;
+    use object_store::client::{HttpError, HttpErrorKind};
+
+    /// An error of object_store's own kind whose text says "range", "416",
+    /// "Content-Range" and an elapsed time with "416" in it.
+    #[derive(Debug)]
+    struct Refusal;
+
+    impl fmt::Display for Refusal {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("GET s3://b/orange/416 in 1.0441695s: Content-Range range")
+        }
+    }
+
+    impl std::error::Error for Refusal {}
+
+    fn generic(source: Box<dyn std::error::Error + Send + Sync>) -> object_store::Error {
+        object_store::Error::Generic {
+            store: "S3",
+            source,
+        }
+    }
+
+    fn network() -> object_store::Error {
+        let refused = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, Refusal);
+        generic(Box::new(HttpError::new(HttpErrorKind::Connect, refused)))
+    }
+
+    #[test]
+    fn errors_are_classified_by_type_and_status_never_by_text() {
+        // A network error is Io whatever its text says, with or without a
+        // response before it.
+        for status in [None, Some(206), Some(416), Some(503)] {
+            assert_eq!(classify(&network(), status), ErrorKind::Io, "{status:?}");
+        }
+        let e = Error::from_store("s3://b/orange/416", network());
+        assert_eq!(e.kind, ErrorKind::Io, "{e}");
+        assert!(e.to_string().contains("416"), "{e}");
+        // object_store refusing a successful response (its own, private,
+        // error types): a bad response; the same after a 416 too.
+        assert_eq!(
+            classify(&generic(Box::new(Refusal)), Some(206)),
+            ErrorKind::BadResponse
+        );
+        assert_eq!(
+            classify(&generic(Box::new(Refusal)), Some(416)),
+            ErrorKind::BadResponse
+        );
+        // A server failure, or no response at all: Io.
+        assert_eq!(
+            classify(&generic(Box::new(Refusal)), Some(503)),
+            ErrorKind::Io
+        );
+        assert_eq!(classify(&generic(Box::new(Refusal)), None), ErrorKind::Io);
+        // Variants name themselves.
+        let missing = object_store::Error::NotFound {
+            path: "range/416".into(),
+            source: Box::new(Refusal),
+        };
+        assert_eq!(classify(&missing, Some(404)), ErrorKind::NotFound);
+    }
+}

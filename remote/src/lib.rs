@@ -36,6 +36,8 @@ pub mod runtime;
 pub mod upload;
 #[cfg(feature = "client")]
 pub mod url;
+#[cfg(feature = "client")]
+mod watch;
 
 pub use error::{Error, ErrorKind, Result};
 

@@ -6,7 +6,7 @@ use futures::TryStreamExt;
 
 use crate::config::RemoteConfig;
 use crate::error::{Error, ErrorKind, Result};
-use crate::runtime::{block_on, stats, store_for, Stats};
+use crate::runtime::{block_on_store, stats, store_for, Stats};
 use crate::url::{ObjectUrl, Scheme};
 
 /// One object of a listing.
@@ -36,8 +36,10 @@ pub fn list(prefix_url: &str, config: &RemoteConfig) -> Result<Vec<Listed>> {
     let prefix = url.key.trim_end_matches('/').to_string();
     Stats::count(&stats().lists, 1);
     let path = url.path();
-    let result = block_on(store.list_with_delimiter((!prefix.is_empty()).then_some(&path)))?
-        .map_err(|e| Error::from_store(prefix_url, e))?;
+    let result = block_on_store(
+        prefix_url,
+        store.list_with_delimiter((!prefix.is_empty()).then_some(&path)),
+    )?;
     let strip = if prefix.is_empty() {
         String::new()
     } else {
@@ -66,7 +68,8 @@ pub fn list_all(prefix_url: &str, config: &RemoteConfig) -> Result<Vec<String>> 
     let store = store_for(&url, config)?;
     Stats::count(&stats().lists, 1);
     let path = url.path();
-    let keys = block_on(
+    let keys = block_on_store(
+        prefix_url,
         store
             .list(if url.key.is_empty() {
                 None
@@ -75,7 +78,6 @@ pub fn list_all(prefix_url: &str, config: &RemoteConfig) -> Result<Vec<String>> 
             })
             .map_ok(|m| m.location.to_string())
             .try_collect::<Vec<String>>(),
-    )?
-    .map_err(|e| Error::from_store(prefix_url, e))?;
+    )?;
     Ok(keys)
 }

@@ -27,8 +27,9 @@ use object_store::{GetOptions, GetRange, ObjectMeta, ObjectStore, ObjectStoreExt
 use crate::config::RemoteConfig;
 use crate::error::{Error, ErrorKind, Result};
 use crate::plan::{plan, Fetch};
-use crate::runtime::{block_on, stats, store_for, Stats};
+use crate::runtime::{block_on, block_on_store, stats, store_for, Stats};
 use crate::url::{ObjectUrl, Scheme};
+use crate::watch;
 
 /// Bytes fetched from the start of an object when it is opened.
 pub const HEAD_BYTES: u64 = 1 << 20;
@@ -209,6 +210,14 @@ async fn fetch_probe(
     url: &ObjectUrl,
     range: GetRange,
 ) -> Result<(ObjectMeta, u64, Bytes)> {
+    watch::scoped(fetch_probe_once(store, url, range)).await
+}
+
+async fn fetch_probe_once(
+    store: &dyn ObjectStore,
+    url: &ObjectUrl,
+    range: GetRange,
+) -> Result<(ObjectMeta, u64, Bytes)> {
     Stats::count(&stats().gets, 1);
     let options = GetOptions {
         range: Some(range),
@@ -272,8 +281,7 @@ impl RemoteObject {
             // An empty object has no byte 0 to range over: ask for its size.
             Err(e) if e.kind == ErrorKind::BadResponse => {
                 Stats::count(&stats().heads, 1);
-                let meta = block_on(store.head(&url.path()))?
-                    .map_err(|e| Error::from_store(&url.text, e))?;
+                let meta = block_on_store(&url.text, store.head(&url.path()))?;
                 if meta.size != 0 {
                     return Err(e);
                 }
@@ -542,8 +550,19 @@ impl RemoteObject {
     }
 
     /// Fetch `[start, start + buf.len())` into `buf`, pinned to the version
-    /// opened, checking that the server sent exactly those bytes of it.
+    /// opened, checking that the server sent exactly those bytes of it: one
+    /// operation of [`watch`] (a body cut off or stalled is resumed by
+    /// object_store from where it stopped, and counted as a retry).
     async fn fetch_into(&self, store: &dyn ObjectStore, start: u64, buf: &mut [u8]) -> Result<()> {
+        watch::scoped(self.fetch_into_once(store, start, buf)).await
+    }
+
+    async fn fetch_into_once(
+        &self,
+        store: &dyn ObjectStore,
+        start: u64,
+        buf: &mut [u8],
+    ) -> Result<()> {
         let url = &self.url.text;
         let end = start + buf.len() as u64;
         let mut options = GetOptions {

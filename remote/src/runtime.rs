@@ -127,6 +127,18 @@ pub fn backend_for(url: &ObjectUrl, config: &RemoteConfig) -> Result<Backend> {
     })
 }
 
+/// Run one object_store operation on the runtime, as one operation of
+/// [`crate::watch`] (its errors classified by its own responses), its
+/// error about `url`.
+pub fn block_on_store<T>(
+    url: &str,
+    future: impl Future<Output = object_store::Result<T>>,
+) -> Result<T> {
+    block_on(crate::watch::scoped(async move {
+        future.await.map_err(|e| Error::from_store(url, e))
+    }))?
+}
+
 /// [`backend_for`] as an `ObjectStore`.
 pub fn store_for(url: &ObjectUrl, config: &RemoteConfig) -> Result<Arc<dyn ObjectStore>> {
     backend_for(url, config).map(|b| b.store())

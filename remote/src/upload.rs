@@ -20,8 +20,9 @@ use object_store::{ObjectStore, PutPayload};
 
 use crate::config::{spool_dir, RemoteConfig};
 use crate::error::{Error, ErrorKind, Result};
-use crate::runtime::{backend_for, block_on, stats, Stats};
+use crate::runtime::{backend_for, block_on, block_on_store, stats, Stats};
 use crate::url::{ObjectUrl, Scheme};
+use crate::watch;
 
 /// A private directory for building files that will be uploaded, removed
 /// with everything in it when dropped. A spool left by a killed process
@@ -155,13 +156,17 @@ pub fn abort_orphans(config: &RemoteConfig) -> Vec<String> {
             continue;
         };
         Stats::count(&stats().puts, 1);
-        let done = block_on(store.abort_multipart(&parsed.path(), &id.to_string()));
+        let done = block_on_store(url, store.abort_multipart(&parsed.path(), &id.to_string()));
         match done {
-            Ok(Ok(())) | Ok(Err(object_store::Error::NotFound { .. })) => {
+            Ok(()) => {
                 let _ = std::fs::remove_file(&path);
                 aborted.push(url.to_string());
             }
-            _ => {}
+            Err(e) if e.kind == ErrorKind::NotFound => {
+                let _ = std::fs::remove_file(&path);
+                aborted.push(url.to_string());
+            }
+            Err(_) => {}
         }
     }
     aborted
@@ -204,26 +209,26 @@ pub fn upload_file(local: &Path, url: &str, config: &RemoteConfig) -> Result<u64
             .map_err(|e| Error::io(local.display(), e))?;
         Stats::count(&stats().puts, 1);
         Stats::count(&stats().bytes_out, size);
-        block_on(store.put_opts(&path, PutPayload::from(data), Default::default()))?
-            .map_err(|e| Error::from_store(url, e))?;
+        block_on_store(
+            url,
+            store.put_opts(&path, PutPayload::from(data), Default::default()),
+        )?;
         return Ok(size);
     }
     Stats::count(&stats().puts, 1);
-    let id = block_on(multipart.create_multipart(&path))?.map_err(|e| Error::from_store(url, e))?;
+    let id = block_on_store(url, multipart.create_multipart(&path))?;
     let journal = Journal::record(config, url, &id)?;
     let result = send_parts(&multipart, &path, &id, &file, size, config, url);
     let outcome = match result {
         Ok(parts) => {
             Stats::count(&stats().puts, 1);
-            block_on(multipart.complete_multipart(&path, &id, parts))?
-                .map(|_| size)
-                .map_err(|e| Error::from_store(url, e))
+            block_on_store(url, multipart.complete_multipart(&path, &id, parts)).map(|_| size)
         }
         Err(e) => Err(e),
     };
     if outcome.is_err() {
         Stats::count(&stats().puts, 1);
-        let _ = block_on(multipart.abort_multipart(&path, &id));
+        let _ = block_on_store(url, multipart.abort_multipart(&path, &id));
     }
     drop(journal);
     outcome
@@ -256,10 +261,13 @@ fn send_parts(
                 .map_err(|e| Error::new(ErrorKind::Io, url, e.to_string()))?;
                 Stats::count(&stats().puts, 1);
                 Stats::count(&stats().bytes_out, len as u64);
-                multipart
-                    .put_part(path, id, i, PutPayload::from(data))
-                    .await
-                    .map_err(|e| Error::from_store(url, e))
+                watch::scoped(async {
+                    multipart
+                        .put_part(path, id, i, PutPayload::from(data))
+                        .await
+                        .map_err(|e| Error::from_store(url, e))
+                })
+                .await
             }
         })
         .buffered(config.concurrency)

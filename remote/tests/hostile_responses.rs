@@ -1,7 +1,8 @@
 //! Responses zt must refuse, played by a scripted HTTP/1.1 server on
 //! 127.0.0.1: a server that ignores `If-Match` (or `If-Unmodified-Since`)
 //! and serves another version in the middle of a read, a body longer than
-//! the range asked for, and a body shorter than it.
+//! the range asked for, and a body shorter than it; and errors classified
+//! by status and error type whatever the URL spells.
 //!
 //! Every request gets a fresh connection (`Connection: close`), answered
 //! one at a time, so each test's requests are numbered in the order the
@@ -453,5 +454,53 @@ fn a_short_body_is_refused() {
     let err = object.read(HEAD_BYTES, 4096).unwrap_err();
     assert_eq!(err.kind, ErrorKind::BadResponse, "{err}");
     assert!(err.to_string().contains("short body"), "{err}");
+    server.finish();
+}
+
+// ------------------------------------------------ faults and their outcomes
+
+/// A reply with `status` and no body.
+fn bare(status: &'static str) -> Reply {
+    Reply {
+        status,
+        headers: vec![("Content-Length".into(), "0".into())],
+        body: Vec::new(),
+        await_hang_up: false,
+    }
+}
+
+#[test]
+fn a_network_error_is_not_a_bad_response_whatever_the_url_says() {
+    // A port nobody listens on: the connection is refused. The URL (and
+    // so the message) says "range" and "416"; the failure is the network.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let url = format!("http://127.0.0.1:{port}/orange/416/range");
+    let err = RemoteObject::open(&url, config()).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Io, "{err}");
+    assert!(err.to_string().contains("orange/416"), "{err}");
+    // A server error on such a key is a server failure, not a bad response.
+    let server = Server::start(2, |_, _| bare("503 Service Unavailable"));
+    let err = RemoteObject::open(&server.url("orange/416/range"), config()).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Io, "{err}");
+    server.finish();
+}
+
+#[test]
+fn a_416_for_a_range_inside_the_object_is_a_bad_response() {
+    let a = version_a(true);
+    let server = Server::start(3, move |n, request| match n {
+        0 | 1 => honest(&a, request),
+        _ => {
+            let mut reply = bare("416 Range Not Satisfiable");
+            reply.set_header("Content-Range", format!("bytes */{SIZE}"));
+            reply
+        }
+    });
+    let object = RemoteObject::open(&server.url("data.bin"), config()).expect("open");
+    let err = object.read(HEAD_BYTES, 4096).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::BadResponse, "{err}");
     server.finish();
 }
