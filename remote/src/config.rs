@@ -28,9 +28,9 @@
 //! `use_emulator`, ...), the same names `obstore` takes, plus zt's own:
 //! `profile`, `connection_string`, `part_size`, `concurrency`,
 //! `coalesce_gap`, `max_retries`, `retry_timeout`, `connect_timeout`,
-//! `cache`, `cache_bytes`, `spool`. A key must be one the URL's backend
-//! knows; `endpoint` is GCS's `base_url` too. An `http://` endpoint allows
-//! plain HTTP.
+//! `idle_timeout`, `cache`, `cache_bytes`, `spool`. A key must be one the
+//! URL's backend knows; `endpoint` is GCS's `base_url` too. An `http://`
+//! endpoint allows plain HTTP.
 
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -61,6 +61,14 @@ pub const DEFAULT_CONCURRENCY: usize = 16;
 pub const DEFAULT_COALESCE_GAP: u64 = 1 << 20;
 /// Default bound on the local cache directory.
 pub const DEFAULT_CACHE_BYTES: u64 = 16 << 30;
+/// Default limit on one request, start to last byte.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
+/// Default idle timeout: a response that sends nothing (its head to a
+/// request without a body, or its body's next bytes) for this long is
+/// abandoned and retried. S3's first byte comes in 0.1-0.2 s and a
+/// transfer that moves no byte for 20 s is stalled, not slow; a sixth of
+/// [`DEFAULT_TIMEOUT`], so a stall costs a retry, not the request.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// How zt reaches object storage.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -87,6 +95,9 @@ pub struct RemoteConfig {
     pub timeout: Duration,
     /// Limit on establishing a connection.
     pub connect_timeout: Duration,
+    /// A response that sends nothing for this long (its head to a request
+    /// without a body, or its body's next bytes) is abandoned and retried.
+    pub idle_timeout: Duration,
     /// A local cache directory for whole objects (`None`: no cache).
     pub cache_dir: Option<PathBuf>,
     /// Bound on the cache directory's size.
@@ -107,8 +118,9 @@ impl Default for RemoteConfig {
             coalesce_gap: DEFAULT_COALESCE_GAP,
             max_retries: 5,
             retry_timeout: Duration::from_secs(60),
-            timeout: Duration::from_secs(120),
+            timeout: DEFAULT_TIMEOUT,
             connect_timeout: Duration::from_secs(10),
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
             cache_dir: None,
             cache_bytes: DEFAULT_CACHE_BYTES,
             spool_dir: None,
@@ -154,6 +166,7 @@ impl RemoteConfig {
                 "retry_timeout" => c.retry_timeout = parse_seconds(key, value)?,
                 "timeout" => c.timeout = parse_seconds(key, value)?,
                 "connect_timeout" => c.connect_timeout = parse_seconds(key, value)?,
+                "idle_timeout" => c.idle_timeout = parse_seconds(key, value)?,
                 "cache" => c.cache_dir = Some(PathBuf::from(value)),
                 "cache_bytes" => c.cache_bytes = parse_number(key, value)?,
                 "spool" => c.spool_dir = Some(PathBuf::from(value)),
@@ -222,9 +235,11 @@ impl RemoteConfig {
     }
 
     /// The HTTP client every store sends its requests through: object_store's
-    /// own, watched ([`crate::watch`]).
+    /// own, watched for stalls ([`crate::watch`]).
     fn connector(&self) -> Connector {
-        Connector
+        Connector {
+            idle: self.idle_timeout,
+        }
     }
 
     /// Build the S3 store for `bucket`.
@@ -598,12 +613,14 @@ mod tests {
             ("part_size", "16777216"),
             ("concurrency", "32"),
             ("timeout", "5s"),
+            ("idle_timeout", "0.25"),
             ("cache", "/var/cache/zt"),
         ])
         .unwrap();
         assert_eq!(c.part_size, 16 << 20);
         assert_eq!(c.concurrency, 32);
         assert_eq!(c.timeout, Duration::from_secs(5));
+        assert_eq!(c.idle_timeout, Duration::from_millis(250));
         assert_eq!(c.cache_dir.as_deref(), Some(Path::new("/var/cache/zt")));
         assert_eq!(
             c.store_options,

@@ -1,19 +1,31 @@
 //! The HTTP layer under every store: each attempt object_store makes goes
-//! through [`Watched`], which remembers, per operation ([`scoped`]), the
-//! status of the latest attempt's response, so an error is classified from
-//! the status and the client's typed errors ([`crate::error`]), never from
-//! its text.
+//! through [`Watched`], which
+//!
+//! - abandons a stalled response: no response head to a request without a
+//!   body, or no body bytes, for `idle_timeout` is an `HttpError` of kind
+//!   `Timeout`, which object_store retries as it retries any timeout (a GET
+//!   resumes its body from the byte where it stopped, pinned to its ETag);
+//! - remembers, per operation ([`scoped`]), the status of the latest
+//!   attempt's response, so an error is classified from the status and the
+//!   client's typed errors ([`crate::error`]), never from its text.
 
 use std::error::Error as StdError;
+use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
 
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
 use object_store::client::{
-    HttpClient, HttpConnector, HttpError, HttpRequest, HttpResponse, HttpService, ReqwestConnector,
+    HttpClient, HttpConnector, HttpError, HttpErrorKind, HttpRequest, HttpResponse,
+    HttpResponseBody, HttpService, ReqwestConnector,
 };
 use object_store::ClientOptions;
+use tokio::time::Sleep;
 
 /// What one operation's attempts have seen so far.
 #[derive(Debug, Default)]
@@ -46,11 +58,11 @@ pub(crate) fn last_status() -> Option<u16> {
 }
 
 /// True if `e` (or an error in its source chain) is one of the client's
-/// transport errors (connection, timeout, a body cut off).
+/// transport errors (connection, timeout, a body cut off or stalled).
 pub(crate) fn is_transport(e: &(dyn StdError + 'static)) -> bool {
     let mut at = Some(e);
     while let Some(e) = at {
-        if e.is::<HttpError>() || e.is::<reqwest::Error>() {
+        if e.is::<HttpError>() || e.is::<reqwest::Error>() || e.is::<Stalled>() {
             return true;
         }
         at = e.source();
@@ -58,14 +70,42 @@ pub(crate) fn is_transport(e: &(dyn StdError + 'static)) -> bool {
     false
 }
 
+/// No bytes for the idle timeout.
+#[derive(Debug)]
+pub struct Stalled {
+    idle: Duration,
+    what: &'static str,
+}
+
+impl fmt::Display for Stalled {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} stalled: nothing for {:?} (idle_timeout)",
+            self.what, self.idle
+        )
+    }
+}
+
+impl StdError for Stalled {}
+
+fn stalled(idle: Duration, what: &'static str) -> HttpError {
+    HttpError::new(HttpErrorKind::Timeout, Stalled { idle, what })
+}
+
 /// Builds object_store's own reqwest client and wraps it in [`Watched`].
 #[derive(Debug)]
-pub(crate) struct Connector;
+pub(crate) struct Connector {
+    pub idle: Duration,
+}
 
 impl HttpConnector for Connector {
     fn connect(&self, options: &ClientOptions) -> object_store::Result<HttpClient> {
         let inner = ReqwestConnector::default().connect(options)?;
-        Ok(HttpClient::new(Watched { inner }))
+        Ok(HttpClient::new(Watched {
+            inner,
+            idle: self.idle,
+        }))
     }
 }
 
@@ -73,6 +113,7 @@ impl HttpConnector for Connector {
 #[derive(Debug)]
 struct Watched {
     inner: HttpClient,
+    idle: Duration,
 }
 
 impl Watched {
@@ -81,12 +122,30 @@ impl Watched {
         if let Some(op) = &op {
             op.status.store(0, Ordering::Relaxed);
         }
-        let response = self.inner.execute(request).await?;
+        // A request that sends a body may take its time sending it: only
+        // its response's body is watched (its head is bounded by
+        // `timeout`). Any other request's answer must start within the
+        // idle timeout.
+        let sent = if request.body().is_empty() {
+            match tokio::time::timeout(self.idle, self.inner.execute(request)).await {
+                Ok(sent) => sent,
+                Err(_) => Err(stalled(self.idle, "the response")),
+            }
+        } else {
+            self.inner.execute(request).await
+        };
+        let response = sent?;
         if let Some(op) = &op {
             op.status
                 .store(response.status().as_u16(), Ordering::Relaxed);
         }
-        Ok(response)
+        let (parts, body) = response.into_parts();
+        let body = HttpResponseBody::new(IdleBody {
+            inner: body,
+            idle: self.idle,
+            sleep: None,
+        });
+        Ok(HttpResponse::from_parts(parts, body))
     }
 }
 
@@ -100,5 +159,55 @@ impl HttpService for Watched {
         Self: 'b,
     {
         Box::pin(self.attempt(request))
+    }
+}
+
+/// A response body that fails with [`Stalled`] when no bytes come for the
+/// idle timeout while it is read.
+struct IdleBody {
+    inner: HttpResponseBody,
+    idle: Duration,
+    sleep: Option<Pin<Box<Sleep>>>,
+}
+
+impl Body for IdleBody {
+    type Data = Bytes;
+    type Error = HttpError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, HttpError>>> {
+        let this = &mut *self;
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(frame) => {
+                this.sleep = None;
+                Poll::Ready(frame)
+            }
+            Poll::Pending => {
+                let idle = this.idle;
+                let sleep = this
+                    .sleep
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(idle)));
+                match sleep.as_mut().poll(cx) {
+                    Poll::Ready(()) => {
+                        this.sleep = None;
+                        // Abandoned: close its connection now, before the
+                        // retry is sent, not when the body is dropped.
+                        this.inner = HttpResponseBody::from(Bytes::new());
+                        Poll::Ready(Some(Err(stalled(idle, "the body"))))
+                    }
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
     }
 }

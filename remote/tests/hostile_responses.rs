@@ -1,7 +1,9 @@
 //! Responses zt must refuse, played by a scripted HTTP/1.1 server on
 //! 127.0.0.1: a server that ignores `If-Match` (or `If-Unmodified-Since`)
 //! and serves another version in the middle of a read, a body longer than
-//! the range asked for, and a body shorter than it; and errors classified
+//! the range asked for, and a body shorter than it; and faults zt must
+//! ride out or name rightly: a response that stalls (before its head or in
+//! its body) abandoned after `idle_timeout` and retried, errors classified
 //! by status and error type whatever the URL spells.
 //!
 //! Every request gets a fresh connection (`Connection: close`), answered
@@ -75,6 +77,9 @@ mod server {
         /// would end the exchange for the client. Whether it hangs up shows
         /// whether it stopped reading by itself.
         pub await_hang_up: bool,
+        /// Send nothing at all, not even the head: wait for the client to
+        /// hang up (a server that stalled before answering).
+        pub stall_head: bool,
     }
 
     impl Reply {
@@ -187,6 +192,9 @@ mod server {
 
     /// Send `reply`; true if the client hung up first.
     fn answer(mut stream: &TcpStream, reply: &Reply) -> bool {
+        if reply.stall_head {
+            return hung_up(stream);
+        }
         let mut head = format!("HTTP/1.1 {}\r\n", reply.status);
         for (name, value) in &reply.headers {
             head.push_str(&format!("{name}: {value}\r\n"));
@@ -201,6 +209,11 @@ mod server {
         if !reply.await_hang_up {
             return false;
         }
+        hung_up(stream)
+    }
+
+    /// Wait for the client to hang up; true if it did (within `PATIENCE`).
+    fn hung_up(mut stream: &TcpStream) -> bool {
         let mut byte = [0u8; 1];
         match stream.read(&mut byte) {
             Ok(0) => true,
@@ -215,7 +228,7 @@ use std::sync::Arc;
 
 use server::{Reply, Request, Served, Server};
 use zt_remote::cache::{cached_copy, entry_path};
-use zt_remote::object::HEAD_BYTES;
+use zt_remote::object::{BLOCK, HEAD_BYTES};
 use zt_remote::{ErrorKind, RemoteConfig, RemoteObject};
 
 /// The object's size: past the head and tail that opening fetches, so the
@@ -257,6 +270,7 @@ fn honest(version: &Version, request: &Request) -> Reply {
         headers: vec![("Last-Modified".into(), version.modified.into())],
         body: Vec::new(),
         await_hang_up: false,
+        stall_head: false,
     };
     if let Some(tag) = version.etag {
         reply.set_header("ETag", tag);
@@ -459,6 +473,19 @@ fn a_short_body_is_refused() {
 
 // ------------------------------------------------ faults and their outcomes
 
+/// The idle timeout of the stall tests: what each stall costs.
+const IDLE: &str = "0.3";
+
+/// `retries` retries, stalls abandoned after `IDLE`, 1 MiB parts.
+fn patient(retries: &str) -> Arc<RemoteConfig> {
+    let options = [
+        ("max_retries", retries),
+        ("idle_timeout", IDLE),
+        ("part_size", "1048576"),
+    ];
+    Arc::new(RemoteConfig::from_options(&options).expect("valid options"))
+}
+
 /// A reply with `status` and no body.
 fn bare(status: &'static str) -> Reply {
     Reply {
@@ -466,6 +493,7 @@ fn bare(status: &'static str) -> Reply {
         headers: vec![("Content-Length".into(), "0".into())],
         body: Vec::new(),
         await_hang_up: false,
+        stall_head: false,
     }
 }
 
@@ -502,5 +530,69 @@ fn a_416_for_a_range_inside_the_object_is_a_bad_response() {
     let object = RemoteObject::open(&server.url("data.bin"), config()).expect("open");
     let err = object.read(HEAD_BYTES, 4096).unwrap_err();
     assert_eq!(err.kind, ErrorKind::BadResponse, "{err}");
+    server.finish();
+}
+
+#[test]
+fn a_body_that_stalls_is_abandoned_and_resumed() {
+    let a = version_a(true);
+    let expected = a.bytes.clone();
+    // The first read's body stops halfway and the server waits: the client
+    // must hang up after the idle timeout and ask for the rest.
+    let server = Server::start(4, move |n, request| {
+        let mut reply = honest(&a, request);
+        if n == 2 {
+            reply.body.truncate(reply.body.len() / 2);
+            reply.await_hang_up = true;
+        }
+        reply
+    });
+    let object = RemoteObject::open(&server.url("m.bin"), patient("2")).expect("open");
+    let started = std::time::Instant::now();
+    let read = object.read(HEAD_BYTES, 4096).expect("the read resumes");
+    assert_eq!(read, &expected[HEAD_BYTES as usize..][..4096]);
+    assert!(started.elapsed().as_secs() < 5, "{:?}", started.elapsed());
+    let served = server.finish();
+    assert_eq!(served.len(), 4, "{served:#?}");
+    assert!(served[2].client_hung_up, "{served:#?}");
+    // The rest of the block, pinned to the version opened.
+    assert!(
+        served[3].request.gets_from(HEAD_BYTES + BLOCK / 2),
+        "{served:#?}"
+    );
+    assert_eq!(served[3].request.header("if-match"), Some("\"a\""));
+}
+
+#[test]
+fn a_response_that_never_starts_is_abandoned_and_retried() {
+    let a = version_a(true);
+    let expected = a.bytes.clone();
+    let server = Server::start(4, move |n, request| {
+        let mut reply = honest(&a, request);
+        reply.stall_head = n == 2;
+        reply
+    });
+    let object = RemoteObject::open(&server.url("m.bin"), patient("2")).expect("open");
+    let read = object.read(HEAD_BYTES, 4096).expect("the read is retried");
+    assert_eq!(read, &expected[HEAD_BYTES as usize..][..4096]);
+    let served = server.finish();
+    assert!(served[2].client_hung_up, "{served:#?}");
+    assert!(served[3].request.gets_from(HEAD_BYTES), "{served:#?}");
+}
+
+#[test]
+fn a_stall_past_the_retries_fails_as_a_network_error_in_bounded_time() {
+    let a = version_a(true);
+    let server = Server::start(3, move |n, request| {
+        let mut reply = honest(&a, request);
+        reply.stall_head = n == 2;
+        reply
+    });
+    let object = RemoteObject::open(&server.url("m.bin"), patient("0")).expect("open");
+    let started = std::time::Instant::now();
+    let err = object.read(HEAD_BYTES, 4096).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Io, "{err}");
+    assert!(err.to_string().contains("idle_timeout"), "{err}");
+    assert!(started.elapsed().as_secs() < 5, "{:?}", started.elapsed());
     server.finish();
 }
