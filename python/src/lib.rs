@@ -345,7 +345,8 @@ pub(crate) fn align_from_py(align: &Bound<'_, PyAny>) -> PyResult<zt::Align> {
 }
 
 /// Requests this process has sent to object storage, by kind, and the
-/// bytes moved: `{"gets", "heads", "puts", "lists", "bytes_in", "bytes_out"}`.
+/// bytes moved: `{"gets", "heads", "puts", "lists", "bytes_in", "bytes_out"}`,
+/// and the attempts that repeated a failed one: `"retries"`.
 #[pyfunction]
 fn remote_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     let s = zt::remote::client::stats().snapshot();
@@ -356,6 +357,7 @@ fn remote_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     dict.set_item("lists", s.lists)?;
     dict.set_item("bytes_in", s.bytes_in)?;
     dict.set_item("bytes_out", s.bytes_out)?;
+    dict.set_item("retries", s.retries)?;
     Ok(dict)
 }
 

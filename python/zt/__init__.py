@@ -329,8 +329,10 @@ def detect(path: PathLike, *, storage_options: dict | None = None) -> str:
 
 def remote_stats() -> dict[str, int]:
     """Requests this process has sent to object storage so far, by kind
-    (``gets``, ``heads``, ``puts``, ``lists``) and bytes moved
-    (``bytes_in``, ``bytes_out``)."""
+    (``gets``, ``heads``, ``puts``, ``lists``; each request once), bytes
+    moved (``bytes_in``, ``bytes_out``), and ``retries``: the attempts that
+    repeated a failed one (a network error, a 5xx, throttling, a body cut
+    off or stalled past ``idle_timeout``)."""
     return _zt.remote_stats()
 
 

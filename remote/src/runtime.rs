@@ -144,9 +144,10 @@ pub fn store_for(url: &ObjectUrl, config: &RemoteConfig) -> Result<Arc<dyn Objec
     backend_for(url, config).map(|b| b.store())
 }
 
-/// Counts of the requests this process has sent, for tests and benchmarks
-/// (each attempt the client starts; retries inside `object_store` are not
-/// counted separately).
+/// Counts of the requests this process has sent, for tests and benchmarks:
+/// each request once, however many attempts it took, and the attempts
+/// beyond the first in `retries` (object_store's own retries of a failed
+/// attempt, of a body cut off or stalled, and zt's of a listing).
 #[derive(Debug, Default)]
 pub struct Stats {
     /// Ranged or whole GETs.
@@ -157,6 +158,9 @@ pub struct Stats {
     pub puts: AtomicU64,
     /// LIST requests (pages).
     pub lists: AtomicU64,
+    /// Attempts that repeated a failed one (a transport error, a 5xx, 429
+    /// or 408, a body cut off or stalled).
+    pub retries: AtomicU64,
     /// Body bytes received.
     pub bytes_in: AtomicU64,
     /// Body bytes sent.
@@ -174,6 +178,8 @@ pub struct StatsSnapshot {
     pub puts: u64,
     /// LIST pages.
     pub lists: u64,
+    /// Retried attempts.
+    pub retries: u64,
     /// Bytes received.
     pub bytes_in: u64,
     /// Bytes sent.
@@ -195,6 +201,7 @@ impl Stats {
             heads: get(&self.heads),
             puts: get(&self.puts),
             lists: get(&self.lists),
+            retries: get(&self.retries),
             bytes_in: get(&self.bytes_in),
             bytes_out: get(&self.bytes_out),
         }

@@ -7,13 +7,16 @@
 //!   resumes its body from the byte where it stopped, pinned to its ETag);
 //! - remembers, per operation ([`scoped`]), the status of the latest
 //!   attempt's response, so an error is classified from the status and the
-//!   client's typed errors ([`crate::error`]), never from its text.
+//!   client's typed errors ([`crate::error`]), never from its text;
+//! - counts retries ([`crate::runtime::Stats::retries`]): an attempt that
+//!   follows a failed attempt of the same operation (a transport error, a
+//!   5xx, 429 or 408 status, a body cut off or stalled).
 
 use std::error::Error as StdError;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -27,11 +30,21 @@ use object_store::client::{
 use object_store::ClientOptions;
 use tokio::time::Sleep;
 
+use crate::runtime::{stats, Stats};
+
 /// What one operation's attempts have seen so far.
 #[derive(Debug, Default)]
 pub(crate) struct Attempts {
+    /// The latest attempt failed (a retry is what comes next).
+    failed: AtomicBool,
     /// The status of the latest attempt's response; 0 before a response.
     status: AtomicU16,
+}
+
+impl Attempts {
+    fn fail(&self) {
+        self.failed.store(true, Ordering::Relaxed);
+    }
 }
 
 tokio::task_local! {
@@ -39,8 +52,8 @@ tokio::task_local! {
 }
 
 /// Run `future` as one operation: its attempts are tracked together (the
-/// status its errors are classified by). Scopes nest: the innermost one is
-/// the operation.
+/// status its errors are classified by, the retries it counts). Scopes
+/// nest: the innermost one is the operation.
 pub(crate) async fn scoped<F: Future>(future: F) -> F::Output {
     OP.scope(Arc::new(Attempts::default()), future).await
 }
@@ -120,6 +133,9 @@ impl Watched {
     async fn attempt(&self, request: HttpRequest) -> Result<HttpResponse, HttpError> {
         let op = current();
         if let Some(op) = &op {
+            if op.failed.swap(false, Ordering::Relaxed) {
+                Stats::count(&stats().retries, 1);
+            }
             op.status.store(0, Ordering::Relaxed);
         }
         // A request that sends a body may take its time sending it: only
@@ -134,16 +150,28 @@ impl Watched {
         } else {
             self.inner.execute(request).await
         };
-        let response = sent?;
+        let response = match sent {
+            Ok(r) => r,
+            Err(e) => {
+                if let Some(op) = &op {
+                    op.fail();
+                }
+                return Err(e);
+            }
+        };
+        let status = response.status();
         if let Some(op) = &op {
-            op.status
-                .store(response.status().as_u16(), Ordering::Relaxed);
+            op.status.store(status.as_u16(), Ordering::Relaxed);
+            if status.is_server_error() || status.as_u16() == 429 || status.as_u16() == 408 {
+                op.fail();
+            }
         }
         let (parts, body) = response.into_parts();
         let body = HttpResponseBody::new(IdleBody {
             inner: body,
             idle: self.idle,
             sleep: None,
+            op,
         });
         Ok(HttpResponse::from_parts(parts, body))
     }
@@ -163,11 +191,21 @@ impl HttpService for Watched {
 }
 
 /// A response body that fails with [`Stalled`] when no bytes come for the
-/// idle timeout while it is read.
+/// idle timeout while it is read, and marks its operation failed on any
+/// error.
 struct IdleBody {
     inner: HttpResponseBody,
     idle: Duration,
     sleep: Option<Pin<Box<Sleep>>>,
+    op: Option<Arc<Attempts>>,
+}
+
+impl IdleBody {
+    fn failed(&self) {
+        if let Some(op) = &self.op {
+            op.fail();
+        }
+    }
 }
 
 impl Body for IdleBody {
@@ -182,6 +220,9 @@ impl Body for IdleBody {
         match Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Ready(frame) => {
                 this.sleep = None;
+                if matches!(frame, Some(Err(_))) {
+                    this.failed();
+                }
                 Poll::Ready(frame)
             }
             Poll::Pending => {
@@ -192,6 +233,7 @@ impl Body for IdleBody {
                 match sleep.as_mut().poll(cx) {
                     Poll::Ready(()) => {
                         this.sleep = None;
+                        this.failed();
                         // Abandoned: close its connection now, before the
                         // retry is sent, not when the body is dropped.
                         this.inner = HttpResponseBody::from(Bytes::new());

@@ -3,8 +3,9 @@
 //! and serves another version in the middle of a read, a body longer than
 //! the range asked for, and a body shorter than it; and faults zt must
 //! ride out or name rightly: a response that stalls (before its head or in
-//! its body) abandoned after `idle_timeout` and retried, errors classified
-//! by status and error type whatever the URL spells.
+//! its body) abandoned after `idle_timeout` and retried (and counted in the
+//! `retries` statistic), errors classified by status and error type
+//! whatever the URL spells.
 //!
 //! Every request gets a fresh connection (`Connection: close`), answered
 //! one at a time, so each test's requests are numbered in the order the
@@ -229,7 +230,7 @@ use std::sync::Arc;
 use server::{Reply, Request, Served, Server};
 use zt_remote::cache::{cached_copy, entry_path};
 use zt_remote::object::{BLOCK, HEAD_BYTES};
-use zt_remote::{ErrorKind, RemoteConfig, RemoteObject};
+use zt_remote::{stats, ErrorKind, RemoteConfig, RemoteObject};
 
 /// The object's size: past the head and tail that opening fetches, so the
 /// reads after it go to the server.
@@ -497,6 +498,10 @@ fn bare(status: &'static str) -> Reply {
     }
 }
 
+fn retries() -> u64 {
+    stats().snapshot().retries
+}
+
 #[test]
 fn a_network_error_is_not_a_bad_response_whatever_the_url_says() {
     // A port nobody listens on: the connection is refused. The URL (and
@@ -547,11 +552,13 @@ fn a_body_that_stalls_is_abandoned_and_resumed() {
         }
         reply
     });
+    let before = retries();
     let object = RemoteObject::open(&server.url("m.bin"), patient("2")).expect("open");
     let started = std::time::Instant::now();
     let read = object.read(HEAD_BYTES, 4096).expect("the read resumes");
     assert_eq!(read, &expected[HEAD_BYTES as usize..][..4096]);
     assert!(started.elapsed().as_secs() < 5, "{:?}", started.elapsed());
+    assert!(retries() > before);
     let served = server.finish();
     assert_eq!(served.len(), 4, "{served:#?}");
     assert!(served[2].client_hung_up, "{served:#?}");
@@ -572,9 +579,11 @@ fn a_response_that_never_starts_is_abandoned_and_retried() {
         reply.stall_head = n == 2;
         reply
     });
+    let before = retries();
     let object = RemoteObject::open(&server.url("m.bin"), patient("2")).expect("open");
     let read = object.read(HEAD_BYTES, 4096).expect("the read is retried");
     assert_eq!(read, &expected[HEAD_BYTES as usize..][..4096]);
+    assert!(retries() > before);
     let served = server.finish();
     assert!(served[2].client_hung_up, "{served:#?}");
     assert!(served[3].request.gets_from(HEAD_BYTES), "{served:#?}");
