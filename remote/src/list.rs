@@ -1,13 +1,61 @@
 //! Listing the objects directly under a prefix (one level, like a
 //! directory), for stores made of several objects (zrecord's `meta.zr` and
 //! `data_N.zr`).
+//!
+//! A listing is retried as a GET is: object_store retries a failed request
+//! (transport errors, 5xx, throttling), and a body cut off, stalled
+//! (`idle_timeout`) or unparsable after a successful response, which
+//! object_store does not retry for a listing, is listed again here, with
+//! backoff, within `max_retries` and `retry_timeout`.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
 
 use futures::TryStreamExt;
 
 use crate::config::RemoteConfig;
 use crate::error::{Error, ErrorKind, Result};
-use crate::runtime::{block_on_store, stats, store_for, Stats};
+use crate::runtime::{block_on, stats, store_for, Stats};
 use crate::url::{ObjectUrl, Scheme};
+use crate::watch;
+
+/// The wait before retry `n` (from 1): 100 ms doubling to at most 15 s
+/// (object_store's backoff), scaled by a random factor in [0.5, 1).
+fn backoff(n: usize) -> Duration {
+    let base = Duration::from_millis(100).saturating_mul(1 << n.saturating_sub(1).min(8) as u32);
+    let base = base.min(Duration::from_secs(15));
+    let jitter = 0.5 + (zt_fsutil::random_u64() >> 11) as f64 / (1u64 << 54) as f64;
+    base.mul_f64(jitter)
+}
+
+/// Run the listing `attempt` makes until it succeeds, listing again when
+/// an attempt failed after a successful response.
+fn retried<T, F, Fut>(url: &str, config: &RemoteConfig, mut attempt: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = object_store::Result<T>>,
+{
+    let start = Instant::now();
+    let mut retries = 0;
+    loop {
+        let outcome = block_on(watch::scoped(async {
+            attempt()
+                .await
+                .map_err(|e| (Error::from_store(url, e), watch::failed_after_response()))
+        }))?;
+        match outcome {
+            Ok(listed) => return Ok(listed),
+            Err((_, true))
+                if retries < config.max_retries && start.elapsed() < config.retry_timeout =>
+            {
+                retries += 1;
+                Stats::count(&stats().retries, 1);
+                std::thread::sleep(backoff(retries));
+            }
+            Err((e, _)) => return Err(e),
+        }
+    }
+}
 
 /// One object of a listing.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,10 +84,9 @@ pub fn list(prefix_url: &str, config: &RemoteConfig) -> Result<Vec<Listed>> {
     let prefix = url.key.trim_end_matches('/').to_string();
     Stats::count(&stats().lists, 1);
     let path = url.path();
-    let result = block_on_store(
-        prefix_url,
-        store.list_with_delimiter((!prefix.is_empty()).then_some(&path)),
-    )?;
+    let result = retried(prefix_url, config, || {
+        store.list_with_delimiter((!prefix.is_empty()).then_some(&path))
+    })?;
     let strip = if prefix.is_empty() {
         String::new()
     } else {
@@ -68,8 +115,7 @@ pub fn list_all(prefix_url: &str, config: &RemoteConfig) -> Result<Vec<String>> 
     let store = store_for(&url, config)?;
     Stats::count(&stats().lists, 1);
     let path = url.path();
-    let keys = block_on_store(
-        prefix_url,
+    let keys = retried(prefix_url, config, || {
         store
             .list(if url.key.is_empty() {
                 None
@@ -77,7 +123,7 @@ pub fn list_all(prefix_url: &str, config: &RemoteConfig) -> Result<Vec<String>> 
                 Some(&path)
             })
             .map_ok(|m| m.location.to_string())
-            .try_collect::<Vec<String>>(),
-    )?;
+            .try_collect::<Vec<String>>()
+    })?;
     Ok(keys)
 }

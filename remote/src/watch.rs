@@ -4,7 +4,8 @@
 //! - abandons a stalled response: no response head to a request without a
 //!   body, or no body bytes, for `idle_timeout` is an `HttpError` of kind
 //!   `Timeout`, which object_store retries as it retries any timeout (a GET
-//!   resumes its body from the byte where it stopped, pinned to its ETag);
+//!   resumes its body from the byte where it stopped, pinned to its ETag;
+//!   a listing is retried by [`crate::list`]);
 //! - remembers, per operation ([`scoped`]), the status of the latest
 //!   attempt's response, so an error is classified from the status and the
 //!   client's typed errors ([`crate::error`]), never from its text;
@@ -68,6 +69,13 @@ pub(crate) fn last_status() -> Option<u16> {
     current()
         .map(|a| a.status.load(Ordering::Relaxed))
         .filter(|&s| s != 0)
+}
+
+/// True if the current operation's latest attempt got a successful
+/// response and failed after it (its body cut off, stalled or refused),
+/// which object_store retries for GETs only.
+pub(crate) fn failed_after_response() -> bool {
+    last_status().is_some_and(|s| (200..300).contains(&s))
 }
 
 /// True if `e` (or an error in its source chain) is one of the client's

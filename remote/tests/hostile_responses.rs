@@ -3,8 +3,8 @@
 //! and serves another version in the middle of a read, a body longer than
 //! the range asked for, and a body shorter than it; and faults zt must
 //! ride out or name rightly: a response that stalls (before its head or in
-//! its body) abandoned after `idle_timeout` and retried (and counted in the
-//! `retries` statistic), errors classified by status and error type
+//! its body) abandoned after `idle_timeout` and retried, a listing cut off
+//! or stalled listed again, errors classified by status and error type
 //! whatever the URL spells.
 //!
 //! Every request gets a fresh connection (`Connection: close`), answered
@@ -229,6 +229,7 @@ use std::sync::Arc;
 
 use server::{Reply, Request, Served, Server};
 use zt_remote::cache::{cached_copy, entry_path};
+use zt_remote::list::{list, Listed};
 use zt_remote::object::{BLOCK, HEAD_BYTES};
 use zt_remote::{stats, ErrorKind, RemoteConfig, RemoteObject};
 
@@ -604,4 +605,73 @@ fn a_stall_past_the_retries_fails_as_a_network_error_in_bounded_time() {
     assert!(err.to_string().contains("idle_timeout"), "{err}");
     assert!(started.elapsed().as_secs() < 5, "{:?}", started.elapsed());
     server.finish();
+}
+
+/// An S3 ListObjectsV2 answer naming `data_0.zr` and `meta.zr` under
+/// `dir/`.
+fn listing_xml() -> Vec<u8> {
+    let mut xml = String::from(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<ListBucketResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">\
+         <Name>b</Name><Prefix>dir/</Prefix><Delimiter>/</Delimiter><MaxKeys>1000</MaxKeys><IsTruncated>false</IsTruncated>",
+    );
+    for (key, size, tag) in [("data_0.zr", 4096, "d0"), ("meta.zr", 96, "m0")] {
+        xml.push_str(&format!(
+            "<Contents><Key>dir/{key}</Key><LastModified>2026-01-02T03:04:05.000Z</LastModified>\
+             <ETag>&quot;{tag}&quot;</ETag><Size>{size}</Size><StorageClass>STANDARD</StorageClass></Contents>"
+        ));
+    }
+    // Padding, so that half the body is a cut inside it.
+    xml.push_str(&"<!-- padding -->".repeat(64));
+    xml.push_str("</ListBucketResult>");
+    xml.into_bytes()
+}
+
+#[test]
+fn a_listing_cut_short_or_stalled_is_listed_again() {
+    // The first answer announces the whole listing and closes halfway
+    // through it; the second sends half and stalls; the third is whole.
+    let server = Server::start(3, |n, _| {
+        let body = listing_xml();
+        let mut reply = bare("200 OK");
+        reply.set_header("Content-Type", "application/xml");
+        reply.set_header("Content-Length", body.len());
+        reply.body = body;
+        if n < 2 {
+            reply.body.truncate(reply.body.len() / 2);
+            reply.await_hang_up = n == 1;
+        }
+        reply
+    });
+    let endpoint = server.url("");
+    let options = [
+        ("endpoint", endpoint.trim_end_matches('/')),
+        ("access_key_id", "k"),
+        ("secret_access_key", "s"),
+        ("region", "us-east-1"),
+        ("max_retries", "2"),
+        ("idle_timeout", IDLE),
+    ];
+    let config = RemoteConfig::from_options(&options).expect("valid options");
+    let before = retries();
+    let listed = list("s3://b/dir", &config).expect("listed again until whole");
+    assert_eq!(
+        listed,
+        [
+            Listed {
+                name: "data_0.zr".into(),
+                size: 4096,
+                etag: Some("\"d0\"".into())
+            },
+            Listed {
+                name: "meta.zr".into(),
+                size: 96,
+                etag: Some("\"m0\"".into())
+            },
+        ]
+    );
+    assert!(retries() >= before + 2);
+    let served = server.finish();
+    assert_eq!(served.len(), 3, "{served:#?}");
+    assert!(served[1].client_hung_up, "{served:#?}");
+    assert!(served.iter().all(|s| s.request.method == "GET"));
 }
