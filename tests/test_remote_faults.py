@@ -3,17 +3,22 @@ fixture) seen through a proxy of the test's own on 127.0.0.1 that forwards
 every request unchanged (SigV4 signatures included: the Host header is
 passed through) except those it is told to fail with a 500.
 
-Retries are counted in ``zt.remote_stats()``.
+A multipart upload whose part fails is aborted; when the abort fails too,
+its upload id stays in the journal and the next write from the machine
+aborts it, so no parts stay on the server (checked with the server's own
+ListMultipartUploads). Retries are counted in ``zt.remote_stats()``.
 """
 
 from __future__ import annotations
 
 import http.client
 import http.server
+import os
 import threading
 import urllib.parse
 
 import numpy as np
+import pytest
 
 import zt
 
@@ -84,6 +89,55 @@ class FaultyProxy:
         self.server.shutdown()
         self.server.server_close()
         self.thread.join()
+
+
+def journal(spool) -> list:
+    return sorted((spool / "zt-uploads").glob("*.upload"))
+
+
+def test_an_upload_whose_abort_fails_is_aborted_by_the_next_write(s3, bucket, tmp):
+    spool = tmp / "spool"
+    spool.mkdir()
+    client = s3.boto3()
+    url = f"s3://{bucket}/faults/m.safetensors"
+
+    def fail(method: str, path: str) -> bool:
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(path).query)
+        second_part = method == "PUT" and query.get("partNumber") == ["2"]
+        abort = method == "DELETE" and "uploadId" in query
+        return second_part or abort
+
+    arrays = {"w": np.arange((256 << 10) // 4, dtype=np.float32)}  # 4 parts and a bit
+    with FaultyProxy(s3.endpoint, fail) as proxy:
+        options = {
+            "endpoint": proxy.endpoint,
+            "part_size": 64 << 10,
+            "concurrency": 1,
+            "max_retries": 0,
+            "spool": os.fspath(spool),
+        }
+        with pytest.raises(OSError) as failure:
+            zt.numpy.save_file(arrays, url, storage_options=options)
+    assert "aborting the upload failed too" in str(failure.value), failure.value
+    assert [m for m, _ in proxy.failed] == ["PUT", "DELETE"], proxy.failed
+    # Nothing published; the upload is open on the server and its id kept.
+    assert client.list_objects_v2(Bucket=bucket, Prefix="faults/")["KeyCount"] == 0
+    uploads = client.list_multipart_uploads(Bucket=bucket).get("Uploads", [])
+    assert [u["Key"] for u in uploads] == ["faults/m.safetensors"]
+    kept = journal(spool)
+    assert len(kept) == 1
+    assert kept[0].read_text().split("\n")[:2] == [url, uploads[0]["UploadId"]]
+
+    # The next write to the prefix, the server reachable again, aborts it.
+    zt.numpy.save_file(
+        {"x": np.ones(3, np.float32)},
+        f"s3://{bucket}/faults/next.safetensors",
+        storage_options={"spool": os.fspath(spool)},
+    )
+    assert not client.list_multipart_uploads(Bucket=bucket).get("Uploads")
+    assert journal(spool) == []
+    listed = client.list_objects_v2(Bucket=bucket, Prefix="faults/")
+    assert [o["Key"] for o in listed["Contents"]] == ["faults/next.safetensors"]
 
 
 def test_retries_are_counted_beside_requests(s3, bucket, tmp):

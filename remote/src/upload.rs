@@ -2,11 +2,13 @@
 //! upload, so nothing is visible at the destination until the upload
 //! completes: the remote twin of build-beside-and-rename.
 //!
-//! An error aborts the upload. A killed process cannot, so every multipart
-//! upload is recorded in a journal file (`zt-uploads/` in the spool
-//! directory) locked for as long as its uploader lives; the next upload, or
-//! [`abort_orphans`] (`zt clean`), aborts the uploads of journals whose lock
-//! is free, so no orphaned parts stay behind on the server.
+//! An error aborts the upload. A killed process cannot, and an abort may
+//! fail too (the server gone, the network down), so every multipart upload
+//! is recorded in a journal file (`zt-uploads/` in the spool directory)
+//! locked for as long as its uploader lives, and kept when its abort
+//! failed; the next upload, or [`abort_orphans`] (`zt clean`), aborts the
+//! uploads of journals whose lock is free, so no orphaned parts stay behind
+//! on the server.
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -98,6 +100,7 @@ fn journal_dir(config: &RemoteConfig) -> PathBuf {
 struct Journal {
     path: PathBuf,
     _file: File,
+    kept: bool,
 }
 
 impl Journal {
@@ -111,13 +114,28 @@ impl Journal {
         ));
         let mut file = zt_fsutil::create_locked(&path).map_err(|e| Error::io(path.display(), e))?;
         writeln!(file, "{url}\n{id}").map_err(|e| Error::io(path.display(), e))?;
-        Ok(Journal { path, _file: file })
+        Ok(Journal {
+            path,
+            _file: file,
+            kept: false,
+        })
+    }
+}
+
+impl Journal {
+    /// Close the journal but keep its entry: the upload is still open on
+    /// the server, and the next upload ([`abort_orphans`]) aborts it (the
+    /// lock, released with the file, marks it as no live uploader's).
+    fn keep(mut self) {
+        self.kept = true;
     }
 }
 
 impl Drop for Journal {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
+        if !self.kept {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 }
 
@@ -226,12 +244,25 @@ pub fn upload_file(local: &Path, url: &str, config: &RemoteConfig) -> Result<u64
         }
         Err(e) => Err(e),
     };
-    if outcome.is_err() {
-        Stats::count(&stats().puts, 1);
-        let _ = block_on_store(url, multipart.abort_multipart(&path, &id));
+    let Err(mut e) = outcome else {
+        drop(journal);
+        return outcome;
+    };
+    Stats::count(&stats().puts, 1);
+    match block_on_store(url, multipart.abort_multipart(&path, &id)) {
+        Ok(()) => drop(journal),
+        Err(gone) if gone.kind == ErrorKind::NotFound => drop(journal),
+        Err(abort) => {
+            // The upload is still open on the server: its id stays in the
+            // journal for the next upload to abort.
+            journal.keep();
+            e.detail = format!(
+                "{}; aborting the upload failed too ({}): it is kept in the journal and aborted by the next upload or `zt clean`",
+                e.detail, abort.detail
+            );
+        }
     }
-    drop(journal);
-    outcome
+    Err(e)
 }
 
 /// Send every part of `file`; the part ids in order.
