@@ -52,14 +52,18 @@ def saved(tmp_path_factory):
     td = _td()
     td.memmap(root / "memmap")
     td.consolidate(filename=root / "td.bin")
+    td.save(root / "td.tdz")
     return root, td
 
 
-@pytest.mark.parametrize("form", ["memmap", "td.bin"])
+FORMATS = {"memmap": "tensordict", "td.bin": "tensordict-consolidated", "td.tdz": "tensordict-tdz"}
+
+
+@pytest.mark.parametrize("form", list(FORMATS))
 def test_every_leaf_reads_bit_for_bit(saved, form):
     root, td = saved
     reloaded = (
-        TensorDict.load_memmap(root / "memmap") if form == "memmap" else TensorDict.from_consolidated(root / "td.bin")
+        TensorDict.from_consolidated(root / "td.bin") if form == "td.bin" else TensorDict.load_memmap(root / form)
     )
     want = _expected(reloaded)
     assert want.keys() == _expected(td).keys()
@@ -69,7 +73,7 @@ def test_every_leaf_reads_bit_for_bit(saved, form):
         assert got[name].dtype == tensor.dtype and got[name].shape == tensor.shape, name
         assert _bits(got[name]) == _bits(tensor), name
     with zt.open(root / form) as src:
-        assert src.format == ("tensordict" if form == "memmap" else "tensordict-consolidated")
+        assert src.format == FORMATS[form]
         assert src.attributes["tensordict.batch_size"] == [3]
         tag = src.attributes["tensordict.non_tensors"]["tag"]
         assert tag == "episode-1" or tag[0] == "episode-1"
@@ -104,6 +108,23 @@ def _refused(path, rule):
         zt.open(path).close()
     assert e.value.rule == rule, e.value
     return e.value
+
+
+def test_an_archive_with_a_member_outside_it_or_a_compressed_leaf_is_refused(saved, tmp):
+    import zipfile
+
+    root, _ = saved
+    with zipfile.ZipFile(root / "td.tdz") as src:
+        members = [(info.filename, src.read(info)) for info in src.infolist()]
+    with zipfile.ZipFile(tmp / "escape.tdz", "w") as out:
+        for name, data in members:
+            out.writestr(name, data)
+        out.writestr("../evil.memmap", b"x")
+    _refused(tmp / "escape.tdz", "tensordict.Archive")
+    with zipfile.ZipFile(tmp / "deflated.tdz", "w", compression=zipfile.ZIP_DEFLATED) as out:
+        for name, data in members:
+            out.writestr(name, data)
+    _refused(tmp / "deflated.tdz", "tensordict.Archive")
 
 
 def test_lying_files_are_refused_with_a_rule(saved, tmp):

@@ -11,6 +11,10 @@
 //!   non-tensor `s` is `s/meta.json` holding its value; a leaf with no
 //!   elements has no file. Opened from the root `meta.json` (a directory
 //!   opens through it: the plugin's checkpoint name).
+//! * `.tdz` archive (`td.save("x.tdz")`): a zip whose members are the
+//!   memmap directory's files, leaves stored (uncompressed, aligned), read
+//!   in place; a member named with `..`, `.` or an absolute path refuses
+//!   the archive whole.
 //! * Consolidated file: every leaf's bytes end to end, then a JSON, then
 //!   the JSON's length as a little-endian u64. A leaf is `[dtype, shape,
 //!   start, end, pad]` (its bytes `[start, end - pad)`), a nested level an
@@ -43,15 +47,20 @@ pub mod rules {
     pub const LEAF: Rule = Rule::new("tensordict.Leaf");
     /// A key that would leave its directory, or nesting past the limit.
     pub const PATH: Rule = Rule::new("tensordict.Path");
+    /// A `.tdz` archive whose members are not the directory's files: a
+    /// name that leaves it, a name twice, a missing or compressed leaf.
+    pub const ARCHIVE: Rule = Rule::new("tensordict.Archive");
     /// Every rule above.
-    pub const RULES: &[Rule] = &[META, LEAF, PATH];
+    pub const RULES: &[Rule] = &[META, LEAF, PATH, ARCHIVE];
 }
-use rules::{LEAF, META, PATH, RULES};
+use rules::{ARCHIVE, LEAF, META, PATH, RULES};
 
 /// The memmap directory's reader (its root `meta.json`).
 pub struct MemmapDir;
 /// The consolidated file's reader.
 pub struct Consolidated;
+/// The `.tdz` archive's reader (a stored zip mirroring the directory).
+pub struct Archive;
 
 /// The TensorDict plugin.
 pub static PLUGIN: zt_core::Plugin = zt_core::Plugin {
@@ -68,6 +77,10 @@ pub static PLUGIN: zt_core::Plugin = zt_core::Plugin {
         zt_core::Reader {
             format: &Consolidated,
             detect_rank: 26,
+        },
+        zt_core::Reader {
+            format: &Archive,
+            detect_rank: 24,
         },
     ],
     writers: &[&write::MemmapDirWriter, &write::ConsolidatedWriter],
@@ -225,13 +238,26 @@ impl Format for MemmapDir {
     }
 
     fn open(&self, input: &OpenInput<'_>) -> Result<Catalog> {
+        open_tree(input, Files::Dir)
+    }
+}
+
+/// Walk a memmap tree from its root `meta.json`: the opened file itself
+/// for a directory, the member `meta.json` of an archive.
+fn open_tree(input: &OpenInput<'_>, files: Files) -> Result<Catalog> {
+    {
         let mut walk = Walk {
             input,
+            files,
             objects: Vec::new(),
             non_tensors: Vec::new(),
             extra: Vec::new(),
         };
-        let root = parse_json(&input.ctx(), &read_whole(input, input.store)?, "meta.json")?;
+        let root = match &walk.files {
+            Files::Dir => read_whole(input, input.store)?,
+            Files::Archive(_) => walk.text("meta.json", "the root meta.json")?,
+        };
+        let root = parse_json(&input.ctx(), &root, "meta.json")?;
         walk.level(&root, "", "", 0)?;
         let mut attributes = vec![];
         if let Some(shape) = root.get("shape") {
@@ -255,15 +281,84 @@ impl Format for MemmapDir {
     }
 }
 
-/// The walk over a memmap directory's levels.
+/// Where a memmap tree's files are: a directory beside the root
+/// `meta.json`, or the members of a `.tdz` archive.
+enum Files {
+    Dir,
+    /// The archive's members by name (stored members only hold leaves).
+    Archive(std::collections::HashMap<String, crate::zip::Entry>),
+}
+
+/// The walk over a memmap tree's levels.
 struct Walk<'a, 'b> {
     input: &'b OpenInput<'a>,
+    files: Files,
     objects: Vec<Object>,
     non_tensors: Vec<(String, Value)>,
     extra: Vec<Arc<Store>>,
 }
 
 impl Walk<'_, '_> {
+    /// The bytes of the tree's small file `path` (a `meta.json`).
+    fn text(&self, path: &str, what: &str) -> Result<Vec<u8>> {
+        match &self.files {
+            Files::Dir => read_whole(self.input, &*self.input.open_related(path, what)?),
+            Files::Archive(members) => {
+                let ctx = self.input.ctx();
+                let entry = members.get(path).ok_or_else(|| {
+                    Error::header(ctx.clone(), ARCHIVE, format!("no member {path:?} ({what})"))
+                })?;
+                self.input.limits.check_header(&ctx, entry.uncompressed)?;
+                let bytes = crate::zip::member_bytes(
+                    self.input.store,
+                    &ctx,
+                    entry,
+                    self.input.limits,
+                    ("header_bytes", self.input.limits.header_bytes),
+                )?;
+                Ok(bytes.into_owned())
+            }
+        }
+    }
+
+    /// Where leaf file `path`'s bytes are: `(store, offset, length)`.
+    fn leaf_file(&mut self, path: &str) -> Result<(Arc<Store>, u64, u64)> {
+        match &self.files {
+            Files::Dir => {
+                let store = self.input.open_related(path, "leaf file")?;
+                self.extra.push(Arc::clone(&store));
+                let len = store.len();
+                Ok((store, 0, len))
+            }
+            Files::Archive(members) => {
+                let ctx = self.input.ctx();
+                let entry = members.get(path).ok_or_else(|| {
+                    Error::header(
+                        ctx.clone(),
+                        ARCHIVE,
+                        format!("no member {path:?} (leaf file)"),
+                    )
+                })?;
+                if entry.method != 0 || entry.compressed != entry.uncompressed || entry.encrypted()
+                {
+                    return Err(Error::header(
+                        ctx.at(entry.local_offset),
+                        ARCHIVE,
+                        format!(
+                            "leaf member {path:?} is not stored uncompressed (method {})",
+                            entry.method
+                        ),
+                    ));
+                }
+                Ok((
+                    Arc::clone(self.input.store),
+                    entry.data_start,
+                    entry.uncompressed,
+                ))
+            }
+        }
+    }
+
     /// One level: `meta` is its `meta.json`, `dir` its directory relative
     /// to the root (`""` or ending in `/`), `prefix` its dotted name.
     fn level(
@@ -297,23 +392,17 @@ impl Walk<'_, '_> {
             match entry.get("type").and_then(Json::as_str) {
                 Some("TensorDict") => {
                     let sub = format!("{dir}{key}/");
-                    let store = self
-                        .input
-                        .open_related(&format!("{sub}meta.json"), "nested meta.json")?;
                     let nested = parse_json(
                         &ctx,
-                        &read_whole(self.input, &store)?,
+                        &self.text(&format!("{sub}meta.json"), "nested meta.json")?,
                         &format!("{sub}meta.json"),
                     )?;
                     self.level(&nested, &sub, &name, depth + 1)?;
                 }
                 Some("NonTensorData") | Some("NonTensorStack") => {
-                    let store = self
-                        .input
-                        .open_related(&format!("{dir}{key}/meta.json"), "non-tensor meta.json")?;
                     let value = parse_json(
                         &ctx,
-                        &read_whole(self.input, &store)?,
+                        &self.text(&format!("{dir}{key}/meta.json"), "non-tensor meta.json")?,
                         "non-tensor meta.json",
                     )?;
                     let data = value
@@ -365,29 +454,73 @@ impl Walk<'_, '_> {
                 len: 0,
             }
         } else {
-            let store = self
-                .input
-                .open_related(&format!("{dir}{key}.memmap"), "leaf file")?;
-            if store.len() != len {
+            let (store, offset, file_len) = self.leaf_file(&format!("{dir}{key}.memmap"))?;
+            if file_len != len {
                 return Err(Error::header(
-                    Context::file(store.path()),
+                    Context::file(store.path()).at(offset),
                     LEAF,
-                    format!(
-                        "{name:?}: {} bytes, its dtype and shape make {len}",
-                        store.len()
-                    ),
+                    format!("{name:?}: {file_len} bytes, its dtype and shape make {len}"),
                 ));
             }
-            self.extra.push(Arc::clone(&store));
-            Payload::Stored {
-                store,
-                offset: 0,
-                len,
-            }
+            Payload::Stored { store, offset, len }
         };
         self.objects
             .push(Object::dense(name, dtype, shape, payload));
         Ok(())
+    }
+}
+
+impl Format for Archive {
+    fn name(&self) -> &'static str {
+        "tensordict-tdz"
+    }
+
+    fn extensions(&self) -> &'static [&'static str] {
+        &["tdz"]
+    }
+
+    /// A zip named `.tdz` (tensordict's suffix for it).
+    fn sniff(&self, probe: &Probe<'_>) -> bool {
+        probe.extension == "tdz" && probe.head.starts_with(b"PK\x03\x04")
+    }
+
+    fn fuzz(&self) -> Option<zt_core::FuzzTarget> {
+        Some(FUZZ_TARGET)
+    }
+
+    fn open(&self, input: &OpenInput<'_>) -> Result<Catalog> {
+        let ctx = input.ctx();
+        let entries = crate::zip::read_entries(input.store, &ctx, input.limits)?;
+        let mut members = std::collections::HashMap::with_capacity(entries.len());
+        for entry in entries {
+            // Refused whole: a member that would leave the directory if
+            // unpacked (`unzip archive.tdz` is how one is inspected).
+            let name = entry.name.trim_end_matches('/');
+            let escapes = entry.name.starts_with('/')
+                || entry.name.contains('\\')
+                || name
+                    .split('/')
+                    .any(|c| c.is_empty() || c == "." || c == "..");
+            if escapes {
+                return Err(Error::header(
+                    ctx.at(entry.local_offset),
+                    ARCHIVE,
+                    format!("member {:?} is not a plain relative path", entry.name),
+                ));
+            }
+            if entry.name.ends_with('/') {
+                continue; // a directory entry
+            }
+            let at = entry.local_offset;
+            if members.insert(entry.name.clone(), entry).is_some() {
+                return Err(Error::header(
+                    ctx.at(at),
+                    ARCHIVE,
+                    "a member name appears twice",
+                ));
+            }
+        }
+        open_tree(input, Files::Archive(members))
     }
 }
 
