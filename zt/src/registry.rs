@@ -91,14 +91,19 @@ mod tests {
 
     #[test]
     fn detection_order_and_checkpoint_names_come_from_the_plugins() {
-        // The order detection relies on: magic numbers first, PyTorch's
-        // zips before npz, safetensors' structure, ONNX last.
+        // The order detection relies on: magic numbers first (TensorDict's
+        // `.tdz` zip, its meta.json text and consolidated trailer among
+        // them), PyTorch's zips before npz, safetensors' structure, ONNX
+        // last.
         let order: Vec<&str> = registry().formats().iter().map(|f| f.name()).collect();
         assert_eq!(
             order,
             [
                 "zt",
                 "gguf",
+                "tensordict-tdz",
+                "tensordict",
+                "tensordict-consolidated",
                 "h5",
                 "npy",
                 "dcp",
@@ -111,7 +116,17 @@ mod tests {
         let writers: Vec<&str> = registry().writers().iter().map(|w| w.name()).collect();
         assert_eq!(
             writers,
-            ["zt", "gguf", "npz", "npy", "pt", "safetensors", "dcp"]
+            [
+                "zt",
+                "gguf",
+                "npz",
+                "npy",
+                "pt",
+                "safetensors",
+                "dcp",
+                "tensordict",
+                "tensordict-consolidated"
+            ]
         );
         assert_eq!(
             registry().checkpoint_names(),
@@ -122,6 +137,7 @@ mod tests {
                 "pytorch_model.bin",
                 "model.zt",
                 ".metadata",
+                "meta.json",
             ]
         );
         let names: HashSet<&str> = PLUGINS.iter().map(|p| p.name).collect();
