@@ -223,8 +223,10 @@ impl Format for MemmapDir {
         "tensordict"
     }
 
+    /// None: its file is `meta.json`, told by content (a model directory's
+    /// `config.json` must stay a companion file, not a weights file).
     fn extensions(&self) -> &'static [&'static str] {
-        &["json"]
+        &[]
     }
 
     fn sniff(&self, probe: &Probe<'_>) -> bool {
