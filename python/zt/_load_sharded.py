@@ -201,7 +201,7 @@ def load_sharded(
             source.close()
     state = ShardedStateDict()
     for item, (tensor, _) in zip(items, outputs):
-        state[item.name] = _finish(torch, tensor, item, mesh, rules, device)
+        state[item.name] = _finish(torch, tensor, item, mesh, device)
         stats.kept_bytes += tensor.numel() * tensor.element_size()
     stats.header_network_bytes = opened - network_before
     stats.network_bytes = zt.remote_stats().get("bytes_in", 0) - opened
@@ -554,7 +554,9 @@ def _silent_ranks(torch, where: _Group, grace: float = 5.0) -> list[int]:
     return silent
 
 
-def _finish(torch, tensor, item, mesh, rules, device):
+def _finish(torch, tensor, item, mesh, device):
+    """This rank's tensor as handed out: moved to ``device``, and with a
+    mesh a ``DTensor`` of the global shape (C-order strides)."""
     if mesh is not None:
         from torch.distributed.tensor import DTensor, Replicate, Shard
 
