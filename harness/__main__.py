@@ -22,6 +22,7 @@ from . import (
     loader_bench,
     open_bench,
     ranks_bench,
+    ranks_load_bench,
     read_bench,
     read_formats,
     remote_bench,
@@ -105,6 +106,13 @@ COMPARISONS = {
         dict(records=32768, batches=200, runs=3, probe_records=1001),
         ranks_bench.run,
         ranks_bench.header,
+    ),
+    "ranks-load": (
+        dict(runs=1, model=ranks_load_bench.QUICK_MODEL, shard_mb=8),
+        # 89 MiB fp16 in 3 shards: W = 2 and 4 ranks, every case in one launch per W (about 7 min).
+        dict(runs=7, model=ranks_load_bench.FULL_MODEL, shard_mb=32),
+        ranks_load_bench.run,
+        ranks_load_bench.header,
     ),
     "stores": (
         dict(vision=48, tokens=512, ragged=1024, runs=1, write_rounds=1, batches=4),

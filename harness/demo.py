@@ -24,8 +24,9 @@ from .__main__ import main as harness_main
 # Tables the demo leaves to `python -m harness`: each needs an environment of
 # its own first (the multi-rank peers' virtualenv of MosaicML streaming and
 # litdata, about six minutes to make on 2 cores; a local S3 server), which
-# would more than double the demo's time.
-LEFT_TO_THE_HARNESS = ("ranks", "remote")
+# would more than double the demo's time; ranks-load starts a local S3 server
+# and two torchrun launches of 2 and 4 ranks (about a minute even in --quick).
+LEFT_TO_THE_HARNESS = ("ranks", "remote", "ranks-load")
 
 
 def main() -> None:
