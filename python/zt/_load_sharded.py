@@ -37,8 +37,12 @@ import numpy as np
 
 from . import _load_plan
 
-#: Bytes each rank sends per window (a window's fetch is at most this).
-DEFAULT_WINDOW_BYTES = 64 << 20
+#: The most bytes a rank sends per window by default; smaller models get
+#: smaller windows (see `_window_for`), so there are always a few and the
+#: next window's fetch overlaps this one's exchange.
+MAX_WINDOW_BYTES = 64 << 20
+#: The fewest windows a default load aims for.
+WINDOWS = 4
 #: Concurrent fetches per rank (object storage: requests in flight).
 DEFAULT_THREADS = 8
 
@@ -139,7 +143,7 @@ def load_sharded(
     device="cpu",
     select=None,
     storage_options: dict | None = None,
-    window_bytes: int = DEFAULT_WINDOW_BYTES,
+    window_bytes: int | None = None,
     threads: int = DEFAULT_THREADS,
 ) -> ShardedStateDict:
     """This rank's state dict of a model loaded by every rank of ``group``
@@ -163,7 +167,9 @@ def load_sharded(
     Storage serves each needed byte once across the group: each rank
     fetches a share (``Shard(0)`` slices by their keepers directly) and
     sends every other rank the bytes of its slices, ``window_bytes`` at a
-    time, ``threads`` fetches in flight. The result's ``stats`` says what
+    time (default: a quarter of what a rank sends, at most 64 MiB, so the
+    next window's fetch overlaps this one's exchange), ``threads`` fetches
+    in flight. The result's ``stats`` says what
     this rank moved. Raises :class:`ShardedLoadError` on every rank when a
     rank's fetch fails or a rank stops answering.
     """
@@ -172,7 +178,7 @@ def load_sharded(
     import zt
 
     where = _group_of(torch, group, mesh)
-    if window_bytes < 1 or threads < 1:
+    if (window_bytes is not None and window_bytes < 1) or threads < 1:
         raise ValueError("window_bytes and threads must be at least 1")
     patterns = _patterns(select)
     rules = _placement_rules(torch, placements, len(where.mesh_shape))
@@ -192,7 +198,8 @@ def load_sharded(
     try:
         _agree(torch, where, "opening the source", failure)
         _check_agreement(torch, where, items, source)
-        plan = _load_plan.plan(items, where.coords, where.mesh_shape, window_bytes)
+        window = window_bytes or _window_for(sum(i.nbytes for i in items), where.world)
+        plan = _load_plan.plan(items, where.coords, where.mesh_shape, window)
         stats = LoadStats(needed_bytes=sum(i.nbytes for i in items), windows=len(plan.windows))
         outputs = _allocate(torch, plan, where.rank)
         _run(torch, where, plan, tensors, outputs, stats, threads)
@@ -208,6 +215,16 @@ def load_sharded(
     stats.seconds = time.perf_counter() - started
     state.stats = stats
     return state
+
+
+def _window_for(needed: int, world: int) -> int:
+    """The default window: about a quarter of what one rank sends when
+    every rank keeps everything (its share, to ``world - 1`` peers), between
+    1 and 64 MiB. With one window nothing overlaps the exchange: the fetch
+    and the exchange run in series (measured by `python -m harness --only
+    ranks-load`)."""
+    sends = needed * max(world - 1, 1) // world
+    return min(MAX_WINDOW_BYTES, max(1 << 20, sends // WINDOWS))
 
 
 def _torch():
