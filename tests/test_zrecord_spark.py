@@ -43,10 +43,18 @@ def spark():
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
+    # The JVM pyspark launched outlives session.stop(): ended here by PID.
+    jvm = getattr(session.sparkContext._gateway, "proc", None)
     try:
         yield session
     finally:
         session.stop()
+        if jvm is not None and jvm.poll() is None:
+            jvm.kill()
+            jvm.wait(timeout=60)
+        from pyspark import SparkContext
+
+        SparkContext._gateway = SparkContext._jvm = None  # a later session launches its own
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
