@@ -10,10 +10,18 @@ pub enum Error {
     /// A batch must hold at least one index.
     #[error("batch_size must be in 1..2^64-1, got 0")]
     ZeroBatchSize,
-    /// A mode number that is not SEQUENTIAL (0), IID (1), CYCLIC (2) or
-    /// LOADERX_IID (3).
-    #[error("mode must be SEQUENTIAL (0), IID (1), CYCLIC (2) or LOADERX_IID (3), got {0}")]
+    /// A mode number that is not SEQUENTIAL (0), IID (1), CYCLIC (2),
+    /// LOADERX_IID (3) or BLOCK_SHUFFLE (4).
+    #[error(
+        "mode must be SEQUENTIAL (0), IID (1), CYCLIC (2), LOADERX_IID (3) or BLOCK_SHUFFLE (4), got {0}"
+    )]
     UnknownMode(u64),
+    /// BLOCK_SHUFFLE over blocks of no records.
+    #[error("block_size must be in 1..2^64-1, got 0")]
+    ZeroBlockSize,
+    /// A mixture that cannot be sampled (no datasets, a zero weight, ...).
+    #[error("bad mixture: {0}")]
+    Mix(String),
     /// Sharding over zero ranks.
     #[error("world_size must be at least 1, got 0")]
     ZeroWorldSize,

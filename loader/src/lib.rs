@@ -114,5 +114,5 @@ pub mod state;
 
 pub use dataloader::{Batch, Column, DataLoader, GatherError, Stream};
 pub use error::{Error, Result};
-pub use sampler::{Mode, Plan, Sampler};
+pub use sampler::{Mix, Mode, Plan, Sampler};
 pub use state::State;

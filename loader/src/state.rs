@@ -12,7 +12,12 @@
 //!
 //! Saved form (what Python's `state_dict()` returns, and [`State::to_json`]
 //! writes): `{"version": 2, "global_step", "global_batch_size", "length",
-//! "mode", "seed", "samples_seen"}`, all integers. The first form (version 1,
+//! "mode", "seed", "samples_seen"}`, all integers, and two keys only the
+//! loaders that need them write (so every other state is as before):
+//! `"block_size"` for BLOCK_SHUFFLE, and `"mix"`, a digest of a mixture's
+//! weights and record counts ([`crate::Mix::fingerprint`]), for a loader
+//! over a mixture; a state without them was saved by a loader without
+//! them. The first form (version 1,
 //! or no version: `{"step", "length", "batch_size", "mode", "seed"}`) still
 //! loads. [`State::from_entries`] reads either from key/value pairs (what the
 //! Python binding hands over from a dict), [`State::from_json`] from JSON
@@ -192,6 +197,11 @@ pub struct State {
     /// times the global batch (`length` for CYCLIC over fewer records than
     /// one batch).
     pub samples_seen: u128,
+    /// BLOCK_SHUFFLE's records per block; 0 in every other mode.
+    pub block_size: u64,
+    /// The mixture's digest ([`crate::Mix::fingerprint`]); 0 for a loader
+    /// over one dataset.
+    pub mix: u64,
 }
 
 /// Indices in one global batch: the batch size, or the length for CYCLIC
@@ -216,7 +226,7 @@ const V2_KEYS: [&str; 6] = [
 /// The keys a version 1 state must hold.
 const V1_KEYS: [&str; 5] = ["step", "length", "batch_size", "mode", "seed"];
 /// Every key read, version 1's included.
-const KNOWN: [&str; 9] = [
+const KNOWN: [&str; 11] = [
     "version",
     "global_step",
     "global_batch_size",
@@ -226,6 +236,8 @@ const KNOWN: [&str; 9] = [
     "samples_seen",
     "step",
     "batch_size",
+    "block_size",
+    "mix",
 ];
 
 /// The known keys of a saved state, the last of each kept (as a Python dict
@@ -286,13 +298,20 @@ impl State {
             mode: plan.mode() as u64,
             seed: plan.seed(),
             samples_seen: u128::from(step) * u128::from(plan.global_batch_len()),
+            block_size: if plan.mode() == Mode::BlockShuffle {
+                plan.block_size()
+            } else {
+                0
+            },
+            mix: plan.mix().map_or(0, |m| m.fingerprint()),
         }
     }
 
     /// The saved form's keys and values, in the order they are written:
-    /// `version` first, then [`State`]'s fields.
-    pub fn entries(&self) -> [(&'static str, u128); 7] {
-        [
+    /// `version` first, then [`State`]'s fields; `block_size` only in
+    /// BLOCK_SHUFFLE and `mix` only for a mixture.
+    pub fn entries(&self) -> Vec<(&'static str, u128)> {
+        let mut entries = vec![
             ("version", u128::from(STATE_VERSION)),
             ("global_step", u128::from(self.global_step)),
             ("global_batch_size", u128::from(self.global_batch_size)),
@@ -300,7 +319,14 @@ impl State {
             ("mode", u128::from(self.mode)),
             ("seed", u128::from(self.seed)),
             ("samples_seen", self.samples_seen),
-        ]
+        ];
+        if self.block_size != 0 {
+            entries.push(("block_size", u128::from(self.block_size)));
+        }
+        if self.mix != 0 {
+            entries.push(("mix", u128::from(self.mix)));
+        }
+        entries
     }
 
     /// The saved form as JSON, spelled as Python's `json.dumps` spells the
@@ -345,6 +371,8 @@ impl State {
                 mode,
                 seed,
                 samples_seen: u128::from(step) * u128::from(global),
+                block_size: 0,
+                mix: 0,
             });
         }
         if !version.equals(u128::from(STATE_VERSION)) {
@@ -359,6 +387,15 @@ impl State {
         // batch on: a state saved at any step (up to 2^64 - 1) loads.
         let samples_seen = fields.uint("samples_seen", SAMPLES_MAX, "(2^64-1)^2")?;
         let global_step = fields.u64("global_step")?;
+        if mode == Mode::BlockShuffle as u64 {
+            fields.missing(&["block_size"])?;
+        }
+        let optional = |key| match fields.get(key) {
+            Some(_) => fields.u64(key),
+            None => Ok(0),
+        };
+        let block_size = optional("block_size")?;
+        let mix = optional("mix")?;
         Ok(State {
             global_step,
             global_batch_size,
@@ -366,6 +403,8 @@ impl State {
             mode,
             seed,
             samples_seen,
+            block_size,
+            mix,
         })
     }
 
@@ -389,6 +428,7 @@ impl State {
     /// [`State::resume_step`], naming the resuming thing `what` in its
     /// messages (`"DataLoader"`, `"sampler"`, ...).
     pub fn resume_step_named(&self, plan: &Plan, rebase: bool, what: &str) -> Result<u64> {
+        let here = State::at(plan, 0);
         let here = [
             ("length", self.length, plan.length()),
             (
@@ -398,6 +438,8 @@ impl State {
             ),
             ("mode", self.mode, plan.mode() as u64),
             ("seed", self.seed, plan.seed()),
+            ("block_size", self.block_size, here.block_size),
+            ("mix", self.mix, here.mix),
         ];
         let differ: Vec<Differ> = here
             .iter()

@@ -376,7 +376,8 @@ fn errors_are_exact() {
         Error::ZeroBatchSize
     );
     assert_eq!(Mode::try_from(3).unwrap(), Mode::LoaderxIid);
-    assert_eq!(Mode::try_from(4).unwrap_err(), Error::UnknownMode(4));
+    assert_eq!(Mode::try_from(4).unwrap(), Mode::BlockShuffle);
+    assert_eq!(Mode::try_from(5).unwrap_err(), Error::UnknownMode(5));
     let s = || Sampler::new(100, 12, Mode::Cyclic, 0).unwrap();
     assert_eq!(s().sharded(0, 0).unwrap_err(), Error::ZeroWorldSize);
     assert_eq!(

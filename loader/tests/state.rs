@@ -46,7 +46,7 @@ fn the_saved_form_is_pythons_state_dict() {
         r#"{"version": 2, "global_step": 123, "global_batch_size": 64, "length": 5000, "mode": 2, "seed": 5, "samples_seen": 7872}"#
     );
     assert_eq!(State::from_json(&state.to_json()).unwrap(), state);
-    let entries = state.entries().map(|(k, v)| (k, int(v)));
+    let entries = state.entries().into_iter().map(|(k, v)| (k, int(v)));
     assert_eq!(State::from_entries(entries).unwrap(), state);
     // CYCLIC over fewer records than one batch: a global batch is `length`.
     let short = State::at(&Plan::new(10, 64, Mode::Cyclic, 5).unwrap(), 3);

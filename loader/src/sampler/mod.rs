@@ -9,12 +9,19 @@
 //! loop. See the crate documentation for the three modes and for how the
 //! streams relate to loaderx 2.3.8.
 
+mod block;
 mod iid;
+pub mod mix;
 mod shuffle;
 
 use crate::error::{Error, Result};
 use crate::state::State;
+pub use mix::Mix;
 use shuffle::Permutation;
+
+/// BLOCK_SHUFFLE's block size when none is given: 64 consecutive records
+/// per read (see [`Plan::with_block_size`]).
+pub const DEFAULT_BLOCK_SIZE: u64 = 64;
 
 /// How a sampler walks the index space `[0, length)`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -35,6 +42,13 @@ pub enum Mode {
     /// loaderx 2.8 keeps its data order. A zt extension numbered after
     /// loaderx's three modes (loaderx calls this stream IID = 1).
     LoaderxIid = 3,
+    /// Without replacement, in blocks: each epoch is a permutation of
+    /// `[0, length)` made of runs of `block_size` consecutive records (the
+    /// runs shuffled, the records inside a run in order), so a batch reads
+    /// a few long runs of the store. Positional: step `s` reads positions
+    /// `s * B + i` of the endless sequence of epochs, so every record
+    /// comes once per epoch and nothing is dropped. A zt extension.
+    BlockShuffle = 4,
 }
 
 impl Mode {
@@ -45,6 +59,7 @@ impl Mode {
             Mode::Iid => "IID",
             Mode::Cyclic => "CYCLIC",
             Mode::LoaderxIid => "LOADERX_IID",
+            Mode::BlockShuffle => "BLOCK_SHUFFLE",
         }
     }
 }
@@ -53,13 +68,14 @@ impl TryFrom<u64> for Mode {
     type Error = Error;
 
     /// loaderx's numbering: SEQUENTIAL = 0, IID = 1, CYCLIC = 2; and
-    /// LOADERX_IID = 3.
+    /// LOADERX_IID = 3, BLOCK_SHUFFLE = 4.
     fn try_from(value: u64) -> Result<Mode> {
         match value {
             0 => Ok(Mode::Sequential),
             1 => Ok(Mode::Iid),
             2 => Ok(Mode::Cyclic),
             3 => Ok(Mode::LoaderxIid),
+            4 => Ok(Mode::BlockShuffle),
             other => Err(Error::UnknownMode(other)),
         }
     }
@@ -88,6 +104,10 @@ pub struct Plan {
     iid_key: u64,
     /// LOADERX_IID: `2^64 mod length`, Lemire's rejection threshold.
     iid_threshold: u64,
+    /// BLOCK_SHUFFLE: records per block (kept, unused, in other modes).
+    block_size: u64,
+    /// The datasets of a mixture, when the plan reads one (see [`mix`]).
+    mix: Option<Mix>,
 }
 
 impl Plan {
@@ -102,7 +122,7 @@ impl Plan {
         }
         let global_len = match mode {
             Mode::Cyclic => batch_size.min(length),
-            Mode::Sequential | Mode::Iid | Mode::LoaderxIid => batch_size,
+            Mode::Sequential | Mode::Iid | Mode::LoaderxIid | Mode::BlockShuffle => batch_size,
         };
         // loaderx: usable_len = floor(length / B) * B (or length when
         // length < B), steps_per_cycle = max(usable_len / B, 1), which is
@@ -121,6 +141,35 @@ impl Plan {
             steps_per_cycle,
             iid_key: iid::seed_key(seed),
             iid_threshold: iid::loaderx::threshold(length),
+            block_size: DEFAULT_BLOCK_SIZE,
+            mix: None,
+        })
+    }
+
+    /// The same plan with BLOCK_SHUFFLE blocks of `block_size` records (at
+    /// least 1; 1 is a plain shuffle of positions). Any mode takes it, only
+    /// BLOCK_SHUFFLE reads it (in a mixture, each dataset's stream).
+    pub fn with_block_size(self, block_size: u64) -> Result<Plan> {
+        if block_size == 0 {
+            return Err(Error::ZeroBlockSize);
+        }
+        Ok(Plan { block_size, ..self })
+    }
+
+    /// An unsharded plan over a mixture: the index space is the datasets
+    /// concatenated in order ([`Mix::start`]), each global position goes to
+    /// a dataset in the mixture's proportions, and each dataset is read as
+    /// its own positional stream in `mode` with a seed derived from `seed`
+    /// (see [`mix`]). CYCLIC there is positional too (a batch may straddle
+    /// two epochs of a dataset; nothing is dropped), so a global batch is
+    /// always `batch_size`.
+    pub fn mixed(mix: Mix, batch_size: u64, mode: Mode, seed: u64) -> Result<Plan> {
+        let plan = Plan::new(mix.total_length(), batch_size, mode, seed)?;
+        Ok(Plan {
+            global_len: batch_size,
+            batch_len: batch_size,
+            mix: Some(mix),
+            ..plan
         })
     }
 
@@ -181,6 +230,16 @@ impl Plan {
         self.seed
     }
 
+    /// BLOCK_SHUFFLE's records per block.
+    pub fn block_size(&self) -> u64 {
+        self.block_size
+    }
+
+    /// The mixture this plan reads, if any.
+    pub fn mix(&self) -> Option<&Mix> {
+        self.mix.as_ref()
+    }
+
     /// This plan's rank.
     pub fn rank(&self) -> u64 {
         self.rank
@@ -206,7 +265,7 @@ impl Plan {
     /// CYCLIC: steps per cycle (`max(length / batch_size, 1)`); `None` in the
     /// other modes.
     pub fn steps_per_cycle(&self) -> Option<u64> {
-        (self.mode == Mode::Cyclic).then_some(self.steps_per_cycle)
+        (self.mode == Mode::Cyclic && self.mix.is_none()).then_some(self.steps_per_cycle)
     }
 
     /// Write this rank's indices of step `step` into `out`, which must hold
@@ -220,13 +279,54 @@ impl Plan {
                 got: out.len() as u64,
             });
         }
+        if let Some(mix) = &self.mix {
+            self.fill_mixed(mix, step, out);
+            return Ok(());
+        }
         match self.mode {
             Mode::Sequential => self.fill_sequential(step, out),
             Mode::Iid => self.fill_iid(step, out),
             Mode::Cyclic => self.fill_cyclic(step, out),
             Mode::LoaderxIid => self.fill_loaderx_iid(step, out),
+            Mode::BlockShuffle => self.fill_block(step, out),
         }
         Ok(())
+    }
+
+    /// This rank's first global position at `step`: `step * B +
+    /// local_start` (128-bit, so nothing wraps).
+    fn first_position(&self, step: u64) -> u128 {
+        u128::from(step) * u128::from(self.batch_size) + u128::from(self.local_start)
+    }
+
+    /// Positions `step * B + local_start + j` of the block-shuffled stream.
+    fn fill_block(&self, step: u64, out: &mut [u64]) {
+        let first = self.first_position(step);
+        let length = u128::from(self.length);
+        let mut epoch_no = (first / length) as u64;
+        let mut p = (first % length) as u64;
+        let mut epoch = block::Epoch::new(self.seed, self.length, self.block_size, epoch_no);
+        for slot in out.iter_mut() {
+            *slot = epoch.record(p);
+            p += 1;
+            if p == self.length {
+                p = 0;
+                epoch_no = epoch_no.wrapping_add(1);
+                epoch = block::Epoch::new(self.seed, self.length, self.block_size, epoch_no);
+            }
+        }
+    }
+
+    /// Each position's dataset and ordinal there ([`Mix::locate`]), then
+    /// that dataset's own stream at the ordinal, moved to its start.
+    fn fill_mixed(&self, mix: &Mix, step: u64, out: &mut [u64]) {
+        let first = self.first_position(step);
+        for (j, slot) in (0u128..).zip(out.iter_mut()) {
+            let (d, ordinal) = mix.locate(self.seed, first + j);
+            let seed = Mix::dataset_seed(self.seed, d);
+            let local = positional(self.mode, seed, mix.length(d), self.block_size, ordinal);
+            *slot = mix.start(d) + local; // local < length(d): inside the total
+        }
     }
 
     /// `(step * B + local_start + j) mod length`, with the product taken in
@@ -283,6 +383,36 @@ impl Plan {
         // the batch, whose successor overflows when the batch ends at 2^64-2.
         for (j, slot) in (0u64..).zip(out.iter_mut()) {
             *slot = permutation.apply(first + j);
+        }
+    }
+}
+
+/// The record at `position` of one dataset's positional stream in `mode`
+/// (a mixture's datasets are read this way): SEQUENTIAL `position mod
+/// length`; CYCLIC the position's place in its epoch's permutation (epochs
+/// of `length` positions, nothing dropped); BLOCK_SHUFFLE likewise with
+/// blocks; IID and LOADERX_IID draws keyed by the position.
+fn positional(mode: Mode, seed: u64, length: u64, block_size: u64, position: u128) -> u64 {
+    let len = u128::from(length);
+    match mode {
+        Mode::Sequential => (position % len) as u64,
+        Mode::Cyclic => {
+            let epoch = (position / len) as u64;
+            Permutation::for_cycle(seed, epoch, length).apply((position % len) as u64)
+        }
+        Mode::BlockShuffle => block::record_at(seed, length, block_size, position),
+        Mode::Iid => {
+            let key = iid::step_key(iid::seed_key(seed), (position >> 32) as u64);
+            iid::below(key, iid::counter(position as u64 & 0xffff_ffff), length)
+        }
+        Mode::LoaderxIid => {
+            let key = iid::loaderx::key(seed, (position >> 64) as u64);
+            iid::loaderx::below(
+                key,
+                position as u64,
+                length,
+                iid::loaderx::threshold(length),
+            )
         }
     }
 }
