@@ -193,6 +193,7 @@ def test_settings_come_from_one_keyword_spec(streams):
         "batch_size",
         "mode",
         "seed",
+        "block_size",
         "workers",
         "prefetch",
         "prefetch_bytes",
@@ -202,6 +203,7 @@ def test_settings_come_from_one_keyword_spec(streams):
         "start_step",
         "step_stride",
         "packed",
+        "mix",
     ]
     assert all(p.kind is p.KEYWORD_ONLY for name, p in sig.parameters.items() if name != "streams")
     assert sig.parameters["batch_size"].default == 256 and sig.parameters["mode"].default == CYCLIC

@@ -392,7 +392,7 @@ def test_arguments_and_errors() -> None:
     with pytest.raises(ValueError, match="batch_size must be in 1..2"):
         Sampler(10, 0, IID)
     with pytest.raises(ValueError, match="mode must be"):
-        Sampler(10, 4, 4)
+        Sampler(10, 4, 5)
     with pytest.raises(ValueError, match="seed must be in 0..2"):
         Sampler(10, 4, IID, seed=-1)
     with pytest.raises(TypeError, match="length must be an integer"):

@@ -19,7 +19,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
 use zloader::dataloader::{Column, Config, DEFAULT_PREFETCH_BYTES};
-use zloader::{Batch, DataLoader, GatherError, Mode, Plan, Stream};
+use zloader::{Batch, DataLoader, GatherError, Stream};
 use zrecord::Geometry;
 
 use crate::array::{ArrayView, Keep};
@@ -159,7 +159,7 @@ impl DataLoaderCore {
     /// seeking costs no open-time checks. Arguments are validated by
     /// zt/loader.py; the checks here back them up.
     #[new]
-    #[pyo3(signature = (readers, names, batch_size, mode, seed, rank, world_size, workers, prefetch, start_step, step_stride=1, finish=None, prefetch_bytes=DEFAULT_PREFETCH_BYTES))]
+    #[pyo3(signature = (readers, names, batch_size, mode, seed, rank, world_size, workers, prefetch, start_step, step_stride=1, finish=None, prefetch_bytes=DEFAULT_PREFETCH_BYTES, block_size=zloader::sampler::DEFAULT_BLOCK_SIZE, mix=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         readers: Vec<Py<RecordReader>>,
@@ -175,6 +175,8 @@ impl DataLoaderCore {
         step_stride: u64,
         finish: Option<Py<PyAny>>,
         prefetch_bytes: u64,
+        block_size: u64,
+        mix: Option<Vec<(u64, u64)>>,
     ) -> PyResult<Self> {
         if readers.len() != names.len() {
             return Err(PyValueError::new_err("one name per stream reader"));
@@ -190,10 +192,17 @@ impl DataLoaderCore {
             })
             .collect::<PyResult<Vec<Stream>>>()?;
         let length = streams.first().map_or(0, |s| s.reader.len());
-        let mode = Mode::try_from(mode).map_err(to_py_err)?;
-        let plan = Plan::new(length, batch_size, mode, seed)
-            .and_then(|p| p.shard(rank, world_size))
-            .map_err(to_py_err)?;
+        // A mixture's readers are its datasets concatenated (issue 38).
+        let plan = crate::loader::settings_plan(
+            length,
+            batch_size,
+            mode,
+            seed,
+            block_size,
+            mix.as_deref(),
+        )?
+        .shard(rank, world_size)
+        .map_err(to_py_err)?;
         if usize::try_from(plan.batch_len()).is_err() {
             return Err(to_py_err(zloader::Error::BatchTooLarge(plan.batch_len())));
         }

@@ -14,8 +14,9 @@ use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyByteArray, PyDict, PyFloat, PyString};
 
+use zloader::sampler::DEFAULT_BLOCK_SIZE;
 use zloader::state::Value;
-use zloader::{Mode, Plan, State};
+use zloader::{Mix, Mode, Plan, State};
 
 use crate::borrow::{Access, Borrowed};
 
@@ -85,10 +86,32 @@ pub(crate) fn state_to_py<'py>(py: Python<'py>, state: &State) -> PyResult<Bound
 }
 
 /// The unsharded plan of a loader's settings (already validated by
-/// `zt/loader.py`).
-fn settings_plan(length: u64, batch_size: u64, mode: u64, seed: u64) -> PyResult<Plan> {
+/// `zt/loader.py`): over one index space of `length` records, or over a
+/// mixture's `(weight, length)` datasets, whose lengths sum to `length`.
+pub(crate) fn settings_plan(
+    length: u64,
+    batch_size: u64,
+    mode: u64,
+    seed: u64,
+    block_size: u64,
+    mix: Option<&[(u64, u64)]>,
+) -> PyResult<Plan> {
     let mode = Mode::try_from(mode).map_err(to_py_err)?;
-    Plan::new(length, batch_size, mode, seed).map_err(to_py_err)
+    let plan = match mix {
+        None => Plan::new(length, batch_size, mode, seed),
+        Some(parts) => {
+            let mix = Mix::new(parts).map_err(to_py_err)?;
+            if mix.total_length() != length {
+                return Err(PyValueError::new_err(format!(
+                    "length {length} is not the mixture's {} records",
+                    mix.total_length()
+                )));
+            }
+            Plan::mixed(mix, batch_size, mode, seed)
+        }
+    };
+    plan.and_then(|p| p.with_block_size(block_size))
+        .map_err(to_py_err)
 }
 
 /// The sampler state shared by every thread that uses one Python object.
@@ -158,6 +181,8 @@ impl Sampler {
     /// Argument ranges are checked by `zt/loader.py` with loaderx's messages;
     /// the checks here back them up.
     #[new]
+    #[pyo3(signature = (length, batch_size, mode, seed, rank, world_size, block_size=DEFAULT_BLOCK_SIZE, mix=None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         length: u64,
         batch_size: u64,
@@ -165,10 +190,11 @@ impl Sampler {
         seed: u64,
         rank: u64,
         world_size: u64,
+        block_size: u64,
+        mix: Option<Vec<(u64, u64)>>,
     ) -> PyResult<Self> {
-        let mode = Mode::try_from(mode).map_err(to_py_err)?;
-        let plan = Plan::new(length, batch_size, mode, seed)
-            .and_then(|p| p.shard(rank, world_size))
+        let plan = settings_plan(length, batch_size, mode, seed, block_size, mix.as_deref())?
+            .shard(rank, world_size)
             .map_err(to_py_err)?;
         // The same check as `zloader::Sampler::from_plan`, and a bytearray
         // length must fit a Py_ssize_t.
@@ -238,6 +264,8 @@ impl Sampler {
     /// The state dict of a run over these settings whose next step is
     /// `step` (what `state_dict()` returns: `zloader::State`'s saved form).
     #[staticmethod]
+    #[pyo3(signature = (length, batch_size, mode, seed, step, block_size=DEFAULT_BLOCK_SIZE, mix=None))]
+    #[allow(clippy::too_many_arguments)]
     fn state_dict_at<'py>(
         py: Python<'py>,
         length: u64,
@@ -245,14 +273,17 @@ impl Sampler {
         mode: u64,
         seed: u64,
         step: u64,
+        block_size: u64,
+        mix: Option<Vec<(u64, u64)>>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let plan = settings_plan(length, batch_size, mode, seed)?;
+        let plan = settings_plan(length, batch_size, mode, seed, block_size, mix.as_deref())?;
         state_to_py(py, &State::at(&plan, step))
     }
 
     /// The step a loader over these settings resumes a state dict at
     /// (`zloader::State::resume_step`; messages name `what`).
     #[staticmethod]
+    #[pyo3(signature = (state, length, batch_size, mode, seed, rebase, what, block_size=DEFAULT_BLOCK_SIZE, mix=None))]
     #[allow(clippy::too_many_arguments)]
     fn resume_step_of(
         state: &Bound<'_, PyAny>,
@@ -262,8 +293,10 @@ impl Sampler {
         seed: u64,
         rebase: bool,
         what: &str,
+        block_size: u64,
+        mix: Option<Vec<(u64, u64)>>,
     ) -> PyResult<u64> {
-        let plan = settings_plan(length, batch_size, mode, seed)?;
+        let plan = settings_plan(length, batch_size, mode, seed, block_size, mix.as_deref())?;
         state_from_py(state)?
             .resume_step_named(&plan, rebase, what)
             .map_err(state_error)

@@ -422,6 +422,20 @@ impl RecordReader {
         })
     }
 
+    /// One reader over open readers, in order (a mixture's datasets as one
+    /// index space; `zrecord::concat`): nothing is reopened or copied.
+    #[staticmethod]
+    fn concat(readers: Vec<Py<RecordReader>>) -> PyResult<Self> {
+        let readers = readers
+            .iter()
+            .map(|r| r.get().get())
+            .collect::<PyResult<Vec<_>>>()?;
+        let reader = zrecord::concat(readers).map_err(to_py)?;
+        Ok(RecordReader {
+            inner: RwLock::new(Some(Arc::new(reader))),
+        })
+    }
+
     /// Open a Megatron indexed dataset (`PREFIX`, `PREFIX.idx` or
     /// `PREFIX.bin`) as a Ragged source: its sequences, or with
     /// `documents` its documents, as records.

@@ -42,12 +42,12 @@ __all__ = ["DataLoader", "IterableDataset", "RankFailure", "as_tensors"]
 # takes (zt.loader._KEYWORDS).
 _FRONT = _loader._Front(
     "zt.torch.DataLoader",
-    drop=("step_stride",),
+    drop=("step_stride", "mix"),
     extra={"pin_memory": _loader._Keyword(False), "health_check": _loader._Keyword(None)},
 )
 _DATASET = _loader._Front(
     "zt.torch.IterableDataset",
-    drop=("transform", "step_stride"),
+    drop=("transform", "step_stride", "mix"),
     defaults={"workers": 2, "prefetch": 2},
     extra={"steps": _loader._Keyword(None, _loader._optional_step)},
 )

@@ -25,6 +25,21 @@ Modes (loaderx's names and values):
 * ``LOADERX_IID`` (3, a zt extension): uniform with replacement, loaderx
   2.8's own IID stream, so a run moved from loaderx 2.8 (where it is
   ``Sampler.Mode.IID``) resumes on the same indices.
+* ``BLOCK_SHUFFLE`` (4, a zt extension): without replacement, in blocks of
+  ``block_size`` consecutive records (default 64): each epoch is a shuffle of
+  the blocks (their boundaries move every epoch), records inside a block in
+  order, so a batch reads a few long runs of a store (few large ranged reads
+  on object storage) at the cost of neighbours that come together. Step
+  ``s`` reads positions ``s * batch_size + i`` of the endless sequence of
+  epochs: every record comes once per epoch and nothing is dropped.
+
+Mixtures (``mix=[(weight, length), ...]``, what :class:`DataLoader`'s
+``mix=`` builds): the datasets are concatenated into one index space, each
+position of the global stream goes to a dataset in the weights' proportions
+(deterministically, exact over every ``sum(weights)`` positions and within a
+few samples of exact in every batch), and each dataset is read as its own
+stream in ``mode`` with its own seed (CYCLIC and BLOCK_SHUFFLE as epochs of
+that dataset, each record once per epoch, nothing dropped).
 
 SEQUENTIAL and CYCLIC produce exactly loaderx 2.8.19's index streams for the
 same ``(length, batch_size, seed)`` at every step below ``2**64``, and
@@ -65,12 +80,29 @@ from . import _ranks, _zt
 
 _frombuffer = np.frombuffer
 
-__all__ = ["CYCLIC", "DEFAULT_PREFETCH_BYTES", "IID", "LOADERX_IID", "SEQUENTIAL", "DataLoader", "Mode", "Sampler"]
+__all__ = [
+    "BLOCK_SHUFFLE",
+    "CYCLIC",
+    "DEFAULT_BLOCK_SIZE",
+    "DEFAULT_PREFETCH_BYTES",
+    "IID",
+    "LOADERX_IID",
+    "SEQUENTIAL",
+    "DataLoader",
+    "Mode",
+    "Sampler",
+]
 
 _U64_MAX = (1 << 64) - 1
 
 DEFAULT_PREFETCH_BYTES = 1 << 30
 """The default ``prefetch_bytes`` of :class:`DataLoader`: 1 GiB."""
+
+DEFAULT_BLOCK_SIZE = 64
+"""BLOCK_SHUFFLE's records per block when no ``block_size`` is given."""
+
+_MIX_MAX_DATASETS = 32
+_MIX_MAX_WEIGHT_SUM = 1 << 32
 
 
 class Mode(enum.IntEnum):
@@ -81,12 +113,14 @@ class Mode(enum.IntEnum):
     IID = 1
     CYCLIC = 2
     LOADERX_IID = 3
+    BLOCK_SHUFFLE = 4
 
 
 SEQUENTIAL = Mode.SEQUENTIAL
 IID = Mode.IID
 CYCLIC = Mode.CYCLIC
 LOADERX_IID = Mode.LOADERX_IID
+BLOCK_SHUFFLE = Mode.BLOCK_SHUFFLE
 
 
 def _u64(name: str, value: Any, low: int, high: int = _U64_MAX, bound: str = "2^64-1") -> int:
@@ -123,6 +157,9 @@ class Sampler:
         seed: int = 42,
         rank: int | None = None,
         world_size: int | None = None,
+        *,
+        block_size: int = DEFAULT_BLOCK_SIZE,
+        mix: Any = None,
     ) -> None:
         length = _u64("length", length, 1)
         batch_size = _u64("batch_size", batch_size, 1)
@@ -130,16 +167,25 @@ class Sampler:
             mode = Mode(operator.index(mode))
         except (TypeError, ValueError):
             raise ValueError(
-                f"mode must be SEQUENTIAL (0), IID (1), CYCLIC (2) or LOADERX_IID (3), got {mode!r}"
+                f"mode must be SEQUENTIAL (0), IID (1), CYCLIC (2), LOADERX_IID (3) or BLOCK_SHUFFLE (4), got {mode!r}"
             ) from None
         seed = _u64("seed", seed, 0)
+        block_size = _u64("block_size", block_size, 1)
+        mix = _mix_parts(mix, length)
         ranks = _ranks.discover(rank, world_size)
-        short_cyclic = mode == CYCLIC and length < batch_size
+        short_cyclic = mode == CYCLIC and length < batch_size and mix is None
         global_len = length if short_cyclic else batch_size
         if global_len % ranks.world_size:
             raise ValueError(_ranks.uneven_batch_message(global_len, ranks.world_size, ranks.source, short_cyclic))
-        self._native = _zt.Sampler(length, batch_size, int(mode), seed, ranks.rank, ranks.world_size)
-        self._config = {"length": length, "batch_size": batch_size, "mode": int(mode), "seed": seed}
+        self._native = _zt.Sampler(length, batch_size, int(mode), seed, ranks.rank, ranks.world_size, block_size, mix)
+        self._config = {
+            "length": length,
+            "batch_size": batch_size,
+            "mode": int(mode),
+            "seed": seed,
+            "block_size": block_size,
+            "mix": mix,
+        }
         self._ranks = ranks
         self._rank = ranks.rank
         self._world_size = ranks.world_size
@@ -251,6 +297,17 @@ class Sampler:
         return self._config["seed"]
 
     @property
+    def block_size(self) -> int:
+        """BLOCK_SHUFFLE's records per block."""
+        return self._config["block_size"]
+
+    @property
+    def mix(self) -> list[tuple[int, int]] | None:
+        """A mixture's ``(integer weight, length)`` per dataset, or ``None``."""
+        mix = self._config["mix"]
+        return None if mix is None else list(mix)
+
+    @property
     def rank(self) -> int:
         return self._rank
 
@@ -331,16 +388,68 @@ class Sampler:
 # (`zloader::State`, loader/src/state.rs); these call it.
 
 
-def _state(config: dict[str, int], step: int) -> dict[str, int]:
+def _state(config: dict[str, Any], step: int) -> dict[str, int]:
     """The state dict of a run over ``config``'s settings whose next step is ``step``."""
-    return _zt.Sampler.state_dict_at(config["length"], config["batch_size"], config["mode"], config["seed"], step)
+    c = config
+    return _zt.Sampler.state_dict_at(
+        c["length"], c["batch_size"], c["mode"], c["seed"], step, c["block_size"], c["mix"]
+    )
 
 
-def _resume_step(state: dict[str, Any], config: dict[str, int], rebase: bool, what: str) -> int:
+def _resume_step(state: dict[str, Any], config: dict[str, Any], rebase: bool, what: str) -> int:
     """The step to resume at: the saved step when the settings match, else
     (with ``rebase``) the first step past the saved sample count."""
     c = config
-    return _zt.Sampler.resume_step_of(state, c["length"], c["batch_size"], c["mode"], c["seed"], rebase, what)
+    return _zt.Sampler.resume_step_of(
+        state, c["length"], c["batch_size"], c["mode"], c["seed"], rebase, what, c["block_size"], c["mix"]
+    )
+
+
+# -- mixtures --------------------------------------------------------------------
+
+
+def _mix_parts(mix: Any, length: int) -> list[tuple[int, int]] | None:
+    """A Sampler's ``mix``: ``(integer weight, length)`` per dataset, the
+    lengths summing to ``length``."""
+    if mix is None:
+        return None
+    parts = []
+    for part in mix:
+        weight, n = part
+        parts.append((_u64("mix weight", weight, 1, _MIX_MAX_WEIGHT_SUM, "2^32"), _u64("mix length", n, 1)))
+    if not 1 <= len(parts) <= _MIX_MAX_DATASETS:
+        raise ValueError(f"a mixture holds 1 to {_MIX_MAX_DATASETS} datasets, got {len(parts)}")
+    if sum(w for w, _ in parts) > _MIX_MAX_WEIGHT_SUM:
+        raise ValueError("a mixture's integer weights must sum to at most 2^32")
+    if sum(n for _, n in parts) != length:
+        raise ValueError(f"length {length} is not the mixture's {sum(n for _, n in parts)} records")
+    return parts
+
+
+def integer_weights(weights: list[Any]) -> list[int]:
+    """The integer weights a mixture samples with, from the caller's
+    (positive, finite) numbers: exact proportions in lowest terms when they
+    are decimal fractions (``0.7, 0.3`` -> ``7, 3``, so every 10 samples hold
+    7 and 3) whose terms sum to at most 2^32, else rounded to 2^-24 of the
+    total (never below 1)."""
+    import math
+    from fractions import Fraction
+
+    fractions = []
+    for w in weights:
+        if isinstance(w, bool) or not isinstance(w, (int, float, np.integer, np.floating)):
+            raise TypeError(f"mix weights must be numbers, got {type(w).__name__}")
+        if not math.isfinite(w) or w <= 0:
+            raise ValueError(f"mix weights must be positive and finite, got {w!r}")
+        fractions.append(Fraction(int(w)) if isinstance(w, (int, np.integer)) else Fraction(repr(float(w))))
+    total = sum(fractions)
+    shares = [f / total for f in fractions]
+    scale = math.lcm(*(s.denominator for s in shares))
+    if scale <= _MIX_MAX_WEIGHT_SUM:
+        return [int(s * scale) for s in shares]
+    rounded = [max(1, round(s * (1 << 24))) for s in shares]
+    g = math.gcd(*rounded)
+    return [r // g for r in rounded]
 
 
 # -- DataLoader ------------------------------------------------------------------
@@ -390,13 +499,85 @@ def _assembler(names: list[str], builders: list):
     return assemble
 
 
+def _ignoring_step(assemble):
+    """``assemble(columns)`` as the loader calls it, ``(step, columns)``."""
+    return lambda step, columns: assemble(columns)
+
+
+def _with_datasets(assemble, sampler: Sampler, parts: list[tuple[int, int]]):
+    """A mixture's batches: the streams' columns plus ``"dataset"``, each
+    sample's dataset number (the order of ``mix``), found from the step's
+    indices and the datasets' starts in the concatenated index space."""
+    starts = np.cumsum([0] + [n for _, n in parts[:-1]], dtype=np.uint64)
+
+    def with_datasets(step, columns):
+        batch = assemble(columns)
+        indices = sampler.batch(step).astype(np.uint64, copy=False)
+        batch["dataset"] = np.searchsorted(starts, indices, side="right").astype(np.int64) - 1
+        return batch
+
+    return with_datasets
+
+
+def _checked_streams(streams: Any, where: str) -> dict[str, Any]:
+    """``streams`` as a dict of open Dense/Ragged readers of one length."""
+    from .zrecord import Dense, Ragged
+
+    streams = dict(streams)
+    if not streams:
+        raise ValueError(f"need at least one stream{where}")
+    invalid = [
+        name
+        for name, ds in streams.items()
+        if not isinstance(ds, (Dense, Ragged)) or getattr(ds, "_reader", None) is None or ds.closed
+    ]
+    if invalid:
+        raise ValueError(f"DataLoader streams must be opened for reading{where}: {invalid}")
+    lengths = {name: len(ds) for name, ds in streams.items()}
+    if len(set(lengths.values())) != 1:
+        raise ValueError(f"all streams must hold the same number of records{where}, got {lengths}")
+    return streams
+
+
+def _mixture(mix: Any):
+    """``mix={"web": (streams_or_store, weight), ...}`` as the loader reads
+    it: one concatenated reader per stream name (the datasets in order), the
+    ``(integer weight, length)`` parts and the dataset names. A dataset is
+    a dict of streams, or one store (the stream ``"data"``); every dataset
+    must have the same stream names and types."""
+    if not isinstance(mix, dict) or not mix:
+        raise TypeError('mix must be a non-empty dict {"name": (streams or store, weight), ...}')
+    names, datasets, weights = [], [], []
+    for name, entry in mix.items():
+        if not (isinstance(entry, tuple) and len(entry) == 2):
+            raise TypeError(f"mix[{name!r}] must be a (streams or store, weight) pair")
+        data, weight = entry
+        streams = data if isinstance(data, dict) else {"data": data}
+        datasets.append(_checked_streams(streams, f" in mix[{name!r}]"))
+        names.append(name)
+        weights.append(weight)
+    first = list(datasets[0])
+    if "dataset" in first:
+        raise ValueError("a mixture's batches name each sample's dataset \"dataset\": no stream may be called that")
+    for name, ds in zip(names, datasets):
+        if list(ds) != first:
+            raise ValueError(f"mix[{name!r}] has streams {list(ds)}, mix[{names[0]!r}] has {first}")
+        for s in first:
+            if type(ds[s]) is not type(datasets[0][s]) or ds[s].dtype != datasets[0][s].dtype:
+                raise ValueError(f"stream {s!r} of mix[{name!r}] differs in type or dtype from mix[{names[0]!r}]'s")
+    readers = [_zt.RecordReader.concat([ds[s]._reader for ds in datasets]) for s in first]
+    integer = integer_weights(weights)
+    parts = [(w, len(next(iter(ds.values())))) for w, ds in zip(integer, datasets)]
+    return datasets[0], readers, parts, names
+
+
 def _transformer(assemble, transform):
     """What a worker thread calls: assemble the batch, run the transform, and
     note the step on an exception (its traceback is kept)."""
 
     def finish(step, columns):
         try:
-            return transform(assemble(columns))
+            return transform(assemble(step, columns))
         except BaseException as exc:
             exc.add_note(f"raised by the zt.loader.DataLoader transform at step {step}")
             raise
@@ -438,6 +619,7 @@ _KEYWORDS: dict[str, _Keyword] = {
     "batch_size": _Keyword(256),
     "mode": _Keyword(CYCLIC),
     "seed": _Keyword(42),
+    "block_size": _Keyword(DEFAULT_BLOCK_SIZE),
     "workers": _Keyword(4, _positive),
     "prefetch": _Keyword(4, _positive),
     "prefetch_bytes": _Keyword(DEFAULT_PREFETCH_BYTES, _byte_budget),
@@ -447,6 +629,7 @@ _KEYWORDS: dict[str, _Keyword] = {
     "start_step": _Keyword(0, _step),
     "step_stride": _Keyword(1, _positive),
     "packed": _Keyword(False),
+    "mix": _Keyword(None),
 }
 
 _POSITIONAL_HINT = (
@@ -470,16 +653,19 @@ class _Front:
         defaults: dict[str, Any] | None = None,
         extra: dict[str, _Keyword] | None = None,
         internal: tuple[str, ...] = (),
+        optional_streams: bool = False,
     ) -> None:
         spec = {k: v for k, v in _KEYWORDS.items() if k not in drop}
         for k, default in (defaults or {}).items():
             spec[k] = spec[k]._replace(default=default)
         spec.update(extra or {})
         self.name, self.spec, self.internal = name, spec, internal
+        self.optional_streams = optional_streams
 
     def signature(self) -> inspect.Signature:
         P = inspect.Parameter
-        params = [P("self", P.POSITIONAL_OR_KEYWORD), P("streams", P.POSITIONAL_OR_KEYWORD)]
+        streams = P("streams", P.POSITIONAL_OR_KEYWORD, **({"default": None} if self.optional_streams else {}))
+        params = [P("self", P.POSITIONAL_OR_KEYWORD), streams]
         params += [P(k, P.KEYWORD_ONLY, default=v.default) for k, v in self.spec.items()]
         return inspect.Signature(params)
 
@@ -500,7 +686,8 @@ class _Front:
         return out
 
 
-_FRONT = _Front("zt.loader.DataLoader", internal=("_assemble",))
+# `streams` may be left out for `mix=`, which names the datasets instead.
+_FRONT = _Front("zt.loader.DataLoader", internal=("_assemble",), optional_streams=True)
 
 
 class DataLoader:
@@ -554,28 +741,26 @@ class DataLoader:
     returns the new step's batch), a close stops it.
     """
 
-    def __init__(self, streams: dict[str, Any], *positional: Any, **settings: Any) -> None:
+    def __init__(self, streams: dict[str, Any] | None = None, *positional: Any, **settings: Any) -> None:
         # Settings: `_KEYWORDS`. `_assemble` (internal: zt.torch's front)
         # replaces the function that turns the native columns into a batch
         # (numpy arrays by default).
-        from .zrecord import Dense, Ragged
-
         self._core = None
         kw = _FRONT.read(positional, settings)
-        self.streams = dict(streams)
-        if not self.streams:
-            raise ValueError("need at least one stream")
-        invalid = [
-            name
-            for name, ds in self.streams.items()
-            if not isinstance(ds, (Dense, Ragged)) or getattr(ds, "_reader", None) is None or ds.closed
-        ]
-        if invalid:
-            raise ValueError(f"DataLoader streams must be opened for reading: {invalid}")
-        lengths = {name: len(ds) for name, ds in self.streams.items()}
-        if len(set(lengths.values())) != 1:
-            raise ValueError(f"all streams must hold the same number of records, got {lengths}")
-        length = next(iter(lengths.values()))
+        mix = kw["mix"]
+        if mix is None:
+            if streams is None:
+                raise TypeError("DataLoader needs streams (or mix=)")
+            self.streams = _checked_streams(streams, "")
+            self.datasets = None
+            length = len(next(iter(self.streams.values())))
+            readers = [ds._reader for ds in self.streams.values()]
+            mix_parts = None
+        else:
+            if streams is not None:
+                raise TypeError("pass streams or mix=, not both (mix= names each dataset's streams)")
+            self.streams, readers, mix_parts, self.datasets = _mixture(mix)
+            length = sum(n for _, n in mix_parts)
         self._workers = kw["workers"]
         self._prefetch = kw["prefetch"]
         self._prefetch_bytes = kw["prefetch_bytes"]
@@ -584,18 +769,31 @@ class DataLoader:
         # The Sampler validates the index settings with its messages, finds
         # the ranks and gives the state dict; the workers compute the same
         # batches natively.
-        self.sampler = Sampler(length, kw["batch_size"], kw["mode"], kw["seed"], kw["rank"], kw["world_size"])
+        self.sampler = Sampler(
+            length,
+            kw["batch_size"],
+            kw["mode"],
+            kw["seed"],
+            kw["rank"],
+            kw["world_size"],
+            block_size=kw["block_size"],
+            mix=mix_parts,
+        )
         self._transform = transform
         names = list(self.streams)
         if _assemble is None:
             _assemble = _assembler(names, [_column_builder(self.streams[n], packed) for n in names])
+        if mix_parts is not None:
+            _assemble = _with_datasets(_assemble, self.sampler, mix_parts)
+        else:
+            _assemble = _ignoring_step(_assemble)
         self._assemble = _assemble
         self._names = names
         self._closed = False
         s = self.sampler
         finish = None if transform is None else _transformer(self._assemble, transform)
         self._core = _zt.DataLoaderCore(
-            [self.streams[n]._reader for n in names],
+            readers,
             names,
             s.batch_size,
             int(s.mode),
@@ -608,6 +806,8 @@ class DataLoader:
             self._stride,
             finish,
             self._prefetch_bytes,
+            s.block_size,
+            mix_parts,
         )
 
     # -- iteration ------------------------------------------------------------------
@@ -622,8 +822,8 @@ class DataLoader:
         item = core.next()
         if item is None:
             raise StopIteration
-        _step, transformed, value = item
-        return value if transformed else self._assemble(value)
+        step, transformed, value = item
+        return value if transformed else self._assemble(step, value)
 
     def next(self) -> Any:
         """The next step's batch (``StopIteration`` once closed)."""

@@ -16,8 +16,10 @@ SPEC: {"stores": dir, "out": file, "jobs": [job, ...]}; each job is one of
   saves the state after each step, sleeping between steps like a training
   step; for the tests that kill or stop a rank mid-run.
 
-Modes are names (SEQUENTIAL, IID, CYCLIC). A failure prints its traceback
-and exits non-zero.
+Modes are names (SEQUENTIAL, IID, CYCLIC, BLOCK_SHUFFLE). A gather job with
+"mix": true reads a mixture of the stores with themselves (ranks_data's
+MIX_WEIGHTS and MIX_BLOCK) and reports [index, digest, dataset] per sample.
+A failure prints its traceback and exits non-zero.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import sys
 import time
 
 import numpy as np
-from ranks_data import GLOBAL_BATCH, SEED, digest
+from ranks_data import GLOBAL_BATCH, MIX_BLOCK, MIX_WEIGHTS, SEED, digest
 
 from zt.loader import CYCLIC, DataLoader, Mode, Sampler
 from zt.zrecord import Dense, Ragged
@@ -45,11 +47,17 @@ def _samples(batch) -> list[list]:
     for row, rec in zip(dense, records):
         assert int(rec[0]) == int(row[0]), "the streams are not aligned"
         out.append([int(row[0]), digest(row, rec)])
+    if "dataset" in batch:
+        for sample, d in zip(out, batch["dataset"].tolist()):
+            sample.append(d)
     return out
 
 
 def _loader(job: dict, streams: dict):
     kw = dict(batch_size=GLOBAL_BATCH, mode=Mode[job["mode"]], seed=SEED, workers=2, prefetch=2)
+    if job.get("mix"):
+        mix = {"a": (streams, MIX_WEIGHTS[0]), "b": (streams, MIX_WEIGHTS[1])}
+        return DataLoader(mix=mix, block_size=MIX_BLOCK, **kw)
     if job.get("front", "torch") == "torch":
         import zt.torch
 

@@ -68,3 +68,24 @@ def reference(mode: str, steps: range) -> list[list[list]]:
         idx = sampler.batch(step).tolist()
         out.append([[i, digest(rows[i], recs[i])] for i in idx])
     return out
+
+
+# A mixture of the stores with themselves (weights 2:1), block-shuffled: the
+# ranks' batches name each sample's dataset (issue 38).
+MIX_WEIGHTS = (2, 1)
+MIX_BLOCK = 5
+
+
+def mix_reference(steps: range) -> list[list[list]]:
+    """The single-process stream of the mixture: per step, [record, digest,
+    dataset] of every sample of the global batch, in order."""
+    from zt.loader import BLOCK_SHUFFLE, Sampler
+
+    rows, recs = dense_rows(), ragged_records()
+    parts = [(w, N) for w in MIX_WEIGHTS]
+    sampler = Sampler(2 * N, GLOBAL_BATCH, BLOCK_SHUFFLE, SEED, rank=0, world_size=1, block_size=MIX_BLOCK, mix=parts)
+    out = []
+    for step in steps:
+        idx = sampler.batch(step).tolist()
+        out.append([[i % N, digest(rows[i % N], recs[i % N]), i // N] for i in idx])
+    return out

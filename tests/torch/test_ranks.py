@@ -22,7 +22,7 @@ import time
 
 import pytest
 from procs import HERE, PYTHON, Launches, free_port, rank_env, torchrun_argv
-from ranks_data import GLOBAL_BATCH, MODES, SEED, N, reference, write_stores
+from ranks_data import GLOBAL_BATCH, MODES, SEED, N, mix_reference, reference, write_stores
 
 pytest.importorskip("torch")
 
@@ -60,6 +60,19 @@ def launches(stores, tmp_path_factory):
                         "state_out": str(work / f"state-{mode}-{start + steps}.json"),
                     }
                 )
+            # A mixture through zt.loader, resumed across the same world sizes.
+            jobs.append(
+                {
+                    "id": "elastic-mix",
+                    "kind": "gather",
+                    "front": "loader",
+                    "mix": True,
+                    "mode": "BLOCK_SHUFFLE",
+                    "steps": steps,
+                    "state_in": None if start == 0 else str(work / f"state-mix-{start}.json"),
+                    "state_out": str(work / f"state-mix-{start + steps}.json"),
+                }
+            )
             spec = work / f"spec-{world}.json"
             out = work / f"report-{world}.json"
             spec.write_text(json.dumps({"stores": str(stores), "out": str(out), "jobs": jobs}))
@@ -106,6 +119,24 @@ def test_elastic_resume_over_world_sizes_2_4_1_3_equals_the_uninterrupted_run(la
             assert states[0]["global_step"] == start + steps
             assert states[0]["global_batch_size"] == GLOBAL_BATCH and states[0]["length"] == N
             assert states[0]["seed"] == SEED
+
+
+def test_a_mixture_resumed_over_world_sizes_2_4_1_3_equals_one_process(launches):
+    """Mixing under torchrun (issue 38): at every step the ranks' samples
+    together, with the dataset each came from, are the one-process mixture's
+    global batch, across resumes at another world size."""
+    total = SEGMENTS[-1][1] + SEGMENTS[-1][2]
+    want = mix_reference(range(total))
+    for world, start, steps in SEGMENTS:
+        job = launches[world]["elastic-mix"]
+        assert job["start"] == start
+        _check_steps(job["steps"], world, want[start : start + steps], f"mixture, W={world}")
+        states = job["states"]
+        assert all(s == states[0] for s in states), "every rank must save the same state"
+        assert states[0]["global_step"] == start + steps and states[0]["length"] == 2 * N
+        assert states[0]["mode"] == 4 and states[0]["block_size"] == 5 and states[0]["mix"] > 0
+    # Over the whole run each batch held its 2:1 share (12 = 8 + 4).
+    assert all(sum(s[2] for s in step) == GLOBAL_BATCH // 3 for step in want)
 
 
 def test_two_ranks_over_s3_stores_match_one_process(stores, s3, bucket, tmp_path):

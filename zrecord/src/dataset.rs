@@ -22,6 +22,7 @@
 //! themselves are not hashed (a store is immutable once published).
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::json::{self, Value};
@@ -169,7 +170,7 @@ fn json_string(text: &str) -> String {
 
 /// The stores of an opened dataset and where each one's records start.
 pub(crate) struct Many {
-    pub(crate) members: Vec<Reader>,
+    pub(crate) members: Vec<Arc<Reader>>,
     /// `starts[m]`: the first dataset index of store `m`; the last entry
     /// is the dataset's length.
     starts: Vec<u64>,
@@ -282,7 +283,7 @@ impl Many {
     }
 
     pub(crate) fn data_shards(&self) -> usize {
-        self.members.iter().map(Reader::data_shards).sum()
+        self.members.iter().map(|m| m.data_shards()).sum()
     }
 }
 
@@ -330,7 +331,7 @@ pub fn open_many(
 ) -> Result<Reader> {
     let members = paths
         .iter()
-        .map(|p| Reader::open_at(p, dense, storage_options))
+        .map(|p| Reader::open_at(p, dense, storage_options).map(Arc::new))
         .collect::<Result<Vec<_>>>()?;
     let name = paths.first().cloned().unwrap_or_default();
     assemble(
@@ -340,7 +341,21 @@ pub fn open_many(
             .iter()
             .map(|p| p.display().to_string())
             .collect::<Vec<_>>(),
+        true,
     )
+}
+
+/// One reader over readers already open, in order (a mixture's datasets
+/// as one index space): they must agree on geometry and dtype (the same
+/// type however the schema spells it), not on codec or kind, since each
+/// gathers its own records; nothing is reopened or copied.
+pub fn concat(readers: Vec<Arc<Reader>>) -> Result<Reader> {
+    let names: Vec<String> = readers
+        .iter()
+        .map(|r| r.path().display().to_string())
+        .collect();
+    let name = PathBuf::from(format!("[{}]", names.join(", ")));
+    assemble(name, readers, &names, false)
 }
 
 /// Open the dataset a manifest lists, each store checked against its
@@ -377,10 +392,10 @@ pub fn open_manifest(
                 ),
             ));
         }
-        members.push(store);
+        members.push(Arc::new(store));
     }
     let names: Vec<String> = manifest.stores.iter().map(|e| e.path.clone()).collect();
-    assemble(path.to_path_buf(), members, &names)
+    assemble(path.to_path_buf(), members, &names, true)
 }
 
 fn read_manifest(path: &Path, storage_options: &[(String, String)]) -> Result<Vec<u8>> {
@@ -407,8 +422,14 @@ fn read_manifest(path: &Path, storage_options: &[(String, String)]) -> Result<Ve
     Ok(bytes)
 }
 
-/// One reader over `members`, after checking they agree.
-fn assemble(name: PathBuf, members: Vec<Reader>, names: &[String]) -> Result<Reader> {
+/// One reader over `members`, after checking they agree (on the codec too
+/// when `same_codec`: a manifest's stores are one build's).
+fn assemble(
+    name: PathBuf,
+    members: Vec<Arc<Reader>>,
+    names: &[String],
+    same_codec: bool,
+) -> Result<Reader> {
     let Some(first) = members.first() else {
         return Err(refuse(
             &name,
@@ -423,7 +444,11 @@ fn assemble(name: PathBuf, members: Vec<Reader>, names: &[String]) -> Result<Rea
             (Geometry::Ragged { ndim: x }, Geometry::Ragged { ndim: y }) => x == y,
             _ => false,
         };
-        if !same_geometry || a.dtype_name != b.dtype_name || first.codec() != store.codec() {
+        // Across layouts one type has two spellings (`int32`, `<i4`); the
+        // typestr tells them apart except for the ml_dtypes types (`|V2`).
+        let same_dtype = a.dtype_name == b.dtype_name
+            || (!same_codec && a.dtype == b.dtype && !a.dtype.starts_with("|V"));
+        if !same_geometry || !same_dtype || (same_codec && first.codec() != store.codec()) {
             return Err(refuse(
                 &name,
                 rules::STORE,
@@ -465,7 +490,7 @@ pub fn write_manifest(
 ) -> Result<Manifest> {
     let members = stores
         .iter()
-        .map(|p| Reader::open_at(p, None, storage_options))
+        .map(|p| Reader::open_at(p, None, storage_options).map(Arc::new))
         .collect::<Result<Vec<_>>>()?;
     let names: Vec<String> = stores.iter().map(|p| relative_to(manifest, p)).collect();
     let entries = members
@@ -477,7 +502,7 @@ pub fn write_manifest(
             digest: r.header_digest(),
         })
         .collect();
-    drop(assemble(manifest.to_path_buf(), members, &names)?); // they must agree
+    drop(assemble(manifest.to_path_buf(), members, &names, true)?); // they must agree
     let out = Manifest { stores: entries };
     let text = out.encode();
     if crate::remote::is_url(manifest) {

@@ -52,7 +52,7 @@ pub mod schema;
 pub mod writer;
 
 pub use codec::{train_dict, Codec, DictTier, DICT_TIERS};
-pub use dataset::{open_manifest, open_many, write_manifest, Manifest};
+pub use dataset::{concat, open_manifest, open_many, write_manifest, Manifest};
 pub use error::{Error, RemoteKind, Result};
 pub use reader::{RaggedBatch, Reader};
 pub use samples::train_store_dict;
