@@ -30,6 +30,17 @@
 //!   back to it when the last user drops them, so a steady run stops
 //!   allocating. [`DataLoader::live_batches`] counts batches whose buffers
 //!   are still alive anywhere (in flight, waiting, or held by the consumer).
+//! * **Fetching ahead.** When a stream is in object storage, a gather waits
+//!   on the network, not on the CPU. So the worker that claims a step first
+//!   starts the fetches of every step of the window not started yet
+//!   ([`zrecord::Reader::fetch_ahead`]: their requests go out at once on the
+//!   remote runtime, within its budget of requests and bytes in flight),
+//!   then gathers its own, which takes the bytes already fetched or in
+//!   flight. Several future steps' records are in flight however few
+//!   workers there are, and a batch's latency hides behind the steps
+//!   before it. The window fetched ahead is the claim window: `prefetch`
+//!   steps past the consumer's, fewer when `prefetch_bytes` would be passed
+//!   at the latest batch's size.
 //! * **Finishing.** A caller-supplied `finish` function turns each gathered
 //!   batch (or its error) into the delivered item on the worker thread; the
 //!   Python binding runs the user's transform there.
@@ -258,6 +269,9 @@ struct State<T> {
     /// The Ragged bytes of the last batch finished, the estimate for a
     /// batch about to be gathered (its index and Dense bytes are exact).
     ragged_estimate: u64,
+    /// Ordinals below this have had their fetches started (when a stream
+    /// is in object storage).
+    issued: u64,
     closed: bool,
 }
 
@@ -268,6 +282,8 @@ struct Claim {
     ordinal: u64,
     step: u64,
     estimate: u64,
+    /// The steps whose fetches this worker starts before gathering its own.
+    ahead: Vec<u64>,
 }
 
 struct Shared<T> {
@@ -277,6 +293,8 @@ struct Shared<T> {
     prefetch_bytes: u128,
     /// A batch's index and Dense bytes, known before it is gathered.
     fixed_bytes: u64,
+    /// Some stream is in object storage: its steps are fetched ahead.
+    remote: bool,
     state: Mutex<State<T>>,
     /// Signalled when step `next` is finished, or on close.
     ready: Condvar,
@@ -377,12 +395,14 @@ impl<T: Send + 'static> DataLoader<T> {
             live: AtomicUsize::new(0),
             peak: AtomicUsize::new(0),
         });
+        let streams_remote = streams.iter().any(|s| s.reader.is_remote());
         let shared = Arc::new(Shared {
             streams,
             config,
             prefetch: config.prefetch as u64,
             prefetch_bytes: u128::from(config.prefetch_bytes),
             fixed_bytes,
+            remote: streams_remote,
             state: Mutex::new(State {
                 start: config.start_step,
                 generation: 0,
@@ -391,6 +411,7 @@ impl<T: Send + 'static> DataLoader<T> {
                 done: BTreeMap::new(),
                 window_bytes: 0,
                 ragged_estimate: 0,
+                issued: 0,
                 closed: false,
             }),
             ready: Condvar::new(),
@@ -467,6 +488,7 @@ impl<T: Send + 'static> DataLoader<T> {
         st.start = step;
         st.next = 0;
         st.claim = 0;
+        st.issued = 0;
         st.window_bytes = 0;
         let dropped = std::mem::take(&mut st.done)
             .into_values()
@@ -585,6 +607,7 @@ impl<T: Send + 'static> Shared<T> {
     fn work(&self) {
         let n = self.config.plan.batch_len() as usize; // addressable: checked by `check_streams`
         while let Some(claim) = self.claim() {
+            self.fetch_ahead(&claim.ahead);
             let step = claim.step;
             // The batch size is the caller's: a batch whose indices do not
             // fit in memory fails its step (a memory error the consumer
@@ -660,12 +683,44 @@ impl<T: Send + 'static> Shared<T> {
         let ordinal = st.claim;
         st.claim += 1;
         st.window_bytes += u128::from(estimate);
+        let ahead = if self.remote {
+            // The window's steps, as many as `prefetch_bytes` holds at
+            // this batch's size (at least the one claimed).
+            let fit = (self.prefetch_bytes / u128::from(estimate.max(1))).max(1);
+            let end = st.next + self.prefetch.min(u64::try_from(fit).unwrap_or(u64::MAX));
+            let from = st.issued.max(ordinal);
+            st.issued = st.issued.max(end);
+            (from..end)
+                .map(|o| step_at(st.start, self.config.step_stride, o))
+                .collect()
+        } else {
+            Vec::new()
+        };
         Some(Claim {
             generation: st.generation,
             ordinal,
             step: step_at(st.start, self.config.step_stride, ordinal),
             estimate,
+            ahead,
         })
+    }
+
+    /// Start the fetches of `steps` in every stream in object storage. A
+    /// failure is left for the step's own gather to report (it fetches
+    /// again, and fails with the step's error).
+    fn fetch_ahead(&self, steps: &[u64]) {
+        let n = self.config.plan.batch_len() as usize;
+        let Some(mut indices) = zrecord::reader::zeroed_words(n) else {
+            return;
+        };
+        for &step in steps {
+            if self.config.plan.fill(step, &mut indices).is_err() {
+                return;
+            }
+            for stream in self.streams.iter().filter(|s| s.reader.is_remote()) {
+                let _ = stream.reader.fetch_ahead(&indices);
+            }
+        }
     }
 
     fn gather(

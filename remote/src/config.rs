@@ -27,7 +27,8 @@
 //! `base_url`; for Azure `account_name`, `account_key`, `sas_token`,
 //! `use_emulator`, ...), the same names `obstore` takes, plus zt's own:
 //! `profile`, `connection_string`, `part_size`, `concurrency`,
-//! `coalesce_gap`, `max_retries`, `retry_timeout`, `connect_timeout`,
+//! `coalesce_gap`, `max_amplification`, `inflight_requests`,
+//! `inflight_bytes`, `max_retries`, `retry_timeout`, `connect_timeout`,
 //! `idle_timeout`, `cache`, `cache_bytes`, `spool`. A key must be one the
 //! URL's backend knows; `endpoint` is GCS's `base_url` too. An `http://`
 //! endpoint allows plain HTTP.
@@ -57,8 +58,24 @@ use crate::watch::Connector;
 pub const DEFAULT_PART_SIZE: u64 = 16 << 20;
 /// Default number of requests in flight for one read or upload.
 pub const DEFAULT_CONCURRENCY: usize = 16;
-/// Neighbouring small reads closer than this are fetched as one request.
+/// Neighbouring small reads closer than this are fetched as one request
+/// until the connection has been measured ([`crate::link`] then sets the
+/// gap to what one request's first-byte latency would have downloaded).
 pub const DEFAULT_COALESCE_GAP: u64 = 1 << 20;
+/// Default bound on read amplification: a coalesced request downloads at
+/// most this many times the bytes its reads asked for, so a gather of small
+/// records scattered over a large store fetches them one by one rather than
+/// the megabytes between them.
+pub const DEFAULT_MAX_AMPLIFICATION: u32 = 4;
+/// Default budget of requests in flight in the whole process, every read
+/// of every object and record store together ([`crate::fetch`]): the count
+/// a 20-100 ms first byte needs to keep a few thousand small GETs a second
+/// moving, independent of the CPU count.
+pub const DEFAULT_INFLIGHT_REQUESTS: usize = 64;
+/// Default budget of bytes in flight (the sum of the ranges of the requests
+/// in flight): 16 parts of the default size, what the parallel read of one
+/// large tensor has in flight.
+pub const DEFAULT_INFLIGHT_BYTES: u64 = 256 << 20;
 /// Default bound on the local cache directory.
 pub const DEFAULT_CACHE_BYTES: u64 = 16 << 30;
 /// Default limit on one request, start to last byte.
@@ -85,8 +102,18 @@ pub struct RemoteConfig {
     pub part_size: u64,
     /// Requests in flight for one read or upload.
     pub concurrency: usize,
-    /// Small reads closer than this are coalesced into one request.
-    pub coalesce_gap: u64,
+    /// Small reads closer than this are coalesced into one request; `None`
+    /// (the default) measures it from the connection ([`crate::link`]).
+    pub coalesce_gap: Option<u64>,
+    /// A coalesced request downloads at most this many times the bytes its
+    /// reads asked for; 0 leaves it unbounded (the gap alone decides).
+    pub max_amplification: u32,
+    /// Requests in flight in the process under this configuration, every
+    /// object's together ([`crate::fetch::Budget`]).
+    pub inflight_requests: usize,
+    /// Bytes in flight (ranges requested and not yet received) under this
+    /// configuration, every object's together.
+    pub inflight_bytes: u64,
     /// Retries of a failed request (5xx, throttling, timeouts).
     pub max_retries: usize,
     /// No retry starts later than this after the first attempt.
@@ -115,7 +142,10 @@ impl Default for RemoteConfig {
             connection_string: None,
             part_size: DEFAULT_PART_SIZE,
             concurrency: DEFAULT_CONCURRENCY,
-            coalesce_gap: DEFAULT_COALESCE_GAP,
+            coalesce_gap: None,
+            max_amplification: DEFAULT_MAX_AMPLIFICATION,
+            inflight_requests: DEFAULT_INFLIGHT_REQUESTS,
+            inflight_bytes: DEFAULT_INFLIGHT_BYTES,
             max_retries: 5,
             retry_timeout: Duration::from_secs(60),
             timeout: DEFAULT_TIMEOUT,
@@ -161,7 +191,10 @@ impl RemoteConfig {
                 }
                 "part_size" => c.part_size = parse_number(key, value)?,
                 "concurrency" => c.concurrency = parse_number(key, value)?,
-                "coalesce_gap" => c.coalesce_gap = parse_number(key, value)?,
+                "coalesce_gap" => c.coalesce_gap = Some(parse_number(key, value)?),
+                "max_amplification" => c.max_amplification = parse_number(key, value)?,
+                "inflight_requests" => c.inflight_requests = parse_number(key, value)?,
+                "inflight_bytes" => c.inflight_bytes = parse_number(key, value)?,
                 "max_retries" => c.max_retries = parse_number(key, value)?,
                 "retry_timeout" => c.retry_timeout = parse_seconds(key, value)?,
                 "timeout" => c.timeout = parse_seconds(key, value)?,
@@ -194,11 +227,19 @@ impl RemoteConfig {
                 "must be 64 KiB to 5 GiB",
             ));
         }
-        if c.concurrency == 0 {
+        for (key, value) in [
+            ("concurrency", c.concurrency as u64),
+            ("inflight_requests", c.inflight_requests as u64),
+        ] {
+            if value == 0 {
+                return Err(Error::new(ErrorKind::Config, key, "must be at least 1"));
+            }
+        }
+        if c.inflight_bytes < (64 << 10) {
             return Err(Error::new(
                 ErrorKind::Config,
-                "concurrency",
-                "must be at least 1",
+                "inflight_bytes",
+                "must be at least 64 KiB",
             ));
         }
         Ok(c)
@@ -615,8 +656,19 @@ mod tests {
             ("timeout", "5s"),
             ("idle_timeout", "0.25"),
             ("cache", "/var/cache/zt"),
+            ("coalesce_gap", "0"),
+            ("max_amplification", "0"),
+            ("inflight_requests", "256"),
+            ("inflight_bytes", "1048576"),
         ])
         .unwrap();
+        assert_eq!(c.coalesce_gap, Some(0));
+        assert_eq!(c.max_amplification, 0);
+        assert_eq!(c.inflight_requests, 256);
+        assert_eq!(c.inflight_bytes, 1 << 20);
+        let d = RemoteConfig::default();
+        assert_eq!(d.coalesce_gap, None);
+        assert_eq!(d.max_amplification, DEFAULT_MAX_AMPLIFICATION);
         assert_eq!(c.part_size, 16 << 20);
         assert_eq!(c.concurrency, 32);
         assert_eq!(c.timeout, Duration::from_secs(5));
@@ -631,6 +683,9 @@ mod tests {
             [("part_size", "lots")],
             [("concurrency", "0")],
             [("part_size", "10")],
+            [("inflight_requests", "0")],
+            [("inflight_bytes", "1000")],
+            [("max_amplification", "-1")],
         ] {
             assert_eq!(
                 RemoteConfig::from_options(&bad).unwrap_err().kind,

@@ -25,6 +25,10 @@ pub mod cache;
 pub mod config;
 pub mod error;
 #[cfg(feature = "client")]
+pub mod fetch;
+#[cfg(feature = "client")]
+pub mod link;
+#[cfg(feature = "client")]
 pub mod list;
 #[cfg(feature = "client")]
 pub mod object;

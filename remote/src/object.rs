@@ -18,6 +18,7 @@
 //! [`ErrorKind::BadResponse`].
 
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
@@ -26,6 +27,8 @@ use object_store::{GetOptions, GetRange, ObjectMeta, ObjectStore, ObjectStoreExt
 
 use crate::config::RemoteConfig;
 use crate::error::{Error, ErrorKind, Result};
+use crate::fetch::{budget_for, Budget};
+use crate::link::{link_for, Link};
 use crate::plan::{plan, Fetch};
 use crate::runtime::{block_on, block_on_store, stats, store_for, Stats};
 use crate::url::{ObjectUrl, Scheme};
@@ -147,6 +150,10 @@ pub struct RemoteObject {
     size: u64,
     version: Version,
     cache: Mutex<ExtentCache>,
+    /// What a request to this object's store costs (the coalescing gap).
+    link: Arc<Link>,
+    /// What admits each request ([`crate::fetch`]).
+    budget: Arc<Budget>,
 }
 
 /// A zeroed buffer of `len` bytes for a read whose size the file declares:
@@ -209,24 +216,33 @@ async fn fetch_probe(
     store: &dyn ObjectStore,
     url: &ObjectUrl,
     range: GetRange,
+    (budget, link): (&Budget, &Link),
 ) -> Result<(ObjectMeta, u64, Bytes)> {
-    watch::scoped(fetch_probe_once(store, url, range)).await
+    let most = match &range {
+        GetRange::Bounded(r) => r.end - r.start,
+        _ => PROBE_BYTES,
+    };
+    let _admitted = budget.admit(most).await;
+    watch::scoped(fetch_probe_once(store, url, range, link)).await
 }
 
 async fn fetch_probe_once(
     store: &dyn ObjectStore,
     url: &ObjectUrl,
     range: GetRange,
+    link: &Link,
 ) -> Result<(ObjectMeta, u64, Bytes)> {
     Stats::count(&stats().gets, 1);
     let options = GetOptions {
         range: Some(range),
         ..GetOptions::default()
     };
+    let sent = Instant::now();
     let result = store
         .get_opts(&url.path(), options)
         .await
         .map_err(|e| Error::from_store(&url.text, e))?;
+    let head = Instant::now();
     let (meta, start, len) = (
         result.meta.clone(),
         result.range.start,
@@ -243,6 +259,7 @@ async fn fetch_probe_once(
     }
     let mut body = vec![0u8; len as usize];
     read_body(result.into_stream(), &url.text, start, &mut body).await?;
+    link.record(head - sent, len, head.elapsed());
     Ok((meta, start, Bytes::from(body)))
 }
 
@@ -259,6 +276,8 @@ impl RemoteObject {
             ));
         }
         let store = store_for(&url, &config)?;
+        let (link, budget) = (link_for(&url, &config), budget_for(&config));
+        let wire = (budget.as_ref(), link.as_ref());
         let head_range = GetRange::Bounded(0..HEAD_BYTES);
         // Azure Blob Storage has no suffix ranges: its tail is asked for
         // once the head's response gave the size (two round trips instead
@@ -266,13 +285,13 @@ impl RemoteObject {
         let suffix = url.scheme != Scheme::Azure;
         let (head, tail) = if suffix {
             let (head, tail) = block_on(futures::future::join(
-                fetch_probe(store.as_ref(), &url, head_range),
-                fetch_probe(store.as_ref(), &url, GetRange::Suffix(TAIL_BYTES)),
+                fetch_probe(store.as_ref(), &url, head_range, wire),
+                fetch_probe(store.as_ref(), &url, GetRange::Suffix(TAIL_BYTES), wire),
             ))?;
             (head, Some(tail))
         } else {
             (
-                block_on(fetch_probe(store.as_ref(), &url, head_range))?,
+                block_on(fetch_probe(store.as_ref(), &url, head_range, wire))?,
                 None,
             )
         };
@@ -302,6 +321,7 @@ impl RemoteObject {
                     store.as_ref(),
                     &url,
                     GetRange::Bounded(start..meta.size),
+                    wire,
                 ))?
             }
             // The head holds the whole object.
@@ -324,6 +344,8 @@ impl RemoteObject {
             size: meta.size,
             version,
             cache: Mutex::new(cache),
+            link,
+            budget,
         })
     }
 
@@ -335,8 +357,11 @@ impl RemoteObject {
         size: u64,
         etag: String,
     ) -> Result<RemoteObject> {
+        let url = ObjectUrl::parse(url)?;
         Ok(RemoteObject {
-            url: ObjectUrl::parse(url)?,
+            link: link_for(&url, &config),
+            budget: budget_for(&config),
+            url,
             config,
             size,
             version: Version::ETag(etag),
@@ -422,7 +447,7 @@ impl RemoteObject {
             .saturating_mul(BLOCK)
             .min(self.size);
         let mut block = vec![0u8; (end - start) as usize];
-        self.run(vec![(start, &mut block[..])])?;
+        self.run(vec![(start, &mut block[..])], 1)?;
         let at = (offset - start) as usize;
         let out = block[at..at + len as usize].to_vec();
         self.cache
@@ -433,7 +458,7 @@ impl RemoteObject {
     }
 
     /// Fill `buf` with bytes from `offset`, in parallel parts of
-    /// `part_size`, `concurrency` at a time.
+    /// `part_size`, `concurrency` at a time (and within the budget).
     pub fn read_into(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         let len = buf.len() as u64;
         self.check(offset, len)?;
@@ -447,13 +472,30 @@ impl RemoteObject {
             .enumerate()
             .map(|(i, chunk)| (offset + (i * part) as u64, chunk))
             .collect();
-        self.run(jobs)
+        self.run(jobs, self.config.concurrency)
+    }
+
+    /// The coalescing gap and amplification bound reads of this object
+    /// are planned with.
+    fn coalescing(&self) -> (u64, u32) {
+        (
+            self.link.coalesce_gap(&self.config),
+            self.config.max_amplification,
+        )
     }
 
     /// Read several ranges at once: each is served from the cache when it
     /// can be; the rest are planned ([`crate::plan`]: large ranges split,
-    /// small neighbours coalesced) and fetched concurrently.
+    /// small neighbours coalesced) and fetched concurrently, as many in
+    /// flight as the budget admits.
     pub fn read_ranges(&self, ranges: &[(u64, u64)]) -> Result<Vec<Vec<u8>>> {
+        block_on(self.fetch_ranges(ranges))?
+    }
+
+    /// [`RemoteObject::read_ranges`] as a future, for a caller that fetches
+    /// several objects' ranges together (a record store's shards) or starts
+    /// the work now and collects it later ([`crate::fetch::spawn`]).
+    pub async fn fetch_ranges(&self, ranges: &[(u64, u64)]) -> Result<Vec<Vec<u8>>> {
         for &(offset, len) in ranges {
             self.check(offset, len)?;
         }
@@ -471,7 +513,8 @@ impl RemoteObject {
                 }
             }
         }
-        let fetches = plan(&todo, self.config.part_size, self.config.coalesce_gap);
+        let (gap, amplification) = self.coalescing();
+        let fetches = plan(&todo, self.config.part_size, gap, amplification);
         let mut shared: Vec<(u64, Vec<u8>, Vec<usize>)> = Vec::new();
         let mut into: Vec<(usize, u64, u64, u64)> = Vec::new();
         for f in fetches {
@@ -504,7 +547,7 @@ impl RemoteObject {
             for (start, buf, _) in shared.iter_mut() {
                 jobs.push((*start, &mut buf[..]));
             }
-            self.run(jobs)?;
+            self.run_async(jobs, usize::MAX).await?;
         }
         for (start, buf, reads) in shared {
             for m in reads {
@@ -527,8 +570,9 @@ impl RemoteObject {
             .map(|&(offset, len)| (offset, len.min(self.size - offset)))
             .filter(|&(offset, len)| len > 0 && self.cached(offset, len).is_none())
             .collect();
+        let (gap, amplification) = self.coalescing();
         let mut spans: Vec<(u64, Vec<u8>)> =
-            plan(&wanted, self.config.part_size, self.config.coalesce_gap)
+            plan(&wanted, self.config.part_size, gap, amplification)
                 .into_iter()
                 .map(|f| match f {
                     Fetch::Into { start, end, .. } | Fetch::Shared { start, end, .. } => {
@@ -541,6 +585,7 @@ impl RemoteObject {
                 .iter_mut()
                 .map(|(start, buf)| (*start, &mut buf[..]))
                 .collect(),
+            usize::MAX,
         )?;
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         for (start, buf) in spans {
@@ -552,8 +597,10 @@ impl RemoteObject {
     /// Fetch `[start, start + buf.len())` into `buf`, pinned to the version
     /// opened, checking that the server sent exactly those bytes of it: one
     /// operation of [`watch`] (a body cut off or stalled is resumed by
-    /// object_store from where it stopped, and counted as a retry).
+    /// object_store from where it stopped, and counted as a retry), sent
+    /// once the budget admits it.
     async fn fetch_into(&self, store: &dyn ObjectStore, start: u64, buf: &mut [u8]) -> Result<()> {
+        let _admitted = self.budget.admit(buf.len() as u64).await;
         watch::scoped(self.fetch_into_once(store, start, buf)).await
     }
 
@@ -574,10 +621,12 @@ impl RemoteObject {
             Version::Modified(stamp) => options.if_unmodified_since = Some(*stamp),
         }
         Stats::count(&stats().gets, 1);
+        let sent = Instant::now();
         let result = store
             .get_opts(&self.url.path(), options)
             .await
             .map_err(|e| Error::from_store(url, e))?;
+        let head = Instant::now();
         // First the version (before a byte of the body lands in `buf`,
         // which may be a cache entry's mapping): a server that ignored
         // `If-Match` and answers from a replaced object of another size
@@ -593,23 +642,44 @@ impl RemoteObject {
                 ),
             ));
         }
-        read_body(result.into_stream(), url, start, buf).await
+        read_body(result.into_stream(), url, start, buf).await?;
+        self.link
+            .record(head - sent, buf.len() as u64, head.elapsed());
+        Ok(())
     }
 
-    /// Fetch every `(start, buffer)`, `concurrency` requests in flight.
-    fn run(&self, jobs: Vec<(u64, &mut [u8])>) -> Result<()> {
+    /// Fetch every `(start, buffer)`, blocking this thread: see
+    /// [`RemoteObject::run_async`].
+    fn run(&self, jobs: Vec<(u64, &mut [u8])>, limit: usize) -> Result<()> {
+        if jobs.is_empty() {
+            return Ok(());
+        }
+        block_on(self.run_async(jobs, limit))?
+    }
+
+    /// Fetch every `(start, buffer)`, at most `limit` of them in flight and
+    /// each admitted by the budget (`usize::MAX`: the budget alone bounds
+    /// them).
+    async fn run_async(&self, jobs: Vec<(u64, &mut [u8])>, limit: usize) -> Result<()> {
         if jobs.is_empty() {
             return Ok(());
         }
         let store = store_for(&self.url, &self.config)?;
-        let work = futures::stream::iter(jobs)
-            .map(|(start, buf)| {
-                let store = Arc::clone(&store);
-                async move { self.fetch_into(store.as_ref(), start, buf).await }
-            })
-            .buffer_unordered(self.config.concurrency)
-            .try_collect::<Vec<()>>();
-        block_on(work)?.map(|_| ())
+        let limit = limit.clamp(1, jobs.len());
+        // The futures made first, then polled: a stream mapping the
+        // borrowed buffers through a closure is not `Send` (the closure's
+        // signature is not general over their lifetimes), and a gather's
+        // future must be, to run on the runtime.
+        let store = store.as_ref();
+        let requests: Vec<_> = jobs
+            .into_iter()
+            .map(|(start, buf)| self.fetch_into(store, start, buf))
+            .collect();
+        futures::stream::iter(requests)
+            .buffer_unordered(limit)
+            .try_collect::<Vec<()>>()
+            .await
+            .map(|_| ())
     }
 }
 

@@ -102,10 +102,14 @@ fn with_state<T>(f: impl FnOnce(&mut PerProcess) -> Result<T>) -> Result<T> {
     f(guard.as_mut().expect("set above"))
 }
 
+/// This process's runtime.
+pub(crate) fn runtime() -> Result<Arc<Runtime>> {
+    with_state(|s| Ok(Arc::clone(&s.runtime)))
+}
+
 /// Run `future` to completion on the runtime, blocking this thread.
 pub fn block_on<F: Future>(future: F) -> Result<F::Output> {
-    let runtime = with_state(|s| Ok(Arc::clone(&s.runtime)))?;
-    Ok(runtime.block_on(future))
+    Ok(runtime()?.block_on(future))
 }
 
 /// The store serving `url`'s bucket or origin under `config` (built once

@@ -452,6 +452,33 @@ impl Reader {
         Ok((loc, &data[loc.offset as usize..end as usize]))
     }
 
+    /// True for a store in object storage (whose gathers wait on the
+    /// network, and which [`Reader::fetch_ahead`] speeds up).
+    pub fn is_remote(&self) -> bool {
+        #[cfg(feature = "remote")]
+        if let Bytes::Remote(_) = &self.bytes {
+            return true;
+        }
+        false
+    }
+
+    /// Start fetching the records a gather of exactly `idxs` will read, so
+    /// that gather (from any thread) takes their bytes instead of waiting
+    /// for the network: a store in object storage sends their requests now,
+    /// on the remote runtime (within its budget of requests and bytes in
+    /// flight). Other stores need nothing fetched and do nothing. Up to 64
+    /// gathers (1 GiB of stored records) may be started ahead; past that
+    /// the oldest are cancelled.
+    pub fn fetch_ahead(&self, idxs: &[u64]) -> Result<()> {
+        #[cfg(feature = "remote")]
+        if let Bytes::Remote(objects) = &self.bytes {
+            self.check_indices(idxs)?;
+            return objects.fetch_ahead(self, idxs);
+        }
+        let _ = idxs;
+        Ok(())
+    }
+
     /// The logical length of each record (what a Ragged gather allocates).
     pub fn record_lengths(&self, idxs: &[u64]) -> Result<Vec<u64>> {
         if let Some(many) = self.many_of() {

@@ -8,8 +8,15 @@
 //! listed. The RecordLoc table is fetched whole when it is small and paged
 //! in on demand when it is large. A gather looks up every RecordLoc first,
 //! sorts the records by (shard, offset), coalesces neighbours, sends the
-//! requests of all shards concurrently, and decodes into the caller's
-//! buffer.
+//! requests of all shards concurrently on the remote crate's runtime (as
+//! many in flight as its budget admits, however many CPUs there are:
+//! `zt_remote::fetch`), and decodes into the caller's buffer on the CPU
+//! pool.
+//!
+//! A caller that knows its next gathers (the DataLoader, its prefetch
+//! window) starts them early with [`Objects::fetch_ahead`]: the records'
+//! requests go out at once and the gather of exactly those indices later
+//! takes their bytes instead of asking again.
 //!
 //! Writing: a store is built locally in a spool and, on close, its shards
 //! and dictionary are uploaded first and `meta.zr` last, so a reader that
@@ -70,11 +77,12 @@ fn unsupported(path: &Path) -> Error {
 
 #[cfg(feature = "remote")]
 mod enabled {
-    use std::collections::HashMap;
+    use std::collections::{HashMap, VecDeque};
     use std::path::{Path, PathBuf};
-    use std::sync::Arc;
+    use std::sync::{Arc, Mutex};
 
     use rayon::prelude::*;
+    use zt_remote::fetch::{ranges_of, Pending};
     use zt_remote::{ErrorKind, RemoteConfig, RemoteObject};
 
     use super::*;
@@ -83,6 +91,15 @@ mod enabled {
 
     /// RecordLoc tables up to this size are fetched whole at open.
     const LOADED_LOCS: u64 = 64 << 20;
+
+    /// Gathers fetched ahead and kept for their gather: more than a
+    /// DataLoader's prefetch window usually asks for at once; the oldest is
+    /// cancelled past it (a gather that never came, after a seek).
+    const AHEAD_SLOTS: usize = 64;
+    /// The most stored bytes the gathers fetched ahead may hold together
+    /// (the DataLoader's default `prefetch_bytes`); the oldest are
+    /// cancelled past it.
+    const AHEAD_BYTES: u64 = 1 << 30;
 
     fn error(path: &Path, e: zt_remote::Error) -> Error {
         let kind = match e.kind {
@@ -130,7 +147,23 @@ mod enabled {
         locs: LocTable,
         /// Each data shard (`None` when empty).
         shards: Vec<Option<Arc<RemoteObject>>>,
+        /// Gathers started by [`Objects::fetch_ahead`], oldest first.
+        ahead: Mutex<VecDeque<Ahead>>,
     }
+
+    /// One gather's frames requested early.
+    struct Ahead {
+        idxs: Vec<u64>,
+        /// The stored bytes it fetches.
+        bytes: u64,
+        /// The requests' positions in `idxs`, per shard fetched.
+        members: Vec<Vec<usize>>,
+        frames: Pending<zt_remote::Result<Vec<Vec<Vec<u8>>>>>,
+    }
+
+    /// One gather's requests: per shard fetched, the positions in `idxs`
+    /// of its records and the shard's ranges.
+    type Requests = (Vec<Vec<usize>>, Vec<zt_remote::fetch::ObjectRanges>);
 
     /// Open the store at the URL `path`.
     pub fn open(
@@ -163,7 +196,11 @@ mod enabled {
         } else {
             LocTable::Paged(meta)
         };
-        let objects = Objects { locs, shards };
+        let objects = Objects {
+            locs,
+            shards,
+            ahead: Mutex::new(VecDeque::new()),
+        };
         Reader::remote(
             path.to_path_buf(),
             header,
@@ -269,43 +306,91 @@ mod enabled {
             Ok(locs)
         }
 
-        /// The stored frames of `idxs` (whose `locs` were looked up): the
-        /// records of every shard planned together (sorted, neighbours
-        /// coalesced) and the shards fetched concurrently.
+        /// The requests of a gather of `idxs` (whose `locs` were looked
+        /// up): each shard's records and their ranges.
+        fn requests(&self, reader: &Reader, idxs: &[u64], locs: &[RecordLoc]) -> Result<Requests> {
+            let shards = reader.header.data_shards as u64;
+            let mut by_shard: Vec<Vec<usize>> = vec![Vec::new(); self.shards.len()];
+            for (j, &i) in idxs.iter().enumerate() {
+                by_shard[(i % shards) as usize].push(j);
+            }
+            let mut members = Vec::new();
+            let mut jobs = Vec::new();
+            for (s, these) in by_shard.into_iter().enumerate() {
+                if these.is_empty() {
+                    continue;
+                }
+                let object = self.shards[s].as_ref().ok_or_else(|| Error::BadLoc {
+                    path: reader.path().into(),
+                    index: idxs[these[0]],
+                    reason: "record in an empty shard",
+                })?;
+                let ranges = these
+                    .iter()
+                    .map(|&j| (locs[j].offset, u64::from(locs[j].phys)))
+                    .collect();
+                jobs.push((Arc::clone(object), ranges));
+                members.push(these);
+            }
+            Ok((members, jobs))
+        }
+
+        /// Start fetching the frames of a gather of `idxs` now, for the
+        /// gather of exactly these indices to take later (the oldest
+        /// started gathers are cancelled past [`AHEAD_SLOTS`] or
+        /// [`AHEAD_BYTES`]).
+        pub(crate) fn fetch_ahead(&self, reader: &Reader, idxs: &[u64]) -> Result<()> {
+            let locs = self.locs(reader, idxs)?;
+            let (members, jobs) = self.requests(reader, idxs, &locs)?;
+            let bytes = locs.iter().map(|l| u64::from(l.phys)).sum();
+            let frames =
+                zt_remote::fetch::spawn(ranges_of(jobs)).map_err(|e| error(reader.path(), e))?;
+            let mut ahead = self.ahead.lock().unwrap_or_else(|p| p.into_inner());
+            let held = |a: &VecDeque<Ahead>| a.iter().map(|a| a.bytes).sum::<u64>();
+            while !ahead.is_empty()
+                && (ahead.len() >= AHEAD_SLOTS || held(&ahead) + bytes > AHEAD_BYTES)
+            {
+                ahead.pop_front();
+            }
+            ahead.push_back(Ahead {
+                idxs: idxs.to_vec(),
+                bytes,
+                members,
+                frames,
+            });
+            Ok(())
+        }
+
+        /// The stored frames of `idxs` (whose `locs` were looked up): those
+        /// fetched ahead for exactly these indices, else the records of
+        /// every shard planned together (sorted, neighbours coalesced) and
+        /// all shards' requests sent at once, the budget bounding them.
         fn frames(
             &self,
             reader: &Reader,
             idxs: &[u64],
             locs: &[RecordLoc],
         ) -> Result<Vec<Vec<u8>>> {
-            let shards = reader.header.data_shards as u64;
-            let mut by_shard: Vec<Vec<usize>> = vec![Vec::new(); self.shards.len()];
-            for (j, &i) in idxs.iter().enumerate() {
-                by_shard[(i % shards) as usize].push(j);
-            }
-            let fetched: Vec<Vec<(usize, Vec<u8>)>> = by_shard
-                .into_par_iter()
-                .enumerate()
-                .filter(|(_, members)| !members.is_empty())
-                .map(|(s, members)| {
-                    let object = self.shards[s].as_ref().ok_or_else(|| Error::BadLoc {
-                        path: reader.path().into(),
-                        index: idxs[members[0]],
-                        reason: "record in an empty shard",
-                    })?;
-                    let ranges: Vec<(u64, u64)> = members
-                        .iter()
-                        .map(|&j| (locs[j].offset, u64::from(locs[j].phys)))
-                        .collect();
-                    let bytes = object
-                        .read_ranges(&ranges)
-                        .map_err(|e| error(reader.path(), e))?;
-                    Ok(members.into_iter().zip(bytes).collect())
-                })
-                .collect::<Result<_>>()?;
+            let started = {
+                let mut ahead = self.ahead.lock().unwrap_or_else(|p| p.into_inner());
+                let at = ahead.iter().position(|a| a.idxs == idxs);
+                at.and_then(|at| ahead.remove(at))
+            };
+            let (members, fetched) = match started {
+                Some(a) => (a.members, a.frames.wait()),
+                None => {
+                    let (members, jobs) = self.requests(reader, idxs, locs)?;
+                    (members, zt_remote::runtime::block_on(ranges_of(jobs)))
+                }
+            };
+            let fetched = fetched
+                .and_then(|r| r)
+                .map_err(|e| error(reader.path(), e))?;
             let mut out: Vec<Vec<u8>> = vec![Vec::new(); idxs.len()];
-            for (j, bytes) in fetched.into_iter().flatten() {
-                out[j] = bytes;
+            for (these, bytes) in members.into_iter().zip(fetched) {
+                for (j, bytes) in these.into_iter().zip(bytes) {
+                    out[j] = bytes;
+                }
             }
             Ok(out)
         }
