@@ -165,9 +165,9 @@ def test_dequantize_matches_gguf_py_bit_for_bit(tmp, qtype):
 
 
 def test_dequantize_refuses_what_it_cannot(tmp):
-    path = tmp / "iq.gguf"
+    path = tmp / "q8k.gguf"
     w = writer(path)
-    w.add_tensor("q", blocks(Q.IQ2_XXS, (1, 256)), raw_dtype=Q.IQ2_XXS)
+    w.add_tensor("q", blocks(Q.Q8_K, (1, 256)), raw_dtype=Q.Q8_K)
     w.add_tensor("i", np.arange(4, dtype=np.int32))
     finish(w)
     with zt.open(path) as src:
@@ -223,12 +223,12 @@ def test_get_slice_of_a_quantized_tensor_is_its_dequantized_rows(tmp, qtype):
 
 
 def test_get_slice_of_a_block_type_it_cannot_dequantize_is_refused(tmp):
-    path = tmp / "iq.gguf"
+    path = tmp / "q8k.gguf"
     w = writer(path)
-    w.add_tensor("q", blocks(Q.IQ2_XXS, (2, 256)), raw_dtype=Q.IQ2_XXS)
+    w.add_tensor("q", blocks(Q.Q8_K, (2, 256)), raw_dtype=Q.Q8_K)
     finish(w)
     with zt.safe_open(path, "np") as f:
-        with pytest.raises(zt.FormatError, match='tensor "q".*IQ2_XXS') as info:
+        with pytest.raises(zt.FormatError, match='tensor "q".*Q8_K') as info:
             f.get_slice("q")[0]
     assert info.value.rule == "gguf.Dequant"
 

@@ -62,6 +62,33 @@ pub fn try_zeroed(ctx: &Context, what: &'static str, len: u64) -> Result<Vec<u8>
     Ok(unsafe { Vec::from_raw_parts(ptr, n, n) })
 }
 
+/// `n` zero `f32`s, or [`Error::Memory`]: [`try_zeroed`] for a decoder that
+/// writes every value (dequantization), so its writes are the first touch
+/// of each page, advised to be huge pages when large.
+pub fn try_zeroed_f32(ctx: &Context, what: &'static str, n: u64) -> Result<Vec<f32>> {
+    let fail = || Error::Memory {
+        ctx: ctx.clone(),
+        what,
+        bytes: n.saturating_mul(4),
+    };
+    let n = usize::try_from(n).map_err(|_| fail())?;
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    let layout = std::alloc::Layout::array::<f32>(n).map_err(|_| fail())?;
+    // SAFETY: the layout has a non-zero size; a null return is failure.
+    let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+    if ptr.is_null() {
+        return Err(fail());
+    }
+    if layout.size() >= HUGE_PAGE_THRESHOLD {
+        advise_huge(ptr as usize, layout.size());
+    }
+    // SAFETY: allocated by the global allocator with the layout of `n` f32s,
+    // all zero bits (0.0); length and capacity are `n`.
+    Ok(unsafe { Vec::from_raw_parts(ptr.cast::<f32>(), n, n) })
+}
+
 /// Grow `v` by `additional` bytes of room, failing as [`try_with_capacity`] does.
 pub fn try_reserve(
     v: &mut Vec<u8>,

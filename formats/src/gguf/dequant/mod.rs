@@ -1,9 +1,29 @@
 //! Dequantization of ggml block types to f32, bit for bit as
-//! `gguf.quants.dequantize` (gguf-py) computes it: the same operations in
-//! the same order, each rounded to f32 (no fused multiply-add).
+//! `gguf.quants.dequantize` (gguf-py 0.19) computes it: the same operations
+//! in the same order, each rounded to f32 (no fused multiply-add).
 //!
-//! Supported: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and the K-quants Q2_K, Q3_K,
-//! Q4_K, Q5_K, Q6_K; dense F32, F16 and BF16 tensors convert too.
+//! Every block type gguf-py dequantizes, one module per family: `legacy`
+//! (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0), `kquants` (Q2_K...Q6_K), `iquants`
+//! (IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ4_NL, IQ4_XS,
+//! with the lattice tables in `grids`), `ternary` (TQ1_0, TQ2_0) and `fp4`
+//! (MXFP4, NVFP4); dense F32, F16 and BF16 tensors convert too. Types the
+//! table lists that gguf-py does not dequantize (Q8_1, Q8_K, Q1_0, Q2_0)
+//! are refused with `gguf.Dequant`: there is no reference to match.
+//!
+//! Each kernel is written per block over fixed-size arrays (so the bounds
+//! are known and the inner loops vectorize) and runs over a run of blocks;
+//! a large output is cut into contiguous runs, one per core it warrants
+//! ([`THREAD_OUTPUT`]), on scoped threads.
+
+mod fp4;
+mod grids;
+mod iquants;
+mod kquants;
+mod legacy;
+mod ternary;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 use crate::gguf::rules;
 use zt_core::dtype::DType;
@@ -39,34 +59,116 @@ fn f16_at(b: &[u8], at: usize) -> f32 {
     f16_to_f32(u16::from_le_bytes([b[at], b[at + 1]]))
 }
 
-/// One block type's kernel: a block's bytes in, its elements out.
+/// One block type's kernel over a run of whole blocks: `blocks` holds `n`
+/// blocks, `out` their `n * elems_per_block` values.
 type Kernel = fn(&[u8], &mut [f32]);
 
+/// A [`Kernel`] from a per-block function of `$bb` bytes and `$epb` values.
+macro_rules! blockwise {
+    ($f:path, $bb:literal, $epb:literal) => {
+        |blocks: &[u8], out: &mut [f32]| {
+            let blocks = blocks.chunks_exact($bb);
+            debug_assert_eq!(blocks.len(), out.len() / $epb);
+            for (b, o) in blocks.zip(out.chunks_exact_mut($epb)) {
+                // Always whole: chunks_exact hands out exactly $bb / $epb.
+                if let (Ok(b), Ok(o)) = (b.try_into(), o.try_into()) {
+                    $f(b, o);
+                }
+            }
+        }
+    };
+}
+
+/// The kernel of a block type, `None` for those zt does not dequantize.
+/// Block geometry here must match [`types::TYPES`] (a test checks).
 fn kernel(ty: &GgmlType) -> Option<Kernel> {
-    Some(match ty.name {
-        "Q4_0" => q4_0,
-        "Q4_1" => q4_1,
-        "Q5_0" => q5_0,
-        "Q5_1" => q5_1,
-        "Q8_0" => q8_0,
-        "Q2_K" => q2_k,
-        "Q3_K" => q3_k,
-        "Q4_K" => q4_k,
-        "Q5_K" => q5_k,
-        "Q6_K" => q6_k,
+    let k: Kernel = match ty.name {
+        "Q4_0" => blockwise!(legacy::q4_0, 18, 32),
+        "Q4_1" => blockwise!(legacy::q4_1, 20, 32),
+        "Q5_0" => blockwise!(legacy::q5_0, 22, 32),
+        "Q5_1" => blockwise!(legacy::q5_1, 24, 32),
+        "Q8_0" => blockwise!(legacy::q8_0, 34, 32),
+        "Q2_K" => blockwise!(kquants::q2_k, 84, 256),
+        "Q3_K" => blockwise!(kquants::q3_k, 110, 256),
+        "Q4_K" => blockwise!(kquants::q4_k, 144, 256),
+        "Q5_K" => blockwise!(kquants::q5_k, 176, 256),
+        "Q6_K" => blockwise!(kquants::q6_k, 210, 256),
+        "IQ2_XXS" => blockwise!(iquants::iq2_xxs, 66, 256),
+        "IQ2_XS" => blockwise!(iquants::iq2_xs, 74, 256),
+        "IQ2_S" => blockwise!(iquants::iq2_s, 82, 256),
+        "IQ3_XXS" => blockwise!(iquants::iq3_xxs, 98, 256),
+        "IQ3_S" => blockwise!(iquants::iq3_s, 110, 256),
+        "IQ1_S" => blockwise!(iquants::iq1_s, 50, 256),
+        "IQ1_M" => blockwise!(iquants::iq1_m, 56, 256),
+        "IQ4_NL" => blockwise!(iquants::iq4_nl, 18, 32),
+        "IQ4_XS" => blockwise!(iquants::iq4_xs, 136, 256),
+        "TQ1_0" => blockwise!(ternary::tq1_0, 54, 256),
+        "TQ2_0" => blockwise!(ternary::tq2_0, 66, 256),
+        "MXFP4" => blockwise!(fp4::mxfp4, 17, 32),
+        "NVFP4" => blockwise!(fp4::nvfp4, 36, 64),
         _ => return None,
-    })
+    };
+    Some(k)
+}
+
+/// Bytes of output each thread beyond the first needs: below this a
+/// thread costs more to start than it saves.
+const THREAD_OUTPUT: u64 = 4 << 20;
+
+/// A run of blocks and the output it fills, waiting for a thread.
+type Run<'a> = (&'a [u8], &'a mut [f32]);
+
+/// Run `kernel` over whole blocks (`out.len() / epb` of them, `bb` bytes
+/// each), cut into contiguous runs, one per core the output size warrants.
+/// Every thread, the caller's included, takes the next run not yet taken,
+/// so a thread the OS refuses to start only leaves more runs to the rest.
+fn run(kernel: Kernel, bb: usize, epb: usize, blocks: &[u8], out: &mut [f32]) {
+    let n = out.len() / epb;
+    let threads = zt_core::copy::threads_for_pieces(out.len() as u64 * 4, THREAD_OUTPUT);
+    if threads <= 1 || n < 2 {
+        kernel(blocks, out);
+        return;
+    }
+    let per = n.div_ceil(threads);
+    let runs: Vec<Mutex<Option<Run<'_>>>> = blocks
+        .chunks(per * bb)
+        .zip(out.chunks_mut(per * epb))
+        .map(|r| Mutex::new(Some(r)))
+        .collect();
+    let next = AtomicUsize::new(0);
+    let work = || {
+        while let Some(slot) = runs.get(next.fetch_add(1, Ordering::Relaxed)) {
+            let taken = slot.lock().map(|mut r| r.take());
+            if let Ok(Some((b, o))) = taken {
+                kernel(b, o);
+            }
+        }
+    };
+    std::thread::scope(|s| {
+        for _ in 1..runs.len() {
+            // A refused thread is no error: its run is taken by another.
+            let _ = std::thread::Builder::new().spawn_scoped(s, work);
+        }
+        work();
+    });
+}
+
+fn not_implemented(ctx: Context, ty: &GgmlType) -> Error {
+    Error::Unsupported {
+        rule: rules::DEQUANT,
+        ctx,
+        reason: format!(
+            "dequantizing {} is not implemented (gguf-py 0.19 defines no dequantization for it)",
+            ty.name
+        ),
+    }
 }
 
 /// Dequantize whole blocks of type `ty`.
 pub fn dequantize_blocks(ty: &GgmlType, blocks: &[u8]) -> Result<Vec<f32>> {
     let ctx = Context::default();
     let Some(kernel) = kernel(ty) else {
-        return Err(Error::Unsupported {
-            rule: rules::DEQUANT,
-            ctx,
-            reason: format!("dequantizing {} is not implemented", ty.name),
-        });
+        return Err(not_implemented(ctx, ty));
     };
     let bb = ty.block_bytes as usize;
     if blocks.len() % bb != 0 {
@@ -82,10 +184,7 @@ pub fn dequantize_blocks(ty: &GgmlType, blocks: &[u8]) -> Result<Vec<f32>> {
     }
     let epb = ty.elems_per_block as usize;
     let mut out = f32_buffer(&ctx, (blocks.len() / bb) as u64 * epb as u64)?;
-    out.resize(blocks.len() / bb * epb, 0.0);
-    for (block, dst) in blocks.chunks_exact(bb).zip(out.chunks_exact_mut(epb)) {
-        kernel(block, dst);
-    }
+    run(kernel, bb, epb, blocks, &mut out);
     Ok(out)
 }
 
@@ -113,7 +212,19 @@ pub fn dequantize_with(tensor: &Tensor<'_>, limits: &Limits) -> Result<Vec<f32>>
     })?;
     limits.check_decoded(&ctx, out_bytes)?;
     let bytes = part.bytes()?;
-    let out = if tensor.layout() == "dense" {
+    let width = if tensor.layout() == "dense" {
+        part.dtype().size().unwrap_or(0)
+    } else {
+        0
+    };
+    let out = if width > 0 {
+        if elements.checked_mul(width) != Some(bytes.len() as u64) {
+            return Err(Error::range(
+                ctx,
+                rules::DEQUANT,
+                format!("{} bytes for {elements} elements", bytes.len()),
+            ));
+        }
         let mut out = f32_buffer(&ctx, elements)?;
         dense_to_f32(part.dtype(), &bytes, &mut out).ok_or_else(|| Error::Unsupported {
             rule: rules::DEQUANT,
@@ -127,6 +238,19 @@ pub fn dequantize_with(tensor: &Tensor<'_>, limits: &Limits) -> Result<Vec<f32>>
             ctx: ctx.clone(),
             reason: format!("layout {} is not a ggml block type", tensor.layout()),
         })?;
+        // The blocks must be the shape's, checked before any output is
+        // allocated for them.
+        if ty.nbytes(elements) != Some(bytes.len() as u64) {
+            return Err(Error::range(
+                ctx.clone(),
+                rules::DEQUANT,
+                format!(
+                    "{} bytes are not the {} blocks of {elements} elements",
+                    bytes.len(),
+                    ty.name
+                ),
+            ));
+        }
         dequantize_blocks(ty, &bytes).map_err(|e| {
             let e = e.in_tensor(tensor.name());
             match &ctx.file {
@@ -135,13 +259,7 @@ pub fn dequantize_with(tensor: &Tensor<'_>, limits: &Limits) -> Result<Vec<f32>>
             }
         })?
     };
-    if out.len() as u64 != elements {
-        return Err(Error::range(
-            ctx,
-            rules::DEQUANT,
-            format!("{} values for {elements} elements", out.len()),
-        ));
-    }
+    debug_assert_eq!(out.len() as u64, elements);
     Ok(out)
 }
 
@@ -165,11 +283,7 @@ pub fn dequantize_rows_with(
         ctx: ctx.clone(),
         reason: format!("layout {} is not a ggml block type", tensor.layout()),
     })?;
-    let kernel = kernel(ty).ok_or_else(|| Error::Unsupported {
-        rule: rules::DEQUANT,
-        ctx: ctx.clone(),
-        reason: format!("dequantizing {} is not implemented", ty.name),
-    })?;
+    let kernel = kernel(ty).ok_or_else(|| not_implemented(ctx.clone(), ty))?;
     let overflow = |what| Error::Overflow {
         rule: Rule::OVERFLOW,
         ctx: ctx.clone(),
@@ -222,7 +336,6 @@ pub fn dequantize_rows_with(
             .ok_or_else(|| overflow("dequantized size"))?,
     )?;
     let mut out = f32_buffer(&ctx, values)?;
-    out.resize(values as usize, 0.0);
     let (bb, epb) = (ty.block_bytes as usize, ty.elems_per_block as usize);
     let mut done = 0;
     for run in rows.chunk_by(|a, b| a.checked_add(1) == Some(*b)) {
@@ -233,207 +346,40 @@ pub fn dequantize_rows_with(
         };
         let bytes = part.read_selection(&[sel])?;
         let dst = &mut out[done..done + run.len() * row as usize];
-        for (block, d) in bytes.chunks_exact(bb).zip(dst.chunks_exact_mut(epb)) {
-            kernel(block, d);
-        }
+        self::run(kernel, bb, epb, &bytes, dst);
         done += dst.len();
     }
     Ok(out)
 }
 
-/// An empty f32 buffer with room for `n` values, or [`Error::Memory`].
+/// `n` f32s for a kernel to write, or [`Error::Memory`] (zeroed lazily by
+/// the allocator, so the kernel's writes are the first touch).
 fn f32_buffer(ctx: &Context, n: u64) -> Result<Vec<f32>> {
-    let fail = || Error::Memory {
-        ctx: ctx.clone(),
-        what: "dequantized values",
-        bytes: n.saturating_mul(4),
-    };
-    let n = usize::try_from(n).map_err(|_| fail())?;
-    let mut v = Vec::new();
-    v.try_reserve_exact(n).map_err(|_| fail())?;
-    Ok(v)
+    zt_core::buffer::try_zeroed_f32(ctx, "dequantized values", n)
 }
 
-fn dense_to_f32(dtype: DType, b: &[u8], out: &mut Vec<f32>) -> Option<()> {
+/// A dense float tensor's bytes (little-endian, `out.len()` elements) to
+/// f32: exact, as numpy's `astype(np.float32)`. `None` for other dtypes.
+fn dense_to_f32(dtype: DType, b: &[u8], out: &mut [f32]) -> Option<()> {
     match dtype {
-        DType::F32 => out.extend(
-            b.chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
-        ),
-        DType::F16 => out.extend(b.chunks_exact(2).map(|c| f16_at(c, 0))),
-        DType::BF16 => out.extend(
-            b.chunks_exact(2)
-                .map(|c| f32::from_bits(u32::from(u16::from_le_bytes([c[0], c[1]])) << 16)),
-        ),
+        DType::F32 => {
+            for (c, o) in b.chunks_exact(4).zip(out) {
+                *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            }
+        }
+        DType::F16 => {
+            for (c, o) in b.chunks_exact(2).zip(out) {
+                *o = f16_to_f32(u16::from_le_bytes([c[0], c[1]]));
+            }
+        }
+        DType::BF16 => {
+            for (c, o) in b.chunks_exact(2).zip(out) {
+                *o = f32::from_bits(u32::from(u16::from_le_bytes([c[0], c[1]])) << 16);
+            }
+        }
         _ => return None,
     }
     Some(())
-}
-
-/// The 4-bit quant of element `j` of a 32-element block whose 16 bytes of
-/// nibbles hold elements 0-15 low and 16-31 high.
-fn nibble(qs: &[u8], j: usize) -> u8 {
-    if j < 16 {
-        qs[j] & 0x0f
-    } else {
-        qs[j - 16] >> 4
-    }
-}
-
-/// Q4_0: f16 d, 16 bytes of nibbles; x = d * (q - 8).
-fn q4_0(b: &[u8], out: &mut [f32]) {
-    let d = f16_at(b, 0);
-    for (j, o) in out.iter_mut().enumerate() {
-        *o = d * f32::from(nibble(&b[2..18], j) as i8 - 8);
-    }
-}
-
-/// Q4_1: f16 d, f16 m, nibbles; x = d * q + m.
-fn q4_1(b: &[u8], out: &mut [f32]) {
-    let (d, m) = (f16_at(b, 0), f16_at(b, 2));
-    for (j, o) in out.iter_mut().enumerate() {
-        *o = d * f32::from(nibble(&b[4..20], j)) + m;
-    }
-}
-
-/// The fifth bit of element `j` from a little-endian u32 of high bits.
-fn high_bit(qh: &[u8], j: usize) -> u8 {
-    let qh = u32::from_le_bytes([qh[0], qh[1], qh[2], qh[3]]);
-    ((qh >> j) & 1) as u8
-}
-
-/// Q5_0: f16 d, u32 high bits, nibbles; x = d * (q - 16).
-fn q5_0(b: &[u8], out: &mut [f32]) {
-    let d = f16_at(b, 0);
-    for (j, o) in out.iter_mut().enumerate() {
-        let q = nibble(&b[6..22], j) | (high_bit(&b[2..6], j) << 4);
-        *o = d * f32::from(q as i8 - 16);
-    }
-}
-
-/// Q5_1: f16 d, f16 m, u32 high bits, nibbles; x = d * q + m.
-fn q5_1(b: &[u8], out: &mut [f32]) {
-    let (d, m) = (f16_at(b, 0), f16_at(b, 2));
-    for (j, o) in out.iter_mut().enumerate() {
-        let q = nibble(&b[8..24], j) | (high_bit(&b[4..8], j) << 4);
-        *o = d * f32::from(q) + m;
-    }
-}
-
-/// Q8_0: f16 d, 32 signed bytes; x = q * d.
-fn q8_0(b: &[u8], out: &mut [f32]) {
-    let d = f16_at(b, 0);
-    for (j, o) in out.iter_mut().enumerate() {
-        *o = f32::from(b[2 + j] as i8) * d;
-    }
-}
-
-/// Q2_K: 16 scale bytes (low nibble scale, high nibble min), 64 bytes of
-/// 2-bit quants, f16 d, f16 dmin; x = (d * sc) * q - (dmin * m).
-fn q2_k(b: &[u8], out: &mut [f32]) {
-    let (scales, qs) = (&b[0..16], &b[16..80]);
-    let (d, dmin) = (f16_at(b, 80), f16_at(b, 82));
-    for (e, o) in out.iter_mut().enumerate() {
-        let (half, s, l) = (e / 128, (e / 32) % 4, e % 32);
-        let q = (qs[half * 32 + l] >> (2 * s)) & 3;
-        let sc = scales[e / 16];
-        let dl = d * f32::from(sc & 0x0f);
-        let ml = dmin * f32::from(sc >> 4);
-        *o = dl * f32::from(q) - ml;
-    }
-}
-
-/// Q3_K: 32 bytes of high-bit mask, 64 bytes of 2-bit quants, 12 bytes of
-/// packed 6-bit scales, f16 d; x = (d * (sc - 32)) * (q - 4 * !h).
-fn q3_k(b: &[u8], out: &mut [f32]) {
-    let (hmask, qs, scales) = (&b[0..32], &b[32..96], &b[96..108]);
-    let d = f16_at(b, 108);
-    let mut dl = [0f32; 16];
-    for (k, v) in dl.iter_mut().enumerate() {
-        let low = if k < 8 {
-            scales[k] & 0x0f
-        } else {
-            scales[k - 8] >> 4
-        };
-        let high = (scales[8 + k % 4] >> (2 * (k / 4))) & 3;
-        let sc = (low | (high << 4)) as i8 - 32;
-        *v = d * f32::from(sc);
-    }
-    for (e, o) in out.iter_mut().enumerate() {
-        let (s, l) = (e / 32, e % 32);
-        let (half, s4) = (s / 4, s % 4);
-        let ql = (qs[half * 32 + l] >> (2 * s4)) & 3;
-        let qh = ((hmask[l] >> s) & 1) ^ 1;
-        let q = ql as i8 - (qh << 2) as i8;
-        *o = dl[e / 16] * f32::from(q);
-    }
-}
-
-/// The 8 six-bit scales and mins of Q4_K / Q5_K's 12 packed bytes.
-fn scale_min_k4(s: &[u8]) -> ([u8; 8], [u8; 8]) {
-    let (d, m, md) = (&s[0..4], &s[4..8], &s[8..12]);
-    let mut sc = [0u8; 8];
-    let mut mn = [0u8; 8];
-    for j in 0..4 {
-        sc[j] = d[j] & 0x3f;
-        sc[j + 4] = (md[j] & 0x0f) | ((d[j] >> 2) & 0x30);
-        mn[j] = m[j] & 0x3f;
-        mn[j + 4] = (md[j] >> 4) | ((m[j] >> 2) & 0x30);
-    }
-    (sc, mn)
-}
-
-/// The low four bits of element `e` of a K-quant super-block whose 128
-/// bytes hold 32-element groups as alternating low / high nibbles.
-fn nibble_k(qs: &[u8], e: usize) -> u8 {
-    let (chunk, s, l) = (e / 64, (e / 32) % 2, e % 32);
-    (qs[chunk * 32 + l] >> (4 * s)) & 0x0f
-}
-
-/// Q4_K: f16 d, f16 dmin, 12 bytes of scales, 128 bytes of nibbles;
-/// x = (d * sc) * q - (dmin * m).
-fn q4_k(b: &[u8], out: &mut [f32]) {
-    let (d, dmin) = (f16_at(b, 0), f16_at(b, 2));
-    let (sc, mn) = scale_min_k4(&b[4..16]);
-    let ds: [f32; 8] = sc.map(|s| d * f32::from(s));
-    let dm: [f32; 8] = mn.map(|m| dmin * f32::from(m));
-    let qs = &b[16..144];
-    for (e, o) in out.iter_mut().enumerate() {
-        *o = ds[e / 32] * f32::from(nibble_k(qs, e)) - dm[e / 32];
-    }
-}
-
-/// Q5_K: as Q4_K plus 32 bytes of fifth bits.
-fn q5_k(b: &[u8], out: &mut [f32]) {
-    let (d, dmin) = (f16_at(b, 0), f16_at(b, 2));
-    let (sc, mn) = scale_min_k4(&b[4..16]);
-    let ds: [f32; 8] = sc.map(|s| d * f32::from(s));
-    let dm: [f32; 8] = mn.map(|m| dmin * f32::from(m));
-    let (qh, qs) = (&b[16..48], &b[48..176]);
-    for (e, o) in out.iter_mut().enumerate() {
-        let h = (qh[e % 32] >> (e / 32)) & 1;
-        let q = nibble_k(qs, e) | (h << 4);
-        *o = ds[e / 32] * f32::from(q) - dm[e / 32];
-    }
-}
-
-/// Q6_K: 128 bytes of low nibbles, 64 bytes of 2-bit highs, 16 signed
-/// scales, f16 d; x = (d * sc) * (q - 32).
-fn q6_k(b: &[u8], out: &mut [f32]) {
-    let (ql, qh, scales) = (&b[0..128], &b[128..192], &b[192..208]);
-    let d = f16_at(b, 208);
-    let mut ds = [0f32; 16];
-    for (i, v) in ds.iter_mut().enumerate() {
-        *v = d * f32::from(scales[i] as i8);
-    }
-    for (e, o) in out.iter_mut().enumerate() {
-        let (h, s, m) = (e / 128, (e / 64) % 2, e % 64);
-        let low = (ql[h * 64 + m] >> (4 * s)) & 0x0f;
-        let (s4, l) = ((e / 32) % 4, e % 32);
-        let high = (qh[h * 32 + l] >> (2 * s4)) & 3;
-        let q = (low | (high << 4)) as i8 - 32;
-        *o = ds[e / 16] * f32::from(q);
-    }
 }
 
 #[cfg(test)]
@@ -461,6 +407,99 @@ mod tests {
         assert_eq!(out[0], -32.0);
         assert_eq!(out[31], 30.0);
         assert!(dequantize_blocks(ty, &block[..33]).is_err());
-        assert!(dequantize_blocks(types::by_id(16).unwrap(), &[0; 66]).is_err());
+        assert!(dequantize_blocks(types::by_id(15).unwrap(), &[0; 292]).is_err());
+    }
+
+    /// Every kernel's block geometry is the type table's: `n` blocks of
+    /// random bytes give `n * elems_per_block` values, each block's the same
+    /// alone as in a run (so no kernel reads past its block), and a run
+    /// split over threads gives what one thread gives.
+    #[test]
+    fn kernels_match_the_type_table() {
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut byte = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as u8
+        };
+        let mut covered = 0;
+        for ty in types::TYPES.iter().filter(|t| t.is_quantized()) {
+            let Some(k) = kernel(ty) else {
+                assert!(
+                    ["Q8_1", "Q8_K", "Q1_0", "Q2_0"].contains(&ty.name),
+                    "{}",
+                    ty.name
+                );
+                continue;
+            };
+            covered += 1;
+            let (bb, epb) = (ty.block_bytes as usize, ty.elems_per_block as usize);
+            let n = 5;
+            let blocks: Vec<u8> = (0..n * bb).map(|_| byte()).collect();
+            let whole = dequantize_blocks(ty, &blocks).unwrap();
+            assert_eq!(whole.len(), n * epb, "{}", ty.name);
+            for i in 0..n {
+                let mut one = vec![0f32; epb];
+                k(&blocks[i * bb..(i + 1) * bb], &mut one);
+                let want = &whole[i * epb..(i + 1) * epb];
+                assert!(
+                    one.iter()
+                        .zip(want)
+                        .all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "{}",
+                    ty.name
+                );
+            }
+            assert!(dequantize_blocks(ty, &blocks[..bb * n - 1]).is_err());
+            // Enough blocks for several threads.
+            let many: Vec<u8> = blocks.iter().copied().cycle().take(bb * 40_000).collect();
+            let mut alone = vec![0f32; 40_000 * epb];
+            k(&many, &mut alone);
+            let split = dequantize_blocks(ty, &many).unwrap();
+            assert!(alone
+                .iter()
+                .zip(&split)
+                .all(|(a, b)| a.to_bits() == b.to_bits()));
+        }
+        assert_eq!(covered, 23);
+    }
+
+    /// The tables every i-quant decoder indexes, checked for what ggml
+    /// builds them from (their values, against gguf-py's, are checked by
+    /// `tests/test_gguf_quants.py`).
+    #[test]
+    fn grids_are_well_formed() {
+        use grids::*;
+        for (i, s) in KSIGNS.iter().enumerate() {
+            // Seven sign bits, the eighth their parity (an even count).
+            assert_eq!(*s, i as u8 | (((i as u8).count_ones() as u8 & 1) << 7));
+        }
+        let rows8 = |grid: &[u64], allowed: &[u8]| {
+            let mut seen = std::collections::HashSet::new();
+            for row in grid {
+                assert!(row.to_le_bytes().iter().all(|b| allowed.contains(b)));
+                assert!(seen.insert(*row), "{row:#x} twice");
+            }
+        };
+        rows8(&IQ2XXS_GRID, &[0x08, 0x19, 0x2b]);
+        rows8(&IQ2XS_GRID, &[0x08, 0x19, 0x2b]);
+        rows8(&IQ2S_GRID, &[0x08, 0x19, 0x2b]);
+        rows8(&IQ1S_GRID, &[0xff, 0x00, 0x01]);
+        let rows4 = |grid: &[u32], allowed: &[u8]| {
+            let mut seen = std::collections::HashSet::new();
+            for row in grid {
+                assert!(row.to_le_bytes().iter().all(|b| allowed.contains(b)));
+                assert!(seen.insert(*row), "{row:#x} twice");
+            }
+        };
+        rows4(
+            &IQ3XXS_GRID,
+            &[0x04, 0x0c, 0x14, 0x1c, 0x24, 0x2c, 0x34, 0x3e],
+        );
+        rows4(
+            &IQ3S_GRID,
+            &[0x01, 0x03, 0x05, 0x07, 0x09, 0x0b, 0x0d, 0x0f],
+        );
     }
 }
