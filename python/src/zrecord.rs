@@ -422,6 +422,36 @@ impl RecordReader {
         })
     }
 
+    /// Column `column` of a MosaicML MDS dataset (its directory or
+    /// `index.json`) as a Dense (`dense=True`: a fixed-size encoding) or
+    /// Ragged source of rank `ndim` (`zrecord::mds`).
+    #[staticmethod]
+    fn open_mds(
+        py: Python<'_>,
+        path: PathBuf,
+        dense: bool,
+        column: String,
+        ndim: usize,
+    ) -> PyResult<Self> {
+        let reader = py
+            .detach(|| Reader::open_mds(&path, &column, ndim))
+            .map_err(to_py)?;
+        let is_dense = matches!(reader.schema().geometry, Geometry::Dense { .. });
+        if is_dense != dense {
+            let (want, other) = if dense {
+                ("Dense", "Ragged")
+            } else {
+                ("Ragged", "Dense")
+            };
+            return Err(PyValueError::new_err(format!(
+                "MDS column {column:?} is a {other} source, not {want}: use {other}.open_mds"
+            )));
+        }
+        Ok(RecordReader {
+            inner: RwLock::new(Some(Arc::new(reader))),
+        })
+    }
+
     /// One reader over open readers, in order (a mixture's datasets as one
     /// index space; `zrecord::concat`): nothing is reopened or copied.
     #[staticmethod]

@@ -189,10 +189,12 @@ class _Base:
 
     # -- construction -------------------------------------------------------
 
-    def _open(self, path, dense, storage_options=None, many=None, documents=None):
+    def _open(self, path, dense, storage_options=None, many=None, documents=None, mds=None):
         self.path = _location(path)
         self._writer = None
-        if documents is not None:
+        if mds is not None:
+            self._reader = _zt.RecordReader.open_mds(os.fspath(self.path), dense, *mds)
+        elif documents is not None:
             self._reader = _zt.RecordReader.open_binidx(os.fspath(self.path), documents)
         elif many is None:
             self._reader = _zt.RecordReader.open(os.fspath(self.path), dense, storage_options)
@@ -358,6 +360,19 @@ class Dense(_Base):
         return self
 
     @classmethod
+    def open_mds(cls, path: PathLike, column: str) -> Self:
+        """Open one fixed-size column of MosaicML MDS shards (the directory
+        ``streaming.MDSWriter`` wrote, or its ``index.json``) as a Dense
+        source: ``ndarray:DTYPE:SHAPE`` columns as rows of that shape,
+        scalar columns (``int``, ``uint8`` .. ``float64``) as item shape
+        ``()``. Values are copied from the mapped shards (zstd-compressed
+        shards without their raw file are decompressed at open); every
+        sample is checked when gathered (rule ``zrecord.Mds``)."""
+        self = cls.__new__(cls)
+        self._open(path, True, mds=(column, 1))
+        return self
+
+    @classmethod
     def create(
         cls,
         path: PathLike,
@@ -431,6 +446,18 @@ class Ragged(_Base):
         paths = list(paths)
         self = cls.__new__(cls)
         self._open(paths[0] if paths else "", False, storage_options, many=paths)
+        return self
+
+    @classmethod
+    def open_mds(cls, path: PathLike, column: str, *, ndim: int = 1) -> Self:
+        """Open one variable-size column of MosaicML MDS shards as a Ragged
+        source: ``ndarray:DTYPE`` and ``ndarray`` columns as records of rank
+        ``ndim`` with the shape each sample carries (an ``ndarray`` column's
+        dtype is its first sample's, and every sample must have it),
+        ``bytes`` and ``str`` as rank-1 uint8 records. As
+        :meth:`Dense.open_mds` otherwise."""
+        self = cls.__new__(cls)
+        self._open(path, False, mds=(column, operator.index(ndim)))
         return self
 
     @classmethod

@@ -44,6 +44,7 @@ pub mod error;
 mod fsio;
 pub mod json;
 pub mod layout;
+pub mod mds;
 mod msgpack;
 pub mod reader;
 pub mod remote;

@@ -69,6 +69,8 @@ enum Bytes {
     Many(crate::dataset::Many),
     /// A Megatron `.bin`/`.idx` pair (see [`crate::binidx`]).
     Binidx(crate::binidx::Binidx),
+    /// One column of MosaicML MDS shards (see [`crate::mds`]).
+    Mds(crate::mds::Mds),
 }
 
 /// A Ragged gather: payloads end to end, their byte offsets and shapes.
@@ -312,6 +314,42 @@ impl Reader {
         })
     }
 
+    /// Column `column` of the MosaicML MDS dataset at `path` (its directory
+    /// or `index.json`) as a Dense source (fixed-size encodings) or a
+    /// Ragged one of rank `ndim` (`ndarray` columns; `bytes` and `str` are
+    /// rank 1), its values copied from the mapped shards (see
+    /// [`crate::mds`]).
+    pub fn open_mds(path: impl AsRef<Path>, column: &str, ndim: usize) -> Result<Reader> {
+        let path = path.as_ref();
+        let mds = crate::mds::Mds::open(path, column, ndim)?;
+        let schema = mds.column.schema.clone();
+        let header = Header {
+            length: mds.len(),
+            data_shards: 1,
+            codec: Codec::Raw,
+            tails: Vec::new(),
+            schema: Vec::new(),
+        };
+        Ok(Reader {
+            path: crate::mds::index_path(path),
+            _meta: None,
+            header,
+            schema,
+            bytes: Bytes::Mds(mds),
+            decoder: Decoder::new(Codec::Raw, None, Path::new(""))
+                .expect("a raw decoder needs nothing"),
+            header_digest: 0,
+        })
+    }
+
+    /// The MDS column this reader reads, if it reads one.
+    fn mds_of(&self) -> Option<&crate::mds::Mds> {
+        match &self.bytes {
+            Bytes::Mds(mds) => Some(mds),
+            _ => None,
+        }
+    }
+
     /// The Megatron pair this reader reads, if it reads one.
     fn binidx_of(&self) -> Option<&crate::binidx::Binidx> {
         match &self.bytes {
@@ -438,7 +476,7 @@ impl Reader {
             Bytes::Mapped { locs, shards } => (locs.as_deref().unwrap_or(&[]), shards),
             #[cfg(feature = "remote")]
             Bytes::Remote(_) => (&[], &[]),
-            Bytes::Many(_) | Bytes::Binidx(_) => (&[], &[]),
+            Bytes::Many(_) | Bytes::Binidx(_) | Bytes::Mds(_) => (&[], &[]),
         }
     }
 
@@ -487,6 +525,9 @@ impl Reader {
         if let Some(binidx) = self.binidx_of() {
             return binidx.record_lengths(idxs);
         }
+        if let Some(mds) = self.mds_of() {
+            return mds.record_lengths(idxs);
+        }
         self.check_indices(idxs)?;
         #[cfg(feature = "remote")]
         if let Bytes::Remote(objects) = &self.bytes {
@@ -516,6 +557,9 @@ impl Reader {
         }
         if let Some(many) = self.many_of() {
             return many.gather_dense(idxs, dst, row);
+        }
+        if let Some(mds) = self.mds_of() {
+            return mds.gather_dense(idxs, dst, row);
         }
         self.check_indices(idxs)?;
         if idxs.is_empty() {
@@ -641,11 +685,14 @@ impl Reader {
         if let Some(binidx) = self.binidx_of() {
             return binidx.gather_ragged_into(idxs, words);
         }
+        if let Some(mds) = self.mds_of() {
+            return mds.gather_ragged_into(idxs, words);
+        }
         self.check_indices(idxs)?;
         #[cfg(feature = "remote")]
         let remote_locs = match &self.bytes {
             Bytes::Remote(objects) => Some(objects.locs(self, idxs)?),
-            Bytes::Mapped { .. } | Bytes::Many(_) | Bytes::Binidx(_) => None,
+            Bytes::Mapped { .. } | Bytes::Many(_) | Bytes::Binidx(_) | Bytes::Mds(_) => None,
         };
         let prefix = self.schema.shape_prefix_bytes();
         let mut offsets = try_vec(idxs.len() + 1, &self.path, "Ragged offsets")?;

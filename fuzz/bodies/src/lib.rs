@@ -49,6 +49,7 @@ pub const WRITTEN: &[Written] = &[
     ("zrecord_meta", zrecord_meta),
     ("zrecord_dict", zrecord_dict),
     ("zrecord_binidx", zrecord_binidx),
+    ("zrecord_mds", zrecord_mds),
     ("zrecord_manifest", zrecord_manifest),
     ("index_json", index_json),
     ("http_response", http_response),
@@ -502,6 +503,48 @@ pub fn zrecord_binidx(data: &[u8]) {
     }
     let _ = std::fs::remove_file(prefix.with_extension("idx"));
     let _ = std::fs::remove_file(prefix.with_extension("bin"));
+}
+
+/// MosaicML MDS: the input is `[index length: u32 LE][index.json][shard]`
+/// (a shorter input is all index), written as `index.json` and
+/// `shard.00000.mds` in a directory of its own; each column the seeds have
+/// is opened at ranks 1 and 2 and its first 4096 records gathered. A
+/// gather that succeeds has a row (Dense) or an offset (Ragged) per record.
+pub fn zrecord_mds(data: &[u8]) {
+    use zrecord::Reader;
+    let (index, shard) = match data.get(..4) {
+        Some(head) => {
+            let n = u32::from_le_bytes(head.try_into().expect("4 bytes")) as usize;
+            let rest = &data[4..];
+            rest.split_at(n.min(rest.len()))
+        }
+        None => (data, &[][..]),
+    };
+    let dir = scratch().join(format!("mds-{}", slot()));
+    std::fs::create_dir_all(&dir).expect("make the dataset directory");
+    std::fs::write(dir.join("index.json"), index).expect("write the index");
+    std::fs::write(dir.join("shard.00000.mds"), shard).expect("write the shard");
+    for column in [
+        "tokens", "image", "any", "blob", "text", "fixed", "label", "u16", "f64",
+    ] {
+        for ndim in [1, 2] {
+            let Ok(reader) = Reader::open_mds(&dir, column, ndim) else {
+                continue;
+            };
+            let some: Vec<u64> = (0..reader.len().min(4096)).collect();
+            let _ = reader.record_lengths(&some);
+            if reader.schema().row_bytes().is_some() {
+                let row = reader.schema().row_bytes().unwrap_or(0) as usize;
+                let mut rows = vec![0u8; row * some.len()];
+                let _ = reader.gather_dense(&some, &mut rows);
+            } else if let Ok(batch) = reader.gather_ragged(&some) {
+                assert_eq!(batch.offsets.len(), some.len() + 1);
+                assert_eq!(batch.values().len() as u64, batch.offsets[some.len()]);
+                assert_eq!(batch.shapes.len(), some.len() * reader.schema().ndim());
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A dataset manifest (`zrecord::dataset::Manifest`): whatever decodes

@@ -35,6 +35,7 @@ pub const SEEDS: &[(&str, &[&str])] = &[
     ("zrecord_meta", &["fuzz/seeds/zrecord_meta"]),
     ("zrecord_dict", &["fuzz/seeds/zrecord_dict"]),
     ("zrecord_binidx", &["fuzz/seeds/zrecord_binidx"]),
+    ("zrecord_mds", &["fuzz/seeds/zrecord_mds"]),
     ("zrecord_manifest", &["fuzz/seeds/zrecord_manifest"]),
     ("index_json", &["fuzz/seeds/index_json"]),
     ("http_response", &["fuzz/seeds/http_response"]),

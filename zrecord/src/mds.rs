@@ -1,0 +1,723 @@
+//! MosaicML streaming's MDS shards (`index.json` + `shard.N.mds`, what
+//! `streaming.MDSWriter` writes) read as a record source: one column of
+//! the samples, Dense when its encoding has a fixed size (`ndarray:DTYPE:
+//! SHAPE`, the scalars `int`, `uint8` .. `float64`), else Ragged (`ndarray:
+//! DTYPE` with its shape per sample, `ndarray` with dtype and shape per
+//! sample, `bytes` and `str` as bytes).
+//!
+//! `index.json` (version 2): `{"shards": [{"format": "mds", "version": 2,
+//! "column_names", "column_encodings", "column_sizes" (null for a
+//! variable-size column), "samples", "raw_data": {"basename", "bytes"},
+//! "zip_data": null | {"basename", "bytes"}, "compression": null |
+//! "zstd[:level]" | ...}], "version": 2}`; columns are in sorted order.
+//!
+//! A raw shard, little-endian: `u32 samples`, `u32 offsets[samples + 1]`
+//! (absolute byte offsets of each sample and the end), then the samples;
+//! a sample is one `u32` size per variable-size column, then every
+//! column's bytes in column order (`MDSWriter.encode_sample`,
+//! `MDSReader.decode_sample`). A shard whose raw file is absent is read
+//! from its compressed file (`zip_data`) when the codec is zstd, into
+//! memory bounded by the raw size the index gives (shards are under 4 GiB:
+//! their offsets are u32); other codecs are refused.
+//!
+//! Nothing is trusted: the index's counts and sizes are checked against the
+//! files at open, and every sample's offsets, column sizes and array
+//! headers when it is gathered. A refusal cites rule `zrecord.Mds`.
+
+use std::path::{Path, PathBuf};
+
+use memmap2::Mmap;
+
+use crate::error::{Error, Result};
+use crate::json::Value;
+use crate::reader::RaggedBatch;
+use crate::schema::Schema;
+
+/// What an MDS refusal cites.
+pub const RULE: &str = "zrecord.Mds";
+
+/// The largest `index.json` read: an index lists shards, not samples.
+const INDEX_MAX_BYTES: u64 = 64 << 20;
+/// JSON nesting deeper than this is refused.
+const INDEX_MAX_DEPTH: usize = 8;
+/// A raw shard's offsets are u32: no shard reaches 4 GiB.
+const SHARD_MAX_BYTES: u64 = 1 << 32;
+
+fn refuse(path: &Path, reason: impl Into<String>) -> Error {
+    Error::Dataset {
+        path: path.to_path_buf(),
+        rule: RULE,
+        reason: reason.into(),
+    }
+}
+
+/// How the column's bytes become a record.
+#[derive(Clone, Debug, PartialEq)]
+enum Encoding {
+    /// Exactly `size` bytes of the record's dtype (a fixed ndarray or a scalar).
+    Fixed { size: u64 },
+    /// `bytes` or `str`: the bytes, a rank-1 uint8 record.
+    Bytes,
+    /// `ndarray:DTYPE`: `[ndim << 2 | shape dtype][shape][values]`.
+    ShapedArray,
+    /// `ndarray`: `[dtype code]` then as [`Encoding::ShapedArray`].
+    DtypedArray { code: u8 },
+}
+
+/// What one column is, as a record source.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Column {
+    /// The column's name.
+    pub name: String,
+    /// Its MDS encoding, as the index spells it.
+    pub encoding: String,
+    /// Dense (fixed size) or Ragged.
+    pub schema: Schema,
+}
+
+/// A column as the first shard declares it: the encoding's text, what it
+/// makes, the typestr, the itemsize and the fixed item shape (`None`:
+/// Ragged); every other shard must declare the same encoding.
+type Declared = (String, Encoding, &'static str, u64, Option<Vec<u64>>);
+
+/// One shard's raw bytes.
+enum Bytes {
+    Mapped(Mmap),
+    Decompressed(Vec<u8>),
+}
+
+impl Bytes {
+    fn get(&self) -> &[u8] {
+        match self {
+            Bytes::Mapped(m) => m,
+            Bytes::Decompressed(v) => v,
+        }
+    }
+}
+
+struct Shard {
+    path: PathBuf,
+    bytes: Bytes,
+    samples: u64,
+    /// Sizes of the columns before this one that are fixed (`Some`) or
+    /// carried per sample (`None`), and this column's.
+    sizes: Vec<Option<u64>>,
+    column: usize,
+}
+
+/// An opened MDS dataset, one column of it.
+pub(crate) struct Mds {
+    shards: Vec<Shard>,
+    /// `starts[s]`: shard `s`'s first sample; the last entry is the total.
+    starts: Vec<u64>,
+    encoding: Encoding,
+    /// Bytes per element.
+    itemsize: u64,
+    /// Ragged: the rank every record must have.
+    ndim: usize,
+    pub(crate) column: Column,
+}
+
+/// `index.json` of `path` (the file, or the directory holding it).
+pub fn index_path(path: &Path) -> PathBuf {
+    if path.file_name().is_some_and(|n| n == "index.json") {
+        path.to_path_buf()
+    } else {
+        path.join("index.json")
+    }
+}
+
+/// True if `path` is an MDS directory or its `index.json` (told by the
+/// index's first shard saying `"format": "mds"` is left to the open).
+pub fn is_mds(path: &Path) -> bool {
+    index_path(path).is_file()
+}
+
+/// streaming's ndarray value dtypes: code, NumPy `dtype.str`, itemsize.
+const DTYPES: [(u8, &str, &str, u64); 11] = [
+    (8, "uint8", "|u1", 1),
+    (9, "int8", "|i1", 1),
+    (16, "uint16", "<u2", 2),
+    (17, "int16", "<i2", 2),
+    (18, "float16", "<f2", 2),
+    (32, "uint32", "<u4", 4),
+    (33, "int32", "<i4", 4),
+    (34, "float32", "<f4", 4),
+    (64, "uint64", "<u8", 8),
+    (65, "int64", "<i8", 8),
+    (66, "float64", "<f8", 8),
+];
+
+fn dtype_by_name(name: &str) -> Option<(u8, &'static str, u64)> {
+    DTYPES.iter().find(|d| d.1 == name).map(|d| (d.0, d.2, d.3))
+}
+
+fn dtype_by_code(code: u8) -> Option<(&'static str, u64)> {
+    DTYPES.iter().find(|d| d.0 == code).map(|d| (d.2, d.3))
+}
+
+/// The record source an encoding makes: its encoding, typestr, itemsize and
+/// fixed item shape (`None`: Ragged). `ndarray` (dtype per sample) comes
+/// back with code 0, filled in from the first sample.
+fn parse_encoding(
+    text: &str,
+    path: &Path,
+) -> Result<(Encoding, &'static str, u64, Option<Vec<u64>>)> {
+    let bad = |why: &str| refuse(path, format!("column encoding {text:?}: {why}"));
+    if let Some((_, typestr, size)) = dtype_by_name(text) {
+        return Ok((Encoding::Fixed { size }, typestr, size, Some(Vec::new())));
+    }
+    match text {
+        "int" => return Ok((Encoding::Fixed { size: 8 }, "<i8", 8, Some(Vec::new()))),
+        "bytes" | "str" => return Ok((Encoding::Bytes, "|u1", 1, None)),
+        "ndarray" => return Ok((Encoding::DtypedArray { code: 0 }, "|u1", 1, None)),
+        _ => {}
+    }
+    let Some(config) = text.strip_prefix("ndarray:") else {
+        return Err(bad(
+            "not an encoding of arrays (bytes, str, int, a numeric scalar or ndarray)",
+        ));
+    };
+    let mut args = config.split(':');
+    let dtype = args.next().unwrap_or("");
+    let shape = args.next();
+    if args.next().is_some() {
+        return Err(bad("more than a dtype and a shape"));
+    }
+    let Some((_, typestr, itemsize)) = dtype_by_name(dtype) else {
+        return Err(bad("not one of streaming's ndarray dtypes"));
+    };
+    let Some(shape) = shape else {
+        return Ok((Encoding::ShapedArray, typestr, itemsize, None));
+    };
+    let dims = shape
+        .split(',')
+        .map(|d| d.trim().parse::<u64>().ok().filter(|&d| d >= 1))
+        .collect::<Option<Vec<u64>>>()
+        .ok_or_else(|| bad("a shape of positive integers"))?;
+    let size = dims
+        .iter()
+        .try_fold(itemsize, |n, &d| n.checked_mul(d))
+        .filter(|&n| n < SHARD_MAX_BYTES)
+        .ok_or_else(|| bad("an array larger than a shard"))?;
+    Ok((Encoding::Fixed { size }, typestr, itemsize, Some(dims)))
+}
+
+fn member<'a>(object: &'a [(String, Value)], key: &str) -> Option<&'a Value> {
+    object.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v)
+}
+
+fn as_u64(value: Option<&Value>) -> Option<u64> {
+    match value {
+        Some(Value::Int(text)) => text.parse().ok(),
+        _ => None,
+    }
+}
+
+fn as_str(value: Option<&Value>) -> Option<&str> {
+    match value {
+        Some(Value::Str(s)) => Some(s),
+        _ => None,
+    }
+}
+
+/// A shard's file name: one path component, nothing that climbs out.
+fn basename<'a>(value: Option<&'a Value>, index: &Path, s: usize) -> Result<&'a str> {
+    let name = match value {
+        Some(Value::Object(o)) => as_str(member(o, "basename")),
+        _ => None,
+    };
+    match name {
+        Some(n) if !n.is_empty() && !n.contains(['/', '\\']) && n != "." && n != ".." => Ok(n),
+        _ => Err(refuse(index, format!("shard {s}: no plain file basename"))),
+    }
+}
+
+fn file_bytes(value: Option<&Value>) -> Option<u64> {
+    match value {
+        Some(Value::Object(o)) => as_u64(member(o, "bytes")),
+        _ => None,
+    }
+}
+
+fn map(path: &Path) -> Result<Option<Mmap>> {
+    let file = match zt_fsutil::open_regular(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io(path, e)),
+    };
+    let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
+    if len == 0 {
+        return Err(refuse(path, "the shard is empty"));
+    }
+    // SAFETY: read-only mapping of a regular file; a dataset is not
+    // rewritten while read (as for the stores, whose readers map too).
+    let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(path, e))?;
+    Ok(Some(map))
+}
+
+/// The zstd-compressed shard at `path`, decompressed to exactly `raw` bytes.
+fn decompress(path: &Path, raw: u64) -> Result<Vec<u8>> {
+    let data = std::fs::read(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => refuse(
+            path,
+            "neither the raw shard nor its compressed file is there",
+        ),
+        _ => Error::io(path, e),
+    })?;
+    let mut out = crate::reader::try_vec::<u8>(raw as usize, path, "a decompressed shard")?;
+    // One byte past the size the index gives, to tell a longer shard.
+    let mut decoder =
+        zstd::stream::read::Decoder::new(&data[..]).map_err(|e| Error::io(path, e))?;
+    use std::io::Read;
+    (&mut decoder)
+        .take(raw + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| refuse(path, format!("not a zstd stream: {e}")))?;
+    if out.len() as u64 != raw {
+        return Err(refuse(
+            path,
+            format!("decompresses to {} bytes, the index says {raw}", out.len()),
+        ));
+    }
+    Ok(out)
+}
+
+impl Mds {
+    /// Open column `column` of the MDS dataset at `path` (its directory or
+    /// `index.json`); `ndim` is the rank of a Ragged `ndarray` column's
+    /// records (1 for `bytes`/`str`; ignored for fixed-size columns).
+    pub(crate) fn open(path: &Path, column: &str, ndim: usize) -> Result<Mds> {
+        let index = index_path(path);
+        let dir = index.parent().unwrap_or(Path::new("")).to_path_buf();
+        let text = read_index(&index)?;
+        let root = match crate::json::decode(&text, INDEX_MAX_DEPTH) {
+            Ok(Value::Object(o)) => o,
+            Ok(_) => return Err(refuse(&index, "not a JSON object")),
+            Err(e) => {
+                return Err(refuse(
+                    &index,
+                    format!("not JSON ({:?} at byte {})", e.kind, e.at),
+                ))
+            }
+        };
+        if as_u64(member(&root, "version")) != Some(2) {
+            return Err(refuse(&index, "index version is not 2"));
+        }
+        let Some(Value::Array(entries)) = member(&root, "shards") else {
+            return Err(refuse(&index, "no shards list"));
+        };
+        if entries.is_empty() {
+            return Err(refuse(&index, "no shards"));
+        }
+        let mut shards = Vec::with_capacity(entries.len());
+        let mut starts = vec![0u64];
+        let mut found: Option<Declared> = None;
+        for (s, entry) in entries.iter().enumerate() {
+            let Value::Object(entry) = entry else {
+                return Err(refuse(&index, format!("shard {s} is not an object")));
+            };
+            let shard = Self::open_shard(&index, &dir, s, entry, column, &mut found)?;
+            let total = starts[s]
+                .checked_add(shard.samples)
+                .ok_or_else(|| refuse(&index, "the sample counts overflow"))?;
+            starts.push(total);
+            shards.push(shard);
+        }
+        let (encoding_text, mut encoding, mut typestr, mut itemsize, shape) =
+            found.expect("at least one shard");
+        // `ndarray`: the dtype is each sample's; the first fixes the column's.
+        if let Encoding::DtypedArray { .. } = encoding {
+            let first = shards.iter().find(|s| s.samples > 0);
+            let code = match first {
+                Some(shard) => {
+                    let (value, at) = shard.value(0)?;
+                    *value
+                        .first()
+                        .ok_or_else(|| shard.bad(at, "an empty ndarray value"))?
+                }
+                None => 8, // no samples: uint8, as any
+            };
+            let (t, n) = dtype_by_code(code).ok_or_else(|| {
+                refuse(
+                    &shards[0].path,
+                    format!("unknown ndarray dtype code {code}"),
+                )
+            })?;
+            (encoding, typestr, itemsize) = (Encoding::DtypedArray { code }, t, n);
+        }
+        let (schema, ndim) = match &shape {
+            Some(dims) => (Schema::dense(typestr, dims)?, dims.len()),
+            None => {
+                let ndim = if encoding == Encoding::Bytes { 1 } else { ndim };
+                if ndim == 0 || ndim > 63 {
+                    return Err(Error::invalid(
+                        "an MDS ndarray column's records have rank 1 to 63",
+                    ));
+                }
+                (Schema::ragged(typestr, ndim)?, ndim)
+            }
+        };
+        Ok(Mds {
+            shards,
+            starts,
+            encoding,
+            itemsize,
+            ndim,
+            column: Column {
+                name: column.to_string(),
+                encoding: encoding_text,
+                schema,
+            },
+        })
+    }
+
+    fn open_shard(
+        index: &Path,
+        dir: &Path,
+        s: usize,
+        entry: &[(String, Value)],
+        column: &str,
+        found: &mut Option<Declared>,
+    ) -> Result<Shard> {
+        let bad = |why: String| refuse(index, format!("shard {s}: {why}"));
+        if as_str(member(entry, "format")) != Some("mds") {
+            return Err(bad("format is not \"mds\"".into()));
+        }
+        let list = |key: &str| match member(entry, key) {
+            Some(Value::Array(items)) => Ok(items),
+            _ => Err(bad(format!("no {key} list"))),
+        };
+        let (names, encodings, sizes) = (
+            list("column_names")?,
+            list("column_encodings")?,
+            list("column_sizes")?,
+        );
+        if names.len() != encodings.len() || names.len() != sizes.len() {
+            return Err(bad("column lists of different lengths".into()));
+        }
+        let mut at = None;
+        let mut fixed = Vec::with_capacity(names.len());
+        for (c, ((name, enc), size)) in names.iter().zip(encodings).zip(sizes).enumerate() {
+            let (Value::Str(name), Value::Str(_)) = (name, enc) else {
+                return Err(bad("a column name or encoding is not a string".into()));
+            };
+            fixed.push(match size {
+                Value::Null => None,
+                Value::Int(_) => Some(
+                    as_u64(Some(size))
+                        .filter(|&n| n < SHARD_MAX_BYTES)
+                        .ok_or_else(|| bad(format!("column {name:?} has size {size:?}")))?,
+                ),
+                _ => return Err(bad(format!("column {name:?} has size {size:?}"))),
+            });
+            if name == column {
+                at = Some(c);
+            }
+        }
+        let Some(c) = at else {
+            let names: Vec<&str> = names.iter().filter_map(|n| as_str(Some(n))).collect();
+            return Err(bad(format!("no column {column:?} (columns: {names:?})")));
+        };
+        let Value::Str(encoding_text) = &encodings[c] else {
+            unreachable!("checked a string")
+        };
+        let (encoding, typestr, itemsize, shape) = parse_encoding(encoding_text, index)?;
+        // The size the index gives must be the encoding's own.
+        let own = match encoding {
+            Encoding::Fixed { size } => Some(size),
+            _ => None,
+        };
+        if fixed[c] != own {
+            return Err(bad(format!(
+                "column {column:?} of encoding {encoding_text:?} has size {:?}",
+                fixed[c]
+            )));
+        }
+        match found {
+            None => *found = Some((encoding_text.clone(), encoding, typestr, itemsize, shape)),
+            Some((first, ..)) if first != encoding_text => {
+                return Err(bad(format!(
+                    "column {column:?} is {encoding_text:?}, shard 0 has {first:?}"
+                )))
+            }
+            Some(_) => {}
+        }
+        let samples =
+            as_u64(member(entry, "samples")).ok_or_else(|| bad("no sample count".into()))?;
+        let raw = member(entry, "raw_data");
+        let raw_name = basename(raw, index, s)?;
+        let raw_bytes = file_bytes(raw)
+            .filter(|&n| n < SHARD_MAX_BYTES)
+            .ok_or_else(|| bad("raw_data has no size under 4 GiB".into()))?;
+        let raw_path = dir.join(raw_name);
+        let bytes = match map(&raw_path)? {
+            Some(m) => Bytes::Mapped(m),
+            None => {
+                let zip = member(entry, "zip_data").filter(|v| **v != Value::Null);
+                let compression = as_str(member(entry, "compression"));
+                let Some(zip) = zip else {
+                    return Err(refuse(&raw_path, "the shard is missing"));
+                };
+                let zip_path = dir.join(basename(Some(zip), index, s)?);
+                let codec = compression.map(|c| c.split(':').next().unwrap_or(""));
+                if codec != Some("zstd") {
+                    return Err(refuse(
+                        &zip_path,
+                        format!(
+                            "compression {compression:?}: zt decompresses zstd shards (others: keep the raw shard beside it)"
+                        ),
+                    ));
+                }
+                Bytes::Decompressed(decompress(&zip_path, raw_bytes)?)
+            }
+        };
+        let shard = Shard {
+            path: raw_path,
+            bytes,
+            samples,
+            sizes: fixed,
+            column: c,
+        };
+        let data = shard.bytes.get();
+        if data.len() as u64 != raw_bytes {
+            return Err(refuse(
+                &shard.path,
+                format!("{} bytes, the index says {raw_bytes}", data.len()),
+            ));
+        }
+        let table_end = samples
+            .checked_add(2)
+            .and_then(|n| n.checked_mul(4))
+            .filter(|&n| n <= raw_bytes);
+        if table_end.is_none() || u64::from(read_u32(data, 0)) != samples {
+            return Err(refuse(
+                &shard.path,
+                format!("its header does not hold the {samples} samples the index lists"),
+            ));
+        }
+        Ok(shard)
+    }
+
+    /// Records over all shards.
+    pub(crate) fn len(&self) -> u64 {
+        *self.starts.last().unwrap_or(&0)
+    }
+
+    fn locate(&self, index: u64) -> Result<(&Shard, u64)> {
+        if index >= self.len() {
+            return Err(Error::OutOfRange {
+                index,
+                len: self.len(),
+            });
+        }
+        let s = self.starts.partition_point(|&st| st <= index) - 1;
+        Ok((&self.shards[s], index - self.starts[s]))
+    }
+
+    /// Record `index`'s element bytes and shape, checked against its
+    /// encoding.
+    fn record(&self, index: u64) -> Result<(&[u8], [u64; 64], usize)> {
+        let (shard, i) = self.locate(index)?;
+        let (value, at) = shard.value(i)?;
+        let mut shape = [0u64; 64];
+        let bad = |why: String| shard.bad(at, &format!("sample {i}: {why}"));
+        match self.encoding {
+            Encoding::Fixed { size } => {
+                if value.len() as u64 != size {
+                    return Err(bad(format!(
+                        "{} bytes, the column holds {size}",
+                        value.len()
+                    )));
+                }
+                Ok((value, shape, 0))
+            }
+            Encoding::Bytes => {
+                shape[0] = value.len() as u64;
+                Ok((value, shape, 1))
+            }
+            Encoding::ShapedArray | Encoding::DtypedArray { .. } => {
+                let mut rest = value;
+                if let Encoding::DtypedArray { code } = self.encoding {
+                    match rest.split_first() {
+                        Some((&c, tail)) if c == code => rest = tail,
+                        Some((&c, _)) => {
+                            return Err(bad(format!(
+                                "dtype code {c}, the column's first sample has {code}"
+                            )))
+                        }
+                        None => return Err(bad("an empty ndarray value".into())),
+                    }
+                }
+                let Some((&head, tail)) = rest.split_first() else {
+                    return Err(bad("no shape byte".into()));
+                };
+                let ndim = usize::from(head >> 2);
+                let width = 1usize << (head & 3);
+                if ndim != self.ndim {
+                    return Err(bad(format!(
+                        "rank {ndim}, the column's records have rank {}",
+                        self.ndim
+                    )));
+                }
+                let Some((dims, values)) = tail.split_at_checked(ndim * width) else {
+                    return Err(bad("its shape runs past the value".into()));
+                };
+                let mut elements = 1u64;
+                for (d, chunk) in dims.chunks_exact(width).enumerate() {
+                    let mut word = [0u8; 8];
+                    word[..width].copy_from_slice(chunk);
+                    shape[d] = u64::from_le_bytes(word);
+                    elements = elements.saturating_mul(shape[d]);
+                }
+                if elements.checked_mul(self.itemsize) != Some(values.len() as u64) {
+                    return Err(bad(format!(
+                        "shape {:?} does not fit its {} value bytes",
+                        &shape[..ndim],
+                        values.len()
+                    )));
+                }
+                Ok((values, shape, ndim))
+            }
+        }
+    }
+
+    pub(crate) fn record_lengths(&self, idxs: &[u64]) -> Result<Vec<u64>> {
+        idxs.iter()
+            .map(|&i| Ok(self.record(i)?.0.len() as u64))
+            .collect()
+    }
+
+    pub(crate) fn gather_dense(&self, idxs: &[u64], dst: &mut [u8], row: usize) -> Result<()> {
+        for (j, &i) in idxs.iter().enumerate() {
+            let (value, ..) = self.record(i)?;
+            dst[j * row..(j + 1) * row].copy_from_slice(value);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn gather_ragged_into(
+        &self,
+        idxs: &[u64],
+        mut words: Vec<u64>,
+    ) -> Result<RaggedBatch> {
+        let path = &self.shards[0].path;
+        let records = idxs
+            .iter()
+            .map(|&i| self.record(i))
+            .collect::<Result<Vec<_>>>()?;
+        let total: usize = records.iter().map(|r| r.0.len()).sum();
+        words.clear();
+        words
+            .try_reserve_exact(total.div_ceil(8))
+            .map_err(|_| Error::Memory {
+                path: path.clone(),
+                what: "a gather",
+                bytes: total as u64,
+            })?;
+        words.resize(total.div_ceil(8), 0);
+        let mut offsets = crate::reader::try_vec(idxs.len() + 1, path, "Ragged offsets")?;
+        let mut shapes = crate::reader::try_vec(idxs.len() * self.ndim, path, "Ragged shapes")?;
+        offsets.push(0u64);
+        // SAFETY: `words` holds `total.div_ceil(8)` initialized u64s.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr() as *mut u8, total) };
+        let mut cursor = 0usize;
+        for (value, shape, ndim) in &records {
+            bytes[cursor..cursor + value.len()].copy_from_slice(value);
+            cursor += value.len();
+            offsets.push(cursor as u64);
+            shapes.extend_from_slice(&shape[..*ndim]);
+        }
+        Ok(RaggedBatch {
+            words,
+            len: total,
+            offsets,
+            shapes,
+        })
+    }
+}
+
+/// `index.json`'s bytes, refused past [`INDEX_MAX_BYTES`].
+fn read_index(path: &Path) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let file = zt_fsutil::open_regular(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => Error::NotFound { path: path.into() },
+        _ => Error::io(path, e),
+    })?;
+    let mut bytes = Vec::new();
+    file.take(INDEX_MAX_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| Error::io(path, e))?;
+    if bytes.len() as u64 > INDEX_MAX_BYTES {
+        return Err(refuse(
+            path,
+            format!("past the {INDEX_MAX_BYTES}-byte limit of an index"),
+        ));
+    }
+    Ok(bytes)
+}
+
+fn read_u32(data: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(data[at..at + 4].try_into().expect("4 bytes"))
+}
+
+impl Shard {
+    fn bad(&self, _at: usize, why: &str) -> Error {
+        refuse(&self.path, why.to_string())
+    }
+
+    /// Sample `i`'s bytes of this shard's column, and where the sample starts.
+    fn value(&self, i: u64) -> Result<(&[u8], usize)> {
+        let data = self.bytes.get();
+        let at = 4 + 4 * i as usize; // i < samples: inside the checked table
+        let (begin, end) = (read_u32(data, at) as usize, read_u32(data, at + 4) as usize);
+        let table_end = 4 * (self.samples as usize + 2);
+        if begin < table_end || begin > end || end > data.len() {
+            return Err(self.bad(
+                begin,
+                &format!(
+                    "sample {i}: bytes {begin}..{end} are not in its samples ({table_end}..{})",
+                    data.len()
+                ),
+            ));
+        }
+        let sample = &data[begin..end];
+        let variable = self.sizes.iter().filter(|s| s.is_none()).count();
+        let mut head = 0usize;
+        let mut offset = 4 * variable;
+        let mut size = 0u64;
+        for (c, fixed) in self.sizes.iter().enumerate() {
+            let n = match fixed {
+                Some(n) => *n,
+                None => {
+                    if 4 * (head + 1) > sample.len() {
+                        return Err(
+                            self.bad(begin, &format!("sample {i}: its column sizes run past it"))
+                        );
+                    }
+                    let n = read_u32(sample, 4 * head);
+                    head += 1;
+                    u64::from(n)
+                }
+            };
+            if c == self.column {
+                size = n;
+                break;
+            }
+            offset = offset.saturating_add(n as usize);
+        }
+        match offset
+            .checked_add(size as usize)
+            .filter(|&e| e <= sample.len())
+        {
+            Some(stop) => Ok((&sample[offset..stop], begin)),
+            None => Err(self.bad(
+                begin,
+                &format!(
+                    "sample {i}: its columns run past its {} bytes",
+                    sample.len()
+                ),
+            )),
+        }
+    }
+}
