@@ -37,8 +37,9 @@ pub(super) fn q5_0(b: &[u8; 22], out: &mut [f32; 32]) {
     let qh = high_bits(b, 2);
     let (lo, hi) = out.split_at_mut(16);
     for (j, ((q, l), h)) in b[6..].iter().zip(lo).zip(hi).enumerate() {
-        let q1 = (q & 0x0f) | ((((qh >> j) & 1) as u8) << 4);
-        let q2 = (q >> 4) | ((((qh >> (j + 16)) & 1) as u8) << 4);
+        // A mask test per lane (not a shift by the lane) vectorizes.
+        let q1 = (q & 0x0f) | if qh & (1 << j) != 0 { 0x10 } else { 0 };
+        let q2 = (q >> 4) | if qh & (1 << (j + 16)) != 0 { 0x10 } else { 0 };
         *l = d * f32::from(q1 as i8 - 16);
         *h = d * f32::from(q2 as i8 - 16);
     }
@@ -50,8 +51,9 @@ pub(super) fn q5_1(b: &[u8; 24], out: &mut [f32; 32]) {
     let qh = high_bits(b, 4);
     let (lo, hi) = out.split_at_mut(16);
     for (j, ((q, l), h)) in b[8..].iter().zip(lo).zip(hi).enumerate() {
-        let q1 = (q & 0x0f) | ((((qh >> j) & 1) as u8) << 4);
-        let q2 = (q >> 4) | ((((qh >> (j + 16)) & 1) as u8) << 4);
+        // A mask test per lane (not a shift by the lane) vectorizes.
+        let q1 = (q & 0x0f) | if qh & (1 << j) != 0 { 0x10 } else { 0 };
+        let q2 = (q >> 4) | if qh & (1 << (j + 16)) != 0 { 0x10 } else { 0 };
         *l = d * f32::from(q1) + m;
         *h = d * f32::from(q2) + m;
     }
