@@ -97,6 +97,13 @@ def gguf_seeds() -> None:
     gguf_write(d / "le.gguf", GGUFEndian.LITTLE, None, plain + q4)
     gguf_write(d / "be.gguf", GGUFEndian.BIG, None, plain + q4)
     gguf_write(d / "align8-kquant.gguf", GGUFEndian.LITTLE, 8, k)
+    # One block of every type zt dequantizes (the dequantize kernels' seeds).
+    every = [Q.Q5_0, Q.Q5_1, Q.Q8_0, Q.Q2_K, Q.Q6_K, Q.IQ2_XXS, Q.IQ2_XS, Q.IQ2_S, Q.IQ3_XXS, Q.IQ3_S]
+    every += [Q.IQ1_S, Q.IQ1_M, Q.IQ4_NL, Q.IQ4_XS, Q.TQ1_0, Q.TQ2_0, Q.MXFP4, Q.NVFP4]
+    blocks = [
+        (t.name.lower(), rng.integers(0, 256, size=(1, gguf.GGML_QUANT_SIZES[t][1]), dtype=np.uint8), t) for t in every
+    ]
+    gguf_write(d / "blocks-every-type.gguf", GGUFEndian.LITTLE, None, blocks)
 
 
 def numpy_seeds() -> None:
@@ -194,6 +201,24 @@ def h5_seeds() -> None:
     (d / "legacy-layout.edits").write_bytes(b"\x80" + struct.pack("<HB", layout, 0x08))
 
 
+def keras_seeds() -> None:
+    # A small model saved by Keras 3 (a stored zip: config.json,
+    # metadata.json, model.weights.h5), and the same members deflated.
+    import os
+
+    os.environ.setdefault("KERAS_BACKEND", "numpy")
+    import keras
+
+    d = fresh("keras")
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((3,))
+    outputs = keras.layers.Dense(2, name="d2", dtype="bfloat16")(keras.layers.Dense(4, name="d1")(inputs))
+    keras.Model(inputs, outputs).save(d / "small.keras")
+    with zipfile.ZipFile(d / "small.keras") as src, zipfile.ZipFile(d / "deflated.keras", "w") as dst:
+        for info in src.infolist():
+            dst.writestr(info.filename, src.read(info), compress_type=zipfile.ZIP_DEFLATED)
+
+
 def zrecord_seeds() -> None:
     d = fresh("zrecord_meta")
     tmp = SEEDS / ".zrecord-tmp"
@@ -216,6 +241,7 @@ def main() -> None:
     zt_seeds()
     pickle_seeds()
     h5_seeds()
+    keras_seeds()
     zrecord_seeds()
     for d in sorted(SEEDS.iterdir()):
         files = list(d.iterdir())

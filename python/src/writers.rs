@@ -15,6 +15,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
 use zt::dtype::{num_elements, DType};
+use zt::formats::h5::write::{H5Options, Layout as H5Layout};
 use zt::{TensorIn, Value};
 
 use crate::borrow::{Access, Borrowed};
@@ -121,9 +122,11 @@ fn metadata_from_py(
 /// `path=None`, returns the file's bytes instead (safetensors only, what
 /// `safetensors.*.save` returns). `metadata` (a dict, or `None` for none)
 /// becomes the file attributes; `align` and `compression` reach writers
-/// that place or compress (`.zt`), and the others refuse them.
+/// that place or compress (`.zt`), and the others refuse them. `layout`
+/// (`"keras"`) reaches the HDF5 writer, with `max_shard_size` then
+/// splitting as Keras does (`NAME.weights.json` + its shards).
 #[pyfunction]
-#[pyo3(signature = (path, format, tensors, metadata = None, align = None, compression = None, storage_options = None, max_shard_size = None))]
+#[pyo3(signature = (path, format, tensors, metadata = None, align = None, compression = None, storage_options = None, max_shard_size = None, layout = None))]
 #[allow(clippy::too_many_arguments)]
 pub fn save<'py>(
     py: Python<'py>,
@@ -135,6 +138,7 @@ pub fn save<'py>(
     compression: Option<i32>,
     storage_options: Option<&Bound<'py, PyDict>>,
     max_shard_size: Option<u64>,
+    layout: Option<&str>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let writer = zt::registry().writer_named(format).ok_or_else(|| {
         let known: Vec<&str> = zt::registry().writers().iter().map(|w| w.name()).collect();
@@ -165,11 +169,32 @@ pub fn save<'py>(
     let options = zt::WriteOptions {
         storage_options: storage_options_from_py(storage_options)?,
         ..zt::WriteOptions::default()
-    }
-    .with_format(zt::ZtOptions {
-        align: align.map(crate::align_from_py).transpose()?,
-        compression,
-    });
+    };
+    // One format's options travel with a request: an HDF5 layout (which
+    // carries Keras's shard size), or `.zt`'s placement and compression.
+    let (options, max_shard_size) = match layout {
+        Some(layout) => {
+            if align.is_some() || compression.is_some() {
+                return Err(PyValueError::new_err(
+                    "layout= is an HDF5 option; align= and compression= are .zt's",
+                ));
+            }
+            let layout: H5Layout = layout.parse().map_err(PyValueError::new_err)?;
+            let keras_shards = max_shard_size.filter(|_| layout == H5Layout::Keras);
+            let options = options.with_format(H5Options {
+                layout: Some(layout),
+                max_shard_size: keras_shards,
+            });
+            (options, max_shard_size.filter(|_| keras_shards.is_none()))
+        }
+        None => (
+            options.with_format(zt::ZtOptions {
+                align: align.map(crate::align_from_py).transpose()?,
+                compression,
+            }),
+            max_shard_size,
+        ),
+    };
     zt::write::check_request(writer, &path, &options, metadata.as_deref()).map_err(to_py_err)?;
     let written = match max_shard_size {
         Some(max) => {

@@ -122,13 +122,19 @@ def save(
     storage_options: dict | None = None,
     format: str | None = None,
     max_shard_size: int | str | None = None,
+    layout: str | None = None,
 ) -> int:
     """Write ``tensors`` to ``path`` (a local path or an ``s3://`` URL) in
     ``format``, or the format its extension names (safetensors for any
     other name). ``align`` and ``compression`` apply to ``.zt`` only.
-    ``max_shard_size`` writes a sharded checkpoint (see :func:`shard_size`)."""
+    ``max_shard_size`` writes a sharded checkpoint (see :func:`shard_size`).
+    ``layout="keras"`` writes HDF5 in Keras 3's weights layout (sharded as
+    Keras shards with ``max_shard_size``: ``NAME.weights.json`` and
+    ``NAME_0000N.weights.h5``)."""
     path = os.fspath(path)
     described = describe(tensors)
+    if layout == "keras" and format is None:
+        format = "h5"  # `m.weights.json` names Keras's sharded form too
     fmt = format_of(path, format)
     max_bytes = None if max_shard_size is None else shard_size(max_shard_size)
     from ._zt_writer import _level
@@ -137,7 +143,7 @@ def save(
     if metadata is not None and CAPS[fmt]["metadata"] == "strings":
         # str to str, raising TypeError otherwise, as safetensors does.
         metadata = dict(metadata_pairs(metadata))
-    return _zt.save(path, fmt, described, _as_dict(metadata), align, level, storage_options, max_bytes)
+    return _zt.save(path, fmt, described, _as_dict(metadata), align, level, storage_options, max_bytes, layout)
 
 
 def _as_dict(metadata: Mapping | None) -> dict | None:

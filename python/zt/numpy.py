@@ -91,6 +91,7 @@ def save_file(
     format: str | None = None,
     storage_options: dict | None = None,
     max_shard_size: int | str | None = None,
+    layout: str | None = None,
 ) -> int:
     """Write arrays to ``path``: in ``format`` (``"safetensors"``, ``"zt"``,
     ``"npz"``, ``"npy"``, ``"pt"``) when given, else in the format the
@@ -108,9 +109,24 @@ def save_file(
     sharded checkpoint as Hugging Face does: safetensors or pt shards
     ``STEM-00001-of-00003.EXT`` and ``PATH.index.json``; for ``.zt``, shards
     ``STEM-00001.zt`` and a root at ``path``. Tensors keep the dict's order
-    and are never split; one shard is a plain file at ``path``."""
+    and are never split; one shard is a plain file at ``path``.
+
+    ``.h5``/``.hdf5`` write HDF5 that h5py reads (groups from ``/`` in the
+    names, contiguous datasets, ``metadata`` as attributes: ``name`` on the
+    root, ``group/name`` on a group). ``layout="keras"`` writes Keras 3's
+    ``.weights.h5`` (names ``layers/dense/vars/0``, ...) that
+    ``keras.Model.load_weights`` reads; with ``max_shard_size``, Keras's
+    sharded ``NAME.weights.json`` + ``NAME_0000N.weights.h5``."""
     return _write.save(
-        tensors, path, metadata, align, compression, storage_options, format=format, max_shard_size=max_shard_size
+        tensors,
+        path,
+        metadata,
+        align,
+        compression,
+        storage_options,
+        format=format,
+        max_shard_size=max_shard_size,
+        layout=layout,
     )
 
 

@@ -104,6 +104,7 @@ mod tests {
                 "tensordict-tdz",
                 "tensordict",
                 "tensordict-consolidated",
+                "keras",
                 "h5",
                 "npy",
                 "dcp",
@@ -119,6 +120,7 @@ mod tests {
             [
                 "zt",
                 "gguf",
+                "h5",
                 "npz",
                 "npy",
                 "pt",

@@ -70,6 +70,8 @@ const READS_THROUGH: &[(&str, &[&str])] = &[
     // A `.distcp` holds `torch.save` archives (the pt reader over `zip/`)
     // or a `SAFETENSORS` block (the safetensors reader).
     ("dcp", &["pt", "zip", "safetensors"]),
+    // A `.keras` file is a zip holding the HDF5 weights (`zip/`).
+    ("h5", &["zip"]),
 ];
 
 /// Known findings: a refusal citing this rule from a plugin whose rule it

@@ -62,6 +62,7 @@ fn decode(
             }
             Type::String { vlen: true, .. } => vlen_string(r, heaps, b)?,
             Type::Other { what, .. } => return Ok(Err(what.clone())),
+            Type::Opaque { .. } => return Ok(Err("opaque".into())),
         };
         values.push(v);
     }

@@ -111,13 +111,25 @@ fn read_parts(r: &Reader<'_>, msgs: &[Message]) -> Result<std::result::Result<Pa
 }
 
 /// Build the object for the dataset `name` from its header messages.
-pub fn build(r: &Reader<'_>, store: &Arc<Store>, name: &str, msgs: &[Message]) -> Result<Built> {
+/// `marked` is the element type its `dtype` attribute names, if any (how
+/// Keras and zt's writer mark opaque bfloat16 and float8 elements).
+pub fn build(
+    r: &Reader<'_>,
+    store: &Arc<Store>,
+    name: &str,
+    msgs: &[Message],
+    marked: Option<zt_core::dtype::DType>,
+) -> Result<Built> {
     let parts = match parse_parts(r, msgs)? {
         Ok(p) => p,
         Err(why) => return Ok(Built::Skipped(why)),
     };
     let (dtype, big_endian) = match &parts.ty {
         Type::Number { dtype, big_endian } => (*dtype, *big_endian),
+        Type::Opaque { size } => match marked {
+            Some(d) if d.size() == Some(u64::from(*size)) => (d, false),
+            _ => return Ok(Built::Skipped("opaque".into())),
+        },
         Type::String { vlen, .. } => {
             let kind = if *vlen {
                 "variable-length"

@@ -103,6 +103,14 @@ pub enum Type {
         /// Variable-length (global heap) rather than fixed.
         vlen: bool,
     },
+    /// Raw bytes of `size` per element (opaque class): what h5py writes
+    /// for a numpy void dtype, so for ml_dtypes' types; a tensor when the
+    /// dataset says what they are (a `dtype` attribute, as Keras marks
+    /// bfloat16).
+    Opaque {
+        /// Bytes per element.
+        size: u32,
+    },
     /// Anything else, with its size and a description.
     Other {
         /// Bytes per element.
@@ -117,7 +125,9 @@ impl Type {
     pub fn size(&self) -> u64 {
         match self {
             Type::Number { dtype, .. } => dtype.size().unwrap_or(1),
-            Type::String { size, .. } | Type::Other { size, .. } => u64::from(*size),
+            Type::String { size, .. } | Type::Other { size, .. } | Type::Opaque { size } => {
+                u64::from(*size)
+            }
         }
     }
 }
@@ -150,7 +160,7 @@ pub fn datatype(c: &mut Cursor<'_>, depth: usize) -> Result<Type> {
         5 => {
             let tag = usize::from(bits[0]);
             c.skip(tag.div_ceil(8) * 8)?;
-            other("opaque")
+            Type::Opaque { size }
         }
         6 => compound(c, version, bits, size, depth)?,
         7 => other("reference"),

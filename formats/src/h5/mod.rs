@@ -1,4 +1,5 @@
-//! HDF5 (`.h5`, `.hdf5`, `.keras` weights), read without libhdf5.
+//! HDF5 (`.h5`, `.hdf5`, and the weights in a `.keras` zip: `keras.rs`),
+//! read without libhdf5, and written (`write/`).
 //!
 //! `open` finds the superblock (after any userblock), then walks the group
 //! graph from the root: old-style groups (symbol table, v1 B-tree, local
@@ -27,11 +28,13 @@ pub mod chunk_index;
 pub mod dataset;
 pub mod filters;
 pub mod heap;
+pub mod keras;
 pub mod messages;
 pub mod object_header;
 pub mod reader;
 pub mod rules;
 pub mod superblock;
+pub mod write;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -51,14 +54,22 @@ pub use rules::RULES;
 /// The HDF5 plugin.
 pub struct Hdf5;
 
-/// The HDF5 plugin (read only).
+/// The HDF5 plugin: its reader and writer.
 pub static PLUGIN: zt_core::Plugin = zt_core::Plugin {
     name: "h5",
-    readers: &[zt_core::Reader {
-        format: &Hdf5,
-        detect_rank: 30,
-    }],
-    writers: &[],
+    readers: &[
+        zt_core::Reader {
+            format: &Hdf5,
+            detect_rank: 30,
+        },
+        // A zip named `.keras`, after TensorDict's `.tdz` (also a zip told
+        // by its name).
+        zt_core::Reader {
+            format: &keras::KerasArchive,
+            detect_rank: 29,
+        },
+    ],
+    writers: &[&write::H5Writer],
     rules: &[("h5", RULES)],
     checkpoints: &[],
 };
@@ -69,7 +80,7 @@ impl Format for Hdf5 {
     }
 
     fn extensions(&self) -> &'static [&'static str] {
-        &["h5", "hdf5", "keras"]
+        &["h5", "hdf5"]
     }
 
     /// The signature at 0 or at a userblock boundary (512, 1024, ...),
@@ -84,9 +95,19 @@ impl Format for Hdf5 {
     }
 
     fn open(&self, input: &OpenInput<'_>) -> Result<Catalog> {
-        let store = input.store;
-        let sb = superblock::read(store)?;
-        let r = Reader::new(store, sb.geo, input.limits);
+        let sb = superblock::read(input.store)?;
+        open_at(input.store, input.limits, sb)
+    }
+}
+
+/// The catalog of the HDF5 file whose superblock is `sb` in `store`.
+pub(crate) fn open_at(
+    store: &Arc<Store>,
+    limits: &zt_core::limits::Limits,
+    sb: superblock::Superblock,
+) -> Result<Catalog> {
+    {
+        let r = Reader::new(store, sb.geo, limits);
         let mut walk = Walk {
             r: &r,
             store,
@@ -204,15 +225,24 @@ impl Walk<'_, '_> {
     }
 
     fn dataset(&mut self, path: &str, msgs: &[Message]) -> Result<()> {
-        match dataset::build(self.r, self.store, path, msgs)? {
+        // Attributes first (a `dtype` one says what opaque elements are);
+        // a skipped dataset's attributes are not listed, as before.
+        let listed = self.skipped.len();
+        let attributes = self.attributes_of(path, msgs)?;
+        let marked = attributes.iter().find_map(|(k, v)| match v {
+            Value::Str(name) if k == "dtype" => write::ml_dtype_named(name),
+            _ => None,
+        });
+        match dataset::build(self.r, self.store, path, msgs, marked)? {
             dataset::Built::Object(mut object) => {
                 self.r
                     .limits
                     .check_tensors(&Default::default(), self.objects.len() as u64 + 1)?;
-                object.attributes = self.attributes_of(path, msgs)?;
+                object.attributes = attributes;
                 self.objects.push(object);
             }
             dataset::Built::Skipped(reason) => {
+                self.skipped.truncate(listed);
                 self.skipped
                     .push(entry(&[("name", path), ("reason", &reason)]));
             }

@@ -11,6 +11,26 @@ pub const DATASET: Rule = Rule::new("h5.Dataset");
 /// A filter pipeline zt does not run, or one that fails to decode.
 pub const FILTER: Rule = Rule::new("h5.Filter");
 
+/// A tensor name or attribute key HDF5 cannot hold as a path (writing).
+pub const NAME: Rule = Rule::new("h5.Name");
+/// Metadata HDF5 attributes cannot hold (writing).
+pub const ATTRIBUTE: Rule = Rule::new("h5.Attribute");
+/// A tensor Keras's weights layout cannot hold (writing `layout="keras"`).
+pub const KERAS: Rule = Rule::new("h5.Keras");
+
+/// A `.keras` zip without its weights member, with a member twice, or
+/// with a JSON member that is not JSON.
+pub const KERAS_ARCHIVE: Rule = Rule::new("h5.KerasArchive");
+
 /// Every `h5.*` rule: the registry's tests check that names are unique
 /// across plugins and carry the prefix.
-pub const RULES: &[Rule] = &[SIGNATURE, STRUCTURE, DATASET, FILTER];
+pub const RULES: &[Rule] = &[
+    SIGNATURE,
+    STRUCTURE,
+    DATASET,
+    FILTER,
+    NAME,
+    ATTRIBUTE,
+    KERAS,
+    KERAS_ARCHIVE,
+];

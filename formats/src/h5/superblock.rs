@@ -47,7 +47,17 @@ pub fn read(store: &Store) -> Result<Superblock> {
     ))
 }
 
-fn parse_at(store: &Store, at: u64) -> Result<Superblock> {
+/// Parse the superblock at `at` (the signature's offset): the HDF5 file
+/// inside a `.keras` zip starts at its member's data.
+pub fn parse_at(store: &Store, at: u64) -> Result<Superblock> {
+    let sig = store.read_upto(at, 8)?;
+    if sig.as_ref() != SIGNATURE {
+        return Err(Error::header(
+            Context::default().at(at),
+            rules::SIGNATURE,
+            "no HDF5 signature where the HDF5 file should start",
+        ));
+    }
     // The largest superblock (v1 with 8-byte fields) is under 128 bytes.
     let buf = store.read_upto(at, 256)?;
     let provisional = Geometry {

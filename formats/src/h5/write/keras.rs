@@ -1,0 +1,195 @@
+//! Keras 3's weights layout: the name checks of `layout="keras"`, and
+//! the sharded form `save_weights(..., max_shard_size=)` writes
+//! (keras 3.15.1 `saving_lib.ShardedH5IOStore`): shards
+//! `NAME_00000.weights.h5`, `NAME_00001.weights.h5`, ... filled in the
+//! variables' order until the next one would pass the size, and
+//! `NAME.weights.json` = `{"metadata": {"total_size": bytes}, "weight_map":
+//! {"/layers/dense/vars": ["NAME_00000.weights.h5"], ...}}`.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Map, Value as Json};
+use zt_core::catalog::Value;
+use zt_core::error::{Context, Error, Result};
+use zt_core::publish::{publish, sync_dir, sync_files, Staging};
+use zt_core::write::TensorIn;
+
+use super::{file, Layout};
+use crate::h5::rules;
+
+/// A Keras variable's path: groups, then `vars`, then its index
+/// (`layers/dense/vars/0`, `optimizer/vars/3`, `vars/0`).
+pub fn check_name(ctx: &Context, name: &str) -> Result<()> {
+    let mut parts = name.rsplit('/');
+    let index = parts.next().unwrap_or_default();
+    let vars = parts.next();
+    if vars == Some("vars") && !index.is_empty() && index.bytes().all(|b| b.is_ascii_digit()) {
+        return Ok(());
+    }
+    Err(Error::Write {
+        rule: rules::KERAS,
+        ctx: ctx.clone().tensor(name),
+        reason: "a Keras weights file names each variable by its object path, \
+                 `.../vars/N` (`layers/dense/vars/0`), as zt reads them from one"
+            .into(),
+    })
+}
+
+/// The index's path and the shards' stem, as Keras derives them from the
+/// path `save_weights` is given (a name not ending in `.json` gets it).
+fn names(path: &Path) -> (PathBuf, String) {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let stem = match name.rsplit_once('.') {
+        Some((stem, _)) => stem,
+        None => &name,
+    };
+    let base = stem.replace(".weights", "");
+    let index = if name.ends_with(".json") {
+        path.to_path_buf()
+    } else {
+        path.with_file_name(format!("{stem}.json"))
+    };
+    (index, base)
+}
+
+/// Keras's split: in order, a new shard when the running size would pass
+/// `max`; a single variable larger than `max` is refused, as Keras
+/// refuses it.
+fn split(ctx: &Context, tensors: &[TensorIn<'_>], max: u64) -> Result<Vec<Vec<usize>>> {
+    let mut shards: Vec<Vec<usize>> = vec![Vec::new()];
+    let mut current = 0u64;
+    for (i, t) in tensors.iter().enumerate() {
+        let size = t.data.len() as u64;
+        if size > max {
+            return Err(Error::Write {
+                rule: rules::KERAS,
+                ctx: ctx.clone().tensor(t.name),
+                reason: format!(
+                    "{size} bytes, more than the shard size {max} (Keras refuses it too)"
+                ),
+            });
+        }
+        current += size;
+        if current > max {
+            shards.push(Vec::new());
+            current = size;
+        }
+        shards.last_mut().expect("one shard").push(i);
+    }
+    Ok(shards)
+}
+
+/// Write the sharded checkpoint: shards built in a staging directory,
+/// moved beside the index, the index published last (so an index never
+/// names a shard not in place). Returns the bytes written.
+pub fn publish_sharded(
+    tensors: &[TensorIn<'_>],
+    metadata: &[(String, Value)],
+    path: &Path,
+    max: u64,
+    durable: bool,
+) -> Result<u64> {
+    let ctx = Context::file(path);
+    let (index, base) = names(path);
+    for t in tensors {
+        t.check(&ctx)?;
+        check_name(&ctx, t.name)?;
+    }
+    let shards = split(&ctx, tensors, max)?;
+    let staging = Staging::create(&index)?;
+    let dir = zt_core::location::parent_dir(&index);
+    let mut files = Vec::with_capacity(shards.len());
+    let mut staged = Vec::with_capacity(shards.len());
+    let mut bytes = 0;
+    let mut weight_map: Vec<(String, Vec<String>)> = Vec::new();
+    for (i, members) in shards.iter().enumerate() {
+        let file_name = format!("{base}_{i:05}.weights.h5");
+        let shard: Vec<TensorIn<'_>> = members.iter().map(|&m| tensors[m]).collect();
+        let at = staging.path().join(&file_name);
+        // The file attributes go in the first shard, with its groups.
+        let meta = if i == 0 { metadata } else { &[] };
+        bytes += file::publish(&shard, meta, &at, Layout::Keras, false)
+            .map_err(|e| zt_core::shard::relabel(e, staging.path(), &dir))?;
+        for t in &shard {
+            let group = format!("/{}", t.name.rsplit_once('/').map_or("", |(g, _)| g));
+            match weight_map.iter_mut().find(|(g, _)| *g == group) {
+                Some((_, names)) if names.contains(&file_name) => {}
+                Some((_, names)) => names.push(file_name.clone()),
+                None => weight_map.push((group, vec![file_name.clone()])),
+            }
+        }
+        staged.push(at);
+        files.push(file_name);
+    }
+    if durable {
+        sync_files(&staged)?;
+    }
+    for (from, name) in staged.iter().zip(&files) {
+        let to = dir.join(name);
+        std::fs::rename(from, &to).map_err(|e| Error::io(&to, e))?;
+    }
+    if durable {
+        sync_dir(&dir)?;
+    }
+    drop(staging);
+    let total: u64 = tensors.iter().map(|t| t.data.len() as u64).sum();
+    let mut map = Map::new();
+    for (group, names) in weight_map {
+        map.insert(group, json!(names));
+    }
+    let doc = json!({"metadata": {"total_size": total as f64}, "weight_map": Json::Object(map)});
+    // json.dumps(..., indent=4), as Keras writes it.
+    let mut text = Vec::new();
+    let fmt = serde_json::ser::PrettyFormatter::with_indent(b"    ");
+    let mut ser = serde_json::Serializer::with_formatter(&mut text, fmt);
+    serde::Serialize::serialize(&doc, &mut ser).expect("JSON of plain values");
+    bytes += publish(&index, |w| w.write_all(&text))?;
+    Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use zt_core::dtype::DType;
+
+    #[test]
+    fn names_follow_keras() {
+        let (i, b) = names(Path::new("/d/m.weights.json"));
+        assert_eq!((i, b.as_str()), (PathBuf::from("/d/m.weights.json"), "m"));
+        let (i, b) = names(Path::new("/d/m.weights.h5"));
+        assert_eq!((i, b.as_str()), (PathBuf::from("/d/m.weights.json"), "m"));
+    }
+
+    #[test]
+    fn split_as_keras_splits() {
+        let data = [0u8; 64];
+        let t = |n: usize| TensorIn {
+            name: "vars/0",
+            dtype: DType::U8,
+            shape: &[],
+            data: &data[..n],
+        };
+        let ts = [t(48), t(12), t(12), t(12), t(12), t(12)];
+        let s = split(&Context::default(), &ts, 107).unwrap();
+        assert_eq!(s, vec![vec![0, 1, 2, 3, 4], vec![5]]);
+        assert!(split(&Context::default(), &[t(64)], 63).is_err());
+    }
+
+    #[test]
+    fn keras_names() {
+        let ctx = Context::default();
+        for ok in ["vars/0", "layers/dense/vars/12", "optimizer/vars/3"] {
+            check_name(&ctx, ok).unwrap();
+        }
+        for bad in ["dense/kernel", "vars", "layers/vars/x", "vars/"] {
+            assert_eq!(
+                check_name(&ctx, bad).unwrap_err().rule(),
+                Some(rules::KERAS)
+            );
+        }
+    }
+}
