@@ -181,6 +181,13 @@ pub fn save<'py>(
             }
             let layout: H5Layout = layout.parse().map_err(PyValueError::new_err)?;
             let keras_shards = max_shard_size.filter(|_| layout == H5Layout::Keras);
+            if keras_shards.is_some() && zt::location::is_url(&path) {
+                // The shards and their index are written beside a local
+                // path; a URL's spool holds one file.
+                return Err(PyValueError::new_err(
+                    "Keras's sharded weights are written to a local directory, not a URL",
+                ));
+            }
             let options = options.with_format(H5Options {
                 layout: Some(layout),
                 max_shard_size: keras_shards,
