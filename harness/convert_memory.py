@@ -156,6 +156,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cli", help="also measure this zt binary's `convert --max-shard-size 500MB` (no cast)")
     parser.add_argument("--keep", action="store_true", help="keep the source checkpoint")
     parser.add_argument("--dcp", action="store_true", help="the source is a DCP directory saved by torch")
+    parser.add_argument(
+        "--outputs",
+        action="store_true",
+        help="also convert (f32 copy and bf16) to one .zt, .pt, .npz and .gguf file each",
+    )
     args = parser.parse_args(argv)
 
     work = common.bench_dir("convert_memory")
@@ -179,6 +184,11 @@ def main(argv: list[str] | None = None) -> None:
         ("bf16, one file", "one.safetensors", {"dtype": "bf16"}),
         ("f32 copy, sharded 500MB", "copy", {"max_shard_size": "500MB"}),
     ]
+    if args.outputs:
+        for ext in ("zt", "pt", "npz", "gguf"):
+            cases.append((f"f32 copy, one .{ext}", f"one.{ext}", {}))
+            if ext != "npz":  # numpy has no bf16
+                cases.append((f"bf16, one .{ext}", f"one.{ext}", {"dtype": "bf16"}))
     rows = []
     for label, name, kwargs in cases:
         out = work / name

@@ -3,7 +3,9 @@ the reference readers."""
 
 from __future__ import annotations
 
+import json
 import subprocess
+import sys
 
 import ml_dtypes
 import numpy as np
@@ -113,3 +115,67 @@ def test_cli_convert_options(tmp, zt_cli):
     assert bad.returncode != 0 and "nothing.*" in bad.stderr
     bad = subprocess.run(argv[:4] + ["--rename", "no-equals"], capture_output=True, text=True)
     assert bad.returncode != 0 and "OLD=NEW" in bad.stderr
+
+
+# A conversion holds one tensor and a read-ahead window, not the source
+# (issue 43): measured as the child's peak resident set over its baseline,
+# which counts the source's mapped pages. 8 tensors of 32 MiB (256 MiB):
+# the bound, the largest tensor plus 128 MiB, is well under the source, so
+# a writer that kept every tensor's bytes (or every mapped page) fails it.
+PEAK = """
+import json, sys
+import zt
+
+def status(key):
+    for line in open("/proc/self/status"):
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) * 1024
+
+src, dst, kwargs = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+before = status("VmRSS")
+zt.convert(src, dst, **kwargs)
+print(status("VmHWM") - before)
+"""
+
+
+@pytest.fixture(scope="module")
+def big_source(tmp_path_factory):
+    path = tmp_path_factory.mktemp("bounded") / "big.safetensors"
+    rng = np.random.default_rng(7)
+    tensors = {f"layers.{i}.w": rng.standard_normal(8 << 20, dtype=np.float32) for i in range(8)}
+    zt.numpy.save_file(tensors, path)
+    return path
+
+
+@pytest.mark.parametrize(
+    "out, kwargs",
+    [
+        ("o.safetensors", {}),
+        ("o.zt", {}),
+        ("o.pt", {}),
+        ("o.npz", {}),
+        ("o.gguf", {}),
+        ("o.pt", {"dtype": "bf16"}),
+        ("o.zt", {"dtype": "bf16"}),
+        ("dcp", {"format": "dcp"}),
+        ("td", {"format": "tensordict"}),
+        ("td.bin", {"format": "tensordict-consolidated"}),
+    ],
+)
+def test_a_conversion_holds_a_tensor_and_a_window_not_the_source(big_source, tmp, out, kwargs):
+    dst = tmp / out
+    got = subprocess.run(
+        [sys.executable, "-c", PEAK, str(big_source), str(dst), json.dumps(kwargs)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    peak = int(got.stdout.strip())
+    assert peak < (32 + 128) << 20, f"{out} {kwargs}: peak {peak >> 20} MiB over the baseline"
+    src = zt.open(big_source)
+    back = zt.open(dst)
+    name = "layers.5.w"
+    want = src[name].numpy()
+    if kwargs.get("dtype") == "bf16":
+        want = want.astype(ml_dtypes.bfloat16)
+    assert back[name].numpy().tobytes() == want.tobytes()

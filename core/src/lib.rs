@@ -21,6 +21,7 @@ pub mod digests;
 pub mod dtype;
 pub mod error;
 pub mod format;
+pub mod inputs;
 pub mod limits;
 pub mod location;
 mod name_index;

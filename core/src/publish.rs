@@ -578,6 +578,28 @@ pub fn publish_with(
     Ok(written)
 }
 
+/// [`publish_with`] for a body that reads as it writes (a conversion
+/// fetching each tensor from its source): the body fails with zt's own
+/// errors (a write's `std::io::Error` wrapped by [`Error::io`] at `path`),
+/// and its error comes back as itself, the partial file removed.
+pub fn publish_reading(
+    path: &Path,
+    durable: bool,
+    body: impl FnOnce(&mut Body<'_>) -> Result<()>,
+) -> Result<u64> {
+    let mut failed = None;
+    let written = publish_with(path, durable, |w| {
+        body(w).map_err(|e| {
+            failed = Some(e);
+            std::io::Error::other("the body failed")
+        })
+    });
+    match failed {
+        Some(e) => Err(e),
+        None => written,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,13 +4,13 @@
 
 use crate::rule::Rule;
 use std::any::Any;
-use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::catalog::{Digest, Value};
 use crate::dtype::{num_elements, DType};
 use crate::error::{Context, Error, Result};
+use crate::inputs::{Inputs, SourceInputs};
 use crate::source::Source;
 
 /// A tensor handed to a writer: C-order little-endian bytes.
@@ -283,11 +283,47 @@ pub trait FormatWriter: Send + Sync + 'static {
     }
 
     /// Whether [`FormatWriter::write`] reads its source ahead itself, a
-    /// window at a time as it writes (safetensors), so a conversion must
-    /// not read the whole source ahead first: that would keep every page of
-    /// a mapped source resident at once.
+    /// window at a time as it writes (safetensors, and every writer that
+    /// streams [`FormatWriter::write_inputs`]), so a conversion must not
+    /// read the whole source ahead first: that would keep every page of a
+    /// mapped source resident at once.
     fn reads_ahead(&self) -> bool {
         false
+    }
+
+    /// Write tensors handed over one at a time (a conversion's
+    /// [`SourceInputs`]: each fetched when the writer reaches it, released
+    /// when it is done), with `metadata` as in
+    /// [`FormatWriter::write_arrays`]. A writer that streams overrides this
+    /// (and says so in [`FormatWriter::reads_ahead`]), so a conversion
+    /// holds one tensor and a read-ahead window, not the source. The
+    /// default fetches every tensor first and hands them to
+    /// [`FormatWriter::write_arrays`].
+    fn write_inputs(
+        &self,
+        inputs: &dyn Inputs,
+        metadata: Option<&[(String, Value)]>,
+        path: &Path,
+        options: &WriteOptions,
+    ) -> Result<u64> {
+        let ctx = Context::file(path);
+        let bytes = (0..inputs.len())
+            .map(|i| inputs.fetch(i, &ctx))
+            .collect::<Result<Vec<_>>>()?;
+        let tensors: Vec<TensorIn<'_>> = bytes
+            .iter()
+            .enumerate()
+            .map(|(i, data)| {
+                let meta = inputs.meta(i);
+                TensorIn {
+                    name: meta.name,
+                    dtype: meta.dtype,
+                    shape: meta.shape,
+                    data,
+                }
+            })
+            .collect();
+        self.write_arrays(&tensors, metadata, path, options)
     }
 
     /// Write in-memory tensors (what `zt.save` and `zt.numpy.save_file` are
@@ -364,61 +400,6 @@ pub fn string_metadata(path: &Path, metadata: &[(String, Value)]) -> Result<Vec<
         .collect()
 }
 
-/// A dense tensor of a source, its bytes borrowed from the mapping when
-/// they are raw there and decoded otherwise.
-#[derive(Debug)]
-pub struct DenseTensor<'a> {
-    /// Name.
-    pub name: &'a str,
-    /// Element type.
-    pub dtype: DType,
-    /// Shape.
-    pub shape: &'a [u64],
-    /// C-order bytes.
-    pub data: Cow<'a, [u8]>,
-}
-
-impl DenseTensor<'_> {
-    /// The tensor as a writer input.
-    pub fn input(&self) -> TensorIn<'_> {
-        TensorIn {
-            name: self.name,
-            dtype: self.dtype,
-            shape: self.shape,
-            data: &self.data,
-        }
-    }
-}
-
-/// Every tensor of `source`, for writers of formats that hold only dense
-/// tensors. Mapped tensors are borrowed, not copied; a tensor of another
-/// layout is an error naming it.
-pub fn dense_tensors<'a>(source: &'a Source, path: &Path) -> Result<Vec<DenseTensor<'a>>> {
-    let mut parts = Vec::with_capacity(source.len());
-    for t in source.tensors() {
-        if t.layout() != "dense" {
-            return Err(Error::Write {
-                rule: Rule::WRITE_DTYPE,
-                ctx: Context::file(path).tensor(t.name()),
-                reason: format!("layout {} has no equivalent in this format", t.layout()),
-            });
-        }
-        parts.push((t, t.data()?));
-    }
-    let refs: Vec<_> = parts.iter().map(|(_, p)| *p).collect();
-    let bytes = crate::part::bytes_of(&refs)?;
-    Ok(parts
-        .into_iter()
-        .zip(bytes)
-        .map(|((t, part), data)| DenseTensor {
-            name: t.name(),
-            dtype: part.dtype(),
-            shape: part.shape(),
-            data,
-        })
-        .collect())
-}
-
 /// The attributes of `source` a format that holds `caps` carries when a
 /// source is converted to it: every one ([`MetadataCaps::Any`]), the string
 /// ones if there are any ([`MetadataCaps::Strings`]: the others have no
@@ -440,18 +421,17 @@ pub fn carried_attributes(source: &Source, caps: MetadataCaps) -> Option<Vec<(St
 }
 
 /// The one conversion of a writer that only lays dense tensors out: every
-/// tensor of `source` (borrowed from the mapping where its bytes are raw,
-/// decoded otherwise; another layout is refused naming it) and the
-/// attributes the format carries, handed to
-/// [`FormatWriter::write_arrays`].
+/// tensor of `source` as [`SourceInputs`] (mapped bytes borrowed, others
+/// decoded when the writer reaches them; another layout is refused naming
+/// it) and the attributes the format carries, handed to
+/// [`FormatWriter::write_inputs`].
 pub fn write_dense<W: FormatWriter + ?Sized>(
     writer: &W,
     source: &Source,
     path: &Path,
     options: &WriteOptions,
 ) -> Result<u64> {
-    let tensors = dense_tensors(source, path)?;
-    let inputs: Vec<TensorIn<'_>> = tensors.iter().map(|t| t.input()).collect();
+    let inputs = SourceInputs::new(source, path)?;
     let metadata = carried_attributes(source, writer.caps().metadata);
-    writer.write_arrays(&inputs, metadata.as_deref(), path, options)
+    writer.write_inputs(&inputs, metadata.as_deref(), path, options)
 }

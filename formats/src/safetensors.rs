@@ -22,8 +22,9 @@ use zt_core::catalog::{Catalog, Object, Payload, Value};
 use zt_core::dtype::{num_elements, DType};
 use zt_core::error::{Context, Error, Result};
 use zt_core::format::{Format, OpenInput, Probe};
+use zt_core::inputs::{Inputs, SourceInputs};
 use zt_core::limits::Limits;
-use zt_core::publish::publish_with;
+use zt_core::publish::{publish_reading, publish_with};
 use zt_core::source::Source;
 use zt_core::store::Store;
 use zt_core::write::{
@@ -489,15 +490,13 @@ fn write_synced(
     })
 }
 
-/// How many bytes of tensors [`write_source`] reads ahead at a time.
-const READ_AHEAD_WINDOW: u64 = 64 << 20;
-
 /// Every tensor of `source` written as [`write_with`] writes them, one
-/// tensor's bytes in memory at a time: each read (borrowed from the
-/// mapping, or decoded: a cast), written, dropped, and its mapped pages
-/// released (`PartRef::evict`, sparing pages another tensor shares), so a
-/// conversion's resident memory stays near its largest tensor whatever the
-/// file's size. A tensor of another layout is refused naming it.
+/// tensor's bytes in memory at a time ([`SourceInputs`]: read ahead a
+/// window at a time in the order written, each tensor borrowed from the
+/// mapping or decoded (a cast), written, dropped, and its mapped pages
+/// released, sparing pages another tensor shares), so a conversion's
+/// resident memory stays near its largest tensor whatever the file's size.
+/// A tensor of another layout is refused naming it.
 fn write_source(
     source: &Source,
     path: &Path,
@@ -505,85 +504,31 @@ fn write_source(
     durable: bool,
 ) -> Result<u64> {
     let ctx = Context::file(path);
-    let mut parts = Vec::with_capacity(source.len());
-    let mut metas = Vec::with_capacity(source.len());
-    for t in source.tensors() {
-        if t.layout() != "dense" {
-            return Err(Error::Write {
-                rule: Rule::WRITE_DTYPE,
-                ctx: ctx.clone().tensor(t.name()),
-                reason: format!("layout {} has no equivalent in this format", t.layout()),
-            });
-        }
-        let part = t.data()?;
-        let len = num_elements(part.shape())
-            .and_then(|n| part.dtype().nbytes(n))
-            .ok_or_else(|| Error::Overflow {
-                rule: Rule::OVERFLOW,
-                ctx: ctx.clone().tensor(t.name()),
-                what: "byte size",
-            })?;
-        metas.push(Meta {
-            name: t.name(),
-            dtype: part.dtype(),
-            shape: part.shape(),
-            len,
-        });
-        parts.push(part);
-    }
+    let inputs = SourceInputs::new(source, path)?;
+    let metas = (0..inputs.len())
+        .map(|i| {
+            let t = inputs.meta(i);
+            Ok(Meta {
+                name: t.name,
+                dtype: t.dtype,
+                shape: t.shape,
+                len: t.nbytes(&ctx)?,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
     let (header, order) = prepare(&ctx, &metas, metadata)?;
-    // Read ahead in windows, in the order written: a window's stored bytes
-    // into the page cache in file order before its tensors are written
-    // (what `Registry::convert` does for the whole source with other
-    // writers, which would hold every page of it mapped at once).
-    let mut ahead = 0;
-    let mut read_ahead = |k: usize| {
-        if k < ahead {
-            return;
-        }
-        let mut window = Vec::new();
-        let mut bytes = 0u64;
-        while ahead < order.len() && (window.is_empty() || bytes < READ_AHEAD_WINDOW) {
-            window.push(order[ahead]);
-            bytes += metas[order[ahead]].len;
-            ahead += 1;
-        }
-        // Advice only: a failure to read ahead is no reason to fail.
-        let _ = source.read_ahead(&window);
-    };
-    // Read errors cross the writer's `io::Result` boxed, and come back out
-    // as themselves.
-    let mut failed: Option<Error> = None;
-    let written = publish_with(path, durable, |w| {
-        w.write_all(&header)?;
-        for (k, &i) in order.iter().enumerate() {
-            read_ahead(k);
-            let bytes = match parts[i].bytes() {
-                Ok(bytes) => bytes,
-                Err(e) => {
-                    failed = Some(e);
-                    return Err(std::io::Error::other("a tensor could not be read"));
-                }
-            };
-            if bytes.len() as u64 != metas[i].len {
-                failed = Some(Error::Write {
-                    rule: Rule::WRITE_SIZE,
-                    ctx: ctx.clone().tensor(metas[i].name),
-                    reason: format!("{} bytes read, {} expected", bytes.len(), metas[i].len),
-                });
-                return Err(std::io::Error::other("a tensor's size changed"));
-            }
-            w.write_all(&bytes)?;
+    inputs.will_fetch_in(&order);
+    publish_reading(path, durable, |w| {
+        let io = |e| Error::io(path, e);
+        w.write_all(&header).map_err(io)?;
+        for &i in &order {
+            let bytes = inputs.fetch(i, &ctx)?;
+            w.write_all(&bytes).map_err(io)?;
             drop(bytes);
-            // Advice: a page that stays mapped costs memory, not bytes.
-            let _ = parts[i].evict();
+            inputs.release(i);
         }
         Ok(())
-    });
-    match (written, failed) {
-        (_, Some(e)) => Err(e),
-        (written, None) => written,
-    }
+    })
 }
 
 /// The whole file [`write_with`] would write, in memory (what

@@ -111,6 +111,13 @@ impl FormatWriter for ZtWriter {
         zt_container::write::convert(source, path, options)
     }
 
+    /// A conversion reads its source ahead a window at a time as it writes
+    /// each object (`zt_container::write::convert`; with compression, all
+    /// of it first).
+    fn reads_ahead(&self) -> bool {
+        true
+    }
+
     /// [`ZtWriter::write`], with the whole-file digest kept while writing
     /// and the manifest, for the root.
     fn write_shard(

@@ -563,3 +563,92 @@ fn open_reports_what_validation_finds_first_then_the_first_bad_object_by_name() 
     let names: Vec<String> = zt::open(&path).unwrap().names().map(String::from).collect();
     assert_eq!(names, ["aaa", "zz"]);
 }
+
+/// A conversion to `.zt` streams object by object through the incremental
+/// writer; its bytes must be the batch writer's for the same objects:
+/// mapped and decoded parts (a compressed source, a cast), duplicates
+/// shared, other layouts' parts as stored, attributes, an empty tensor,
+/// canonical and aligned placements.
+#[test]
+fn conversions_to_zt_write_the_batch_writers_bytes() {
+    use zt::container::write::{attributes_cbor, objects_of, ZtOptions};
+    use zt::{Transform, WriteOptions};
+    let dir = tempfile::tempdir().unwrap();
+    let src_path = dir.path().join("src.zt");
+    let big: Vec<u8> = (0..300_000u32)
+        .flat_map(|i| (i as f32 * 0.5).to_le_bytes())
+        .collect();
+    let small = f32s(&[1.0, 2.0, 3.0]);
+    let idx: Vec<u8> = [0u32, 1].iter().flat_map(|x| x.to_le_bytes()).collect();
+    let ptr: Vec<u8> = [0u32, 1, 2].iter().flat_map(|x| x.to_le_bytes()).collect();
+    let vals = f32s(&[1.0, 2.0]);
+    let part = |name: &str, dtype, data: &[u8], compression| PartIn {
+        name: name.into(),
+        dtype,
+        data: Cow::Owned(data.to_vec()),
+        compression,
+    };
+    let csr = ObjectIn {
+        name: "sparse".into(),
+        shape: vec![2, 2],
+        layout: "zt.sparse_csr/1".into(),
+        attributes: None,
+        parts: vec![
+            part("values", DType::F32, &vals, None),
+            part("indices", DType::U32, &idx, None),
+            part("indptr", DType::U32, &ptr, None),
+        ],
+    };
+    let dense = |name: &str, shape: &[u64], data: &[u8], compression| ObjectIn {
+        name: name.into(),
+        shape: shape.to_vec(),
+        layout: "dense".into(),
+        attributes: None,
+        parts: vec![part("data", DType::F32, data, compression)],
+    };
+    let objects = vec![
+        dense("z.big", &[300_000], &big, Some(1)),
+        dense("a", &[3], &small, None),
+        dense("dup", &[3], &small, None),
+        dense("empty", &[0], &[], None),
+        csr,
+    ];
+    let attributes = Cbor::map([("k", Cbor::Text("v".into()))]);
+    let o = Options {
+        canonical: false,
+        ..opts(Align::Auto)
+    };
+    write_objects(&src_path, objects, Some(attributes), &o).unwrap();
+    let source = zt::open(&src_path).unwrap();
+    let cast = source
+        .transform(&Transform {
+            dtype: Some(DType::BF16),
+            ..Transform::default()
+        })
+        .unwrap();
+    let aligned = WriteOptions::default().with_format(ZtOptions {
+        align: Some(Align::Bytes(4096)),
+        ..ZtOptions::default()
+    });
+    for (label, source, options) in [
+        ("canonical", &source, WriteOptions::default()),
+        ("cast", &cast, WriteOptions::default()),
+        ("aligned", &source, aligned),
+    ] {
+        let streamed = dir.path().join(format!("{label}-streamed.zt"));
+        let batch = dir.path().join(format!("{label}-batch.zt"));
+        zt::convert(source, &streamed, &options).unwrap();
+        write_objects(
+            &batch,
+            objects_of(source).unwrap(),
+            attributes_cbor(source.attributes()),
+            &Options::from_write_options(&options),
+        )
+        .unwrap();
+        assert_eq!(
+            std::fs::read(&streamed).unwrap(),
+            std::fs::read(&batch).unwrap(),
+            "{label}"
+        );
+    }
+}

@@ -8,7 +8,7 @@ use zt_core::Rule;
 
 use super::describe::{finish_file, manifest, ObjectOut, PartOut};
 use super::heap::Heap;
-use super::input::{attributes_cbor, check_object, objects_of, sort_parts, ObjectIn, PartIn};
+use super::input::{check_object, sort_parts, ObjectIn, PartIn};
 use super::options::Options;
 use super::stream::Writer;
 use crate::ahead;
@@ -22,8 +22,7 @@ use crate::sink::{FileHash, Sink};
 use zt_core::catalog::{Digest, DigestAlgorithm};
 use zt_core::error::{Context, Error, Result};
 use zt_core::publish::Partial;
-use zt_core::source::Source;
-use zt_core::write::{WriteOptions, WrittenFile};
+use zt_core::write::WrittenFile;
 
 /// Write `objects` to `path` in one batch: hashing (and compression) off
 /// the writing thread, duplicates confirmed in memory, one sequential
@@ -368,19 +367,4 @@ where
         }
         Ok(())
     })
-}
-
-/// `zt convert` / `zt.convert` to `.zt` (durable unless
-/// `options.defer_sync`: [`Options::from_write_options`]).
-pub fn convert(source: &Source, path: &Path, options: &WriteOptions) -> Result<u64> {
-    let opts = Options::from_write_options(options);
-    let objects = objects_of(source)?;
-    write_objects(path, objects, attributes_cbor(source.attributes()), &opts)
-}
-
-/// [`convert`] for a shard of a sharded checkpoint ([`write_shard`]).
-pub fn convert_shard(source: &Source, path: &Path, options: &WriteOptions) -> Result<WrittenFile> {
-    let opts = Options::from_write_options(options);
-    let objects = objects_of(source)?;
-    write_shard(path, objects, attributes_cbor(source.attributes()), &opts)
 }

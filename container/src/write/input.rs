@@ -209,20 +209,11 @@ pub fn objects_of(source: &Source) -> Result<Vec<ObjectIn<'_>>> {
                     compression: None,
                 })
                 .collect();
-            let attributes = if t.attributes().is_empty() {
-                None
-            } else {
-                Some(Cbor::map(
-                    t.attributes()
-                        .iter()
-                        .map(|(k, v)| (k.clone(), manifest::from_value(v))),
-                ))
-            };
             Ok(ObjectIn {
                 name: t.name().to_string(),
                 shape: t.shape().to_vec(),
                 layout: t.layout().to_string(),
-                attributes,
+                attributes: object_attributes(t.attributes()),
                 parts,
             })
         })
@@ -237,6 +228,18 @@ pub(crate) fn objects_to_ingest(source: &Source, canonical: bool) -> Result<Vec<
         objects.sort_by(|a, b| a.name.cmp(&b.name));
     }
     Ok(objects)
+}
+
+/// An object's attributes as the manifest holds them (`None` when there
+/// are none).
+pub(super) fn object_attributes(attributes: &zt_core::Attributes) -> Option<Cbor> {
+    (!attributes.is_empty()).then(|| {
+        Cbor::map(
+            attributes
+                .iter()
+                .map(|(k, v)| (k.clone(), manifest::from_value(v))),
+        )
+    })
 }
 
 /// File attributes as CBOR (`None` when there are none).

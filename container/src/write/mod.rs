@@ -34,13 +34,15 @@
 //! | `stream` | [`Writer`], the incremental and streaming writer |
 
 mod batch;
+mod convert;
 mod describe;
 mod heap;
 mod input;
 mod options;
 mod stream;
 
-pub use batch::{convert, convert_shard, write_objects, write_shard};
+pub use batch::{write_objects, write_shard};
+pub use convert::{convert, convert_shard};
 pub(crate) use input::objects_to_ingest;
 pub use input::{attributes_cbor, objects_of, ObjectIn, PartIn};
 pub use options::{

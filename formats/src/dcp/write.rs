@@ -29,7 +29,8 @@ use std::path::Path;
 use zt_core::catalog::Value;
 use zt_core::dtype::c_strides;
 use zt_core::error::{Context, Error, Result};
-use zt_core::publish::{publish_with, Staging};
+use zt_core::inputs::{InputMeta, Inputs};
+use zt_core::publish::{publish_reading, publish_with, Staging};
 use zt_core::write::{FormatWriter, TensorIn, WriteOptions, WriterCaps, OPTION_FILES};
 
 /// Bytes of tensor data per `.distcp` file the default spread aims at.
@@ -60,21 +61,35 @@ impl FormatWriter for DcpWriter {
     fn write_arrays(
         &self,
         tensors: &[TensorIn<'_>],
+        metadata: Option<&[(String, Value)]>,
+        path: &Path,
+        options: &WriteOptions,
+    ) -> Result<u64> {
+        self.write_inputs(&tensors, metadata, path, options)
+    }
+
+    /// Streams: each tensor fetched as its chunk is written.
+    fn reads_ahead(&self) -> bool {
+        true
+    }
+
+    fn write_inputs(
+        &self,
+        tensors: &dyn Inputs,
         _metadata: Option<&[(String, Value)]>,
         path: &Path,
         options: &WriteOptions,
     ) -> Result<u64> {
-        let files = match options.files {
-            Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
-            None => default_files(tensors),
-        };
+        let files = options
+            .files
+            .map(|n| usize::try_from(n).unwrap_or(usize::MAX));
         write_synced(path, tensors, files, !options.defer_sync)
     }
 }
 
-/// One file per [`FILE_BYTES`] of tensor data, at least one.
-pub fn default_files(tensors: &[TensorIn<'_>]) -> usize {
-    let total: u64 = tensors.iter().map(|t| t.data.len() as u64).sum();
+/// One file per [`FILE_BYTES`] of tensor data (`sizes`), at least one.
+pub fn default_files(sizes: &[u64]) -> usize {
+    let total: u64 = sizes.iter().sum();
     total.div_ceil(FILE_BYTES).max(1) as usize
 }
 
@@ -83,15 +98,24 @@ pub fn default_files(tensors: &[TensorIn<'_>]) -> usize {
 /// spread over `files` `.distcp` files by bytes (fewer when there are
 /// fewer tensors). Returns the bytes written.
 pub fn write(dir: &Path, tensors: &[TensorIn<'_>], files: usize) -> Result<u64> {
-    write_synced(dir, tensors, files, true)
+    write_synced(dir, &tensors, Some(files), true)
 }
 
-fn write_synced(dir: &Path, tensors: &[TensorIn<'_>], files: usize, durable: bool) -> Result<u64> {
+/// [`write`] of tensors fetched one at a time (`files` of `None`: one per
+/// [`FILE_BYTES`]), fsyncing only when `durable`.
+fn write_synced(
+    dir: &Path,
+    tensors: &dyn Inputs,
+    files: Option<usize>,
+    durable: bool,
+) -> Result<u64> {
     let ctx = Context::file(dir);
     let mut seen = HashSet::with_capacity(tensors.len());
-    for t in tensors {
-        t.check(&ctx)?;
-        crate::pt::check_savable(t, &ctx)?;
+    let mut sizes = Vec::with_capacity(tensors.len());
+    for i in 0..tensors.len() {
+        let t = tensors.meta(i);
+        sizes.push(t.nbytes(&ctx)?);
+        crate::pt::check_savable(t.name, t.dtype, &ctx)?;
         if crate::pt::rebuild::torch_dtype_name(t.dtype).is_none() {
             return Err(Error::Write {
                 rule: zt_core::Rule::WRITE_DTYPE,
@@ -111,7 +135,8 @@ fn write_synced(dir: &Path, tensors: &[TensorIn<'_>], files: usize, durable: boo
     if std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir()) {
         std::fs::remove_dir(dir).map_err(|e| Error::io(dir, e))?;
     }
-    let spread = spread(tensors, files.max(1));
+    let files = files.unwrap_or_else(|| default_files(&sizes));
+    let spread = spread(&sizes, files.max(1));
     let file_count = spread.last().map_or(1, |&f| f + 1);
     let staging = Staging::create(dir)?;
     let staged = staging.path();
@@ -120,18 +145,15 @@ fn write_synced(dir: &Path, tensors: &[TensorIn<'_>], files: usize, durable: boo
     let mut bytes = 0;
     for file in 0..file_count {
         let name = distcp_name(file);
-        let members: Vec<&TensorIn<'_>> = tensors
-            .iter()
-            .zip(&spread)
-            .filter(|(_, &f)| f == file)
-            .map(|(t, _)| t)
-            .collect();
+        let members: Vec<usize> = (0..tensors.len()).filter(|&i| spread[i] == file).collect();
         let mut spans = Vec::with_capacity(members.len());
-        bytes += publish_with(&staged.join(&name), durable, |w| {
+        let path = staged.join(&name);
+        let file_ctx = Context::file(&path);
+        bytes += publish_reading(&path, durable, |w| {
             let mut counted = Counted { inner: w, at: 0 };
-            for t in &members {
+            for &i in &members {
                 let start = counted.at;
-                crate::pt::write_tensor_archive(&mut counted, t)?;
+                crate::pt::write_tensor_archive(&mut counted, tensors, i, &file_ctx)?;
                 spans.push((start, counted.at - start));
             }
             Ok(())
@@ -162,15 +184,15 @@ pub fn distcp_name(n: usize) -> String {
 /// about `1/files` of the bytes (a tensor goes where its middle byte
 /// falls), every file non-empty, as many files as there are tensors at
 /// most.
-fn spread(tensors: &[TensorIn<'_>], files: usize) -> Vec<usize> {
-    let n = files.min(tensors.len()).max(1) as u128;
+fn spread(sizes: &[u64], files: usize) -> Vec<usize> {
+    let n = files.min(sizes.len()).max(1) as u128;
     // One more than the bytes, so empty tensors weigh something too.
-    let weights: Vec<u128> = tensors.iter().map(|t| t.data.len() as u128 + 1).collect();
+    let weights: Vec<u128> = sizes.iter().map(|&s| s as u128 + 1).collect();
     let total: u128 = weights.iter().sum();
-    let mut out = Vec::with_capacity(tensors.len());
+    let mut out = Vec::with_capacity(sizes.len());
     let mut before = 0u128;
     let mut prev: Option<u128> = None;
-    let len = tensors.len() as u128;
+    let len = sizes.len() as u128;
     for (i, w) in weights.iter().enumerate() {
         let target = (n * (2 * before + w) / (2 * total)).min(n - 1);
         let lo = prev.unwrap_or(0);
@@ -497,9 +519,9 @@ enum Arg {
 /// `.metadata` for `tensors`, each one chunk at `placed[i]` (file,
 /// offset, length): `Metadata(state_dict_metadata, planner_data,
 /// storage_data, storage_meta, version='1.0.0')`.
-pub fn metadata_pickle(tensors: &[TensorIn<'_>], placed: &[(usize, u64, u64)]) -> Vec<u8> {
+pub fn metadata_pickle(tensors: &dyn Inputs, placed: &[(usize, u64, u64)]) -> Vec<u8> {
     let mut p = MetadataPickler::new();
-    let zeros = |t: &TensorIn<'_>| vec![0u64; t.shape.len()];
+    let zeros = |t: &InputMeta<'_>| vec![0u64; t.shape.len()];
     p.dataclass(
         "Metadata",
         METADATA_MODULE,
@@ -509,7 +531,7 @@ pub fn metadata_pickle(tensors: &[TensorIn<'_>], placed: &[(usize, u64, u64)]) -
             0 => {
                 p.str("state_dict_metadata");
                 p.dict(tensors.len(), |p, i| {
-                    let t = &tensors[i];
+                    let t = &tensors.meta(i);
                     p.str(t.name);
                     p.dataclass(
                         "TensorStorageMetadata",
@@ -558,8 +580,8 @@ pub fn metadata_pickle(tensors: &[TensorIn<'_>], placed: &[(usize, u64, u64)]) -
             1 => {
                 p.str("planner_data");
                 p.dict(tensors.len(), |p, i| {
-                    p.str(tensors[i].name);
-                    p.str(tensors[i].name);
+                    p.str(tensors.meta(i).name);
+                    p.str(tensors.meta(i).name);
                     p.body.push(op::TUPLE1);
                     p.memoize();
                 });
@@ -567,7 +589,7 @@ pub fn metadata_pickle(tensors: &[TensorIn<'_>], placed: &[(usize, u64, u64)]) -
             2 => {
                 p.str("storage_data");
                 p.dict(tensors.len(), |p, i| {
-                    let t = &tensors[i];
+                    let t = &tensors.meta(i);
                     let (file, offset, length) = placed[i];
                     p.dataclass(
                         "MetadataIndex",
@@ -651,34 +673,15 @@ pub fn metadata_pickle(tensors: &[TensorIn<'_>], placed: &[(usize, u64, u64)]) -
 #[cfg(test)]
 mod tests {
     use super::*;
-    use zt_core::dtype::DType;
-
-    fn t<'a>(name: &'a str, data: &'a [u8]) -> TensorIn<'a> {
-        TensorIn {
-            name,
-            dtype: DType::U8,
-            shape: &[],
-            data,
-        }
-    }
 
     #[test]
     fn spread_fills_every_file_in_order() {
-        let big = vec![0u8; 100];
-        let small = vec![0u8; 1];
-        let ts = [
-            t("a", &big),
-            t("b", &small),
-            t("c", &small),
-            t("d", &big),
-            t("e", &small),
-        ];
-        assert_eq!(spread(&ts, 1), [0, 0, 0, 0, 0]);
-        assert_eq!(spread(&ts, 2), [0, 0, 1, 1, 1]);
-        assert_eq!(spread(&ts, 5), [0, 1, 2, 3, 4]);
-        assert_eq!(spread(&ts, 9), [0, 1, 2, 3, 4]);
-        let one = [t("a", &big)];
-        assert_eq!(spread(&one, 3), [0]);
+        let sizes = [100, 1, 1, 100, 1];
+        assert_eq!(spread(&sizes, 1), [0, 0, 0, 0, 0]);
+        assert_eq!(spread(&sizes, 2), [0, 0, 1, 1, 1]);
+        assert_eq!(spread(&sizes, 5), [0, 1, 2, 3, 4]);
+        assert_eq!(spread(&sizes, 9), [0, 1, 2, 3, 4]);
+        assert_eq!(spread(&[100], 3), [0]);
     }
 
     #[test]

@@ -19,7 +19,8 @@ use zt_core::Rule;
 
 use zt_core::catalog::Value;
 use zt_core::error::{Context, Error, Result};
-use zt_core::publish::publish;
+use zt_core::inputs::{Bytes, InputMeta, Inputs, SourceInputs};
+use zt_core::publish::publish_reading;
 #[cfg(doc)]
 use zt_core::write::WriterCaps;
 use zt_core::write::{FormatWriter, WriteOptions};
@@ -45,6 +46,11 @@ impl FormatWriter for GgufWriter {
     /// no options, no metadata from arrays).
     fn write(&self, source: &Source, path: &Path, _options: &WriteOptions) -> Result<u64> {
         write(source, path)
+    }
+
+    /// Streams: each tensor read as it is written.
+    fn reads_ahead(&self) -> bool {
+        true
     }
 }
 
@@ -96,27 +102,33 @@ pub fn write(source: &Source, path: &Path) -> Result<u64> {
     let pad = padded(header.len() as u64, alignment) - header.len() as u64;
     header.resize(header.len() + pad as usize, 0);
 
-    // A tensor that fails to decode mid-write is reported as itself, not
-    // as the I/O error `publish` would make of it.
-    let mut failure: Option<Error> = None;
-    let written = publish(path, |w| {
-        w.write_all(&header)?;
-        for t in &tensors {
-            let bytes = t.part.bytes().map_err(|e| {
-                let io = std::io::Error::other(e.to_string());
-                failure = Some(e);
-                io
-            })?;
-            w.write_all(&bytes)?;
+    // One tensor's bytes at a time, read ahead a window at a time and each
+    // one's mapped pages released once written, so a conversion holds a
+    // tensor and a window, not the source.
+    let inputs = SourceInputs::from_parts(
+        source,
+        tensors.iter().enumerate().map(|(object, t)| {
+            let meta = InputMeta {
+                name: t.name,
+                dtype: t.part.dtype(),
+                shape: t.part.shape(),
+            };
+            (object, meta, t.part, Bytes::Elements)
+        }),
+    );
+    publish_reading(path, true, |w| {
+        let io = |e| Error::io(path, e);
+        w.write_all(&header).map_err(io)?;
+        for (i, t) in tensors.iter().enumerate() {
+            let bytes = inputs.bytes(i)?;
+            w.write_all(&bytes).map_err(io)?;
+            drop(bytes);
+            inputs.release(i);
             let pad = padded(t.len, alignment) - t.len;
-            w.write_all(&vec![0u8; pad as usize])?;
+            w.write_all(&vec![0u8; pad as usize]).map_err(io)?;
         }
         Ok(())
-    });
-    match (written, failure) {
-        (Err(_), Some(e)) => Err(e),
-        (result, _) => result,
-    }
+    })
 }
 
 fn padded(n: u64, alignment: u64) -> u64 {

@@ -30,8 +30,9 @@ use zt_core::catalog::{
 use zt_core::dtype::{f_strides, num_elements, DType};
 use zt_core::error::{Context, Error, Result};
 use zt_core::format::{Format, OpenInput, Probe};
+use zt_core::inputs::{InputMeta, Inputs};
 use zt_core::limits::Limits;
-use zt_core::publish::publish;
+use zt_core::publish::publish_reading;
 use zt_core::store::Store;
 use zt_core::write::{FormatWriter, TensorIn, WriteOptions, WriterCaps};
 
@@ -711,8 +712,8 @@ fn inflate_exact(src: &mut dyn Read, len: u64, compressed: u64, ctx: &Context) -
 }
 
 /// The npy preamble and header for `tensor`, after checking numpy can hold
-/// its dtype and its bytes match its shape.
-fn npy_header(ctx: &Context, tensor: &TensorIn<'_>) -> Result<Vec<u8>> {
+/// its dtype and its shape's size is representable.
+fn npy_header(ctx: &Context, tensor: InputMeta<'_>) -> Result<Vec<u8>> {
     let descr = descr_for(tensor.dtype).ok_or_else(|| Error::Write {
         rule: Rule::WRITE_DTYPE,
         ctx: ctx.clone().tensor(tensor.name),
@@ -721,7 +722,7 @@ fn npy_header(ctx: &Context, tensor: &TensorIn<'_>) -> Result<Vec<u8>> {
             tensor.dtype
         ),
     })?;
-    tensor.check(ctx)?;
+    tensor.nbytes(ctx)?;
     Ok(header::encode(descr, tensor.shape))
 }
 
@@ -729,11 +730,18 @@ fn npy_header(ctx: &Context, tensor: &TensorIn<'_>) -> Result<Vec<u8>> {
 /// (C order, little-endian, header padded to 64 bytes). The name of
 /// `tensor` is not stored. Returns the bytes written.
 pub fn write_npy(path: &Path, tensor: &TensorIn<'_>) -> Result<u64> {
+    write_npy_input(path, &std::slice::from_ref(tensor), 0)
+}
+
+/// [`write_npy`] of tensor `i` of `tensors`, fetched as it is written.
+fn write_npy_input(path: &Path, tensors: &dyn Inputs, i: usize) -> Result<u64> {
     let ctx = Context::file(path);
-    let header = npy_header(&ctx, tensor)?;
-    publish(path, |w| {
-        w.write_all(&header)?;
-        w.write_all(tensor.data)
+    let header = npy_header(&ctx, tensors.meta(i))?;
+    publish_reading(path, true, |w| {
+        let data = tensors.fetch(i, &ctx)?;
+        w.write_all(&header)
+            .and_then(|()| w.write_all(&data))
+            .map_err(|e| Error::io(path, e))
     })
 }
 
@@ -741,11 +749,18 @@ pub fn write_npy(path: &Path, tensor: &TensorIn<'_>) -> Result<u64> {
 /// (members `<name>.npy` in the given order, zip64 local headers, CRC-32 in
 /// every header). Returns the bytes written.
 pub fn write_npz(path: &Path, tensors: &[TensorIn<'_>]) -> Result<u64> {
+    write_npz_inputs(path, &tensors)
+}
+
+/// [`write_npz`] of tensors fetched one at a time, each as its member is
+/// written (its CRC-32 goes in the local header before its bytes) and
+/// released after.
+fn write_npz_inputs(path: &Path, tensors: &dyn Inputs) -> Result<u64> {
     let ctx = Context::file(path);
     let mut seen = std::collections::HashSet::with_capacity(tensors.len());
-    let headers = tensors
-        .iter()
-        .map(|t| {
+    let headers = (0..tensors.len())
+        .map(|i| {
+            let t = tensors.meta(i);
             if !seen.insert(t.name) {
                 return Err(Error::DuplicateName {
                     ctx: ctx.clone().tensor(t.name),
@@ -761,21 +776,25 @@ pub fn write_npz(path: &Path, tensors: &[TensorIn<'_>]) -> Result<u64> {
             npy_header(&ctx, t)
         })
         .collect::<Result<Vec<_>>>()?;
-    let members: Vec<zip::Member<'_>> = tensors
-        .iter()
-        .zip(&headers)
-        .map(|(t, h)| {
+    publish_reading(path, true, |w| {
+        let io = |e| Error::io(path, e);
+        let mut zip = zip::StoredZip::new(w, 1);
+        for (i, h) in headers.iter().enumerate() {
+            let data = tensors.fetch(i, &ctx)?;
             let mut crc = crc32fast::Hasher::new();
             crc.update(h);
-            crc.update(t.data);
-            zip::Member {
-                name: format!("{}.npy", t.name),
-                parts: [h, t.data],
+            crc.update(&data);
+            zip.add(&zip::Member {
+                name: format!("{}.npy", tensors.meta(i).name),
+                parts: [h, &data],
                 crc: crc.finalize(),
-            }
-        })
-        .collect();
-    publish(path, |w| zip::write_stored(w, &members))
+            })
+            .map_err(io)?;
+            drop(data);
+            tensors.release(i);
+        }
+        zip.finish().map_err(io)
+    })
 }
 
 /// The `.npz` [`FormatWriter`] (uncompressed, as `np.savez` writes).
@@ -808,6 +827,21 @@ impl FormatWriter for NpzWriter {
     ) -> Result<u64> {
         write_npz(path, tensors)
     }
+
+    /// Streams: each tensor fetched as its member is written.
+    fn reads_ahead(&self) -> bool {
+        true
+    }
+
+    fn write_inputs(
+        &self,
+        tensors: &dyn Inputs,
+        _metadata: Option<&[(String, Value)]>,
+        path: &Path,
+        _options: &WriteOptions,
+    ) -> Result<u64> {
+        write_npz_inputs(path, tensors)
+    }
 }
 
 impl FormatWriter for NpyWriter {
@@ -832,18 +866,33 @@ impl FormatWriter for NpyWriter {
         path: &Path,
         _options: &WriteOptions,
     ) -> Result<u64> {
+        write_one_npy(path, &tensors)
+    }
+
+    /// Streams: the tensor fetched as it is written.
+    fn reads_ahead(&self) -> bool {
+        true
+    }
+
+    fn write_inputs(
+        &self,
+        tensors: &dyn Inputs,
+        _metadata: Option<&[(String, Value)]>,
+        path: &Path,
+        _options: &WriteOptions,
+    ) -> Result<u64> {
         write_one_npy(path, tensors)
     }
 }
 
 /// `.npy` of the only tensor of `tensors`.
-fn write_one_npy(path: &Path, tensors: &[TensorIn<'_>]) -> Result<u64> {
-    match tensors {
-        [one] => write_npy(path, one),
+fn write_one_npy(path: &Path, tensors: &dyn Inputs) -> Result<u64> {
+    match tensors.len() {
+        1 => write_npy_input(path, tensors, 0),
         many => Err(Error::Write {
             rule: Rule::WRITE_OBJECT,
             ctx: Context::file(path),
-            reason: format!(".npy holds exactly one array; got {}", many.len()),
+            reason: format!(".npy holds exactly one array; got {many}"),
         }),
     }
 }

@@ -9,11 +9,12 @@ use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use zt_core::Rule;
 
-use crate::zip::{write_stored_aligned, Member};
+use crate::zip::{Member, StoredZip};
 use zt_core::catalog::Value;
 use zt_core::dtype::{c_strides, DType};
 use zt_core::error::{Context, Error, Result};
-use zt_core::publish::publish_with;
+use zt_core::inputs::{InputMeta, Inputs};
+use zt_core::publish::publish_reading;
 use zt_core::write::{FormatWriter, TensorIn, WriteOptions, WriterCaps};
 
 /// The folder every record sits in (what `torch.save` uses for buffers).
@@ -58,86 +59,111 @@ fn saved_as(dtype: DType) -> Option<Saved> {
 /// Write `tensors` as a zip checkpoint at `path` (built beside it and
 /// renamed into place). Returns the bytes written.
 pub fn write(path: &Path, tensors: &[TensorIn<'_>]) -> Result<u64> {
-    write_synced(path, tensors, true)
+    write_inputs(path, &tensors, true)
 }
 
-/// [`write`], fsyncing the file before its rename only when `durable`
-/// (`WriteOptions::defer_sync` turns it off: the caller syncs).
-fn write_synced(path: &Path, tensors: &[TensorIn<'_>], durable: bool) -> Result<u64> {
+/// [`write`] of tensors fetched one at a time, fsyncing the file before
+/// its rename only when `durable` (`WriteOptions::defer_sync` turns it
+/// off: the caller syncs).
+fn write_inputs(path: &Path, tensors: &dyn Inputs, durable: bool) -> Result<u64> {
     let ctx = Context::file(path);
     let mut seen = HashSet::with_capacity(tensors.len());
-    for t in tensors {
-        t.check(&ctx)?;
+    for i in 0..tensors.len() {
+        let t = tensors.meta(i);
+        t.nbytes(&ctx)?;
         if !seen.insert(t.name) {
             return Err(Error::DuplicateName {
                 ctx: ctx.clone().tensor(t.name),
             });
         }
-        check_savable(t, &ctx)?;
+        check_savable(t.name, t.dtype, &ctx)?;
     }
-    let pickle = state_dict_pickle(tensors);
-    let members = archive_members(&pickle, tensors);
-    publish_with(path, durable, |w| write_stored_aligned(w, &members, ALIGN))
+    let pickle = state_dict_pickle(tensors, &ctx)?;
+    publish_reading(path, durable, |w| {
+        write_archive(w, &pickle, tensors, 0..tensors.len(), &ctx)
+    })
 }
 
-/// The records of a `torch.save` archive whose `data.pkl` is `pickle` and
-/// whose storages are the tensors' bytes, in `torch.save`'s order.
-fn archive_members<'a>(pickle: &'a [u8], tensors: &[TensorIn<'a>]) -> Vec<Member<'a>> {
+/// A `torch.save` archive whose `data.pkl` is `pickle` and whose storages
+/// are the bytes of `tensors`' members `indexes`, in `torch.save`'s record
+/// order: each tensor fetched as its record is written (its CRC-32 goes in
+/// the local header before its bytes) and released after.
+fn write_archive<W: std::io::Write>(
+    w: &mut W,
+    pickle: &[u8],
+    tensors: &dyn Inputs,
+    indexes: impl Iterator<Item = usize>,
+    ctx: &Context,
+) -> Result<()> {
+    let file = ctx.file.as_deref().unwrap_or(Path::new(""));
+    let io = |e| Error::io(file, e);
+    let mut zip = StoredZip::new(w, ALIGN);
     let small = |name: &str, bytes: &'static [u8]| Member {
         name: format!("{ROOT}/{name}"),
         parts: [bytes, &[]],
         crc: crc32fast::hash(bytes),
     };
-    let mut members = vec![Member {
+    zip.add(&Member {
         name: format!("{ROOT}/data.pkl"),
         parts: [pickle, &[]],
         crc: crc32fast::hash(pickle),
-    }];
-    members.push(small(".format_version", b"1"));
-    members.push(small(".storage_alignment", b"64"));
-    members.push(small("byteorder", b"little"));
-    for (i, t) in tensors.iter().enumerate() {
-        members.push(Member {
-            name: format!("{ROOT}/data/{i}"),
-            parts: [t.data, &[]],
-            crc: crc32fast::hash(t.data),
-        });
+    })
+    .map_err(io)?;
+    for (name, bytes) in [
+        (".format_version", &b"1"[..]),
+        (".storage_alignment", b"64"),
+        ("byteorder", b"little"),
+    ] {
+        zip.add(&small(name, bytes)).map_err(io)?;
     }
-    members.push(small("version", b"3\n"));
-    members
+    for (key, i) in indexes.enumerate() {
+        let data = tensors.fetch(i, ctx)?;
+        zip.add(&Member {
+            name: format!("{ROOT}/data/{key}"),
+            parts: [&data, &[]],
+            crc: crc32fast::hash(&data),
+        })
+        .map_err(io)?;
+        drop(data);
+        tensors.release(i);
+    }
+    zip.add(&small("version", b"3\n")).map_err(io)?;
+    zip.finish().map_err(io)
 }
 
-/// Check that `torch.save` can store `t`'s dtype as zt does, naming it in
-/// `ctx`.
-pub(crate) fn check_savable(t: &TensorIn<'_>, ctx: &Context) -> Result<()> {
-    if saved_as(t.dtype).is_none() {
+/// Check that `torch.save` can store tensor `name`'s `dtype` as zt does,
+/// naming it in `ctx`.
+pub(crate) fn check_savable(name: &str, dtype: DType, ctx: &Context) -> Result<()> {
+    if saved_as(dtype).is_none() {
         return Err(Error::Write {
             rule: Rule::WRITE_DTYPE,
-            ctx: ctx.clone().tensor(t.name),
-            reason: format!("torch has no dtype that stores {} the way zt does", t.dtype),
+            ctx: ctx.clone().tensor(name),
+            reason: format!("torch has no dtype that stores {dtype} the way zt does"),
         });
     }
     Ok(())
 }
 
-/// Write `torch.save(tensor)` of the bare tensor `t` (no dict around it:
-/// `data.pkl` is the `_rebuild_tensor_v2` call itself), what DCP's
-/// `FileSystemWriter` stores as each chunk of a `.distcp` file. The
-/// archive's offsets are relative to its own start, so it can be written
-/// at any offset of a larger file. `t` must pass [`check_savable`].
+/// Write `torch.save(tensor)` of the bare tensor `i` of `tensors` (no dict
+/// around it: `data.pkl` is the `_rebuild_tensor_v2` call itself), what
+/// DCP's `FileSystemWriter` stores as each chunk of a `.distcp` file; the
+/// tensor fetched as it is written and released after. The archive's
+/// offsets are relative to its own start, so it can be written at any
+/// offset of a larger file. The tensor must pass [`check_savable`].
 pub(crate) fn write_tensor_archive<W: std::io::Write>(
     w: &mut W,
-    t: &TensorIn<'_>,
-) -> std::io::Result<()> {
+    tensors: &dyn Inputs,
+    i: usize,
+    ctx: &Context,
+) -> Result<()> {
     let mut p = Pickler {
         out: b"\x80\x02".to_vec(),
         memo: 0,
         globals: HashMap::new(),
     };
-    p.tensor(0, t);
+    p.tensor(0, tensors.meta(i), ctx)?;
     p.out.push(b'.');
-    let members = archive_members(&p.out, std::slice::from_ref(t));
-    write_stored_aligned(w, &members, ALIGN)
+    write_archive(w, &p.out, tensors, std::iter::once(i), ctx)
 }
 
 /// The pickle opcodes the writer emits.
@@ -236,14 +262,15 @@ impl Pickler {
     /// `_rebuild_tensor_v2(storage, 0, size, stride, False, OrderedDict())`
     /// (or `_v3` with the dtype), its storage the persistent id
     /// `('storage', <class>, '<key>', 'cpu', <numel>)`.
-    fn tensor(&mut self, key: usize, t: &TensorIn<'_>) {
+    fn tensor(&mut self, key: usize, t: InputMeta<'_>, ctx: &Context) -> Result<()> {
         let saved = saved_as(t.dtype).expect("checked by write()");
+        let nbytes = t.nbytes(ctx)?;
         let (rebuild, class, numel) = match saved {
             Saved::Typed(class) => {
-                let numel = t.data.len() as u64 / t.dtype.size().unwrap_or(1);
+                let numel = nbytes / t.dtype.size().unwrap_or(1);
                 ("_rebuild_tensor_v2", class, numel)
             }
-            Saved::Untyped(_) => ("_rebuild_tensor_v3", "UntypedStorage", t.data.len() as u64),
+            Saved::Untyped(_) => ("_rebuild_tensor_v3", "UntypedStorage", nbytes),
         };
         self.global("torch._utils", rebuild);
         self.out.push(b'(');
@@ -271,11 +298,12 @@ impl Pickler {
         }
         self.out.extend_from_slice(b"tR");
         self.memoize();
+        Ok(())
     }
 }
 
 /// The pickle of an `OrderedDict` of every tensor, in order.
-fn state_dict_pickle(tensors: &[TensorIn<'_>]) -> Vec<u8> {
+fn state_dict_pickle(tensors: &dyn Inputs, ctx: &Context) -> Result<Vec<u8>> {
     let mut p = Pickler {
         out: b"\x80\x02".to_vec(),
         memo: 0,
@@ -284,14 +312,15 @@ fn state_dict_pickle(tensors: &[TensorIn<'_>]) -> Vec<u8> {
     p.ordered_dict();
     if !tensors.is_empty() {
         p.out.push(b'(');
-        for (i, t) in tensors.iter().enumerate() {
+        for i in 0..tensors.len() {
+            let t = tensors.meta(i);
             p.str(t.name);
-            p.tensor(i, t);
+            p.tensor(i, t, ctx)?;
         }
         p.out.push(b'u');
     }
     p.out.push(b'.');
-    p.out
+    Ok(p.out)
 }
 
 /// The `.pt` [`FormatWriter`]: a zip checkpoint of a state dict.
@@ -325,11 +354,26 @@ impl FormatWriter for PtWriter {
     fn write_arrays(
         &self,
         tensors: &[TensorIn<'_>],
+        metadata: Option<&[(String, Value)]>,
+        path: &Path,
+        options: &WriteOptions,
+    ) -> Result<u64> {
+        self.write_inputs(&tensors, metadata, path, options)
+    }
+
+    /// Streams: each tensor fetched as its record is written.
+    fn reads_ahead(&self) -> bool {
+        true
+    }
+
+    fn write_inputs(
+        &self,
+        tensors: &dyn Inputs,
         _metadata: Option<&[(String, Value)]>,
         path: &Path,
         options: &WriteOptions,
     ) -> Result<u64> {
-        write_synced(path, tensors, !options.defer_sync)
+        write_inputs(path, tensors, !options.defer_sync)
     }
 }
 

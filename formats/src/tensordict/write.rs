@@ -20,7 +20,8 @@ use std::path::Path;
 use serde_json::{json, Map, Value as Json};
 use zt_core::catalog::Value;
 use zt_core::error::{Context, Error, Result};
-use zt_core::publish::{publish, publish_with, Staging};
+use zt_core::inputs::{InputMeta, Inputs};
+use zt_core::publish::{publish_reading, publish_with, Staging};
 use zt_core::write::{FormatWriter, TensorIn, WriteOptions, WriterCaps};
 use zt_core::Rule;
 
@@ -35,20 +36,21 @@ pub struct ConsolidatedWriter;
 /// One level of the tree the dotted names make: its entries in the order
 /// their first tensor came.
 #[derive(Default)]
-struct Level<'t> {
-    entries: Vec<(String, Entry<'t>)>,
+struct Level {
+    entries: Vec<(String, Entry)>,
 }
 
-enum Entry<'t> {
-    Leaf(&'t TensorIn<'t>),
-    Level(Level<'t>),
+enum Entry {
+    /// A tensor, by its index in the writer's inputs.
+    Leaf(usize),
+    Level(Level),
 }
 
-impl<'t> Level<'t> {
-    fn insert(&mut self, ctx: &Context, path: &[&str], tensor: &'t TensorIn<'t>) -> Result<()> {
+impl Level {
+    fn insert(&mut self, ctx: &Context, path: &[&str], name: &str, tensor: usize) -> Result<()> {
         let clash = || Error::Write {
             rule: PATH,
-            ctx: ctx.clone().tensor(tensor.name),
+            ctx: ctx.clone().tensor(name),
             reason: "a TensorDict key cannot be both a tensor and a nested level".into(),
         };
         let (key, rest) = path.split_first().expect("a name has a component");
@@ -69,18 +71,34 @@ impl<'t> Level<'t> {
             }
         };
         match &mut self.entries[at].1 {
-            Entry::Level(level) => level.insert(ctx, rest, tensor),
+            Entry::Level(level) => level.insert(ctx, rest, name, tensor),
             Entry::Leaf(_) => Err(clash()),
         }
     }
 }
 
+impl Level {
+    /// The leaves' tensors in the order [`write_level`] writes them (each
+    /// level's entries in order, a nested level's before the next entry).
+    fn leaves(&self) -> Vec<usize> {
+        let mut out = Vec::new();
+        for (_, entry) in &self.entries {
+            match entry {
+                Entry::Leaf(i) => out.push(*i),
+                Entry::Level(nested) => out.extend(nested.leaves()),
+            }
+        }
+        out
+    }
+}
+
 /// Check `tensors` and build their tree.
-fn tree<'t>(ctx: &Context, tensors: &'t [TensorIn<'t>]) -> Result<Level<'t>> {
+fn tree(ctx: &Context, tensors: &dyn Inputs) -> Result<Level> {
     let mut root = Level::default();
     let mut seen = HashSet::with_capacity(tensors.len());
-    for t in tensors {
-        t.check(ctx)?;
+    for i in 0..tensors.len() {
+        let t = tensors.meta(i);
+        t.nbytes(ctx)?;
         if torch_dtype_name(t.dtype).is_none() {
             return Err(Error::Write {
                 rule: Rule::WRITE_DTYPE,
@@ -104,12 +122,12 @@ fn tree<'t>(ctx: &Context, tensors: &'t [TensorIn<'t>]) -> Result<Level<'t>> {
                 reason: "each dotted part of a name becomes a file or directory name: none may be empty, \"..\" or hold a path separator".into(),
             });
         }
-        root.insert(ctx, &path, t)?;
+        root.insert(ctx, &path, t.name, i)?;
     }
     Ok(root)
 }
 
-fn leaf_meta(t: &TensorIn<'_>) -> Json {
+fn leaf_meta(t: InputMeta<'_>) -> Json {
     json!({
         "device": "cpu",
         "shape": t.shape,
@@ -148,12 +166,28 @@ impl FormatWriter for MemmapDirWriter {
     fn write_arrays(
         &self,
         tensors: &[TensorIn<'_>],
+        metadata: Option<&[(String, Value)]>,
+        path: &Path,
+        options: &WriteOptions,
+    ) -> Result<u64> {
+        self.write_inputs(&tensors, metadata, path, options)
+    }
+
+    /// Streams: each leaf fetched as its file is written.
+    fn reads_ahead(&self) -> bool {
+        true
+    }
+
+    fn write_inputs(
+        &self,
+        tensors: &dyn Inputs,
         _metadata: Option<&[(String, Value)]>,
         path: &Path,
         options: &WriteOptions,
     ) -> Result<u64> {
         let ctx = Context::file(path);
         let root = tree(&ctx, tensors)?;
+        tensors.will_fetch_in(&root.leaves());
         zt_core::shard::refuse_occupied(path)?;
         if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) {
             std::fs::remove_dir(path).map_err(|e| Error::io(path, e))?;
@@ -161,7 +195,7 @@ impl FormatWriter for MemmapDirWriter {
         let durable = !options.defer_sync;
         let staging = Staging::create(path)?;
         let staged = staging.path().to_path_buf();
-        let bytes = write_level(&root, &staged, durable)
+        let bytes = write_level(&root, tensors, &staged, durable)
             .map_err(|e| zt_core::shard::relabel(e, &staged, path))?;
         if durable {
             zt_core::shard::rename_dir(&staged, path)?;
@@ -175,23 +209,28 @@ impl FormatWriter for MemmapDirWriter {
 
 /// A level's files under `dir`: its leaves, its nested levels, then its
 /// `meta.json`. Returns the bytes written.
-fn write_level(level: &Level<'_>, dir: &Path, durable: bool) -> Result<u64> {
+fn write_level(level: &Level, tensors: &dyn Inputs, dir: &Path, durable: bool) -> Result<u64> {
     let mut meta = Map::new();
     let mut bytes = 0;
     for (key, entry) in &level.entries {
         match entry {
-            Entry::Leaf(t) => {
-                if !t.data.is_empty() {
-                    bytes += publish_with(&dir.join(format!("{key}.memmap")), durable, |w| {
-                        w.write_all(t.data)
+            Entry::Leaf(i) => {
+                let t = tensors.meta(*i);
+                let file = dir.join(format!("{key}.memmap"));
+                let ctx = Context::file(&file);
+                if t.nbytes(&ctx)? > 0 {
+                    bytes += publish_reading(&file, durable, |w| {
+                        let data = tensors.fetch(*i, &ctx)?;
+                        w.write_all(&data).map_err(|e| Error::io(&file, e))
                     })?;
+                    tensors.release(*i);
                 }
                 meta.insert(key.clone(), leaf_meta(t));
             }
             Entry::Level(nested) => {
                 let sub = dir.join(key);
                 std::fs::create_dir(&sub).map_err(|e| Error::io(&sub, e))?;
-                bytes += write_level(nested, &sub, durable)?;
+                bytes += write_level(nested, tensors, &sub, durable)?;
                 meta.insert(key.clone(), json!({"type": "TensorDict"}));
             }
         }
@@ -220,6 +259,21 @@ impl FormatWriter for ConsolidatedWriter {
     fn write_arrays(
         &self,
         tensors: &[TensorIn<'_>],
+        metadata: Option<&[(String, Value)]>,
+        path: &Path,
+        options: &WriteOptions,
+    ) -> Result<u64> {
+        self.write_inputs(&tensors, metadata, path, options)
+    }
+
+    /// Streams: each leaf fetched as it is written.
+    fn reads_ahead(&self) -> bool {
+        true
+    }
+
+    fn write_inputs(
+        &self,
+        tensors: &dyn Inputs,
         _metadata: Option<&[(String, Value)]>,
         path: &Path,
         _options: &WriteOptions,
@@ -227,19 +281,25 @@ impl FormatWriter for ConsolidatedWriter {
         let ctx = Context::file(path);
         let root = tree(&ctx, tensors)?;
         // tensordict pads each leaf to 8 bytes when the dtypes differ.
-        let pad_leaves = tensors.windows(2).any(|w| w[0].dtype != w[1].dtype);
-        let mut order: Vec<&TensorIn<'_>> = Vec::with_capacity(tensors.len());
+        let pad_leaves =
+            (1..tensors.len()).any(|i| tensors.meta(i - 1).dtype != tensors.meta(i).dtype);
+        let mut order = Vec::with_capacity(tensors.len());
         let mut at = 0u64;
-        let json = consolidated_level(&root, pad_leaves, &mut at, &mut order);
+        let json = consolidated_level(&root, tensors, &ctx, pad_leaves, &mut at, &mut order)?;
         let text = serde_json::to_vec(&json).expect("JSON of plain values");
-        publish(path, |w| {
-            for t in &order {
-                w.write_all(t.data)?;
-                let pad = padding(t.data.len() as u64, pad_leaves);
-                w.write_all(&[0u8; 8][..pad as usize])?;
+        tensors.will_fetch_in(&order);
+        publish_reading(path, true, |w| {
+            let io = |e| Error::io(path, e);
+            for &i in &order {
+                let data = tensors.fetch(i, &ctx)?;
+                w.write_all(&data).map_err(io)?;
+                let pad = padding(data.len() as u64, pad_leaves);
+                w.write_all(&[0u8; 8][..pad as usize]).map_err(io)?;
+                drop(data);
+                tensors.release(i);
             }
-            w.write_all(&text)?;
-            w.write_all(&(text.len() as u64).to_le_bytes())
+            w.write_all(&text).map_err(io)?;
+            w.write_all(&(text.len() as u64).to_le_bytes()).map_err(io)
         })
     }
 }
@@ -255,16 +315,19 @@ fn padding(len: u64, pad_leaves: bool) -> u64 {
 /// A level's consolidated JSON, its leaves placed from `at` on (in the
 /// order `order` collects them: each level's leaves, then its nested
 /// levels', depth first).
-fn consolidated_level<'t>(
-    level: &Level<'t>,
+fn consolidated_level(
+    level: &Level,
+    tensors: &dyn Inputs,
+    ctx: &Context,
     pad_leaves: bool,
     at: &mut u64,
-    order: &mut Vec<&'t TensorIn<'t>>,
-) -> Json {
+    order: &mut Vec<usize>,
+) -> Result<Json> {
     let mut leaves = Map::new();
     for (key, entry) in &level.entries {
-        if let Entry::Leaf(t) = entry {
-            let len = t.data.len() as u64;
+        if let Entry::Leaf(i) = entry {
+            let t = tensors.meta(*i);
+            let len = t.nbytes(ctx)?;
             let pad = padding(len, pad_leaves);
             let dtype = format!("torch.{}", torch_dtype_name(t.dtype).expect("checked"));
             leaves.insert(
@@ -272,7 +335,7 @@ fn consolidated_level<'t>(
                 json!([dtype, t.shape, *at, *at + len + pad, pad]),
             );
             *at += len + pad;
-            order.push(t);
+            order.push(*i);
         }
     }
     let mut out = Map::new();
@@ -287,9 +350,9 @@ fn consolidated_level<'t>(
         if let Entry::Level(nested) = entry {
             out.insert(
                 key.clone(),
-                consolidated_level(nested, pad_leaves, at, order),
+                consolidated_level(nested, tensors, ctx, pad_leaves, at, order)?,
             );
         }
     }
-    Json::Object(out)
+    Ok(Json::Object(out))
 }

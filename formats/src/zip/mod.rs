@@ -32,7 +32,7 @@ pub static PLUGIN: zt_core::Plugin = zt_core::Plugin {
     rules: &[("zip", RULES)],
     checkpoints: &[],
 };
-pub use write::{write_stored, write_stored_aligned, Member};
+pub use write::{write_stored, write_stored_aligned, Member, StoredZip};
 
 const LOCAL_SIG: u32 = 0x0403_4b50;
 const CENTRAL_SIG: u32 = 0x0201_4b50;
@@ -700,14 +700,8 @@ mod tests {
 
     #[test]
     fn central_record_switches_to_zip64() {
-        let data = [0u8; 4];
-        let m = Member {
-            name: "a.npy".into(),
-            parts: [&data, &[]],
-            crc: 0,
-        };
-        assert_eq!(central_record(&m, 0).len(), CENTRAL_LEN + 5);
-        let big = central_record(&m, 1 << 32);
+        assert_eq!(central_record("a.npy", 4, 0, 0).len(), CENTRAL_LEN + 5);
+        let big = central_record("a.npy", 4, 0, 1 << 32);
         assert_eq!(big.len(), CENTRAL_LEN + 5 + 12);
         assert_eq!(u32_at(&big, 42), 0xFFFF_FFFF);
         let mut entry = Entry {

@@ -20,13 +20,14 @@ impl Member<'_> {
     fn size(&self) -> u64 {
         self.parts.iter().map(|p| p.len() as u64).sum()
     }
+}
 
-    fn flags(&self) -> u16 {
-        if self.name.is_ascii() {
-            0
-        } else {
-            FLAG_UTF8
-        }
+/// The general-purpose flags of a member named `name`: UTF-8 names marked.
+fn flags(name: &str) -> u16 {
+    if name.is_ascii() {
+        0
+    } else {
+        FLAG_UTF8
     }
 }
 
@@ -50,15 +51,51 @@ pub fn write_stored_aligned<W: Write>(
     members: &[Member<'_>],
     align: u64,
 ) -> io::Result<()> {
-    let mut offset = 0u64;
-    let mut offsets = Vec::with_capacity(members.len());
+    let mut zip = StoredZip::new(w, align);
     for m in members {
-        offsets.push(offset);
+        zip.add(m)?;
+    }
+    zip.finish()
+}
+
+/// A stored archive written one member at a time, so a writer needs one
+/// member's bytes at a time (a conversion streams its tensors through it);
+/// what [`write_stored_aligned`] writes, byte for byte.
+pub struct StoredZip<'w, W: Write> {
+    w: &'w mut W,
+    align: u64,
+    /// Where the next local header starts.
+    offset: u64,
+    /// What the central directory records of each member written.
+    written: Vec<Entry>,
+}
+
+/// A member as the central directory records it.
+struct Entry {
+    name: String,
+    size: u64,
+    crc: u32,
+    offset: u64,
+}
+
+impl<'w, W: Write> StoredZip<'w, W> {
+    /// An archive written to `w`, each member's data aligned to `align`.
+    pub fn new(w: &'w mut W, align: u64) -> Self {
+        StoredZip {
+            w,
+            align,
+            offset: 0,
+            written: Vec::new(),
+        }
+    }
+
+    /// Write `m`'s local header and bytes.
+    pub fn add(&mut self, m: &Member<'_>) -> io::Result<()> {
         let size = m.size();
         let mut local = Vec::with_capacity(LOCAL_LEN as usize + m.name.len() + 20);
         put32(&mut local, LOCAL_SIG);
         put16(&mut local, ZIP64_VERSION);
-        put16(&mut local, m.flags());
+        put16(&mut local, flags(&m.name));
         put16(&mut local, 0); // stored
         put16(&mut local, 0); // time 00:00:00
         put16(&mut local, DOS_DATE);
@@ -68,7 +105,8 @@ pub fn write_stored_aligned<W: Write>(
         // The data would start after the fixed header, the name and the
         // 20-byte zip64 block; a padding block (4 bytes + pad) moves it to
         // the next multiple of `align`.
-        let unpadded = offset + LOCAL_LEN + m.name.len() as u64 + 20;
+        let unpadded = self.offset + LOCAL_LEN + m.name.len() as u64 + 20;
+        let align = self.align;
         let pad = if align > 1 {
             4 + (align - (unpadded + 4) % align) % align
         } else {
@@ -86,53 +124,65 @@ pub fn write_stored_aligned<W: Write>(
             put16(&mut local, (pad - 4) as u16);
             local.resize(local.len() + (pad - 4) as usize, b'Z');
         }
-        w.write_all(&local)?;
+        self.w.write_all(&local)?;
         for part in m.parts {
-            w.write_all(part)?;
+            self.w.write_all(part)?;
         }
-        offset += local.len() as u64 + size;
+        self.written.push(Entry {
+            name: m.name.clone(),
+            size,
+            crc: m.crc,
+            offset: self.offset,
+        });
+        self.offset += local.len() as u64 + size;
+        Ok(())
     }
-    let dir_offset = offset;
-    let mut dir_size = 0u64;
-    for (m, &local_offset) in members.iter().zip(&offsets) {
-        let entry = central_record(m, local_offset);
-        w.write_all(&entry)?;
-        dir_size += entry.len() as u64;
+
+    /// Write the central directory and the end records.
+    pub fn finish(self) -> io::Result<()> {
+        let w = self.w;
+        let dir_offset = self.offset;
+        let mut dir_size = 0u64;
+        for e in &self.written {
+            let entry = central_record(&e.name, e.size, e.crc, e.offset);
+            w.write_all(&entry)?;
+            dir_size += entry.len() as u64;
+        }
+        let count = self.written.len() as u64;
+        let needs_zip64 =
+            count > FILECOUNT_LIMIT || dir_offset > ZIP64_LIMIT || dir_size > ZIP64_LIMIT;
+        let mut end = Vec::with_capacity(98);
+        if needs_zip64 {
+            let record_pos = dir_offset + dir_size;
+            put32(&mut end, EOCD64_SIG);
+            put64(&mut end, EOCD64_LEN - 12);
+            put16(&mut end, ZIP64_VERSION);
+            put16(&mut end, ZIP64_VERSION);
+            put32(&mut end, 0);
+            put32(&mut end, 0);
+            put64(&mut end, count);
+            put64(&mut end, count);
+            put64(&mut end, dir_size);
+            put64(&mut end, dir_offset);
+            put32(&mut end, LOCATOR_SIG);
+            put32(&mut end, 0);
+            put64(&mut end, record_pos);
+            put32(&mut end, 1);
+        }
+        put32(&mut end, EOCD_SIG);
+        put16(&mut end, 0);
+        put16(&mut end, 0);
+        put16(&mut end, count.min(FILECOUNT_LIMIT) as u16);
+        put16(&mut end, count.min(FILECOUNT_LIMIT) as u16);
+        put32(&mut end, dir_size.min(0xFFFF_FFFF) as u32);
+        put32(&mut end, dir_offset.min(0xFFFF_FFFF) as u32);
+        put16(&mut end, 0);
+        w.write_all(&end)
     }
-    let count = members.len() as u64;
-    let needs_zip64 = count > FILECOUNT_LIMIT || dir_offset > ZIP64_LIMIT || dir_size > ZIP64_LIMIT;
-    let mut end = Vec::with_capacity(98);
-    if needs_zip64 {
-        let record_pos = dir_offset + dir_size;
-        put32(&mut end, EOCD64_SIG);
-        put64(&mut end, EOCD64_LEN - 12);
-        put16(&mut end, ZIP64_VERSION);
-        put16(&mut end, ZIP64_VERSION);
-        put32(&mut end, 0);
-        put32(&mut end, 0);
-        put64(&mut end, count);
-        put64(&mut end, count);
-        put64(&mut end, dir_size);
-        put64(&mut end, dir_offset);
-        put32(&mut end, LOCATOR_SIG);
-        put32(&mut end, 0);
-        put64(&mut end, record_pos);
-        put32(&mut end, 1);
-    }
-    put32(&mut end, EOCD_SIG);
-    put16(&mut end, 0);
-    put16(&mut end, 0);
-    put16(&mut end, count.min(FILECOUNT_LIMIT) as u16);
-    put16(&mut end, count.min(FILECOUNT_LIMIT) as u16);
-    put32(&mut end, dir_size.min(0xFFFF_FFFF) as u32);
-    put32(&mut end, dir_offset.min(0xFFFF_FFFF) as u32);
-    put16(&mut end, 0);
-    w.write_all(&end)
 }
 
 /// A central directory record as `ZipFile._write_end_record` builds it.
-pub(super) fn central_record(m: &Member<'_>, local_offset: u64) -> Vec<u8> {
-    let size = m.size();
+pub(super) fn central_record(name: &str, size: u64, crc: u32, local_offset: u64) -> Vec<u8> {
     let mut zip64 = Vec::new();
     let mut size32 = size as u32;
     if size > ZIP64_LIMIT {
@@ -149,25 +199,25 @@ pub(super) fn central_record(m: &Member<'_>, local_offset: u64) -> Vec<u8> {
     } else {
         4 + 8 * zip64.len()
     };
-    let mut r = Vec::with_capacity(CENTRAL_LEN + m.name.len() + extra_len);
+    let mut r = Vec::with_capacity(CENTRAL_LEN + name.len() + extra_len);
     put32(&mut r, CENTRAL_SIG);
     put16(&mut r, MADE_BY);
     put16(&mut r, ZIP64_VERSION);
-    put16(&mut r, m.flags());
+    put16(&mut r, flags(name));
     put16(&mut r, 0); // stored
     put16(&mut r, 0);
     put16(&mut r, DOS_DATE);
-    put32(&mut r, m.crc);
+    put32(&mut r, crc);
     put32(&mut r, size32);
     put32(&mut r, size32);
-    put16(&mut r, m.name.len() as u16);
+    put16(&mut r, name.len() as u16);
     put16(&mut r, extra_len as u16);
     put16(&mut r, 0); // comment
     put16(&mut r, 0); // disk
     put16(&mut r, 0); // internal attributes
     put32(&mut r, EXTERNAL_ATTR);
     put32(&mut r, offset32);
-    r.extend_from_slice(m.name.as_bytes());
+    r.extend_from_slice(name.as_bytes());
     if !zip64.is_empty() {
         put16(&mut r, ZIP64_EXTRA);
         put16(&mut r, (8 * zip64.len()) as u16);

@@ -1,0 +1,336 @@
+//! What a writer lays out, one tensor at a time ([`Inputs`]).
+//!
+//! A writer handed a slice of [`TensorIn`] has every tensor's bytes at
+//! once; that is what `save_file` gives it, since the caller's arrays are
+//! in memory already. A conversion must not: a mapped source would keep
+//! every page it wrote resident, and a cast source would hold every cast
+//! tensor. [`SourceInputs`] hands a writer a source's tensors as it reaches
+//! each: read ahead a window at a time (in the order the writer declared),
+//! decoded only when fetched, and the mapped pages dropped once the writer
+//! says it is done with a tensor. Peak memory is then one tensor plus a
+//! window, whatever the source's size.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Mutex;
+
+use crate::dtype::{num_elements, DType};
+use crate::error::{Context, Error, Result};
+use crate::part::PartRef;
+use crate::rule::Rule;
+use crate::source::Source;
+use crate::write::TensorIn;
+
+/// How many bytes of the source a conversion reads ahead of the tensor
+/// being written: enough for the disk to stream, far less than a model.
+pub const READ_AHEAD_WINDOW: u64 = 64 << 20;
+
+/// A tensor's name, dtype and shape: what a writer lays out before it has
+/// the bytes.
+#[derive(Debug, Clone, Copy)]
+pub struct InputMeta<'a> {
+    /// Name.
+    pub name: &'a str,
+    /// Element type.
+    pub dtype: DType,
+    /// Shape (rank 0 allowed).
+    pub shape: &'a [u64],
+}
+
+impl InputMeta<'_> {
+    /// The bytes the tensor's shape and dtype need, or an overflow error
+    /// naming it.
+    pub fn nbytes(&self, ctx: &Context) -> Result<u64> {
+        num_elements(self.shape)
+            .and_then(|n| self.dtype.nbytes(n))
+            .ok_or_else(|| Error::Overflow {
+                rule: Rule::OVERFLOW,
+                ctx: ctx.clone().tensor(self.name),
+                what: "byte size",
+            })
+    }
+}
+
+/// The tensors a writer lays out, each one's bytes fetched when the writer
+/// reaches it and released when it is done with them.
+pub trait Inputs: Sync {
+    /// How many tensors.
+    fn len(&self) -> usize;
+
+    /// Whether there are none.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Tensor `i`'s name, dtype and shape.
+    fn meta(&self, i: usize) -> InputMeta<'_>;
+
+    /// Tensor `i`'s C-order bytes, read (or decoded) now. Not checked
+    /// against the shape: [`Inputs::fetch`] is.
+    fn bytes(&self, i: usize) -> Result<Cow<'_, [u8]>>;
+
+    /// The writer is done with tensor `i`'s bytes (advice: a mapped source
+    /// drops its pages).
+    fn release(&self, i: usize) {
+        let _ = i;
+    }
+
+    /// The order the writer will fetch tensors in, so reading ahead follows
+    /// it (advice; the default is index order).
+    fn will_fetch_in(&self, order: &[usize]) {
+        let _ = order;
+    }
+
+    /// [`Inputs::bytes`], checked to be the size the shape says.
+    fn fetch(&self, i: usize, ctx: &Context) -> Result<Cow<'_, [u8]>> {
+        let meta = self.meta(i);
+        let need = meta.nbytes(ctx)?;
+        let bytes = self.bytes(i)?;
+        if bytes.len() as u64 != need {
+            return Err(Error::Write {
+                rule: Rule::WRITE_SIZE,
+                ctx: ctx.clone().tensor(meta.name),
+                reason: format!(
+                    "shape {:?} of {} needs {need} bytes, {} given",
+                    meta.shape,
+                    meta.dtype,
+                    bytes.len()
+                ),
+            });
+        }
+        Ok(bytes)
+    }
+}
+
+/// Arrays already in memory (`save_file`'s), as [`Inputs`] (`&tensors`
+/// of a `&[TensorIn]`).
+impl Inputs for &[TensorIn<'_>] {
+    fn len(&self) -> usize {
+        <[TensorIn<'_>]>::len(self)
+    }
+
+    fn meta(&self, i: usize) -> InputMeta<'_> {
+        let t = &self[i];
+        InputMeta {
+            name: t.name,
+            dtype: t.dtype,
+            shape: t.shape,
+        }
+    }
+
+    fn bytes(&self, i: usize) -> Result<Cow<'_, [u8]>> {
+        Ok(Cow::Borrowed(self[i].data))
+    }
+}
+
+/// The dense tensors of a source as [`Inputs`], taken a window at a time
+/// in the writer's order: the window's stored bytes read into the page
+/// cache, then its tensors' bytes taken together (mapped bytes borrowed,
+/// remote ones fetched in one planned batch of concurrent requests, others
+/// decoded) and handed out as the writer reaches each; each tensor's
+/// mapped pages dropped on release (pages another tensor shares are
+/// kept).
+pub struct SourceInputs<'a> {
+    source: &'a Source,
+    metas: Vec<InputMeta<'a>>,
+    parts: Vec<PartRef<'a>>,
+    /// How each part's bytes are taken.
+    reads: Vec<Bytes>,
+    /// Each input's object in the source (what reading ahead names).
+    objects: Vec<usize>,
+    ahead: Mutex<ReadAhead<'a>>,
+}
+
+/// How a part's bytes are taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bytes {
+    /// Its elements in C order ([`PartRef::bytes`]: strided parts
+    /// materialized, encoded ones decoded).
+    Elements,
+    /// As stored ([`PartRef::storage_bytes`]: another layout's blocks).
+    Stored,
+}
+
+/// Where reading ahead stands: the writer's order, how far into it the
+/// source has been taken, and the window's bytes not yet handed out.
+struct ReadAhead<'a> {
+    order: Vec<usize>,
+    /// Each tensor's position in `order`.
+    position: Vec<usize>,
+    /// The first position not yet taken.
+    next: usize,
+    /// Bytes taken with their window, by tensor.
+    taken: HashMap<usize, Cow<'a, [u8]>>,
+}
+
+impl ReadAhead<'_> {
+    fn in_order(order: Vec<usize>, position: Vec<usize>) -> Self {
+        ReadAhead {
+            order,
+            position,
+            next: 0,
+            taken: HashMap::new(),
+        }
+    }
+}
+
+impl<'a> SourceInputs<'a> {
+    /// The tensors of `source`, every one of which must be dense (another
+    /// layout is refused naming it, in `path`'s context). Nothing is read.
+    pub fn new(source: &'a Source, path: &Path) -> Result<Self> {
+        let mut metas = Vec::with_capacity(source.len());
+        let mut parts = Vec::with_capacity(source.len());
+        for t in source.tensors() {
+            if t.layout() != "dense" {
+                return Err(Error::Write {
+                    rule: Rule::WRITE_DTYPE,
+                    ctx: Context::file(path).tensor(t.name()),
+                    reason: format!("layout {} has no equivalent in this format", t.layout()),
+                });
+            }
+            let part = t.data()?;
+            metas.push(InputMeta {
+                name: t.name(),
+                dtype: part.dtype(),
+                shape: part.shape(),
+            });
+            parts.push(part);
+        }
+        let objects = (0..parts.len()).collect();
+        let reads = vec![Bytes::Elements; parts.len()];
+        Ok(Self::with_objects(source, metas, parts, reads, objects))
+    }
+
+    /// Parts of `source` a writer chose itself (a format that writes other
+    /// layouts as they are stored: GGUF's blocks, `.zt`'s parts), in the
+    /// order it will fetch them: each the object it belongs to, the name,
+    /// dtype and shape it is written under, the part, and how its bytes
+    /// are taken. [`Inputs::fetch`] checks a part's bytes against that
+    /// shape and dtype; [`Inputs::bytes`] hands them over unchecked.
+    pub fn from_parts(
+        source: &'a Source,
+        items: impl IntoIterator<Item = (usize, InputMeta<'a>, PartRef<'a>, Bytes)>,
+    ) -> Self {
+        let (mut objects, mut metas, mut parts, mut reads) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for (object, meta, part, read) in items {
+            objects.push(object);
+            metas.push(meta);
+            parts.push(part);
+            reads.push(read);
+        }
+        Self::with_objects(source, metas, parts, reads, objects)
+    }
+
+    fn with_objects(
+        source: &'a Source,
+        metas: Vec<InputMeta<'a>>,
+        parts: Vec<PartRef<'a>>,
+        reads: Vec<Bytes>,
+        objects: Vec<usize>,
+    ) -> Self {
+        let order: Vec<usize> = (0..parts.len()).collect();
+        SourceInputs {
+            source,
+            metas,
+            parts,
+            reads,
+            objects,
+            ahead: Mutex::new(ReadAhead::in_order(order.clone(), order)),
+        }
+    }
+
+    /// Tensor `i`'s bytes: taken with the window that starts at its place
+    /// in the writer's order, unless an earlier window took them.
+    fn take(&self, i: usize) -> Result<Cow<'a, [u8]>> {
+        let mut ahead = self.ahead.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(bytes) = ahead.taken.remove(&i) {
+            return Ok(bytes);
+        }
+        let at = ahead.position[i];
+        if at < ahead.next {
+            // Fetched before (a writer that reads a tensor twice).
+            drop(ahead);
+            return self.read(i);
+        }
+        let mut window = Vec::new();
+        let mut bytes = 0u64;
+        let mut next = at;
+        while next < ahead.order.len() && (window.is_empty() || bytes < READ_AHEAD_WINDOW) {
+            let k = ahead.order[next];
+            window.push(k);
+            bytes += self.parts[k].nbytes();
+            next += 1;
+        }
+        ahead.next = next;
+        // Advice only: a failure to read ahead is no reason to fail.
+        let objects: Vec<usize> = window.iter().map(|&k| self.objects[k]).collect();
+        let _ = self.source.read_ahead(&objects);
+        // Each kind of read together (one planned batch per remote object).
+        for kind in [Bytes::Elements, Bytes::Stored] {
+            let of_kind: Vec<usize> = window
+                .iter()
+                .copied()
+                .filter(|&k| self.reads[k] == kind)
+                .collect();
+            if of_kind.is_empty() {
+                continue;
+            }
+            let parts: Vec<PartRef<'a>> = of_kind.iter().map(|&k| self.parts[k]).collect();
+            let fetched = match kind {
+                Bytes::Elements => crate::part::bytes_of(&parts)?,
+                Bytes::Stored => crate::part::storage_bytes_of(&parts)?,
+            };
+            ahead.taken.extend(of_kind.into_iter().zip(fetched));
+        }
+        match ahead.taken.remove(&i) {
+            Some(bytes) => Ok(bytes),
+            None => self.read(i),
+        }
+    }
+
+    /// Part `i`'s bytes, read on their own.
+    fn read(&self, i: usize) -> Result<Cow<'a, [u8]>> {
+        match self.reads[i] {
+            Bytes::Elements => self.parts[i].bytes(),
+            Bytes::Stored => self.parts[i].storage_bytes(),
+        }
+    }
+}
+
+impl Inputs for SourceInputs<'_> {
+    fn len(&self) -> usize {
+        self.parts.len()
+    }
+
+    fn meta(&self, i: usize) -> InputMeta<'_> {
+        self.metas[i]
+    }
+
+    fn bytes(&self, i: usize) -> Result<Cow<'_, [u8]>> {
+        self.take(i)
+    }
+
+    fn release(&self, i: usize) {
+        // Advice: a page that stays mapped costs memory, not bytes.
+        let _ = self.parts[i].evict();
+    }
+
+    fn will_fetch_in(&self, order: &[usize]) {
+        let mut ahead = self.ahead.lock().unwrap_or_else(|e| e.into_inner());
+        let mut position = vec![usize::MAX; self.parts.len()];
+        for (at, &i) in order.iter().enumerate() {
+            position[i] = at;
+        }
+        // A tensor the writer did not list is read ahead on its own.
+        let mut full = order.to_vec();
+        for (i, at) in position.iter_mut().enumerate() {
+            if *at == usize::MAX {
+                *at = full.len();
+                full.push(i);
+            }
+        }
+        *ahead = ReadAhead::in_order(full, position);
+    }
+}
