@@ -467,17 +467,24 @@ impl RecordReader {
     }
 
     /// Open a Megatron indexed dataset (`PREFIX`, `PREFIX.idx` or
-    /// `PREFIX.bin`) as a Ragged source: its sequences, or with
-    /// `documents` its documents, as records.
+    /// `PREFIX.bin`, local or at an object-storage prefix) as a Ragged
+    /// source: its sequences, or with `documents` its documents, as records.
     #[staticmethod]
-    fn open_binidx(py: Python<'_>, path: PathBuf, documents: bool) -> PyResult<Self> {
+    #[pyo3(signature = (path, documents, storage_options = None))]
+    fn open_binidx(
+        py: Python<'_>,
+        path: PathBuf,
+        documents: bool,
+        storage_options: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Self> {
+        let storage_options = crate::storage_options_from_py(storage_options)?;
         let unit = if documents {
             zrecord::binidx::Unit::Document
         } else {
             zrecord::binidx::Unit::Sequence
         };
         let reader = py
-            .detach(|| Reader::open_binidx(&path, unit))
+            .detach(|| Reader::open_binidx_at(&path, unit, &storage_options))
             .map_err(to_py)?;
         Ok(RecordReader {
             inner: RwLock::new(Some(Arc::new(reader))),

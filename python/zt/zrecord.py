@@ -195,7 +195,7 @@ class _Base:
         if mds is not None:
             self._reader = _zt.RecordReader.open_mds(os.fspath(self.path), dense, *mds)
         elif documents is not None:
-            self._reader = _zt.RecordReader.open_binidx(os.fspath(self.path), documents)
+            self._reader = _zt.RecordReader.open_binidx(os.fspath(self.path), documents, storage_options)
         elif many is None:
             self._reader = _zt.RecordReader.open(os.fspath(self.path), dense, storage_options)
         else:
@@ -461,7 +461,7 @@ class Ragged(_Base):
         return self
 
     @classmethod
-    def open_binidx(cls, path: PathLike, *, unit: str = "sequence") -> Self:
+    def open_binidx(cls, path: PathLike, *, unit: str = "sequence", storage_options: StorageOptions = None) -> Self:
         """Open a Megatron indexed dataset (``PREFIX``, ``PREFIX.idx`` or
         ``PREFIX.bin``, as ``IndexedDatasetBuilder`` writes them) as a
         rank-1 Ragged source: record ``i`` is sequence ``i``
@@ -469,11 +469,18 @@ class Ragged(_Base):
         (its sequences end to end). Tokens are copied from the mapped
         ``.bin``; the index is read from its mapping and checked record by
         record (rule ``zrecord.Binidx``). ``Ragged.open(prefix)`` opens the
-        sequences too."""
+        sequences too.
+
+        ``path`` may be an object-storage prefix (``s3://bucket/PREFIX``,
+        ``gs://``, ``az://``; ``storage_options`` as for :func:`zt.open`):
+        ``.idx`` is fetched once at open, and each gather fetches its
+        records' ``.bin`` ranges (coalesced, within the process's request
+        budget; the DataLoader starts its prefetch window's fetches
+        ahead)."""
         if unit not in ("sequence", "document"):
             raise ValueError(f"unit must be 'sequence' or 'document', got {unit!r}")
         self = cls.__new__(cls)
-        self._open(path, False, documents=unit == "document")
+        self._open(path, False, storage_options, documents=unit == "document")
         return self
 
     @classmethod

@@ -1,11 +1,14 @@
 """Megatron indexed datasets written by megatron-core's own
 ``IndexedDatasetBuilder`` read by ``zt.zrecord.Ragged.open_binidx``: every
 sequence equal to ``IndexedDataset[i]``, every document to its sequences
-end to end, and the DataLoader over it. (megatron-core is installed without
+end to end, and the DataLoader over it; the same files put in object
+storage (SeaweedFS's S3, fake-gcs-server, Azurite, started on 127.0.0.1 by
+the session fixtures) read the same, and lying ones refused. (megatron-core is installed without
 its dependencies: ``requirements-torch-nodeps.txt``.)"""
 
 from __future__ import annotations
 
+import os
 import warnings
 
 import numpy as np
@@ -16,6 +19,7 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # "Transformer Engine and Apex are not installed"
     indexed = pytest.importorskip("megatron.core.datasets.indexed_dataset")
 
+import zt  # noqa: E402
 from zt.loader import CYCLIC, DataLoader, Sampler  # noqa: E402
 from zt.zrecord import Ragged  # noqa: E402
 
@@ -77,3 +81,122 @@ def test_the_dataloader_reads_a_megatron_corpus(corpus):
                 batch, idxs = next(dl)["tokens"], sampler.next()
                 for got, i in zip(batch, idxs):
                     np.testing.assert_array_equal(got, reference[int(i)])
+
+
+# ------------------------------------------------ object storage
+
+
+@pytest.fixture(scope="module")
+def large(tmp_path_factory):
+    """A corpus written by megatron-core whose ``.bin`` (about 4 MiB) lies
+    well past the head and tail an object's open fetches, so gathers fetch
+    ranges of it."""
+    prefix = str(tmp_path_factory.mktemp("binidx-large") / "corpus_text_document")
+    rng = np.random.default_rng(11)
+    builder = indexed.IndexedDatasetBuilder(prefix + ".bin", dtype=np.int32)
+    documents = []
+    for _ in range(300):
+        doc = [rng.integers(0, 1 << 20, size=int(rng.integers(1, 3000))) for _ in range(int(rng.integers(1, 4)))]
+        for seq in doc:
+            builder.add_item(torch.from_numpy(seq))
+        builder.end_document()
+        documents.append(doc)
+    builder.finalize(prefix + ".idx")
+    assert os.path.getsize(prefix + ".bin") > 3 << 20
+    return prefix, np.int32, documents
+
+
+def _put(cloud: str, request, name: str, key: str, data: bytes) -> str:
+    """Put ``data`` at ``key`` of bucket/container ``name`` with the
+    emulator's own client (never zt); the object's URL."""
+    if cloud == "s3":
+        request.getfixturevalue("s3").boto3().put_object(Bucket=name, Key=key, Body=data)
+    else:
+        request.getfixturevalue("gcs" if cloud == "gs" else "azure").put(name, key, data)
+    return f"{cloud}://{name}/{key}"
+
+
+@pytest.fixture(params=["s3", "gs", "az"])
+def remote_root(request):
+    """A fresh bucket (S3: SeaweedFS; gs: fake-gcs-server) or container
+    (az: Azurite), and the scheme."""
+    fixture = {"s3": "bucket", "gs": "gcs_bucket", "az": "azure_container"}[request.param]
+    return request.param, request.getfixturevalue(fixture)
+
+
+def _upload(request, remote_root, prefix: str, key: str) -> str:
+    cloud, name = remote_root
+    for ext in (".idx", ".bin"):
+        with open(prefix + ext, "rb") as f:
+            _put(cloud, request, name, key + ext, f.read())
+    return f"{cloud}://{name}/{key}"
+
+
+def test_a_corpus_in_object_storage_reads_as_the_local_copy(large, remote_root, request):
+    prefix, dtype, documents = large
+    url = _upload(request, remote_root, prefix, "corpora/web/corpus_text_document")
+    reference = indexed.IndexedDataset(prefix)
+    before = zt.remote_stats()["gets"]
+    order = np.random.default_rng(3).permutation(len(reference))
+    with Ragged.open_binidx(url) as ds, Ragged.open_binidx(prefix) as local:
+        assert ds.path == url and len(ds) == len(local) == len(reference)
+        assert ds.dtype == np.dtype(dtype) and ds.ndim == 1
+        # One gather of every sequence in random order, then small ones.
+        for i, got, near in zip(order, ds[order], local[order]):
+            assert got.dtype == near.dtype
+            np.testing.assert_array_equal(got, reference[int(i)])
+            np.testing.assert_array_equal(got, near)
+        for chunk in np.array_split(order, 9):
+            for i, got in zip(chunk, ds[chunk]):
+                np.testing.assert_array_equal(got, reference[int(i)])
+    # Open (index, and .bin's head and tail) and the gathers' ranges.
+    assert zt.remote_stats()["gets"] > before + 4
+    with Ragged.open_binidx(url, unit="document") as ds:
+        assert len(ds) == len(documents)
+        for j, got in enumerate(ds[np.arange(len(ds))]):
+            np.testing.assert_array_equal(got, np.concatenate(documents[j]))
+    with Ragged.open(url + ".idx") as ds:  # the plain open tells it from the name
+        np.testing.assert_array_equal(ds[5], reference[5])
+
+
+def test_the_dataloader_fetches_a_remote_corpus_ahead(large, bucket, request):
+    """Over S3 the loader starts its prefetch window's fetches ahead
+    (``is_remote``); the batches equal megatron-core's items, and the
+    ranged GETs are counted by zt's remote statistics."""
+    prefix, _, _ = large
+    url = _upload(request, ("s3", bucket), prefix, "c/corpus")
+    reference = indexed.IndexedDataset(prefix)
+    with Ragged.open_binidx(url) as ds:
+        sampler = Sampler(len(ds), 8, CYCLIC, seed=4, rank=0, world_size=1)
+        before = zt.remote_stats()["gets"]
+        with DataLoader({"tokens": ds}, batch_size=8, mode=CYCLIC, seed=4, workers=2, rank=0, world_size=1) as dl:
+            for _ in range(12):
+                batch, idxs = next(dl)["tokens"], sampler.next()
+                for got, i in zip(batch, idxs):
+                    np.testing.assert_array_equal(got, reference[int(i)])
+        assert zt.remote_stats()["gets"] > before
+
+
+def test_a_lying_remote_index_or_short_data_is_refused(corpus, bucket, request):
+    prefix, _, _ = corpus
+    with open(prefix + ".idx", "rb") as f:
+        idx = f.read()
+    with open(prefix + ".bin", "rb") as f:
+        data = f.read()
+    # An index cut short: its counts no longer fit it.
+    _put("s3", request, bucket, "cut.idx", idx[:-5])
+    _put("s3", request, bucket, "cut.bin", data)
+    with pytest.raises(zt.FormatError, match=r"zrecord\.Binidx"):
+        Ragged.open_binidx(f"s3://{bucket}/cut")
+    # Tokens cut short: a gather reaching past them is refused.
+    _put("s3", request, bucket, "short.idx", idx)
+    _put("s3", request, bucket, "short.bin", data[: len(data) // 2])
+    # (megatron-core's items view its mapping, which its dataset closes
+    # when collected: the dataset is kept while they are compared.)
+    reference = indexed.IndexedDataset(prefix)
+    with Ragged.open_binidx(f"s3://{bucket}/short") as ds:
+        np.testing.assert_array_equal(ds[0], reference[0])
+        with pytest.raises(zt.FormatError, match=r"zrecord\.Binidx"):
+            ds[np.arange(len(ds))]
+    with pytest.raises(FileNotFoundError):
+        Ragged.open_binidx(f"s3://{bucket}/absent")

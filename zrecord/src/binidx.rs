@@ -17,6 +17,15 @@
 //! gathered (the index is read from its mapping, never copied, so opening
 //! a corpus of any size costs the same). A refusal cites rule
 //! `zrecord.Binidx`.
+//!
+//! In object storage (`s3://bucket/PREFIX`, `gs://`, `az://`: the feature
+//! `remote`) the pair is two objects, opened together: `.idx` is fetched
+//! whole (the same count checks run on its bytes), `.bin` is opened by its
+//! head and tail (its size and version; an object of up to 1.25 MiB is
+//! then in memory) and read by ranges per gather, pinned to that version:
+//! every record's span, checked as above, through
+//! [`crate::ranged`] (coalesced, within the process's fetch budget, or
+//! taken from a fetch the DataLoader started ahead).
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -42,11 +51,41 @@ pub enum Unit {
     Document,
 }
 
+/// The `.idx` bytes: mapped, or fetched whole from object storage.
+enum Index {
+    Mapped(Mmap),
+    #[cfg_attr(not(feature = "remote"), allow(dead_code))]
+    Fetched(Vec<u8>),
+}
+
+impl std::ops::Deref for Index {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Index::Mapped(m) => m,
+            Index::Fetched(v) => v,
+        }
+    }
+}
+
+/// Where `.bin`'s tokens are read from.
+enum Data {
+    /// Mapped (`None` for an empty `.bin`).
+    Mapped(Option<Mmap>),
+    /// An object read by ranges, and the gathers started ahead on it.
+    #[cfg(feature = "remote")]
+    Remote {
+        bin: std::sync::Arc<zt_remote::RemoteObject>,
+        ranged: crate::ranged::Ranged,
+    },
+}
+
 /// An opened binidx pair.
 pub(crate) struct Binidx {
-    idx: Mmap,
-    /// `None` for an empty `.bin`.
-    bin: Option<Mmap>,
+    idx: Index,
+    bin: Data,
+    /// `.bin`'s size in bytes.
+    bin_len: u64,
     bin_path: PathBuf,
     idx_path: PathBuf,
     /// Bytes per token.
@@ -79,11 +118,12 @@ pub fn paths(path: &Path) -> (PathBuf, PathBuf) {
     )
 }
 
-/// True if `path` names a binidx pair (a `.idx`/`.bin` name, or a prefix
-/// whose `.idx` exists).
+/// True if `path` names a binidx pair (a `.idx`/`.bin` name, or a local
+/// prefix whose `.idx` exists; an object-storage prefix is not probed).
 pub fn is_binidx(path: &Path) -> bool {
     let (idx, _) = paths(path);
-    path.extension().is_some_and(|e| e == "idx" || e == "bin") || idx.is_file()
+    path.extension().is_some_and(|e| e == "idx" || e == "bin")
+        || (!crate::remote::is_url(path) && idx.is_file())
 }
 
 fn map_file(path: &Path) -> Result<(Option<Mmap>, u64)> {
@@ -102,11 +142,85 @@ fn map_file(path: &Path) -> Result<(Option<Mmap>, u64)> {
 }
 
 impl Binidx {
-    /// Open the pair `path` names, its records `unit`s.
-    pub(crate) fn open(path: &Path, unit: Unit) -> Result<Binidx> {
+    /// Open the pair `path` names (local, or an object-storage URL read
+    /// with `storage_options`), its records `unit`s.
+    pub(crate) fn open(
+        path: &Path,
+        unit: Unit,
+        storage_options: &[(String, String)],
+    ) -> Result<Binidx> {
+        if crate::remote::is_url(path) {
+            #[cfg(feature = "remote")]
+            return Self::open_remote(path, unit, storage_options);
+            #[cfg(not(feature = "remote"))]
+            return Err(crate::remote::unsupported(path));
+        }
+        let _ = storage_options;
         let (idx_path, bin_path) = paths(path);
-        let (idx, idx_len) = map_file(&idx_path)?;
+        let (idx, _) = map_file(&idx_path)?;
         let idx = idx.ok_or_else(|| refuse(&idx_path, "the index is empty"))?;
+        let (bin, bin_len) = map_file(&bin_path)?;
+        Self::checked(
+            Index::Mapped(idx),
+            idx_path,
+            Data::Mapped(bin),
+            bin_len,
+            bin_path,
+            unit,
+        )
+    }
+
+    /// The pair at an object-storage prefix: `.idx` fetched whole (its
+    /// open's head and tail reads, then the rest if any), `.bin` opened
+    /// (size and version) at the same time.
+    #[cfg(feature = "remote")]
+    fn open_remote(
+        path: &Path,
+        unit: Unit,
+        storage_options: &[(String, String)],
+    ) -> Result<Binidx> {
+        use std::sync::Arc;
+        use zt_remote::RemoteObject;
+
+        let (idx_path, bin_path) = paths(path);
+        let config = crate::remote::config(path, storage_options)?;
+        let url = |p: &Path| p.to_string_lossy().into_owned();
+        let (idx, bin) = std::thread::scope(|scope| {
+            let bin = scope.spawn(|| RemoteObject::open(&url(&bin_path), Arc::clone(&config)));
+            let idx = RemoteObject::open(&url(&idx_path), Arc::clone(&config))
+                .and_then(|o| o.read(0, o.len()));
+            (idx, bin.join().expect("opening an object does not panic"))
+        });
+        let idx = idx.map_err(|e| crate::remote::error(&idx_path, e))?;
+        let bin = bin.map_err(|e| crate::remote::error(&bin_path, e))?;
+        if idx.is_empty() {
+            return Err(refuse(&idx_path, "the index is empty"));
+        }
+        let bin_len = bin.len();
+        Self::checked(
+            Index::Fetched(idx),
+            idx_path,
+            Data::Remote {
+                bin: Arc::new(bin),
+                ranged: crate::ranged::Ranged::default(),
+            },
+            bin_len,
+            bin_path,
+            unit,
+        )
+    }
+
+    /// The pair over its bytes, once the index's header and counts are
+    /// checked against its size.
+    fn checked(
+        idx: Index,
+        idx_path: PathBuf,
+        bin: Data,
+        bin_len: u64,
+        bin_path: PathBuf,
+        unit: Unit,
+    ) -> Result<Binidx> {
+        let idx_len = idx.len() as u64;
         if idx_len < HEADER || &idx[..9] != MAGIC {
             return Err(refuse(
                 &idx_path,
@@ -150,10 +264,10 @@ impl Binidx {
                 ))
             }
         }
-        let (bin, _) = map_file(&bin_path)?;
         let out = Binidx {
             idx,
             bin,
+            bin_len,
             bin_path,
             idx_path,
             itemsize,
@@ -194,7 +308,7 @@ impl Binidx {
     /// Sequence `i`'s bytes in `.bin`: `(offset, length)`, checked.
     fn sequence_span(&self, i: u64) -> Result<(u64, u64)> {
         let (length, pointer) = (self.length(i), self.pointer(i));
-        let bin_len = self.bin.as_ref().map_or(0, |m| m.len() as u64);
+        let bin_len = self.bin_len;
         let span = u64::try_from(length)
             .ok()
             .zip(u64::try_from(pointer).ok())
@@ -259,19 +373,60 @@ impl Binidx {
         }
     }
 
+    /// True when `.bin` is read from object storage.
+    pub(crate) fn is_remote(&self) -> bool {
+        !matches!(self.bin, Data::Mapped(_))
+    }
+
+    /// The checked spans of `idxs` in `.bin`.
+    fn spans(&self, idxs: &[u64]) -> Result<Vec<(u64, u64)>> {
+        self.check(idxs)?;
+        idxs.iter().map(|&i| self.span(i)).collect()
+    }
+
+    /// Start fetching the tokens a gather of exactly `idxs` reads (object
+    /// storage; nothing to do for a mapped `.bin`).
+    pub(crate) fn fetch_ahead(&self, idxs: &[u64]) -> Result<()> {
+        #[cfg(feature = "remote")]
+        if let Data::Remote { bin, ranged } = &self.bin {
+            let spans = self.spans(idxs)?;
+            return ranged.start(
+                &self.bin_path,
+                idxs,
+                vec![(std::sync::Arc::clone(bin), spans)],
+            );
+        }
+        let _ = idxs;
+        Ok(())
+    }
+
     pub(crate) fn gather_ragged_into(
         &self,
         idxs: &[u64],
         mut words: Vec<u64>,
     ) -> Result<RaggedBatch> {
-        self.check(idxs)?;
-        let spans = idxs
-            .iter()
-            .map(|&i| self.span(i))
-            .collect::<Result<Vec<_>>>()?;
+        let spans = self.spans(idxs)?;
         let total: u64 = spans.iter().map(|s| s.1).sum();
         let total =
             usize::try_from(total).map_err(|_| Error::invalid("a gather larger than memory"))?;
+        // Object storage: every span fetched now (or taken from the fetch
+        // started ahead), one buffer per span.
+        let fetched: Option<Vec<Vec<u8>>> = match &self.bin {
+            Data::Mapped(_) => None,
+            #[cfg(feature = "remote")]
+            Data::Remote { bin, ranged } => {
+                let mut got = ranged.fetch(&self.bin_path, idxs, || {
+                    vec![(std::sync::Arc::clone(bin), spans.clone())]
+                })?;
+                let got = got.pop().unwrap_or_default();
+                if got.len() != spans.len()
+                    || got.iter().zip(&spans).any(|(g, s)| g.len() as u64 != s.1)
+                {
+                    return Err(Error::invalid("a fetch returned other ranges than asked"));
+                }
+                Some(got)
+            }
+        };
         words.clear();
         words
             .try_reserve_exact(total.div_ceil(8))
@@ -286,11 +441,19 @@ impl Binidx {
         offsets.push(0);
         // SAFETY: `words` holds `total.div_ceil(8)` initialized u64s.
         let bytes = unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr() as *mut u8, total) };
-        let data = self.bin.as_deref().unwrap_or(&[]);
+        let data = match &self.bin {
+            Data::Mapped(map) => map.as_deref().unwrap_or(&[]),
+            #[cfg(feature = "remote")]
+            Data::Remote { .. } => &[],
+        };
         let mut cursor = 0usize;
-        for &(at, n) in &spans {
+        for (j, &(at, n)) in spans.iter().enumerate() {
             let (at, n) = (at as usize, n as usize);
-            bytes[cursor..cursor + n].copy_from_slice(&data[at..at + n]);
+            let record = match &fetched {
+                Some(got) => &got[j][..],
+                None => &data[at..at + n],
+            };
+            bytes[cursor..cursor + n].copy_from_slice(record);
             cursor += n;
             offsets.push(cursor as u64);
             shapes.push((n as u64) / self.itemsize);

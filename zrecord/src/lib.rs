@@ -46,6 +46,8 @@ pub mod json;
 pub mod layout;
 pub mod mds;
 mod msgpack;
+#[cfg(feature = "remote")]
+mod ranged;
 pub mod reader;
 pub mod remote;
 pub mod samples;

@@ -208,14 +208,14 @@ impl Reader {
         storage_options: &[(String, String)],
     ) -> Result<Reader> {
         let path = path.as_ref();
-        if !crate::remote::is_url(path) && crate::binidx::is_binidx(path) {
+        if crate::binidx::is_binidx(path) {
             if dense == Some(true) {
                 return Err(Error::invalid(format!(
                     "{} is a Megatron indexed dataset, which is Ragged",
                     path.display()
                 )));
             }
-            return Self::open_binidx(path, crate::binidx::Unit::Sequence);
+            return Self::open_binidx_at(path, crate::binidx::Unit::Sequence, storage_options);
         }
         if is_manifest(path) {
             return crate::dataset::open_manifest(path, dense, storage_options);
@@ -292,8 +292,19 @@ impl Reader {
     /// `PREFIX.bin`) as a Ragged source of rank 1 whose records are its
     /// sequences or its documents (see [`crate::binidx`]).
     pub fn open_binidx(path: impl AsRef<Path>, unit: crate::binidx::Unit) -> Result<Reader> {
+        Self::open_binidx_at(path, unit, &[])
+    }
+
+    /// [`Reader::open_binidx`] of a local pair or of one in object storage
+    /// (`s3://bucket/PREFIX`, read with `storage_options`): `.idx` fetched
+    /// once, `.bin` read by ranges per gather.
+    pub fn open_binidx_at(
+        path: impl AsRef<Path>,
+        unit: crate::binidx::Unit,
+        storage_options: &[(String, String)],
+    ) -> Result<Reader> {
         let path = path.as_ref();
-        let binidx = crate::binidx::Binidx::open(path, unit)?;
+        let binidx = crate::binidx::Binidx::open(path, unit, storage_options)?;
         let schema = Schema::ragged(binidx.typestr, 1)?;
         let header = Header {
             length: binidx.len(),
@@ -490,14 +501,15 @@ impl Reader {
         Ok((loc, &data[loc.offset as usize..end as usize]))
     }
 
-    /// True for a store in object storage (whose gathers wait on the
-    /// network, and which [`Reader::fetch_ahead`] speeds up).
+    /// True for a store or a Megatron corpus in object storage (whose
+    /// gathers wait on the network, and which [`Reader::fetch_ahead`]
+    /// speeds up).
     pub fn is_remote(&self) -> bool {
         #[cfg(feature = "remote")]
         if let Bytes::Remote(_) = &self.bytes {
             return true;
         }
-        false
+        self.binidx_of().is_some_and(|b| b.is_remote())
     }
 
     /// Start fetching the records a gather of exactly `idxs` will read, so
@@ -513,7 +525,9 @@ impl Reader {
             self.check_indices(idxs)?;
             return objects.fetch_ahead(self, idxs);
         }
-        let _ = idxs;
+        if let Some(binidx) = self.binidx_of() {
+            return binidx.fetch_ahead(idxs);
+        }
         Ok(())
     }
 

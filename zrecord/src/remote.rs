@@ -25,6 +25,10 @@
 
 use std::path::Path;
 
+/// The same URL, configuration and error mapping for the other sources
+/// read from object storage (a Megatron `.bin`, `crate::binidx`).
+#[cfg(feature = "remote")]
+pub(crate) use enabled::{config, error};
 #[cfg(feature = "remote")]
 pub use enabled::{open, publish, read_small, write_small, Objects};
 
@@ -67,7 +71,7 @@ pub fn write_small(
 }
 
 #[cfg(not(feature = "remote"))]
-fn unsupported(path: &Path) -> Error {
+pub(crate) fn unsupported(path: &Path) -> Error {
     Error::Remote {
         path: path.into(),
         kind: RemoteKind::Unsupported,
@@ -101,7 +105,7 @@ mod enabled {
     /// cancelled past it.
     const AHEAD_BYTES: u64 = 1 << 30;
 
-    fn error(path: &Path, e: zt_remote::Error) -> Error {
+    pub(crate) fn error(path: &Path, e: zt_remote::Error) -> Error {
         let kind = match e.kind {
             ErrorKind::NotFound => return Error::NotFound { path: path.into() },
             ErrorKind::Memory { bytes } => {
@@ -128,7 +132,10 @@ mod enabled {
         })
     }
 
-    fn config(path: &Path, storage_options: &[(String, String)]) -> Result<Arc<RemoteConfig>> {
+    pub(crate) fn config(
+        path: &Path,
+        storage_options: &[(String, String)],
+    ) -> Result<Arc<RemoteConfig>> {
         RemoteConfig::from_options(storage_options)
             .map(Arc::new)
             .map_err(|e| error(path, e))
