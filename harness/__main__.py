@@ -21,6 +21,7 @@ from . import (
     load_into_bench,
     loader_bench,
     open_bench,
+    quant_bench,
     ranks_bench,
     ranks_load_bench,
     read_bench,
@@ -55,6 +56,12 @@ COMPARISONS = {
         dict(size_mb=512, runs=7),
         load_into_bench.run,
         load_into_bench.header,
+    ),
+    "quant": (
+        dict(out_mb=16, runs=2),
+        dict(out_mb=256, runs=5),
+        quant_bench.run,
+        quant_bench.header,
     ),
     "copy": (
         dict(size_mb=64, runs=3),
