@@ -150,10 +150,15 @@ class Tensor(_zt.BufferExporter):
     def dequantize(self) -> np.ndarray:
         """The values as a writable float32 array of the tensor's shape.
 
-        For GGUF block types (``layout`` ``gguf.q4_0/1`` ... ``gguf.q6_k/1``:
-        Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K-Q6_K), bit for bit what
-        ``gguf.quants.dequantize`` returns; dense f32/f16/bf16 tensors are
-        converted. Other types raise ``zt.FormatError``.
+        For GGUF block types (``layout`` ``gguf.<type>/1``), every type
+        gguf-py 0.19 dequantizes (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K-Q6_K,
+        IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ4_NL, IQ4_XS,
+        TQ1_0, TQ2_0, MXFP4, NVFP4), bit for bit what
+        ``gguf.quants.dequantize`` returns, computed in Rust on the cores the
+        output size warrants without holding the GIL; dense f32/f16/bf16
+        tensors are converted. Other types (Q8_1, Q8_K, which gguf-py does
+        not dequantize either) raise ``zt.FormatError`` (rule
+        ``gguf.Dequant``).
         """
         return np.asarray(self._native._dequantize())
 
