@@ -22,7 +22,8 @@
 //! - every block type of [`types::TYPES`] is an object with layout
 //!   `gguf.<type>/1`, one part `data` (u8, shape `[nbytes]`) holding the
 //!   blocks verbatim, and attributes `ggml_type`, `elems_per_block`,
-//!   `block_bytes`. [`dequantize`] turns the common ones into f32;
+//!   `block_bytes`. [`dequantize`] turns every type gguf-py dequantizes
+//!   into f32, bit for bit as gguf-py;
 //! - a type id zt does not know fails only that tensor: its object has
 //!   layout `gguf.unknown/1`, attribute `ggml_type`, and a part whose read
 //!   fails with [`Error::UnsupportedDType`]. Its byte size is unknown, so it
