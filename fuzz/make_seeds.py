@@ -98,8 +98,8 @@ def gguf_seeds() -> None:
     gguf_write(d / "be.gguf", GGUFEndian.BIG, None, plain + q4)
     gguf_write(d / "align8-kquant.gguf", GGUFEndian.LITTLE, 8, k)
     # One block of every type zt dequantizes (the dequantize kernels' seeds).
-    every = [Q.Q5_0, Q.Q5_1, Q.Q8_0, Q.Q2_K, Q.Q6_K, Q.IQ2_XXS, Q.IQ2_XS, Q.IQ2_S, Q.IQ3_XXS, Q.IQ3_S]
-    every += [Q.IQ1_S, Q.IQ1_M, Q.IQ4_NL, Q.IQ4_XS, Q.TQ1_0, Q.TQ2_0, Q.MXFP4, Q.NVFP4]
+    every = [Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0, Q.Q2_K, Q.Q3_K, Q.Q5_K, Q.Q6_K, Q.IQ2_XXS, Q.IQ2_XS, Q.IQ2_S]
+    every += [Q.IQ3_XXS, Q.IQ3_S, Q.IQ1_S, Q.IQ1_M, Q.IQ4_NL, Q.IQ4_XS, Q.TQ1_0, Q.TQ2_0, Q.MXFP4, Q.NVFP4]
     blocks = [
         (t.name.lower(), rng.integers(0, 256, size=(1, gguf.GGML_QUANT_SIZES[t][1]), dtype=np.uint8), t) for t in every
     ]

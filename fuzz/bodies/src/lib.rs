@@ -178,6 +178,13 @@ fn read_all(source: &Source, whole: bool) {
     }
     if whole {
         let _ = zt::container::verify::verify(source, false);
+        // GGUF block tensors through their dequantize kernels (bounded by
+        // the tight limits' decoded_bytes before any output is allocated).
+        for tensor in source.tensors() {
+            if tensor.layout().starts_with("gguf.") {
+                let _ = zt::formats::gguf::dequantize_with(&tensor, source.limits());
+            }
+        }
     }
 }
 
