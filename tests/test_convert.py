@@ -160,6 +160,7 @@ def big_source(tmp_path_factory):
         ("dcp", {"format": "dcp"}),
         ("td", {"format": "tensordict"}),
         ("td.bin", {"format": "tensordict-consolidated"}),
+        ("o.h5", {}),
     ],
 )
 def test_a_conversion_holds_a_tensor_and_a_window_not_the_source(big_source, tmp, out, kwargs):

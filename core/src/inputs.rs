@@ -334,3 +334,40 @@ impl Inputs for SourceInputs<'_> {
         *ahead = ReadAhead::in_order(full, position);
     }
 }
+
+/// Some of another [`Inputs`]' tensors, in the order given (a shard of a
+/// sharded write): index `k` here is `indexes[k]` there.
+pub struct Subset<'i> {
+    inner: &'i dyn Inputs,
+    indexes: &'i [usize],
+}
+
+impl<'i> Subset<'i> {
+    /// The tensors `indexes` of `inner`.
+    pub fn new(inner: &'i dyn Inputs, indexes: &'i [usize]) -> Self {
+        Subset { inner, indexes }
+    }
+}
+
+impl Inputs for Subset<'_> {
+    fn len(&self) -> usize {
+        self.indexes.len()
+    }
+
+    fn meta(&self, i: usize) -> InputMeta<'_> {
+        self.inner.meta(self.indexes[i])
+    }
+
+    fn bytes(&self, i: usize) -> Result<Cow<'_, [u8]>> {
+        self.inner.bytes(self.indexes[i])
+    }
+
+    fn release(&self, i: usize) {
+        self.inner.release(self.indexes[i]);
+    }
+
+    fn will_fetch_in(&self, order: &[usize]) {
+        let theirs: Vec<usize> = order.iter().map(|&i| self.indexes[i]).collect();
+        self.inner.will_fetch_in(&theirs);
+    }
+}

@@ -18,7 +18,7 @@ use std::path::Path;
 use zt_core::catalog::Value;
 use zt_core::dtype::DType;
 use zt_core::error::{Context, Error, Result};
-use zt_core::write::TensorIn;
+use zt_core::inputs::{InputMeta, Inputs};
 use zt_core::Rule;
 
 use super::encode::{self, Bytes, Datatype, GlobalHeap, Message, Space, CONSTANT, UNDEF};
@@ -56,7 +56,7 @@ pub fn ml_dtype_named(name: &str) -> Option<DType> {
 /// HDF5 holds its bytes opaquely.
 fn datatype(
     ctx: &Context,
-    t: &TensorIn<'_>,
+    t: InputMeta<'_>,
     layout: Layout,
 ) -> Result<(Datatype, Option<&'static str>)> {
     let int = |size, signed| Datatype::Int { size, signed };
@@ -133,7 +133,7 @@ fn flatten<'g, 't>(group: &'g Group<'t>, out: &mut Vec<Flat<'g, 't>>) -> usize {
 
 /// Everything but the tensors' bytes, placed.
 pub struct Plan<'t> {
-    tensors: &'t [TensorIn<'t>],
+    tensors: &'t dyn Inputs,
     /// Each tensor's data address (`UNDEF` for no bytes).
     addrs: Vec<u64>,
     /// Object headers then heap collections, from `meta_at`.
@@ -145,15 +145,16 @@ pub struct Plan<'t> {
 /// Place `tensors` and `metadata` as one file.
 pub fn plan<'t>(
     ctx: &Context,
-    tensors: &'t [TensorIn<'t>],
+    tensors: &'t dyn Inputs,
     metadata: &'t [(String, Value)],
     layout: Layout,
 ) -> Result<Plan<'t>> {
     let mut root = Group::default();
     let mut placed = Vec::with_capacity(tensors.len());
     let mut at = DATA_ALIGN;
-    for (i, t) in tensors.iter().enumerate() {
-        t.check(ctx)?;
+    for i in 0..tensors.len() {
+        let t = tensors.meta(i);
+        let len = t.nbytes(ctx)?;
         if t.shape.len() > MAX_RANK {
             return Err(Error::Write {
                 rule: rules::NAME,
@@ -166,7 +167,6 @@ pub fn plan<'t>(
         }
         root.insert(ctx, t.name, i)?;
         let (ty, marker) = datatype(ctx, t, layout)?;
-        let len = t.data.len() as u64;
         let addr = if len == 0 {
             UNDEF
         } else {
@@ -414,9 +414,9 @@ fn list_type(items: &[Value]) -> Option<Datatype> {
     })
 }
 
-/// Write the planned file through `w`, each tensor's bytes from the
-/// caller's memory.
-pub fn write(plan: &Plan<'_>, w: &mut impl Write) -> std::io::Result<()> {
+/// Write the planned file through `w` (a file at `path`, named in errors),
+/// each tensor fetched as it is reached and released once written.
+pub fn write(plan: &Plan<'_>, w: &mut impl Write, path: &Path) -> Result<()> {
     const ZEROS: [u8; DATA_ALIGN as usize] = [0; DATA_ALIGN as usize];
     let mut at = 0u64;
     let pad_to = |w: &mut dyn Write, at: &mut u64, to: u64| -> std::io::Result<()> {
@@ -427,23 +427,28 @@ pub fn write(plan: &Plan<'_>, w: &mut impl Write) -> std::io::Result<()> {
         }
         Ok(())
     };
-    w.write_all(&plan.superblock)?;
+    let io = |e| Error::io(path, e);
+    let ctx = Context::file(path);
+    w.write_all(&plan.superblock).map_err(io)?;
     at += plan.superblock.len() as u64;
-    for (t, &addr) in plan.tensors.iter().zip(&plan.addrs) {
+    for (i, &addr) in plan.addrs.iter().enumerate() {
         if addr == UNDEF {
             continue;
         }
-        pad_to(w, &mut at, addr)?;
-        w.write_all(t.data)?;
-        at += t.data.len() as u64;
+        pad_to(w, &mut at, addr).map_err(io)?;
+        let data = plan.tensors.fetch(i, &ctx)?;
+        w.write_all(&data).map_err(io)?;
+        at += data.len() as u64;
+        drop(data);
+        plan.tensors.release(i);
     }
-    pad_to(w, &mut at, plan.meta_at)?;
-    w.write_all(&plan.meta)
+    pad_to(w, &mut at, plan.meta_at).map_err(io)?;
+    w.write_all(&plan.meta).map_err(io)
 }
 
 /// Publish one HDF5 file at `path`.
 pub fn publish(
-    tensors: &[TensorIn<'_>],
+    tensors: &dyn Inputs,
     metadata: &[(String, Value)],
     path: &Path,
     layout: Layout,
@@ -451,5 +456,5 @@ pub fn publish(
 ) -> Result<u64> {
     let ctx = Context::file(path);
     let plan = plan(&ctx, tensors, metadata, layout)?;
-    zt_core::publish::publish_with(path, durable, |w| write(&plan, w))
+    zt_core::publish::publish_reading(path, durable, |w| write(&plan, w, path))
 }

@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use serde_json::{json, Map, Value as Json};
 use zt_core::catalog::Value;
 use zt_core::error::{Context, Error, Result};
+use zt_core::inputs::{Inputs, Subset};
 use zt_core::publish::{publish, sync_dir, sync_files, Staging};
-use zt_core::write::TensorIn;
 
 use super::{file, Layout};
 use crate::h5::rules;
@@ -59,11 +59,12 @@ fn names(path: &Path) -> (PathBuf, String) {
 /// Keras's split: in order, a new shard when the running size would pass
 /// `max`; a single variable larger than `max` is refused, as Keras
 /// refuses it.
-fn split(ctx: &Context, tensors: &[TensorIn<'_>], max: u64) -> Result<Vec<Vec<usize>>> {
+fn split(ctx: &Context, tensors: &dyn Inputs, max: u64) -> Result<Vec<Vec<usize>>> {
     let mut shards: Vec<Vec<usize>> = vec![Vec::new()];
     let mut current = 0u64;
-    for (i, t) in tensors.iter().enumerate() {
-        let size = t.data.len() as u64;
+    for i in 0..tensors.len() {
+        let t = tensors.meta(i);
+        let size = t.nbytes(ctx)?;
         if size > max {
             return Err(Error::Write {
                 rule: rules::KERAS,
@@ -87,7 +88,7 @@ fn split(ctx: &Context, tensors: &[TensorIn<'_>], max: u64) -> Result<Vec<Vec<us
 /// moved beside the index, the index published last (so an index never
 /// names a shard not in place). Returns the bytes written.
 pub fn publish_sharded(
-    tensors: &[TensorIn<'_>],
+    tensors: &dyn Inputs,
     metadata: &[(String, Value)],
     path: &Path,
     max: u64,
@@ -95,8 +96,10 @@ pub fn publish_sharded(
 ) -> Result<u64> {
     let ctx = Context::file(path);
     let (index, base) = names(path);
-    for t in tensors {
-        t.check(&ctx)?;
+    let mut total = 0u64;
+    for i in 0..tensors.len() {
+        let t = tensors.meta(i);
+        total += t.nbytes(&ctx)?;
         check_name(&ctx, t.name)?;
     }
     let shards = split(&ctx, tensors, max)?;
@@ -108,13 +111,14 @@ pub fn publish_sharded(
     let mut weight_map: Vec<(String, Vec<String>)> = Vec::new();
     for (i, members) in shards.iter().enumerate() {
         let file_name = format!("{base}_{i:05}.weights.h5");
-        let shard: Vec<TensorIn<'_>> = members.iter().map(|&m| tensors[m]).collect();
+        let shard = Subset::new(tensors, members);
         let at = staging.path().join(&file_name);
         // The file attributes go in the first shard, with its groups.
         let meta = if i == 0 { metadata } else { &[] };
         bytes += file::publish(&shard, meta, &at, Layout::Keras, false)
             .map_err(|e| zt_core::shard::relabel(e, staging.path(), &dir))?;
-        for t in &shard {
+        for &m in members {
+            let t = tensors.meta(m);
             let group = format!("/{}", t.name.rsplit_once('/').map_or("", |(g, _)| g));
             match weight_map.iter_mut().find(|(g, _)| *g == group) {
                 Some((_, names)) if names.contains(&file_name) => {}
@@ -136,7 +140,6 @@ pub fn publish_sharded(
         sync_dir(&dir)?;
     }
     drop(staging);
-    let total: u64 = tensors.iter().map(|t| t.data.len() as u64).sum();
     let mut map = Map::new();
     for (group, names) in weight_map {
         map.insert(group, json!(names));
@@ -155,6 +158,7 @@ pub fn publish_sharded(
 mod tests {
     use super::*;
     use zt_core::dtype::DType;
+    use zt_core::write::TensorIn;
 
     #[test]
     fn names_follow_keras() {
@@ -166,17 +170,19 @@ mod tests {
 
     #[test]
     fn split_as_keras_splits() {
+        static SHAPES: [[u64; 1]; 7] = [[48], [12], [12], [12], [12], [12], [64]];
         let data = [0u8; 64];
-        let t = |n: usize| TensorIn {
+        let t = |shape: &'static [u64]| TensorIn {
             name: "vars/0",
             dtype: DType::U8,
-            shape: &[],
-            data: &data[..n],
+            shape,
+            data: &data[..shape[0] as usize],
         };
-        let ts = [t(48), t(12), t(12), t(12), t(12), t(12)];
-        let s = split(&Context::default(), &ts, 107).unwrap();
+        let ts: Vec<TensorIn<'_>> = SHAPES[..6].iter().map(|s| t(s)).collect();
+        let s = split(&Context::default(), &ts.as_slice(), 107).unwrap();
         assert_eq!(s, vec![vec![0, 1, 2, 3, 4], vec![5]]);
-        assert!(split(&Context::default(), &[t(64)], 63).is_err());
+        let big = [t(&SHAPES[6])];
+        assert!(split(&Context::default(), &big.as_slice(), 63).is_err());
     }
 
     #[test]

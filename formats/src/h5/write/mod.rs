@@ -20,6 +20,7 @@ use std::path::Path;
 
 use zt_core::catalog::Value;
 use zt_core::error::{Context, Error, Result};
+use zt_core::inputs::Inputs;
 use zt_core::write::{
     FormatOption, FormatOptions, FormatWriter, MetadataCaps, TensorIn, WriteOptions, WriterCaps,
 };
@@ -104,6 +105,22 @@ impl FormatWriter for H5Writer {
     fn write_arrays(
         &self,
         tensors: &[TensorIn<'_>],
+        metadata: Option<&[(String, Value)]>,
+        path: &Path,
+        options: &WriteOptions,
+    ) -> Result<u64> {
+        self.write_inputs(&tensors, metadata, path, options)
+    }
+
+    /// Streams: the file is placed from names and shapes, then each
+    /// tensor fetched as its dataset's bytes are written.
+    fn reads_ahead(&self) -> bool {
+        true
+    }
+
+    fn write_inputs(
+        &self,
+        tensors: &dyn Inputs,
         metadata: Option<&[(String, Value)]>,
         path: &Path,
         options: &WriteOptions,
