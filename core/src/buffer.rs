@@ -188,6 +188,13 @@ mod tests {
             );
         }
         assert_eq!(super::try_zeroed(&ctx, "x", 3).unwrap(), vec![0, 0, 0]);
+        for n in [u64::MAX, 1 << 62, isize::MAX as u64 / 4 + 1] {
+            let e = super::try_zeroed_f32(&ctx, "floats", n).unwrap_err();
+            assert!(matches!(e, crate::Error::Memory { .. }), "{e}");
+        }
+        assert_eq!(super::try_zeroed_f32(&ctx, "x", 3).unwrap(), vec![0.0; 3]);
+        let big = super::try_zeroed_f32(&ctx, "x", 3 << 20).unwrap();
+        assert!(big.len() == 3 << 20 && big.iter().all(|x| x.to_bits() == 0));
         let mut v = vec![1u8];
         assert!(super::try_reserve(&mut v, &ctx, "x", u64::MAX).is_err());
     }
