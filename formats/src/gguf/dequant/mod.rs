@@ -7,7 +7,8 @@
 //! (IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ4_NL, IQ4_XS,
 //! with the lattice tables in `grids`), `ternary` (TQ1_0, TQ2_0) and `fp4`
 //! (MXFP4, NVFP4); dense F32, F16 and BF16 tensors convert too. Types the
-//! table lists that gguf-py does not dequantize (Q8_1, Q8_K, Q1_0, Q2_0)
+//! table lists that gguf-py does not dequantize (Q8_1, Q8_K, Q1_0; Q2_0,
+//! of newer ggml, is not even a gguf-py type)
 //! are refused with `gguf.Dequant`: there is no reference to match.
 //!
 //! Each kernel is written per block over fixed-size arrays (so the bounds
