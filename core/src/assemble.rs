@@ -67,6 +67,15 @@ impl Decode for Assemble {
         self.describe
     }
 
+    /// A range reads only the chunks it meets; each stored chunk is read in
+    /// place, so a range costs about itself. A chunk that is itself
+    /// decoded is decoded whole for every range that meets it.
+    fn seeks(&self) -> bool {
+        self.pieces
+            .iter()
+            .all(|p| matches!(p.payload, Payload::Stored { .. }))
+    }
+
     /// Only the chunks the range meets are read, and only the range is
     /// allocated: a slice of a large sharded tensor costs the slice.
     fn decode_range(&self, start: u64, len: u64, limits: &Limits) -> Result<Vec<u8>> {

@@ -202,19 +202,30 @@ impl Cast {
                 }
             }
             Payload::Decoded { decoder, .. } => {
-                let src = if first == 0 && count == self.elements() {
-                    decoder.decode(limits)?
-                } else {
-                    decoder.decode_range(first * fs, count * fs, limits)?
-                };
-                if src.len() as u64 != count * fs {
-                    return Err(Error::Decode {
-                        rule: crate::rule::Rule::DECODED_LENGTH,
-                        ctx,
-                        reason: format!("decoded {} bytes, expected {}", src.len(), count * fs),
-                    });
+                // A decoder that seeks (a tensor assembled from stored
+                // chunks) is taken a piece at a time, so the cast holds one
+                // piece of the original, not all of it; another is decoded
+                // once.
+                let step = if decoder.seeks() { per_piece } else { count };
+                let mut at = 0u64;
+                while at < count {
+                    let n = (count - at).min(step.max(1));
+                    let src = if first + at == 0 && n == self.elements() {
+                        decoder.decode(limits)?
+                    } else {
+                        decoder.decode_range((first + at) * fs, n * fs, limits)?
+                    };
+                    if src.len() as u64 != n * fs {
+                        return Err(Error::Decode {
+                            rule: crate::rule::Rule::DECODED_LENGTH,
+                            ctx,
+                            reason: format!("decoded {} bytes, expected {}", src.len(), n * fs),
+                        });
+                    }
+                    let dst = &mut out[(at * ts) as usize..((at + n) * ts) as usize];
+                    cast_slice(self.from, self.to, &src, dst);
+                    at += n;
                 }
-                cast_slice(self.from, self.to, &src, &mut out);
             }
         }
         Ok(out)
@@ -228,6 +239,15 @@ impl Decode for Cast {
 
     fn describe(&self) -> &'static str {
         "cast"
+    }
+
+    /// A stored original is read a piece at a time; a decoded one as its
+    /// decoder seeks.
+    fn seeks(&self) -> bool {
+        match &self.payload {
+            Payload::Stored { .. } => true,
+            Payload::Decoded { decoder, .. } => decoder.seeks(),
+        }
     }
 
     /// Only the elements the range covers, when it starts and ends on

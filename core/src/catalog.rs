@@ -105,6 +105,13 @@ pub trait Decode: Send + Sync + fmt::Debug {
         let end = start.saturating_add(len).min(all.len() as u64) as usize;
         Ok(all[(start as usize).min(end)..end].to_vec())
     }
+    /// Whether [`Decode::decode_range`] costs about the range rather than
+    /// the whole stream, so a caller may take the stream a piece at a time
+    /// (a cast does, holding one piece of the original instead of all of
+    /// it). The default, which decodes everything per range, does not.
+    fn seeks(&self) -> bool {
+        false
+    }
 }
 
 /// Big-endian scalars at a file range, swapped to little-endian on read.

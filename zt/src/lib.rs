@@ -40,8 +40,8 @@ use std::path::Path;
 pub use zt_container as container;
 pub use zt_core::rule::{self, Rule};
 pub use zt_core::{
-    buffer, catalog, copy, dtype, error, format, limits, location, open as options, part, plugin,
-    publish, source, store, transform, write,
+    buffer, cast, catalog, copy, dtype, error, format, inputs, limits, location, open as options,
+    part, plugin, publish, source, store, transform, write,
 };
 pub use zt_formats as formats;
 pub use zt_formats::zip;

@@ -1586,3 +1586,62 @@ fn a_large_state_dict_reads_back_past_memo_frame_and_batch_bounds() {
         assert_eq!(&t.bytes().unwrap()[..], &data[..], "{name}");
     }
 }
+
+/// A cast of a tensor assembled from chunks is taken a piece at a time
+/// (the cast holds one piece of the original, not all of it): a 12 MiB f32
+/// tensor in two column chunks (each row crosses both), cast to bf16,
+/// equals the whole tensor's cast, element for element.
+#[test]
+fn a_cast_of_an_assembled_tensor_is_the_cast_of_the_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let (rows, cols) = (3072u64, 1024u64);
+    let value = |r: u64, c: u64| ((r * cols + c) as f32 * 0.37).sin() * 1e3;
+    let block = |c0: u64, c1: u64| f32s((0..rows).flat_map(|r| (c0..c1).map(move |c| value(r, c))));
+    let mut r0 = DistCp::new("__0_0.distcp");
+    let mut r1 = DistCp::new("__1_0.distcp");
+    let half = cols / 2;
+    let storage = vec![
+        r0.push("model.big", &[0, 0], &[rows, half], None, &block(0, half)),
+        r1.push(
+            "model.big",
+            &[0, half],
+            &[rows, half],
+            None,
+            &block(half, cols),
+        ),
+    ];
+    let fixture = Fixture {
+        tensors: vec![TensorEntry {
+            fqn: "model.big",
+            dtype: "float32",
+            size: vec![rows, cols],
+            chunks: vec![
+                (vec![0, 0], vec![rows, half]),
+                (vec![0, half], vec![rows, half]),
+            ],
+        }],
+        storage,
+        files: vec![r0, r1],
+    };
+    fixture.write(dir.path());
+    let src = zt::open(dir.path()).unwrap();
+    let cast = src
+        .transform(&zt::Transform {
+            dtype: Some(zt::DType::BF16),
+            ..zt::Transform::default()
+        })
+        .unwrap();
+    let got = cast
+        .tensor("model.big")
+        .unwrap()
+        .data()
+        .unwrap()
+        .bytes()
+        .unwrap();
+    let want: Vec<u8> = (0..rows)
+        .flat_map(|r| (0..cols).map(move |c| value(r, c)))
+        .flat_map(|x| zt::cast::f32_to_bf16(x).to_le_bytes())
+        .collect();
+    assert_eq!(got.len(), want.len());
+    assert!(got[..] == want[..]);
+}
