@@ -2,8 +2,11 @@
 //! (codebook indices into the lattice grids of [`super::grids`], with sign
 //! bits), IQ4_NL and IQ4_XS (a non-linear 16-entry codebook). The math is
 //! gguf-py 0.19 `quants.py`'s, operation for operation: for the signed
-//! grids `(db * grid) * sign` with `sign` = ±1.0 (a multiply, as numpy's,
-//! so even a NaN scale's bits agree), for IQ1 `dl * (grid + delta)`.
+//! grids `(db * grid) * sign` with `sign` = ±1.0, for IQ1
+//! `dl * (grid + delta)`. Every value's bits agree with gguf-py's except a
+//! NaN's sign under a negative sign (LLVM may turn the multiply by -1.0
+//! into a negation, which flips it; numpy's multiply keeps it): NaN where
+//! gguf-py has NaN, as the tests compare.
 
 use super::f16_at;
 use super::grids::{IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS};
