@@ -8,6 +8,7 @@
 mod convert;
 mod diff;
 mod json_out;
+mod onnx_data;
 mod out;
 mod progress;
 
@@ -46,6 +47,8 @@ struct Cli {
     command: Command,
 }
 
+// Parsed once per process: Convert's many options cost nothing boxed or not.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// List tensors: name, dtype, shape, bytes, offset.
@@ -115,6 +118,23 @@ enum Command {
         /// f64, rounding as torch does; other tensors are unchanged.
         #[arg(long, value_name = "DTYPE")]
         dtype: Option<String>,
+        /// ONNX to ONNX: move the model's tensors (initializers, Constant
+        /// values) of at least --threshold bytes into an external data file
+        /// beside OUT, rewriting the protobuf without loading it.
+        #[arg(long, conflicts_with = "inline")]
+        external_data: bool,
+        /// With --external-data: the data file, relative to OUT's directory
+        /// (default: OUT's file name + .data).
+        #[arg(long, value_name = "FILE", requires = "external_data")]
+        location: Option<String>,
+        /// With --external-data: the smallest tensor moved out (bytes, or
+        /// with KB/MB/KiB/...; default 1024, as onnx).
+        #[arg(long, value_name = "SIZE", requires = "external_data")]
+        threshold: Option<String>,
+        /// ONNX to ONNX: write every tensor's external data back into the
+        /// model (refused past protobuf's 2 GB limit).
+        #[arg(long)]
+        inline: bool,
         /// Draw a progress line on stderr even when it is not a terminal.
         #[arg(long, conflicts_with = "no_progress")]
         progress: bool,
@@ -220,27 +240,58 @@ fn dispatch(cli: Cli) -> u8 {
             strip_prefix,
             rename,
             dtype,
+            external_data,
+            location,
+            threshold,
+            inline,
             progress,
             no_progress,
         } => {
             let out = paths.pop().expect("clap requires two paths");
-            let show_progress = progress || (!no_progress && std::io::stderr().is_terminal());
-            write_options(align.as_deref(), compress.as_deref()).and_then(|options| {
-                let options = WriteOptions {
-                    files: dcp_files,
-                    ..options
+            if external_data || inline {
+                let others = [
+                    ("--max-shard-size", max_shard_size.is_some()),
+                    ("--to", to.is_some()),
+                    ("--dcp-files", dcp_files.is_some()),
+                    ("--ranks", ranks),
+                    ("--align", align.is_some()),
+                    ("--compress", compress.is_some()),
+                    ("--select", !select.is_empty()),
+                    ("--strip-prefix", strip_prefix.is_some()),
+                    ("--rename", !rename.is_empty()),
+                    ("--dtype", dtype.is_some()),
+                ];
+                let request = onnx_data::Request {
+                    inline,
+                    location: location.as_deref(),
+                    threshold: threshold.as_deref(),
+                    others: others.iter().filter(|o| o.1).map(|o| o.0).collect(),
                 };
-                convert::run(&convert::Request {
-                    inputs: &paths,
-                    out: &out,
-                    options: &options,
-                    max_shard_size: convert::shard_size(max_shard_size.as_deref())?,
-                    to: to.as_deref(),
-                    transform: convert::transform(select, strip_prefix, &rename, dtype.as_deref())?,
-                    ranks,
-                    show_progress,
+                onnx_data::run(&paths, &out, &request)
+            } else {
+                let show_progress = progress || (!no_progress && std::io::stderr().is_terminal());
+                write_options(align.as_deref(), compress.as_deref()).and_then(|options| {
+                    let options = WriteOptions {
+                        files: dcp_files,
+                        ..options
+                    };
+                    convert::run(&convert::Request {
+                        inputs: &paths,
+                        out: &out,
+                        options: &options,
+                        max_shard_size: convert::shard_size(max_shard_size.as_deref())?,
+                        to: to.as_deref(),
+                        transform: convert::transform(
+                            select,
+                            strip_prefix,
+                            &rename,
+                            dtype.as_deref(),
+                        )?,
+                        ranks,
+                        show_progress,
+                    })
                 })
-            })
+            }
         }
         Command::Detect { file, json } => zt::detect(&file).and_then(|f| {
             if json {

@@ -23,6 +23,7 @@ mod cli;
 mod dataloader;
 mod dlpack;
 mod loader;
+mod onnx_data;
 mod tables;
 mod tensor;
 mod writers;
@@ -394,6 +395,7 @@ fn _zt(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(copy_threads, m)?)?;
     m.add("COPY_THREAD_BYTES", zt::copy::THREAD_BYTES)?;
     m.add_function(wrap_pyfunction!(convert, m)?)?;
+    m.add_function(wrap_pyfunction!(onnx_data::onnx_external_data, m)?)?;
     m.add_function(wrap_pyfunction!(remote_stats, m)?)?;
     m.add_function(wrap_pyfunction!(writers::save, m)?)?;
     m.add_function(wrap_pyfunction!(writers::parse_shard_size, m)?)?;

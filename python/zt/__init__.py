@@ -242,6 +242,9 @@ def convert(
     dtype: object = None,
     ranks: bool = False,
     dcp_files: int | None = None,
+    external_data: bool | None = None,
+    location: str | None = None,
+    threshold: int | str | None = None,
 ) -> int:
     """Convert a file (or several, read as one source, or a :class:`Source`
     already opened: ``zt.open_ranks(files)``) to ``dst``; the extension of
@@ -269,7 +272,20 @@ def convert(
     a torch or numpy dtype) casts every floating tensor, rounding as torch
     does (to nearest, ties to even); integer and bool tensors are
     unchanged. The cast is read and written a piece at a time, so memory
-    stays bounded by the largest tensor. Returns the bytes written."""
+    stays bounded by the largest tensor. Returns the bytes written.
+
+    ``external_data`` rewrites an ONNX model to an ONNX model, its graph
+    untouched: ``True`` moves every initializer and ``Constant`` tensor of
+    at least ``threshold`` bytes (default 1024, or ``"1KB"``) into the data
+    file ``location`` beside ``dst`` (default ``dst``'s name + ``.data``; a
+    location leaving ``dst``'s directory is a :class:`FormatError` and
+    nothing is written); ``False`` writes every external tensor back into
+    the model (a :class:`FormatError` past protobuf's 2 GB limit). The
+    protobuf is rewritten on the wire, never built in memory."""
+    if external_data is not None:
+        return _onnx_external_data(src, dst, external_data, location, threshold, locals())
+    if location is not None or threshold is not None:
+        raise ValueError("location and threshold go with external_data=True")
     if isinstance(src, (str, bytes, os.PathLike)):
         src = [src]
     from ._write import shard_size
@@ -299,6 +315,43 @@ def convert(
         ranks,
         dcp_files,
     )
+
+
+def _onnx_external_data(
+    src: object,
+    dst: PathLike,
+    external: bool,
+    location: str | None,
+    threshold: int | str | None,
+    given: dict,
+) -> int:
+    """``convert(..., external_data=...)``: one ONNX model rewritten."""
+    defaults = {
+        "align": None,
+        "compression": None,
+        "storage_options": None,
+        "format": None,
+        "max_shard_size": None,
+        "select": None,
+        "rename": None,
+        "dtype": None,
+        "ranks": False,
+        "dcp_files": None,
+    }
+    others = [k for k, v in defaults.items() if given[k] != v]
+    if others:
+        raise ValueError(f"external_data rewrites an ONNX model as it is; it takes no {others[0]}")
+    if not isinstance(src, (str, bytes, os.PathLike)):
+        raise ValueError("external_data takes one ONNX model path")
+    if not external and (location is not None or threshold is not None):
+        raise ValueError("location and threshold go with external_data=True")
+    from ._write import shard_size
+
+    if threshold is None or (isinstance(threshold, int) and not isinstance(threshold, bool) and threshold >= 0):
+        min_bytes = threshold
+    else:
+        min_bytes = shard_size(threshold)
+    return _zt.onnx_external_data(os.fspath(src), os.fspath(dst), bool(external), location, min_bytes)
 
 
 def _cast_name(dtype: object) -> str | None:

@@ -59,6 +59,7 @@
 //! are split into coordinates on demand.
 
 mod external;
+pub mod rewrite;
 pub mod rules;
 mod tensor;
 pub mod wire;

@@ -15,6 +15,21 @@ pub const EXTERNAL: Rule = Rule::new("onnx.External");
 /// An ONNX feature zt does not read (segmented tensors).
 pub const UNSUPPORTED: Rule = Rule::new("onnx.Unsupported");
 
+/// An external data location for an output that is not plain relative
+/// names inside the output's directory (or the output itself).
+pub const LOCATION: Rule = Rule::new("onnx.Location");
+/// An output model past protobuf's 2 GB message limit.
+pub const PROTOBUF_LIMIT: Rule = Rule::new("onnx.ProtobufLimit");
+
 /// Every `onnx.*` rule: the registry's tests check that names are unique
 /// across plugins and carry the prefix.
-pub const RULES: &[Rule] = &[PROTOBUF, TENSOR, SIZE, SPARSE, EXTERNAL, UNSUPPORTED];
+pub const RULES: &[Rule] = &[
+    PROTOBUF,
+    TENSOR,
+    SIZE,
+    SPARSE,
+    EXTERNAL,
+    UNSUPPORTED,
+    LOCATION,
+    PROTOBUF_LIMIT,
+];

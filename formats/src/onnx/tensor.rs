@@ -225,6 +225,11 @@ impl TensorInfo {
         Ok(())
     }
 
+    /// True when `data_location` says the bytes are in an external file.
+    pub fn is_external(&self) -> bool {
+        self.location == 1
+    }
+
     /// True for a STRING tensor, which zt lists as skipped instead of reading.
     pub fn is_string(&self) -> bool {
         self.data_type == STRING
