@@ -209,28 +209,13 @@ impl Registry {
         options: &WriteOptions,
     ) -> Result<u64> {
         crate::write::check_request(writer, path, options, None)?;
-        // A writer named by no extension and with no sharded form writes a
-        // directory of its own (DCP), which is published by rename only.
-        if crate::location::is_url(path)
-            && writer.extensions().is_empty()
-            && writer.shard_layout().is_none()
-        {
-            return Err(Error::Write {
-                rule: Rule::WRITE_FORMAT,
-                ctx: Context::file(path),
-                reason: format!(
-                    "{} output is a directory, written locally only (not to object storage yet)",
-                    writer.name()
-                ),
-            });
-        }
         // A whole read: queue the source's bytes in file order first (advice
         // only: a failure to advise is no reason to fail the conversion),
         // unless the writer reads ahead as it writes.
         if !writer.reads_ahead() {
             let _ = source.read_ahead_all();
         }
-        crate::publish::to_location(path, &options.storage_options, |local| {
+        crate::shard::to_destination(writer, path, &options.storage_options, |local| {
             writer.write(source, local, options)
         })
     }

@@ -456,6 +456,91 @@ fn build_and_publish(
     out
 }
 
+/// `write` (which writes `writer`'s output at the local path it is given,
+/// published there as every writer does) published at `dest`: a local
+/// path, or a URL, where a file is uploaded whole once written and a
+/// directory output ([`FormatWriter::directory_index`]) file by file, its
+/// index last ([`write_dir_then_upload`]). Returns what `write` returned.
+pub fn to_destination(
+    writer: &dyn crate::write::FormatWriter,
+    dest: &Path,
+    storage_options: &[(String, String)],
+    write: impl FnOnce(&Path) -> Result<u64>,
+) -> Result<u64> {
+    match writer.directory_index() {
+        Some(index) if is_url(dest) => write_dir_then_upload(dest, index, storage_options, write),
+        _ => crate::publish::to_location(dest, storage_options, write),
+    }
+}
+
+/// A directory output for the URL prefix `dest`: built by `write` (which
+/// publishes a directory at the path it is given) in a private spool, then
+/// every file in it uploaded under `dest` at its relative path, `index`
+/// (the file naming the others) last, so a reader never finds the index
+/// before what it names. Files an earlier checkpoint left under the prefix
+/// stay (object storage has no rename); the new index names only its own.
+/// Returns what `write` returned.
+pub fn write_dir_then_upload(
+    dest: &Path,
+    index: &str,
+    storage_options: &[(String, String)],
+    write: impl FnOnce(&Path) -> Result<u64>,
+) -> Result<u64> {
+    let written = build_and_publish(dest, storage_options, |spool| {
+        let out = spool.join("out");
+        let bytes = write(&out).map_err(|e| relabel(e, &out, dest))?;
+        let mut files = relative_files(&out)?;
+        // The index last; everything else in name order.
+        files.sort_by_key(|f| (f == index, f.clone()));
+        upload_children(&out, &files, dest, storage_options)?;
+        Ok(Written {
+            files: files.iter().map(|f| dest.join(f)).collect(),
+            bytes,
+        })
+    })?;
+    Ok(written.bytes)
+}
+
+/// Every file under `dir`, as `/`-separated paths relative to it.
+fn relative_files(dir: &Path) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(at) = pending.pop() {
+        for entry in std::fs::read_dir(&at).map_err(|e| Error::io(&at, e))? {
+            let entry = entry.map_err(|e| Error::io(&at, e))?;
+            let path = entry.path();
+            if entry.file_type().map_err(|e| Error::io(&path, e))?.is_dir() {
+                pending.push(path);
+            } else if let Ok(rel) = path.strip_prefix(dir) {
+                out.push(rel.to_string_lossy().into_owned());
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Upload the staged `files` (paths relative to `staged`) under the URL
+/// prefix `base`, in order.
+#[cfg(feature = "remote")]
+fn upload_children(
+    staged: &Path,
+    files: &[String],
+    base: &Path,
+    storage_options: &[(String, String)],
+) -> Result<()> {
+    let config = crate::remote::config(storage_options)?;
+    for f in files {
+        let text = base.join(f).to_string_lossy().into_owned();
+        zt_remote::upload_file(&staged.join(f), &text, &config).map_err(crate::remote::error)?;
+    }
+    Ok(())
+}
+
+#[cfg(not(feature = "remote"))]
+fn upload_children(_: &Path, _: &[String], base: &Path, _: &[(String, String)]) -> Result<()> {
+    Err(no_remote(base))
+}
+
 #[cfg(feature = "remote")]
 fn spool_then(
     dest: &Path,

@@ -350,6 +350,15 @@ pub trait FormatWriter: Send + Sync + 'static {
         })
     }
 
+    /// For a writer whose output is a directory (DCP, TensorDict's memmap
+    /// form): the file in it that names the others (`.metadata`,
+    /// `meta.json`), uploaded last when the output goes to object storage,
+    /// so a reader never finds it before what it names. `None` (the
+    /// default): the output is one file.
+    fn directory_index(&self) -> Option<&'static str> {
+        None
+    }
+
     /// How this format's sharded checkpoints are laid out; `None` (the
     /// default) for a format that has no sharded form.
     fn shard_layout(&self) -> Option<crate::shard::ShardLayout> {

@@ -222,7 +222,7 @@ pub fn save<'py>(
             })
         }
         None => py.detach(|| {
-            zt::publish::to_location(&path, &options.storage_options, |local| {
+            zt::shard::to_destination(writer, &path, &options.storage_options, |local| {
                 writer.write_arrays(&arrays.tensors(), metadata.as_deref(), local, &options)
             })
         }),

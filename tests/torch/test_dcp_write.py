@@ -299,3 +299,26 @@ def test_a_large_state_dict_loads(tmp_path):
     assert len(frames) > 3 and sum(frames) + 2 + 9 * len(frames) == len(data)
     assert pickle._Unpickler(io.BytesIO(data)).load().planner_data == pickle.loads(data).planner_data
     assert_same(load_like(out, tensors), tensors)
+
+
+def test_a_checkpoint_goes_to_object_storage_its_metadata_last(converted, tmp_path, s3, bucket):
+    # Built locally, then every file uploaded under the prefix with
+    # `.metadata` last; torch loads a downloaded copy, zt reads it in place.
+    ckpt, tensors = converted
+    src = ckpt.parent / "model.safetensors"
+    written = zt.convert(src, f"s3://{bucket}/run/step-10", format="dcp", dcp_files=2)
+    client = s3.boto3()
+    keys = sorted(o["Key"] for o in client.list_objects_v2(Bucket=bucket)["Contents"])
+    assert keys == ["run/step-10/.metadata", "run/step-10/__0_0.distcp", "run/step-10/__0_1.distcp"]
+    down = tmp_path / "down"
+    down.mkdir()
+    for key in keys:
+        client.download_file(bucket, key, str(down / key.rsplit("/", 1)[1]))
+    assert written == sum(p.stat().st_size for p in down.iterdir())
+    assert_same(load_like(down, tensors), tensors)
+    remote = zt.open(f"s3://{bucket}/run/step-10/")
+    for name, t in tensors.items():
+        assert remote[name].tobytes() == raw(t), name
+    # From memory too.
+    zt.torch.save_file(tensors, f"s3://{bucket}/mem", format="dcp")
+    assert_same(zt.torch.load_file(f"s3://{bucket}/mem/"), tensors)

@@ -73,6 +73,11 @@ impl FormatWriter for DcpWriter {
         true
     }
 
+    /// `.metadata` names every `.distcp` file and chunk.
+    fn directory_index(&self) -> Option<&'static str> {
+        Some(".metadata")
+    }
+
     fn write_inputs(
         &self,
         tensors: &dyn Inputs,

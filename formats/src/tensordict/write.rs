@@ -178,6 +178,11 @@ impl FormatWriter for MemmapDirWriter {
         true
     }
 
+    /// The root level's `meta.json` names its leaves and nested levels.
+    fn directory_index(&self) -> Option<&'static str> {
+        Some("meta.json")
+    }
+
     fn write_inputs(
         &self,
         tensors: &dyn Inputs,
