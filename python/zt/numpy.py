@@ -36,11 +36,12 @@ def _arrays(source, copy: bool, dequantize: bool, readonly: bool) -> dict[str, n
         views = source._native._arrays([t.name for t in plain], copy)
         arrays = {t.name: t._wrap(v) for t, v in zip(plain, views)}
         return {t.name: arrays[t.name] if t.name in arrays else t.dequantize() for t in tensors}
-    # A whole load: the disk reads every tensor's bytes in file order with
-    # the reads queued ahead, whatever order the caller then touches the
-    # arrays in (a cold load at the device's speed; see zt_core::readahead).
-    source._native._read_ahead()
+    # A whole load: the disk reads every tensor's bytes the cache lacks in
+    # file order with the reads queued ahead, whatever order the caller then
+    # touches the arrays in (a cold load at the device's speed; see
+    # zt_core::readahead), into the mapping the arrays view.
     if readonly:
+        source._native._read_ahead()
         arrays = {t.name: t.numpy() for t in plain}
     else:
         from ._load import writable_arrays
@@ -57,6 +58,7 @@ def load_file(
     readonly: bool = False,
     backend: str = "mmap",
     storage_options: dict | None = None,
+    ranks: bool = False,
 ) -> dict[str, np.ndarray]:
     """Every tensor of a file (any readable format) as numpy arrays.
 
@@ -71,13 +73,17 @@ def load_file(
     without it they come back as their raw block bytes (uint8).
     ``backend="pread"`` reads with positional I/O instead of mapping, as
     safetensors' option does. ``path`` may be an object URL
-    (``storage_options`` as for :func:`zt.open`).
+    (``storage_options`` as for :func:`zt.open`). ``ranks=True``: ``path``
+    is the list of per-rank DTensor files of one state dict (FSDP2, tensor
+    parallel), in rank order, merged into the global tensors as
+    :func:`zt.open_ranks` merges them.
     """
     import zt
 
     if backend not in ("mmap", "pread"):
         raise ValueError(f"backend must be 'mmap' or 'pread', got {backend!r}")
-    with zt.open(path, map=backend == "mmap", storage_options=storage_options) as source:
+    opener = zt.open_ranks if ranks else zt.open
+    with opener(path, map=backend == "mmap", storage_options=storage_options) as source:
         return _arrays(source, copy, dequantize, readonly)
 
 

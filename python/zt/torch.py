@@ -95,17 +95,22 @@ def load_file(
     readonly: bool = False,
     backend: str = "mmap",
     storage_options: dict[str, Any] | None = None,
+    ranks: bool = False,
 ) -> dict[str, _torch_types.Tensor]:
     """Every tensor of a file (a local path or an object URL, any format zt
     reads) as torch tensors, as ``safetensors.torch.load_file`` returns
     them: writable, and views of a private copy-on-write mapping where the
     bytes allow it (see :func:`zt.numpy.load_file`). ``readonly=True``
     shares the read-only mapping (writing to such a tensor is an error);
-    ``copy=True`` gives tensors in fresh memory."""
+    ``copy=True`` gives tensors in fresh memory. ``ranks=True``: ``path`` is
+    the list of per-rank DTensor files of one state dict, in rank order,
+    merged into the full tensors (:func:`zt.open_ranks`)."""
     from .numpy import load_file as load_arrays
 
     torch = _torch()
-    arrays = load_arrays(path, copy=copy, readonly=readonly, backend=backend, storage_options=storage_options)
+    arrays = load_arrays(
+        path, copy=copy, readonly=readonly, backend=backend, storage_options=storage_options, ranks=ranks
+    )
     return _to_device({name: _to_torch(torch, arr) for name, arr in arrays.items()}, device)
 
 

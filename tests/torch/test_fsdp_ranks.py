@@ -161,6 +161,18 @@ def test_distributed_tensors_merge_to_the_full_tensors(saved, world):
 
 
 @pytest.mark.parametrize("world", [2, 4])
+def test_load_file_merges_rank_files_to_the_full_state_dict(saved, world):
+    full = torch.load(saved / f"w{world}" / "model_full.pt", weights_only=True)
+    files = rank_files(saved, world, "model")
+    got = zt.torch.load_file(files, ranks=True)
+    assert sorted(got) == sorted(full)
+    for name, t in full.items():
+        assert got[name].dtype == t.dtype and raw(got[name]) == raw(t), name
+    arrays = zt.numpy.load_file(files, ranks=True, copy=True)
+    assert all(arrays[name].tobytes() == raw(t) for name, t in full.items())
+
+
+@pytest.mark.parametrize("world", [2, 4])
 def test_an_fsdp2_model_state_dict_merges_to_the_full_model(saved, world):
     src = assert_merges_to_full(saved, world, "model")
     assert src["0.weight"].shape == (3, 5)
