@@ -126,6 +126,12 @@ def test_a_dataset_in_object_storage(tmp, s3, bucket):
     with Dense.open(manifest) as ds:
         idxs = np.array([29, 0, 15, 14, 9, 10])
         np.testing.assert_array_equal(ds[idxs], rows[idxs])
+        # The loader fetches a remote dataset's steps ahead, each store's
+        # part of a batch apart, and the gathers take them.
+        sampler = Sampler(len(ds), 7, CYCLIC, seed=5, rank=0, world_size=1)
+        with DataLoader({"x": ds}, batch_size=7, mode=CYCLIC, seed=5, workers=2, rank=0, world_size=1) as dl:
+            for _ in range(9):
+                np.testing.assert_array_equal(dl.next()["x"], rows[sampler.next()])
 
 
 def test_stores_and_a_dataset_in_azure(tmp, azure, azure_container):

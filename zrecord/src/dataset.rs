@@ -204,6 +204,21 @@ impl Many {
         Ok(splits.into_iter().flatten().collect())
     }
 
+    /// True when any store is in object storage.
+    pub(crate) fn is_remote(&self) -> bool {
+        self.members.iter().any(|m| m.is_remote())
+    }
+
+    /// Start each store's part of a gather of `idxs`: the gather splits
+    /// the indices the same way, so each store's gather takes exactly the
+    /// fetch started here.
+    pub(crate) fn fetch_ahead(&self, idxs: &[u64]) -> Result<()> {
+        for s in self.split(idxs)? {
+            self.members[s.member].fetch_ahead(&s.local)?;
+        }
+        Ok(())
+    }
+
     pub(crate) fn record_lengths(&self, idxs: &[u64]) -> Result<Vec<u64>> {
         let mut out = vec![0u64; idxs.len()];
         for s in self.split(idxs)? {

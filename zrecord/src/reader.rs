@@ -501,15 +501,16 @@ impl Reader {
         Ok((loc, &data[loc.offset as usize..end as usize]))
     }
 
-    /// True for a store or a Megatron corpus in object storage (whose
-    /// gathers wait on the network, and which [`Reader::fetch_ahead`]
-    /// speeds up).
+    /// True for a store or a Megatron corpus in object storage, or a
+    /// dataset holding one (whose gathers wait on the network, and which
+    /// [`Reader::fetch_ahead`] speeds up).
     pub fn is_remote(&self) -> bool {
         #[cfg(feature = "remote")]
         if let Bytes::Remote(_) = &self.bytes {
             return true;
         }
         self.binidx_of().is_some_and(|b| b.is_remote())
+            || self.many_of().is_some_and(|m| m.is_remote())
     }
 
     /// Start fetching the records a gather of exactly `idxs` will read, so
@@ -527,6 +528,9 @@ impl Reader {
         }
         if let Some(binidx) = self.binidx_of() {
             return binidx.fetch_ahead(idxs);
+        }
+        if let Some(many) = self.many_of() {
+            return many.fetch_ahead(idxs);
         }
         Ok(())
     }
