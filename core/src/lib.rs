@@ -55,7 +55,7 @@ pub use plugin::{Checkpoint, FuzzGroup, FuzzTarget, Plugin, Reader, Seed};
 pub use registry::Registry;
 pub use rule::Rule;
 pub use source::Source;
-pub use store::Store;
+pub use store::{PrivateMap, PrivateMaps, Store};
 pub use transform::{Rename, Transform};
 pub use write::{
     FormatOption, FormatOptions, FormatWriter, MetadataCaps, TensorIn, WriteOptions, WriterCaps,

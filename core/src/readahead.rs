@@ -41,7 +41,7 @@ use std::sync::Arc;
 use crate::catalog::Payload;
 use crate::error::Result;
 use crate::source::{store_key, LazyCheck, Source};
-use crate::store::Store;
+use crate::store::{PrivateMap, PrivateMaps, Store};
 
 /// Ranges closer than this are read as one (the gap is a few headers, or a
 /// small tensor the load skips: cheaper to read than to split the request).
@@ -107,7 +107,16 @@ impl Source {
     /// changes what a read returns.
     pub fn read_ahead(&self, objects: &[usize]) -> Result<u64> {
         let budget = available_memory().map_or(u64::MAX, |m| m / 2);
-        self.read_ahead_within(objects, budget)
+        self.read_ahead_within(objects, budget, None)
+    }
+
+    /// [`Source::read_ahead`] for views of private mappings (a writable
+    /// load): each mapped store's pages are faulted in through its mapping
+    /// in `maps` (made here when missing), the one the arrays will view,
+    /// not through the store's shared one, so no page is faulted twice.
+    pub fn read_ahead_into(&self, objects: &[usize], maps: &PrivateMaps) -> Result<u64> {
+        let budget = available_memory().map_or(u64::MAX, |m| m / 2);
+        self.read_ahead_within(objects, budget, Some(maps))
     }
 
     /// [`Source::read_ahead`] of every object.
@@ -116,11 +125,23 @@ impl Source {
         self.read_ahead(&all)
     }
 
-    pub(crate) fn read_ahead_within(&self, objects: &[usize], budget: u64) -> Result<u64> {
+    pub(crate) fn read_ahead_within(
+        &self,
+        objects: &[usize],
+        budget: u64,
+        maps: Option<&PrivateMaps>,
+    ) -> Result<u64> {
         let stores = plan(self, objects);
+        let mut via = Vec::with_capacity(stores.len());
+        for (store, _) in &stores {
+            via.push(match maps {
+                Some(maps) => maps.of(store)?,
+                None => None,
+            });
+        }
         let checks = self.checks_in_file_order(&stores, objects);
         if checks.is_empty() {
-            return read_in(&stores, budget, |_, _| {});
+            return read_in(&stores, &via, budget, |_, _| {});
         }
         // The objects' checks (an npz member's CRC-32) run on another
         // thread as soon as the member's bytes are in, while the disk reads
@@ -136,7 +157,7 @@ impl Source {
                 }
             });
             let mut next = 0;
-            read_in(&stores, budget, |store, upto| {
+            read_in(&stores, &via, budget, |store, upto| {
                 while let Some((key, check)) = checks.get(next) {
                     if *key > (store, upto) {
                         break;
@@ -194,16 +215,21 @@ impl Source {
 /// order, in windows of at most [`WINDOW`], until `budget` bytes were
 /// asked for; after each window `arrived(store, upto)` says that the
 /// bytes of the store at that index in the plan are in up to `upto`.
+/// Only the pages the cache lacks are read (a warm load populates nothing:
+/// the arrays' own faults map the cached pages), each store's through
+/// `via[i]` when it has a private mapping there, else through the store.
 /// Before a store's ranges, the pages a structure walk read from the disk
 /// one by one are dropped (see [`Store::take_cold_walk_pages`]): the
 /// readahead that follows would stop at each of them.
 fn read_in(
     stores: &[StoreRanges],
+    via: &[Option<Arc<PrivateMap>>],
     budget: u64,
     mut arrived: impl FnMut(usize, u64),
 ) -> Result<u64> {
     let mut asked = 0u64;
     for (at_store, (store, ranges)) in stores.iter().enumerate() {
+        let via = via.get(at_store).and_then(Option::as_deref);
         drop_stray_walk_pages(store, ranges);
         for &(start, end) in ranges {
             let mut at = start;
@@ -212,7 +238,7 @@ fn read_in(
                 if len == 0 {
                     return Ok(asked);
                 }
-                store.populate(at, len)?;
+                populate_uncached(store, via, at, len)?;
                 asked += len;
                 at += len;
                 arrived(at_store, at);
@@ -220,6 +246,19 @@ fn read_in(
         }
     }
     Ok(asked)
+}
+
+/// Read `[at, at + len)` of `store` into the page cache where it is not
+/// cached yet, faulting the pages into `via` (a private mapping of the
+/// store's file) when given, else into the store's own mapping.
+fn populate_uncached(store: &Store, via: Option<&PrivateMap>, at: u64, len: u64) -> Result<()> {
+    for (start, end) in store.uncached_ranges(at, len, MERGE_GAP) {
+        match via {
+            Some(map) => map.populate(start, end.min(map.len())),
+            None => store.populate(start, end - start)?,
+        }
+    }
+    Ok(())
 }
 
 /// Drop the pages a structure walk read from the disk one by one (see
@@ -281,7 +320,10 @@ mod tests {
     #[test]
     fn read_ahead_stops_at_the_budget_and_reads_nothing_wrong() {
         let (_f, src) = source(&[(0, 1 << 20), (2 << 20, 1 << 20)], 3 << 20);
-        assert_eq!(src.read_ahead_within(&[0, 1], 1 << 19).unwrap(), 1 << 19);
+        assert_eq!(
+            src.read_ahead_within(&[0, 1], 1 << 19, None).unwrap(),
+            1 << 19
+        );
         // The 1 MiB gap is past MERGE_GAP: two ranges, 2 MiB asked.
         assert_eq!(src.read_ahead_all().unwrap(), 2 << 20);
         let t = src.tensor("t1").unwrap();
@@ -311,7 +353,10 @@ mod tests {
 
         // The budget covers t1 and t0: their checks ran, t2's did not, and
         // a failing check does not fail the read-ahead.
-        assert_eq!(src.read_ahead_within(&[0, 1, 2], 2 << 20).unwrap(), 2 << 20);
+        assert_eq!(
+            src.read_ahead_within(&[0, 1, 2], 2 << 20, None).unwrap(),
+            2 << 20
+        );
         assert_eq!((runs(0), runs(1), runs(2)), (1, 1, 0));
         // Reads find the outcomes: t1 is refused, t0 reads without a second
         // run, t2's check runs at its first read.

@@ -24,6 +24,9 @@ use crate::error::{Context, Error, Result};
 
 mod cold_pages;
 mod page_cache;
+mod private_map;
+
+pub use private_map::{PrivateMap, PrivateMaps};
 
 /// How a store reaches its bytes.
 #[derive(Debug)]
@@ -61,10 +64,11 @@ pub struct Store {
     /// Page ranges a walk read that were not cached before it (see
     /// [`Store::take_cold_walk_pages`]).
     cold_pages: cold_pages::ColdPages,
-    /// A mapped file's local path, device and inode, so a copy can `pread`
-    /// the very file the mapping shows ([`Store::reopen`]) without keeping
-    /// a descriptor open for the store's life.
-    local: Option<(PathBuf, u64, u64)>,
+    /// A mapped file's descriptor, kept for the store's life: a copy
+    /// `pread`s the very file the mapping shows ([`Store::reopen`]), and a
+    /// writable load maps the same file again copy-on-write
+    /// ([`Store::map_private`]), whatever was renamed over its path since.
+    file: Option<File>,
 }
 
 /// During a structure walk, a read at least this long is a header or a
@@ -177,17 +181,13 @@ impl Store {
         // stat and the map must not let a range check pass that the map
         // cannot serve.
         let len = map.len() as u64;
-        let local = file.metadata().ok().map(|m| {
-            use std::os::unix::fs::MetadataExt;
-            (local.to_path_buf(), m.dev(), m.ino())
-        });
         Ok(Store {
             path: location.to_path_buf(),
             len,
             backing: Backing::Mapped(map),
             walking: AtomicBool::new(false),
             cold_pages: Default::default(),
-            local,
+            file: Some(file),
         })
     }
 
@@ -200,7 +200,7 @@ impl Store {
             backing: Backing::Remote(object),
             walking: AtomicBool::new(false),
             cold_pages: Default::default(),
-            local: None,
+            file: None,
         }
     }
 
@@ -217,7 +217,7 @@ impl Store {
             backing: Backing::Memory(Memory(bytes)),
             walking: AtomicBool::new(false),
             cold_pages: Default::default(),
-            local: None,
+            file: None,
         }
     }
 
@@ -241,7 +241,7 @@ impl Store {
             backing: Backing::Positional(file),
             walking: AtomicBool::new(false),
             cold_pages: Default::default(),
-            local: None,
+            file: None,
         })
     }
 
@@ -429,20 +429,15 @@ impl Store {
         }
     }
 
-    /// A descriptor for positional reads of a mapped store's file, opened
-    /// now by its local path: `Some` only when that path still names the
-    /// very file mapped (same device and inode, which the mapping keeps
-    /// from being reused), so its reads return what the mapping shows.
+    /// A descriptor for positional reads of a mapped store's file: a
+    /// duplicate of the one the store holds, so its reads return what the
+    /// mapping shows even after another file was renamed over the path.
     /// Copying a large range with `pread` skips setting up and walking the
     /// mapping's page tables, and a file that shrank is then an error
-    /// rather than `SIGBUS`. `None` for other stores, a renamed-over file,
-    /// or no descriptor to spare.
+    /// rather than `SIGBUS`. `None` for other stores or no descriptor to
+    /// spare.
     pub fn reopen(&self) -> Option<File> {
-        use std::os::unix::fs::MetadataExt;
-        let (path, dev, ino) = self.local.as_ref()?;
-        let file = File::open(path).ok()?;
-        let meta = file.metadata().ok()?;
-        (meta.dev() == *dev && meta.ino() == *ino).then_some(file)
+        self.file.as_ref()?.try_clone().ok()
     }
 
     /// [`Store::read_into`] for memory not yet initialised (a fresh

@@ -20,6 +20,8 @@ use zt::dtype::DType;
 pub enum Keep {
     /// A view of a mapping owned by the source.
     Mapped(#[allow(dead_code)] Arc<zt::Source>),
+    /// A writable view of a private copy-on-write mapping of a file.
+    Private(#[allow(dead_code)] Arc<zt::store::PrivateMap>),
     /// An owned buffer (decoded or copied bytes).
     Owned(#[allow(dead_code)] Vec<u8>),
     /// Owned f32 values (dequantized), kept as they are: no second buffer.
@@ -207,6 +209,39 @@ impl ArrayView {
                 shape,
                 strides,
             ),
+        })
+    }
+
+    /// A writable view of `part`'s stored bytes at `address` in `map` (a
+    /// private mapping of its file, `zt::store::PrivateMaps::view`): typed,
+    /// shaped and strided as [`ArrayView::for_part`] views the shared
+    /// mapping (sub-byte types as their raw bytes). `None` for negative
+    /// strides, which such a view cannot start at the part's first byte.
+    pub fn private(
+        map: Arc<zt::store::PrivateMap>,
+        address: usize,
+        part: &zt::PartRef<'_>,
+    ) -> Option<Self> {
+        let dtype = part.dtype();
+        let (typestr, shape, strides) = match dtype.size() {
+            None => ("|u1", vec![part.nbytes()], None),
+            Some(size) => {
+                let strides = part.strides();
+                if strides.iter().any(|&s| s < 0) {
+                    return None;
+                }
+                let strides = (!part.is_contiguous())
+                    .then(|| strides.into_iter().map(|s| s * size as i64).collect());
+                (typestr(dtype), part.shape().to_vec(), strides)
+            }
+        };
+        Some(ArrayView {
+            _keep: Keep::Private(map),
+            address,
+            typestr: typestr.into(),
+            shape,
+            strides,
+            readonly: false,
         })
     }
 

@@ -24,6 +24,7 @@ mod dataloader;
 mod dlpack;
 mod loader;
 mod onnx_data;
+mod private_maps;
 mod tables;
 mod tensor;
 mod writers;
@@ -406,6 +407,7 @@ fn _zt(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<tensor::Source>()?;
     m.add_class::<tensor::Tensor>()?;
     m.add_class::<array::ArrayView>()?;
+    m.add_class::<private_maps::PrivateMaps>()?;
     m.add("BufferExporter", buffer::exporter_type(m.py())?)?;
     m.add_class::<loader::Sampler>()?;
     zrecord::register(m)?;

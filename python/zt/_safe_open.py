@@ -240,13 +240,8 @@ class safe_open:  # noqa: N801 - the name safetensors gives it
 
         t = self._tensor(name)
         if self._maps is None:
-            self._maps = PrivateMaps()
-        arr = None if self._open()._native.remote else self._maps.array(t)
-        if arr is None:
-            arr = t.numpy(copy=False)
-            if not arr.flags.writeable:
-                arr = arr.copy()
-        return self._convert(arr)
+            self._maps = PrivateMaps(self._open())
+        return self._convert(self._maps.arrays([t])[0])
 
     def get_tensors(self) -> dict:
         """Every tensor, by name, in file order."""

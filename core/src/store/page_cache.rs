@@ -217,28 +217,7 @@ impl Store {
         match &self.backing {
             Backing::Mapped(map) => {
                 let (start, end) = Self::page_envelope(offset, len);
-                let end = end.min(map.len() as u64);
-                // SAFETY: [start, end) lies inside the mapping (start is
-                // page-aligned, end clamped to its length); populating only
-                // faults in pages of a read-only shared file mapping.
-                let rc = unsafe {
-                    libc::madvise(
-                        map.as_ptr().add(start as usize) as *mut libc::c_void,
-                        (end - start) as usize,
-                        libc::MADV_POPULATE_READ,
-                    )
-                };
-                if rc != 0 {
-                    // Kernels before 5.14 lack it: touch one byte per page
-                    // in order instead (the same faults).
-                    let page = page_size() as usize;
-                    let mut acc = 0u8;
-                    for i in (start as usize..end as usize).step_by(page) {
-                        // SAFETY: i lies inside the mapping (checked above).
-                        acc ^= unsafe { std::ptr::read_volatile(map.as_ptr().add(i)) };
-                    }
-                    std::hint::black_box(acc);
-                }
+                populate_mapping(map.as_ptr(), start, end.min(map.len() as u64));
                 Ok(())
             }
             Backing::Positional(file) => {
@@ -261,6 +240,48 @@ impl Store {
             Backing::Remote(_) => Ok(()),
             Backing::Memory(_) => Ok(()),
         }
+    }
+
+    /// The parts of `[offset, offset + len)` whose pages the page cache
+    /// does not hold (`mincore` on the mapping), as page-aligned ranges,
+    /// runs closer than `gap` joined: what a whole load still has to read.
+    /// A warm load then costs no populate at all, only the faults of the
+    /// pages it touches. Stores that cannot tell (positional, remote, or a
+    /// failed `mincore`) report the whole range.
+    pub fn uncached_ranges(&self, offset: u64, len: u64, gap: u64) -> Vec<(u64, u64)> {
+        if len == 0 || offset >= self.len {
+            return Vec::new();
+        }
+        let (start, end) = Self::page_envelope(offset, len.min(self.len - offset));
+        let Backing::Mapped(map) = &self.backing else {
+            return vec![(start, end)];
+        };
+        let end = end.min(map.len() as u64);
+        let page = page_size();
+        let mut resident = vec![0u8; (end - start).div_ceil(page) as usize];
+        // SAFETY: [start, end) lies inside the mapping (start page-aligned,
+        // end clamped to its length) and `resident` has a byte per page;
+        // mincore only reports residency.
+        let rc = unsafe {
+            libc::mincore(
+                map.as_ptr().add(start as usize) as *mut libc::c_void,
+                (end - start) as usize,
+                resident.as_mut_ptr(),
+            )
+        };
+        if rc != 0 {
+            return vec![(start, end)];
+        }
+        let mut runs: Vec<(u64, u64)> = Vec::new();
+        for (i, _) in resident.iter().enumerate().filter(|(_, r)| **r & 1 == 0) {
+            let p = start + i as u64 * page;
+            let e = (p + page).min(end);
+            match runs.last_mut() {
+                Some(last) if p <= last.1 + gap => last.1 = e,
+                _ => runs.push((p, e)),
+            }
+        }
+        runs
     }
 
     /// Drop the pages `[start, end)` from this process's view of the cache
@@ -310,5 +331,36 @@ impl Store {
             });
         }
         Ok(())
+    }
+}
+
+/// Fault in the pages `[start, end)` of the mapping at `base` as reads
+/// (`MADV_POPULATE_READ`: faults taken in order, as a sequential reader
+/// takes them, so the kernel reads ahead in large folios). Callers pass a
+/// page-aligned `start` and an `end` within the mapping.
+pub(super) fn populate_mapping(base: *const u8, start: u64, end: u64) {
+    if end <= start {
+        return;
+    }
+    // SAFETY: [start, end) lies inside the mapping (the callers' contract);
+    // populating for reading only faults in pages of a file mapping, never
+    // changing a byte (a private mapping's read faults copy nothing).
+    let rc = unsafe {
+        libc::madvise(
+            base.add(start as usize) as *mut libc::c_void,
+            (end - start) as usize,
+            libc::MADV_POPULATE_READ,
+        )
+    };
+    if rc != 0 {
+        // Kernels before 5.14 lack it: touch one byte per page in order
+        // instead (the same faults).
+        let page = page_size() as usize;
+        let mut acc = 0u8;
+        for i in (start as usize..end as usize).step_by(page) {
+            // SAFETY: i lies inside the mapping (the callers' contract).
+            acc ^= unsafe { std::ptr::read_volatile(base.add(i)) };
+        }
+        std::hint::black_box(acc);
     }
 }

@@ -1,0 +1,134 @@
+"""Warm whole-file loads: what a load costs when the file is already in
+the page cache (the second load of a model, a notebook re-run).
+
+One 256 MiB file of fp16 matrices (`--tensors` of equal size) per format,
+safetensors and npz (stored members, as `numpy.savez` writes), written by
+the format's own library and read once untimed so every page is cached.
+Cases, interleaved round by round, each followed by one byte of every page
+of every array read (a mapped view costs nothing until touched):
+
+* `zt.numpy.load_file` (the default: writable views of a private
+  copy-on-write mapping);
+* `zt.numpy.load_file(readonly=True)` (read-only views of zt's mapping);
+* `zt.open` + `numpy()` of every tensor;
+* upstream `ztensor.numpy.load_file` 2.1.2 (read-only views), the peer.
+
+An npz load checks every member's CRC-32 at its first read (upstream does
+not); the rows say what that costs at memory speed.
+
+    python -m harness.warm_bench --runs 21          (or: python -m harness --only warm)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import numpy as np
+
+import zt
+import zt.numpy
+
+from . import common, report
+from .cold_bench import touch
+
+MODULES = ["zt", "numpy", "safetensors", "ztensor"]
+UPSTREAM = "upstream ztensor.numpy.load_file"
+
+
+def arrays(tensors: int, size_mb: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    n = size_mb * 2**20 // tensors // 2
+    rows = 1024
+    return {f"layer.{i}.w": rng.standard_normal((rows, n // rows)).astype(np.float16) for i in range(tensors)}
+
+
+def zt_default(path) -> int:
+    return touch(zt.numpy.load_file(path).values())
+
+
+def zt_readonly(path) -> int:
+    return touch(zt.numpy.load_file(path, readonly=True).values())
+
+
+def zt_open(path) -> int:
+    with zt.open(path) as src:
+        return touch(src[name].numpy() for name in src)
+
+
+def upstream(path) -> int:
+    import ztensor.numpy
+
+    return touch(ztensor.numpy.load_file(os.fspath(path)).values())
+
+
+def run(tensors: int, size_mb: int, runs: int) -> list[report.Result]:
+    import safetensors.numpy
+
+    work = common.bench_dir("warm")
+    data = arrays(tensors, size_mb)
+    nbytes = sum(a.nbytes for a in data.values())
+    want = touch(data.values())
+    files = {"safetensors": work / "model.safetensors", "npz": work / "model.npz"}
+    if not files["safetensors"].exists():
+        safetensors.numpy.save_file(data, files["safetensors"])
+    if not files["npz"].exists():
+        np.savez(files["npz"], **data)
+    results = []
+    for fmt, path in files.items():
+        cases = {
+            "zt.numpy.load_file": lambda p=path: zt_default(p),
+            "zt.numpy.load_file(readonly=True)": lambda p=path: zt_readonly(p),
+            "zt.open + numpy()": lambda p=path: zt_open(p),
+        }
+        try:
+            import ztensor  # noqa: F401
+
+            cases[UPSTREAM] = lambda p=path: upstream(p)
+        except ImportError:
+            pass
+        samples, values = common.interleaved(cases, runs, warmup=2)
+        bad = {k: v for k, v in values.items() if v != want}
+        if bad:
+            raise AssertionError(f"{fmt}: pages read differ from the arrays written: {sorted(bad)}")
+        results.append(
+            report.Result(
+                name="warm",
+                title=f"Warm load of {nbytes / 2**20:.0f} MiB {fmt} ({tensors} fp16 tensors), one byte of every page touched",
+                samples=samples,
+                peer=UPSTREAM if UPSTREAM in samples else None,
+                nbytes=nbytes,
+                modules=MODULES,
+                notes=[
+                    f"Files on {common.filesystem_of(work)}; {runs} interleaved runs after 2 warm-ups; "
+                    f"load average {os.getloadavg()[0]:.1f} at the end of the run."
+                ],
+            )
+        )
+    return results
+
+
+def header(runs: int) -> str:
+    v = common.versions("safetensors", "ztensor")
+    return (
+        "## Warm whole-file loads (file in the page cache)\n\n"
+        f"safetensors {v['safetensors']}, ztensor {v.get('ztensor', 'missing')}. {report.machine_line(MODULES)}\n\n"
+        "Reproduce: `python -m harness.warm_bench --runs 21`.\n"
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tensors", type=int, default=32)
+    ap.add_argument("--size-mb", type=int, default=256)
+    ap.add_argument("--runs", type=int, default=21)
+    ap.add_argument("--out", default="warm")
+    args = ap.parse_args()
+    results = run(args.tensors, args.size_mb, args.runs)
+    for r in results:
+        print(r.markdown())
+    report.save(results, args.out, header(args.runs), plot=False)
+
+
+if __name__ == "__main__":
+    main()
