@@ -292,6 +292,41 @@ pub fn pickle(data: &[u8]) {
 /// same body as a derived target's.
 pub fn onnx(data: &[u8]) {
     plugin(&zt::formats::onnx::Onnx, "onnx", "onnx", data);
+    onnx_rewrite(data);
+}
+
+/// The rewrite to external data and back (`onnx::rewrite`, its own plan
+/// of every message on the way to a tensor): any input is refused or
+/// rewritten, and a model the reader opened still opens rewritten.
+fn onnx_rewrite(data: &[u8]) {
+    use zt::formats::onnx::rewrite::{rewrite, Layout};
+    let opens = |path: &Path| {
+        let limits = Limits::default();
+        Store::open(path).is_ok_and(|store| {
+            let store = Arc::new(store);
+            zt::formats::onnx::Onnx
+                .open(&OpenInput::new(&store, &limits))
+                .is_ok()
+        })
+    };
+    with_file("onnx", data, |path| {
+        let out = scratch().join(format!("rewritten-{}.onnx", slot()));
+        let data_file = format!("rewritten-{}.data", slot());
+        let opened = opens(path);
+        for layout in [
+            Layout::External {
+                location: data_file.clone(),
+                threshold: 16,
+            },
+            Layout::Inline,
+        ] {
+            if rewrite(path, &out, &layout).is_ok() && opened {
+                assert!(opens(&out), "a model zt opens no longer opens rewritten");
+            }
+        }
+        let _ = std::fs::remove_file(&out);
+        let _ = std::fs::remove_file(scratch().join(&data_file));
+    });
 }
 
 /// HDF5 from well-formed h5py files outward: the input is a list of
