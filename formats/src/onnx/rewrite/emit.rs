@@ -79,6 +79,9 @@ impl<'f> Sink<'f> {
     }
 
     /// A descriptor on `store`'s file (the very file it maps), opened once.
+    /// It may share its file offset with the store's own descriptor (a
+    /// dup): [`Sink::copy`] seeks it before each copy, and every other
+    /// reader of a store reads by position, never by that offset.
     fn descriptor(&mut self, store: &Arc<Store>) -> Option<&File> {
         let key = Arc::as_ptr(store);
         if let std::collections::hash_map::Entry::Vacant(slot) = self.files.entry(key) {
