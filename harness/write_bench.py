@@ -6,7 +6,8 @@ Each writer writes the same arrays; runs are interleaved, the output removed
 and `sync`ed outside the timed region. zt's writers fsync their output (every
 format, `.zt` included: zt's one durability rule) and upstream ztensor's
 does; the other libraries do not, so `safetensors save_file + fsync` is
-the peer held to the same rule (the file and its directory fsynced). Data: synthetic random bits (the seed's workloads are
+the peer held to the same rule (the file and its directory fsynced), and
+zt's `durable=False` rows (atomic rename, no fsync) are zt held to theirs. Data: synthetic random bits (the seed's workloads are
 synthetic).
 
     python -m harness.write_bench --size-mb 512 --runs 3
@@ -115,7 +116,12 @@ def writers() -> dict[str, tuple[str, Callable[[dict, str], None] | None]]:
         "zt .zt 4 KiB": (".zt", lambda a, p: zt.numpy.save_file(a, p, align=4096)),
         "ztensor 2.1.2 canonical": (".zt", ztensor and (lambda a, p: ztensor.save_file(a, p))),
         "ztensor 2.1.2 4 KiB": (".zt", ztensor and (lambda a, p: ztensor.save_file(a, p, align=4096))),
+        "zt .zt canonical, durable=False": (".zt", lambda a, p: zt.numpy.save_file(a, p, durable=False)),
         "zt → safetensors": (".safetensors", lambda a, p: zt.numpy.save_file(a, p)),
+        "zt → safetensors, durable=False": (
+            ".safetensors",
+            lambda a, p: zt.numpy.save_file(a, p, durable=False),
+        ),
         "safetensors.numpy.save_file": (".safetensors", lambda a, p: safetensors.numpy.save_file(a, p)),
         "safetensors save_file + fsync": (".safetensors", _durable_safetensors),
         "zt → npz": (".npz", lambda a, p: zt.numpy.save_file(a, p)),

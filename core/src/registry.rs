@@ -264,7 +264,7 @@ impl Registry {
     ) -> Result<crate::shard::Written> {
         let writer = self.writer_for(path)?;
         crate::write::check_request(writer, path, options, None)?;
-        let layout = sharded(writer, path)?;
+        let layout = options.shard_layout(sharded(writer, path)?);
         with_tensors(writer, source, options, |tensors| {
             crate::shard::write(
                 path,
@@ -292,7 +292,7 @@ impl Registry {
     ) -> Result<crate::shard::Written> {
         let writer = self.writer_or_refuse(format, dir)?;
         crate::write::check_request(writer, dir, options, None)?;
-        let layout = sharded(writer, dir)?;
+        let layout = options.shard_layout(sharded(writer, dir)?);
         with_tensors(writer, source, options, |tensors| {
             crate::shard::write_dir(
                 dir,

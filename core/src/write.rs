@@ -101,9 +101,31 @@ pub struct WriteOptions {
     /// for its shards and syncs them all together before it publishes the
     /// index or root (see [`crate::shard`]).
     pub defer_sync: bool,
+    /// `durable=False`: no fsync at all, by anyone (the file is still
+    /// built beside the destination and renamed into place, so a crash
+    /// leaves the old file or the new one, but a power loss may leave the
+    /// new name with data not yet on disk): what safetensors, `torch.save`
+    /// and numpy do. A sharded write then syncs nothing either.
+    pub no_sync: bool,
 }
 
 impl WriteOptions {
+    /// Whether the writer fsyncs what it publishes itself: neither the
+    /// caller syncs for it ([`WriteOptions::defer_sync`]) nor durability
+    /// was declined ([`WriteOptions::no_sync`]).
+    pub fn syncs(&self) -> bool {
+        !self.defer_sync && !self.no_sync
+    }
+
+    /// `layout` as these options make it durable: not at all with
+    /// [`WriteOptions::no_sync`].
+    pub fn shard_layout(&self, layout: crate::shard::ShardLayout) -> crate::shard::ShardLayout {
+        crate::shard::ShardLayout {
+            durable: layout.durable && !self.no_sync,
+            ..layout
+        }
+    }
+
     /// These options with `format`'s options ([`WriteOptions::format`]).
     pub fn with_format(self, format: impl FormatOptions) -> WriteOptions {
         WriteOptions {

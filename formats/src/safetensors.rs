@@ -706,7 +706,7 @@ impl FormatWriter for SafetensorsWriter {
         options: &WriteOptions,
     ) -> Result<u64> {
         let metadata = metadata.map(|m| string_metadata(path, m)).transpose()?;
-        write_synced(path, tensors, metadata.as_deref(), !options.defer_sync)
+        write_synced(path, tensors, metadata.as_deref(), options.syncs())
     }
 
     fn reads_ahead(&self) -> bool {
@@ -718,6 +718,6 @@ impl FormatWriter for SafetensorsWriter {
     fn write(&self, source: &Source, path: &Path, options: &WriteOptions) -> Result<u64> {
         let metadata = zt_core::write::carried_attributes(source, self.caps().metadata);
         let metadata = metadata.map(|m| string_metadata(path, &m)).transpose()?;
-        write_source(source, path, metadata.as_deref(), !options.defer_sync)
+        write_source(source, path, metadata.as_deref(), options.syncs())
     }
 }

@@ -182,7 +182,7 @@ fn arrays_in<'a>(
             Align::Auto
         }),
         compression: zt.compression,
-        publish: !options.defer_sync,
+        publish: options.syncs(),
         ..Options::default()
     };
     let objects = tensors

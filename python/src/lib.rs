@@ -244,8 +244,9 @@ fn detect(
 /// (`zt::Transform`). `ranks`: the sources are per-rank DTensor files in
 /// rank order, merged by placements (`zt::open_ranks`). `files`: the
 /// number of data files of a directory output (DCP's `.distcp`).
+/// `durable=False`: no fsync (`WriteOptions::no_sync`), the rename only.
 #[pyfunction]
-#[pyo3(signature = (sources, dst, align = None, compression = None, storage_options = None, format = None, max_shard_size = None, select = None, strip_prefix = None, rename = None, dtype = None, ranks = false, files = None))]
+#[pyo3(signature = (sources, dst, align = None, compression = None, storage_options = None, format = None, max_shard_size = None, select = None, strip_prefix = None, rename = None, dtype = None, ranks = false, files = None, durable = true))]
 #[allow(clippy::too_many_arguments)]
 fn convert(
     py: Python<'_>,
@@ -262,6 +263,7 @@ fn convert(
     dtype: Option<String>,
     ranks: bool,
     files: Option<u64>,
+    durable: bool,
 ) -> PyResult<u64> {
     let transform = zt::Transform {
         select: select.unwrap_or_default(),
@@ -292,6 +294,7 @@ fn convert(
     let options = zt::WriteOptions {
         files,
         storage_options,
+        no_sync: !durable,
         ..zt::WriteOptions::default()
     }
     .with_format(zt::ZtOptions { align, compression });

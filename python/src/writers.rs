@@ -125,8 +125,10 @@ fn metadata_from_py(
 /// that place or compress (`.zt`), and the others refuse them. `layout`
 /// (`"keras"`) reaches the HDF5 writer, with `max_shard_size` then
 /// splitting as Keras does (`NAME.weights.json` + its shards).
+/// `durable=False` skips every fsync (`WriteOptions::no_sync`): the file is
+/// still built beside and renamed into place.
 #[pyfunction]
-#[pyo3(signature = (path, format, tensors, metadata = None, align = None, compression = None, storage_options = None, max_shard_size = None, layout = None))]
+#[pyo3(signature = (path, format, tensors, metadata = None, align = None, compression = None, storage_options = None, max_shard_size = None, layout = None, durable = true))]
 #[allow(clippy::too_many_arguments)]
 pub fn save<'py>(
     py: Python<'py>,
@@ -139,6 +141,7 @@ pub fn save<'py>(
     storage_options: Option<&Bound<'py, PyDict>>,
     max_shard_size: Option<u64>,
     layout: Option<&str>,
+    durable: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
     let writer = zt::registry().writer_named(format).ok_or_else(|| {
         let known: Vec<&str> = zt::registry().writers().iter().map(|w| w.name()).collect();
@@ -168,6 +171,7 @@ pub fn save<'py>(
     zt::shard::refuse_index_name(&path).map_err(to_py_err)?;
     let options = zt::WriteOptions {
         storage_options: storage_options_from_py(storage_options)?,
+        no_sync: !durable,
         ..zt::WriteOptions::default()
     };
     // One format's options travel with a request: an HDF5 layout (which
@@ -207,6 +211,7 @@ pub fn save<'py>(
         Some(max) => {
             let layout = writer
                 .shard_layout()
+                .map(|layout| options.shard_layout(layout))
                 .ok_or_else(|| PyValueError::new_err(format!("{format} has no sharded layout")))?;
             let all = arrays.tensors();
             py.detach(|| {

@@ -245,6 +245,7 @@ def convert(
     external_data: bool | None = None,
     location: str | None = None,
     threshold: int | str | None = None,
+    durable: bool = True,
 ) -> int:
     """Convert a file (or several, read as one source, or a :class:`Source`
     already opened: ``zt.open_ranks(files)``) to ``dst``; the extension of
@@ -262,7 +263,8 @@ def convert(
     and appears only when complete. Sources and destination may be object
     URLs (``storage_options`` as for :func:`open`). ``max_shard_size``
     (bytes, or ``"5GB"``) writes a sharded checkpoint as ``zt convert
-    --max-shard-size`` does.
+    --max-shard-size`` does. ``durable=False``: atomic rename, no fsync
+    (see :func:`zt.numpy.save_file`).
 
     ``select`` keeps only the tensors whose names match a glob pattern
     (``"model.*"``; a list is a union; a pattern matching no tensor is an
@@ -314,6 +316,7 @@ def convert(
         _cast_name(dtype),
         ranks,
         dcp_files,
+        bool(durable),
     )
 
 

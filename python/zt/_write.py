@@ -123,6 +123,7 @@ def save(
     format: str | None = None,
     max_shard_size: int | str | None = None,
     layout: str | None = None,
+    durable: bool = True,
 ) -> int:
     """Write ``tensors`` to ``path`` (a local path or an ``s3://`` URL) in
     ``format``, or the format its extension names (safetensors for any
@@ -130,7 +131,8 @@ def save(
     ``max_shard_size`` writes a sharded checkpoint (see :func:`shard_size`).
     ``layout="keras"`` writes HDF5 in Keras 3's weights layout (sharded as
     Keras shards with ``max_shard_size``: ``NAME.weights.json`` and
-    ``NAME_0000N.weights.h5``)."""
+    ``NAME_0000N.weights.h5``). ``durable=False``: atomic rename, no
+    fsync (see :func:`zt.numpy.save_file`)."""
     path = os.fspath(path)
     described = describe(tensors)
     if layout == "keras" and format is None:
@@ -143,7 +145,9 @@ def save(
     if metadata is not None and CAPS[fmt]["metadata"] == "strings":
         # str to str, raising TypeError otherwise, as safetensors does.
         metadata = dict(metadata_pairs(metadata))
-    return _zt.save(path, fmt, described, _as_dict(metadata), align, level, storage_options, max_bytes, layout)
+    return _zt.save(
+        path, fmt, described, _as_dict(metadata), align, level, storage_options, max_bytes, layout, bool(durable)
+    )
 
 
 def _as_dict(metadata: Mapping | None) -> dict | None:

@@ -98,6 +98,7 @@ def save_file(
     storage_options: dict | None = None,
     max_shard_size: int | str | None = None,
     layout: str | None = None,
+    durable: bool = True,
 ) -> int:
     """Write arrays to ``path``: in ``format`` (``"safetensors"``, ``"zt"``,
     ``"npz"``, ``"npy"``, ``"pt"``) when given, else in the format the
@@ -110,6 +111,13 @@ def save_file(
     or ``compression`` (True or a zstd level) is given; rank-0 arrays keep
     shape ``()``. The file is written beside ``path`` and renamed into place;
     an ``s3://`` path is uploaded when complete. Returns bytes written.
+
+    ``durable`` (default ``True``): the file's data is fsynced before the
+    rename and its directory after, so a power loss leaves the old file or
+    the whole new one. ``durable=False``: atomic rename, no fsync (what
+    ``safetensors``, ``torch.save`` and numpy do): a crash of the process
+    still leaves the old file or the new one, but after a power loss the
+    new name may hold data that never reached the disk.
 
     ``max_shard_size`` (bytes, or ``"5GB"``, ``"500MB"``, ``"4GiB"``) writes a
     sharded checkpoint as Hugging Face does: safetensors or pt shards
@@ -133,6 +141,7 @@ def save_file(
         format=format,
         max_shard_size=max_shard_size,
         layout=layout,
+        durable=durable,
     )
 
 

@@ -384,6 +384,7 @@ def save_file(
     format: str | None = None,
     storage_options: dict[str, Any] | None = None,
     max_shard_size: int | str | None = None,
+    durable: bool = True,
 ) -> int:
     """Write torch tensors to a local path or an ``s3://`` URL, as
     ``safetensors.torch.save_file`` does (byte for byte, for a safetensors
@@ -391,7 +392,8 @@ def save_file(
     format is ``format``, else the extension's, else safetensors.
     ``max_shard_size`` writes a sharded checkpoint in the shards
     ``huggingface_hub.split_torch_state_dict_into_shards`` picks (see
-    :func:`zt.numpy.save_file`)."""
+    :func:`zt.numpy.save_file`). ``durable=False``: atomic rename, no
+    fsync (see :func:`zt.numpy.save_file`)."""
     return _write.save(
         _arrays(tensors),
         path,
@@ -399,6 +401,7 @@ def save_file(
         storage_options=storage_options,
         format=format,
         max_shard_size=max_shard_size,
+        durable=durable,
     )
 
 

@@ -139,7 +139,8 @@ impl Options {
     /// asked for (then `auto` unless a number is given); durable
     /// (`publish`: fsync of the file before its rename, of the directory
     /// after), as every zt writer's output is, unless the caller syncs
-    /// (`defer_sync`: a sharded checkpoint's shards, synced together).
+    /// (`defer_sync`: a sharded checkpoint's shards, synced together) or
+    /// durability was declined (`no_sync`).
     pub fn from_write_options(o: &WriteOptions) -> Options {
         let zt = ZtOptions::of(o);
         let canonical =
@@ -153,7 +154,7 @@ impl Options {
             canonical,
             align: if canonical { Align::Canonical } else { align },
             compression: zt.compression,
-            publish: !o.defer_sync,
+            publish: o.syncs(),
             ..Options::default()
         }
     }

@@ -88,7 +88,7 @@ impl FormatWriter for DcpWriter {
         let files = options
             .files
             .map(|n| usize::try_from(n).unwrap_or(usize::MAX));
-        write_synced(path, tensors, files, !options.defer_sync)
+        write_synced(path, tensors, files, options.syncs())
     }
 }
 

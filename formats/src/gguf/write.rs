@@ -44,8 +44,8 @@ impl FormatWriter for GgufWriter {
     /// GGUF's block types are written as they are stored, so this is no
     /// dense adapter. Written by conversion only ([`WriterCaps::DENSE`]:
     /// no options, no metadata from arrays).
-    fn write(&self, source: &Source, path: &Path, _options: &WriteOptions) -> Result<u64> {
-        write(source, path)
+    fn write(&self, source: &Source, path: &Path, options: &WriteOptions) -> Result<u64> {
+        write_synced(source, path, options.syncs())
     }
 
     /// Streams: each tensor read as it is written.
@@ -67,6 +67,11 @@ struct Planned<'a> {
 /// Write every tensor and attribute of `source` as a GGUF v3 file at
 /// `path` (built beside it, renamed into place). Returns the bytes written.
 pub fn write(source: &Source, path: &Path) -> Result<u64> {
+    write_synced(source, path, true)
+}
+
+/// [`write`], fsynced before its rename only when `durable`.
+fn write_synced(source: &Source, path: &Path, durable: bool) -> Result<u64> {
     let ctx = Context::file(path);
     let kvs = metadata(source, &ctx)?;
     let alignment = alignment(&kvs, &ctx)?;
@@ -116,7 +121,7 @@ pub fn write(source: &Source, path: &Path) -> Result<u64> {
             (object, meta, t.part, Bytes::Elements)
         }),
     );
-    publish_reading(path, true, |w| {
+    publish_reading(path, durable, |w| {
         let io = |e| Error::io(path, e);
         w.write_all(&header).map_err(io)?;
         for (i, t) in tensors.iter().enumerate() {

@@ -730,14 +730,15 @@ fn npy_header(ctx: &Context, tensor: InputMeta<'_>) -> Result<Vec<u8>> {
 /// (C order, little-endian, header padded to 64 bytes). The name of
 /// `tensor` is not stored. Returns the bytes written.
 pub fn write_npy(path: &Path, tensor: &TensorIn<'_>) -> Result<u64> {
-    write_npy_input(path, &std::slice::from_ref(tensor), 0)
+    write_npy_input(path, &std::slice::from_ref(tensor), 0, true)
 }
 
-/// [`write_npy`] of tensor `i` of `tensors`, fetched as it is written.
-fn write_npy_input(path: &Path, tensors: &dyn Inputs, i: usize) -> Result<u64> {
+/// [`write_npy`] of tensor `i` of `tensors`, fetched as it is written;
+/// fsynced before its rename when `durable`.
+fn write_npy_input(path: &Path, tensors: &dyn Inputs, i: usize, durable: bool) -> Result<u64> {
     let ctx = Context::file(path);
     let header = npy_header(&ctx, tensors.meta(i))?;
-    publish_reading(path, true, |w| {
+    publish_reading(path, durable, |w| {
         let data = tensors.fetch(i, &ctx)?;
         w.write_all(&header)
             .and_then(|()| w.write_all(&data))
@@ -749,13 +750,13 @@ fn write_npy_input(path: &Path, tensors: &dyn Inputs, i: usize) -> Result<u64> {
 /// (members `<name>.npy` in the given order, zip64 local headers, CRC-32 in
 /// every header). Returns the bytes written.
 pub fn write_npz(path: &Path, tensors: &[TensorIn<'_>]) -> Result<u64> {
-    write_npz_inputs(path, &tensors)
+    write_npz_inputs(path, &tensors, true)
 }
 
 /// [`write_npz`] of tensors fetched one at a time, each as its member is
 /// written (its CRC-32 goes in the local header before its bytes) and
-/// released after.
-fn write_npz_inputs(path: &Path, tensors: &dyn Inputs) -> Result<u64> {
+/// released after; fsynced before its rename when `durable`.
+fn write_npz_inputs(path: &Path, tensors: &dyn Inputs, durable: bool) -> Result<u64> {
     let ctx = Context::file(path);
     let mut seen = std::collections::HashSet::with_capacity(tensors.len());
     let headers = (0..tensors.len())
@@ -776,7 +777,7 @@ fn write_npz_inputs(path: &Path, tensors: &dyn Inputs) -> Result<u64> {
             npy_header(&ctx, t)
         })
         .collect::<Result<Vec<_>>>()?;
-    publish_reading(path, true, |w| {
+    publish_reading(path, durable, |w| {
         let io = |e| Error::io(path, e);
         let mut zip = zip::StoredZip::new(w, 1);
         for (i, h) in headers.iter().enumerate() {
@@ -823,9 +824,9 @@ impl FormatWriter for NpzWriter {
         tensors: &[TensorIn<'_>],
         _metadata: Option<&[(String, Value)]>,
         path: &Path,
-        _options: &WriteOptions,
+        options: &WriteOptions,
     ) -> Result<u64> {
-        write_npz(path, tensors)
+        write_npz_inputs(path, &tensors, options.syncs())
     }
 
     /// Streams: each tensor fetched as its member is written.
@@ -838,9 +839,9 @@ impl FormatWriter for NpzWriter {
         tensors: &dyn Inputs,
         _metadata: Option<&[(String, Value)]>,
         path: &Path,
-        _options: &WriteOptions,
+        options: &WriteOptions,
     ) -> Result<u64> {
-        write_npz_inputs(path, tensors)
+        write_npz_inputs(path, tensors, options.syncs())
     }
 }
 
@@ -864,9 +865,9 @@ impl FormatWriter for NpyWriter {
         tensors: &[TensorIn<'_>],
         _metadata: Option<&[(String, Value)]>,
         path: &Path,
-        _options: &WriteOptions,
+        options: &WriteOptions,
     ) -> Result<u64> {
-        write_one_npy(path, &tensors)
+        write_one_npy(path, &tensors, options.syncs())
     }
 
     /// Streams: the tensor fetched as it is written.
@@ -879,16 +880,16 @@ impl FormatWriter for NpyWriter {
         tensors: &dyn Inputs,
         _metadata: Option<&[(String, Value)]>,
         path: &Path,
-        _options: &WriteOptions,
+        options: &WriteOptions,
     ) -> Result<u64> {
-        write_one_npy(path, tensors)
+        write_one_npy(path, tensors, options.syncs())
     }
 }
 
 /// `.npy` of the only tensor of `tensors`.
-fn write_one_npy(path: &Path, tensors: &dyn Inputs) -> Result<u64> {
+fn write_one_npy(path: &Path, tensors: &dyn Inputs, durable: bool) -> Result<u64> {
     match tensors.len() {
-        1 => write_npy_input(path, tensors, 0),
+        1 => write_npy_input(path, tensors, 0, durable),
         many => Err(Error::Write {
             rule: Rule::WRITE_OBJECT,
             ctx: Context::file(path),

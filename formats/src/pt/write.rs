@@ -373,7 +373,7 @@ impl FormatWriter for PtWriter {
         path: &Path,
         options: &WriteOptions,
     ) -> Result<u64> {
-        write_inputs(path, tensors, !options.defer_sync)
+        write_inputs(path, tensors, options.syncs())
     }
 }
 

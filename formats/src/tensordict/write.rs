@@ -197,7 +197,7 @@ impl FormatWriter for MemmapDirWriter {
         if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) {
             std::fs::remove_dir(path).map_err(|e| Error::io(path, e))?;
         }
-        let durable = !options.defer_sync;
+        let durable = options.syncs();
         let staging = Staging::create(path)?;
         let staged = staging.path().to_path_buf();
         let bytes = write_level(&root, tensors, &staged, durable)
@@ -281,7 +281,7 @@ impl FormatWriter for ConsolidatedWriter {
         tensors: &dyn Inputs,
         _metadata: Option<&[(String, Value)]>,
         path: &Path,
-        _options: &WriteOptions,
+        options: &WriteOptions,
     ) -> Result<u64> {
         let ctx = Context::file(path);
         let root = tree(&ctx, tensors)?;
@@ -293,7 +293,7 @@ impl FormatWriter for ConsolidatedWriter {
         let json = consolidated_level(&root, tensors, &ctx, pad_leaves, &mut at, &mut order)?;
         let text = serde_json::to_vec(&json).expect("JSON of plain values");
         tensors.will_fetch_in(&order);
-        publish_reading(path, true, |w| {
+        publish_reading(path, options.syncs(), |w| {
             let io = |e| Error::io(path, e);
             for &i in &order {
                 let data = tensors.fetch(i, &ctx)?;

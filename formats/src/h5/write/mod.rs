@@ -131,7 +131,7 @@ impl FormatWriter for H5Writer {
             .unwrap_or_default();
         let layout = o.layout.unwrap_or_default();
         let metadata = metadata.unwrap_or(&[]);
-        let durable = !options.defer_sync;
+        let durable = options.syncs();
         match o.max_shard_size {
             None => file::publish(tensors, metadata, path, layout, durable),
             Some(max) if layout == Layout::Keras => {
