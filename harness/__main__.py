@@ -27,6 +27,7 @@ from . import (
     read_bench,
     read_formats,
     remote_bench,
+    remote_gather_bench,
     report,
     sampler_bench,
     saveopen_bench,
@@ -132,6 +133,14 @@ COMPARISONS = {
         dict(size_mb=1024, runs=5, records=20_000, batches=20, model=remote_bench.MEDIUM_MODEL),
         remote_bench.run,
         remote_bench.header,
+    ),
+    "remote-gathers": (
+        dict(runs=1, before=None),
+        # With the build before the budgeted fetcher when it was made
+        # (python -m harness.remote_gather_bench --make-before).
+        dict(runs=3, before="auto"),
+        remote_gather_bench.run,
+        remote_gather_bench.header,
     ),
     "checkpoints": (
         dict(runs=1, model=checkpoint_bench.QUICK_MODEL, ranks=1, shard_mb=10, warmup=0),
