@@ -15,6 +15,13 @@
 //! scattered records from downloading the store between them. Until the
 //! first GET is measured (an object's open measures itself) the gap is
 //! [`DEFAULT_COALESCE_GAP`].
+//!
+//! The part size of large reads is not derived from the measurements: a
+//! large read's parts are all in flight together (within the budget), so
+//! their first-byte latencies overlap instead of adding up, and a part
+//! need only be large enough that signing and the server's per-request
+//! work stay small beside its transfer, which the configured size (AWS's
+//! 8-16 MiB guidance) already is.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
