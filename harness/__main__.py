@@ -33,6 +33,7 @@ from . import (
     saveopen_bench,
     shard_bench,
     stores_bench,
+    warm_bench,
     write_bench,
     zrecord_bench,
 )
@@ -51,6 +52,12 @@ COMPARISONS = {
         dict(layers=2, vocab=36_000, runs=9),
         cold_bench.run,
         cold_bench.header,
+    ),
+    "warm": (
+        dict(tensors=8, size_mb=32, runs=2),
+        dict(tensors=32, size_mb=256, runs=21),
+        warm_bench.run,
+        warm_bench.header,
     ),
     "load_into": (
         dict(size_mb=32, runs=2, rss=False),

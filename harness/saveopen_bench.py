@@ -22,7 +22,10 @@ Formats and writer settings (T = the number of cores):
 
 * zt `.zt` (canonical): `zt.Writer` adding leaf by leaf (one thread) and
   `zt.numpy.save_file` (the batch writer: hashing on T rayon threads, one
-  sequential write); opened with `zt.open` (zero-copy views);
+  sequential write); opened with `zt.open` (zero-copy views). Each also
+  with the other durability: `zt.Writer` does not fsync unless
+  `publish=True`, `save_file` fsyncs unless `durable=False` (the peers
+  below do not fsync), so the rows compare like with like;
 * safetensors: `safetensors.torch.save_file` / mmap-backed `load_file`;
 * `torch.save` of the flat dict / `torch.load(mmap=True, weights_only=True)`;
 * zarr v3: one uncompressed single-chunk array per leaf in a group (the
@@ -98,8 +101,8 @@ def digests(leaves) -> dict[str, int]:
 # -- formats: name -> (extension, {setting: save(arrays, path)}, open(path) -> digests) --------
 
 
-def _zt_writer(arrays, path):
-    with zt.Writer(path) as w:
+def _zt_writer(arrays, path, publish=False):
+    with zt.Writer(path, publish=publish) as w:
         for name in sorted(arrays):
             w.add(name, arrays[name])
 
@@ -112,7 +115,9 @@ def _zt_open(path):
 def _zt_format():
     saves = {
         "zt.Writer (1 thread)": _zt_writer,
+        "zt.Writer (1 thread, publish=True: fsync)": lambda a, p: _zt_writer(a, p, publish=True),
         f"zt.numpy.save_file ({THREADS} threads)": lambda a, p: zt.numpy.save_file(a, p),
+        f"zt.numpy.save_file ({THREADS} threads, durable=False)": lambda a, p: zt.numpy.save_file(a, p, durable=False),
     }
     return ".zt", saves, _zt_open
 
