@@ -277,13 +277,17 @@ struct State<T> {
 
 /// What a worker claimed: which step, under which generation, and the bytes
 /// it added to the window.
-struct Claim {
+struct Claim<'a> {
     generation: u64,
     ordinal: u64,
     step: u64,
     estimate: u64,
     /// The steps whose fetches this worker starts before gathering its own.
     ahead: Vec<u64>,
+    /// Held by a worker with steps to start (taken before the state lock
+    /// is released), so a worker that claims one of them next waits for it
+    /// to be started instead of fetching it a second time.
+    issuing: Option<MutexGuard<'a, ()>>,
 }
 
 struct Shared<T> {
@@ -295,6 +299,9 @@ struct Shared<T> {
     fixed_bytes: u64,
     /// Some stream is in object storage: its steps are fetched ahead.
     remote: bool,
+    /// Held while a worker starts the fetches of the steps it took on
+    /// (see [`Claim::issuing`]).
+    issuing: Mutex<()>,
     state: Mutex<State<T>>,
     /// Signalled when step `next` is finished, or on close.
     ready: Condvar,
@@ -403,6 +410,7 @@ impl<T: Send + 'static> DataLoader<T> {
             prefetch_bytes: u128::from(config.prefetch_bytes),
             fixed_bytes,
             remote: streams_remote,
+            issuing: Mutex::new(()),
             state: Mutex::new(State {
                 start: config.start_step,
                 generation: 0,
@@ -606,8 +614,15 @@ impl<T: Send + 'static> Drop for DataLoader<T> {
 impl<T: Send + 'static> Shared<T> {
     fn work(&self) {
         let n = self.config.plan.batch_len() as usize; // addressable: checked by `check_streams`
-        while let Some(claim) = self.claim() {
-            self.fetch_ahead(&claim.ahead);
+        while let Some(mut claim) = self.claim() {
+            if self.remote {
+                // Started by this worker, or waited for: a step claimed
+                // after another worker took it on is started by the time
+                // that worker lets go of `issuing`.
+                let issuing = claim.issuing.take().unwrap_or_else(|| lock(&self.issuing));
+                self.fetch_ahead(&claim.ahead);
+                drop(issuing);
+            }
             let step = claim.step;
             // The batch size is the caller's: a batch whose indices do not
             // fit in memory fails its step (a memory error the consumer
@@ -668,7 +683,7 @@ impl<T: Send + 'static> Shared<T> {
     /// fewer than `prefetch_bytes` bytes), then claim the next ordinal;
     /// `None` once closed. An empty window always has room, so the step the
     /// consumer waits for is always claimed.
-    fn claim(&self) -> Option<Claim> {
+    fn claim(&self) -> Option<Claim<'_>> {
         let mut st = lock(&self.state);
         loop {
             if st.closed {
@@ -696,12 +711,17 @@ impl<T: Send + 'static> Shared<T> {
         } else {
             Vec::new()
         };
+        // Taken before the state lock is released: every later claim's
+        // worker finds it taken. (Lock order: state, then issuing; a
+        // worker holding issuing never takes state.)
+        let issuing = (!ahead.is_empty()).then(|| lock(&self.issuing));
         Some(Claim {
             generation: st.generation,
             ordinal,
             step: step_at(st.start, self.config.step_stride, ordinal),
             estimate,
             ahead,
+            issuing,
         })
     }
 
