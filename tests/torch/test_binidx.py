@@ -200,3 +200,19 @@ def test_a_lying_remote_index_or_short_data_is_refused(corpus, bucket, request):
             ds[np.arange(len(ds))]
     with pytest.raises(FileNotFoundError):
         Ragged.open_binidx(f"s3://{bucket}/absent")
+
+
+def test_a_remote_index_that_lies_is_refused_before_it_is_downloaded(large, bucket, request):
+    """A 4 MiB object that is not an index (the tokens put as ``.idx``) is
+    refused from the head its open fetched: far fewer bytes come in than
+    the object holds."""
+    prefix, _, _ = large
+    with open(prefix + ".bin", "rb") as f:
+        data = f.read()
+    _put("s3", request, bucket, "fake.idx", data)
+    _put("s3", request, bucket, "fake.bin", data)
+    before = zt.remote_stats()["bytes_in"]
+    with pytest.raises(zt.FormatError, match=r"zrecord\.Binidx"):
+        Ragged.open_binidx(f"s3://{bucket}/fake")
+    # Each object's open reads its first MiB and last 256 KiB.
+    assert zt.remote_stats()["bytes_in"] - before <= 2 * (1 << 20) + 2 * (256 << 10) < len(data)

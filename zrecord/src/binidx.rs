@@ -141,6 +141,67 @@ fn map_file(path: &Path) -> Result<(Option<Mmap>, u64)> {
     Ok((Some(map), len))
 }
 
+/// What an index's first bytes say, checked against its size.
+struct Header {
+    itemsize: u64,
+    typestr: &'static str,
+    sequences: u64,
+    documents: u64,
+}
+
+impl Header {
+    /// The header at the start of `head`, whose counts must fit an index of
+    /// `idx_len` bytes (`head` may be the index's first bytes only).
+    fn parse(head: &[u8], idx_len: u64, idx_path: &Path) -> Result<Header> {
+        if idx_len < HEADER || head.len() < HEADER as usize || &head[..9] != MAGIC {
+            return Err(refuse(idx_path, "not a Megatron index (no MMIDIDX header)"));
+        }
+        let version = u64::from_le_bytes(head[9..17].try_into().expect("8 bytes"));
+        if version != 1 {
+            return Err(refuse(
+                idx_path,
+                format!("index version {version}; version 1 is read"),
+            ));
+        }
+        let (itemsize, typestr) = match head[17] {
+            1 => (1, "|u1"),
+            2 => (1, "|i1"),
+            3 => (2, "<i2"),
+            4 => (4, "<i4"),
+            5 => (8, "<i8"),
+            6 => (8, "<f8"),
+            7 => (4, "<f4"),
+            8 => (2, "<u2"),
+            code => return Err(refuse(idx_path, format!("unknown dtype code {code}"))),
+        };
+        let sequences = u64::from_le_bytes(head[18..26].try_into().expect("8 bytes"));
+        let documents = u64::from_le_bytes(head[26..34].try_into().expect("8 bytes"));
+        // Lengths (4), pointers (8), document indices (8), and optionally
+        // one mode byte per sequence: the counts must fit the file.
+        let need = sequences
+            .checked_mul(12)
+            .and_then(|n| n.checked_add(documents.checked_mul(8)?))
+            .and_then(|n| n.checked_add(HEADER));
+        match need {
+            Some(need) if need == idx_len || Some(idx_len) == need.checked_add(sequences) => {}
+            _ => {
+                return Err(refuse(
+                    idx_path,
+                    format!(
+                        "{sequences} sequences and {documents} document indices do not fit its {idx_len} bytes"
+                    ),
+                ))
+            }
+        }
+        Ok(Header {
+            itemsize,
+            typestr,
+            sequences,
+            documents,
+        })
+    }
+}
+
 impl Binidx {
     /// Open the pair `path` names (local, or an object-storage URL read
     /// with `storage_options`), its records `unit`s.
@@ -187,11 +248,20 @@ impl Binidx {
         let url = |p: &Path| p.to_string_lossy().into_owned();
         let (idx, bin) = std::thread::scope(|scope| {
             let bin = scope.spawn(|| RemoteObject::open(&url(&bin_path), Arc::clone(&config)));
-            let idx = RemoteObject::open(&url(&idx_path), Arc::clone(&config))
-                .and_then(|o| o.read(0, o.len()));
+            let idx = RemoteObject::open(&url(&idx_path), Arc::clone(&config));
             (idx, bin.join().expect("opening an object does not panic"))
         });
         let idx = idx.map_err(|e| crate::remote::error(&idx_path, e))?;
+        // The header, from what the open already fetched, is checked
+        // against the object's size before the rest is read: a lying index
+        // is refused without downloading it.
+        let head = idx
+            .read(0, HEADER.min(idx.len()))
+            .map_err(|e| crate::remote::error(&idx_path, e))?;
+        Header::parse(&head, idx.len(), &idx_path)?;
+        let idx = idx
+            .read(0, idx.len())
+            .map_err(|e| crate::remote::error(&idx_path, e))?;
         let bin = bin.map_err(|e| crate::remote::error(&bin_path, e))?;
         if idx.is_empty() {
             return Err(refuse(&idx_path, "the index is empty"));
@@ -220,50 +290,13 @@ impl Binidx {
         bin_path: PathBuf,
         unit: Unit,
     ) -> Result<Binidx> {
-        let idx_len = idx.len() as u64;
-        if idx_len < HEADER || &idx[..9] != MAGIC {
-            return Err(refuse(
-                &idx_path,
-                "not a Megatron index (no MMIDIDX header)",
-            ));
-        }
-        let version = u64::from_le_bytes(idx[9..17].try_into().expect("8 bytes"));
-        if version != 1 {
-            return Err(refuse(
-                &idx_path,
-                format!("index version {version}; version 1 is read"),
-            ));
-        }
-        let (itemsize, typestr) = match idx[17] {
-            1 => (1, "|u1"),
-            2 => (1, "|i1"),
-            3 => (2, "<i2"),
-            4 => (4, "<i4"),
-            5 => (8, "<i8"),
-            6 => (8, "<f8"),
-            7 => (4, "<f4"),
-            8 => (2, "<u2"),
-            code => return Err(refuse(&idx_path, format!("unknown dtype code {code}"))),
-        };
-        let sequences = u64::from_le_bytes(idx[18..26].try_into().expect("8 bytes"));
-        let documents = u64::from_le_bytes(idx[26..34].try_into().expect("8 bytes"));
-        // Lengths (4), pointers (8), document indices (8), and optionally
-        // one mode byte per sequence: the counts must fit the file.
-        let need = sequences
-            .checked_mul(12)
-            .and_then(|n| n.checked_add(documents.checked_mul(8)?))
-            .and_then(|n| n.checked_add(HEADER));
-        match need {
-            Some(need) if need == idx_len || Some(idx_len) == need.checked_add(sequences) => {}
-            _ => {
-                return Err(refuse(
-                    &idx_path,
-                    format!(
-                        "{sequences} sequences and {documents} document indices do not fit its {idx_len} bytes"
-                    ),
-                ))
-            }
-        }
+        let header = Header::parse(&idx, idx.len() as u64, &idx_path)?;
+        let Header {
+            itemsize,
+            typestr,
+            sequences,
+            documents,
+        } = header;
         let out = Binidx {
             idx,
             bin,
