@@ -18,6 +18,7 @@ from . import (
     cold_bench,
     common,
     copy_bench,
+    datasets_bench,
     load_into_bench,
     loader_bench,
     open_bench,
@@ -148,6 +149,13 @@ COMPARISONS = {
         dict(runs=3, before="auto"),
         remote_gather_bench.run,
         remote_gather_bench.header,
+    ),
+    "datasets": (
+        dict(records=1024, runs=1, batches=4),
+        # 128 MiB of tokens (the 2 GiB scaled to this 2-core VM's minutes): about 20 min.
+        dict(records=16384, runs=5, batches=16),
+        datasets_bench.run,
+        datasets_bench.header,
     ),
     "checkpoints": (
         dict(runs=1, model=checkpoint_bench.QUICK_MODEL, ranks=1, shard_mb=10, warmup=0),
