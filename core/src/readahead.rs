@@ -147,10 +147,22 @@ impl Source {
         // thread as soon as the member's bytes are in, while the disk reads
         // the next window: a load then ends with the last member's check,
         // not a pass over every byte after the reads.
+        let via_checks = &via;
         std::thread::scope(|scope| {
-            let (ready, arrived) = std::sync::mpsc::channel::<Arc<LazyCheck>>();
+            let (ready, arrived) = std::sync::mpsc::channel::<(usize, Arc<LazyCheck>)>();
             scope.spawn(move || {
-                for check in arrived {
+                for (store, check) in arrived {
+                    // A CRC-32 of a range of a store with a private mapping
+                    // is hashed through that mapping, so a writable load's
+                    // views find its pages already faulted in; a mismatch
+                    // runs the check itself, whose outcome stands.
+                    let map = via_checks.get(store).and_then(Option::as_deref);
+                    if let (Some(map), Some(range)) = (map, check.pending_crc32()) {
+                        if map.crc32(range.offset, range.len) == Some(range.crc) {
+                            check.passed();
+                            continue;
+                        }
+                    }
                     // The outcome is kept: the read that follows reports a
                     // failure, with the tensor's name.
                     let _ = check.run(false);
@@ -162,7 +174,7 @@ impl Source {
                     if *key > (store, upto) {
                         break;
                     }
-                    let _ = ready.send(Arc::clone(check));
+                    let _ = ready.send((key.0, Arc::clone(check)));
                     next += 1;
                 }
             })
@@ -375,6 +387,55 @@ mod tests {
         assert_eq!(read("t0").unwrap(), 1 << 20);
         assert_eq!(read("t2").unwrap(), 1 << 20);
         assert_eq!((runs(0), runs(1), runs(2)), (1, 1, 1));
+    }
+
+    #[test]
+    fn a_writable_read_ahead_hashes_crc_checks_through_the_private_mapping() {
+        use crate::catalog::Crc32Range;
+        use crate::source::CountedCheck;
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        let bytes: Vec<u8> = (0..3u32 << 20).map(|i| (i * 7 + i / 4096) as u8).collect();
+        f.write_all(&bytes).unwrap();
+        f.flush().unwrap();
+        let store = Arc::new(Store::open(f.path()).unwrap());
+        let at = [(0u64, 1u64 << 20), (1 << 20, 2 << 20)];
+        let crc = |(o, l): (u64, u64)| crc32fast::hash(&bytes[o as usize..(o + l) as usize]);
+        // t0's CRC is right; t1's is wrong (its check then runs, and fails).
+        let checks = vec![
+            CountedCheck::crc32(
+                Crc32Range {
+                    offset: at[0].0,
+                    len: at[0].1,
+                    crc: crc(at[0]),
+                },
+                false,
+            ),
+            CountedCheck::crc32(
+                Crc32Range {
+                    offset: at[1].0,
+                    len: at[1].1,
+                    crc: !crc(at[1]),
+                },
+                true,
+            ),
+        ];
+        let src = Source::of_checked_ranges(store, &at, &checks);
+        let maps = PrivateMaps::new();
+        src.read_ahead_into(&[0, 1], &maps).unwrap();
+        assert_eq!((checks[0].runs(), checks[1].runs()), (0, 1));
+        let read = |name: &str| {
+            src.tensor(name)
+                .unwrap()
+                .data()
+                .unwrap()
+                .bytes()
+                .map(|b| b.len())
+        };
+        assert_eq!(read("t0").unwrap(), 1 << 20);
+        assert!(matches!(
+            read("t1"),
+            Err(crate::error::Error::Integrity { .. })
+        ));
     }
 
     #[test]

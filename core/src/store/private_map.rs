@@ -13,6 +13,7 @@
 //! each page is faulted once, in the mapping the arrays view.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use memmap2::{MmapMut, MmapOptions};
@@ -30,6 +31,9 @@ pub struct PrivateMap {
     /// The mapping's address, taken once from the exclusive borrow: the
     /// views write through it, never through a Rust reference.
     base: usize,
+    /// A view was handed out ([`PrivateMaps::view`]): from then on its
+    /// pages may be written, so zt no longer reads them.
+    viewed: AtomicBool,
 }
 
 impl PrivateMap {
@@ -47,6 +51,52 @@ impl PrivateMap {
     /// True for an empty mapping (never made: see [`Store::map_private`]).
     pub fn is_empty(&self) -> bool {
         self.map.is_empty()
+    }
+
+    /// The CRC-32 of `[offset, offset + len)` read through this mapping (so
+    /// its pages are faulted in here, where the views will find them), in
+    /// pieces on the cores the length warrants, combined; `None` once a
+    /// view was handed out (its bytes may have been written) or for a range
+    /// past the mapping.
+    pub(crate) fn crc32(&self, offset: u64, len: u64) -> Option<u32> {
+        const PIECE: u64 = 4 << 20;
+        if self.viewed.load(Ordering::Acquire) || offset.checked_add(len)? > self.len() {
+            return None;
+        }
+        // SAFETY: the range lies inside the mapping (checked above), which
+        // lives as long as `self`; no view of it exists yet, so nothing
+        // writes it while it is read.
+        let bytes =
+            unsafe { std::slice::from_raw_parts(self.address(offset) as *const u8, len as usize) };
+        let threads = crate::copy::threads_for_pieces(len, PIECE);
+        let step = bytes.len().div_ceil(threads).max(1);
+        let pieces: Vec<crc32fast::Hasher> = std::thread::scope(|s| {
+            let handles: Vec<_> = bytes
+                .chunks(step)
+                .skip(1)
+                .map(|piece| {
+                    s.spawn(move || {
+                        let mut h = crc32fast::Hasher::new();
+                        h.update(piece);
+                        h
+                    })
+                })
+                .collect();
+            let mut first = crc32fast::Hasher::new();
+            first.update(bytes.chunks(step).next().unwrap_or_default());
+            let mut all = vec![first];
+            all.extend(
+                handles
+                    .into_iter()
+                    .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))),
+            );
+            all
+        });
+        let mut whole = crc32fast::Hasher::new();
+        for piece in &pieces {
+            whole.combine(piece);
+        }
+        Some(whole.finalize())
     }
 
     /// Fault in the pages of `[start, end)` (page-aligned start, end within
@@ -74,7 +124,11 @@ impl Store {
         let mut map = unsafe { MmapOptions::new().len(self.len as usize).map_copy(file) }
             .map_err(|e| Error::io(&self.path, e))?;
         let base = map.as_mut_ptr() as usize;
-        Ok(Some(PrivateMap { map, base }))
+        Ok(Some(PrivateMap {
+            map,
+            base,
+            viewed: AtomicBool::new(false),
+        }))
     }
 }
 
@@ -123,6 +177,7 @@ impl PrivateMaps {
         // The check and the bounds, as a read of the shared mapping has them.
         part.map_unaligned()?;
         Ok(self.of(store)?.map(|map| {
+            map.viewed.store(true, Ordering::Release);
             let address = map.address(*offset);
             (map, address)
         }))
@@ -175,6 +230,30 @@ mod tests {
         assert_eq!(read(&map, 99, 3), vec![5, 9, 5]);
         assert_eq!(store.slice(100, 1).unwrap(), &[5]);
         assert_eq!(std::fs::read(&path).unwrap()[100], 5);
+    }
+
+    #[test]
+    fn the_crc_is_read_through_the_mapping_until_a_view_is_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let bytes: Vec<u8> = (0..(9u32 << 20) + 5)
+            .map(|i| (i * 13 + i / 999) as u8)
+            .collect();
+        let path = file_of(&bytes, dir.path(), "crc.bin");
+        let store = Arc::new(Store::open(&path).unwrap());
+        let src = crate::Source::of_ranges(Arc::clone(&store), &[(100, 1000)]);
+        let maps = PrivateMaps::new();
+        let map = maps.of(&store).unwrap().unwrap();
+        // Several pieces (on the cores there are), combined.
+        assert_eq!(
+            map.crc32(3, 9 << 20),
+            Some(crc32fast::hash(&bytes[3..(9 << 20) + 3]))
+        );
+        assert_eq!(map.crc32(0, 0), Some(0));
+        assert_eq!(map.crc32(1, bytes.len() as u64), None, "past the end");
+        let part = src.tensor("t0").unwrap().data().unwrap();
+        let (viewed, address) = maps.view(&part).unwrap().unwrap();
+        assert!(Arc::ptr_eq(&viewed, &map) && address == map.address(100));
+        assert_eq!(map.crc32(3, 100), None, "its pages may have been written");
     }
 
     #[test]
