@@ -423,18 +423,21 @@ impl RecordReader {
     }
 
     /// Column `column` of a MosaicML MDS dataset (its directory or
-    /// `index.json`) as a Dense (`dense=True`: a fixed-size encoding) or
+    /// `index.json`, local or at an object-storage prefix) as a Dense (`dense=True`: a fixed-size encoding) or
     /// Ragged source of rank `ndim` (`zrecord::mds`).
     #[staticmethod]
+    #[pyo3(signature = (path, dense, column, ndim, storage_options = None))]
     fn open_mds(
         py: Python<'_>,
         path: PathBuf,
         dense: bool,
         column: String,
         ndim: usize,
+        storage_options: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Self> {
+        let storage_options = crate::storage_options_from_py(storage_options)?;
         let reader = py
-            .detach(|| Reader::open_mds(&path, &column, ndim))
+            .detach(|| Reader::open_mds_at(&path, &column, ndim, &storage_options))
             .map_err(to_py)?;
         let is_dense = matches!(reader.schema().geometry, Geometry::Dense { .. });
         if is_dense != dense {

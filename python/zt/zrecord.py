@@ -193,7 +193,7 @@ class _Base:
         self.path = _location(path)
         self._writer = None
         if mds is not None:
-            self._reader = _zt.RecordReader.open_mds(os.fspath(self.path), dense, *mds)
+            self._reader = _zt.RecordReader.open_mds(os.fspath(self.path), dense, *mds, storage_options)
         elif documents is not None:
             self._reader = _zt.RecordReader.open_binidx(os.fspath(self.path), documents, storage_options)
         elif many is None:
@@ -360,16 +360,23 @@ class Dense(_Base):
         return self
 
     @classmethod
-    def open_mds(cls, path: PathLike, column: str) -> Self:
+    def open_mds(cls, path: PathLike, column: str, *, storage_options: StorageOptions = None) -> Self:
         """Open one fixed-size column of MosaicML MDS shards (the directory
         ``streaming.MDSWriter`` wrote, or its ``index.json``) as a Dense
         source: ``ndarray:DTYPE:SHAPE`` columns as rows of that shape,
         scalar columns (``int``, ``uint8`` .. ``float64``) as item shape
         ``()``. Values are copied from the mapped shards (zstd-compressed
         shards without their raw file are decompressed at open); every
-        sample is checked when gathered (rule ``zrecord.Mds``)."""
+        sample is checked when gathered (rule ``zrecord.Mds``).
+
+        ``path`` may be an object-storage prefix (``s3://bucket/dir``,
+        ``gs://``, ``az://``; ``storage_options`` as for :func:`zt.open`):
+        ``index.json`` is read and the prefix listed once, each raw shard's
+        offset table fetched at open, and each gather fetches its samples'
+        byte ranges (coalesced, within the process's request budget; the
+        DataLoader starts its prefetch window's fetches ahead)."""
         self = cls.__new__(cls)
-        self._open(path, True, mds=(column, 1))
+        self._open(path, True, storage_options, mds=(column, 1))
         return self
 
     @classmethod
@@ -449,7 +456,7 @@ class Ragged(_Base):
         return self
 
     @classmethod
-    def open_mds(cls, path: PathLike, column: str, *, ndim: int = 1) -> Self:
+    def open_mds(cls, path: PathLike, column: str, *, ndim: int = 1, storage_options: StorageOptions = None) -> Self:
         """Open one variable-size column of MosaicML MDS shards as a Ragged
         source: ``ndarray:DTYPE`` and ``ndarray`` columns as records of rank
         ``ndim`` with the shape each sample carries (an ``ndarray`` column's
@@ -457,7 +464,7 @@ class Ragged(_Base):
         ``bytes`` and ``str`` as rank-1 uint8 records. As
         :meth:`Dense.open_mds` otherwise."""
         self = cls.__new__(cls)
-        self._open(path, False, mds=(column, operator.index(ndim)))
+        self._open(path, False, storage_options, mds=(column, operator.index(ndim)))
         return self
 
     @classmethod

@@ -23,6 +23,16 @@
 //! Nothing is trusted: the index's counts and sizes are checked against the
 //! files at open, and every sample's offsets, column sizes and array
 //! headers when it is gathered. A refusal cites rule `zrecord.Mds`.
+//!
+//! In object storage (`s3://bucket/dir`, `gs://`, `az://`: the feature
+//! `remote`) `index.json` is read and the prefix listed once (each shard's
+//! size and ETag, so a shard costs no request until read); each raw
+//! shard's sample count and offset table are fetched at open (one exact
+//! range each), and a gather fetches its samples' byte ranges through
+//! [`crate::ranged`] (coalesced, within the process's budget, or taken
+//! from a fetch the DataLoader started ahead), then checks and decodes
+//! them as above. A zstd-only shard is fetched whole and decompressed at
+//! open.
 
 use std::path::{Path, PathBuf};
 
@@ -84,13 +94,24 @@ type Declared = (String, Encoding, &'static str, u64, Option<Vec<u64>>);
 enum Bytes {
     Mapped(Mmap),
     Decompressed(Vec<u8>),
+    /// A raw shard in object storage: its sample count and offset table
+    /// fetched at open, its samples by ranges per gather.
+    #[cfg(feature = "remote")]
+    Remote {
+        object: std::sync::Arc<zt_remote::RemoteObject>,
+        table: Vec<u8>,
+    },
 }
 
 impl Bytes {
+    /// The shard's bytes from its start: all of them, or (in object
+    /// storage) its table of offsets only.
     fn get(&self) -> &[u8] {
         match self {
             Bytes::Mapped(m) => m,
             Bytes::Decompressed(v) => v,
+            #[cfg(feature = "remote")]
+            Bytes::Remote { table, .. } => table,
         }
     }
 }
@@ -98,6 +119,8 @@ impl Bytes {
 struct Shard {
     path: PathBuf,
     bytes: Bytes,
+    /// The raw shard's size.
+    len: u64,
     samples: u64,
     /// Sizes of the columns before this one that are fixed (`Some`) or
     /// carried per sample (`None`), and this column's.
@@ -116,6 +139,9 @@ pub(crate) struct Mds {
     /// Ragged: the rank every record must have.
     ndim: usize,
     pub(crate) column: Column,
+    /// Gathers started ahead (shards in object storage).
+    #[cfg(feature = "remote")]
+    ranged: crate::ranged::Ranged,
 }
 
 /// `index.json` of `path` (the file, or the directory holding it).
@@ -256,19 +282,12 @@ fn map(path: &Path) -> Result<Option<Mmap>> {
     Ok(Some(map))
 }
 
-/// The zstd-compressed shard at `path`, decompressed to exactly `raw` bytes.
-fn decompress(path: &Path, raw: u64) -> Result<Vec<u8>> {
-    let data = std::fs::read(path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => refuse(
-            path,
-            "neither the raw shard nor its compressed file is there",
-        ),
-        _ => Error::io(path, e),
-    })?;
+/// The zstd-compressed shard `data` (read from `path`), decompressed to
+/// exactly `raw` bytes.
+fn decompress(path: &Path, data: &[u8], raw: u64) -> Result<Vec<u8>> {
     let mut out = crate::reader::try_vec::<u8>(raw as usize, path, "a decompressed shard")?;
     // One byte past the size the index gives, to tell a longer shard.
-    let mut decoder =
-        zstd::stream::read::Decoder::new(&data[..]).map_err(|e| Error::io(path, e))?;
+    let mut decoder = zstd::stream::read::Decoder::new(data).map_err(|e| Error::io(path, e))?;
     use std::io::Read;
     (&mut decoder)
         .take(raw + 1)
@@ -283,14 +302,140 @@ fn decompress(path: &Path, raw: u64) -> Result<Vec<u8>> {
     Ok(out)
 }
 
+/// A sample fetched from object storage, and where it starts in its shard.
+type Fetched = (Vec<u8>, usize);
+
+/// Where a dataset's files are: a directory, or a prefix in object storage
+/// (listed once at open, so a shard costs no request until it is read).
+enum Files {
+    Local(PathBuf),
+    #[cfg(feature = "remote")]
+    Remote {
+        dir: String,
+        config: std::sync::Arc<zt_remote::RemoteConfig>,
+        options: Vec<(String, String)>,
+        listed: std::collections::HashMap<String, zt_remote::list::Listed>,
+    },
+}
+
+impl Files {
+    /// The files of the dataset in `dir`, and its index's bytes.
+    fn open(
+        dir: PathBuf,
+        index: &Path,
+        storage_options: &[(String, String)],
+    ) -> Result<(Files, Vec<u8>)> {
+        if !crate::remote::is_url(&dir) {
+            let _ = storage_options;
+            return Ok((Files::Local(dir), read_index(index)?));
+        }
+        #[cfg(not(feature = "remote"))]
+        return Err(crate::remote::unsupported(&dir));
+        #[cfg(feature = "remote")]
+        {
+            let text = crate::remote::read_small(index, INDEX_MAX_BYTES, storage_options)?;
+            let config = crate::remote::config(&dir, storage_options)?;
+            let dir = dir.to_string_lossy().into_owned();
+            let listed = zt_remote::list::list(&dir, &config)
+                .map_err(|e| crate::remote::error(Path::new(&dir), e))?
+                .into_iter()
+                .map(|l| (l.name.clone(), l))
+                .collect();
+            Ok((
+                Files::Remote {
+                    dir,
+                    config,
+                    options: storage_options.to_vec(),
+                    listed,
+                },
+                text,
+            ))
+        }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        match self {
+            Files::Local(dir) => dir.join(name),
+            #[cfg(feature = "remote")]
+            Files::Remote { dir, .. } => PathBuf::from(format!("{dir}/{name}")),
+        }
+    }
+
+    /// The raw shard `name` (at `path`), `None` when absent: mapped, or in
+    /// object storage its first `table` bytes (its sample count and
+    /// offsets) fetched.
+    fn raw(&self, path: &Path, name: &str, table: u64) -> Result<Option<Bytes>> {
+        match self {
+            Files::Local(_) => {
+                let _ = (name, table);
+                Ok(map(path)?.map(Bytes::Mapped))
+            }
+            #[cfg(feature = "remote")]
+            Files::Remote { config, listed, .. } => {
+                use zt_remote::RemoteObject;
+                let Some(l) = listed.get(name) else {
+                    return Ok(None);
+                };
+                let url = path.to_string_lossy();
+                let object = match &l.etag {
+                    Some(tag) => RemoteObject::listed(&url, config.clone(), l.size, tag.clone()),
+                    None => RemoteObject::open(&url, config.clone()),
+                }
+                .map_err(|e| crate::remote::error(path, e))?;
+                // One exact ranged read, kept out of the object's block
+                // cache: the samples are fetched by their own ranges.
+                let table = object
+                    .read_ranges(&[(0, table.min(object.len()))])
+                    .map_err(|e| crate::remote::error(path, e))?
+                    .pop()
+                    .unwrap_or_default();
+                Ok(Some(Bytes::Remote {
+                    object: std::sync::Arc::new(object),
+                    table,
+                }))
+            }
+        }
+    }
+
+    /// The compressed shard `name` (at `path`) whole.
+    fn compressed(&self, path: &Path, name: &str) -> Result<Vec<u8>> {
+        let absent = || {
+            refuse(
+                path,
+                "neither the raw shard nor its compressed file is there",
+            )
+        };
+        match self {
+            Files::Local(_) => std::fs::read(path).map_err(|e| match (e.kind(), name) {
+                (std::io::ErrorKind::NotFound, _) => absent(),
+                _ => Error::io(path, e),
+            }),
+            #[cfg(feature = "remote")]
+            Files::Remote {
+                listed, options, ..
+            } => {
+                if !listed.contains_key(name) {
+                    return Err(absent());
+                }
+                crate::remote::read_small(path, SHARD_MAX_BYTES, options)
+            }
+        }
+    }
+}
+
 impl Mds {
     /// Open column `column` of the MDS dataset at `path` (its directory or
     /// `index.json`); `ndim` is the rank of a Ragged `ndarray` column's
     /// records (1 for `bytes`/`str`; ignored for fixed-size columns).
-    pub(crate) fn open(path: &Path, column: &str, ndim: usize) -> Result<Mds> {
+    pub(crate) fn open(
+        path: &Path,
+        column: &str,
+        ndim: usize,
+        storage_options: &[(String, String)],
+    ) -> Result<Mds> {
         let index = index_path(path);
         let dir = index.parent().unwrap_or(Path::new("")).to_path_buf();
-        let text = read_index(&index)?;
+        let (files, text) = Files::open(dir, &index, storage_options)?;
         let root = match crate::json::decode(&text, INDEX_MAX_DEPTH) {
             Ok(Value::Object(o)) => o,
             Ok(_) => return Err(refuse(&index, "not a JSON object")),
@@ -317,7 +462,7 @@ impl Mds {
             let Value::Object(entry) = entry else {
                 return Err(refuse(&index, format!("shard {s} is not an object")));
             };
-            let shard = Self::open_shard(&index, &dir, s, entry, column, &mut found)?;
+            let shard = Self::open_shard(&index, &files, s, entry, column, &mut found)?;
             let total = starts[s]
                 .checked_add(shard.samples)
                 .ok_or_else(|| refuse(&index, "the sample counts overflow"))?;
@@ -331,7 +476,7 @@ impl Mds {
             let first = shards.iter().find(|s| s.samples > 0);
             let code = match first {
                 Some(shard) => {
-                    let (value, at) = shard.value(0)?;
+                    let (value, at) = shard.value_owned(0)?;
                     *value
                         .first()
                         .ok_or_else(|| shard.bad(at, "an empty ndarray value"))?
@@ -369,12 +514,14 @@ impl Mds {
                 encoding: encoding_text,
                 schema,
             },
+            #[cfg(feature = "remote")]
+            ranged: Default::default(),
         })
     }
 
     fn open_shard(
         index: &Path,
-        dir: &Path,
+        files: &Files,
         s: usize,
         entry: &[(String, Value)],
         column: &str,
@@ -450,16 +597,21 @@ impl Mds {
         let raw_bytes = file_bytes(raw)
             .filter(|&n| n < SHARD_MAX_BYTES)
             .ok_or_else(|| bad("raw_data has no size under 4 GiB".into()))?;
-        let raw_path = dir.join(raw_name);
-        let bytes = match map(&raw_path)? {
-            Some(m) => Bytes::Mapped(m),
+        let table_end = samples
+            .checked_add(2)
+            .and_then(|n| n.checked_mul(4))
+            .filter(|&n| n <= raw_bytes);
+        let raw_path = files.path(raw_name);
+        let bytes = match files.raw(&raw_path, raw_name, table_end.unwrap_or(0))? {
+            Some(bytes) => bytes,
             None => {
                 let zip = member(entry, "zip_data").filter(|v| **v != Value::Null);
                 let compression = as_str(member(entry, "compression"));
                 let Some(zip) = zip else {
                     return Err(refuse(&raw_path, "the shard is missing"));
                 };
-                let zip_path = dir.join(basename(Some(zip), index, s)?);
+                let zip_name = basename(Some(zip), index, s)?;
+                let zip_path = files.path(zip_name);
                 let codec = compression.map(|c| c.split(':').next().unwrap_or(""));
                 if codec != Some("zstd") {
                     return Err(refuse(
@@ -469,27 +621,30 @@ impl Mds {
                         ),
                     ));
                 }
-                Bytes::Decompressed(decompress(&zip_path, raw_bytes)?)
+                let compressed = files.compressed(&zip_path, zip_name)?;
+                Bytes::Decompressed(decompress(&zip_path, &compressed, raw_bytes)?)
             }
+        };
+        let len = match &bytes {
+            #[cfg(feature = "remote")]
+            Bytes::Remote { object, .. } => object.len(),
+            other => other.get().len() as u64,
         };
         let shard = Shard {
             path: raw_path,
             bytes,
+            len,
             samples,
             sizes: fixed,
             column: c,
         };
-        let data = shard.bytes.get();
-        if data.len() as u64 != raw_bytes {
+        if len != raw_bytes {
             return Err(refuse(
                 &shard.path,
-                format!("{} bytes, the index says {raw_bytes}", data.len()),
+                format!("{len} bytes, the index says {raw_bytes}"),
             ));
         }
-        let table_end = samples
-            .checked_add(2)
-            .and_then(|n| n.checked_mul(4))
-            .filter(|&n| n <= raw_bytes);
+        let data = shard.bytes.get();
         if table_end.is_none() || u64::from(read_u32(data, 0)) != samples {
             return Err(refuse(
                 &shard.path,
@@ -515,14 +670,21 @@ impl Mds {
         Ok((&self.shards[s], index - self.starts[s]))
     }
 
-    /// Record `index`'s element bytes and shape, checked against its
-    /// encoding.
-    fn record(&self, index: u64) -> Result<(&[u8], [u64; 64], usize)> {
-        let (shard, i) = self.locate(index)?;
-        let (value, at) = shard.value(i)?;
+    /// A record from its column's bytes `value` (sample `i` of `shard`,
+    /// at `at`): its element bytes and shape, checked against the encoding.
+    #[allow(clippy::too_many_arguments)]
+    fn decode_value<'a>(
+        encoding: &Encoding,
+        ndim: usize,
+        itemsize: u64,
+        shard: &Shard,
+        i: u64,
+        value: &'a [u8],
+        at: usize,
+    ) -> Result<(&'a [u8], [u64; 64], usize)> {
         let mut shape = [0u64; 64];
         let bad = |why: String| shard.bad(at, &format!("sample {i}: {why}"));
-        match self.encoding {
+        match *encoding {
             Encoding::Fixed { size } => {
                 if value.len() as u64 != size {
                     return Err(bad(format!(
@@ -538,7 +700,7 @@ impl Mds {
             }
             Encoding::ShapedArray | Encoding::DtypedArray { .. } => {
                 let mut rest = value;
-                if let Encoding::DtypedArray { code } = self.encoding {
+                if let Encoding::DtypedArray { code } = *encoding {
                     match rest.split_first() {
                         Some((&c, tail)) if c == code => rest = tail,
                         Some((&c, _)) => {
@@ -552,12 +714,11 @@ impl Mds {
                 let Some((&head, tail)) = rest.split_first() else {
                     return Err(bad("no shape byte".into()));
                 };
-                let ndim = usize::from(head >> 2);
+                let rank = usize::from(head >> 2);
                 let width = 1usize << (head & 3);
-                if ndim != self.ndim {
+                if rank != ndim {
                     return Err(bad(format!(
-                        "rank {ndim}, the column's records have rank {}",
-                        self.ndim
+                        "rank {rank}, the column's records have rank {ndim}"
                     )));
                 }
                 let Some((dims, values)) = tail.split_at_checked(ndim * width) else {
@@ -570,7 +731,7 @@ impl Mds {
                     shape[d] = u64::from_le_bytes(word);
                     elements = elements.saturating_mul(shape[d]);
                 }
-                if elements.checked_mul(self.itemsize) != Some(values.len() as u64) {
+                if elements.checked_mul(itemsize) != Some(values.len() as u64) {
                     return Err(bad(format!(
                         "shape {:?} does not fit its {} value bytes",
                         &shape[..ndim],
@@ -582,30 +743,149 @@ impl Mds {
         }
     }
 
-    pub(crate) fn record_lengths(&self, idxs: &[u64]) -> Result<Vec<u64>> {
-        idxs.iter()
-            .map(|&i| Ok(self.record(i)?.0.len() as u64))
-            .collect()
+    /// True when a shard is read from object storage.
+    pub(crate) fn is_remote(&self) -> bool {
+        #[cfg(feature = "remote")]
+        return self
+            .shards
+            .iter()
+            .any(|s| matches!(s.bytes, Bytes::Remote { .. }));
+        #[cfg(not(feature = "remote"))]
+        false
     }
 
-    pub(crate) fn gather_dense(&self, idxs: &[u64], dst: &mut [u8], row: usize) -> Result<()> {
-        for (j, &i) in idxs.iter().enumerate() {
-            let (value, ..) = self.record(i)?;
-            dst[j * row..(j + 1) * row].copy_from_slice(value);
+    /// The ranges a gather of `idxs` reads from shards in object storage:
+    /// per shard read, the object and the samples' spans, with their
+    /// positions in `idxs`; and each position's sample start.
+    #[cfg(feature = "remote")]
+    #[allow(clippy::type_complexity)]
+    fn plan(
+        &self,
+        idxs: &[u64],
+    ) -> Result<(
+        Vec<zt_remote::fetch::ObjectRanges>,
+        Vec<Vec<usize>>,
+        Vec<usize>,
+    )> {
+        let mut by_shard: Vec<Option<(usize, Vec<(u64, u64)>, Vec<usize>)>> =
+            (0..self.shards.len()).map(|_| None).collect();
+        let mut begins = vec![0usize; idxs.len()];
+        for (j, &index) in idxs.iter().enumerate() {
+            let (shard, i) = self.locate(index)?;
+            if !matches!(shard.bytes, Bytes::Remote { .. }) {
+                continue;
+            }
+            let (begin, end) = shard.span(i)?;
+            begins[j] = begin;
+            let s = self.starts.partition_point(|&st| st <= index) - 1;
+            let entry = by_shard[s].get_or_insert_with(|| (s, Vec::new(), Vec::new()));
+            entry.1.push((begin as u64, (end - begin) as u64));
+            entry.2.push(j);
         }
+        let (mut jobs, mut members) = (Vec::new(), Vec::new());
+        for (s, ranges, these) in by_shard.into_iter().flatten() {
+            if let Bytes::Remote { object, .. } = &self.shards[s].bytes {
+                jobs.push((std::sync::Arc::clone(object), ranges));
+                members.push(these);
+            }
+        }
+        Ok((jobs, members, begins))
+    }
+
+    /// Start fetching the samples a gather of exactly `idxs` reads from
+    /// shards in object storage.
+    pub(crate) fn fetch_ahead(&self, idxs: &[u64]) -> Result<()> {
+        #[cfg(feature = "remote")]
+        {
+            let (jobs, _, _) = self.plan(idxs)?;
+            if !jobs.is_empty() {
+                self.ranged.start(&self.shards[0].path, idxs, jobs)?;
+            }
+        }
+        let _ = idxs;
         Ok(())
     }
 
-    pub(crate) fn gather_ragged_into(
+    /// Per position of `idxs`, its sample's bytes and start when its shard
+    /// is in object storage (fetched together, or taken from the fetch
+    /// started ahead), else `None`.
+    fn fetched(&self, idxs: &[u64]) -> Result<Vec<Option<Fetched>>> {
+        #[cfg_attr(not(feature = "remote"), allow(unused_mut))]
+        let mut out: Vec<Option<Fetched>> = (0..idxs.len()).map(|_| None).collect();
+        #[cfg(feature = "remote")]
+        {
+            let (jobs, members, begins) = self.plan(idxs)?;
+            if !jobs.is_empty() {
+                let got = self
+                    .ranged
+                    .fetch(&self.shards[0].path, idxs, move || jobs)?;
+                for (these, samples) in members.into_iter().zip(got) {
+                    for (j, sample) in these.into_iter().zip(samples) {
+                        out[j] = Some((sample, begins[j]));
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// `f` over the records of `idxs`: each one's element bytes and shape,
+    /// checked against the encoding.
+    fn with_records<R>(
         &self,
         idxs: &[u64],
+        f: impl FnOnce(&[(&[u8], [u64; 64], usize)]) -> Result<R>,
+    ) -> Result<R> {
+        let fetched = self.fetched(idxs)?;
+        let mut records = crate::reader::try_vec(idxs.len(), &self.shards[0].path, "a gather")?;
+        for (&index, sample) in idxs.iter().zip(&fetched) {
+            let (shard, i) = self.locate(index)?;
+            let (value, at) = match sample {
+                Some((sample, begin)) => (shard.column_of(sample, i, *begin)?, *begin),
+                None => shard.value(i)?,
+            };
+            records.push(Self::decode_value(
+                &self.encoding,
+                self.ndim,
+                self.itemsize,
+                shard,
+                i,
+                value,
+                at,
+            )?);
+        }
+        f(&records)
+    }
+
+    pub(crate) fn record_lengths(&self, idxs: &[u64]) -> Result<Vec<u64>> {
+        self.with_records(idxs, |records| {
+            Ok(records.iter().map(|r| r.0.len() as u64).collect())
+        })
+    }
+
+    pub(crate) fn gather_dense(&self, idxs: &[u64], dst: &mut [u8], row: usize) -> Result<()> {
+        self.with_records(idxs, |records| {
+            for (j, (value, ..)) in records.iter().enumerate() {
+                if value.len() != row {
+                    return Err(Error::invalid("an MDS value is not one row"));
+                }
+                dst[j * row..(j + 1) * row].copy_from_slice(value);
+            }
+            Ok(())
+        })
+    }
+
+    pub(crate) fn gather_ragged_into(&self, idxs: &[u64], words: Vec<u64>) -> Result<RaggedBatch> {
+        self.with_records(idxs, |records| self.pack(records, words))
+    }
+
+    /// Ragged records end to end, with their offsets and shapes.
+    fn pack(
+        &self,
+        records: &[(&[u8], [u64; 64], usize)],
         mut words: Vec<u64>,
     ) -> Result<RaggedBatch> {
         let path = &self.shards[0].path;
-        let records = idxs
-            .iter()
-            .map(|&i| self.record(i))
-            .collect::<Result<Vec<_>>>()?;
         let total: usize = records.iter().map(|r| r.0.len()).sum();
         words.clear();
         words
@@ -616,13 +896,13 @@ impl Mds {
                 bytes: total as u64,
             })?;
         words.resize(total.div_ceil(8), 0);
-        let mut offsets = crate::reader::try_vec(idxs.len() + 1, path, "Ragged offsets")?;
-        let mut shapes = crate::reader::try_vec(idxs.len() * self.ndim, path, "Ragged shapes")?;
+        let mut offsets = crate::reader::try_vec(records.len() + 1, path, "Ragged offsets")?;
+        let mut shapes = crate::reader::try_vec(records.len() * self.ndim, path, "Ragged shapes")?;
         offsets.push(0u64);
         // SAFETY: `words` holds `total.div_ceil(8)` initialized u64s.
         let bytes = unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr() as *mut u8, total) };
         let mut cursor = 0usize;
-        for (value, shape, ndim) in &records {
+        for (value, shape, ndim) in records {
             bytes[cursor..cursor + value.len()].copy_from_slice(value);
             cursor += value.len();
             offsets.push(cursor as u64);
@@ -666,22 +946,52 @@ impl Shard {
         refuse(&self.path, why.to_string())
     }
 
-    /// Sample `i`'s bytes of this shard's column, and where the sample starts.
-    fn value(&self, i: u64) -> Result<(&[u8], usize)> {
+    /// Sample `i`'s bytes `begin..end` in the shard, checked against its
+    /// table and size.
+    fn span(&self, i: u64) -> Result<(usize, usize)> {
         let data = self.bytes.get();
         let at = 4 + 4 * i as usize; // i < samples: inside the checked table
         let (begin, end) = (read_u32(data, at) as usize, read_u32(data, at + 4) as usize);
         let table_end = 4 * (self.samples as usize + 2);
-        if begin < table_end || begin > end || end > data.len() {
+        if begin < table_end || begin > end || end as u64 > self.len {
             return Err(self.bad(
                 begin,
                 &format!(
                     "sample {i}: bytes {begin}..{end} are not in its samples ({table_end}..{})",
-                    data.len()
+                    self.len
                 ),
             ));
         }
-        let sample = &data[begin..end];
+        Ok((begin, end))
+    }
+
+    /// Sample `i`'s bytes of this shard's column, and where the sample
+    /// starts (a mapped or decompressed shard).
+    fn value(&self, i: u64) -> Result<(&[u8], usize)> {
+        let (begin, end) = self.span(i)?;
+        Ok((
+            self.column_of(&self.bytes.get()[begin..end], i, begin)?,
+            begin,
+        ))
+    }
+
+    /// Sample `i`'s bytes of this shard's column (the sample fetched if the
+    /// shard is in object storage), and where the sample starts.
+    fn value_owned(&self, i: u64) -> Result<(Vec<u8>, usize)> {
+        #[cfg(feature = "remote")]
+        if let Bytes::Remote { object, .. } = &self.bytes {
+            let (begin, end) = self.span(i)?;
+            let sample = object
+                .read(begin as u64, (end - begin) as u64)
+                .map_err(|e| crate::remote::error(&self.path, e))?;
+            return Ok((self.column_of(&sample, i, begin)?.to_vec(), begin));
+        }
+        let (value, at) = self.value(i)?;
+        Ok((value.to_vec(), at))
+    }
+
+    /// This shard's column in `sample` (sample `i`, at `begin`).
+    fn column_of<'a>(&self, sample: &'a [u8], i: u64, begin: usize) -> Result<&'a [u8]> {
         let variable = self.sizes.iter().filter(|s| s.is_none()).count();
         let mut head = 0usize;
         let mut offset = 4 * variable;
@@ -710,7 +1020,7 @@ impl Shard {
             .checked_add(size as usize)
             .filter(|&e| e <= sample.len())
         {
-            Some(stop) => Ok((&sample[offset..stop], begin)),
+            Some(stop) => Ok(&sample[offset..stop]),
             None => Err(self.bad(
                 begin,
                 &format!(

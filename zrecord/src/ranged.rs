@@ -1,5 +1,5 @@
 //! Gathers of a source read by byte ranges of objects in object storage
-//! (a Megatron `.bin`, [`crate::binidx`]): each gather's ranges go through
+//! (a Megatron `.bin`, [`crate::binidx`]; MDS shards, [`crate::mds`]): each gather's ranges go through
 //! zt-remote's fetch path (planned per object: large ranges split, close
 //! neighbours coalesced; every request admitted by the process-wide budget
 //! and sent on the remote runtime), and a gather its caller knows in

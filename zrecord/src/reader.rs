@@ -331,8 +331,22 @@ impl Reader {
     /// rank 1), its values copied from the mapped shards (see
     /// [`crate::mds`]).
     pub fn open_mds(path: impl AsRef<Path>, column: &str, ndim: usize) -> Result<Reader> {
+        Self::open_mds_at(path, column, ndim, &[])
+    }
+
+    /// [`Reader::open_mds`] of a local dataset or of one in object storage
+    /// (`s3://bucket/prefix`, read with `storage_options`): `index.json`
+    /// read and the prefix listed once, each raw shard's offset table
+    /// fetched at open and its samples by ranges per gather (a zstd-only
+    /// shard is fetched and decompressed at open).
+    pub fn open_mds_at(
+        path: impl AsRef<Path>,
+        column: &str,
+        ndim: usize,
+        storage_options: &[(String, String)],
+    ) -> Result<Reader> {
         let path = path.as_ref();
-        let mds = crate::mds::Mds::open(path, column, ndim)?;
+        let mds = crate::mds::Mds::open(path, column, ndim, storage_options)?;
         let schema = mds.column.schema.clone();
         let header = Header {
             length: mds.len(),
@@ -501,8 +515,8 @@ impl Reader {
         Ok((loc, &data[loc.offset as usize..end as usize]))
     }
 
-    /// True for a store or a Megatron corpus in object storage, or a
-    /// dataset holding one (whose gathers wait on the network, and which
+    /// True for a store, a Megatron corpus or MDS shards in object
+    /// storage, or a dataset holding one (whose gathers wait on the network, and which
     /// [`Reader::fetch_ahead`] speeds up).
     pub fn is_remote(&self) -> bool {
         #[cfg(feature = "remote")]
@@ -510,6 +524,7 @@ impl Reader {
             return true;
         }
         self.binidx_of().is_some_and(|b| b.is_remote())
+            || self.mds_of().is_some_and(|m| m.is_remote())
             || self.many_of().is_some_and(|m| m.is_remote())
     }
 
@@ -528,6 +543,9 @@ impl Reader {
         }
         if let Some(binidx) = self.binidx_of() {
             return binidx.fetch_ahead(idxs);
+        }
+        if let Some(mds) = self.mds_of() {
+            return mds.fetch_ahead(idxs);
         }
         if let Some(many) = self.many_of() {
             return many.fetch_ahead(idxs);
