@@ -265,12 +265,20 @@ def test_a_remote_mds_column_feeds_the_dataloader(expected, s3, bucket):
                     assert t.tobytes() == want[i].tobytes()
 
 
-def test_a_remote_shard_shorter_than_its_index_says_is_refused(s3, bucket):
+def test_a_remote_shard_that_lies_or_is_missing_is_refused(s3, bucket):
     url = _upload(s3, bucket, "plain")
     data = (DATA / "plain" / "shard.00003.mds").read_bytes()
     s3.boto3().put_object(Bucket=bucket, Key="mds/plain/shard.00003.mds", Body=data[:-7])
     with pytest.raises(FormatError, match=r"zrecord\.Mds"):
         Ragged.open_mds(url, "tokens")
+    # A sample count other than the index's (the tables are fetched
+    # together after the listing).
+    count = struct.unpack_from("<I", data)[0]
+    patched = struct.pack("<I", count + 1) + data[4:]
+    s3.boto3().put_object(Bucket=bucket, Key="mds/plain/shard.00003.mds", Body=patched)
+    with pytest.raises(FormatError, match=r"zrecord\.Mds") as e:
+        Ragged.open_mds(url, "tokens")
+    assert f"does not hold the {count} samples" in str(e.value)
     s3.boto3().delete_object(Bucket=bucket, Key="mds/plain/shard.00003.mds")
     with pytest.raises(FormatError, match=r"zrecord\.Mds") as e:
         Ragged.open_mds(url, "tokens")

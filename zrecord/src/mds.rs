@@ -362,12 +362,11 @@ impl Files {
     }
 
     /// The raw shard `name` (at `path`), `None` when absent: mapped, or in
-    /// object storage its first `table` bytes (its sample count and
-    /// offsets) fetched.
-    fn raw(&self, path: &Path, name: &str, table: u64) -> Result<Option<Bytes>> {
+    /// object storage the object (no request yet).
+    fn raw(&self, path: &Path, name: &str) -> Result<Option<Bytes>> {
         match self {
             Files::Local(_) => {
-                let _ = (name, table);
+                let _ = name;
                 Ok(map(path)?.map(Bytes::Mapped))
             }
             #[cfg(feature = "remote")]
@@ -382,16 +381,10 @@ impl Files {
                     None => RemoteObject::open(&url, config.clone()),
                 }
                 .map_err(|e| crate::remote::error(path, e))?;
-                // One exact ranged read, kept out of the object's block
-                // cache: the samples are fetched by their own ranges.
-                let table = object
-                    .read_ranges(&[(0, table.min(object.len()))])
-                    .map_err(|e| crate::remote::error(path, e))?
-                    .pop()
-                    .unwrap_or_default();
+                // Its table comes with every shard's (`Mds::fetch_tables`).
                 Ok(Some(Bytes::Remote {
                     object: std::sync::Arc::new(object),
-                    table,
+                    table: Vec::new(),
                 }))
             }
         }
@@ -469,6 +462,8 @@ impl Mds {
             starts.push(total);
             shards.push(shard);
         }
+        #[cfg(feature = "remote")]
+        Self::fetch_tables(&mut shards)?;
         let (encoding_text, mut encoding, mut typestr, mut itemsize, shape) =
             found.expect("at least one shard");
         // `ndarray`: the dtype is each sample's; the first fixes the column's.
@@ -602,7 +597,7 @@ impl Mds {
             .and_then(|n| n.checked_mul(4))
             .filter(|&n| n <= raw_bytes);
         let raw_path = files.path(raw_name);
-        let bytes = match files.raw(&raw_path, raw_name, table_end.unwrap_or(0))? {
+        let bytes = match files.raw(&raw_path, raw_name)? {
             Some(bytes) => bytes,
             None => {
                 let zip = member(entry, "zip_data").filter(|v| **v != Value::Null);
@@ -644,14 +639,49 @@ impl Mds {
                 format!("{len} bytes, the index says {raw_bytes}"),
             ));
         }
-        let data = shard.bytes.get();
-        if table_end.is_none() || u64::from(read_u32(data, 0)) != samples {
-            return Err(refuse(
-                &shard.path,
-                format!("its header does not hold the {samples} samples the index lists"),
-            ));
+        // A shard in object storage has its table fetched with the others'
+        // (`fetch_tables`), and checked there.
+        if table_end.is_none() || (!shard.is_remote() && !shard.holds_samples()) {
+            return Err(shard.not_holding());
         }
         Ok(shard)
+    }
+
+    /// The offset tables of the shards in object storage, fetched together
+    /// (one exact range each, as many in flight as the budget admits) and
+    /// checked to hold the samples the index lists.
+    #[cfg(feature = "remote")]
+    fn fetch_tables(shards: &mut [Shard]) -> Result<()> {
+        let mut jobs = Vec::new();
+        let mut which = Vec::new();
+        for (s, shard) in shards.iter().enumerate() {
+            if let Bytes::Remote { object, .. } = &shard.bytes {
+                let table = shard
+                    .samples
+                    .saturating_add(2)
+                    .saturating_mul(4)
+                    .min(shard.len);
+                jobs.push((std::sync::Arc::clone(object), vec![(0, table)]));
+                which.push(s);
+            }
+        }
+        if jobs.is_empty() {
+            return Ok(());
+        }
+        let path = shards[which[0]].path.clone();
+        let fetched = zt_remote::runtime::block_on(zt_remote::fetch::ranges_of(jobs))
+            .and_then(|r| r)
+            .map_err(|e| crate::remote::error(&path, e))?;
+        for (s, mut got) in which.into_iter().zip(fetched) {
+            let shard = &mut shards[s];
+            if let Bytes::Remote { table, .. } = &mut shard.bytes {
+                *table = got.pop().unwrap_or_default();
+            }
+            if !shard.holds_samples() {
+                return Err(shard.not_holding());
+            }
+        }
+        Ok(())
     }
 
     /// Records over all shards.
@@ -944,6 +974,31 @@ fn read_u32(data: &[u8], at: usize) -> u32 {
 impl Shard {
     fn bad(&self, _at: usize, why: &str) -> Error {
         refuse(&self.path, why.to_string())
+    }
+
+    fn is_remote(&self) -> bool {
+        #[cfg(feature = "remote")]
+        return matches!(self.bytes, Bytes::Remote { .. });
+        #[cfg(not(feature = "remote"))]
+        false
+    }
+
+    /// The shard's table is whole and starts with the index's sample count
+    /// (the table's size against the shard's was checked at open).
+    fn holds_samples(&self) -> bool {
+        let table = self.bytes.get();
+        table.len() as u64 >= self.samples.saturating_add(2).saturating_mul(4)
+            && u64::from(read_u32(table, 0)) == self.samples
+    }
+
+    fn not_holding(&self) -> Error {
+        refuse(
+            &self.path,
+            format!(
+                "its header does not hold the {} samples the index lists",
+                self.samples
+            ),
+        )
     }
 
     /// Sample `i`'s bytes `begin..end` in the shard, checked against its
