@@ -34,6 +34,11 @@ directory: `zt.convert(index, "ckpt", format="dcp")` against
 torch's `torch_save_to_dcp` from a `.pt` of the same tensors (`torch.save`d
 beforehand, not timed).
 
+From object storage: the forward conversion again with the checkpoint
+uploaded to a SeaweedFS server on 127.0.0.1 (started here, stopped by PID),
+`zt.convert("s3://zt-bench/ckpt/", ...)` reading the prefix in place against
+a boto3 download of every object followed by the torch converter above.
+
 Every case runs in a child process of its own (the approach of
 `harness/convert_memory.py`): the child imports what it needs, records
 `VmRSS`, runs the conversion under `perf_counter`, and reports the time and
