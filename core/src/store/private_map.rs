@@ -312,6 +312,38 @@ mod tests {
             assert_eq!(store.uncached_ranges(0, len, p(2)), vec![(p(10), p(16))]);
             assert_eq!(store.uncached_ranges(p(11), p(2), 0), vec![(p(11), p(12))]);
         }
+        // A large file partly cached: the ranges are halved until each is
+        // whole, or small enough to map page by page, and the runs found
+        // are exact wherever they lie.
+        let big = 8 << 20;
+        let path = file_of(&vec![4u8; big as usize], dir.path(), "big.bin");
+        let store = Store::open(&path).unwrap();
+        store.populate(0, big).unwrap();
+        // (Whole 2 MiB regions: a large folio is dropped whole or not.)
+        let mib = 1 << 20;
+        let dropped = [(2 * mib, 4 * mib), (6 * mib, big)];
+        store.drop_cached(&dropped).unwrap();
+        // Against mincore over the whole mapping at once, page by page.
+        let (address, mapped) = store.mapping().unwrap();
+        let mut resident = vec![0u8; mapped.div_ceil(page as usize)];
+        // SAFETY: the store's whole mapping, a byte per page.
+        let rc =
+            unsafe { libc::mincore(address as *mut libc::c_void, mapped, resident.as_mut_ptr()) };
+        assert_eq!(rc, 0);
+        let mut want: Vec<(u64, u64)> = Vec::new();
+        for (i, _) in resident.iter().enumerate().filter(|(_, r)| **r & 1 == 0) {
+            let at = i as u64 * page;
+            match want.last_mut() {
+                Some(last) if last.1 == at => last.1 = at + page,
+                _ => want.push((at, at + page)),
+            }
+        }
+        assert_eq!(store.uncached_ranges(0, big, 0), want);
+        if fs.f_type != libc::TMPFS_MAGIC {
+            // The drops took, so the comparison above saw runs to find.
+            assert_eq!(want.first(), Some(&dropped[0]));
+            assert!(want.len() == 2 && want[1].0 == dropped[1].0, "{want:?}");
+        }
         // A positional store cannot tell: all of it, page-aligned.
         let positional = Store::open_positional(&path).unwrap();
         assert_eq!(positional.uncached_ranges(10, 100, 0), vec![(0, page)]);
