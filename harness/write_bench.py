@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
+import sys
 from typing import Callable
 
 import numpy as np
@@ -228,7 +230,8 @@ def main() -> None:
     # Every workload and writer is the full table; a part is saved beside it, by name.
     stem = "write" if every else f"write-{'-'.join(args.kinds)}-{args.size_mb}" + ("-peers" if args.cases else "")
     results = run(args.size_mb, args.runs, args.kinds, args.cases)
-    print(report.save(results, stem, header(args.runs)).read_text())
+    command = " ".join(["python -m harness.write_bench", *(shlex.quote(a) for a in sys.argv[1:])])
+    print(report.save(results, stem, header(args.runs) + f"\n\nReproduce: `{command}`.").read_text())
 
 
 if __name__ == "__main__":
