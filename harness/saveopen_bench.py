@@ -346,7 +346,9 @@ def header(runs: int) -> str:
         f"previous artifacts are deleted and `sync`ed outside the timed region. Files on "
         f"{common.bench_filesystem()} at `{common.bench_dir('saveopen')}`. Open times an existing artifact with a warm page cache and digests every "
         "leaf (checked against the source). Ratios: safetensors median ÷ case median (above 1 = faster than "
-        f"safetensors). T = {THREADS} threads = the number of cores. Data: synthetic float32 normal samples."
+        f"safetensors). T = {THREADS} threads = the number of cores. Data: synthetic float32 normal samples.\n\n"
+        f"Reproduce: `python -m harness.saveopen_bench --size-mb 256 --runs {runs}` "
+        "(or `python -m harness --only tensordict`)."
     )
 
 
