@@ -158,7 +158,7 @@ COMPARISONS = {
         datasets_bench.header,
     ),
     "checkpoints": (
-        dict(runs=1, model=checkpoint_bench.QUICK_MODEL, ranks=1, shard_mb=10, warmup=0),
+        dict(runs=1, model=checkpoint_bench.QUICK_MODEL, ranks=1, shard_mb=10, warmup=0, s3=False),
         # Saved from 4 torchrun ranks; 1.7 GiB in all fits this VM's minutes.
         dict(runs=5, model=checkpoint_bench.FULL_MODEL, ranks=4, shard_mb=100),
         checkpoint_bench.run,

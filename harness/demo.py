@@ -25,8 +25,10 @@ from .__main__ import main as harness_main
 # its own first (the multi-rank peers' virtualenv of MosaicML streaming and
 # litdata, about six minutes to make on 2 cores; a local S3 server), which
 # would more than double the demo's time; ranks-load starts a local S3 server
-# and two torchrun launches of 2 and 4 ranks (about a minute even in --quick).
-LEFT_TO_THE_HARNESS = ("ranks", "remote", "ranks-load")
+# and two torchrun launches of 2 and 4 ranks (about a minute even in --quick);
+# remote-gathers and datasets need a local S3 server and a throttling proxy,
+# and datasets Ray Data and Spark, which only the test command installs.
+LEFT_TO_THE_HARNESS = ("ranks", "remote", "ranks-load", "remote-gathers", "datasets")
 
 
 def main() -> None:

@@ -782,12 +782,19 @@ def test_safe_open_on_file_objects(tmp):
         zt.safe_open(io.StringIO("not bytes"), framework="np")
 
 
+# What opening a remote object fetches from its start (zt_remote's HEAD_BYTES).
+HEAD_FETCH = 1 << 20
+
+
 def test_get_slice_over_s3_reads_only_the_slice(tmp, s3, bucket):
     """Tensor-parallel sharding of a remote checkpoint: a slice comes by
     ranged reads of the runs it covers, not the whole tensor. Runs closer
-    than the remote planner's coalescing gap (1 MiB by default) are fetched
-    as one request, gap included, so a column block of a narrow matrix
-    reads the span of its rows; of a wide one, only its own runs."""
+    than the remote planner's coalescing gap are fetched as one request, gap
+    included (within its bound on read amplification), so a column block of
+    a narrow matrix reads at most the span of its rows; of a wide one, only
+    its own runs. What the open already fetched (the object's first MiB:
+    the header and the first rows of `tall`) is served from memory, so the
+    bytes moved may fall short of the slice by that much."""
     tall = RNG.standard_normal((2048, 1024)).astype(np.float32)
     wide = RNG.standard_normal((8, 1 << 19)).astype(np.float32)
     path = tmp / "big.safetensors"
@@ -808,7 +815,7 @@ def test_get_slice_over_s3_reads_only_the_slice(tmp, s3, bucket):
             got = f.get_slice(name)[key]
             moved = zt.remote_stats()["bytes_in"] - before
             assert np.array_equal(got, {"tall": tall, "wide": wide}[name][key]), (name, key)
-            assert need <= moved <= most, (name, key, moved)
+            assert need - HEAD_FETCH <= moved <= most, (name, key, moved)
 
 
 # -- hostile files (issue 19): each runs in a child under RLIMIT_AS
