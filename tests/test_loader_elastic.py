@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 
 import numpy as np
 import pytest
@@ -167,6 +168,9 @@ def test_old_state_format_still_loads(streams):
 def test_rank_discovery_order(monkeypatch):
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
         monkeypatch.delenv(name, raising=False)
+    # An imported JAX is a source of ranks; another test of this process
+    # (Keras's, whose numpy backend imports JAX) may have imported it.
+    monkeypatch.delitem(sys.modules, "jax", raising=False)
     assert _ranks.discover() == _ranks.Ranks(0, 1, 0, _ranks.DEFAULT)
     monkeypatch.setenv("RANK", "3")
     monkeypatch.setenv("WORLD_SIZE", "4")
