@@ -152,7 +152,7 @@ COMPARISONS = {
     ),
     "datasets": (
         dict(records=1024, runs=1, batches=4),
-        # 128 MiB of tokens (the 2 GiB scaled to this 2-core VM's minutes): about 20 min.
+        # 128 MiB of tokens: the 2 GiB scaled to this 2-core VM's minutes.
         dict(records=16384, runs=5, batches=16),
         datasets_bench.run,
         datasets_bench.header,

@@ -507,8 +507,8 @@ pub const WRITEBACK_STEP: u64 = 8 << 20;
 /// A new file written front to back that starts writeback of every
 /// [`WRITEBACK_STEP`] bytes as they reach it ([`start_writeback_range`]):
 /// the device works while the rest is built, and the fsync that makes the
-/// file durable waits for the last step, not the whole file (writing a
-/// 512 MiB safetensors file took ~250 ms less). A file that will not be
+/// file durable waits for the last step, not the whole file (measured by
+/// `python -m harness --only write`). A file that will not be
 /// fsynced starts none ([`WriteBehind::lazy`]): the page cache absorbs the
 /// write, as it does for every writer that does not sync.
 pub struct WriteBehind<'f> {
