@@ -4,6 +4,7 @@ the reference readers."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -140,11 +141,14 @@ print(status("VmHWM") - before)
 
 @pytest.fixture(scope="module")
 def big_source(tmp_path_factory):
-    path = tmp_path_factory.mktemp("bounded") / "big.safetensors"
+    folder = tmp_path_factory.mktemp("bounded")
+    path = folder / "big.safetensors"
     rng = np.random.default_rng(7)
     tensors = {f"layers.{i}.w": rng.standard_normal(8 << 20, dtype=np.float32) for i in range(8)}
     zt.numpy.save_file(tensors, path)
-    return path
+    yield path
+    # 256 MiB: gone with its module, not at the end of the session.
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.mark.parametrize(
