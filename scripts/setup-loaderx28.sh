@@ -7,6 +7,9 @@
 # $PYTHON312, else pyenv's newest 3.12, else python3.12 on PATH.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# No wheel cache: torch and its CUDA libraries alone would keep several GiB
+# of downloads on a disk the build and the tests also need.
+export PIP_NO_CACHE_DIR=1
 VENV=.venv-loaderx28
 stamp="$VENV/.requirements.sha"
 want=$(sha256sum requirements-loaderx28.txt | cut -d' ' -f1)

@@ -4,6 +4,9 @@
 # venv, with its `zt` command). Safe to run again: finished steps are skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# No wheel cache: torch and its CUDA libraries alone would keep several GiB
+# of downloads on a disk the build and the tests also need.
+export PIP_NO_CACHE_DIR=1
 ROOT=$(pwd)
 VENV="$ROOT/.venv"
 PY=${PYTHON:-python3}

@@ -4,6 +4,9 @@
 # libraries and run the README's examples). Sets up first if needed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# No wheel cache: torch and its CUDA libraries alone would keep several GiB
+# of downloads on a disk the build and the tests also need.
+export PIP_NO_CACHE_DIR=1
 bash scripts/setup.sh
 export PATH="$(pwd)/.venv/bin:$PATH"
 
