@@ -184,3 +184,28 @@ def test_a_conversion_holds_a_tensor_and_a_window_not_the_source(big_source, tmp
     if kwargs.get("dtype") == "bf16":
         want = want.astype(ml_dtypes.bfloat16)
     assert back[name].numpy().tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"format": "dcp", "dcp_files": 3}, {"format": "tensordict"}, {"format": "tensordict-consolidated"}],
+    ids=["dcp", "tensordict", "tensordict-consolidated"],
+)
+def test_a_directory_conversion_failing_partway_publishes_nothing(tmp, kwargs):
+    """A source tensor that fails to read in the middle of a conversion (a
+    stored npz member whose CRC numpy itself refuses, found only at read)
+    leaves nothing at the destination and nothing beside it (issue 43)."""
+    src = tmp / "src" / "bad.npz"
+    src.parent.mkdir()
+    good = np.arange(4096, dtype=np.float32)
+    np.savez(src, a=good, b=good + 1, c=good + 2)
+    raw = bytearray(src.read_bytes())
+    at = raw.index((good + 1)[2000:2002].tobytes())
+    raw[at] ^= 0xFF
+    src.write_bytes(bytes(raw))
+    out = tmp / "out" / "ckpt"
+    out.parent.mkdir()
+    with pytest.raises(zt.FormatError) as info:
+        zt.convert(src, out, **kwargs)
+    assert info.value.rule == "npz.Crc"
+    assert list(out.parent.iterdir()) == []

@@ -162,3 +162,101 @@ def test_retries_are_counted_beside_requests(s3, bucket, tmp):
     assert proxy.failed
     assert moved["retries"] >= len(proxy.failed), (moved, proxy.failed)
     assert moved["gets"] >= 1
+
+
+# A directory checkpoint (DCP, TensorDict's memmap directory) written under
+# a prefix (issue 43): its index (`.metadata`, `meta.json`) goes up after
+# every file it names, so an upload failing partway must leave no index
+# naming missing or replaced files, and an error naming the object.
+
+
+def checkpoint_arrays(seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {f"layers.{i}.w": rng.standard_normal((64, 32), dtype=np.float32) for i in range(3)}
+
+
+def keys_under(client, bucket: str, prefix: str) -> list[str]:
+    listed = client.list_objects_v2(Bucket=bucket, Prefix=prefix)
+    return sorted(o["Key"] for o in listed.get("Contents", []))
+
+
+def failing_put(name: str):
+    """A proxy predicate failing every PUT of an object whose key ends with
+    `/name` (a single PUT: the files are below the part size)."""
+    return lambda method, path: method == "PUT" and urllib.parse.urlsplit(path).path.endswith("/" + name)
+
+
+def write_dcp(src, url: str, endpoint: str | None = None) -> int:
+    options = {"max_retries": 0} if endpoint is None else {"endpoint": endpoint, "max_retries": 0}
+    return zt.convert(src, url, format="dcp", dcp_files=3, storage_options=options)
+
+
+def assert_reads(url: str, arrays: dict[str, np.ndarray]) -> None:
+    got = zt.numpy.load_file(url)
+    assert sorted(got) == sorted(arrays)
+    for name, want in arrays.items():
+        assert got[name].tobytes() == want.tobytes(), name
+
+
+@pytest.mark.parametrize(
+    "kwargs, index, fails",
+    [
+        ({"format": "dcp", "dcp_files": 3}, ".metadata", "__0_1.distcp"),
+        ({"format": "tensordict"}, "meta.json", "layers/1/w.memmap"),
+    ],
+)
+def test_a_directory_upload_failing_partway_leaves_no_index(s3, bucket, tmp, kwargs, index, fails):
+    arrays = checkpoint_arrays(0)
+    src = tmp / "m.safetensors"
+    zt.numpy.save_file(arrays, src)
+    url = f"s3://{bucket}/run/step-1"
+    client = s3.boto3()
+    with FaultyProxy(s3.endpoint, failing_put(fails)) as proxy:
+        options = {"endpoint": proxy.endpoint, "max_retries": 0}
+        with pytest.raises(OSError) as failure:
+            zt.convert(src, url, storage_options=options, **kwargs)
+    assert [m for m, _ in proxy.failed] == ["PUT"], proxy.failed
+    assert f"{url}/{fails}" in str(failure.value), failure.value
+    keys = keys_under(client, bucket, "run/")
+    assert f"run/step-1/{index}" not in keys, keys
+    assert f"run/step-1/{fails}" not in keys, keys
+    with pytest.raises((zt.FormatError, OSError)):
+        zt.open(url + "/")
+    # The server reachable again, the same write publishes a checkpoint.
+    zt.convert(src, url, **kwargs)
+    assert_reads(url + "/", arrays)
+
+
+def test_a_failed_rewrite_keeps_the_earlier_checkpoint_or_withdraws_its_index(s3, bucket, tmp):
+    """An earlier checkpoint (one `.distcp`) under the prefix: a rewrite in
+    three files failing on a new file leaves the earlier one reading as it
+    was; failing on the file it replaces (`__0_0.distcp`, after the earlier
+    `.metadata` was withdrawn) leaves no `.metadata` at all, rather than one
+    naming a replaced file."""
+    old, new = checkpoint_arrays(1), checkpoint_arrays(2)
+    old_src, new_src = tmp / "old.safetensors", tmp / "new.safetensors"
+    zt.numpy.save_file(old, old_src)
+    zt.numpy.save_file(new, new_src)
+    url = f"s3://{bucket}/run/latest"
+    client = s3.boto3()
+    zt.convert(old_src, url, format="dcp", dcp_files=1)
+    assert keys_under(client, bucket, "run/") == ["run/latest/.metadata", "run/latest/__0_0.distcp"]
+
+    with FaultyProxy(s3.endpoint, failing_put("__0_2.distcp")) as proxy:
+        with pytest.raises(OSError) as failure:
+            write_dcp(new_src, url, proxy.endpoint)
+    assert proxy.failed and f"{url}/__0_2.distcp" in str(failure.value), failure.value
+    assert "run/latest/.metadata" in keys_under(client, bucket, "run/")
+    assert_reads(url + "/", old)
+
+    with FaultyProxy(s3.endpoint, failing_put("__0_0.distcp")) as proxy:
+        with pytest.raises(OSError) as failure:
+            write_dcp(new_src, url, proxy.endpoint)
+    assert proxy.failed and f"{url}/__0_0.distcp" in str(failure.value), failure.value
+    keys = keys_under(client, bucket, "run/")
+    assert "run/latest/.metadata" not in keys, keys
+    with pytest.raises((zt.FormatError, OSError)):
+        zt.open(url + "/")
+
+    write_dcp(new_src, url)
+    assert_reads(url + "/", new)

@@ -479,6 +479,9 @@ pub fn to_destination(
 /// (the file naming the others) last, so a reader never finds the index
 /// before what it names. Files an earlier checkpoint left under the prefix
 /// stay (object storage has no rename); the new index names only its own.
+/// An earlier index is withdrawn before any file it may name is replaced
+/// ([`upload_children`]), so a failure partway leaves either the earlier
+/// checkpoint whole or no index at all, never one naming a mix.
 /// Returns what `write` returned.
 pub fn write_dir_then_upload(
     dest: &Path,
@@ -490,9 +493,8 @@ pub fn write_dir_then_upload(
         let out = spool.join("out");
         let bytes = write(&out).map_err(|e| relabel(e, &out, dest))?;
         let mut files = relative_files(&out)?;
-        // The index last; everything else in name order.
-        files.sort_by_key(|f| (f == index, f.clone()));
-        upload_children(&out, &files, dest, storage_options)?;
+        files.sort();
+        upload_children(&out, &files, index, dest, storage_options)?;
         Ok(Written {
             files: files.iter().map(|f| dest.join(f)).collect(),
             bytes,
@@ -520,24 +522,76 @@ fn relative_files(dir: &Path) -> Result<Vec<String>> {
 }
 
 /// Upload the staged `files` (paths relative to `staged`) under the URL
-/// prefix `base`, in order.
+/// prefix `base`, `index` last. Object storage has no rename, so a file
+/// of an earlier checkpoint under the prefix is overwritten in place: the
+/// files no earlier object holds go first (an earlier checkpoint still
+/// reads if one of them fails), then, when any other is to be replaced,
+/// the earlier index is deleted (a failure from there on leaves no index
+/// rather than one naming replaced files), then the replacements, then
+/// the new index. What the prefix holds is one listing; where it cannot
+/// be listed every file counts as a replacement.
 #[cfg(feature = "remote")]
 fn upload_children(
     staged: &Path,
     files: &[String],
+    index: &str,
     base: &Path,
     storage_options: &[(String, String)],
 ) -> Result<()> {
     let config = crate::remote::config(storage_options)?;
-    for f in files {
-        let text = base.join(f).to_string_lossy().into_owned();
-        zt_remote::upload_file(&staged.join(f), &text, &config).map_err(crate::remote::error)?;
+    let url = |f: &str| base.join(f).to_string_lossy().into_owned();
+    let existing = existing_under(&url(""), &config);
+    let present = |f: &str| existing.as_ref().is_none_or(|e| e.contains(f));
+    let (replaced, fresh): (Vec<&String>, Vec<&String>) = files
+        .iter()
+        .filter(|f| *f != index)
+        .partition(|f| present(f));
+    let send = |f: &str| {
+        zt_remote::upload_file(&staged.join(f), &url(f), &config).map_err(crate::remote::error)
+    };
+    for f in fresh {
+        send(f)?;
+    }
+    if !replaced.is_empty() && present(index) {
+        zt_remote::delete_object(&url(index), &config).map_err(crate::remote::error)?;
+    }
+    for f in replaced {
+        send(f)?;
+    }
+    if files.iter().any(|f| f == index) {
+        send(index)?;
     }
     Ok(())
 }
 
+/// The names (relative, `/`-separated) of every object under the prefix
+/// `prefix_url` (ending in `/`); `None` when it cannot be listed.
+#[cfg(feature = "remote")]
+fn existing_under(
+    prefix_url: &str,
+    config: &zt_remote::RemoteConfig,
+) -> Option<std::collections::HashSet<String>> {
+    let key = zt_remote::ObjectUrl::parse(prefix_url).ok()?.key;
+    let key = key.trim_end_matches('/');
+    let keys = zt_remote::list::list_all(prefix_url, config).ok()?;
+    Some(
+        keys.into_iter()
+            .filter_map(|k| match key {
+                "" => Some(k),
+                _ => k.strip_prefix(key)?.strip_prefix('/').map(String::from),
+            })
+            .collect(),
+    )
+}
+
 #[cfg(not(feature = "remote"))]
-fn upload_children(_: &Path, _: &[String], base: &Path, _: &[(String, String)]) -> Result<()> {
+fn upload_children(
+    _: &Path,
+    _: &[String],
+    _: &str,
+    base: &Path,
+    _: &[(String, String)],
+) -> Result<()> {
     Err(no_remote(base))
 }
 

@@ -55,6 +55,6 @@ pub use {
     config::RemoteConfig,
     object::RemoteObject,
     runtime::{stats, StatsSnapshot},
-    upload::{upload_file, Spool},
+    upload::{delete_object, upload_file, Spool},
     url::ObjectUrl,
 };

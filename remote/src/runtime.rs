@@ -158,7 +158,7 @@ pub struct Stats {
     pub gets: AtomicU64,
     /// HEAD requests.
     pub heads: AtomicU64,
-    /// PUTs and multipart requests (create, part, complete, abort).
+    /// PUTs, multipart requests (create, part, complete, abort) and DELETEs.
     pub puts: AtomicU64,
     /// LIST requests (pages).
     pub lists: AtomicU64,

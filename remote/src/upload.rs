@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use futures::{StreamExt, TryStreamExt};
 use object_store::multipart::{MultipartStore, PartId};
-use object_store::{ObjectStore, PutPayload};
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 
 use crate::config::{spool_dir, RemoteConfig};
 use crate::error::{Error, ErrorKind, Result};
@@ -263,6 +263,27 @@ pub fn upload_file(local: &Path, url: &str, config: &RemoteConfig) -> Result<u64
         }
     }
     Err(e)
+}
+
+/// Delete the object at `url` (S3, GCS or Azure). An object already gone
+/// is no error: what the caller wants is its absence. Used to withdraw a
+/// directory checkpoint's index before files it names are replaced, so a
+/// failure partway leaves no index naming a mix of old and new files.
+pub fn delete_object(url: &str, config: &RemoteConfig) -> Result<()> {
+    let target = ObjectUrl::parse(url)?;
+    if target.key.is_empty() || target.key.ends_with('/') || target.scheme == Scheme::Http {
+        return Err(Error::new(
+            ErrorKind::Config,
+            url,
+            "deleting needs an object on object storage (s3://, gs://, az://)",
+        ));
+    }
+    let store = backend_for(&target, config)?.store();
+    Stats::count(&stats().puts, 1);
+    match block_on_store(url, store.delete(&target.path())) {
+        Err(e) if e.kind == ErrorKind::NotFound => Ok(()),
+        other => other,
+    }
 }
 
 /// Send every part of `file`; the part ids in order.
