@@ -161,6 +161,7 @@ def big_source(tmp_path_factory):
         ("o.gguf", {}),
         ("o.pt", {"dtype": "bf16"}),
         ("o.zt", {"dtype": "bf16"}),
+        ("o.zt", {"compression": 3}),
         ("dcp", {"format": "dcp"}),
         ("td", {"format": "tensordict"}),
         ("td.bin", {"format": "tensordict-consolidated"}),

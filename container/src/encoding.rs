@@ -154,17 +154,37 @@ fn decode_frame(frame: &[u8], out: &mut [u8], ctx: &Context) -> Result<()> {
     Ok(())
 }
 
-/// Encode `data` as a seekable stream at `level`.
+/// Encode `data` as a seekable stream at `level`. Each frame is
+/// compressed on its own, so a part of several frames is compressed on
+/// every core (the same bytes as one after another: zstd's output depends
+/// on the input and the parameters only).
 pub fn encode(data: &[u8], level: i32) -> std::io::Result<Vec<u8>> {
+    use rayon::prelude::*;
     use zstd::zstd_safe::CParameter;
-    let mut c = zstd::bulk::Compressor::new(level)?;
-    c.set_parameter(CParameter::ChecksumFlag(true))?;
-    let mut out = Vec::with_capacity(data.len() / 2 + 64);
+    let compressor = || -> std::io::Result<zstd::bulk::Compressor<'static>> {
+        let mut c = zstd::bulk::Compressor::new(level)?;
+        c.set_parameter(CParameter::ChecksumFlag(true))?;
+        Ok(c)
+    };
+    let frames: Vec<Vec<u8>> = if data.len() > WRITE_FRAME {
+        data.par_chunks(WRITE_FRAME)
+            .map_init(compressor, |c, chunk| {
+                c.as_mut()
+                    .map_err(|e| std::io::Error::new(e.kind(), e.to_string()))?
+                    .compress(chunk)
+            })
+            .collect::<std::io::Result<_>>()?
+    } else {
+        let mut c = compressor()?;
+        data.chunks(WRITE_FRAME)
+            .map(|chunk| c.compress(chunk))
+            .collect::<std::io::Result<_>>()?
+    };
+    let mut out = Vec::with_capacity(frames.iter().map(Vec::len).sum::<usize>() + 64);
     let mut entries = Vec::new();
-    for chunk in data.chunks(WRITE_FRAME) {
-        let frame = c.compress(chunk)?;
+    for (frame, chunk) in frames.iter().zip(data.chunks(WRITE_FRAME)) {
         entries.push((frame.len() as u32, chunk.len() as u32));
-        out.extend_from_slice(&frame);
+        out.extend_from_slice(frame);
     }
     let table_len = entries.len() as u32 * 8 + 9;
     out.extend_from_slice(&SKIPPABLE_MAGIC.to_le_bytes());
@@ -301,6 +321,30 @@ mod tests {
         .unwrap();
         assert_eq!(&out[..], &data[WRITE_FRAME..2 * WRITE_FRAME]);
         assert!(seek_table(&enc, data.len() as u64 + 1, &Context::default()).is_err());
+    }
+
+    /// Frames compressed on several threads are the bytes one compressor
+    /// gives compressing them one after another.
+    #[test]
+    fn frames_compressed_in_parallel_are_the_serial_bytes() {
+        let data: Vec<u8> = (0..(5 * WRITE_FRAME + 1000))
+            .map(|i| ((i * 7919) % 253) as u8)
+            .collect();
+        let enc = encode(&data, 3).unwrap();
+        let mut c = zstd::bulk::Compressor::new(3).unwrap();
+        c.set_parameter(zstd::zstd_safe::CParameter::ChecksumFlag(true))
+            .unwrap();
+        let serial: Vec<u8> = data
+            .chunks(WRITE_FRAME)
+            .flat_map(|chunk| c.compress(chunk).unwrap())
+            .collect();
+        assert_eq!(&enc[..serial.len()], &serial[..]);
+        assert_eq!(
+            seek_table(&enc, data.len() as u64, &Context::default())
+                .unwrap()
+                .len(),
+            6
+        );
     }
 
     /// Zeros compress as far as zstd can (RLE blocks) and still pass the

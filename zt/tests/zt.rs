@@ -568,7 +568,7 @@ fn open_reports_what_validation_finds_first_then_the_first_bad_object_by_name() 
 /// writer; its bytes must be the batch writer's for the same objects:
 /// mapped and decoded parts (a compressed source, a cast), duplicates
 /// shared, other layouts' parts as stored, attributes, an empty tensor,
-/// canonical and aligned placements.
+/// canonical and aligned placements, and compressed output.
 #[test]
 fn conversions_to_zt_write_the_batch_writers_bytes() {
     use zt::container::write::{attributes_cbor, objects_of, ZtOptions};
@@ -630,10 +630,18 @@ fn conversions_to_zt_write_the_batch_writers_bytes() {
         align: Some(Align::Bytes(4096)),
         ..ZtOptions::default()
     });
+    // Compressed (issue 43): a window of objects encoded at once, then
+    // added in order; the big part spans two frames.
+    let compressed = WriteOptions::default().with_format(ZtOptions {
+        compression: Some(3),
+        ..ZtOptions::default()
+    });
     for (label, source, options) in [
         ("canonical", &source, WriteOptions::default()),
         ("cast", &cast, WriteOptions::default()),
         ("aligned", &source, aligned),
+        ("compressed", &source, compressed.clone()),
+        ("compressed-cast", &cast, compressed),
     ] {
         let streamed = dir.path().join(format!("{label}-streamed.zt"));
         let batch = dir.path().join(format!("{label}-batch.zt"));

@@ -48,4 +48,4 @@ pub use input::{attributes_cbor, objects_of, ObjectIn, PartIn};
 pub use options::{
     Align, Options, ZtOptions, AUTO_THRESHOLD, DEFAULT_LEVEL, OPTION_ALIGN, OPTION_COMPRESSION,
 };
-pub use stream::Writer;
+pub use stream::{Prepared, Writer};

@@ -55,6 +55,31 @@ struct Stream {
     file_hash_before: Option<FileHash>,
 }
 
+/// A part's digest (XXH3 of its decoded bytes) and, for a part stored
+/// encoded, its `zt.zstd-seekable/1` bytes: what [`Writer::add_object`]
+/// computes for each part, computed ahead by a caller that encodes many
+/// parts at once ([`Writer::add_prepared`]).
+#[derive(Debug)]
+pub struct Prepared {
+    /// XXH3 of the decoded bytes.
+    pub digest: Digest,
+    /// The encoded bytes; `None` for a raw part.
+    pub encoded: Option<Vec<u8>>,
+}
+
+impl Prepared {
+    /// `part` hashed and, when it has a level (its own, else `default`),
+    /// encoded at it.
+    pub fn of(part: &PartIn<'_>, default: Option<i32>) -> std::io::Result<Prepared> {
+        let digest = DigestAlgorithm::Xxh3.digest(&part.data);
+        let encoded = match part.compression.or(default) {
+            Some(level) => Some(encoding::encode(&part.data, level)?),
+            None => None,
+        };
+        Ok(Prepared { digest, encoded })
+    }
+}
+
 /// An incremental `.zt` writer.
 ///
 /// ```
@@ -215,6 +240,11 @@ impl Writer {
         Context::file(&self.dest)
     }
 
+    /// An I/O failure (an encoding's) reported against the file written.
+    pub(super) fn io_error(&self, e: std::io::Error) -> Error {
+        Error::io(&self.dest, e)
+    }
+
     fn file(&self) -> Result<&File> {
         self.target
             .as_ref()
@@ -258,28 +288,92 @@ impl Writer {
         self.check_idle()?;
         sort_parts(&mut o);
         self.check_new(&o)?;
-        let mut parts = Vec::with_capacity(o.parts.len());
-        for p in &o.parts {
+        self.check_levels(&o)?;
+        let default = self.options.compression;
+        let prepared = o
+            .parts
+            .iter()
+            .map(|p| Prepared::of(p, default).map_err(|e| Error::io(&self.dest, e)))
+            .collect::<Result<Vec<_>>>()?;
+        self.place(o, prepared)
+    }
+
+    /// [`Writer::add_object`] with each part's digest (and encoding)
+    /// computed ahead, `prepared[i]` for `o.parts[i]`: a caller encodes
+    /// many parts at once, on every core, and adds them in order; the file
+    /// is what `add_object` writes for the same objects. A part prepared
+    /// for another compression than the writer's (or its own) is refused.
+    pub fn add_prepared(&mut self, o: ObjectIn<'_>, prepared: Vec<Prepared>) -> Result<()> {
+        self.check_idle()?;
+        let ObjectIn {
+            name,
+            shape,
+            layout,
+            attributes,
+            parts,
+        } = o;
+        if parts.len() != prepared.len() {
+            return Err(self.misprepared(&name, "one prepared part per part"));
+        }
+        // Sorted together, as `add_object` sorts the parts.
+        let mut paired: Vec<_> = parts.into_iter().zip(prepared).collect();
+        paired.sort_by(|a, b| a.0.name.cmp(&b.0.name));
+        let (parts, prepared): (Vec<_>, Vec<_>) = paired.into_iter().unzip();
+        let o = ObjectIn {
+            name,
+            shape,
+            layout,
+            attributes,
+            parts,
+        };
+        self.check_new(&o)?;
+        self.check_levels(&o)?;
+        for (p, ready) in o.parts.iter().zip(&prepared) {
             let level = p.compression.or(self.options.compression);
-            if self.options.canonical && level.is_some() {
-                return Err(Error::Write {
-                    rule: rules::WRITE,
-                    ctx: self.ctx().tensor(&o.name),
-                    reason: "canonical form stores raw parts".into(),
-                });
+            if level.is_some() != ready.encoded.is_some() {
+                return Err(self.misprepared(&o.name, "a part prepared for another compression"));
             }
-            let digest = DigestAlgorithm::Xxh3.digest(&p.data);
+        }
+        self.place(o, prepared)
+    }
+
+    fn misprepared(&self, name: &str, what: &str) -> Error {
+        Error::Write {
+            rule: Rule::WRITE_STATE,
+            ctx: self.ctx().tensor(name),
+            reason: format!("{what} (the caller's preparation does not match the object)"),
+        }
+    }
+
+    /// Canonical form stores raw parts: no part of `o` may ask for
+    /// compression (its own or the writer's).
+    fn check_levels(&self, o: &ObjectIn<'_>) -> Result<()> {
+        let default = self.options.compression;
+        if self.options.canonical && o.parts.iter().any(|p| p.compression.or(default).is_some()) {
+            return Err(Error::Write {
+                rule: rules::WRITE,
+                ctx: self.ctx().tensor(&o.name),
+                reason: "canonical form stores raw parts".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Write (or share) each part's blob of a checked object, parts in
+    /// name order with their prepared digests and encodings.
+    fn place(&mut self, o: ObjectIn<'_>, prepared: Vec<Prepared>) -> Result<()> {
+        let mut parts = Vec::with_capacity(o.parts.len());
+        for (p, Prepared { digest, encoded }) in o.parts.iter().zip(prepared) {
             // Encoded parts are shared when their decoded bytes match: the
             // key is the decoded digest and length, confirmed on the
             // encoded bytes.
-            let key = BlobKey::new(&digest, p.data.len() as u64, level.is_some());
-            let (offset, length, encoded) = match level {
+            let key = BlobKey::new(&digest, p.data.len() as u64, encoded.is_some());
+            let (offset, length, encoded) = match encoded {
                 None => {
                     let (off, len) = self.put_blob(&p.data, key)?;
                     (off, len, None)
                 }
-                Some(l) => {
-                    let enc = encoding::encode(&p.data, l).map_err(|e| Error::io(&self.dest, e))?;
+                Some(enc) => {
                     let (off, len) = self.put_blob(&enc, key)?;
                     (off, len, Some(p.data.len() as u64))
                 }
