@@ -24,6 +24,7 @@ mod dataloader;
 mod dlpack;
 mod loader;
 mod onnx_data;
+mod openings;
 mod private_maps;
 mod tables;
 mod tensor;
@@ -414,6 +415,7 @@ fn _zt(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("BufferExporter", buffer::exporter_type(m.py())?)?;
     m.add_class::<loader::Sampler>()?;
     zrecord::register(m)?;
+    openings::register(m)?;
     tables::register(m)?;
     m.add_class::<dataloader::DataLoaderCore>()?;
     m.add_function(wrap_pyfunction!(cli::cli_main, m)?)?;

@@ -33,6 +33,8 @@ pub mod list;
 #[cfg(feature = "client")]
 pub mod object;
 #[cfg(feature = "client")]
+pub mod openings;
+#[cfg(feature = "client")]
 pub mod plan;
 #[cfg(feature = "client")]
 pub mod runtime;

@@ -15,7 +15,12 @@
 //! Last-Modified) and size are compared with the version opened before a
 //! byte of its body is used. A body is read into a buffer of the range
 //! asked for and no further: one longer or shorter is
-//! [`ErrorKind::BadResponse`].
+//! [`ErrorKind::BadResponse`]. A read part of which the cache holds (at
+//! its start or end: bytes of the head or tail) fetches only the rest.
+//!
+//! What opening fetched can be recorded and replayed in another process
+//! ([`crate::openings`]): an object opened from a replay sends no request
+//! to open and is pinned to the recorded version.
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -29,6 +34,7 @@ use crate::config::RemoteConfig;
 use crate::error::{Error, ErrorKind, Result};
 use crate::fetch::{budget_for, Budget};
 use crate::link::{link_for, Link};
+use crate::openings::{self, Recorded};
 use crate::plan::{plan, Fetch};
 use crate::runtime::{block_on, block_on_store, stats, store_for, Stats};
 use crate::url::{ObjectUrl, Scheme};
@@ -45,7 +51,7 @@ pub const CACHE_BYTES: u64 = 32 << 20;
 
 /// Byte extents already fetched, least recently used evicted first.
 #[derive(Debug, Default)]
-struct ExtentCache {
+pub(crate) struct ExtentCache {
     extents: Vec<(u64, Bytes, u64)>,
     bytes: u64,
     tick: u64,
@@ -63,7 +69,47 @@ impl ExtentCache {
         Some(&hit.1[at..at + len as usize])
     }
 
-    fn insert(&mut self, start: u64, data: Bytes) {
+    /// Copy into `out` (the bytes of `[offset, offset + out.len())`) what
+    /// the cache holds of its start and of its end, each from one extent;
+    /// returns how many bytes of each (together at most `out.len()`).
+    fn copy_ends(&mut self, offset: u64, out: &mut [u8]) -> (usize, usize) {
+        self.tick += 1;
+        let tick = self.tick;
+        let len = out.len() as u64;
+        let end = offset + len;
+        let (mut head, mut tail) = (0u64, 0u64);
+        for (start, data, used) in self.extents.iter_mut() {
+            let stop = *start + data.len() as u64;
+            if *start <= offset && offset < stop && stop.min(end) - offset > head {
+                head = stop.min(end) - offset;
+                out[..head as usize]
+                    .copy_from_slice(&data[(offset - *start) as usize..][..head as usize]);
+                *used = tick;
+            }
+        }
+        for (start, data, used) in self.extents.iter_mut() {
+            let stop = *start + data.len() as u64;
+            let from = (*start).max(offset + head);
+            if from < end && end <= stop && end - from > tail {
+                tail = end - from;
+                let at = (len - tail) as usize;
+                out[at..].copy_from_slice(&data[(from - *start) as usize..][..tail as usize]);
+                *used = tick;
+            }
+        }
+        (head as usize, tail as usize)
+    }
+
+    /// Every extent held, in no particular order (what a recording of the
+    /// opening carries to other processes).
+    pub(crate) fn extents(&self) -> Vec<(u64, Bytes)> {
+        self.extents
+            .iter()
+            .map(|(start, data, _)| (*start, data.clone()))
+            .collect()
+    }
+
+    pub(crate) fn insert(&mut self, start: u64, data: Bytes) {
         self.tick += 1;
         self.bytes += data.len() as u64;
         self.extents.push((start, data, self.tick));
@@ -79,7 +125,7 @@ impl ExtentCache {
 
 /// What pins every request after the first to the version opened.
 #[derive(Debug, Clone)]
-enum Version {
+pub(crate) enum Version {
     /// `If-Match` with the ETag.
     ETag(String),
     /// `If-Unmodified-Since`, from a server that gives no ETag.
@@ -149,7 +195,9 @@ pub struct RemoteObject {
     config: Arc<RemoteConfig>,
     size: u64,
     version: Version,
-    cache: Mutex<ExtentCache>,
+    /// Shared with a live [`openings::Recording`], which reads it when it
+    /// finishes.
+    cache: Arc<Mutex<ExtentCache>>,
     /// What a request to this object's store costs (the coalescing gap).
     link: Arc<Link>,
     /// What admits each request ([`crate::fetch`]).
@@ -275,6 +323,58 @@ impl RemoteObject {
                 "names a bucket or prefix, not an object",
             ));
         }
+        if let Some(recorded) = openings::replayed(&url.text) {
+            return RemoteObject::replayed(url, config, &recorded);
+        }
+        let text = url.text.clone();
+        let opened = RemoteObject::fetch_open(url, config);
+        match &opened {
+            Ok(object) => openings::note_found(&text, object.size, &object.version, &object.cache),
+            Err(e) if e.kind == ErrorKind::NotFound => openings::note_missing(&text),
+            Err(_) => {}
+        }
+        opened
+    }
+
+    /// An object as a replayed recording found it (no request sent).
+    fn replayed(
+        url: ObjectUrl,
+        config: Arc<RemoteConfig>,
+        recorded: &Recorded,
+    ) -> Result<RemoteObject> {
+        let (size, version, extents) = match recorded {
+            Recorded::Missing => {
+                return Err(Error::new(
+                    ErrorKind::NotFound,
+                    &url.text,
+                    "not found (by the process that opened it for this one)",
+                ))
+            }
+            Recorded::Found {
+                size,
+                version,
+                extents,
+            } => (*size, version.clone(), extents),
+        };
+        let mut cache = ExtentCache::default();
+        for (start, data) in extents {
+            cache.insert(*start, data.clone());
+        }
+        let object = RemoteObject {
+            link: link_for(&url, &config),
+            budget: budget_for(&config),
+            url,
+            config,
+            size,
+            version,
+            cache: Arc::new(Mutex::new(cache)),
+        };
+        openings::note_found(object.url(), size, &object.version, &object.cache);
+        Ok(object)
+    }
+
+    /// Open by the two probes (see [`RemoteObject::open`]).
+    fn fetch_open(url: ObjectUrl, config: Arc<RemoteConfig>) -> Result<RemoteObject> {
         let store = store_for(&url, &config)?;
         let (link, budget) = (link_for(&url, &config), budget_for(&config));
         let wire = (budget.as_ref(), link.as_ref());
@@ -343,7 +443,7 @@ impl RemoteObject {
             config,
             size: meta.size,
             version,
-            cache: Mutex::new(cache),
+            cache: Arc::new(Mutex::new(cache)),
             link,
             budget,
         })
@@ -365,7 +465,7 @@ impl RemoteObject {
             config,
             size,
             version: Version::ETag(etag),
-            cache: Mutex::new(ExtentCache::default()),
+            cache: Arc::new(Mutex::new(ExtentCache::default())),
         })
     }
 
@@ -485,7 +585,8 @@ impl RemoteObject {
     }
 
     /// Read several ranges at once: each is served from the cache when it
-    /// can be; the rest are planned ([`crate::plan`]: large ranges split,
+    /// can be, and what the cache holds of its start or end is taken from
+    /// it; the rest are planned ([`crate::plan`]: large ranges split,
     /// small neighbours coalesced) and fetched concurrently, as many in
     /// flight as the budget admits.
     pub fn read_ranges(&self, ranges: &[(u64, u64)]) -> Result<Vec<Vec<u8>>> {
@@ -500,18 +601,22 @@ impl RemoteObject {
             self.check(offset, len)?;
         }
         let mut outs: Vec<Vec<u8>> = Vec::with_capacity(ranges.len());
+        // What is left to fetch of each read, as an object range and as
+        // the span of its output buffer the bytes go to.
         let mut todo: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
+        let mut spans: Vec<(usize, usize)> = Vec::with_capacity(ranges.len());
         for &(offset, len) in ranges {
-            match self.cached(offset, len) {
-                Some(hit) => {
-                    outs.push(hit);
-                    todo.push((offset, 0));
-                }
-                None => {
-                    outs.push(zeroed(&self.url.text, len)?);
-                    todo.push((offset, len));
-                }
-            }
+            let mut out = zeroed(&self.url.text, len)?;
+            let (head, tail) = if len == 0 {
+                (0, 0)
+            } else {
+                let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+                cache.copy_ends(offset, &mut out)
+            };
+            let stop = out.len() - tail;
+            todo.push((offset + head as u64, (stop - head) as u64));
+            spans.push((head, stop));
+            outs.push(out);
         }
         let (gap, amplification) = self.coalescing();
         let fetches = plan(&todo, self.config.part_size, gap, amplification);
@@ -532,10 +637,11 @@ impl RemoteObject {
         }
         {
             // Hand each fetch its own disjoint buffer: a part of one
-            // output, or a shared buffer.
+            // output's span, or a shared buffer.
             let mut chunks: Vec<std::slice::ChunksMut<'_, u8>> = outs
                 .iter_mut()
-                .map(|o| o.chunks_mut(self.config.part_size as usize))
+                .zip(&spans)
+                .map(|(o, &(from, to))| o[from..to].chunks_mut(self.config.part_size as usize))
                 .collect();
             let mut jobs: Vec<(u64, &mut [u8])> = Vec::with_capacity(into.len() + shared.len());
             for &(read, _, start, _) in &into {
@@ -551,9 +657,10 @@ impl RemoteObject {
         }
         for (start, buf, reads) in shared {
             for m in reads {
-                let (offset, len) = ranges[m];
+                let (offset, len) = todo[m];
+                let (from, to) = spans[m];
                 let at = (offset - start) as usize;
-                outs[m].copy_from_slice(&buf[at..at + len as usize]);
+                outs[m][from..to].copy_from_slice(&buf[at..at + len as usize]);
             }
         }
         Ok(outs)
@@ -723,6 +830,36 @@ mod tests {
             .unwrap_err();
         assert_eq!(e.kind, ErrorKind::Changed);
         assert!(e.to_string().contains("Last-Modified mismatch"), "{e}");
+    }
+
+    #[test]
+    fn a_read_takes_what_the_cache_holds_of_its_ends() {
+        let object: Vec<u8> = (0..=255u8).cycle().take(1000).collect();
+        let mut cache = ExtentCache::default();
+        cache.insert(0, Bytes::copy_from_slice(&object[..100])); // a head
+        cache.insert(900, Bytes::copy_from_slice(&object[900..])); // a tail
+        cache.insert(40, Bytes::copy_from_slice(&object[40..150])); // reaches further
+        let ends = |cache: &mut ExtentCache, offset: u64, len: usize| {
+            let mut out = vec![0u8; len];
+            let (head, tail) = cache.copy_ends(offset, &mut out);
+            assert!(head + tail <= len);
+            let at = offset as usize;
+            assert_eq!(out[..head], object[at..at + head]);
+            assert_eq!(out[len - tail..], object[at + len - tail..at + len]);
+            (head, tail)
+        };
+        assert_eq!(ends(&mut cache, 10, 500), (90, 0));
+        assert_eq!(ends(&mut cache, 60, 500), (90, 0)); // the longer of two
+        assert_eq!(ends(&mut cache, 800, 200), (0, 100));
+        assert_eq!(ends(&mut cache, 50, 900), (100, 50));
+        assert_eq!(ends(&mut cache, 0, 1000), (100, 100));
+        assert_eq!(ends(&mut cache, 20, 30), (30, 0)); // all of it
+        assert_eq!(ends(&mut cache, 140, 770), (10, 10));
+        assert_eq!(ends(&mut cache, 300, 100), (0, 0));
+        // Two extents covering the whole read between them.
+        assert_eq!(ends(&mut cache, 120, 0), (0, 0));
+        cache.insert(150, Bytes::copy_from_slice(&object[150..900]));
+        assert_eq!(ends(&mut cache, 40, 860), (110, 750));
     }
 
     #[test]
