@@ -6,7 +6,12 @@ How (the arithmetic is in ``zt._load_plan``):
 
 1. every rank opens the source (headers only), picks the tensors and their
    placements, and checks with one ``all_gather`` that every rank of the
-   group asked for the same thing (the error names the rank that differs);
+   group asked for the same thing (the error names the rank that differs).
+   From object storage the group's first rank opens it, recording what the
+   open fetched (``zt._zt.OpeningsRecording``), and shares those bytes with
+   one broadcast; the others open the same source from them
+   (``OpeningsReplay``), sending storage no request, pinned to the version
+   the first rank opened, so storage serves the headers once;
 2. every rank computes the same plan: who fetches which rows, window by
    window;
 3. each window: every rank fetches its blocks (on a thread pool, the next
@@ -107,7 +112,8 @@ class LoadStats:
     kept_bytes: int = 0
     windows: int = 0
     #: Bytes that came over the network for this process while it opened
-    #: the source (headers, indexes), and while it fetched tensors
+    #: the source (headers, indexes: on the group's first rank only, which
+    #: opens a remote source for the group), and while it fetched tensors
     #: (``zt.remote_stats()``; 0 for local files).
     header_network_bytes: int = 0
     network_bytes: int = 0
@@ -183,15 +189,17 @@ def load_sharded(
     patterns = _patterns(select)
     rules = _placement_rules(torch, placements, len(where.mesh_shape))
     network_before = zt.remote_stats().get("bytes_in", 0)
-    source, failure = None, None
+    # A rank that cannot open the source or refuses a tensor still takes
+    # part in the next collective, so every rank learns of it.
+    source, failure = _open(torch, where, path, storage_options)
     try:
-        # A rank that cannot open the source or refuses a tensor still
-        # takes part in the next collective, so every rank learns of it.
-        source = zt.open(path, storage_options=storage_options)
-        names = [n for n in source if patterns is None or any(fnmatch.fnmatchcase(n, p) for p in patterns)]
-        files = {f: i for i, f in enumerate(source.files)}
-        tensors = [source[n] for n in names]
-        items = [_item(t, files, position, _placement_of(t.name, t.shape, rules)) for position, t in enumerate(tensors)]
+        if source is not None:
+            names = [n for n in source if patterns is None or any(fnmatch.fnmatchcase(n, p) for p in patterns)]
+            files = {f: i for i, f in enumerate(source.files)}
+            tensors = [source[n] for n in names]
+            items = [
+                _item(t, files, position, _placement_of(t.name, t.shape, rules)) for position, t in enumerate(tensors)
+            ]
     except Exception as e:
         failure = e
     opened = zt.remote_stats().get("bytes_in", 0)
@@ -215,6 +223,71 @@ def load_sharded(
     stats.seconds = time.perf_counter() - started
     state.stats = stats
     return state
+
+
+#: The group rank that opens a remote source for the group.
+_OPENER = 0
+
+
+def _is_remote(path) -> bool:
+    from . import _zt
+
+    paths = path if isinstance(path, (list, tuple)) else [path]
+    return any(isinstance(p, str) and p.startswith(tuple(_zt.URL_SCHEMES)) for p in paths)
+
+
+def _open(torch, where: _Group, path, storage_options) -> tuple[Any, BaseException | None]:
+    """This rank's source, or the error opening it. A source the opener
+    names locally (a shared filesystem) is opened by every rank at once; a
+    remote one by the opener alone, whose recording of what the open
+    fetched the others open from. One broadcast says which, so every rank
+    takes the same path. When the opener's open fails the others get
+    neither a source nor an error: ``_agree`` then reports the opener's."""
+    import zt
+
+    from . import _zt
+
+    def open_here():
+        try:
+            return zt.open(path, storage_options=storage_options), None
+        except Exception as e:
+            return None, e
+
+    if where.world == 1:
+        return open_here()
+    source, failure = None, None
+    shared: list = [("open", None)]
+    if where.rank == _OPENER and _is_remote(path):
+        recording = _zt.OpeningsRecording()
+        try:
+            source, failure = open_here()
+        finally:
+            recorded = recording.finish()
+        shared[0] = ("replay", recorded) if failure is None else ("failed", None)
+    src = where.global_ranks[_OPENER]
+    try:
+        _collective(
+            torch,
+            where,
+            "sharing the opened headers",
+            lambda: torch.distributed.broadcast_object_list(shared, src=src, group=where.group),
+        )
+    except BaseException:
+        if source is not None:
+            source.close()
+        raise
+    how, recorded = shared[0]
+    if how == "open":
+        return open_here()
+    if where.rank == _OPENER:
+        return source, failure
+    if how == "failed":
+        return None, None
+    replay = _zt.OpeningsReplay(recorded)
+    try:
+        return open_here()
+    finally:
+        replay.close()
 
 
 def _window_for(needed: int, world: int) -> int:

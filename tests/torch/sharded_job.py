@@ -6,13 +6,17 @@ the reference library: ``expected.safetensors`` beside the model).
 
     sharded_job.py SPEC.json
 
-SPEC: {"out": dir, "timeout": seconds, "cases": [case, ...]}; a case is
+SPEC: {"out": dir, "timeout": seconds, "cases": [case, ...], "proxy_control":
+port | null}; a case is
 {"id", "path", "expected", "placements": {pattern: [["S", dim] | ["R"], ...]},
 "select": [...] | null, "group": "world" | "halves", "mesh": [dims] | null,
-"expect_error": text | null, "sabotage": null | "fetch" | "missing" | "disagree" | "die"
+"expect_error": text | null, "sabotage": null | "fetch" | "missing" | "missing-opener" | "disagree" | "die"
 | "replace-between-opens" | "replace-mid-load", "replace": s3 URL}.
 
-Each rank writes out/rank<R>.json: {case id: {"ok", "detail", "stats"}}.
+Each rank writes out/rank<R>.json: {case id: {"ok", "detail", "stats"}}; with
+a counting proxy's control port (``harness/throttle_proxy.py``), rank 0's
+report of each case also holds "proxy": what the proxy served during it
+({"bytes", "responses"}, every rank's requests together).
 """
 
 from __future__ import annotations
@@ -117,6 +121,8 @@ def run_case(case: dict, rank: int, world: int, groups: dict) -> dict:
     select = case.get("select")
     if case.get("sabotage") == "missing" and rank == 1:
         path = path + "-not-on-this-node"
+    if case.get("sabotage") == "missing-opener" and rank == 0:
+        path = path.replace(".index.json", "-not-there.index.json")
     if case.get("sabotage") == "disagree" and rank == world - 1:
         select = ["nothing*"]
     if case.get("sabotage") == "fetch" and rank == 1:
@@ -190,6 +196,15 @@ def run_case(case: dict, rank: int, world: int, groups: dict) -> dict:
     return {"ok": not problems, "detail": "; ".join(problems), "stats": stats}
 
 
+def _served(control: int) -> dict:
+    """What the counting proxy served so far, over all its ports."""
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
+    from harness.throttle_proxy import read_counters
+
+    counters = read_counters(control)
+    return {k: sum(c[k] for c in counters) for k in ("bytes", "responses")}
+
+
 def main() -> int:
     spec = json.loads(pathlib.Path(sys.argv[1]).read_text())
     timeout = datetime.timedelta(seconds=spec.get("timeout", 60))
@@ -201,13 +216,21 @@ def main() -> int:
         halves = [dist.new_group(list(range(h * world // 2, (h + 1) * world // 2))) for h in range(2)]
         groups["halves"] = halves
     report = {}
+    control = spec.get("proxy_control")
     for case in spec["cases"]:
         if case["group"] == "halves" and "halves" not in groups:
             continue
+        if control:
+            dist.barrier()
+            before = _served(control)
         try:
             report[case["id"]] = run_case(case, rank, world, groups)
         except Exception as e:
             report[case["id"]] = {"ok": False, "detail": f"{type(e).__name__}: {e}"}
+        if control:
+            dist.barrier()  # every rank's requests are answered
+            after = _served(control)
+            report[case["id"]]["proxy"] = {k: after[k] - before[k] for k in ("bytes", "responses")}
         out = pathlib.Path(spec["out"]) / f"rank{rank}.json"
         out.write_text(json.dumps(report))
         if case.get("sabotage"):

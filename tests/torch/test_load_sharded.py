@@ -47,6 +47,11 @@ def _model(seed: int) -> dict[str, torch.Tensor]:
     }
 
 
+# What storage serves beyond the tensors of the s3 model, once: the index,
+# the two shards' safetensors headers, and the small first shard fetched
+# twice (an open asks for a head and a tail at once, both the whole file).
+HEADERS = 64 << 10
+
 TP = {"*.wq.weight": [["S", 0]], "*.wo.weight": [["S", 1]], "embed.weight": [["S", 0]]}
 
 
@@ -239,12 +244,14 @@ def test_storage_serves_each_byte_once(results):
     for cid in ("s3-tp", "s3-replicated"):
         stats = [r[cid]["stats"] for r in reports]
         needed = stats[0]["needed_bytes"]
-        # Each byte at most once while fetching (a rank's first read of a
-        # shard's header, up to 1 MiB of it, is kept and serves what it
-        # covers), and the headers once per rank.
+        # Each byte at most once while fetching (what the open's head and
+        # tail fetched serves the reads it covers), and the headers once for
+        # the group: rank 0 opened the source and shared what its open
+        # fetched; the others opened it from those bytes, fetching nothing.
         assert sum(s["network_bytes"] for s in stats) <= needed, (cid, stats)
+        assert all(s["header_network_bytes"] == 0 for s in stats[1:]), (cid, stats)
         total = sum(s["network_bytes"] + s["header_network_bytes"] for s in stats)
-        assert needed <= total <= needed + world * 2 * (1 << 20), (cid, stats)
+        assert needed <= total <= needed + HEADERS, (cid, stats)
 
 
 def test_a_sharded_rank_keeps_and_receives_only_its_slices(results):
@@ -283,6 +290,22 @@ def test_a_rank_that_cannot_open_the_source_fails_every_rank_naming_it(models):
         assert "not-on-this-node" in report["missing"]["detail"]
 
 
+def test_an_opener_that_cannot_open_the_remote_source_fails_every_rank_naming_it(models):
+    # Rank 0 opens an s3 source for the group; its failure reaches the
+    # others, which open nothing themselves.
+    _, made, _ = models
+    path, expected = made["s3"]
+    case = {"id": "opener", "path": path, "expected": expected, "group": "world"}
+    reports = _fault_job(
+        models,
+        "opener",
+        {**case, "sabotage": "missing-opener", "expect_error": "opening the source failed on rank 0: "},
+    )
+    for report in reports:
+        assert report["opener"]["ok"], report["opener"]["detail"]
+        assert "not-there" in report["opener"]["detail"]
+
+
 def _big_copy(models, prefix: str) -> tuple[str, str]:
     """The big model's shards under a prefix of their own (a test replaces one)."""
     root, made, s3 = models
@@ -295,14 +318,56 @@ def _big_copy(models, prefix: str) -> tuple[str, str]:
     )
 
 
-def test_ranks_that_pinned_different_versions_of_an_object_are_refused(models):
+def test_an_object_replaced_between_the_opens_fails_every_rank(models):
+    # Rank 0 opens, the object is replaced, then rank 1 opens: from the
+    # bytes rank 0's open fetched, so both ranks pinned the version rank 0
+    # opened, and the read of the replaced object fails on every rank.
     index, shard = _big_copy(models, "replaced-between")
     _, made, _ = models
     case = {"id": "between", "path": index, "expected": made["s3"][1], "group": "world", "replace": shard}
-    reports = _fault_job(models, "between", {**case, "sabotage": "replace-between-opens", "expect_error": "versions"})
-    for rank, report in enumerate(reports):
+    reports = _fault_job(
+        models,
+        "between",
+        {**case, "sabotage": "replace-between-opens", "expect_error": "from storage failed on rank"},
+    )
+    for report in reports:
         assert report["between"]["ok"], report["between"]["detail"]
-        assert f"group rank {1 - rank}" in report["between"]["detail"]
+        assert "changed" in report["between"]["detail"], report["between"]["detail"]
+        assert "model-00002-of-00002.safetensors" in report["between"]["detail"]
+
+
+def test_storage_serves_the_model_once_counted_at_the_server(models):
+    """Four ranks load the s3 model through a counting proxy in front of
+    SeaweedFS: what the server sent (response headers aside) is what zt's
+    ranks counted receiving, and that is the tensors once plus the headers
+    once, not four times."""
+    from harness.throttle_proxy import Proxy
+
+    root, made, s3 = models
+    cases = [c for c in _cases(made) if c["id"] in ("s3-replicated", "s3-tp")]
+    proxy = Proxy(s3.env["AWS_ENDPOINT_URL"], ports=1, rate=float(1 << 40), first_byte=0.0)
+    try:
+        out = root / "proxied"
+        out.mkdir()
+        spec = out / "spec.json"
+        spec.write_text(json.dumps({"out": str(out), "timeout": 60, "cases": cases, "proxy_control": proxy.control}))
+        env = rank_env(**{**s3.env, "AWS_ENDPOINT_URL": proxy.endpoint(0)})
+        with Launches(out / "logs") as group:
+            rc, run = run_file_job(group, "proxied", torchrun_argv(4, JOB, str(spec)), env, timeout=300)
+            assert rc == 0, run.output()
+        reports = [json.loads((out / f"rank{r}.json").read_text()) for r in range(4)]
+    finally:
+        proxy.stop()
+    for case in cases:
+        cid = case["id"]
+        assert all(r[cid]["ok"] for r in reports), [r[cid]["detail"] for r in reports]
+        stats = [r[cid]["stats"] for r in reports]
+        served = reports[0][cid]["proxy"]
+        needed = stats[0]["needed_bytes"]
+        counted = sum(s["network_bytes"] + s["header_network_bytes"] for s in stats)
+        # The proxy counts each response's status line and headers too.
+        assert 0 <= served["bytes"] - counted <= served["responses"] * 2048, (cid, served, counted)
+        assert needed <= counted <= needed + HEADERS, (cid, served, stats)
 
 
 def test_an_object_replaced_mid_load_fails_every_rank(models):
