@@ -202,19 +202,21 @@ fn open(
 }
 
 /// Open the per-rank files of a DTensor run, in rank order, as one source
-/// of global tensors.
+/// of global tensors; `verify_replicas` compares every replica's bytes
+/// with the copy taken (`zt::open_ranks_verifying`).
 #[pyfunction]
-#[pyo3(signature = (paths, map = true, limits = None, storage_options = None))]
+#[pyo3(signature = (paths, map = true, limits = None, storage_options = None, verify_replicas = false))]
 fn open_ranks(
     py: Python<'_>,
     paths: Vec<PathBuf>,
     map: bool,
     limits: Option<&Bound<'_, PyDict>>,
     storage_options: Option<&Bound<'_, PyDict>>,
+    verify_replicas: bool,
 ) -> PyResult<tensor::Source> {
     let options = open_options(map, limits, storage_options)?;
     let source = py
-        .detach(|| zt::open_ranks_with(&paths, &options))
+        .detach(|| zt::open_ranks_verifying(&paths, &options, verify_replicas))
         .map_err(to_py_err)?;
     Ok(tensor::Source::new(source))
 }

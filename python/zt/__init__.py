@@ -198,6 +198,7 @@ def open_ranks(
     limits: dict | None = None,
     storage_options: dict | None = None,
     cache: PathLike | None = None,
+    verify_replicas: bool = False,
 ) -> Source:
     """Open the per-rank ``torch.save`` files of a DTensor run (FSDP2, tensor
     parallel: ``model_world_size_W_rank_R.pt``) as one source of global
@@ -218,6 +219,15 @@ def open_ranks(
     :class:`FormatError` with a ``pt.Rank*`` rule. The other options are
     :func:`open`'s.
 
+    A replica is taken from one rank and the others' copies are not read,
+    unless ``verify_replicas=True``: then every copy of a ``Replicate``
+    DTensor's box and of a plain tensor is compared, byte for byte and a
+    window at a time, with the copy taken, when the files are opened (it
+    reads every replica), and copies that differ raise :class:`FormatError`
+    (``pt.RankReplica``) naming the tensor and both ranks. Convert the
+    opened source to merge with the check: ``zt.convert(zt.open_ranks(files,
+    verify_replicas=True), out)``.
+
     One rank file opened alone with :func:`open` lists its local shards,
     each with ``dtensor.placements``, ``dtensor.global_shape``,
     ``dtensor.mesh_shape`` (and ``dtensor.coordinate``, ``dtensor.rank``
@@ -225,7 +235,8 @@ def open_ranks(
     """
     if isinstance(paths, (str, bytes, os.PathLike)):
         paths = [paths]
-    return Source(_zt.open_ranks([os.fspath(p) for p in paths], map, limits, _storage(storage_options, cache)))
+    storage = _storage(storage_options, cache)
+    return Source(_zt.open_ranks([os.fspath(p) for p in paths], map, limits, storage, verify_replicas))
 
 
 def convert(

@@ -326,3 +326,51 @@ def test_readme_fsdp_example(saved, tmp_path, monkeypatch):
         scope: dict = {"__name__": "readme"}
         exec(compile(code, "README.md", "exec"), scope)
         assert scope["weight"].tobytes() == raw(full["0.weight"])
+
+
+def tampered_copy(files: list[pathlib.Path], into: pathlib.Path, rank: int, want: bytes) -> list[pathlib.Path]:
+    """Copies of `files` in `into`, rank `rank`'s rewritten (by zipfile,
+    members stored, CRCs made anew) with the one storage holding `want`
+    changed in its last byte: a replica that differs and still reads."""
+    import zipfile
+
+    copies = []
+    for r, f in enumerate(files):
+        copies.append(into / f.name)
+        if r != rank:
+            shutil.copy(f, copies[-1])
+            continue
+        with zipfile.ZipFile(f) as src, zipfile.ZipFile(copies[-1], "w", zipfile.ZIP_STORED) as dst:
+            hits = [i.filename for i in src.infolist() if src.read(i) == want]
+            assert len(hits) == 1, hits
+            for info in src.infolist():
+                data = src.read(info)
+                if info.filename == hits[0]:
+                    data = data[:-1] + bytes([data[-1] ^ 0x01])
+                dst.writestr(info.filename, data)
+    return copies
+
+
+@pytest.mark.parametrize("name", ["rep", "plain"])
+def test_verify_replicas_refuses_a_replica_that_differs(saved, tmp_path, name):
+    """A Replicate DTensor ("rep") and a plain buffer ("plain") are taken from
+    one rank; with verify_replicas=True every rank's copy is compared, and a
+    copy changed on rank 1 is refused naming the tensor and both ranks."""
+    full = torch.load(saved / "w2" / "dtensors_full.pt", weights_only=True)
+    files = rank_files(saved, 2, "dtensors")
+    copies = tampered_copy(files, tmp_path, 1, raw(full[name]))
+    # Not verified: rank 0's copy, rank 1's never read.
+    assert zt.open_ranks(copies)[name].tobytes() == raw(full[name])
+    # Verified: intact files merge to the full tensors as before.
+    verified = zt.open_ranks(files, verify_replicas=True)
+    for key, t in full.items():
+        assert verified[key].tobytes() == raw(t), key
+    with pytest.raises(zt.FormatError) as e:
+        zt.open_ranks(copies, verify_replicas=True)
+    assert e.value.rule == "pt.RankReplica"
+    message = str(e.value)
+    assert repr(name).replace("'", '"') in message and "rank 1" in message and "rank 0" in message, message
+    # The merge with the check, converted: nothing published.
+    with pytest.raises(zt.FormatError):
+        zt.convert(zt.open_ranks(copies, verify_replicas=True), tmp_path / "out.safetensors")
+    assert not (tmp_path / "out.safetensors").exists()

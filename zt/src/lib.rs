@@ -110,6 +110,17 @@ pub fn open_ranks_with<P: AsRef<Path>>(locations: &[P], options: &OpenOptions) -
     zt_formats::pt::ranks::open_ranks(locations, options)
 }
 
+/// [`open_ranks_with`], every replica's bytes compared with the copy taken
+/// when `verify_replicas` (`pt.RankReplica` if any differs; it reads every
+/// replica: `zt_formats::pt::ranks::open_ranks_verifying`).
+pub fn open_ranks_verifying<P: AsRef<Path>>(
+    locations: &[P],
+    options: &OpenOptions,
+    verify_replicas: bool,
+) -> Result<Source> {
+    zt_formats::pt::ranks::open_ranks_verifying(locations, options, verify_replicas)
+}
+
 /// Recognise the format of the file at `location` by its structure.
 pub fn detect(location: impl AsRef<Path>) -> Result<&'static str> {
     registry().detect(location.as_ref(), &OpenOptions::default())

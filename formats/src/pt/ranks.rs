@@ -9,7 +9,8 @@
 //! local tensors of every rank are merged by those placements: `Shard(d)`
 //! pieces placed along `d` in mesh order as `torch.chunk` splits (uneven
 //! shards: the last ranks hold fewer or no rows), `Replicate` taken from one
-//! rank, over meshes of any number of dimensions. Each rank's local shape
+//! rank (the other copies compared with it when asked:
+//! [`open_ranks_verifying`]), over meshes of any number of dimensions. Each rank's local shape
 //! must be the one its mesh coordinate gives. A plain tensor (an FSDP2
 //! buffer) is replicated: taken from rank 0 after checking that every rank
 //! holds it with the same dtype and shape. A global tensor of several
@@ -396,6 +397,20 @@ pub fn explain_duplicate(error: Error, options: &OpenOptions) -> Error {
 /// Open per-rank `torch.save` files, given in rank order, as one source of
 /// global tensors (see the module's documentation).
 pub fn open_ranks<P: AsRef<Path>>(paths: &[P], options: &OpenOptions) -> Result<Source> {
+    open_ranks_verifying(paths, options, false)
+}
+
+/// [`open_ranks`], and with `verify_replicas` every replica's bytes
+/// compared with the copy taken (a `Replicate` box of a DTensor against
+/// the first rank holding it, a plain tensor against rank 0's), a window
+/// at a time; replicas that differ are refused (`pt.RankReplica`, naming
+/// the tensor and both ranks). Off by default: it reads every replica,
+/// where a merge otherwise reads one copy.
+pub fn open_ranks_verifying<P: AsRef<Path>>(
+    paths: &[P],
+    options: &OpenOptions,
+    verify_replicas: bool,
+) -> Result<Source> {
     if paths.is_empty() {
         return Err(refuse(
             Context::default(),
@@ -479,10 +494,33 @@ pub fn open_ranks<P: AsRef<Path>>(paths: &[P], options: &OpenOptions) -> Result<
                     ));
                 }
             }
+            if verify_replicas {
+                let whole = |obj: &Object| Piece {
+                    offsets: vec![0; obj.shape.len()],
+                    sizes: obj.shape.clone(),
+                    strides: obj.parts[0].strides.clone(),
+                    payload: obj.parts[0].payload.clone(),
+                };
+                let elem = o.parts[0].dtype.size().unwrap_or(1);
+                for (r, obj) in held.iter().enumerate().skip(1) {
+                    let differs =
+                        first_difference(&whole(held[0]), &whole(obj), elem, &ctx(r), limits)?;
+                    if let Some(at) = differs {
+                        return Err(replicas_differ(ctx(r), &o.name, 0, r, at, None));
+                    }
+                }
+            }
             objects.push((*o).clone());
             continue;
         };
-        objects.push(merge_dtensor(&held, &spec0, world, &ctx, limits)?);
+        objects.push(merge_dtensor(
+            &held,
+            &spec0,
+            world,
+            &ctx,
+            limits,
+            verify_replicas,
+        )?);
     }
     let mut attributes = first.catalog.attributes.clone();
     attributes.push(("dtensor.world_size".into(), Value::Int(world as i64)));
@@ -507,6 +545,7 @@ fn merge_dtensor(
     world: u64,
     ctx: &dyn Fn(usize) -> Context,
     limits: &zt_core::Limits,
+    verify_replicas: bool,
 ) -> Result<Object> {
     let o = held[0];
     let dtype = o.parts[0].dtype;
@@ -584,7 +623,10 @@ fn merge_dtensor(
         dtype: dtype.name().into(),
     })?;
     let mut pieces: Vec<Piece> = Vec::new();
-    let mut seen: std::collections::HashSet<Vec<u64>> = std::collections::HashSet::new();
+    // Each box's first holder: its piece and rank.
+    let mut seen: HashMap<Vec<u64>, (usize, usize)> = HashMap::new();
+    // Replicas to compare with the piece taken: (piece, its rank, rank, replica).
+    let mut replicas: Vec<(usize, usize, usize, Piece)> = Vec::new();
     for (r, obj) in held.iter().enumerate() {
         let Some(s) = spec(obj) else {
             return Err(refuse(
@@ -728,8 +770,10 @@ fn merge_dtensor(
                 }
                 pick[d] = 0;
             }
-            // Replicas of a box are taken once.
-            if !seen.insert(offsets.clone()) {
+            // Replicas of a box are taken once (and kept aside to compare
+            // when asked).
+            let first_holder = seen.get(&offsets).copied();
+            if first_holder.is_some() && !verify_replicas {
                 continue;
             }
             let whole = box_sizes == obj.shape;
@@ -767,7 +811,7 @@ fn merge_dtensor(
                     }
                 }
             };
-            pieces.push(Piece {
+            let piece = Piece {
                 offsets,
                 sizes: box_sizes,
                 strides: if whole {
@@ -776,7 +820,14 @@ fn merge_dtensor(
                     Some(strides.clone())
                 },
                 payload,
-            });
+            };
+            match first_holder {
+                Some((at, holder)) => replicas.push((at, holder, r, piece)),
+                None => {
+                    seen.insert(piece.offsets.clone(), (pieces.len(), r));
+                    pieces.push(piece);
+                }
+            }
         }
     }
     let global = spec0.global_shape.clone();
@@ -801,6 +852,24 @@ fn merge_dtensor(
             rules::RANK_SHARDS,
             format!("the shards hold {covered:?} of the {numel} elements of {global:?}"),
         ));
+    }
+    for (at, holder, r, replica) in &replicas {
+        let taken = &pieces[*at];
+        let differs = if taken.sizes == replica.sizes {
+            first_difference(taken, replica, elem, &ctx(*r), limits)?
+        } else {
+            Some(0)
+        };
+        if let Some(element) = differs {
+            return Err(replicas_differ(
+                ctx(*r),
+                &o.name,
+                *holder,
+                *r,
+                element,
+                Some(&taken.offsets),
+            ));
+        }
     }
     let mut object = match pieces.as_slice() {
         [one] if one.sizes == global => {
@@ -843,6 +912,74 @@ fn merge_dtensor(
         ),
     ];
     Ok(object)
+}
+
+/// Window of the replica comparison: two of these are held at a time.
+const COMPARE_WINDOW: u64 = 8 << 20;
+
+/// The first element (C order over the box) at which two boxes of the same
+/// extent differ, or `None`; read a window at a time.
+fn first_difference(
+    a: &Piece,
+    b: &Piece,
+    elem: u64,
+    ctx: &Context,
+    limits: &zt_core::Limits,
+) -> Result<Option<u64>> {
+    use zt_core::catalog::Decode;
+    let alone = |p: &Piece| Assemble {
+        ctx: ctx.clone(),
+        size: p.sizes.clone(),
+        elem,
+        pieces: vec![Piece {
+            offsets: vec![0; p.sizes.len()],
+            ..p.clone()
+        }],
+        rule: rules::RANK_REPLICA,
+        describe: "dtensor replica",
+    };
+    let (x, y) = (alone(a), alone(b));
+    let total = num_elements(&a.sizes)
+        .and_then(|n| n.checked_mul(elem))
+        .ok_or_else(|| Error::Overflow {
+            rule: zt_core::Rule::OVERFLOW,
+            ctx: ctx.clone(),
+            what: "tensor bytes",
+        })?;
+    let mut at = 0;
+    while at < total {
+        let n = COMPARE_WINDOW.min(total - at);
+        let (l, r) = (
+            x.decode_range(at, n, limits)?,
+            y.decode_range(at, n, limits)?,
+        );
+        if let Some(i) = l.iter().zip(&r).position(|(p, q)| p != q) {
+            return Ok(Some((at + i as u64) / elem.max(1)));
+        }
+        at += n;
+    }
+    Ok(None)
+}
+
+fn replicas_differ(
+    ctx: Context,
+    name: &str,
+    taken: usize,
+    rank: usize,
+    element: u64,
+    offsets: Option<&Vec<u64>>,
+) -> Error {
+    let of = match offsets {
+        Some(o) if o.iter().any(|&x| x != 0) => format!(" (its box at offsets {o:?})"),
+        _ => String::new(),
+    };
+    refuse(
+        ctx,
+        rules::RANK_REPLICA,
+        format!(
+            "replicas differ: rank {rank}'s copy of {name:?}{of} is not rank {taken}'s, from element {element} on"
+        ),
+    )
 }
 
 #[cfg(test)]

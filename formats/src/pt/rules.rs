@@ -31,7 +31,8 @@ pub const RANK_MESH: Rule = Rule::new("pt.RankMesh");
 /// (a local shape that is not its shard's, global shapes or dtypes that
 /// differ between ranks, a tensor some rank lacks).
 pub const RANK_SHARDS: Rule = Rule::new("pt.RankShards");
-/// Per-rank files: a replicated (plain) tensor differs between ranks.
+/// Per-rank files: a replicated tensor differs between ranks (a plain
+/// tensor's dtype or shape; with `verify_replicas`, any replica's bytes).
 pub const RANK_REPLICA: Rule = Rule::new("pt.RankReplica");
 /// Per-rank files: a placement zt does not merge (`Partial`,
 /// `_StridedShard`, a shard order other than the mesh's).
