@@ -23,7 +23,9 @@ pub struct Request<'a> {
     pub options: &'a WriteOptions,
     /// `--max-shard-size`, parsed.
     pub max_shard_size: Option<u64>,
-    /// `--to`: the format of a directory output.
+    /// `--to`: the format of an output its name does not tell: a format
+    /// with no extension (a DCP or TensorDict memmap directory, TensorDict's
+    /// consolidated file), or a model directory's shards.
     pub to: Option<&'a str>,
     /// `--select`, `--strip-prefix`, `--rename`, `--dtype`.
     pub transform: zt::Transform,
@@ -41,12 +43,22 @@ fn is_dir_output(out: &Path, input_is_dir: bool) -> bool {
         || (input_is_dir && out.extension().is_none())
 }
 
-/// A format whose output is a directory of its own, not a sharded
-/// checkpoint (DCP): its writer has no extension and no shard layout.
-fn is_directory_format(format: &str) -> bool {
+/// A format only `--to` names: its writer has no extension and no shard
+/// layout. Its output is a directory of its own (DCP, TensorDict's memmap
+/// directory: the writer names a directory index) or one file under any
+/// name (TensorDict's consolidated file).
+fn is_named_only_by_to(format: &str) -> bool {
     zt::registry()
         .writer_named(format)
         .is_some_and(|w| w.extensions().is_empty() && w.shard_layout().is_none())
+}
+
+/// Whether `format`'s output is a directory (its writer names the file
+/// indexing the others).
+fn writes_directory(format: &str) -> bool {
+    zt::registry()
+        .writer_named(format)
+        .is_some_and(|w| w.directory_index().is_some())
 }
 
 pub fn run(req: &Request<'_>) -> zt::Result<()> {
@@ -64,7 +76,7 @@ pub fn run(req: &Request<'_>) -> zt::Result<()> {
     } else {
         source.transform(&req.transform)?
     };
-    let own_dir = req.to.is_some_and(is_directory_format);
+    let own_dir = req.to.is_some_and(is_named_only_by_to);
     let dir_out = own_dir || is_dir_output(req.out, input_dir.is_some());
     if req.to.is_some() && !dir_out {
         return Err(usage(
@@ -74,10 +86,21 @@ pub fn run(req: &Request<'_>) -> zt::Result<()> {
     if req.options.files.is_some() && !own_dir {
         return Err(usage("--dcp-files N goes with --to dcp"));
     }
-    if own_dir && req.max_shard_size.is_some() {
-        return Err(usage(
-            "--max-shard-size shards a checkpoint; a dcp directory spreads its tensors over --dcp-files N files",
-        ));
+    if let Some(format) = req.to.filter(|_| own_dir) {
+        if req.max_shard_size.is_some() {
+            return Err(usage(&format!(
+                "--max-shard-size shards a checkpoint; --to {format} writes no shards (a dcp directory spreads its tensors over --dcp-files N files)"
+            )));
+        }
+        // A one-file format at a path naming a directory: said here, not
+        // as the OS's "Not a directory" from the write.
+        let names_dir = req.out.to_string_lossy().ends_with('/') || req.out.is_dir();
+        if names_dir && !writes_directory(format) {
+            return Err(usage(&format!(
+                "--to {format} writes one file; {} names a directory",
+                req.out.display()
+            )));
+        }
     }
     let expected = source.total_bytes();
     let started = std::time::Instant::now();

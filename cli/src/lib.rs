@@ -84,9 +84,12 @@ enum Command {
         /// (directory outputs default to 5GB).
         #[arg(long, value_name = "SIZE")]
         max_shard_size: Option<String>,
-        /// Format of a directory output: safetensors (the default), pt or
-        /// zt (a sharded checkpoint), or dcp (a PyTorch distributed
-        /// checkpoint directory: `.metadata` and `__0_N.distcp` files).
+        /// Format of an output its name does not tell: for a directory
+        /// output safetensors (the default), pt or zt (a sharded
+        /// checkpoint); dcp (a PyTorch distributed checkpoint directory:
+        /// `.metadata` and `__0_N.distcp` files), tensordict (a TensorDict
+        /// memmap directory) or tensordict-consolidated (one TensorDict
+        /// consolidated file, under any name).
         #[arg(long, value_name = "FORMAT")]
         to: Option<String>,
         /// With --to dcp: spread the tensors over N .distcp files by bytes

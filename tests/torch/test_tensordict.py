@@ -192,3 +192,35 @@ def test_arrays_write_to_both_forms_and_bad_names_are_refused(tmp):
             zt.numpy.save_file(bad, tmp / "bad", format="tensordict")
         assert e.value.rule == "tensordict.Path"
         assert not (tmp / "bad").exists()
+
+
+def test_the_cli_writes_both_forms_named_by_to(saved, tmp, zt_cli):
+    """`zt convert SRC OUT --to tensordict[-consolidated]`: `--to` names a
+    format no extension tells; the consolidated form is one file under any
+    name, which tensordict reads; asked for at a directory, or with shards,
+    it is a usage error saying so, and nothing is written."""
+    import subprocess
+
+    root, td = saved
+    want = _expected(td)
+    for form, out, load in [
+        ("tensordict-consolidated", tmp / "td.anything", TensorDict.from_consolidated),
+        ("tensordict", tmp / "mm", TensorDict.load_memmap),
+    ]:
+        run = subprocess.run([zt_cli, "convert", root / "memmap", out, "--to", form], capture_output=True, text=True)
+        assert run.returncode == 0, run.stderr
+        assert f"({form})" in run.stdout
+        got = load(out).flatten_keys(".")
+        assert sorted(got.keys()) == sorted(want)
+        assert all(_bits(got[n]) == _bits(t) for n, t in want.items())
+    (tmp / "dir").mkdir()
+    for out, extra, says in [
+        (f"{tmp / 'dir'}", [], "writes one file"),
+        (f"{tmp / 'new'}/", [], "writes one file"),
+        (f"{tmp / 'sharded.bin'}", ["--max-shard-size", "1KB"], "--to tensordict-consolidated writes no shards"),
+    ]:
+        argv = [zt_cli, "convert", root / "memmap", out, "--to", "tensordict-consolidated", *extra]
+        run = subprocess.run(argv, capture_output=True, text=True)
+        assert run.returncode != 0 and says in run.stderr, run.stderr
+    assert list((tmp / "dir").iterdir()) == []
+    assert not (tmp / "new").exists() and not (tmp / "sharded.bin").exists()

@@ -21,7 +21,9 @@
 //! Writing: a store is built locally in a spool and, on close, its shards
 //! and dictionary are uploaded first and `meta.zr` last, so a reader that
 //! finds `meta.zr` finds the complete store. Object storage has no
-//! multi-object atomicity: replacing an existing store in place is refused.
+//! multi-object atomicity: replacing an existing store in place is refused,
+//! and an upload that fails partway deletes the objects it had put, so a
+//! failed store leaves no data shards under its prefix.
 
 use std::path::Path;
 
@@ -486,7 +488,9 @@ mod enabled {
 
     /// Upload the store built at `local` (a published local store) to the
     /// URL `dest`: shards and dictionary first, `meta.zr` last. A store
-    /// already at `dest` is refused ([`Error::AlreadyExists`]).
+    /// already at `dest` is refused ([`Error::AlreadyExists`]). An upload
+    /// that fails withdraws what this call put under the prefix (see
+    /// [`withdraw`]), so a failed store leaves no data shards behind.
     pub fn publish(local: &Path, dest: &Path, storage_options: &[(String, String)]) -> Result<()> {
         let url = text(dest)?.trim_end_matches('/').to_string();
         let config = config(dest, storage_options)?;
@@ -501,11 +505,68 @@ mod enabled {
             .map_err(|e| Error::io(local, e))?;
         // meta.zr names the store's shape: it goes last.
         names.sort_by_key(|n| (n == "meta.zr", n.clone()));
-        for name in names {
-            let file = local.join(&name);
-            zt_remote::upload_file(&file, &format!("{url}/{name}"), &config)
-                .map_err(|e| error(dest, e))?;
+        let before: HashMap<String, Option<String>> =
+            existing.into_iter().map(|l| (l.name, l.etag)).collect();
+        let mut sent: Vec<&str> = Vec::with_capacity(names.len());
+        for name in &names {
+            let file = local.join(name);
+            if let Err(e) = zt_remote::upload_file(&file, &format!("{url}/{name}"), &config) {
+                return Err(withdraw(
+                    &url,
+                    &config,
+                    &sent,
+                    name,
+                    &before,
+                    error(dest, e),
+                ));
+            }
+            sent.push(name);
         }
         Ok(())
+    }
+
+    /// After the upload of `failed` failed: delete the objects `sent`
+    /// before it and `failed` itself when a version of it that was not
+    /// there `before` reached the server (a request can fail after the
+    /// server stored its object, its response lost), newest first, so
+    /// `meta.zr` never outlives a shard it names. Object storage has no
+    /// multi-object atomicity, so this is the remote store's discard.
+    /// Returns `err`, its detail extended with the objects a failed delete
+    /// left behind (the server gone: deleting fails as the upload did).
+    fn withdraw(
+        url: &str,
+        config: &RemoteConfig,
+        sent: &[&str],
+        failed: &str,
+        before: &HashMap<String, Option<String>>,
+        mut err: Error,
+    ) -> Error {
+        let mut doomed = sent.to_vec();
+        let landed = match zt_remote::list::list(url, config) {
+            Ok(now) => now
+                .iter()
+                .any(|l| l.name == failed && before.get(failed) != Some(&l.etag)),
+            // Unlisted: delete it unless it was there before (its old
+            // version is not this call's to remove).
+            Err(_) => !before.contains_key(failed),
+        };
+        if landed {
+            doomed.push(failed);
+        }
+        let left: Vec<String> = doomed
+            .iter()
+            .rev()
+            .map(|name| format!("{url}/{name}"))
+            .filter(|object| zt_remote::delete_object(object, config).is_err())
+            .collect();
+        if let Error::Remote { detail, .. } = &mut err {
+            if !left.is_empty() {
+                detail.push_str(&format!(
+                    "; removing what the failed store had uploaded failed too, left: {}",
+                    left.join(", ")
+                ));
+            }
+        }
+        err
     }
 }
