@@ -72,6 +72,17 @@ impl<'a> OpenInput<'a> {
         }
     }
 
+    /// The options related files are opened with (the file's own way when
+    /// none were given), for a plugin that opens them later, at read time
+    /// (a zarr array's chunks, one file or object each), under its own
+    /// confinement of the names it builds.
+    pub fn open_options(&self) -> OpenOptions {
+        self.options.cloned().unwrap_or_else(|| OpenOptions {
+            map: self.store.is_mapped(),
+            ..OpenOptions::default()
+        })
+    }
+
     /// A context naming the file.
     pub fn ctx(&self) -> Context {
         self.store.ctx()

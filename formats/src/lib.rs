@@ -15,5 +15,6 @@ pub mod onnx;
 pub mod pt;
 pub mod safetensors;
 pub mod tensordict;
+pub mod zarr;
 pub mod zip;
 pub mod ztensor;

@@ -7,7 +7,7 @@
 use std::sync::OnceLock;
 
 use zt_core::{Plugin, Registry, Rule};
-use zt_formats::{dcp, gguf, h5, npy, onnx, pt, safetensors, tensordict, zip, ztensor};
+use zt_formats::{dcp, gguf, h5, npy, onnx, pt, safetensors, tensordict, zarr, zip, ztensor};
 
 /// Every plugin. Detection order comes from each reader's rank, not from
 /// this order (which only breaks ties and orders the writers).
@@ -22,6 +22,7 @@ static PLUGINS: &[&Plugin] = &[
     &zip::PLUGIN,
     &dcp::PLUGIN,
     &tensordict::PLUGIN,
+    &zarr::PLUGIN,
 ];
 
 /// Every plugin zt links, as listed.
@@ -104,6 +105,7 @@ mod tests {
                 "tensordict-tdz",
                 "tensordict",
                 "tensordict-consolidated",
+                "zarr",
                 "keras",
                 "h5",
                 "npy",
@@ -140,6 +142,10 @@ mod tests {
                 "model.zt",
                 ".metadata",
                 "meta.json",
+                "zarr.json",
+                ".zmetadata",
+                ".zgroup",
+                ".zarray",
             ]
         );
         let names: HashSet<&str> = PLUGINS.iter().map(|p| p.name).collect();
