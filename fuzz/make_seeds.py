@@ -61,6 +61,17 @@ def safetensors_seeds() -> None:
         metadata={"format": "np", "k": "v"},
     )
     save_file({}, str(d / "empty.safetensors"))
+    # DeepSeek-style block-scaled FP8 (issue 41): a weight of every e4m3fn
+    # code with a ragged edge block, its f32 scales; read_all dequantizes it.
+    import ml_dtypes
+
+    save_file(
+        {
+            "x.weight": np.resize(np.arange(256, dtype=np.uint8), (130, 3)).view(ml_dtypes.float8_e4m3fn),
+            "x.weight_scale_inv": np.array([[0.5], [2.0]], dtype=np.float32),
+        },
+        str(d / "fp8.safetensors"),
+    )
 
 
 def gguf_write(path: pathlib.Path, endian: GGUFEndian, alignment: int | None, tensors) -> None:

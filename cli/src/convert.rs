@@ -31,6 +31,9 @@ pub struct Request<'a> {
     pub transform: zt::Transform,
     /// `--ranks`: the inputs are per-rank DTensor files in rank order.
     pub ranks: bool,
+    /// `--dequantize`: quantized safetensors schemes dequantized to the
+    /// transform's dtype (`zt::formats::quant`), before it applies.
+    pub dequantize: bool,
     /// Draw the progress line.
     pub show_progress: bool,
 }
@@ -70,6 +73,15 @@ pub fn run(req: &Request<'_>) -> zt::Result<()> {
         Some(dir) => zt::open(zt::model_dir::checkpoint_in(dir)?)?,
         None if req.ranks => zt::open_ranks(req.inputs)?,
         None => zt::open_all(req.inputs)?,
+    };
+    let source = if req.dequantize {
+        let options = zt::formats::quant::Options {
+            dtype: req.transform.dtype,
+            config: None,
+        };
+        zt::formats::quant::dequantize(&source, &options)?
+    } else {
+        source
     };
     let source = if req.transform.is_identity() {
         source

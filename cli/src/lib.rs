@@ -121,6 +121,12 @@ enum Command {
         /// f64, rounding as torch does; other tensors are unchanged.
         #[arg(long, value_name = "DTYPE")]
         dtype: Option<String>,
+        /// Dequantize a quantized safetensors checkpoint (DeepSeek/Kimi
+        /// block-scaled FP8): each weight computed in f32 from its scales,
+        /// rounded once to --dtype (default f32), the scale tensors
+        /// consumed; the block size from the config.json beside the input.
+        #[arg(long)]
+        dequantize: bool,
         /// ONNX to ONNX: move the model's tensors (initializers, Constant
         /// values) of at least --threshold bytes into an external data file
         /// beside OUT, rewriting the protobuf without loading it.
@@ -243,6 +249,7 @@ fn dispatch(cli: Cli) -> u8 {
             strip_prefix,
             rename,
             dtype,
+            dequantize,
             external_data,
             location,
             threshold,
@@ -263,6 +270,7 @@ fn dispatch(cli: Cli) -> u8 {
                     ("--strip-prefix", strip_prefix.is_some()),
                     ("--rename", !rename.is_empty()),
                     ("--dtype", dtype.is_some()),
+                    ("--dequantize", dequantize),
                 ];
                 let request = onnx_data::Request {
                     inline,
@@ -291,6 +299,7 @@ fn dispatch(cli: Cli) -> u8 {
                             dtype.as_deref(),
                         )?,
                         ranks,
+                        dequantize,
                         show_progress,
                     })
                 })

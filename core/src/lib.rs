@@ -17,6 +17,7 @@ pub mod buffer;
 pub mod cast;
 pub mod catalog;
 pub mod copy;
+pub mod derive;
 pub mod digests;
 pub mod dtype;
 pub mod error;

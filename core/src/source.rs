@@ -67,6 +67,14 @@ pub(crate) struct LazyCheck {
 }
 
 impl LazyCheck {
+    /// `check`, not yet run.
+    pub(crate) fn new(check: Arc<dyn Check>) -> LazyCheck {
+        LazyCheck {
+            check,
+            outcome: OnceLock::new(),
+        }
+    }
+
     /// The check's CRC-32 form (see [`Check::crc32`]), while it has not run.
     pub(crate) fn pending_crc32(&self) -> Option<Crc32Range> {
         match self.outcome.get() {
@@ -608,7 +616,7 @@ impl Source {
 
 /// Check a part against its payload: rank, element count, byte size, and
 /// (for strided parts) that every element lies inside the payload.
-fn validate_part(part: &Part, limits: &Limits) -> Result<()> {
+pub(crate) fn validate_part(part: &Part, limits: &Limits) -> Result<()> {
     let ctx = &Context::default();
     limits.check_rank(ctx, part.shape.len())?;
     // numpy, torch and DLPack index with a signed 64-bit integer: a larger

@@ -13,6 +13,7 @@ pub mod h5;
 pub mod npy;
 pub mod onnx;
 pub mod pt;
+pub mod quant;
 pub mod safetensors;
 pub mod tensordict;
 pub mod zarr;

@@ -62,7 +62,7 @@ pub static PLUGIN: zt_core::Plugin = zt_core::Plugin {
         detect_rank: 60,
     }],
     writers: &[&SafetensorsWriter],
-    rules: &[("safetensors", RULES)],
+    rules: &[("safetensors", RULES), ("quant", crate::quant::RULES)],
     checkpoints: &[
         zt_core::Checkpoint {
             name: "model.safetensors.index.json",

@@ -26,6 +26,7 @@ mod loader;
 mod onnx_data;
 mod openings;
 mod private_maps;
+mod quant;
 mod tables;
 mod tensor;
 mod writers;
@@ -402,6 +403,7 @@ fn _zt(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(copy_threads, m)?)?;
     m.add("COPY_THREAD_BYTES", zt::copy::THREAD_BYTES)?;
     m.add_function(wrap_pyfunction!(convert, m)?)?;
+    m.add_function(wrap_pyfunction!(quant::dequantize, m)?)?;
     m.add_function(wrap_pyfunction!(onnx_data::onnx_external_data, m)?)?;
     m.add_function(wrap_pyfunction!(remote_stats, m)?)?;
     m.add_function(wrap_pyfunction!(writers::save, m)?)?;

@@ -13,6 +13,8 @@ not; ``Tensor.caps`` says which.
 
 from __future__ import annotations
 
+import builtins
+import json
 import os
 from collections.abc import Iterator, Mapping
 from typing import Any, Union
@@ -147,6 +149,9 @@ def open(  # noqa: A001
     limits: dict | None = None,
     storage_options: dict | None = None,
     cache: PathLike | None = None,
+    dequantize: bool = False,
+    dtype: object = None,
+    quantization_config: dict | PathLike | None = None,
 ) -> Source:
     """Open a tensor file, several files as one source, or a shard index.
 
@@ -185,10 +190,40 @@ def open(  # noqa: A001
     shrunken file raises ``FormatError``); a ``numpy(copy=True)`` taken while
     the file is whole keeps its data. A file too large to map under the
     process's address-space limit raises ``MemoryError``.
+
+    ``dequantize=True`` lists a quantized safetensors checkpoint as the
+    unquantized model's tensors (DeepSeek/Kimi FP8 with 128x128 block
+    scales: each ``X.weight`` read as ``f32(weight) * X.weight_scale_inv``
+    of its block, edge blocks partial, the scale tensors no longer listed),
+    computed in f32 and rounded once to ``dtype`` (``"bf16"``, ``"f16"``,
+    ``"f32"``, the default, or ``"f64"``); other floating tensors are cast
+    to ``dtype`` too when it is given, integer tensors are unchanged. The
+    scheme is told from the tensor names and dtypes, and the block size from
+    the ``quantization_config`` of the ``config.json`` beside the file (or
+    ``quantization_config``: that dict, a whole ``config.json`` dict, or a
+    path to one). Tensors that disagree (a scale of the wrong shape, a
+    weight without its scale) or a scheme zt does not dequantize raise
+    :class:`FormatError` with a ``quant.*`` rule, at open. Nothing is read
+    until a tensor is; a dequantized tensor is decoded whole when read.
     """
     if isinstance(paths, (str, bytes, os.PathLike)):
         paths = [paths]
-    return Source(_zt.open([os.fspath(p) for p in paths], map, limits, _storage(storage_options, cache)))
+    native = _zt.open([os.fspath(p) for p in paths], map, limits, _storage(storage_options, cache))
+    if dequantize:
+        native = _zt.dequantize(native, _cast_name(dtype), _quant_config(quantization_config))
+    elif dtype is not None or quantization_config is not None:
+        raise ValueError("dtype and quantization_config go with dequantize=True")
+    return Source(native)
+
+
+def _quant_config(config: dict | PathLike | None) -> str | None:
+    """A quantization configuration as the JSON text the native side reads."""
+    if config is None:
+        return None
+    if isinstance(config, dict):
+        return json.dumps(config)
+    with builtins.open(os.fspath(config), "rb") as f:
+        return f.read().decode("utf-8")
 
 
 def open_ranks(
@@ -257,6 +292,8 @@ def convert(
     location: str | None = None,
     threshold: int | str | None = None,
     durable: bool = True,
+    dequantize: bool = False,
+    quantization_config: dict | PathLike | None = None,
 ) -> int:
     """Convert a file (or several, read as one source, or a :class:`Source`
     already opened: ``zt.open_ranks(files)``) to ``dst``; the extension of
@@ -294,7 +331,24 @@ def convert(
     location leaving ``dst``'s directory is a :class:`FormatError` and
     nothing is written); ``False`` writes every external tensor back into
     the model (a :class:`FormatError` past protobuf's 2 GB limit). The
-    protobuf is rewritten on the wire, never built in memory."""
+    protobuf is rewritten on the wire, never built in memory.
+
+    ``dequantize=True`` writes a quantized safetensors checkpoint's tensors
+    dequantized, as :func:`open` with ``dequantize=True`` lists them (the
+    scale tensors consumed, values rounded once to ``dtype``, f32 by
+    default); ``quantization_config`` as for :func:`open`."""
+    if dequantize:
+        if ranks:
+            raise ValueError("dequantize=True reads the files as one source; ranks=True merges rank files")
+        config = _quant_config(quantization_config)
+        if isinstance(src, Source):
+            src = Source(_zt.dequantize(src._native, _cast_name(dtype), config))
+        else:
+            paths = [src] if isinstance(src, (str, bytes, os.PathLike)) else src
+            opened = _zt.open([os.fspath(p) for p in paths], True, None, _storage(storage_options))
+            src = Source(_zt.dequantize(opened, _cast_name(dtype), config))
+    elif quantization_config is not None:
+        raise ValueError("quantization_config goes with dequantize=True")
     if external_data is not None:
         return _onnx_external_data(src, dst, external_data, location, threshold, locals())
     if location is not None or threshold is not None:

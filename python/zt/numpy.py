@@ -59,6 +59,7 @@ def load_file(
     backend: str = "mmap",
     storage_options: dict | None = None,
     ranks: bool = False,
+    dtype: object = None,
 ) -> dict[str, np.ndarray]:
     """Every tensor of a file (any readable format) as numpy arrays.
 
@@ -70,7 +71,10 @@ def load_file(
     ``copy=True`` returns independent arrays in fresh memory.
     ``dequantize=True`` turns GGUF block-quantized tensors into float32
     arrays of their logical shape (see :meth:`zt.Tensor.dequantize`);
-    without it they come back as their raw block bytes (uint8).
+    without it they come back as their raw block bytes (uint8). It also
+    dequantizes the quantized safetensors schemes :func:`zt.open` reads with
+    ``dequantize=True``, to ``dtype`` (f32 by default; ``"bf16"`` gives
+    ``ml_dtypes.bfloat16`` arrays, and casts the other floating tensors).
     ``backend="pread"`` reads with positional I/O instead of mapping, as
     safetensors' option does. ``path`` may be an object URL
     (``storage_options`` as for :func:`zt.open`). ``ranks=True``: ``path``
@@ -82,8 +86,17 @@ def load_file(
 
     if backend not in ("mmap", "pread"):
         raise ValueError(f"backend must be 'mmap' or 'pread', got {backend!r}")
-    opener = zt.open_ranks if ranks else zt.open
-    with opener(path, map=backend == "mmap", storage_options=storage_options) as source:
+    if dtype is not None and not dequantize:
+        raise ValueError("dtype goes with dequantize=True")
+    if ranks:
+        opened = zt.open_ranks(path, map=backend == "mmap", storage_options=storage_options)
+        if dequantize:
+            opened = zt.Source(zt._zt.dequantize(opened._native, zt._cast_name(dtype), None))
+    else:
+        opened = zt.open(
+            path, map=backend == "mmap", storage_options=storage_options, dequantize=dequantize, dtype=dtype
+        )
+    with opened as source:
         return _arrays(source, copy, dequantize, readonly)
 
 

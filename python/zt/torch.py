@@ -96,6 +96,8 @@ def load_file(
     backend: str = "mmap",
     storage_options: dict[str, Any] | None = None,
     ranks: bool = False,
+    dequantize: bool = False,
+    dtype: object = None,
 ) -> dict[str, _torch_types.Tensor]:
     """Every tensor of a file (a local path or an object URL, any format zt
     reads) as torch tensors, as ``safetensors.torch.load_file`` returns
@@ -104,12 +106,21 @@ def load_file(
     shares the read-only mapping (writing to such a tensor is an error);
     ``copy=True`` gives tensors in fresh memory. ``ranks=True``: ``path`` is
     the list of per-rank DTensor files of one state dict, in rank order,
-    merged into the full tensors (:func:`zt.open_ranks`)."""
+    merged into the full tensors (:func:`zt.open_ranks`). ``dequantize=True``
+    and ``dtype`` (``torch.bfloat16`` or ``"bf16"``, ...) as for
+    :func:`zt.numpy.load_file`."""
     from .numpy import load_file as load_arrays
 
     torch = _torch()
     arrays = load_arrays(
-        path, copy=copy, readonly=readonly, backend=backend, storage_options=storage_options, ranks=ranks
+        path,
+        copy=copy,
+        dequantize=dequantize,
+        readonly=readonly,
+        backend=backend,
+        storage_options=storage_options,
+        ranks=ranks,
+        dtype=dtype,
     )
     return _to_device({name: _to_torch(torch, arr) for name, arr in arrays.items()}, device)
 

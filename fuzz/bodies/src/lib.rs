@@ -185,6 +185,19 @@ fn read_all(source: &Source, whole: bool) {
                 let _ = zt::formats::gguf::dequantize_with(&tensor, source.limits());
             }
         }
+        // Quantized safetensors schemes: the planner's checks, then every
+        // dequantized tensor through its decoder.
+        let options = zt::formats::quant::Options {
+            dtype: Some(zt::DType::BF16),
+            config: None,
+        };
+        if let Ok(dequantized) = zt::formats::quant::dequantize(source, &options) {
+            for tensor in dequantized.tensors() {
+                for part in tensor.parts() {
+                    let _ = part.bytes().map(|b| b.len());
+                }
+            }
+        }
     }
 }
 

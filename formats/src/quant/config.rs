@@ -1,0 +1,141 @@
+//! What a model's configuration says about its quantization: the
+//! `quantization_config` of a Hugging Face `config.json` (or that object
+//! alone, passed in), or MLX's `quantization` (`group_size`, `bits`,
+//! `mode`). Read only for what changes the math (the FP8 block size, the
+//! MLX group size and bits); the tensors themselves say which scheme a
+//! weight is in, and a scheme the configuration names that zt does not
+//! dequantize is refused rather than left quantized.
+
+use serde_json::Value;
+use zt_core::error::{Context, Error, Result};
+
+use super::rules;
+
+/// The file name of the configuration read beside a checkpoint.
+pub const CONFIG_FILE: &str = "config.json";
+
+/// The most of `config.json` read: real ones are kilobytes.
+pub const CONFIG_BYTES: u64 = 16 << 20;
+
+/// The quantization a configuration declares.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Declared {
+    /// None (or no configuration): schemes are told from the tensors.
+    #[default]
+    Nothing,
+    /// `quant_method: "fp8"`: block-scaled FP8, blocks `[rows, cols]`.
+    Fp8 {
+        /// `weight_block_size`.
+        block: [u64; 2],
+    },
+}
+
+/// A configuration's JSON text (a `config.json`, or a
+/// `quantization_config` alone).
+pub fn parse(ctx: &Context, text: &[u8]) -> Result<Value> {
+    serde_json::from_slice(text).map_err(|e| {
+        Error::header(
+            ctx.clone(),
+            rules::SCHEME,
+            format!("the configuration is not JSON: {e}"),
+        )
+    })
+}
+
+fn refuse(ctx: &Context, reason: impl Into<String>) -> Error {
+    Error::unsupported(ctx.clone(), rules::SCHEME, reason)
+}
+
+/// A positive integer field, as JSON has it.
+fn positive(ctx: &Context, v: &Value, what: &str) -> Result<u64> {
+    v.as_u64()
+        .filter(|&n| n > 0)
+        .ok_or_else(|| refuse(ctx, format!("{what} is {v}, not a positive integer")))
+}
+
+/// The quantization `config` declares: a whole `config.json` (its
+/// `quantization_config`), or a `quantization_config` object itself.
+pub fn declared(ctx: &Context, config: &Value) -> Result<Declared> {
+    let Some(object) = config.as_object() else {
+        return Err(refuse(ctx, "the configuration is not a JSON object"));
+    };
+    let q = match object.get("quantization_config") {
+        Some(q) if !q.is_null() => q,
+        _ if object.contains_key("quant_method") => config,
+        _ => return Ok(Declared::Nothing),
+    };
+    let Some(method) = q.get("quant_method") else {
+        return Err(refuse(ctx, "quantization_config names no quant_method"));
+    };
+    match method.as_str() {
+        Some("fp8") => {
+            if let Some(fmt) = q.get("fmt").and_then(Value::as_str) {
+                if fmt != "e4m3" {
+                    return Err(refuse(
+                        ctx,
+                        format!("fp8 weights in {fmt:?}: zt dequantizes e4m3"),
+                    ));
+                }
+            }
+            let block = match q.get("weight_block_size") {
+                Some(Value::Array(b)) if b.len() == 2 => [
+                    positive(ctx, &b[0], "weight_block_size[0]")?,
+                    positive(ctx, &b[1], "weight_block_size[1]")?,
+                ],
+                None => [128, 128],
+                Some(other) => {
+                    return Err(refuse(
+                        ctx,
+                        format!(
+                            "weight_block_size {other}: zt dequantizes fp8 with 2-D block scales"
+                        ),
+                    ))
+                }
+            };
+            Ok(Declared::Fp8 { block })
+        }
+        Some(other) => Err(refuse(
+            ctx,
+            format!("quant_method {other:?}: zt dequantizes fp8 (block-scaled)"),
+        )),
+        None => Err(refuse(ctx, format!("quant_method is {method}, not text"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn reads_what_changes_the_math() {
+        let ctx = Context::default();
+        let deepseek = json!({"quantization_config": {"activation_scheme": "dynamic",
+            "fmt": "e4m3", "quant_method": "fp8", "weight_block_size": [128, 128]}});
+        assert_eq!(
+            declared(&ctx, &deepseek).unwrap(),
+            Declared::Fp8 { block: [128, 128] }
+        );
+        let bare = json!({"quant_method": "fp8", "weight_block_size": [64, 32]});
+        assert_eq!(
+            declared(&ctx, &bare).unwrap(),
+            Declared::Fp8 { block: [64, 32] }
+        );
+        assert_eq!(
+            declared(&ctx, &json!({"hidden_size": 8})).unwrap(),
+            Declared::Nothing
+        );
+        for bad in [
+            json!({"quant_method": "awq"}),
+            json!({"quant_method": 3}),
+            json!({"quantization_config": {"bits": 4}}),
+            json!({"quant_method": "fp8", "weight_block_size": [0, 128]}),
+            json!({"quant_method": "fp8", "weight_block_size": null}),
+            json!({"quant_method": "fp8", "fmt": "e5m2"}),
+            json!([1, 2]),
+        ] {
+            let err = declared(&ctx, &bad).unwrap_err();
+            assert_eq!(err.rule(), Some(rules::SCHEME), "{bad}");
+        }
+    }
+}

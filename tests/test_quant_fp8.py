@@ -1,0 +1,262 @@
+"""DeepSeek/Kimi block-scaled FP8 checkpoints dequantized (issue 41).
+
+Fixtures are written by ``safetensors.numpy.save_file`` with float8_e4m3fn
+codes from ``ml_dtypes``. The expected values are DeepSeek-V3's
+``weight_dequant`` (and transformers' ``Fp8Dequantize``) replicated in numpy:
+the codes widened to f32 (exact), one f32 multiply by the scale of their
+128x128 block on a ceil grid (edge blocks partial), rounded once to the
+output type by ml_dtypes (nearest, ties to even). ``tests/torch/
+test_quant_reference.py`` checks the same fixtures against transformers'
+own code on CPU torch. Compared bit for bit; NaN compared as NaN (torch and
+ml_dtypes write different NaN payloads).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import ml_dtypes
+import numpy as np
+import pytest
+import safetensors.numpy
+
+import zt
+
+E4M3 = ml_dtypes.float8_e4m3fn
+BF16 = ml_dtypes.bfloat16
+BLOCK = 128
+
+
+def reference(weight: np.ndarray, scale: np.ndarray, block=(BLOCK, BLOCK)) -> np.ndarray:
+    """``weight.float() * scale`` of each block (ceil grid), in f32."""
+    rows, cols = weight.shape[-2:]
+    s = np.repeat(np.repeat(scale, block[0], axis=-2), block[1], axis=-1)[..., :rows, :cols]
+    with np.errstate(over="ignore", invalid="ignore"):
+        return weight.astype(np.float32) * s.astype(np.float32)
+
+
+def same(got: np.ndarray, want: np.ndarray) -> None:
+    """Equal bit for bit, NaN where NaN."""
+    assert got.dtype == want.dtype and got.shape == want.shape
+    nan = np.isnan(want.astype(np.float32))
+    assert np.array_equal(np.isnan(got.astype(np.float32)), nan)
+    width = {2: np.uint16, 4: np.uint32, 8: np.uint64}[got.dtype.itemsize]
+    assert np.array_equal(got.view(width)[~nan], want.view(width)[~nan])
+
+
+def codes(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    """Random e4m3fn codes: every code, NaN (0x7f, 0xff) and the extremes
+    among them."""
+    raw = rng.integers(0, 256, size=shape, dtype=np.uint8)
+    flat = raw.reshape(-1)
+    n = min(256, flat.size)
+    flat[:n] = np.arange(n, dtype=np.uint8)
+    return raw.view(E4M3)
+
+
+def scales(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    """Scales as DeepSeek's are (amax / 448: small positives), with the
+    extremes that round differently: huge, tiny, zero, inf and NaN."""
+    s = (rng.random(shape, dtype=np.float32) * 2e-3 + 1e-5).astype(np.float32)
+    flat = s.reshape(-1)
+    specials = np.array([3.0e38, 1e-40, 0.0, np.inf, np.nan], dtype=np.float32)
+    flat[: min(len(flat), len(specials))] = specials[: len(flat)]
+    return s
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    """A DeepSeek-shaped checkpoint: dense and expert weights with ragged
+    edge blocks, their scales, a bf16 norm, an f32 bias and an int64
+    buffer, with the model's config.json beside it."""
+    rng = np.random.default_rng(41)
+    d = tmp_path_factory.mktemp("fp8")
+    tensors = {
+        "model.embed_tokens.weight": rng.standard_normal((7, 20), dtype=np.float32).astype(BF16),
+        "model.layers.0.self_attn.q_proj.weight": codes(rng, (300, 200)),
+        "model.layers.0.self_attn.q_proj.weight_scale_inv": scales(rng, (3, 2)),
+        "model.layers.0.mlp.experts.down_proj.weight": codes(rng, (2, 130, 257)),
+        "model.layers.0.mlp.experts.down_proj.weight_scale_inv": scales(rng, (2, 2, 3)),
+        "model.layers.0.mlp.gate.weight": codes(rng, (256, 128)),
+        "model.layers.0.mlp.gate.weight_scale_inv": scales(rng, (2, 1)),
+        "model.norm.weight": rng.standard_normal(20, dtype=np.float32).astype(BF16),
+        "model.layers.0.bias": rng.standard_normal(5, dtype=np.float32),
+        "model.layers.0.step": np.arange(3, dtype=np.int64),
+    }
+    path = d / "model.safetensors"
+    safetensors.numpy.save_file(tensors, str(path))
+    config = {
+        "architectures": ["DeepseekV3ForCausalLM"],
+        "quantization_config": {
+            "activation_scheme": "dynamic",
+            "fmt": "e4m3",
+            "quant_method": "fp8",
+            "weight_block_size": [BLOCK, BLOCK],
+        },
+    }
+    (d / "config.json").write_text(json.dumps(config))
+    return path, tensors
+
+
+def expected(tensors: dict[str, np.ndarray], dtype) -> dict[str, np.ndarray]:
+    """The unquantized model's tensors as the reference math gives them:
+    dequantized weights and every other floating tensor in ``dtype``."""
+    out = {}
+    for name, value in tensors.items():
+        if name.endswith("_scale_inv"):
+            continue
+        scale = tensors.get(name + "_scale_inv")
+        if scale is not None:
+            with np.errstate(over="ignore"):
+                out[name] = reference(value, scale).astype(dtype)
+        elif value.dtype.kind == "f" or value.dtype == BF16:
+            out[name] = value.astype(np.float32).astype(dtype) if value.dtype != dtype else value
+        else:
+            out[name] = value
+    return out
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f16", "f32"])
+def test_open_lists_the_dequantized_model(checkpoint, dtype):
+    path, tensors = checkpoint
+    np_dtype = {"bf16": BF16, "f16": np.float16, "f32": np.float32}[dtype]
+    want = expected(tensors, np_dtype)
+    with zt.open(path) as plain:
+        listed = [n for n in plain if not n.endswith("_scale_inv")]
+    with zt.open(path, dequantize=True, dtype=dtype) as source:
+        # In the file's order, each weight where it was, its scale gone.
+        assert list(source) == listed
+        for name, value in want.items():
+            got = source[name].numpy()
+            same(got, value)
+
+
+def test_default_is_f32_and_leaves_the_rest(checkpoint):
+    path, tensors = checkpoint
+    with zt.open(path, dequantize=True) as source:
+        for name, value in tensors.items():
+            if name.endswith("_scale_inv"):
+                assert name not in source
+            elif name + "_scale_inv" in tensors:
+                same(source[name].numpy(), reference(value, tensors[name + "_scale_inv"]))
+            else:
+                got = source[name].numpy()
+                assert got.dtype == value.dtype and got.tobytes() == value.tobytes()
+    # Without dequantize nothing changes.
+    with zt.open(path) as source:
+        assert sorted(source) == sorted(tensors)
+        q = "model.layers.0.self_attn.q_proj.weight"
+        assert source[q].numpy().tobytes() == tensors[q].tobytes()
+
+
+def test_load_file_and_slices(checkpoint):
+    path, tensors = checkpoint
+    want = expected(tensors, BF16)
+    got = zt.numpy.load_file(path, dequantize=True, dtype="bf16")
+    assert sorted(got) == sorted(want)
+    for name, value in want.items():
+        same(got[name], value)
+    # A slice reads the rows it covers (the decoder's range read).
+    name = "model.layers.0.mlp.experts.down_proj.weight"
+    with zt.open(path, dequantize=True, dtype="bf16") as source:
+        t = source[name]
+        assert t.dtype == "bf16" and t.shape == (2, 130, 257)
+        same(np.asarray(t.numpy())[1, 5:90], want[name][1, 5:90])
+
+
+def test_convert_and_cli(checkpoint, tmp_path):
+    path, tensors = checkpoint
+    want = expected(tensors, BF16)
+    out = tmp_path / "bf16.safetensors"
+    zt.convert(path, out, dequantize=True, dtype="bf16")
+    got = safetensors.numpy.load_file(str(out))
+    assert sorted(got) == sorted(want)
+    for name, value in want.items():
+        same(got[name], value)
+    cli = tmp_path / "cli.safetensors"
+    subprocess.run(
+        [sys.executable, "-m", "zt", "convert", str(path), str(cli), "--dequantize", "--dtype", "bf16"],
+        check=True,
+        capture_output=True,
+    )
+    assert cli.read_bytes() == out.read_bytes()
+    # Any writable format: a .zt of the dequantized model reads back equal.
+    as_zt = tmp_path / "m.zt"
+    zt.convert(path, as_zt, dequantize=True, dtype="f16")
+    with zt.open(as_zt) as source:
+        for name, value in expected(tensors, np.float16).items():
+            same(source[name].numpy(), value)
+
+
+def test_block_size_from_the_config(tmp_path):
+    """A configuration's weight_block_size changes the grid; passed in, it
+    overrides the file beside."""
+    rng = np.random.default_rng(7)
+    w, s = codes(rng, (70, 50)), scales(rng, (3, 2))
+    safetensors.numpy.save_file({"w.weight": w, "w.weight_scale_inv": s}, str(tmp_path / "m.safetensors"))
+    config = {"quant_method": "fp8", "weight_block_size": [32, 32]}
+    with zt.open(tmp_path / "m.safetensors", dequantize=True, quantization_config=config) as source:
+        same(source["w.weight"].numpy(), reference(w, s, (32, 32)))
+    (tmp_path / "config.json").write_text(json.dumps({"quantization_config": config}))
+    with zt.open(tmp_path / "m.safetensors", dequantize=True) as source:
+        same(source["w.weight"].numpy(), reference(w, s, (32, 32)))
+    with pytest.raises(zt.FormatError) as info:
+        zt.open(tmp_path / "m.safetensors", dequantize=True, quantization_config={"quant_method": "fp8"})
+    assert info.value.rule == "quant.ScaleShape"
+
+
+# --- hostile files -----------------------------------------------------------
+
+
+def refused(tmp_path, tensors, config=None) -> str:
+    path = tmp_path / "bad.safetensors"
+    safetensors.numpy.save_file(tensors, str(path))
+    with pytest.raises(zt.FormatError) as info:
+        zt.open(path, dequantize=True, quantization_config=config)
+    return info.value.rule
+
+
+def test_tensors_that_disagree_are_refused(tmp_path):
+    rng = np.random.default_rng(3)
+    w = codes(rng, (300, 129))
+    # 300 x 129 needs 3 x 2 scales; a lying scale shape.
+    assert refused(tmp_path, {"a.weight": w, "a.weight_scale_inv": scales(rng, (2, 2))}) == "quant.ScaleShape"
+    assert refused(tmp_path, {"a.weight": w, "a.weight_scale_inv": scales(rng, (3, 2, 1))}) == "quant.ScaleShape"
+    assert refused(tmp_path, {"a.weight": w[0], "a.weight_scale_inv": scales(rng, (1,))}) == "quant.ScaleShape"
+    # A scale without its weight; a weight without its scale when the
+    # configuration says fp8.
+    assert refused(tmp_path, {"a.weight_scale_inv": scales(rng, (3, 2))}) == "quant.Missing"
+    assert refused(tmp_path, {"a.weight": w}, {"quant_method": "fp8"}) == "quant.Missing"
+    # Dtypes the scheme does not use.
+    bf = rng.standard_normal((300, 129), dtype=np.float32).astype(BF16)
+    assert refused(tmp_path, {"a.weight": bf, "a.weight_scale_inv": scales(rng, (3, 2))}) == "quant.DType"
+    s_int = np.ones((3, 2), dtype=np.int32)
+    assert refused(tmp_path, {"a.weight": w, "a.weight_scale_inv": s_int}) == "quant.DType"
+    # A scheme zt does not dequantize, named by the configuration.
+    assert refused(tmp_path, {"a.weight": w}, {"quant_method": "awq", "bits": 4}) == "quant.Scheme"
+    assert refused(tmp_path, {"a.weight": w}, {"quant_method": "fp8", "weight_block_size": [0, 1]}) == "quant.Scheme"
+
+
+def test_a_broken_config_beside_is_refused(tmp_path):
+    rng = np.random.default_rng(5)
+    safetensors.numpy.save_file(
+        {"a.weight": codes(rng, (4, 4)), "a.weight_scale_inv": scales(rng, (1, 1))}, str(tmp_path / "m.safetensors")
+    )
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(zt.FormatError) as info:
+        zt.open(tmp_path / "m.safetensors", dequantize=True)
+    assert info.value.rule == "quant.Scheme"
+    # Only with dequantize: a plain open never reads it.
+    with zt.open(tmp_path / "m.safetensors") as source:
+        assert len(source) == 2
+
+
+def test_dtype_goes_with_dequantize(checkpoint):
+    path, _ = checkpoint
+    with pytest.raises(ValueError):
+        zt.open(path, dtype="bf16")
+    with pytest.raises(zt.FormatError) as info:
+        zt.open(path, dequantize=True, dtype="int8")
+    assert info.value.rule == "write.Cast"
