@@ -289,3 +289,48 @@ def test_a_wrong_azure_key_is_permission_error(azure, azure_container, tmp):
             f"az://{azure_container}/m.safetensors",
             storage_options={"account_key": wrong, "max_retries": 0},
         )
+
+
+# ------------------------------------------------ the CLI
+
+
+def test_the_cli_reaches_each_backend_by_its_environment_or_endpoint(cloud, tmp, zt_cli):
+    """`zt` reads gs:// and az:// with the variables their users set, and
+    `--endpoint` points it at the server whatever those variables say:
+    GCS's emulator address or base URL, Azure's endpoint or the
+    connection string's BlobEndpoint. Writes (Azure only, see the module
+    docs) go up through the CLI too."""
+    import subprocess
+
+    path, _ = model(tmp)
+    url = cloud.upload(path, "cli/model.safetensors")
+    server = cloud.server.endpoint
+    dead = "http://127.0.0.1:1" + ("/devstoreaccount1" if cloud.scheme == "az" else "")
+
+    def run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([zt_cli, *args], capture_output=True, text=True, env=env)
+
+    def reads(env: dict[str, str], *endpoint: str) -> None:
+        out = run(env, "ls", *endpoint, url)
+        assert out.returncode == 0 and "embed" in out.stdout, out.stderr
+        assert run(env, "detect", *endpoint, url).stdout.strip() == "safetensors"
+        diff = run(env, "diff", *endpoint, os.fspath(path), url)
+        assert diff.returncode == 0, diff.stdout + diff.stderr
+
+    users = dict(os.environ)  # the fixtures' variables: the emulator as its users set it
+    reads(users)
+    if cloud.scheme == "gs":
+        reads({**users, "STORAGE_EMULATOR_HOST": dead}, "--endpoint", server)
+        public = {k: v for k, v in users.items() if k != "STORAGE_EMULATOR_HOST"}
+        reads({**public, "GOOGLE_SKIP_SIGNATURE": "true"}, "--endpoint", server)
+        return
+    reads({**users, "AZURE_STORAGE_ENDPOINT": dead}, "--endpoint", server)
+    connection = cloud.server.connection_string.replace(server, dead)
+    plain = {k: v for k, v in users.items() if not k.startswith("AZURE_")}
+    reads({**plain, "AZURE_STORAGE_CONNECTION_STRING": connection}, "--endpoint", server)
+    dest = cloud.url("cli/model.zt")
+    env = {**users, "AZURE_STORAGE_ENDPOINT": dead}
+    assert run(env, "convert", "--endpoint", server, os.fspath(path), dest).returncode == 0
+    assert run(env, "verify", "--endpoint", server, dest).returncode == 0
+    assert run(env, "diff", "--endpoint", server, url, dest).returncode == 0
+    assert "cli/model.zt" in cloud.keys("cli/")

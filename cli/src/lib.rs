@@ -7,6 +7,7 @@
 
 mod convert;
 mod diff;
+mod endpoint;
 mod json_out;
 mod onnx_data;
 mod out;
@@ -38,9 +39,11 @@ pub const COMMIT: &str = env!("ZT_GIT_COMMIT");
 #[derive(Parser)]
 #[command(name = "zt", version = VERSION, about = "Inspect tensor files of every format")]
 struct Cli {
-    /// S3 endpoint for s3:// paths (sets AWS_ENDPOINT_URL; an http://
-    /// endpoint allows plain HTTP). Credentials, region and profile come
-    /// from the standard AWS environment and files.
+    /// Object-storage endpoint for s3://, gs:// and az:// paths (sets
+    /// AWS_ENDPOINT_URL, GOOGLE_BASE_URL or STORAGE_EMULATOR_HOST, and
+    /// AZURE_STORAGE_ENDPOINT or the connection string's BlobEndpoint; an
+    /// http:// endpoint allows plain HTTP). Credentials come from each
+    /// service's standard environment (and AWS's files).
     #[arg(long, global = true, value_name = "URL")]
     endpoint: Option<String>,
     #[command(subcommand)]
@@ -230,9 +233,9 @@ where
 
 fn dispatch(cli: Cli) -> u8 {
     if let Some(endpoint) = &cli.endpoint {
-        // Before any thread starts: every s3:// open, related file and
-        // upload of this process reads the standard variable.
-        std::env::set_var("AWS_ENDPOINT_URL", endpoint);
+        // Before any thread starts: every open, related file and upload
+        // of this process reads the standard variables.
+        endpoint::apply(endpoint);
     }
     let result = match cli.command {
         Command::Ls { files, json } => ls(&files, json),
