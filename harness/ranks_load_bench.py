@@ -446,7 +446,7 @@ def table(world, records, failed, not_run, nbytes, file_bytes, nfiles, model) ->
         per_rank_peers[case].extend(x["from_peers"] for x in ranks)
         if "zt_network" in ranks[0]:
             zt_own[case].append(sum(x["zt_network"] + x["zt_header_network"] for x in ranks))
-            zt_headers.extend(x["zt_header_network"] for x in ranks)
+            zt_headers.append(sum(x["zt_header_network"] for x in ranks))
             windows[case] = ranks[0].get("zt_windows", 0)
     for case in CASES:
         if case in errors:
@@ -483,9 +483,12 @@ def table(world, records, failed, not_run, nbytes, file_bytes, nfiles, model) ->
             "zt's own count of what its ranks fetched (`stats.network_bytes + header_network_bytes`, summed over "
             f"ranks): replicated {statistics.median(zt_own[ZT_REP]) / nbytes:.2f}× the model"
             + (f", TP-sharded {statistics.median(zt_own[ZT_TP]) / nbytes:.2f}×" if zt_own[ZT_TP] else "")
-            + f"; of it, opening the source took {_mib(statistics.median(zt_headers))} MiB per rank "
-            f"(`header_network_bytes`: the index, then each of the {nfiles} shards' first MiB and last 256 KiB, "
-            "read by every rank), which is what storage serves beyond 1.00×."
+            + f"; of it, opening the source took {_mib(statistics.median(zt_headers))} MiB for the whole group "
+            f"(`header_network_bytes` summed over ranks: rank 0 alone fetched the index, then each of the {nfiles} "
+            "shards' first MiB and last 256 KiB, and shared what it fetched with one broadcast; the other ranks "
+            "opened the source from those bytes, and the tensor bytes among them are not fetched again). "
+            "What storage serves beyond 1.00× is the index, the shards' safetensors headers and the responses' "
+            "headers."
         )
     made = ""
     if ZT_REP in windows and ZT_REP_16 in windows:

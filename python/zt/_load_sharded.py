@@ -283,7 +283,10 @@ def _open(torch, where: _Group, path, storage_options) -> tuple[Any, BaseExcepti
         return source, failure
     if how == "failed":
         return None, None
-    replay = _zt.OpeningsReplay(recorded)
+    try:
+        replay = _zt.OpeningsReplay(recorded)
+    except Exception as e:  # reported to every rank by `_agree`
+        return None, e
     try:
         return open_here()
     finally:

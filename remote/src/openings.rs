@@ -86,7 +86,6 @@ pub struct Recording {
 
 impl Recording {
     /// Start noting every object this process opens.
-    #[allow(clippy::new_without_default)] // starting one has an effect
     pub fn start() -> Recording {
         let mut state = state();
         state.next_id += 1;
