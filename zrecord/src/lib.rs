@@ -50,6 +50,8 @@ mod msgpack;
 mod ranged;
 pub mod reader;
 pub mod remote;
+#[cfg(feature = "remote")]
+mod remote_cache;
 pub mod samples;
 pub mod schema;
 pub mod writer;

@@ -18,6 +18,9 @@
 //! requests go out at once and the gather of exactly those indices later
 //! takes their bytes instead of asking again.
 //!
+//! With `cache="dir"` a store no larger than `cache_bytes` is fetched whole
+//! into the object cache at open and read locally (`crate::remote_cache`).
+//!
 //! Writing: a store is built locally in a spool and, on close, its shards
 //! and dictionary are uploaded first and `meta.zr` last, so a reader that
 //! finds `meta.zr` finds the complete store. Object storage has no
@@ -192,6 +195,24 @@ mod enabled {
         let header = Header::decode(&page, meta.len(), &meta_path)?;
         let listing = zt_remote::list::list(&url, &config).map_err(|e| error(path, e))?;
         let (shards, dict_entry) = check_objects(path, &url, &header, listing, &config)?;
+        if let Some(dir) = &config.cache_dir {
+            let mut objects = vec![("meta.zr".to_string(), &meta)];
+            let mut empty = Vec::new();
+            for (s, shard) in shards.iter().enumerate() {
+                match shard {
+                    Some(o) => objects.push((format!("data_{s}.zr"), o.as_ref())),
+                    None => empty.push(format!("data_{s}.zr")),
+                }
+            }
+            objects.extend(dict_entry.as_ref().map(|d| ("dict.zr".to_string(), d)));
+            let view = crate::remote_cache::view(&url, &objects, &empty, dir, config.cache_bytes)
+                .map_err(|e| error(path, e))?;
+            // A view whose entries another process evicted since fails to
+            // open: the store is read by ranges instead.
+            if let Some(Ok(reader)) = view.map(|v| Reader::open_at(v, dense, &[])) {
+                return Ok(reader);
+            }
+        }
         let dict = match dict_entry {
             Some(dict) => Some(dict.read(0, dict.len()).map_err(|e| error(path, e))?),
             None => None,
