@@ -159,7 +159,7 @@ COMPARISONS = {
     ),
     "checkpoints": (
         dict(runs=1, model=checkpoint_bench.QUICK_MODEL, ranks=1, shard_mb=10, warmup=0, s3=False),
-        # Saved from 4 torchrun ranks; 1.7 GiB in all fits this VM's minutes.
+        # Saved from 4 torchrun ranks at the size: 2 GiB of model, 6 GiB in all.
         dict(runs=5, model=checkpoint_bench.FULL_MODEL, ranks=4, shard_mb=100),
         checkpoint_bench.run,
         checkpoint_bench.header,
