@@ -143,7 +143,14 @@ def test_v3_sharding_bit_for_bit(tmp_path, shard, dtype):
     chunks = kw.pop("chunks", (2, 3, 3))
     data = sample(dtype, (9, 7, 3))
     # A written box that leaves whole shards and inner chunks empty.
-    write_v3(tmp_path / "s.zarr", data, chunks=chunks, written=np.s_[:5, 2:, :], fill_value=1 if dtype != "bool" else True, **kw)
+    write_v3(
+        tmp_path / "s.zarr",
+        data,
+        chunks=chunks,
+        written=np.s_[:5, 2:, :],
+        fill_value=1 if dtype != "bool" else True,
+        **kw,
+    )
     assert_matches_zarr(tmp_path / "s.zarr", [""])
 
 
@@ -197,7 +204,9 @@ def test_v3_group_hierarchy(tmp_path, consolidated):
         [(root, "scalar", ()), (model, "w", (4, 6)), (layer, "b", (6,)), (layer, "zero", (0, 3))]
     ):
         data = sample("f4", shape)
-        arr = where.create_array(name, shape=shape, chunks=shape if 0 in shape else "auto", dtype="f4", attributes={"i": i})
+        arr = where.create_array(
+            name, shape=shape, chunks=shape if 0 in shape else "auto", dtype="f4", attributes={"i": i}
+        )
         arr[...] = data
         expect[arr.path] = data
     if consolidated:
@@ -210,10 +219,15 @@ def test_v3_group_hierarchy(tmp_path, consolidated):
     assert zt.detect(tmp_path / "h.zarr") == "zarr"
 
 
-@pytest.mark.parametrize("encoding", [{"name": "default", "separator": "."}, {"name": "v2", "separator": "/"}, {"name": "v2", "separator": "."}])
+@pytest.mark.parametrize(
+    "encoding",
+    [{"name": "default", "separator": "."}, {"name": "v2", "separator": "/"}, {"name": "v2", "separator": "."}],
+)
 def test_v3_chunk_key_encodings(tmp_path, encoding):
     data = sample("i4", (5, 4))
-    arr = zarr.create_array(str(tmp_path / "k.zarr"), shape=data.shape, chunks=(2, 2), dtype="i4", chunk_key_encoding=encoding)
+    arr = zarr.create_array(
+        str(tmp_path / "k.zarr"), shape=data.shape, chunks=(2, 2), dtype="i4", chunk_key_encoding=encoding
+    )
     arr[...] = data
     assert_matches_zarr(tmp_path / "k.zarr")
 
@@ -236,9 +250,12 @@ def test_one_raw_chunk_is_a_view_of_its_file(tmp_path):
 def test_v2_bit_for_bit(tmp_path, dtype, order, compressor):
     import numcodecs
 
-    comp = {None: None, "zstd": numcodecs.Zstd(level=1), "zlib": numcodecs.Zlib(level=1), "gzip": numcodecs.GZip(level=1)}[
-        compressor
-    ]
+    comp = {
+        None: None,
+        "zstd": numcodecs.Zstd(level=1),
+        "zlib": numcodecs.Zlib(level=1),
+        "gzip": numcodecs.GZip(level=1),
+    }[compressor]
     data = sample(dtype, (5, 7))
     arr = zarr.create_array(
         str(tmp_path / "a.zarr"),
@@ -261,9 +278,13 @@ def test_v2_groups_separators_and_fill(tmp_path, separator, consolidated):
     root = zarr.open_group(str(tmp_path / "g.zarr"), mode="w", zarr_format=2, attributes={"a": 1})
     sub = root.create_group("sub")
     enc = {"name": "v2", "separator": separator}
-    x = root.create_array("x", shape=(5, 5), chunks=(2, 2), dtype="f8", fill_value=np.nan, chunk_key_encoding=enc, compressors=None)
+    x = root.create_array(
+        "x", shape=(5, 5), chunks=(2, 2), dtype="f8", fill_value=np.nan, chunk_key_encoding=enc, compressors=None
+    )
     x[:3, :3] = sample("f8", (3, 3))
-    y = sub.create_array("y", shape=(4,), chunks=(3,), dtype="i8", fill_value=None, compressors=None, chunk_key_encoding=enc)
+    y = sub.create_array(
+        "y", shape=(4,), chunks=(3,), dtype="i8", fill_value=None, compressors=None, chunk_key_encoding=enc
+    )
     y[:3] = [1, 2, 3]
     if consolidated:
         zarr.consolidate_metadata(str(tmp_path / "g.zarr"))
@@ -457,3 +478,109 @@ def test_hostile_gzip_bomb_is_refused_at_the_chunk_size(tmp_path):
     write_v3(tmp_path / "a.zarr", sample("f4", (4,)), chunks=(2,), compressors=GzipCodec())
     (tmp_path / "a.zarr" / "c" / "0").write_bytes(gzip.compress(b"\0" * (64 << 20)))
     refused(tmp_path / "a.zarr", "zarr.Chunk")
+
+
+# ------------------------------------------------------- over s3 (SeaweedFS)
+
+
+def s3_store(tmp_path, *, consolidated: bool) -> tuple[pathlib.Path, dict]:
+    """A v3 group as zarr-python writes it: zstd chunks (one never written),
+    a sharded array, a nested group, a scalar; (its directory, arrays by path)."""
+    path = tmp_path / "store.zarr"
+    root = zarr.open_group(str(path), mode="w", zarr_format=3, attributes={"title": "remote"})
+    expect = {}
+    specs = [
+        # Rows 5.. never written: chunks absent, read as the fill value.
+        (root, "zstd", "f4", (9, 7), np.s_[:5], dict(chunks=(4, 3), compressors=ZstdCodec(level=3))),
+        (root, "sharded", "i2", (10, 12), ..., dict(chunks=(2, 3), shards=(4, 6), compressors=ZstdCodec(level=1))),
+        (
+            root.create_group("model").create_group("layer.0"),
+            "w",
+            "f8",
+            (6, 5),
+            ...,
+            dict(chunks=(6, 5), compressors=None),
+        ),
+        (root, "scalar", "u8", (), ..., dict(chunks=(), compressors=None)),
+    ]
+    for where, name, dtype, shape, written, kw in specs:
+        data = sample(dtype, shape)
+        arr = where.create_array(name, shape=shape, dtype=dtype, fill_value=7, **kw)
+        arr[written] = data[written]
+        expect[arr.path] = arr
+    if consolidated:
+        zarr.consolidate_metadata(str(path))
+    return path, expect
+
+
+def upload_tree(s3, bucket: str, local: pathlib.Path, prefix: str) -> None:
+    for f in sorted(local.rglob("*")):
+        if f.is_file():
+            s3.boto3().upload_file(os.fspath(f), bucket, f"{prefix}/{f.relative_to(local)}")
+
+
+def test_s3_prefix_with_consolidated_metadata_bit_for_bit(s3, bucket, tmp_path):
+    path, arrays = s3_store(tmp_path, consolidated=True)
+    assert "consolidated_metadata" in json.loads((path / "zarr.json").read_text())
+    assert (path / "sharded" / "c" / "0" / "0").is_file()  # one object per shard
+    upload_tree(s3, bucket, path, "runs/store.zarr")
+    for url in (f"s3://{bucket}/runs/store.zarr", f"s3://{bucket}/runs/store.zarr/zarr.json"):
+        src = zt.open(url)
+        assert src.format == "zarr"
+        assert sorted(src.keys()) == sorted(arrays) == ["model/layer.0/w", "scalar", "sharded", "zstd"]
+        assert src.attributes["title"] == "remote"
+        for name, arr in arrays.items():
+            want = np.asarray(arr[...])
+            got = src[name].numpy()
+            assert (got.dtype, got.shape) == (want.dtype, want.shape), name
+            assert got.tobytes() == want.tobytes(), name
+    # A slice reads the chunks it spans: in a shard, its index and those
+    # inner chunks' ranges; fewer requests than the whole array.
+    with zt.safe_open(f"s3://{bucket}/runs/store.zarr", framework="numpy") as f:
+        for name, rows in (("sharded", np.s_[5:7]), ("zstd", np.s_[4:6])):
+            before = zt.remote_stats()["gets"]
+            got = f.get_slice(name)[rows]
+            part = zt.remote_stats()["gets"] - before
+            assert got.tobytes() == np.asarray(arrays[name][rows]).tobytes(), name
+            f.get_tensor(name)
+            whole = zt.remote_stats()["gets"] - before - part
+            assert part < whole, (name, part, whole)
+
+
+def test_s3_prefix_without_consolidated_metadata_is_listed(s3, bucket, tmp_path):
+    path, arrays = s3_store(tmp_path, consolidated=False)
+    assert "consolidated_metadata" not in json.loads((path / "zarr.json").read_text())
+    upload_tree(s3, bucket, path, "plain/store.zarr")
+    before = zt.remote_stats()["lists"]
+    src = zt.open(f"s3://{bucket}/plain/store.zarr")
+    # One delimited listing per group (root, model, model/layer.0), none per chunk.
+    assert zt.remote_stats()["lists"] - before == 3
+    assert sorted(src.keys()) == sorted(arrays) == ["model/layer.0/w", "scalar", "sharded", "zstd"]
+    for name, arr in arrays.items():
+        want = np.asarray(arr[...])
+        assert src[name].numpy().tobytes() == want.tobytes(), name
+
+
+def test_http_group_without_consolidated_metadata_is_refused(tmp_path):
+    """Plain HTTP cannot list: a group there needs consolidated metadata."""
+    import http.server
+    import threading
+
+    from test_remote import RangeHandler
+
+    path, arrays = s3_store(tmp_path, consolidated=False)
+    handler = type("H", (RangeHandler,), {"root": tmp_path})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}/store.zarr"
+        with pytest.raises(zt.FormatError, match="consolidated") as e:
+            zt.open(f"{base}/zarr.json")
+        assert e.value.rule == "zarr.Listing"
+        zarr.consolidate_metadata(str(path))
+        src = zt.open(f"{base}/zarr.json")
+        for name, arr in arrays.items():
+            assert src[name].numpy().tobytes() == np.asarray(arr[...]).tobytes(), name
+    finally:
+        server.shutdown()
+        server.server_close()

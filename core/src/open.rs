@@ -63,6 +63,24 @@ impl OpenOptions {
         }
         .open_store(location)
     }
+
+    /// The names of the "directories" directly under the object-storage
+    /// prefix `url` (common prefixes), sorted: for stores that find their
+    /// members by listing (a zarr group without consolidated metadata).
+    pub fn list_prefixes(&self, url: &Path) -> Result<Vec<String>> {
+        list_url_prefixes(url, &self.storage_options)
+    }
+}
+
+#[cfg(feature = "remote")]
+fn list_url_prefixes(url: &Path, storage_options: &[(String, String)]) -> Result<Vec<String>> {
+    crate::remote::list_prefixes(url, storage_options)
+}
+
+#[cfg(not(feature = "remote"))]
+fn list_url_prefixes(url: &Path, storage_options: &[(String, String)]) -> Result<Vec<String>> {
+    // Without the client no URL opens: the same refusal as opening one.
+    open_url(url, storage_options).map(|_| Vec::new())
 }
 
 #[cfg(feature = "remote")]

@@ -120,3 +120,14 @@ pub fn write_then_upload(
     staged.upload()?;
     Ok(written)
 }
+
+/// The names of the "directories" directly under the prefix `url` (a
+/// zarr group's members), sorted.
+pub fn list_prefixes(url: &Path, storage_options: &[(String, String)]) -> Result<Vec<String>> {
+    let text = url.to_str().ok_or_else(|| Error::Remote {
+        ctx: Context::file(url),
+        kind: RemoteKind::Config,
+        detail: "the URL is not UTF-8".into(),
+    })?;
+    zt_remote::list::list_prefixes(text, &config(storage_options)?).map_err(error)
+}

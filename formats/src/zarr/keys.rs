@@ -137,14 +137,23 @@ impl Keys {
 
     /// The subdirectories of the group at `prefix` (`""`: the root), by
     /// name, sorted; symlinks are not followed (a member is a directory
-    /// of the store).
+    /// of the store). Over object storage, the common prefixes of one
+    /// delimited listing (one request per group, not per chunk).
     pub fn children(&self, ctx: &Context, prefix: &str) -> Result<Vec<String>> {
         if !self.is_local() {
-            return Err(Error::unsupported(
-                ctx.clone(),
-                LISTING,
-                "a group over object storage is read through its consolidated metadata (zarr.consolidate_metadata), which this store lacks",
-            ));
+            let url = PathBuf::from(format!("{}{prefix}", self.root.to_string_lossy()));
+            return self.options.list_prefixes(&url).map_err(|e| match e {
+                Error::Remote {
+                    kind: zt_core::error::RemoteKind::Unsupported,
+                    detail,
+                    ..
+                } => Error::unsupported(
+                    ctx.clone(),
+                    LISTING,
+                    format!("a group here cannot be listed ({detail}); zt reads it through consolidated metadata (zarr.consolidate_metadata), which this store lacks"),
+                ),
+                e => e,
+            });
         }
         let dir = if prefix.is_empty() {
             self.root.clone()
