@@ -72,6 +72,22 @@ def safetensors_seeds() -> None:
         },
         str(d / "fp8.safetensors"),
     )
+    # gpt-oss MXFP4 experts and compressed-tensors NVFP4 (issue 41).
+    save_file(
+        {
+            "e.proj_blocks": np.resize(np.arange(256, dtype=np.uint8), (2, 3, 2, 16)),
+            "e.proj_scales": np.array([[[0, 127], [254, 255], [120, 130]]] * 2, dtype=np.uint8),
+        },
+        str(d / "mxfp4.safetensors"),
+    )
+    save_file(
+        {
+            "x.weight_packed": np.resize(np.arange(256, dtype=np.uint8), (3, 16)),
+            "x.weight_scale": np.array([[0x38, 0x7F], [0x01, 0x7E], [0, 0x40]], np.uint8).view(ml_dtypes.float8_e4m3fn),
+            "x.weight_global_scale": np.array([448.0], np.float32),
+        },
+        str(d / "nvfp4.safetensors"),
+    )
 
 
 def gguf_write(path: pathlib.Path, endian: GGUFEndian, alignment: int | None, tensors) -> None:

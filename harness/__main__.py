@@ -23,6 +23,7 @@ from . import (
     loader_bench,
     open_bench,
     quant_bench,
+    quant_st_bench,
     ranks_bench,
     ranks_load_bench,
     read_bench,
@@ -71,6 +72,12 @@ COMPARISONS = {
         dict(out_mb=256, runs=5),
         quant_bench.run,
         quant_bench.header,
+    ),
+    "quant-safetensors": (
+        dict(out_mb=16, runs=2),
+        dict(out_mb=256, runs=5),
+        quant_st_bench.run,
+        quant_st_bench.header,
     ),
     "copy": (
         dict(size_mb=64, runs=3),

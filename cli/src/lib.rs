@@ -125,7 +125,8 @@ enum Command {
         #[arg(long, value_name = "DTYPE")]
         dtype: Option<String>,
         /// Dequantize a quantized safetensors checkpoint (DeepSeek/Kimi
-        /// block-scaled FP8): each weight computed in f32 from its scales,
+        /// block-scaled FP8, gpt-oss MXFP4, compressed-tensors NVFP4): each
+        /// weight computed in f32 from its scales,
         /// rounded once to --dtype (default f32), the scale tensors
         /// consumed; the block size from the config.json beside the input.
         #[arg(long)]

@@ -192,10 +192,14 @@ def open(  # noqa: A001
     process's address-space limit raises ``MemoryError``.
 
     ``dequantize=True`` lists a quantized safetensors checkpoint as the
-    unquantized model's tensors (DeepSeek/Kimi FP8 with 128x128 block
-    scales: each ``X.weight`` read as ``f32(weight) * X.weight_scale_inv``
-    of its block, edge blocks partial, the scale tensors no longer listed),
-    computed in f32 and rounded once to ``dtype`` (``"bf16"``, ``"f16"``,
+    unquantized model's tensors, the scale tensors no longer listed:
+    DeepSeek/Kimi FP8 with 128x128 block scales (each ``X.weight`` read as
+    ``f32(weight) * X.weight_scale_inv`` of its block, edge blocks partial,
+    as transformers' ``Fp8Dequantize``), gpt-oss MXFP4 (``P_blocks`` and
+    ``P_scales`` as ``P``, as transformers' ``convert_moe_packed_tensors``
+    returns it) and compressed-tensors NVFP4 (``X.weight_packed``,
+    ``X.weight_scale``, ``X.weight_global_scale`` as ``X.weight``, as its
+    decompressor computes it); computed in f32 and rounded once to ``dtype`` (``"bf16"``, ``"f16"``,
     ``"f32"``, the default, or ``"f64"``); other floating tensors are cast
     to ``dtype`` too when it is given, integer tensors are unchanged. The
     scheme is told from the tensor names and dtypes, and the block size from

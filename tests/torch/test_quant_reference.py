@@ -76,3 +76,90 @@ def test_fp8_blocks_match_transformers(tmp_path, dtype):
         f32 = transformers_fp8._dequantize_fp8_weight(ragged[w], ragged[w + "_scale_inv"], [128, 128], torch.float32)
         same(got[w], f32.to(dtype))
     same(got["norm.weight"], torch.ones(4, dtype=torch.bfloat16).to(dtype))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_gpt_oss_mxfp4_matches_convert_moe_packed_tensors(tmp_path, dtype):
+    """gpt-oss expert tensors (``*_blocks`` u8 codes, ``*_scales`` u8 e8m0)
+    listed as transformers' ``convert_moe_packed_tensors`` returns them:
+    every code, every scale exponent (0 and 255, infinity, among them)."""
+    mxfp4 = pytest.importorskip("transformers.integrations.mxfp4")
+    gen = torch.Generator().manual_seed(41)
+    blocks = torch.randint(0, 256, (2, 16, 8, 16), generator=gen, dtype=torch.uint8)
+    blocks.view(-1)[:256] = torch.arange(256, dtype=torch.uint8)
+    scales = torch.randint(118, 136, (2, 16, 8), generator=gen, dtype=torch.uint8)
+    scales.view(-1)[:256] = torch.arange(256, dtype=torch.uint8)
+    down = torch.randint(0, 256, (2, 24, 1, 16), generator=gen, dtype=torch.uint8)
+    down_scales = torch.randint(120, 130, (2, 24, 1), generator=gen, dtype=torch.uint8)
+    prefix = "model.layers.0.mlp.experts."
+    tensors = {
+        prefix + "gate_up_proj_blocks": blocks,
+        prefix + "gate_up_proj_scales": scales,
+        prefix + "gate_up_proj_bias": torch.randn(2, 16, generator=gen),
+        prefix + "down_proj_blocks": down,
+        prefix + "down_proj_scales": down_scales,
+        "model.layers.0.mlp.router.weight": torch.randn(2, 4, generator=gen).to(torch.bfloat16),
+    }
+    path = tmp_path / "model.safetensors"
+    save_file(tensors, str(path))
+    (tmp_path / "config.json").write_text(json.dumps({"quantization_config": {"quant_method": "mxfp4"}}))
+    name = {torch.bfloat16: "bf16", torch.float32: "f32"}[dtype]
+    got = zt.torch.load_file(path, dequantize=True, dtype=name)
+    assert sorted(got) == sorted(
+        [
+            prefix + "gate_up_proj",
+            prefix + "gate_up_proj_bias",
+            prefix + "down_proj",
+            "model.layers.0.mlp.router.weight",
+        ]
+    )
+    for proj in ("gate_up_proj", "down_proj"):
+        want = mxfp4.convert_moe_packed_tensors(
+            tensors[prefix + proj + "_blocks"], tensors[prefix + proj + "_scales"], dtype=dtype
+        )
+        same(got[prefix + proj], want)
+    same(got[prefix + "gate_up_proj_bias"], tensors[prefix + "gate_up_proj_bias"].to(dtype))
+
+
+def test_compressed_tensors_nvfp4_matches_decompress(tmp_path):
+    """NVFP4 (``nvfp4-pack-quantized``) as compressed-tensors writes it:
+    a bf16 weight packed by ``NVFP4PackedCompressor.compress`` and one of
+    raw random bytes (every code; every finite e4m3 scale, zero among them),
+    each compared with ``NVFP4PackedCompressor.decompress``."""
+    pytest.importorskip("compressed_tensors")
+    from compressed_tensors.compressors.nvfp4.base import NVFP4PackedCompressor
+    from compressed_tensors.quantization import preset_name_to_scheme
+
+    scheme = preset_name_to_scheme("NVFP4", ["Linear"])
+    gen = torch.Generator().manual_seed(41)
+    weight = torch.randn(48, 96, generator=gen).to(torch.bfloat16)
+    global_scale = (448.0 * 6.0 / weight.float().abs().max()).reshape(1)
+    block_amax = weight.float().reshape(48, 6, 16).abs().amax(-1)
+    packed = NVFP4PackedCompressor.compress(
+        {"weight": weight, "weight_scale": block_amax / 6.0 * global_scale, "weight_global_scale": global_scale},
+        scheme,
+    )
+    raw_codes = torch.randint(0, 256, (32, 64), generator=gen, dtype=torch.uint8)
+    raw_codes.view(-1)[:256] = torch.arange(256, dtype=torch.uint8)
+    raw_scales = torch.randint(0, 0x7F, (32, 8), generator=gen, dtype=torch.uint8)
+    raw_scales.view(-1)[:0x7F] = torch.arange(0x7F, dtype=torch.uint8)
+    raw = {
+        "weight_packed": raw_codes,
+        "weight_scale": raw_scales.view(torch.float8_e4m3fn),
+        "weight_global_scale": torch.tensor([3.7e-3]),
+    }
+    tensors = {f"model.layers.0.mlp.down_proj.{k}": v for k, v in packed.items()}
+    tensors.update({f"model.layers.0.mlp.up_proj.{k}": v for k, v in raw.items()})
+    tensors["model.norm.weight"] = torch.ones(8, dtype=torch.bfloat16)
+    path = tmp_path / "model.safetensors"
+    save_file(tensors, str(path))
+    config = {"quantization_config": {"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized"}}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    got = zt.torch.load_file(path, dequantize=True, dtype="bf16")
+    assert sorted(got) == [
+        "model.layers.0.mlp.down_proj.weight",
+        "model.layers.0.mlp.up_proj.weight",
+        "model.norm.weight",
+    ]
+    same(got["model.layers.0.mlp.down_proj.weight"], NVFP4PackedCompressor.decompress(packed, scheme)["weight"])
+    same(got["model.layers.0.mlp.up_proj.weight"], NVFP4PackedCompressor.decompress(raw, scheme)["weight"])

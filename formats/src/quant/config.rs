@@ -28,6 +28,10 @@ pub enum Declared {
         /// `weight_block_size`.
         block: [u64; 2],
     },
+    /// `quant_method: "mxfp4"`: gpt-oss's expert blocks and scales.
+    Mxfp4,
+    /// `quant_method: "compressed-tensors"` in `nvfp4-pack-quantized`.
+    Nvfp4,
 }
 
 /// A configuration's JSON text (a `config.json`, or a
@@ -94,12 +98,32 @@ pub fn declared(ctx: &Context, config: &Value) -> Result<Declared> {
             };
             Ok(Declared::Fp8 { block })
         }
+        Some("mxfp4") => Ok(Declared::Mxfp4),
+        Some("compressed-tensors") => compressed_tensors(ctx, q),
         Some(other) => Err(refuse(
             ctx,
-            format!("quant_method {other:?}: zt dequantizes fp8 (block-scaled)"),
+            format!("quant_method {other:?}: zt dequantizes fp8 (block-scaled), mxfp4 and compressed-tensors nvfp4"),
         )),
         None => Err(refuse(ctx, format!("quant_method is {method}, not text"))),
     }
+}
+
+/// compressed-tensors: every format it names (at the top, or per config
+/// group) must be one zt dequantizes.
+fn compressed_tensors(ctx: &Context, q: &Value) -> Result<Declared> {
+    let mut formats: Vec<&Value> = q.get("format").into_iter().collect();
+    if let Some(Value::Object(groups)) = q.get("config_groups") {
+        formats.extend(groups.values().filter_map(|g| g.get("format")));
+    }
+    for format in formats.into_iter().filter(|f| !f.is_null()) {
+        if format.as_str() != Some("nvfp4-pack-quantized") {
+            return Err(refuse(
+                ctx,
+                format!("compressed-tensors format {format}: zt dequantizes nvfp4-pack-quantized"),
+            ));
+        }
+    }
+    Ok(Declared::Nvfp4)
 }
 
 #[cfg(test)]
@@ -120,6 +144,17 @@ mod tests {
         assert_eq!(
             declared(&ctx, &bare).unwrap(),
             Declared::Fp8 { block: [64, 32] }
+        );
+        let gpt_oss = json!({"quantization_config": {"quant_method": "mxfp4",
+            "modules_to_not_convert": ["model.layers.*.self_attn"]}});
+        assert_eq!(declared(&ctx, &gpt_oss).unwrap(), Declared::Mxfp4);
+        let nvfp4 = json!({"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized",
+            "config_groups": {"group_0": {"format": "nvfp4-pack-quantized", "weights": {"num_bits": 4}}}});
+        assert_eq!(declared(&ctx, &nvfp4).unwrap(), Declared::Nvfp4);
+        let int4 = json!({"quant_method": "compressed-tensors", "format": "pack-quantized"});
+        assert_eq!(
+            declared(&ctx, &int4).unwrap_err().rule(),
+            Some(rules::SCHEME)
         );
         assert_eq!(
             declared(&ctx, &json!({"hidden_size": 8})).unwrap(),

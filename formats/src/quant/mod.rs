@@ -4,16 +4,21 @@
 //! name, decoded on read (in f32, rounded once to the output dtype), and the
 //! scale tensors are gone. Everything else is listed as it was.
 //!
-//! One module per scheme: `fp8` (DeepSeek/Kimi block-scaled FP8). A scheme
+//! One module per scheme: `fp8` (DeepSeek/Kimi block-scaled FP8), `mxfp4`
+//! (gpt-oss's expert blocks and scales), `nvfp4` (compressed-tensors'
+//! `nvfp4-pack-quantized`). A scheme
 //! is told from the tensors' names and dtypes; the model's configuration
 //! (`config.json` beside the checkpoint, or passed in) gives what the
-//! tensors cannot (the FP8 block size), and a scheme it names that zt does
+//! tensors cannot (the FP8 block size; whether a lone `_scales` or FP8
+//! weight is an error), and a scheme it names that zt does
 //! not dequantize is refused (`quant.Scheme`), so nothing is silently left
 //! quantized.
 
 pub mod config;
 mod fp8;
 mod io;
+mod mxfp4;
+mod nvfp4;
 pub mod rules;
 
 use std::path::Path;
@@ -94,9 +99,11 @@ pub fn dequantize(source: &Source, options: &Options) -> Result<Source> {
     };
     let block = match declared {
         Declared::Fp8 { block } => Some(block),
-        Declared::Nothing => None,
+        _ => None,
     };
-    let groups = fp8::plan(source, block, block.is_some(), to)?;
+    let mut groups = fp8::plan(source, block, block.is_some(), to)?;
+    groups.extend(mxfp4::plan(source, declared == Declared::Mxfp4, to)?);
+    groups.extend(nvfp4::plan(source, to)?);
     if groups.is_empty() {
         return source.derive((0..source.len()).map(Entry::Kept).collect());
     }
@@ -105,7 +112,16 @@ pub fn dequantize(source: &Source, options: &Options) -> Result<Source> {
     for (g, group) in groups.iter().enumerate() {
         anchor[group.at] = Some(g);
         for &r in &group.reads {
-            consumed[r] = true;
+            // Two schemes claiming one tensor (names that fit both): which
+            // one it is in cannot be told.
+            if std::mem::replace(&mut consumed[r], true) {
+                let name = source.tensor_at(r).map(|t| t.name().to_string());
+                return Err(Error::header(
+                    ctx.tensor(name.unwrap_or_default()),
+                    rules::SCHEME,
+                    "a tensor two quantized weights read",
+                ));
+            }
         }
     }
     let mut groups: Vec<Option<Group>> = groups.into_iter().map(Some).collect();

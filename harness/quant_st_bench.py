@@ -1,0 +1,185 @@
+"""Quantized safetensors schemes: bf16 output GiB/s, zt against each
+scheme's reference dequantization on CPU torch.
+
+For each scheme zt dequantizes, one safetensors file (written by
+``safetensors.torch``) holds one quantized weight whose dequantized values
+are ``--out-mb`` MiB of bf16 (default 256), random codes with realistic
+scales. Cases, interleaved run by run per scheme, warm:
+
+* ``zt``: ``zt.open(path, dequantize=True, dtype="bf16")[name].numpy()``
+  (the scheme's Rust decoder over the file's bytes, on the cores the output
+  warrants, without the GIL);
+* the reference on tensors already in memory (loaded once, untimed): FP8
+  128x128 blocks, transformers' ``Fp8Dequantize._dequantize_one``; gpt-oss
+  MXFP4, transformers' ``convert_moe_packed_tensors``; NVFP4,
+  compressed-tensors' ``NVFP4PackedCompressor.decompress``.
+
+Both outputs are compared bit for bit once before timing; each timed call
+keeps its output until the clock stops.
+
+    python -m harness.quant_st_bench --out-mb 256 --runs 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+
+import zt
+
+from . import common, report
+
+MODULES = ["zt", "torch", "transformers", "compressed-tensors", "numpy"]
+
+
+def fp8_case(work, values: int, gen: torch.Generator):
+    """A DeepSeek-shaped weight: rows of 16384, f32 scales per 128x128."""
+    from transformers.integrations.finegrained_fp8 import Fp8Dequantize
+
+    cols = 16384
+    rows = values // cols
+    path = work / f"fp8-{values}.safetensors"
+    if not path.exists():
+        w = (torch.randn(rows, cols, generator=gen) * 100).clamp(-448, 448).to(torch.float8_e4m3fn)
+        s = torch.rand(rows // 128, cols // 128, generator=gen) * 2e-3 + 1e-5
+        save_file({"w.weight": w, "w.weight_scale_inv": s}, str(path))
+        (work / "fp8-config.json").write_text(json.dumps({"quant_method": "fp8", "weight_block_size": [128, 128]}))
+    t = load_file(str(path))
+    op = Fp8Dequantize(hf_quantizer=None)
+    return path, "w.weight", lambda: op._dequantize_one(t["w.weight"], t["w.weight_scale_inv"], torch.bfloat16)
+
+
+def mxfp4_case(work, values: int, gen: torch.Generator):
+    """gpt-oss experts: 8 experts of 4096-value rows in blocks of 32."""
+    from transformers.integrations.mxfp4 import convert_moe_packed_tensors
+
+    experts, cols = 8, 4096
+    rows = values // (experts * cols)
+    path = work / f"mxfp4-{values}.safetensors"
+    if not path.exists():
+        blocks = torch.randint(0, 256, (experts, rows, cols // 32, 16), generator=gen, dtype=torch.uint8)
+        scales = torch.randint(118, 130, (experts, rows, cols // 32), generator=gen, dtype=torch.uint8)
+        save_file({"e.proj_blocks": blocks, "e.proj_scales": scales}, str(path))
+    t = load_file(str(path))
+    return (
+        path,
+        "e.proj",
+        lambda: convert_moe_packed_tensors(t["e.proj_blocks"], t["e.proj_scales"], dtype=torch.bfloat16),
+    )
+
+
+def nvfp4_case(work, values: int, gen: torch.Generator):
+    """compressed-tensors NVFP4: rows of 8192 values, e4m3 scales per 16."""
+    from compressed_tensors.compressors.nvfp4.base import NVFP4PackedCompressor
+    from compressed_tensors.quantization import preset_name_to_scheme
+
+    cols = 8192
+    rows = values // cols
+    path = work / f"nvfp4-{values}.safetensors"
+    if not path.exists():
+        packed = torch.randint(0, 256, (rows, cols // 2), generator=gen, dtype=torch.uint8)
+        scale = (torch.rand(rows, cols // 16, generator=gen) * 400 + 1).to(torch.float8_e4m3fn)
+        save_file(
+            {"x.weight_packed": packed, "x.weight_scale": scale, "x.weight_global_scale": torch.tensor([2.0e3])},
+            str(path),
+        )
+    t = {k.removeprefix("x."): v for k, v in load_file(str(path)).items()}
+    scheme = preset_name_to_scheme("NVFP4", ["Linear"])
+    return path, "x.weight", lambda: NVFP4PackedCompressor.decompress(t, scheme)["weight"]
+
+
+CASES = {
+    "FP8 128x128 blocks (transformers Fp8Dequantize)": fp8_case,
+    "gpt-oss MXFP4 (transformers convert_moe_packed_tensors)": mxfp4_case,
+    "NVFP4 (compressed-tensors decompress)": nvfp4_case,
+}
+
+
+def timed(path, name: str, reference, runs: int, config) -> dict[str, list[float]]:
+    kept: list[object] = []
+    with zt.open(path, dequantize=True, dtype="bf16", quantization_config=config) as src:
+        tensor = src[name]
+        want = reference().view(torch.int16).numpy()
+        got = tensor.numpy().view(np.int16)
+        assert got.shape == want.shape and np.array_equal(got, want), name
+        del want, got
+
+        def zt_case():
+            kept.append(tensor.numpy())
+
+        def ref_case():
+            kept.append(reference())
+
+        times, _ = common.interleaved({"zt": zt_case, "ref": ref_case}, runs, warmup=1, after=lambda _: kept.clear())
+    return times
+
+
+def run(out_mb: int, runs: int) -> list[report.Result]:
+    work = common.bench_dir("quant-st")
+    nbytes = out_mb << 20
+    values = nbytes // 2
+    gen = torch.Generator().manual_seed(41)
+    zt_samples: dict[str, list[float]] = {}
+    extra: dict[str, dict[str, str]] = {}
+    load_before = os.getloadavg()
+    for title, make in CASES.items():
+        path, name, reference = make(work, values, gen)
+        config = json.loads((work / "fp8-config.json").read_text()) if "FP8" in title else None
+        times = timed(path, name, reference, runs, config)
+        z, r = common.summary(times["zt"])[0], common.summary(times["ref"])[0]
+        zt_samples[title] = times["zt"]
+        extra[title] = {
+            "reference median": common.fmt_time(r),
+            "reference GiB/s": f"{nbytes / r / 2**30:.3f}",
+            "zt vs reference": f"{r / z:.1f}×",
+        }
+        print(f"  {title}: zt {nbytes / z / 2**30:.2f} GiB/s, reference {nbytes / r / 2**30:.3f} GiB/s", flush=True)
+    load_after = os.getloadavg()
+    notes = [
+        f"One safetensors file per scheme ({common.filesystem_of(work)}), {out_mb} MiB of bf16 out; warm cache. "
+        "zt reads the file's bytes (page cache) and dequantizes; the reference runs on tensors already loaded "
+        "by safetensors.torch (untimed), on torch's CPU threads.",
+        f"Release build; for each scheme {runs} interleaved runs of both after one warm-up; freeing the output "
+        f"is not timed. Load average (1 min) {load_before[0]:.2f} before, {load_after[0]:.2f} after on "
+        f"{os.cpu_count()} cores (other work shares them: compare within a row). GiB/s is bf16 output per "
+        "second; the ratio is the reference's median time over zt's. Outputs compared bit for bit once.",
+    ]
+    return [
+        report.Result(
+            name="quant-safetensors",
+            title=f"Quantized safetensors schemes, zt: {out_mb} MiB of bf16 out per scheme",
+            samples=zt_samples,
+            nbytes=nbytes,
+            extra=extra,
+            modules=MODULES,
+            notes=notes,
+        )
+    ]
+
+
+def header(runs: int) -> str:
+    v = common.versions("torch", "transformers", "compressed-tensors")
+    return (
+        "## Quantized safetensors schemes: zt against each scheme's reference\n\n"
+        f"torch {v['torch']}, transformers {v['transformers']}, compressed-tensors {v['compressed-tensors']}; "
+        f"{runs} interleaved runs per scheme. `python -m harness.quant_st_bench` "
+        f"(or `python -m harness --only quant-safetensors`). {report.machine_line(MODULES)}\n"
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out-mb", type=int, default=256)
+    ap.add_argument("--runs", type=int, default=5)
+    args = ap.parse_args()
+    path = report.save(run(args.out_mb, args.runs), "quant-safetensors", header(args.runs))
+    print(path.read_text())
+
+
+if __name__ == "__main__":
+    main()
