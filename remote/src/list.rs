@@ -72,26 +72,7 @@ pub struct Listed {
 /// `gs://bucket/dir`, `az://container/dir`), sorted by
 /// name.
 pub fn list(prefix_url: &str, config: &RemoteConfig) -> Result<Vec<Listed>> {
-    let url = ObjectUrl::parse(prefix_url)?;
-    if url.scheme == Scheme::Http {
-        return Err(Error::new(
-            ErrorKind::Unsupported,
-            prefix_url,
-            "listing needs object storage (s3://, gs://, az://); plain HTTP servers cannot list",
-        ));
-    }
-    let store = store_for(&url, config)?;
-    let prefix = url.key.trim_end_matches('/').to_string();
-    Stats::count(&stats().lists, 1);
-    let path = url.path();
-    let result = retried(prefix_url, config, || {
-        store.list_with_delimiter((!prefix.is_empty()).then_some(&path))
-    })?;
-    let strip = if prefix.is_empty() {
-        String::new()
-    } else {
-        format!("{prefix}/")
-    };
+    let (result, strip) = delimited(prefix_url, config)?;
     let mut out: Vec<Listed> = result
         .objects
         .into_iter()
@@ -111,8 +92,28 @@ pub fn list(prefix_url: &str, config: &RemoteConfig) -> Result<Vec<Listed>> {
 /// The names of the "directories" directly under `prefix_url`: the
 /// common prefixes a delimited listing returns (zarr's groups and arrays,
 /// whose keys hold `/`), without the listed prefix or a trailing `/`,
-/// sorted. Paged through like [`list`].
+/// sorted.
 pub fn list_prefixes(prefix_url: &str, config: &RemoteConfig) -> Result<Vec<String>> {
+    let (result, strip) = delimited(prefix_url, config)?;
+    let mut out: Vec<String> = result
+        .common_prefixes
+        .into_iter()
+        .filter_map(|p| {
+            let key = p.to_string();
+            let name = key.strip_prefix(&strip)?.trim_end_matches('/');
+            (!name.is_empty()).then(|| name.to_string())
+        })
+        .collect();
+    out.sort();
+    Ok(out)
+}
+
+/// One delimited listing of `prefix_url` (retried as [`retried`] says),
+/// with the key prefix its names start with (`dir/`; empty at the root).
+fn delimited(
+    prefix_url: &str,
+    config: &RemoteConfig,
+) -> Result<(object_store::ListResult, String)> {
     let url = ObjectUrl::parse(prefix_url)?;
     if url.scheme == Scheme::Http {
         return Err(Error::new(
@@ -133,17 +134,7 @@ pub fn list_prefixes(prefix_url: &str, config: &RemoteConfig) -> Result<Vec<Stri
     } else {
         format!("{prefix}/")
     };
-    let mut out: Vec<String> = result
-        .common_prefixes
-        .into_iter()
-        .filter_map(|p| {
-            let key = p.to_string();
-            let name = key.strip_prefix(&strip)?.trim_end_matches('/');
-            (!name.is_empty()).then(|| name.to_string())
-        })
-        .collect();
-    out.sort();
-    Ok(out)
+    Ok((result, strip))
 }
 
 /// Every object key under `prefix_url`, recursively (for tests and
