@@ -37,6 +37,7 @@ from . import (
     stores_bench,
     warm_bench,
     write_bench,
+    zarr_bench,
     zrecord_bench,
 )
 
@@ -117,6 +118,13 @@ COMPARISONS = {
         dict(size_mb=256, runs=15, small_leaves=512),
         saveopen_bench.run,
         saveopen_bench.header,
+    ),
+    "zarr": (
+        dict(rows=1024, cols=512, chunk_rows=32, shard=8, reads=50, runs=2),
+        # 64 MiB f32, 256 chunks of 256 KiB (16 per shard), 200 random reads.
+        dict(rows=8192, cols=2048, chunk_rows=32, shard=16, reads=200, runs=7),
+        zarr_bench.run,
+        zarr_bench.header,
     ),
     "loader": (
         dict(records=600, batches=10, runs=1, batch=64),
