@@ -33,7 +33,13 @@ Formats and writer settings (T = the number of cores):
   T threads; read with `group[name][...]`;
 * tensordict: the memmap directory (`TensorDict.memmap(num_threads=0|T)` /
   `TensorDict.load_memmap`) and the consolidated file
-  (`consolidate(filename=..., num_threads=0|T)` / `from_consolidated`).
+  (`consolidate(filename=..., num_threads=0|T)` / `from_consolidated`);
+  zt's own rows beside them: writing both forms with `zt.numpy.save_file`
+  (`format="tensordict"` / `"tensordict-consolidated"`, with and without
+  fsync; TensorDict does not fsync) and reading what TensorDict wrote with
+  `zt.open` (leaves as zero-copy views of the files, as TensorDict's
+  memory-mapped tensors are). Those rows also carry a ratio to
+  TensorDict's faster setting on the same format (the goals of issue 42).
 
 A peer that cannot be imported is a "missing" row. Every writer's output is
 read back once after its timed runs and checked leaf by leaf. Data:
@@ -98,7 +104,9 @@ def digests(leaves) -> dict[str, int]:
     return {name: common.digest(np.asarray(arr)) for name, arr in leaves}
 
 
-# -- formats: name -> (extension, {setting: save(arrays, path)}, open(path) -> digests) --------
+# -- formats: name -> (extension, {setting: save(arrays, path)}, {opener: open(path) -> digests}) --
+# The first save writes the artifact every opener reads; the first opener
+# reads back what every save wrote.
 
 
 def _zt_writer(arrays, path, publish=False):
@@ -119,7 +127,7 @@ def _zt_format():
         f"zt.numpy.save_file ({THREADS} threads)": lambda a, p: zt.numpy.save_file(a, p),
         f"zt.numpy.save_file ({THREADS} threads, durable=False)": lambda a, p: zt.numpy.save_file(a, p, durable=False),
     }
-    return ".zt", saves, _zt_open
+    return ".zt", saves, {"zt.open": _zt_open}
 
 
 def _safetensors_format(torch):
@@ -133,7 +141,7 @@ def _safetensors_format(torch):
     def open_(path):
         return digests((k, v.numpy()) for k, v in st.load_file(path).items())
 
-    return ".safetensors", {"safetensors.torch.save_file": save}, open_
+    return ".safetensors", {"safetensors.torch.save_file": save}, {"safetensors.torch.load_file": open_}
 
 
 def _torch_format(torch):
@@ -147,7 +155,7 @@ def _torch_format(torch):
         flat = torch.load(path, mmap=True, weights_only=True)
         return digests((k, v.numpy()) for k, v in flat.items())
 
-    return ".pt", {"torch.save": save}, open_
+    return ".pt", {"torch.save": save}, {"torch.load(mmap=True)": open_}
 
 
 def _zarr_format():
@@ -177,7 +185,7 @@ def _zarr_format():
         "zarr (1 thread)": lambda a, p: save(a, p, 1),
         f"zarr ({THREADS} threads)": lambda a, p: save(a, p, THREADS),
     }
-    return ".zarr", saves, open_
+    return ".zarr", saves, {"zarr.open_group": open_}
 
 
 def _tensordict(torch):
@@ -197,24 +205,45 @@ def _tensordict(torch):
     memmap = (
         ".td",
         {
-            f"TensorDict.memmap ({n} threads)": (lambda a, p, n=n: as_td(a).memmap(p, num_threads=n))
-            for n in (0, THREADS)
+            **{
+                f"TensorDict.memmap ({n} threads)": (lambda a, p, n=n: as_td(a).memmap(p, num_threads=n))
+                for n in (0, THREADS)
+            },
+            **_zt_tensordict_saves("tensordict"),
         },
-        lambda p: digests(leaves(TensorDict.load_memmap(p))),
+        {"TensorDict.load_memmap": lambda p: digests(leaves(TensorDict.load_memmap(p))), **ZT_TD_OPEN},
     )
     consolidated = None
     if hasattr(TensorDict, "from_consolidated"):
         consolidated = (
             ".tdc",
             {
-                f"TensorDict.consolidate(filename) ({n} threads)": (
-                    lambda a, p, n=n: as_td(a).consolidate(filename=p, num_threads=n)
-                )
-                for n in (0, THREADS)
+                **{
+                    f"TensorDict.consolidate(filename) ({n} threads)": (
+                        lambda a, p, n=n: as_td(a).consolidate(filename=p, num_threads=n)
+                    )
+                    for n in (0, THREADS)
+                },
+                **_zt_tensordict_saves("tensordict-consolidated"),
             },
-            lambda p: digests(leaves(TensorDict.from_consolidated(p))),
+            {"TensorDict.from_consolidated": lambda p: digests(leaves(TensorDict.from_consolidated(p))), **ZT_TD_OPEN},
         )
     return memmap, consolidated
+
+
+def _zt_tensordict_saves(fmt: str) -> dict[str, Callable]:
+    """zt writing TensorDict's form `fmt`, with fsync (its default) and
+    without (as TensorDict writes)."""
+    return {
+        f"zt.numpy.save_file(format={fmt!r})": lambda a, p: zt.numpy.save_file(a, p, format=fmt),
+        f"zt.numpy.save_file(format={fmt!r}, durable=False)": lambda a, p: zt.numpy.save_file(
+            a, p, format=fmt, durable=False
+        ),
+    }
+
+
+# zt reading an artifact TensorDict wrote (the opener's label names the form).
+ZT_TD_OPEN = {"zt.open": _zt_open}
 
 
 def formats() -> dict[str, tuple | None]:
@@ -231,15 +260,26 @@ def formats() -> dict[str, tuple | None]:
     }
 
 
-OPENERS = {
-    "zt .zt": "zt.open",
-    "safetensors": "safetensors.torch.load_file",
-    "torch.save": "torch.load(mmap=True)",
-    "zarr": "zarr.open_group",
-    "tensordict memmap directory": "TensorDict.load_memmap",
-    "tensordict consolidated file": "TensorDict.from_consolidated",
-}
-SAVE_PEER, OPEN_PEER = "safetensors.torch.save_file", OPENERS["safetensors"]
+SAVE_PEER, OPEN_PEER = "safetensors.torch.save_file", "safetensors.torch.load_file"
+# The TensorDict forms: zt's rows there get a ratio to the faster of
+# TensorDict's own settings on the same form.
+TD_FORMS = ("tensordict memmap directory", "tensordict consolidated file")
+TD_RATIO = "vs TensorDict (faster setting, same form)"
+
+
+def _open_label(fmt: str, opener: str) -> str:
+    """An opener's row: zt.open of a TensorDict form names the form."""
+    return f"zt.open ({fmt})" if fmt in TD_FORMS and opener == "zt.open" else opener
+
+
+def _td_ratios(times: dict[str, list[float]], extra: dict, theirs: list[str], ours: list[str]) -> None:
+    """Put TensorDict's best median ÷ each zt row's median in `extra`."""
+    medians = [common.summary(times[c])[0] for c in theirs if times.get(c)]
+    if not medians:
+        return
+    for case in ours:
+        if times.get(case):
+            extra.setdefault(case, {})[TD_RATIO] = f"{min(medians) / common.summary(times[case])[0]:.2f}×"
 
 
 # -- measurement -------------------------------------------------------------------------
@@ -268,7 +308,8 @@ def measure_save(label, arrays, fmts, want, runs, work) -> report.Result:
     for spec in fmts.values():
         if spec is None:
             continue
-        ext, saves, open_ = spec
+        ext, saves, openers = spec
+        open_ = next(iter(openers.values()))
         for setting, save in saves.items():
             path = os.fspath(work / f"{''.join(c if c.isalnum() else '_' for c in setting)}{ext}")
             paths[setting], opens[setting] = path, open_
@@ -292,6 +333,10 @@ def measure_save(label, arrays, fmts, want, runs, work) -> report.Result:
         if spec is None:
             times[f"{fmt}"] = []
             extra[fmt] = {"median": "missing (does not import, or this version lacks it)"}
+        elif fmt in TD_FORMS:
+            settings = list(spec[1])
+            ours = [c for c in settings if c.startswith("zt.")]
+            _td_ratios(times, extra, [c for c in settings if c not in ours], ours)
     title = f"Save, {label}: {len(arrays)} × {next(iter(arrays.values())).nbytes / 2**20:.2f} MiB f32"
     return report.Result("tensordict", title, times, peer=SAVE_PEER, nbytes=payload, extra=extra, modules=list(MODULES))
 
@@ -299,20 +344,22 @@ def measure_save(label, arrays, fmts, want, runs, work) -> report.Result:
 def measure_open(label, arrays, fmts, want, runs, work) -> report.Result:
     """Open an existing artifact of each format (warm cache) and digest every leaf."""
     payload = sum(a.nbytes for a in arrays.values())
-    cases, paths = {}, {}
+    cases, paths, labels = {}, {}, {}
     for fmt, spec in fmts.items():
         if spec is None:
             continue
-        ext, saves, open_ = spec
+        ext, saves, openers = spec
         path = os.fspath(work / f"open-{fmt.replace(' ', '_')}{ext}")
         _remove(path)
-        next(iter(saves.values()))(arrays, path)
+        next(iter(saves.values()))(arrays, path)  # the format's own writer
         paths[fmt] = path
+        labels[fmt] = [_open_label(fmt, o) for o in openers]
+        for row, open_ in zip(labels[fmt], openers.values()):
 
-        def case(open_=open_, path=path, name=OPENERS[fmt]):
-            assert open_(path) == want, f"{name} read wrong bytes"
+            def case(open_=open_, path=path, name=row):
+                assert open_(path) == want, f"{name} read wrong bytes"
 
-        cases[OPENERS[fmt]] = case
+            cases[row] = case
     os.sync()
     times, _ = common.interleaved(cases, runs, warmup=1)
     for p in paths.values():
@@ -320,13 +367,24 @@ def measure_open(label, arrays, fmts, want, runs, work) -> report.Result:
     extra = {}
     for fmt, spec in fmts.items():
         if spec is None:
-            times[OPENERS[fmt]] = []
-            extra[OPENERS[fmt]] = {"median": "missing (does not import, or this version lacks it)"}
+            times[fmt] = []
+            extra[fmt] = {"median": "missing (does not import, or this version lacks it)"}
+        elif fmt in TD_FORMS:
+            theirs, *ours = labels[fmt]
+            _td_ratios(times, extra, [theirs], ours)
     title = f"Open + digest every byte, {label} (warm cache)"
     return report.Result("tensordict", title, times, peer=OPEN_PEER, nbytes=payload, extra=extra, modules=list(MODULES))
 
 
+# The 1-minute load average when `run` started and ended, and the sizes
+# it ran at, for the header.
+LOAD: dict[str, float] = {}
+SIZES: dict[str, int] = {}
+
+
 def run(size_mb: int, runs: int, small_leaves: int = 512) -> list[report.Result]:
+    LOAD["start"] = os.getloadavg()[0]
+    SIZES.update(size_mb=size_mb, small_leaves=small_leaves)
     work = common.bench_dir("saveopen")
     fmts = formats()
     results = []
@@ -335,10 +393,18 @@ def run(size_mb: int, runs: int, small_leaves: int = 512) -> list[report.Result]
         results.append(measure_save(label, arrays, fmts, want, runs, work))
         results.append(measure_open(label, arrays, fmts, want, runs, work))
     _CONVERTED.clear()
+    LOAD["end"] = os.getloadavg()[0]
     return results
 
 
 def header(runs: int) -> str:
+    load = (
+        f" This run: 1-minute load average {LOAD['start']:.1f} at the start and {LOAD['end']:.1f} at the end "
+        "(other work shares the cores; the cases are interleaved run by run, so the ratios hold better than "
+        "the absolute times)."
+        if {"start", "end"} <= LOAD.keys()
+        else ""
+    )
     return (
         "## Save and open across on-disk formats (TensorDict's method)\n\n"
         f"Two layouts of one payload, {runs} runs per case after one warm-up, every case interleaved with every "
@@ -346,8 +412,12 @@ def header(runs: int) -> str:
         f"previous artifacts are deleted and `sync`ed outside the timed region. Files on "
         f"{common.bench_filesystem()} at `{common.bench_dir('saveopen')}`. Open times an existing artifact with a warm page cache and digests every "
         "leaf (checked against the source). Ratios: safetensors median ÷ case median (above 1 = faster than "
-        f"safetensors). T = {THREADS} threads = the number of cores. Data: synthetic float32 normal samples.\n\n"
-        f"Reproduce: `python -m harness.saveopen_bench --size-mb 256 --runs {runs}` "
+        f"safetensors). T = {THREADS} threads = the number of cores. Data: synthetic float32 normal samples. "
+        "zt's rows on TensorDict's two forms also give TensorDict's faster setting's median ÷ theirs "
+        "(issue 42's goals: reading the memmap directory ≥ 1.5×, writing it ≥ 1.0×)."
+        f"{load}\n\n"
+        f"Reproduce: `python -m harness.saveopen_bench --size-mb {SIZES.get('size_mb', 256)} --runs {runs} "
+        f"--small-leaves {SIZES.get('small_leaves', 512)}` "
         "(or `python -m harness --only tensordict`)."
     )
 

@@ -177,3 +177,13 @@ def test_loader_bench_retries_a_failed_run_once_and_says_so(monkeypatch):
     assert calls[lb.TORCH] == 2 and result.samples[lb.TORCH] == []
     retried = [n for n in result.notes if n.startswith(lb.GRAIN)]
     assert len(retried) == 1 and "1 run(s) failed" in retried[0] and "recursion depth" in retried[0]
+
+
+def test_tensordict_rows_take_the_ratio_to_tensordicts_faster_setting():
+    from harness import saveopen_bench
+
+    times = {"td 0 threads": [3.0, 2.0, 4.0], "td 2 threads": [1.0, 1.5, 0.5], "zt": [0.5, 0.25, 1.0], "zt missing": []}
+    extra = {"zt": {"files": "9"}}
+    saveopen_bench._td_ratios(times, extra, ["td 0 threads", "td 2 threads"], ["zt", "zt missing"])
+    # TensorDict's faster median (1.0 s) over zt's (0.5 s); no row for a case without runs.
+    assert extra == {"zt": {"files": "9", saveopen_bench.TD_RATIO: "2.00×"}}
