@@ -157,3 +157,84 @@ impl Source {
         Ok(out)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::{Catalog, Payload};
+    use crate::dtype::DType;
+    use crate::limits::Limits;
+    use crate::store::Store;
+
+    fn source() -> Source {
+        let store = Arc::new(Store::from_bytes("mem", (0u8..12).collect()));
+        let objects = ["a", "b", "c"]
+            .iter()
+            .enumerate()
+            .map(|(i, name)| {
+                let payload = Payload::Stored {
+                    store: Arc::clone(&store),
+                    offset: 4 * i as u64,
+                    len: 4,
+                };
+                Object::dense(*name, DType::U8, vec![4], payload)
+            })
+            .collect();
+        let catalog = Catalog {
+            objects,
+            ..Default::default()
+        };
+        Source::from_catalog("test", store, catalog, Limits::default()).unwrap()
+    }
+
+    /// `c`'s bytes under the name `x`, in `a`'s place.
+    fn new_x(s: &Source, name: &str) -> Entry {
+        let c = s.tensor("c").unwrap().object().clone();
+        Entry::New {
+            at: 0,
+            object: Object {
+                name: name.into(),
+                ..c
+            },
+            reads: vec![0, 2],
+        }
+    }
+
+    #[test]
+    fn new_objects_take_their_places() {
+        let s = source();
+        let out = s.derive(vec![new_x(&s, "x"), Entry::Kept(1)]).unwrap();
+        assert_eq!(out.names().collect::<Vec<_>>(), ["x", "b"]);
+        let x = out.tensor("x").unwrap();
+        assert_eq!(x.shape(), [4]);
+        assert_eq!(&x.data().unwrap().bytes().unwrap()[..], [8, 9, 10, 11]);
+        assert!(out.get("a").is_none() && out.get("c").is_none());
+    }
+
+    #[test]
+    fn bad_listings_are_refused() {
+        let s = source();
+        let dup = s.derive(vec![new_x(&s, "b"), Entry::Kept(1)]).unwrap_err();
+        assert_eq!(dup.rule(), Some(Rule::DUPLICATE_NAME));
+        let twice = s.derive(vec![Entry::Kept(1), Entry::Kept(1)]).unwrap_err();
+        assert_eq!(twice.rule(), Some(Rule::LISTING_ORDER));
+        let past = s.derive(vec![Entry::Kept(3)]).unwrap_err();
+        assert_eq!(past.rule(), Some(Rule::LISTING_ORDER));
+        // A part whose size is not its shape's.
+        let c = s.tensor("c").unwrap().object().clone();
+        let bad = Entry::New {
+            at: 0,
+            object: Object {
+                name: "x".into(),
+                shape: vec![3],
+                parts: vec![crate::catalog::Part {
+                    shape: vec![3],
+                    ..c.parts[0].clone()
+                }],
+                ..c
+            },
+            reads: vec![2],
+        };
+        assert!(s.derive(vec![bad]).is_err());
+    }
+}

@@ -17,7 +17,7 @@ use super::{rules, Group};
 const SCALE_SUFFIX: &str = "_scale_inv";
 
 /// float8_e4m3fn as f32, by code: bias 7, no infinities, `S.1111.111` NaN.
-const E4M3FN: [f32; 256] = e4m3fn_table();
+static E4M3FN: [f32; 256] = e4m3fn_table();
 
 /// float8_e4m3fn code `c` as f32.
 pub(super) fn e4m3fn(c: u8) -> f32 {

@@ -20,7 +20,7 @@ const BLOCKS: &str = "_blocks";
 const SCALES: &str = "_scales";
 
 /// e2m1 values by 4-bit code (transformers' `FP4_VALUES`).
-pub(super) const E2M1: [f32; 16] = [
+pub(super) static E2M1: [f32; 16] = [
     0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0,
 ];
 
