@@ -74,7 +74,8 @@ def load_file(
     without it they come back as their raw block bytes (uint8). It also
     dequantizes the quantized safetensors schemes :func:`zt.open` reads with
     ``dequantize=True``, to ``dtype`` (f32 by default; ``"bf16"`` gives
-    ``ml_dtypes.bfloat16`` arrays, and casts the other floating tensors).
+    ``ml_dtypes.bfloat16`` arrays, and casts the other floating tensors;
+    GGUF tensors come back float32 whatever ``dtype``).
     ``backend="pread"`` reads with positional I/O instead of mapping, as
     safetensors' option does. ``path`` may be an object URL
     (``storage_options`` as for :func:`zt.open`). ``ranks=True``: ``path``
@@ -88,14 +89,13 @@ def load_file(
         raise ValueError(f"backend must be 'mmap' or 'pread', got {backend!r}")
     if dtype is not None and not dequantize:
         raise ValueError("dtype goes with dequantize=True")
-    if ranks:
-        opened = zt.open_ranks(path, map=backend == "mmap", storage_options=storage_options)
-        if dequantize:
-            opened = zt.Source(zt._zt.dequantize(opened._native, zt._cast_name(dtype), None))
-    else:
-        opened = zt.open(
-            path, map=backend == "mmap", storage_options=storage_options, dequantize=dequantize, dtype=dtype
-        )
+    opener = zt.open_ranks if ranks else zt.open
+    opened = opener(path, map=backend == "mmap", storage_options=storage_options)
+    if dequantize and opened.format != "gguf":
+        # GGUF's blocks are dequantized below, tensor by tensor; a GGUF
+        # file is never read as a safetensors scheme (nor a config.json
+        # that happens to sit beside it).
+        opened = zt.Source(zt._zt.dequantize(opened._native, zt._cast_name(dtype), None))
     with opened as source:
         return _arrays(source, copy, dequantize, readonly)
 
