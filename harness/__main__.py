@@ -21,6 +21,7 @@ from . import (
     datasets_bench,
     load_into_bench,
     loader_bench,
+    onnx_external_bench,
     open_bench,
     quant_bench,
     quant_st_bench,
@@ -178,6 +179,13 @@ COMPARISONS = {
         dict(runs=5, model=checkpoint_bench.FULL_MODEL, ranks=4, shard_mb=100),
         checkpoint_bench.run,
         checkpoint_bench.header,
+    ),
+    "onnx-external": (
+        dict(runs=1, sizes=onnx_external_bench.QUICK),
+        # The 2.5 GiB (past protobuf's limit) and a 1.75 GiB inline model.
+        dict(runs=3, sizes=onnx_external_bench.FULL),
+        onnx_external_bench.run,
+        onnx_external_bench.header,
     ),
     "zrecord": (
         dict(vision=48, tokens=8192, ragged=8192, runs=1, write_rounds=1, batches=8),
