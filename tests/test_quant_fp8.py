@@ -260,3 +260,32 @@ def test_dtype_goes_with_dequantize(checkpoint):
     with pytest.raises(zt.FormatError) as info:
         zt.open(path, dequantize=True, dtype="int8")
     assert info.value.rule == "write.Cast"
+
+
+def test_empty_dimensions(tmp_path):
+    """Zero rows or columns: empty tensors of the logical shape, in every
+    scheme (nothing to decode, nothing cut into rows of zero bytes)."""
+    e4 = np.zeros((0,), np.uint8).view(E4M3)
+    cases = {
+        "fp8_rows": ({"a.weight": e4.reshape(0, 300), "a.weight_scale_inv": np.zeros((0, 3), np.float32)}, (0, 300)),
+        "fp8_cols": ({"a.weight": e4.reshape(4, 0), "a.weight_scale_inv": np.zeros((1, 0), np.float32)}, (4, 0)),
+        "mxfp4": (
+            {"a_blocks": np.zeros((2, 3, 0, 16), np.uint8), "a_scales": np.zeros((2, 3, 0), np.uint8)},
+            (2, 0, 3),
+        ),
+        "nvfp4": (
+            {
+                "a.weight_packed": np.zeros((3, 0), np.uint8),
+                "a.weight_scale": e4.reshape(3, 0),
+                "a.weight_global_scale": np.ones(1, np.float32),
+            },
+            (3, 0),
+        ),
+    }
+    for case, (tensors, shape) in cases.items():
+        path = tmp_path / f"{case}.safetensors"
+        safetensors.numpy.save_file(tensors, str(path))
+        with zt.open(path, dequantize=True, dtype="bf16") as source:
+            (name,) = list(source)
+            got = source[name].numpy()
+            assert got.shape == shape and got.dtype == BF16, case

@@ -99,7 +99,12 @@ type Run<'a> = (usize, &'a mut [u8]);
 /// thread, the caller's included, takes the next run not yet taken, so a
 /// thread the OS refuses only leaves more runs to the rest.
 pub fn rows_in_parallel(out: &mut [u8], row_bytes: usize, fill: impl Fn(usize, &mut [u8]) + Sync) {
-    let rows = out.len().checked_div(row_bytes).unwrap_or(0);
+    // Nothing to fill (a dimension of zero): `fill` would cut rows of
+    // zero bytes.
+    if row_bytes == 0 || out.is_empty() {
+        return;
+    }
+    let rows = out.len() / row_bytes;
     let threads = zt_core::copy::threads_for_pieces(out.len() as u64, THREAD_OUTPUT);
     if threads <= 1 || rows < 2 {
         fill(0, out);
@@ -141,6 +146,12 @@ mod tests {
         assert_eq!(out, [0x80, 0x3f, 0xc0, 0x7f, 0x00, 0x80, 0x80, 0x47]);
         store(DType::F16, &v, &mut out);
         assert_eq!(out, [0x00, 0x3c, 0x00, 0x7e, 0x00, 0x80, 0x00, 0x7c]);
+    }
+
+    #[test]
+    fn empty_outputs_call_nothing() {
+        rows_in_parallel(&mut [], 0, |_, _| panic!("no rows"));
+        rows_in_parallel(&mut [], 8, |_, _| panic!("no rows"));
     }
 
     #[test]
