@@ -3,8 +3,8 @@ initializers into one external data file, zt against onnx as users do it.
 
 Two sources, both built with onnx's own helpers (`numpy_helper.from_array`,
 `helper.make_graph`/`make_model`, `onnx.save_model`) from random float32
-matrices (a MatMul + Add chain, one `[n, n]` weight and one small bias per
-layer; the biases stay under the 1 KiB threshold):
+matrices (a MatMul + Add chain, one `[n, n]` weight and one `[n]` bias per
+layer, every one past the 1 KiB threshold):
 
 * the issue's size: a model past protobuf's 2 GB limit, which can only
   exist with its weights outside the protobuf, saved as
