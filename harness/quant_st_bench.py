@@ -17,7 +17,12 @@ scales. Cases, interleaved run by run per scheme, warm:
 Both outputs are compared bit for bit once before timing; each timed call
 keeps its output until the clock stops.
 
-    python -m harness.quant_st_bench --out-mb 256 --runs 5
+Then a DeepSeek-shaped FP8 checkpoint (``--convert-mb`` MiB of FP8, default
+1024) converted to bf16 safetensors, zt against DeepSeek's conversion script
+with its dequantization on the CPU, each run a fresh process: time and peak
+resident set.
+
+    python -m harness.quant_st_bench --out-mb 256 --runs 5 --convert-mb 1024
 """
 
 from __future__ import annotations
@@ -126,7 +131,7 @@ def timed(path, name: str, reference, runs: int, config) -> dict[str, list[float
     return times
 
 
-def run(out_mb: int, runs: int) -> list[report.Result]:
+def run(out_mb: int, runs: int, convert_mb: int = 1024) -> list[report.Result]:
     work = common.bench_dir("quant-st")
     nbytes = out_mb << 20
     values = nbytes // 2
@@ -166,8 +171,122 @@ def run(out_mb: int, runs: int) -> list[report.Result]:
             extra=extra,
             modules=MODULES,
             notes=notes,
-        )
+        ),
+        convert_run(convert_mb, max(2, runs // 2)),
     ]
+
+
+CONVERT_CHILD = """
+import json, os, sys, time
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+def status(key):
+    for line in open("/proc/self/status"):
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) * 1024
+    raise KeyError(key)
+
+case, src, dst = sys.argv[1:4]
+import torch, zt
+from safetensors.torch import load_file, save_file
+from transformers.integrations.finegrained_fp8 import _dequantize_fp8_weight
+before = status("VmRSS")
+start = time.perf_counter()
+if case == "zt":
+    zt.convert(src, dst, dequantize=True, dtype="bf16", durable=False)
+else:
+    # DeepSeek's fp8_cast_bf16.py, its weight_dequant (ceil grid, f32
+    # product, bf16 out) on the CPU through transformers' per-tensor
+    # _dequantize_fp8_weight: the shard loaded, each weight dequantized
+    # with its scale, the shard saved.
+    state = load_file(src)
+    out = {}
+    for name, t in state.items():
+        if name.endswith("_scale_inv"):
+            continue
+        scale = state.get(name + "_scale_inv")
+        if scale is None:
+            out[name] = t
+        else:
+            out[name] = _dequantize_fp8_weight(t, scale, [128, 128], torch.float32).to(torch.bfloat16)
+    save_file(out, dst)
+seconds = time.perf_counter() - start
+print(json.dumps({"seconds": seconds, "peak": status("VmHWM") - before}))
+"""
+
+
+def deepseek_checkpoint(path, size_mb: int, gen: torch.Generator) -> int:
+    """DeepSeek-V3-shaped FP8 projections (7168 x 2048 and back, ragged
+    scale grids among them) with their scales and bf16 norms, about
+    `size_mb` MiB of FP8; returns the largest tensor's bf16 bytes."""
+    shapes = [(7168, 2048), (2048, 7168), (1536, 7168), (576, 7168)]
+    tensors: dict[str, torch.Tensor] = {}
+    total, i = 0, 0
+    while total < size_mb << 20:
+        rows, cols = shapes[i % len(shapes)]
+        w = (torch.randn(rows, cols, generator=gen) * 100).clamp(-448, 448).to(torch.float8_e4m3fn)
+        s = torch.rand(-(-rows // 128), -(-cols // 128), generator=gen) * 2e-3 + 1e-5
+        tensors[f"model.layers.{i}.proj.weight"] = w
+        tensors[f"model.layers.{i}.proj.weight_scale_inv"] = s
+        tensors[f"model.layers.{i}.norm.weight"] = torch.randn(cols, generator=gen).to(torch.bfloat16)
+        total += rows * cols
+        i += 1
+    save_file(tensors, str(path))
+    return max(r * c for r, c in shapes) * 2
+
+
+def convert_run(size_mb: int, runs: int) -> report.Result:
+    """The checkpoint to bf16 safetensors, each run a fresh process: its time
+    and its peak resident set above its start."""
+    import subprocess
+    import sys
+
+    work = common.bench_dir("quant-st")
+    src, dst = work / f"deepseek-{size_mb}.safetensors", work / "out.safetensors"
+    largest = deepseek_checkpoint(src, size_mb, torch.Generator().manual_seed(3))
+    samples: dict[str, list[float]] = {"zt": [], "reference": []}
+    peaks: dict[str, list[int]] = {"zt": [], "reference": []}
+    outputs = {}
+    for r in range(runs + 1):
+        for case in ("zt", "reference"):
+            out = subprocess.run(
+                [sys.executable, "-c", CONVERT_CHILD, case, str(src), str(dst)],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            got = json.loads(out.stdout.strip().splitlines()[-1])
+            if r == 0:  # the warm-up run: the outputs compared
+                outputs[case] = {
+                    k: v.view(torch.int16) if v.dtype == torch.bfloat16 else v for k, v in load_file(str(dst)).items()
+                }
+            else:
+                samples[case].append(got["seconds"])
+                peaks[case].append(got["peak"])
+            dst.unlink()
+    assert outputs["zt"].keys() == outputs["reference"].keys()
+    assert all(torch.equal(outputs["zt"][k], outputs["reference"][k]) for k in outputs["zt"])
+    nbytes = src.stat().st_size
+    src.unlink()
+    extra = {c: {"peak RSS": f"{max(peaks[c]) / 2**20:.0f} MiB"} for c in samples}
+    return report.Result(
+        name="quant-safetensors-convert",
+        title=f"A DeepSeek-shaped FP8 checkpoint ({nbytes / 2**30:.2f} GiB) to bf16 safetensors",
+        samples=samples,
+        peer="reference",
+        nbytes=nbytes,
+        extra=extra,
+        modules=MODULES,
+        notes=[
+            f'zt: `zt.convert(src, dst, dequantize=True, dtype="bf16", durable=False)` (no fsync, as safetensors\' '
+            "save_file); reference: DeepSeek's fp8_cast_bf16.py with its weight_dequant on the CPU (transformers' "
+            "_dequantize_fp8_weight per tensor in f32, then bf16; the file loaded and saved by safetensors.torch). "
+            f"{runs} runs of each, alternating, each a fresh process after one "
+            "warm-up run whose outputs were compared tensor for tensor (equal). GiB/s is FP8 input per second; "
+            f"peak RSS is VmHWM above the process's start, the largest of its runs (largest output tensor "
+            f"{largest / 2**20:.0f} MiB).",
+        ],
+    )
 
 
 def header(runs: int) -> str:
@@ -184,8 +303,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out-mb", type=int, default=256)
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--convert-mb", type=int, default=1024, help="FP8 MiB of the checkpoint converted")
     args = ap.parse_args()
-    path = report.save(run(args.out_mb, args.runs), "quant-safetensors", header(args.runs))
+    path = report.save(run(args.out_mb, args.runs, args.convert_mb), "quant-safetensors", header(args.runs))
     print(path.read_text())
 
 
