@@ -18,7 +18,6 @@ import zt
 
 zarr = pytest.importorskip("zarr")
 from zarr.codecs import (  # noqa: E402
-    BloscCodec,
     BytesCodec,
     Crc32cCodec,
     GzipCodec,
@@ -290,26 +289,6 @@ def test_v2_groups_separators_and_fill(tmp_path, separator, consolidated):
         zarr.consolidate_metadata(str(tmp_path / "g.zarr"))
     src = assert_matches_zarr(tmp_path / "g.zarr", ["x", "sub/y"])
     assert src.attributes["a"] == 1
-
-
-def test_v2_default_blosc_is_refused_naming_the_codec(tmp_path):
-    import numcodecs
-
-    arr = zarr.create_array(
-        str(tmp_path / "b.zarr"), shape=(4,), chunks=(2,), dtype="f4", zarr_format=2, compressors=numcodecs.Blosc()
-    )
-    arr[:] = 1
-    assert json.loads((tmp_path / "b.zarr" / ".zarray").read_text())["compressor"]["id"] == "blosc"
-    with pytest.raises(zt.FormatError, match="blosc") as e:
-        zt.open(tmp_path / "b.zarr")
-    assert e.value.rule == "zarr.Codec"
-
-
-def test_v3_blosc_is_refused_naming_the_codec(tmp_path):
-    write_v3(tmp_path / "b.zarr", sample("f4", (4,)), chunks=(2,), compressors=BloscCodec())
-    with pytest.raises(zt.FormatError, match="blosc") as e:
-        zt.open(tmp_path / "b.zarr")
-    assert e.value.rule == "zarr.Codec"
 
 
 # ------------------------------------------------------- hostile stores

@@ -449,6 +449,7 @@ fn undo_compressors<'a>(
                 "zlib",
                 ctx,
             )?),
+            Compressor::Blosc => Cow::Owned(super::blosc::decode(&data, cap, ctx)?),
         };
     }
     Ok(data)

@@ -106,6 +106,9 @@ pub enum Compressor {
     Zlib,
     /// A 4-byte little-endian CRC-32C of the bytes before it.
     Crc32c,
+    /// A Blosc 1 frame (blosclz, lz4, lz4hc or zstd inside; the frame's
+    /// header says which, and how it is shuffled).
+    Blosc,
 }
 
 fn meta(ctx: &Context, what: impl Into<String>) -> Error {
@@ -327,7 +330,7 @@ fn refuse_codec(ctx: &Context, name: &str) -> Error {
     Error::unsupported(
         ctx.clone(),
         CODEC,
-        format!("codec {name:?} is not one zt reads (bytes, transpose, sharding_indexed, zstd, gzip, crc32c)"),
+        format!("codec {name:?} is not one zt reads (bytes, transpose, sharding_indexed, zstd, gzip, blosc, crc32c)"),
     )
 }
 
@@ -406,6 +409,7 @@ fn v3_codecs(ctx: &Context, list: Option<&Json>, rank: usize, depth: usize) -> R
             ("zstd", Some(_)) => compressors.push(Compressor::Zstd),
             ("gzip", Some(_)) => compressors.push(Compressor::Gzip),
             ("crc32c", Some(_)) => compressors.push(Compressor::Crc32c),
+            ("blosc", Some(_)) => compressors.push(Compressor::Blosc),
             (_, _) => return Err(refuse_codec(ctx, name)),
         }
     }
@@ -589,6 +593,7 @@ pub fn v2_array(ctx: &Context, m: &Map<String, Json>, max_rank: usize) -> Result
             Some("zlib") => vec![Compressor::Zlib],
             Some("gzip") => vec![Compressor::Gzip],
             Some("crc32c") => vec![Compressor::Crc32c],
+            Some("blosc") => vec![Compressor::Blosc],
             other => return Err(refuse_codec(ctx, other.unwrap_or("?"))),
         },
     };

@@ -15,8 +15,9 @@
 //! zarr-python reports them, its bytes read from its chunks at read time
 //! ([`array::ZarrArray`]): codecs `bytes` (either endian), `transpose`,
 //! `sharding_indexed` (its index, then only the inner chunks a read
-//! needs), `zstd`, `gzip`, `crc32c` (v2: `zlib`, `gzip`, `zstd`
-//! compressors, `order` C or F); a chunk never written is the fill value.
+//! needs), `zstd`, `gzip`, `blosc` (c-blosc: blosclz, lz4, lz4hc, zstd),
+//! `crc32c` (v2: `zlib`, `gzip`, `zstd`, `blosc` compressors, `order` C or
+//! F); a chunk never written is the fill value.
 //! An array held in one uncompressed little-endian chunk of a local store
 //! is a view of that file. Refusals cite `zarr.*` rules.
 
@@ -28,6 +29,7 @@ use zt_core::error::{Context, Error, Result};
 use zt_core::format::{Format, OpenInput, Probe};
 
 mod array;
+mod blosc;
 mod crc32c;
 mod keys;
 mod meta;

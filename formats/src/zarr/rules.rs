@@ -9,8 +9,8 @@ pub const META: Rule = Rule::new("zarr.Meta");
 /// A data type, chunk grid, chunk key encoding or storage transformer zt
 /// does not read (structured, string and datetime types; irregular grids).
 pub const DATA_TYPE: Rule = Rule::new("zarr.DataType");
-/// A codec zt does not read (`blosc`, `lz4`, filters), or codecs in an
-/// order the spec does not allow.
+/// A codec zt does not read (`lz4`, `blosc` with snappy or zlib inside,
+/// filters), or codecs in an order the spec does not allow.
 pub const CODEC: Rule = Rule::new("zarr.Codec");
 /// A key that would leave the store: an array path or a listed name with
 /// `..`, `.`, an empty component, a root or a backslash.
