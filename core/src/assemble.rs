@@ -67,9 +67,12 @@ impl Decode for Assemble {
         self.describe
     }
 
-    /// A range reads only the chunks it meets; each stored chunk is read in
-    /// place, so a range costs about itself. A chunk that is itself
-    /// decoded is decoded whole for every range that meets it.
+    /// A range reads only the chunks it meets, and of a stored C-order
+    /// chunk only the run of its bytes the range covers, so a range costs
+    /// about itself (from object storage too, where reading a whole chunk
+    /// for every piece of a cast fetched each chunk several times). A chunk
+    /// that is itself decoded is decoded whole for every range that meets
+    /// it.
     fn seeks(&self) -> bool {
         self.pieces
             .iter()
@@ -92,17 +95,27 @@ impl Decode for Assemble {
             if last * self.elem <= window.0 || first * self.elem >= window.1 {
                 continue;
             }
-            let bytes = match &p.payload {
-                Payload::Stored { store, offset, len } => store.read(*offset, *len)?,
+            // The chunk's bytes the window needs: `bytes` holds the chunk's
+            // bytes from `base` on.
+            let (bytes, base) = match &p.payload {
+                Payload::Stored { store, offset, len } => {
+                    let (lo, hi) = match p.strides {
+                        None => self.covered(p, window).unwrap_or((0, *len)),
+                        Some(_) => (0, *len),
+                    };
+                    let hi = hi.min(*len);
+                    let lo = lo.min(hi);
+                    (store.read(offset + lo, hi - lo)?, lo)
+                }
                 Payload::Decoded { decoder, .. } => {
-                    std::borrow::Cow::Owned(decoder.decode(limits)?)
+                    (std::borrow::Cow::Owned(decoder.decode(limits)?), 0)
                 }
             };
-            self.place(&mut out, window.0, p, &bytes)?;
-            drop(bytes);
-            if let Payload::Stored { store, offset, len } = &p.payload {
-                release_chunk_pages(store, *offset, *len);
+            self.place(&mut out, window.0, p, &bytes, base)?;
+            if let Payload::Stored { store, offset, .. } = &p.payload {
+                release_chunk_pages(store, offset + base, bytes.len() as u64);
             }
+            drop(bytes);
         }
         Ok(out)
     }
@@ -146,10 +159,57 @@ fn span(size: &[u64], chunk: &Piece) -> (u64, u64) {
 }
 
 impl Assemble {
+    /// The bytes `[lo, hi)` of a C-order chunk whose elements fall in the
+    /// global byte range `window`. A box's elements in its own C order land
+    /// at increasing global indexes, so those in the window are one run of
+    /// its own, found by binary search over its element indexes. `None`
+    /// when the sizes overflow (the caller then reads the whole chunk).
+    fn covered(&self, p: &Piece, window: (u64, u64)) -> Option<(u64, u64)> {
+        let n = num_elements(&p.sizes)?;
+        let global = c_strides(&self.size);
+        let local = c_strides(&p.sizes);
+        // The global index of the chunk's element `l` (its C-order index).
+        let at = |l: u64| -> u64 {
+            let mut rest = l;
+            let mut g = 0u64;
+            for d in 0..p.sizes.len() {
+                let s = local[d].max(1) as u64;
+                let i = rest / s;
+                rest %= s;
+                g += (p.offsets[d] + i) * global[d].max(0) as u64;
+            }
+            g
+        };
+        // The first chunk element whose global index is at least `target`.
+        let first_from = |target: u64| -> u64 {
+            let (mut lo, mut hi) = (0u64, n);
+            while lo < hi {
+                let mid = lo + (hi - lo) / 2;
+                if at(mid) < target {
+                    lo = mid + 1;
+                } else {
+                    hi = mid;
+                }
+            }
+            lo
+        };
+        let first = first_from(window.0 / self.elem);
+        let end = first_from(window.1.div_ceil(self.elem));
+        Some((first.checked_mul(self.elem)?, end.checked_mul(self.elem)?))
+    }
+
     /// Copy one chunk's elements (C order, or its own strides over `bytes`)
     /// that fall in `out`, the bytes from `out_start` of the global C-order
-    /// buffer, to their place there.
-    fn place(&self, out: &mut [u8], out_start: u64, p: &Piece, bytes: &[u8]) -> Result<()> {
+    /// buffer, to their place there. `bytes` holds the chunk's bytes from
+    /// its byte `base` on (all of them when `base` is 0).
+    fn place(
+        &self,
+        out: &mut [u8],
+        out_start: u64,
+        p: &Piece,
+        bytes: &[u8],
+        base: u64,
+    ) -> Result<()> {
         let (size, elem) = (&self.size, self.elem);
         let rank = size.len();
         let sizes = &p.sizes;
@@ -172,8 +232,12 @@ impl Assemble {
             if a >= b {
                 return Ok(());
             }
-            let from = (src + (a - dst)) as usize..(src + (b - dst)) as usize;
-            let from = bytes.get(from).ok_or_else(|| {
+            let (from, to) = (src + (a - dst), src + (b - dst));
+            let from = from
+                .checked_sub(base)
+                .zip(to.checked_sub(base))
+                .and_then(|(f, t)| bytes.get(f as usize..t as usize));
+            let from = from.ok_or_else(|| {
                 Error::decode(
                     self.ctx.clone(),
                     self.rule,
@@ -223,5 +287,90 @@ impl Assemble {
                 index[d] = 0;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Store;
+
+    /// A 6 x 10 tensor of u16 (element i holds i) split into boxes at
+    /// (`row`, `col`), each box's elements stored in its own C order, one
+    /// box after another in one store.
+    fn tensor(row: u64, col: u64) -> Assemble {
+        let (rows, cols) = (6u64, 10u64);
+        let mut stored = Vec::new();
+        let mut boxes = Vec::new();
+        for (r0, r1) in [(0, row), (row, rows)] {
+            for (c0, c1) in [(0, col), (col, cols)] {
+                let at = stored.len() as u64;
+                for r in r0..r1 {
+                    for c in c0..c1 {
+                        stored.extend_from_slice(&((r * cols + c) as u16).to_le_bytes());
+                    }
+                }
+                boxes.push((vec![r0, c0], vec![r1 - r0, c1 - c0], at));
+            }
+        }
+        let len = stored.len() as u64;
+        let store = Arc::new(Store::from_bytes("mem", stored));
+        let pieces = boxes
+            .into_iter()
+            .map(|(offsets, sizes, at)| Piece {
+                payload: Payload::Stored {
+                    store: Arc::clone(&store),
+                    offset: at,
+                    len: sizes.iter().product::<u64>() * 2,
+                },
+                offsets,
+                sizes,
+                strides: None,
+            })
+            .collect();
+        assert_eq!(len, rows * cols * 2);
+        Assemble {
+            ctx: Context::default(),
+            size: vec![rows, cols],
+            elem: 2,
+            pieces,
+            rule: Rule::DECODED_LENGTH,
+            describe: "test chunks",
+        }
+    }
+
+    #[test]
+    fn every_range_reads_what_the_whole_tensor_holds_there() {
+        let limits = Limits::default();
+        // Row splits (each box one run of the global buffer), column splits
+        // (each box a run per row), both, and empty boxes.
+        for (row, col) in [(3, 10), (6, 4), (2, 7), (0, 5), (6, 10)] {
+            let t = tensor(row, col);
+            let whole = t.decode(&limits).unwrap();
+            let want: Vec<u8> = (0..60u16).flat_map(|i| i.to_le_bytes()).collect();
+            assert_eq!(whole, want, "split at {row}, {col}");
+            for start in 0..120u64 {
+                for len in [1u64, 2, 3, 7, 20, 41, 120 - start] {
+                    let len = len.min(120 - start);
+                    let got = t.decode_range(start, len, &limits).unwrap();
+                    let want = &whole[start as usize..(start + len) as usize];
+                    assert_eq!(got, want, "split {row},{col}: {start}+{len}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_range_covers_only_the_bytes_of_a_chunk_it_needs() {
+        // Rows 0..3 of a 6 x 10 tensor split at column 4: the left box is
+        // 6 x 4. Global elements [12, 25) are rows 1 and 2 from column 2:
+        // the left box's elements at (1, 2), (1, 3), (2, 0) .. (2, 3).
+        let t = tensor(6, 4);
+        let left = &t.pieces[0];
+        let (lo, hi) = t.covered(left, (24, 50)).unwrap();
+        assert_eq!((lo / 2, hi / 2), (6, 12));
+        // A window past the box's last element covers none of it.
+        let (lo, hi) = t.covered(left, (118, 120)).unwrap();
+        assert_eq!(lo, hi);
     }
 }

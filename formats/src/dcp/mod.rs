@@ -192,8 +192,11 @@ fn build(input: &OpenInput<'_>, meta: &Metadata) -> Result<Catalog> {
         blocks: HashMap::new(),
     };
     let mut objects = Vec::with_capacity(meta.tensors.len());
-    for t in &meta.tensors {
-        objects.push(tensor(&mut files, meta, t).map_err(|e| e.in_tensor(&t.fqn))?);
+    for batch in meta.tensors.chunks(PREFETCH_TENSORS) {
+        prefetch_structures(&mut files, meta, batch);
+        for t in batch {
+            objects.push(tensor(&mut files, meta, t).map_err(|e| e.in_tensor(&t.fqn))?);
+        }
     }
     let mut attributes = vec![(
         "dcp.bytes_entries".to_string(),
@@ -214,6 +217,49 @@ fn build(input: &OpenInput<'_>, meta: &Metadata) -> Result<Catalog> {
         extra_stores: extra.into_iter().map(|(_, s)| s).collect(),
         ..Catalog::default()
     })
+}
+
+/// Tensors whose chunks' archive structures are fetched together.
+const PREFETCH_TENSORS: usize = 128;
+/// Bytes at each end of a chunk that a walk of its `torch.save` archive
+/// reads: the first member's header and `data.pkl`, then the data
+/// record's header, at the start; the last members, the central directory
+/// and the end records at the end.
+const STRUCTURE_BYTES: u64 = 8 << 10;
+
+/// Over object storage, bring the ends of every chunk of `tensors` into
+/// their files' caches, one planned batch of concurrent requests per file:
+/// each chunk is a `torch.save` archive whose walk makes a few small reads
+/// at its start and end, and made one after another they cost a request
+/// each (several per chunk, thousands for a model). Advice only: a file
+/// that cannot be opened or read here fails where the chunk is read, with
+/// that chunk's error.
+fn prefetch_structures(files: &mut Files, meta: &Metadata, tensors: &[TensorMeta]) {
+    let mut ranges: HashMap<&str, Vec<(u64, u64)>> = HashMap::new();
+    for t in tensors {
+        for chunk in &t.chunks {
+            let key = (t.fqn.clone(), Some(chunk.offsets.clone()));
+            let Some(info) = meta.storage.get(&key) else {
+                continue;
+            };
+            let Some(end) = info.offset.checked_add(info.length) else {
+                continue;
+            };
+            let ends = ranges.entry(info.relative_path.as_str()).or_default();
+            let n = STRUCTURE_BYTES.min(info.length);
+            ends.push((info.offset, n));
+            ends.push((end - n, n));
+        }
+    }
+    for (path, mut ends) in ranges {
+        let Ok(store) = files.get(path) else {
+            continue;
+        };
+        if store.is_remote() {
+            ends.sort_unstable();
+            let _ = store.prefetch_ranges(&ends);
+        }
+    }
 }
 
 /// One tensor: its chunks checked against its global shape and each other,

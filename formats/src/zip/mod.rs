@@ -47,6 +47,11 @@ const EOCD64_LEN: u64 = 56;
 const LOCATOR_LEN: u64 = 20;
 /// The end record plus the longest comment it can carry.
 const EOCD_SEARCH: u64 = EOCD_LEN + 0xFFFF;
+/// The suffix searched first: archives rarely carry a comment, and over the
+/// network a walk that reads 64 KiB from the end of every archive (every
+/// chunk of a `TORCH_SAVE` DCP checkpoint is one) costs that many bytes
+/// each, where its structure takes a few hundred.
+const EOCD_FIRST: u64 = 4 << 10;
 
 /// The zip64 extended-information extra field.
 const ZIP64_EXTRA: u16 = 0x0001;
@@ -230,14 +235,27 @@ fn find_directory(store: &Store, ctx: &Context, start: u64, len: u64) -> Result<
             available: len,
         });
     }
-    let tail_start = len.saturating_sub(EOCD_SEARCH);
-    let tail = store.read(start + tail_start, len - tail_start)?;
-    // The last signature whose record and comment fit in the file.
-    let found = (0..=tail.len() - EOCD_LEN as usize).rev().find(|&i| {
-        u32_at(&tail, i) == EOCD_SIG
-            && i + EOCD_LEN as usize + usize::from(u16_at(&tail, i + 20)) <= tail.len()
-    });
-    let Some(i) = found else {
+    // The last signature whose record and comment fit in the file: looked
+    // for in a short suffix first, then in the whole window a comment
+    // allows. Both end at the file's end, so a record found in the suffix is
+    // the last one the whole window holds too.
+    let mut found = None;
+    for window in [EOCD_FIRST, EOCD_SEARCH] {
+        let tail_start = len.saturating_sub(window);
+        let tail = store.read(start + tail_start, len - tail_start)?;
+        let last = (0..=tail.len() - EOCD_LEN as usize).rev().find(|&i| {
+            u32_at(&tail, i) == EOCD_SIG
+                && i + EOCD_LEN as usize + usize::from(u16_at(&tail, i + 20)) <= tail.len()
+        });
+        if let Some(i) = last {
+            found = Some((tail, tail_start, i));
+            break;
+        }
+        if tail_start == 0 {
+            break; // the suffix was the whole archive
+        }
+    }
+    let Some((tail, tail_start, i)) = found else {
         return Err(Error::header(
             ctx.clone(),
             rules::DIRECTORY,
