@@ -260,6 +260,32 @@ def zrecord_seeds() -> None:
     shutil.rmtree(tmp)
 
 
+def zarr_blosc_seeds() -> None:
+    """Blosc frames as zarr's `blosc` codec stores chunks (numcodecs, the
+    library zarr-python calls): every cname zt reads and zlib (refused),
+    every shuffle, several typesizes, a frame of several blocks and a
+    memcpyed one."""
+    import numcodecs
+
+    d = fresh("zarr_blosc")
+    rng = np.random.default_rng(0)
+    # Runs and small steps, so blosclz compresses too (else it stores the frame memcpyed).
+    data = (np.arange(512) // 8 + rng.integers(0, 2, 512)).astype(np.float32)
+    shuffles = {"noshuffle": 0, "shuffle": 1, "bitshuffle": 2}
+    for cname in ("blosclz", "lz4", "lz4hc", "zstd", "zlib"):
+        for sname, shuffle in shuffles.items():
+            codec = numcodecs.Blosc(cname=cname, clevel=5, shuffle=shuffle)
+            (d / f"{cname}-{sname}.blosc").write_bytes(codec.encode(data))
+    ints = (np.arange(300, dtype=np.int16) % 7).astype(np.int16)
+    (d / "lz4-shuffle-i2.blosc").write_bytes(numcodecs.Blosc(cname="lz4", shuffle=1).encode(ints))
+    wide = np.zeros(1024, dtype=np.complex128)
+    (d / "zstd-bitshuffle-c16.blosc").write_bytes(numcodecs.Blosc(cname="zstd", shuffle=2).encode(wide))
+    # 256 KiB in 4 blocks of 64 KiB (the blocksize asked for is a floor c-blosc raises).
+    blocks = numcodecs.Blosc(cname="lz4", clevel=9, shuffle=1, blocksize=4096)
+    (d / "lz4-blocks.blosc").write_bytes(blocks.encode(np.arange(1 << 16, dtype="f4")))
+    (d / "memcpyed.blosc").write_bytes(numcodecs.Blosc(cname="lz4").encode(rng.bytes(100)))
+
+
 def main() -> None:
     safetensors_seeds()
     gguf_seeds()
@@ -270,6 +296,7 @@ def main() -> None:
     h5_seeds()
     keras_seeds()
     zrecord_seeds()
+    zarr_blosc_seeds()
     for d in sorted(SEEDS.iterdir()):
         files = list(d.iterdir())
         print(f"{d.name}: {len(files)} files, {sum(f.stat().st_size for f in files)} bytes")

@@ -135,6 +135,29 @@ mod tests {
         assert!(e.to_string().contains("past the chunk's 16 bytes"), "{e}");
     }
 
+    /// The `zarr_blosc` fuzz seeds (numcodecs' frames, fuzz/make_seeds.py)
+    /// reach c-blosc's decoders: each decodes to its stated size, but zlib's.
+    #[test]
+    fn the_fuzz_seeds_decode() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/seeds/zarr_blosc");
+        let mut seen = 0;
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let frame = std::fs::read(&path).unwrap();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            let stated = u32::from_le_bytes(frame[4..8].try_into().unwrap()) as usize;
+            match decode(&frame, 1 << 20, &ctx()) {
+                Ok(out) => assert!(!name.starts_with("zlib") && out.len() == stated, "{name}"),
+                Err(e) => assert!(
+                    name.starts_with("zlib") && e.rule() == Some(CODEC),
+                    "{name}: {e}"
+                ),
+            }
+            seen += 1;
+        }
+        assert!(seen >= 19, "{seen} seeds");
+    }
+
     #[test]
     fn codecs_not_built_are_refused_by_name() {
         let mut frame = vec![2u8, 1, 3 << 5, 4];

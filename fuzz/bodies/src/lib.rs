@@ -7,7 +7,8 @@
 //! targets whose input is not a file one reader opens alone (the registry's
 //! detection, the pickle machine, the `.zt` CBOR codec, HDF5 edits of a
 //! fixture, zrecord's parts, a shard index, HTTP responses, a DCP
-//! `.metadata` beside its `.distcp`) are written here ([`WRITTEN`]).
+//! `.metadata` beside its `.distcp`, a zarr `blosc` chunk) are written here
+//! ([`WRITTEN`]).
 //! [`targets`] lists both.
 //!
 //! `fuzz/libfuzzer/fuzz_targets/body.rs` is the one libFuzzer binary: it
@@ -54,6 +55,7 @@ pub const WRITTEN: &[Written] = &[
     ("index_json", index_json),
     ("http_response", http_response),
     ("dcp", dcp),
+    ("zarr_blosc", zarr_blosc),
 ];
 
 /// What a target runs on each input.
@@ -667,6 +669,21 @@ pub fn index_json(data: &[u8]) {
 /// `Content-Length`, `ETag`, `Last-Modified`, chunked bodies), bodies
 /// longer or shorter than announced, versions that change between requests.
 /// Every read that succeeds returns exactly the bytes asked for.
+/// One chunk of zarr's `blosc` codec (a Blosc 1 frame for c-blosc, past
+/// zt's checks of its header), decoded with the chunk's expected size
+/// generous and tight: what decodes never passes it.
+pub fn zarr_blosc(data: &[u8]) {
+    for cap in [1u64 << 20, 256] {
+        if let Ok(out) = zt::formats::zarr::decode_blosc(data, cap) {
+            assert!(
+                out.len() as u64 <= cap,
+                "{} bytes decoded past {cap}",
+                out.len()
+            );
+        }
+    }
+}
+
 pub fn http_response(data: &[u8]) {
     use zt_remote::RemoteObject;
     let server = http::server();

@@ -40,6 +40,7 @@ pub const SEEDS: &[(&str, &[&str])] = &[
     ("index_json", &["fuzz/seeds/index_json"]),
     ("http_response", &["fuzz/seeds/http_response"]),
     ("dcp", &["fuzz/seeds/dcp"]),
+    ("zarr_blosc", &["fuzz/seeds/zarr_blosc"]),
 ];
 
 /// The fuzz targets the registry's plugins declare, in registry order.
