@@ -139,6 +139,9 @@ def two_ranks(tmp_path_factory) -> pathlib.Path:
                 "uneven": (torch.randn(5, 3, generator=g).to(torch.float16), Shard(0)),
                 "one_row": (torch.randn(1, 4, generator=g), Shard(0)),
                 "mask": (torch.rand(6, generator=g) > 0.5, Shard(0)),
+                # Two chunks of 11.7 MiB: larger than a cast's 8 MiB pieces,
+                # which straddle them.
+                "wide": (torch.randn(3000, 2048, generator=g), Shard(0)),
             }
             state = {
                 "model": {k: distribute_tensor(t, mesh, [p]) for k, (t, p) in full.items()},
@@ -350,6 +353,36 @@ def test_a_checkpoint_in_object_storage_reads_through_its_metadata(two_ranks, s3
     assert list(remote) == list(local)
     for name in local:
         assert remote[name].tobytes() == local[name].tobytes(), name
+
+
+def test_a_cast_from_object_storage_fetches_each_byte_once(two_ranks, s3, bucket, tmp_path):
+    # Opening walks every chunk's `torch.save` archive: its ends come in a
+    # batch per file, never a block or a file per read. A bf16 cast of the
+    # two-chunk tensor reads it in pieces that straddle the chunks: each
+    # piece fetches only the run of a chunk it covers.
+    client = s3.boto3()
+    files = sorted(two_ranks.iterdir())
+    for f in files:
+        client.upload_file(os.fspath(f), bucket, f"cast/{f.name}")
+    checkpoint = sum(f.stat().st_size for f in files)
+    before = zt.remote_stats()["bytes_in"]
+    src = zt.open(f"s3://{bucket}/cast/")
+    opened = zt.remote_stats()["bytes_in"]
+    # Each object's speculative head and tail (1 MiB + 256 KiB), the
+    # metadata, and each chunk's ends (8 KiB each).
+    distcp = [f for f in files if f.suffix == ".distcp"]
+    meta = pickle.loads((two_ranks / ".metadata").read_bytes())
+    chunks = sum(len(m.chunks) for m in meta.state_dict_metadata.values() if hasattr(m, "chunks"))
+    bound = len(distcp) * (1280 << 10) + (two_ranks / ".metadata").stat().st_size + chunks * (16 << 10)
+    assert opened - before <= bound < checkpoint
+    out = tmp_path / "wide.safetensors"
+    zt.convert(src, out, select="model.wide", dtype="bf16")
+    wide = 3000 * 2048 * 4
+    fetched = zt.remote_stats()["bytes_in"] - opened
+    assert wide <= fetched <= wide + (1 << 20)
+    local = tmp_path / "local.safetensors"
+    zt.convert(two_ranks, local, select="model.wide", dtype="bf16")
+    assert zt.open(out)["model.wide"].tobytes() == zt.open(local)["model.wide"].tobytes()
 
 
 def test_a_key_prefix_opens_through_its_metadata(two_ranks, s3, bucket):
