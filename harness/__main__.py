@@ -76,7 +76,7 @@ COMPARISONS = {
         quant_bench.header,
     ),
     "quant-safetensors": (
-        dict(out_mb=16, runs=2),
+        dict(out_mb=16, runs=2, convert_mb=64),
         dict(out_mb=256, runs=5),
         quant_st_bench.run,
         quant_st_bench.header,
