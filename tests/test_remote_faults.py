@@ -11,84 +11,29 @@ ListMultipartUploads). Retries are counted in ``zt.remote_stats()``.
 
 from __future__ import annotations
 
-import http.client
-import http.server
 import os
 import threading
 import urllib.parse
 
 import numpy as np
 import pytest
+from faultproxy import FaultProxy
 
 import zt
 
 
-class FaultyProxy:
-    """Forwards to ``upstream``; a request for which ``fail(method, path)``
-    is true is answered 500 (S3's InternalError) without being forwarded."""
+class FaultyProxy(FaultProxy):
+    """The suite's fault proxy (``faultproxy.FaultProxy``) answering 500
+    (S3's InternalError, not forwarded) to each request for which
+    ``fail(method, path)`` is true; ``failed`` lists those ``(method,
+    path)``."""
 
     def __init__(self, upstream: str, fail):
-        target = urllib.parse.urlsplit(upstream)
-        self.failed: list[tuple[str, str]] = []
-        proxy = self
+        super().__init__(upstream, lambda r: "500" if fail(r.method, r.path) else None)
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
-            def handle_one(self):
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else b""
-                if fail(self.command, self.path):
-                    proxy.failed.append((self.command, self.path))
-                    payload = b"<Error><Code>InternalError</Code><Message>injected</Message></Error>"
-                    self.send_response(500)
-                    self.send_header("Content-Type", "application/xml")
-                    self.send_header("Content-Length", str(len(payload)))
-                    self.send_header("Connection", "close")
-                    self.end_headers()
-                    self.wfile.write(payload)
-                    self.close_connection = True
-                    return
-                conn = http.client.HTTPConnection(target.hostname, target.port, timeout=30)
-                try:
-                    conn.putrequest(self.command, self.path, skip_host=True, skip_accept_encoding=True)
-                    for name, value in self.headers.items():
-                        if name.lower() not in ("connection", "keep-alive", "proxy-connection"):
-                            conn.putheader(name, value)
-                    conn.endheaders(body or None)
-                    reply = conn.getresponse()
-                    data = reply.read()
-                    self.send_response(reply.status, reply.reason)
-                    for name, value in reply.getheaders():
-                        if name.lower() not in ("connection", "transfer-encoding", "content-length", "keep-alive"):
-                            self.send_header(name, value)
-                    self.send_header("Content-Length", str(len(data)))
-                    self.send_header("Connection", "close")
-                    self.end_headers()
-                    if self.command != "HEAD":
-                        self.wfile.write(data)
-                    self.close_connection = True
-                finally:
-                    conn.close()
-
-            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = handle_one
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self) -> FaultyProxy:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join()
+    @property
+    def failed(self) -> list[tuple[str, str]]:
+        return [(r.method, r.path) for _, r in self.faulted]
 
 
 def journal(spool) -> list:
