@@ -155,14 +155,7 @@ impl Decode for Fp8Blocks {
     /// The rows the range covers, dequantized, then cut to it.
     fn decode_range(&self, start: u64, len: u64, limits: &Limits) -> Result<Vec<u8>> {
         let row = self.geometry.cols * self.width();
-        if row == 0 || len == 0 {
-            return Ok(Vec::new());
-        }
-        let first = start / row;
-        let last = (start + len - 1) / row;
-        let rows = self.rows(first, last + 1 - first, limits)?;
-        let from = (start - first * row) as usize;
-        Ok(rows[from..from + len as usize].to_vec())
+        io::cut_to_range(start, len, row, |first, n| self.rows(first, n, limits))
     }
 }
 

@@ -134,6 +134,26 @@ pub fn rows_in_parallel(out: &mut [u8], row_bytes: usize, fill: impl Fn(usize, &
     });
 }
 
+/// Bytes `[start, start + len)` of an output made of whole units of
+/// `unit` bytes (rows, or experts): `decode(first, count)` decodes the
+/// units the range meets, which are then cut to it. A range decode costs
+/// the units it covers, not the whole tensor.
+pub fn cut_to_range(
+    start: u64,
+    len: u64,
+    unit: u64,
+    decode: impl FnOnce(u64, u64) -> Result<Vec<u8>>,
+) -> Result<Vec<u8>> {
+    if unit == 0 || len == 0 {
+        return Ok(Vec::new());
+    }
+    let first = start / unit;
+    let last = (start + len - 1) / unit;
+    let units = decode(first, last + 1 - first)?;
+    let from = (start - first * unit) as usize;
+    Ok(units[from..from + len as usize].to_vec())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -134,15 +134,9 @@ impl Decode for Mxfp4Experts {
 
     /// The experts the range covers, then cut to it.
     fn decode_range(&self, start: u64, len: u64, limits: &Limits) -> Result<Vec<u8>> {
-        let per = self.expert_bytes();
-        if per == 0 || len == 0 {
-            return Ok(Vec::new());
-        }
-        let first = start / per;
-        let last = (start + len - 1) / per;
-        let all = self.experts(first, last + 1 - first, limits)?;
-        let from = (start - first * per) as usize;
-        Ok(all[from..from + len as usize].to_vec())
+        io::cut_to_range(start, len, self.expert_bytes(), |first, n| {
+            self.experts(first, n, limits)
+        })
     }
 }
 

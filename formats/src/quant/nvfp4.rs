@@ -90,15 +90,9 @@ impl Decode for Nvfp4 {
     }
 
     fn decode_range(&self, start: u64, len: u64, limits: &Limits) -> Result<Vec<u8>> {
-        let row = self.row_bytes();
-        if row == 0 || len == 0 {
-            return Ok(Vec::new());
-        }
-        let first = start / row;
-        let last = (start + len - 1) / row;
-        let rows = self.rows(first, last + 1 - first, limits)?;
-        let from = (start - first * row) as usize;
-        Ok(rows[from..from + len as usize].to_vec())
+        io::cut_to_range(start, len, self.row_bytes(), |first, n| {
+            self.rows(first, n, limits)
+        })
     }
 }
 
