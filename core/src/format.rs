@@ -34,6 +34,23 @@ pub struct Probe<'a> {
     pub extension: &'a str,
 }
 
+impl Probe<'_> {
+    /// True when the head is a JSON object (its first byte that is not
+    /// whitespace is `{`) holding one of `needles` byte for byte: how
+    /// formats whose index is a JSON file (TensorDict's `meta.json`,
+    /// zarr's metadata) tell it by content. Looks at the bytes as they are,
+    /// since it is asked of every file the registry detects.
+    pub fn json_object_with(&self, needles: &[&[u8]]) -> bool {
+        let head = self.head;
+        if head.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+            return false;
+        }
+        needles
+            .iter()
+            .any(|needle| head.windows(needle.len()).any(|w| w == *needle))
+    }
+}
+
 /// What `Format::open` receives: the file, the limits, and
 /// [`OpenInput::open_related`] for the files that belong with it
 /// (external data, shards).

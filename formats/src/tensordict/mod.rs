@@ -229,17 +229,11 @@ impl Format for MemmapDir {
         &[]
     }
 
-    /// A JSON object naming tensordict's classes. Asked of every file the
-    /// registry detects, so it looks at the bytes as they are: the first
-    /// one that is not whitespace first (a lossy UTF-8 copy of the 64 KiB
-    /// probe was most of a warm safetensors open).
+    /// A JSON object naming tensordict's classes (looked for in the bytes
+    /// as they are: a lossy UTF-8 copy of the 64 KiB probe was most of a
+    /// warm safetensors open).
     fn sniff(&self, probe: &Probe<'_>) -> bool {
-        let head = probe.head;
-        if head.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
-            return false;
-        }
-        let contains = |needle: &[u8]| head.windows(needle.len()).any(|w| w == needle);
-        contains(b"\"tensordict:") || contains(b"<class 'tensordict.")
+        probe.json_object_with(&[b"\"tensordict:", b"<class 'tensordict."])
     }
 
     fn fuzz(&self) -> Option<zt_core::FuzzTarget> {

@@ -121,15 +121,8 @@ impl Format for Zarr {
     }
 
     /// A JSON object naming `zarr_format` (or v2's consolidated format).
-    /// Asked of every file the registry detects: the first byte that is
-    /// not whitespace first.
     fn sniff(&self, probe: &Probe<'_>) -> bool {
-        let head = probe.head;
-        if head.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
-            return false;
-        }
-        let contains = |needle: &[u8]| head.windows(needle.len()).any(|w| w == needle);
-        contains(b"\"zarr_format\"") || contains(b"\"zarr_consolidated_format\"")
+        probe.json_object_with(&[b"\"zarr_format\"", b"\"zarr_consolidated_format\""])
     }
 
     fn fuzz(&self) -> Option<zt_core::FuzzTarget> {
