@@ -174,34 +174,13 @@ fn v3_dtype(ctx: &Context, v: Option<&Json>) -> Result<DType> {
     })
 }
 
-/// A v2 dtype string (`<f4`, `|b1`, `>c16`) and whether it is big-endian.
+/// A v2 dtype string (`<f4`, `|b1`, `>c16`): a numpy `descr`, read as the
+/// `.npy` reader reads one; `true` when its bytes are big-endian and wider
+/// than one byte.
 fn v2_dtype(ctx: &Context, v: Option<&Json>) -> Result<(DType, bool)> {
-    let unsupported = || Error::unsupported(ctx.clone(), DATA_TYPE, format!("dtype {v:?}"));
-    let text = v.and_then(Json::as_str).ok_or_else(unsupported)?;
-    let (order, kind) = text.split_at_checked(1).ok_or_else(unsupported)?;
-    let big = match order {
-        ">" => true,
-        "<" | "|" => false,
-        _ => return Err(unsupported()),
-    };
-    let dtype = match kind {
-        "b1" => DType::Bool,
-        "i1" => DType::I8,
-        "i2" => DType::I16,
-        "i4" => DType::I32,
-        "i8" => DType::I64,
-        "u1" => DType::U8,
-        "u2" => DType::U16,
-        "u4" => DType::U32,
-        "u8" => DType::U64,
-        "f2" => DType::F16,
-        "f4" => DType::F32,
-        "f8" => DType::F64,
-        "c8" => DType::Complex64,
-        "c16" => DType::Complex128,
-        _ => return Err(unsupported()),
-    };
-    Ok((dtype, big))
+    v.and_then(Json::as_str)
+        .and_then(crate::npy::parse_descr)
+        .ok_or_else(|| Error::unsupported(ctx.clone(), DATA_TYPE, format!("dtype {v:?}")))
 }
 
 /// A float fill value as `f64`: a number, `"NaN"`, `"Infinity"`,
