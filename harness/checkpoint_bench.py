@@ -76,7 +76,6 @@ from . import common, read_formats, report
 
 MODULES = ["torch", "safetensors", "huggingface_hub"]
 MIB = 1 << 20
-ANON_POLL_S = 0.005
 
 ZT = "zt.convert"
 PEER = "dcp_to_torch_save → torch.load → shards"
@@ -200,14 +199,6 @@ def save_checkpoint(ckpt: pathlib.Path, model: dict, ranks: int) -> float:
 # --- the cases, each run in a child (`--child CASE SRC DST SHARD`) -----------------------------------------------
 
 
-def status(key: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) * 1024
-    raise KeyError(key)
-
-
 def save_shards(tensors: dict, out: pathlib.Path, max_shard_size: str) -> None:
     """Hugging Face shards + index: huggingface_hub's `save_torch_state_dict`,
     or (without it) the same greedy split by hand through safetensors."""
@@ -325,25 +316,9 @@ def child_main(case: str, src: str, out: str, max_shard_size: str) -> None:
             import huggingface_hub  # noqa: F401
     else:
         import zt  # noqa: F401
-    import threading
-
-    before, anon = status("VmRSS"), [status("RssAnon")]
-    done = threading.Event()
-
-    def poll():  # the kernel keeps no high-water mark of anonymous memory alone: sample it
-        while not done.wait(ANON_POLL_S):
-            anon.append(max(anon[-1], status("RssAnon")))
-
-    poller = threading.Thread(target=poll, daemon=True)
-    poller.start()
-    t0 = time.perf_counter()
     # A URL stays a string (a path would fold its `//`).
-    run_case(case, src if src.startswith("s3://") else pathlib.Path(src), pathlib.Path(out), max_shard_size)
-    seconds = time.perf_counter() - t0
-    done.set()
-    poller.join()
-    peak_anon = max(anon[-1], status("RssAnon")) - anon[0]
-    print(json.dumps({"seconds": seconds, "baseline": before, "peak": status("VmHWM"), "anon": peak_anon}))
+    source = src if src.startswith("s3://") else pathlib.Path(src)
+    print(json.dumps(common.measure_call(lambda: run_case(case, source, pathlib.Path(out), max_shard_size))))
 
 
 def child(case: str, src: pathlib.Path, out: pathlib.Path, max_shard_size: str) -> dict:
@@ -425,7 +400,7 @@ def run(
         return missing("torch is not installed (it saves the DCP checkpoint)")
     import torch
 
-    LOAD["start"] = os.getloadavg()[0]
+    LOAD.begin()
     work = common.bench_dir("checkpoints")
     ckpt = work / "ckpt"
     saved_in = save_checkpoint(ckpt, model, ranks)
@@ -520,7 +495,7 @@ def run(
         (work / "model.pt").unlink(missing_ok=True)
         return [fwd, rev, from_object_storage(ckpt, work, shard, runs, warmup, want_fwd, bf16, described, saver)]
     finally:
-        LOAD["end"] = os.getloadavg()[0]
+        LOAD.finish()
         for p in [ckpt, work / "hf", *(work / f"out-{k}" for k in range(3))]:
             shutil.rmtree(p, ignore_errors=True)
         (work / "model.pt").unlink(missing_ok=True)
@@ -588,24 +563,16 @@ def from_object_storage(ckpt, work, shard: str, runs: int, warmup: int, want, bf
         shutil.rmtree(work / "s3", ignore_errors=True)
 
 
-# The 1-minute load average when `run` started and ended, for the header:
-# other work sharing the cores slows every case alike (they are interleaved
-# run by run), so the ratios hold while the absolute times do not.
-LOAD: dict[str, float] = {}
+# The load average while `run` ran, for the header.
+LOAD = common.LoadWindow()
 
 
 def header(runs: int) -> str:
-    load = (
-        f"\n\nThis run: 1-minute load average {LOAD['start']:.1f} at the start and {LOAD['end']:.1f} at the end "
-        "(other work sharing the cores; the cases are interleaved run by run, so the ratios hold)."
-        if {"start", "end"} <= LOAD.keys()
-        else ""
-    )
     return (
         "## Checkpoint conversion: PyTorch DCP to Hugging Face safetensors shards and back\n\n"
         f"{runs} interleaved runs after one warm-up, each a fresh child process; `vs` is the peer's median time over "
         "the case's (higher is faster), `RSS ÷` the case's median peak RSS over the peer's (lower is smaller). "
-        f"{REPRODUCE} {report.machine_line(['zt', 'numpy', *MODULES])}{load}\n"
+        f"{REPRODUCE} {report.machine_line(['zt', 'numpy', *MODULES])}{LOAD.sentence()}\n"
     )
 
 

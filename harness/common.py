@@ -238,3 +238,72 @@ def fmt_time(seconds: float) -> str:
     if seconds < 1:
         return f"{seconds * 1e3:.1f} ms"
     return f"{seconds:.2f} s"
+
+
+def proc_status(key: str) -> int:
+    """A `/proc/self/status` size field (`VmRSS`, `VmHWM`, `RssAnon`) in bytes."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    raise KeyError(key)
+
+
+# How often a measured call's anonymous memory is sampled.
+ANON_POLL_S = 0.005
+
+
+def measure_call(call: Callable[[], object]) -> dict:
+    """Run `call` in this (fresh, imports done) process and return its time
+    and memory: `seconds`; `baseline`, the resident set before it; `peak`,
+    the resident high-water mark after it (VmHWM, which counts the file
+    pages a mapping touches); `anon`, the peak anonymous memory over its
+    value before, sampled every `ANON_POLL_S` (the kernel keeps no
+    high-water mark of anonymous memory alone)."""
+    import threading
+
+    before, anon = proc_status("VmRSS"), [proc_status("RssAnon")]
+    done = threading.Event()
+
+    def poll():
+        while not done.wait(ANON_POLL_S):
+            anon.append(max(anon[-1], proc_status("RssAnon")))
+
+    poller = threading.Thread(target=poll, daemon=True)
+    poller.start()
+    t0 = time.perf_counter()
+    try:
+        call()
+    finally:
+        seconds = time.perf_counter() - t0
+        done.set()
+        poller.join()
+    peak_anon = max(anon[-1], proc_status("RssAnon")) - anon[0]
+    return {"seconds": seconds, "baseline": before, "peak": proc_status("VmHWM"), "anon": peak_anon}
+
+
+class LoadWindow:
+    """The 1-minute load average when a comparison's run started and ended,
+    for its results header: other work sharing the cores slows every case
+    alike (they are interleaved run by run), so the ratios hold while the
+    absolute times do not."""
+
+    def __init__(self) -> None:
+        self.start: float | None = None
+        self.end: float | None = None
+
+    def begin(self) -> None:
+        self.start = os.getloadavg()[0]
+
+    def finish(self) -> None:
+        self.end = os.getloadavg()[0]
+
+    def sentence(self) -> str:
+        """The header's sentence about it, with its paragraph break; empty
+        before a run has begun and finished."""
+        if self.start is None or self.end is None:
+            return ""
+        return (
+            f"\n\nThis run: 1-minute load average {self.start:.1f} at the start and {self.end:.1f} at the end "
+            "(other work sharing the cores; the cases are interleaved run by run, so the ratios hold)."
+        )

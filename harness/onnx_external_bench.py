@@ -58,7 +58,6 @@ from . import common, report
 
 MODULES = ["onnx"]
 MIB = 1 << 20
-ANON_POLL_S = 0.005
 THRESHOLD = 1024
 
 ZT = "zt.convert(external_data=True)"
@@ -135,16 +134,7 @@ def check(out: pathlib.Path, want: dict) -> None:
 # --- the cases, each run in a child (`--child CASE SRC DST`) ------------------------------------------------------
 
 
-def status(key: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) * 1024
-    raise KeyError(key)
-
-
 def child_main(case: str, src: str, dst: str) -> None:
-    import threading
 
     if case == ZT:
         import zt
@@ -165,22 +155,7 @@ def child_main(case: str, src: str, dst: str) -> None:
                 size_threshold=THRESHOLD,
             )
 
-    before, anon = status("VmRSS"), [status("RssAnon")]
-    done = threading.Event()
-
-    def poll():  # the kernel keeps no high-water mark of anonymous memory alone: sample it
-        while not done.wait(ANON_POLL_S):
-            anon.append(max(anon[-1], status("RssAnon")))
-
-    poller = threading.Thread(target=poll, daemon=True)
-    poller.start()
-    t0 = time.perf_counter()
-    call()
-    seconds = time.perf_counter() - t0
-    done.set()
-    poller.join()
-    peak_anon = max(anon[-1], status("RssAnon")) - anon[0]
-    print(json.dumps({"seconds": seconds, "baseline": before, "peak": status("VmHWM"), "anon": peak_anon}))
+    print(json.dumps(common.measure_call(call)))
 
 
 def child(case: str, src: pathlib.Path, dst: pathlib.Path) -> dict:
@@ -228,7 +203,7 @@ def result(name: str, title: str, got, nbytes: int, notes: list[str]) -> report.
 
 
 def run(runs: int, sizes: dict, warmup: int = 1) -> list[report.Result]:
-    LOAD["start"] = os.getloadavg()[0]
+    LOAD.begin()
     work = common.bench_dir("onnx-external")
     fs = common.filesystem_of(work)
     method = (
@@ -279,28 +254,22 @@ def run(runs: int, sizes: dict, warmup: int = 1) -> list[report.Result]:
             for k in range(len(CASES)):
                 shutil.rmtree(work / f"out-{k}", ignore_errors=True)
     finally:
-        LOAD["end"] = os.getloadavg()[0]
+        LOAD.finish()
         shutil.rmtree(work, ignore_errors=True)
     return results
 
 
-# The 1-minute load average when `run` started and ended, for the header.
-LOAD: dict[str, float] = {}
+# The load average while `run` ran, for the header.
+LOAD = common.LoadWindow()
 
 
 def header(runs: int) -> str:
-    load = (
-        f"\n\nThis run: 1-minute load average {LOAD['start']:.1f} at the start and {LOAD['end']:.1f} at the end "
-        "(other work sharing the cores; the cases are interleaved run by run, so the ratios hold)."
-        if {"start", "end"} <= LOAD.keys()
-        else ""
-    )
     return (
         "## ONNX external data: a model's initializers moved to one data file\n\n"
         f"{runs} interleaved runs after one warm-up, each a fresh child process; `vs` is the peer's median time over "
         "the case's (higher is faster), `RSS ÷` the case's median peak RSS over the peer's (lower is smaller). "
         "Reproduce: `python -m harness --only onnx-external` (`--quick`: 64 MiB and 48 MiB models, one run). "
-        f"{report.machine_line(['zt', 'numpy', *MODULES])}{load}\n"
+        f"{report.machine_line(['zt', 'numpy', *MODULES])}{LOAD.sentence()}\n"
     )
 
 
