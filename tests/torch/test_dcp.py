@@ -356,10 +356,13 @@ def test_a_checkpoint_in_object_storage_reads_through_its_metadata(two_ranks, s3
 
 
 def test_a_cast_from_object_storage_fetches_each_byte_once(two_ranks, s3, bucket, tmp_path):
-    # Opening walks every chunk's `torch.save` archive: its ends come in a
-    # batch per file, never a block or a file per read. A bf16 cast of the
-    # two-chunk tensor reads it in pieces that straddle the chunks: each
-    # piece fetches only the run of a chunk it covers.
+    # Opening walks every chunk's `torch.save` archive: it fetches no more
+    # than each object's head and tail and each chunk's ends. (Here the
+    # small chunks sit in those heads and tails, so this bound holds for a
+    # walk of block-sized reads too; results/checkpoints.md measures the
+    # open of a large checkpoint.) A bf16 cast of the two-chunk tensor reads
+    # it in pieces that straddle the chunks: each piece fetches only the run
+    # of a chunk it covers, the tensor's bytes once.
     client = s3.boto3()
     files = sorted(two_ranks.iterdir())
     for f in files:
