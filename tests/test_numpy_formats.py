@@ -155,6 +155,22 @@ def test_npz_positional_names(tmp):
         assert sorted(src) == ["arr_0", "arr_1"]
 
 
+@pytest.mark.parametrize("comment_len", [0, 100, 4096, 30_000, 65_535])
+def test_npz_with_an_archive_comment(tmp, comment_len):
+    # The end record is looked for in the archive's last 4 KiB first, then
+    # in the whole window a comment allows: either way numpy's arrays.
+    path = tmp / "c.npz"
+    arrays = {"a": sample("<f4", (7, 3)), "b": np.arange(10, dtype=np.int64)}
+    np.savez(path, **arrays)
+    with zipfile.ZipFile(path, "a") as z:
+        z.comment = b"c" * comment_len
+    with np.load(path) as want:
+        got = zt.numpy.load_file(path)
+        assert sorted(got) == sorted(want.files)
+        for name in want.files:
+            assert got[name].tobytes() == want[name].tobytes(), name
+
+
 def test_npz_large_member_zip64(tmp):
     # numpy forces zip64 local headers on every member; a 5 MiB member
     # exercises the extra-field path with real sizes.
