@@ -40,16 +40,19 @@ __all__ = ["DataLoader", "IterableDataset", "RankFailure", "as_tensors"]
 
 # Their settings: zt.loader's keyword spec, less and plus what each front
 # takes (zt.loader._KEYWORDS).
+# `streams` may be left out for `mix=`, as in zt.loader's.
 _FRONT = _loader._Front(
     "zt.torch.DataLoader",
-    drop=("step_stride", "mix"),
+    drop=("step_stride",),
     extra={"pin_memory": _loader._Keyword(False), "health_check": _loader._Keyword(None)},
+    optional_streams=True,
 )
 _DATASET = _loader._Front(
     "zt.torch.IterableDataset",
-    drop=("transform", "step_stride", "mix"),
+    drop=("transform", "step_stride"),
     defaults={"workers": 2, "prefetch": 2},
     extra={"steps": _loader._Keyword(None, _loader._optional_step)},
+    optional_streams=True,
 )
 
 
@@ -103,11 +106,14 @@ def as_tensors(batch: dict[str, Any]) -> dict[str, Any]:
 class _Columns:
     """Builds the torch batch from the native columns directly (Ragged
     records as views of one values tensor), whatever form ``packed`` asks
-    for: one conversion instead of numpy views converted one by one."""
+    for: one conversion instead of numpy views converted one by one. A
+    mixture's columns are its first dataset's (all have the same names and
+    kinds)."""
 
-    def __init__(self, streams: dict[str, Any], packed: bool):
+    def __init__(self, streams: dict[str, Any] | None, packed: bool, mix: Any = None):
         from .zrecord import Dense
 
+        streams = _loader._mix_first_streams(mix) if streams is None else streams
         self.packed = packed
         self.names = list(streams)
         # Anything not Dense is Ragged here; zt.loader.DataLoader refuses
@@ -171,7 +177,9 @@ class DataLoader:
 
     Same streams, settings, order, resume and sharding as
     :class:`zt.loader.DataLoader` (everything after ``streams`` is
-    keyword-only). Each Dense column is one tensor over the loader's own
+    keyword-only), mixtures included: ``mix={"web": (streams, 0.7), ...}``
+    in place of ``streams``, each batch then carrying ``"dataset"`` (an
+    int64 tensor, each sample's dataset in the order of ``mix``). Each Dense column is one tensor over the loader's own
     buffer (``torch.from_dlpack``, no copy); a Ragged column is a list of
     tensors that are views of one values tensor, or with ``packed=True`` the
     ``(values, offsets, shapes)`` tensors (offsets in elements).
@@ -187,7 +195,7 @@ class DataLoader:
     ``prefetch`` (see :class:`zt.loader.DataLoader`).
     """
 
-    def __init__(self, streams: dict[str, Any], *positional: Any, **settings: Any):
+    def __init__(self, streams: dict[str, Any] | None = None, *positional: Any, **settings: Any):
         self._loader = None
         kw = _FRONT.read(positional, settings)
         pin_memory, health_check = kw.pop("pin_memory"), kw.pop("health_check")
@@ -201,7 +209,8 @@ class DataLoader:
         # With a transform or pinning, the conversion (and the pinning copy)
         # run on the worker threads; otherwise at hand-off.
         kw["transform"] = _finisher(kw["transform"], pin_memory)
-        self._loader = _loader.DataLoader(streams, _assemble=_Columns(streams, kw.pop("packed")), **kw)
+        columns = _Columns(streams, kw.pop("packed"), kw["mix"])
+        self._loader = _loader.DataLoader(streams, _assemble=columns, _dataset_column=_tensor, **kw)
         try:
             self._health = None if health_check is None else _HealthCheck(self._loader.sampler, health_check)
         except BaseException:
@@ -254,6 +263,11 @@ class DataLoader:
     @property
     def sampler(self) -> _loader.Sampler:
         return self._loader.sampler
+
+    @property
+    def datasets(self) -> list[str] | None:
+        """A mixture's dataset names in the order ``"dataset"`` numbers them (else ``None``)."""
+        return self._loader.datasets
 
     @property
     def loader(self) -> _loader.DataLoader:
@@ -354,17 +368,19 @@ class IterableDataset(tud.IterableDataset):
     path when they are started with ``spawn`` (forked workers share the
     parent's). ``prefetch`` and ``prefetch_bytes`` bound each torch worker's
     own loader, so ``num_workers=n`` holds up to ``n`` times as much ahead.
+    ``mix={"web": (streams, 0.7), ...}`` in place of ``streams`` reads a
+    mixture as :class:`zt.loader.DataLoader` does (each batch gains
+    ``"dataset"``), its datasets reopened by path in the same way.
     """
 
-    def __init__(self, streams: dict[str, Any], *positional: Any, **settings: Any):
-        from .zrecord import Dense
-
+    def __init__(self, streams: dict[str, Any] | None = None, *positional: Any, **settings: Any):
         kw = _DATASET.read(positional, settings)
         super().__init__()
-        streams = dict(streams)
+        streams = None if streams is None else dict(streams)
+        mix = kw.pop("mix")
         start_step, steps = kw.pop("start_step"), kw.pop("steps")
-        # Validates the streams and settings now, in the main process.
-        probe = _loader.DataLoader(streams, **{**kw, "workers": 1, "prefetch": 1})
+        # Validates the streams, the mixture and the settings now, in the main process.
+        probe = _loader.DataLoader(streams, mix=mix, **{**kw, "workers": 1, "prefetch": 1})
         probe.close()
         s = probe.sampler
         # What each torch worker's loader is given (the ranks found here).
@@ -372,23 +388,31 @@ class IterableDataset(tud.IterableDataset):
         self._settings.update(rank=s.rank, world_size=s.world_size)
         self._config = dict(s._config)
         self.rank, self.world_size = s.rank, s.world_size
+        self.datasets = probe.datasets
         self.start_step = start_step
         self.steps = steps
-        self._streams = streams
-        self._kinds = {name: (isinstance(ds, Dense), str(ds.path)) for name, ds in streams.items()}
+        if mix is not None:
+            # Each dataset as its dict of streams (one store is the stream "data").
+            mix = {n: (d if isinstance(d, dict) else {"data": d}, w) for n, (d, w) in mix.items()}
+        self._streams, self._mix = streams, mix
+        self._kinds = None if streams is None else _paths(streams)
+        self._mix_kinds = None if mix is None else {n: (_paths(d), w) for n, (d, w) in mix.items()}
 
     def __getstate__(self):
         state = dict(self.__dict__)
-        state["_streams"] = None  # reopened by path in a spawned worker
+        state["_streams"] = state["_mix"] = None  # reopened by path in a spawned worker
         return state
 
-    def _open(self) -> tuple[dict[str, Any], bool]:
-        """The readers (the parent's, or reopened by path) and whether they are ours to close."""
-        if self._streams is not None:
-            return self._streams, False
-        from .zrecord import Dense, Ragged
-
-        return {name: (Dense if dense else Ragged).open(path) for name, (dense, path) in self._kinds.items()}, True
+    def _open(self) -> tuple[dict[str, Any] | None, Any, list]:
+        """The streams or the mixture (the parent's readers, or reopened by
+        path) and the readers that are ours to close."""
+        if self._streams is not None or self._mix is not None:
+            return self._streams, self._mix, []
+        if self._kinds is not None:
+            streams = _reopen(self._kinds)
+            return streams, None, list(streams.values())
+        mix = {n: (_reopen(kinds), w) for n, (kinds, w) in self._mix_kinds.items()}
+        return None, mix, [ds for d, _ in mix.values() for ds in d.values()]
 
     def __iter__(self) -> _Share:
         info = tud.get_worker_info()
@@ -396,17 +420,24 @@ class IterableDataset(tud.IterableDataset):
         count = None
         if self.steps is not None:
             count = 0 if self.steps <= worker else -(-(self.steps - worker) // workers)
-        streams, owned = self._open()
+        streams, mix, owned = self._open()
         settings = dict(self._settings)
         packed = settings.pop("packed")
-        loader = _loader.DataLoader(
-            streams,
-            start_step=self.start_step + worker,
-            step_stride=workers,
-            _assemble=_Columns(streams, packed),
-            **settings,
-        )
-        return _Share(loader, count, streams if owned else None)
+        try:
+            loader = _loader.DataLoader(
+                streams,
+                mix=mix,
+                start_step=self.start_step + worker,
+                step_stride=workers,
+                _assemble=_Columns(streams, packed, mix),
+                _dataset_column=_tensor,
+                **settings,
+            )
+        except BaseException:
+            for ds in owned:
+                ds.close()
+            raise
+        return _Share(loader, count, owned)
 
     # -- resume ---------------------------------------------------------------------
 
@@ -421,11 +452,24 @@ class IterableDataset(tud.IterableDataset):
         self.start_step = _loader._resume_step(state, self._config, rebase, "dataset")
 
 
+def _paths(streams: dict[str, Any]) -> dict[str, tuple[bool, str]]:
+    """How a spawned worker reopens each stream: its kind and path."""
+    from .zrecord import Dense
+
+    return {name: (isinstance(ds, Dense), str(ds.path)) for name, ds in streams.items()}
+
+
+def _reopen(kinds: dict[str, tuple[bool, str]]) -> dict[str, Any]:
+    from .zrecord import Dense, Ragged
+
+    return {name: (Dense if dense else Ragged).open(path) for name, (dense, path) in kinds.items()}
+
+
 class _Share:
     """One torch worker's share of the steps: a plain iterator (no generator
     frame is kept between batches)."""
 
-    def __init__(self, loader: _loader.DataLoader, count: int | None, owned):
+    def __init__(self, loader: _loader.DataLoader, count: int | None, owned: list):
         self.loader, self.left, self.owned = loader, count, owned
 
     def __iter__(self) -> _Share:
@@ -441,9 +485,9 @@ class _Share:
 
     def close(self) -> None:
         self.loader.close()
-        for ds in (self.owned or {}).values():
+        for ds in self.owned:
             ds.close()
-        self.owned = None
+        self.owned = []
 
     def __del__(self):
         self.close()

@@ -504,16 +504,19 @@ def _ignoring_step(assemble):
     return lambda step, columns: assemble(columns)
 
 
-def _with_datasets(assemble, sampler: Sampler, parts: list[tuple[int, int]]):
+def _with_datasets(assemble, sampler: Sampler, parts: list[tuple[int, int]], as_column=None):
     """A mixture's batches: the streams' columns plus ``"dataset"``, each
     sample's dataset number (the order of ``mix``), found from the step's
-    indices and the datasets' starts in the concatenated index space."""
+    indices and the datasets' starts in the concatenated index space; a
+    front whose columns are not numpy (zt.torch's) converts it with
+    ``as_column``."""
     starts = np.cumsum([0] + [n for _, n in parts[:-1]], dtype=np.uint64)
 
     def with_datasets(step, columns):
         batch = assemble(columns)
         indices = sampler.batch(step).astype(np.uint64, copy=False)
-        batch["dataset"] = np.searchsorted(starts, indices, side="right").astype(np.int64) - 1
+        which = np.searchsorted(starts, indices, side="right").astype(np.int64) - 1
+        batch["dataset"] = which if as_column is None else as_column(which)
         return batch
 
     return with_datasets
@@ -537,6 +540,20 @@ def _checked_streams(streams: Any, where: str) -> dict[str, Any]:
     if len(set(lengths.values())) != 1:
         raise ValueError(f"all streams must hold the same number of records{where}, got {lengths}")
     return streams
+
+
+def _mix_first_streams(mix: Any) -> dict[str, Any]:
+    """The streams of a mixture's first dataset (every dataset has the same
+    names and kinds), for a front that builds its columns before the loader
+    checks the mixture; ``{}`` when ``mix`` is malformed (the loader then
+    refuses it with its own message)."""
+    if not isinstance(mix, dict) or not mix:
+        return {}
+    entry = next(iter(mix.values()))
+    if not (isinstance(entry, tuple) and len(entry) == 2):
+        return {}
+    data = entry[0]
+    return dict(data) if isinstance(data, dict) else {"data": data}
 
 
 def _mixture(mix: Any):
@@ -687,7 +704,7 @@ class _Front:
 
 
 # `streams` may be left out for `mix=`, which names the datasets instead.
-_FRONT = _Front("zt.loader.DataLoader", internal=("_assemble",), optional_streams=True)
+_FRONT = _Front("zt.loader.DataLoader", internal=("_assemble", "_dataset_column"), optional_streams=True)
 
 
 class DataLoader:
@@ -744,7 +761,8 @@ class DataLoader:
     def __init__(self, streams: dict[str, Any] | None = None, *positional: Any, **settings: Any) -> None:
         # Settings: `_KEYWORDS`. `_assemble` (internal: zt.torch's front)
         # replaces the function that turns the native columns into a batch
-        # (numpy arrays by default).
+        # (numpy arrays by default), and `_dataset_column` converts a
+        # mixture's numpy "dataset" column to that front's kind.
         self._core = None
         kw = _FRONT.read(positional, settings)
         mix = kw["mix"]
@@ -784,7 +802,7 @@ class DataLoader:
         if _assemble is None:
             _assemble = _assembler(names, [_column_builder(self.streams[n], packed) for n in names])
         if mix_parts is not None:
-            _assemble = _with_datasets(_assemble, self.sampler, mix_parts)
+            _assemble = _with_datasets(_assemble, self.sampler, mix_parts, kw.get("_dataset_column"))
         else:
             _assemble = _ignoring_step(_assemble)
         self._assemble = _assemble

@@ -18,7 +18,8 @@ SPEC: {"stores": dir, "out": file, "jobs": [job, ...]}; each job is one of
 
 Modes are names (SEQUENTIAL, IID, CYCLIC, BLOCK_SHUFFLE). A gather job with
 "mix": true reads a mixture of the stores with themselves (ranks_data's
-MIX_WEIGHTS and MIX_BLOCK) and reports [index, digest, dataset] per sample.
+MIX_WEIGHTS and MIX_BLOCK) through its front and reports [index, digest,
+dataset] per sample.
 A failure prints its traceback and exits non-zero.
 """
 
@@ -55,10 +56,15 @@ def _samples(batch) -> list[list]:
 
 def _loader(job: dict, streams: dict):
     kw = dict(batch_size=GLOBAL_BATCH, mode=Mode[job["mode"]], seed=SEED, workers=2, prefetch=2)
+    torch_front = job.get("front", "torch") == "torch"
     if job.get("mix"):
         mix = {"a": (streams, MIX_WEIGHTS[0]), "b": (streams, MIX_WEIGHTS[1])}
+        if torch_front:
+            import zt.torch
+
+            return zt.torch.DataLoader(mix=mix, block_size=MIX_BLOCK, health_check=job.get("health"), **kw)
         return DataLoader(mix=mix, block_size=MIX_BLOCK, **kw)
-    if job.get("front", "torch") == "torch":
+    if torch_front:
         import zt.torch
 
         return zt.torch.DataLoader(streams, health_check=job.get("health"), **kw)

@@ -60,19 +60,21 @@ def launches(stores, tmp_path_factory):
                         "state_out": str(work / f"state-{mode}-{start + steps}.json"),
                     }
                 )
-            # A mixture through zt.loader, resumed across the same world sizes.
-            jobs.append(
-                {
-                    "id": "elastic-mix",
-                    "kind": "gather",
-                    "front": "loader",
-                    "mix": True,
-                    "mode": "BLOCK_SHUFFLE",
-                    "steps": steps,
-                    "state_in": None if start == 0 else str(work / f"state-mix-{start}.json"),
-                    "state_out": str(work / f"state-mix-{start + steps}.json"),
-                }
-            )
+            # A mixture through each front, resumed across the same world sizes.
+            for front in ("loader", "torch"):
+                jobs.append(
+                    {
+                        "id": f"elastic-mix-{front}",
+                        "kind": "gather",
+                        "front": front,
+                        "mix": True,
+                        "mode": "BLOCK_SHUFFLE",
+                        "steps": steps,
+                        "health": 60 if front == "torch" else None,
+                        "state_in": None if start == 0 else str(work / f"state-mix-{front}-{start}.json"),
+                        "state_out": str(work / f"state-mix-{front}-{start + steps}.json"),
+                    }
+                )
             spec = work / f"spec-{world}.json"
             out = work / f"report-{world}.json"
             spec.write_text(json.dumps({"stores": str(stores), "out": str(out), "jobs": jobs}))
@@ -121,14 +123,16 @@ def test_elastic_resume_over_world_sizes_2_4_1_3_equals_the_uninterrupted_run(la
             assert states[0]["seed"] == SEED
 
 
-def test_a_mixture_resumed_over_world_sizes_2_4_1_3_equals_one_process(launches):
-    """Mixing under torchrun (issue 38): at every step the ranks' samples
-    together, with the dataset each came from, are the one-process mixture's
-    global batch, across resumes at another world size."""
+@pytest.mark.parametrize("front", ["loader", "torch"])
+def test_a_mixture_resumed_over_world_sizes_2_4_1_3_equals_one_process(launches, front):
+    """Mixing under torchrun (issue 38), through zt.loader.DataLoader and
+    zt.torch.DataLoader (with its health check): at every step the ranks'
+    samples together, with the dataset each came from, are the one-process
+    mixture's global batch, across resumes at another world size."""
     total = SEGMENTS[-1][1] + SEGMENTS[-1][2]
     want = mix_reference(range(total))
     for world, start, steps in SEGMENTS:
-        job = launches[world]["elastic-mix"]
+        job = launches[world][f"elastic-mix-{front}"]
         assert job["start"] == start
         _check_steps(job["steps"], world, want[start : start + steps], f"mixture, W={world}")
         states = job["states"]

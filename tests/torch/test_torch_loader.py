@@ -11,13 +11,24 @@ import warnings
 
 import numpy as np
 import pytest
-from ranks_data import GLOBAL_BATCH, MODES, SEED, dense_rows, ragged_records, reference, write_stores
+from ranks_data import (
+    GLOBAL_BATCH,
+    MIX_BLOCK,
+    MIX_WEIGHTS,
+    MODES,
+    SEED,
+    dense_rows,
+    mix_reference,
+    ragged_records,
+    reference,
+    write_stores,
+)
 
 torch = pytest.importorskip("torch")
 import torch.utils.data as tud  # noqa: E402
 
 import zt.torch as ztt  # noqa: E402
-from zt.loader import CYCLIC, DataLoader, Mode  # noqa: E402
+from zt.loader import BLOCK_SHUFFLE, CYCLIC, DataLoader, Mode  # noqa: E402
 from zt.zrecord import Dense, Ragged  # noqa: E402
 
 
@@ -35,11 +46,26 @@ def streams(stores):
 
 
 def _samples(batch):
+    """[index, digest] of every sample, plus its dataset in a mixture (a
+    tensor, as every other column is)."""
     from ranks_data import digest
 
     rows = batch["d"].numpy()
     recs = [t.numpy() for t in batch["r"]]
-    return [[int(row[0]), digest(row, rec)] for row, rec in zip(rows, recs)]
+    out = [[int(row[0]), digest(row, rec)] for row, rec in zip(rows, recs)]
+    if "dataset" in batch:
+        assert isinstance(batch["dataset"], torch.Tensor) and batch["dataset"].dtype == torch.int64
+        for sample, d in zip(out, batch["dataset"].tolist()):
+            sample.append(d)
+    return out
+
+
+def _mix(streams):
+    """ranks_data's mixture: the stores with themselves, weights 2:1."""
+    return {"a": (streams, MIX_WEIGHTS[0]), "b": (streams, MIX_WEIGHTS[1])}
+
+
+MIX_KW = dict(batch_size=GLOBAL_BATCH, mode=BLOCK_SHUFFLE, block_size=MIX_BLOCK, seed=SEED)
 
 
 def test_as_tensors_shares_memory_through_dlpack(streams):
@@ -127,6 +153,74 @@ def test_iterable_dataset_under_spawn_reopens_by_path_and_resumes(streams):
         ds.load_state_dict({**ds.state_at(6), "seed": SEED + 1})
 
 
+def test_a_mixture_through_the_torch_dataloader_names_each_samples_dataset(streams):
+    """zt.torch.DataLoader(mix=..., block_size=...) (issue 38): per step the
+    one-process mixture (indices from a Sampler, bytes from the arrays the
+    stores were written from), "dataset" an int64 tensor; a transform
+    receives it."""
+    want = mix_reference(range(30))
+    with ztt.DataLoader(mix=_mix(streams), **MIX_KW, workers=3, rank=0, world_size=1) as dl:
+        assert dl.datasets == ["a", "b"] and dl.sampler.mix == [(2, 200), (1, 200)]
+        got = [_samples(next(dl)) for _ in range(30)]
+    assert got == want
+    # Each batch holds its 2:1 share.
+    assert all(sum(s[2] for s in step) == GLOBAL_BATCH // 3 for step in got)
+    with ztt.DataLoader(mix=_mix(streams), **MIX_KW, transform=lambda b: b["dataset"] * 10, rank=0, world_size=1) as dl:
+        assert [next(dl).tolist() for _ in range(3)] == [[s[2] * 10 for s in step] for step in want[:3]]
+    # Another block size is another stream.
+    with ztt.DataLoader(mix=_mix(streams), **{**MIX_KW, "block_size": 1}, rank=0, world_size=1) as dl:
+        assert _samples(next(dl)) != want[0]
+
+
+def test_a_torch_mixture_resumes_on_another_world_size(streams):
+    """A state saved by one process resumes the mixture on 2 and 3 ranks:
+    at every step the ranks' samples together are the one-process batch;
+    another mixture's state is refused."""
+    want = mix_reference(range(20))
+    with ztt.DataLoader(mix=_mix(streams), **MIX_KW, rank=0, world_size=1) as one:
+        for _ in range(9):
+            next(one)
+        state = one.state_dict()
+    assert state["global_step"] == 9 and state["mix"] > 0 and state["block_size"] == MIX_BLOCK
+    for world in (2, 3):
+        parts = []
+        for rank in range(world):
+            with ztt.DataLoader(mix=_mix(streams), **MIX_KW, workers=2, rank=rank, world_size=world) as dl:
+                dl.load_state_dict(state)
+                parts.append([_samples(next(dl)) for _ in range(11)])
+        for k in range(11):
+            assert sum((p[k] for p in parts), []) == want[9 + k], f"W={world}, step {9 + k}"
+    other = {"a": (streams, 1), "b": (streams, 1)}
+    with ztt.DataLoader(mix=other, **MIX_KW, rank=0, world_size=1) as dl:
+        with pytest.raises(ValueError, match=r"mix: saved \d+, here \d+"):
+            dl.load_state_dict(state)
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create 3 worker processes")  # 3 on 2 cores, on purpose
+def test_a_mixture_in_the_iterable_dataset_over_torch_workers_and_spawn(streams):
+    """IterableDataset(mix=...): torch workers (forked, and spawned, which
+    reopen every dataset's stores by path) yield the mixture's steps in
+    order, each once, with "dataset"; state_at/load_state_dict resume it."""
+    want = mix_reference(range(16))
+    ds = ztt.IterableDataset(mix=_mix(streams), **MIX_KW, rank=0, world_size=1, start_step=2, steps=8)
+    assert ds.datasets == ["a", "b"]
+    for n in (0, 3):
+        assert _through_torch(ds, num_workers=n) == want[2:10], f"num_workers={n}"
+    half = GLOBAL_BATCH // 2
+    second = ztt.IterableDataset(mix=_mix(streams), **MIX_KW, rank=1, world_size=2, steps=4)
+    second.load_state_dict(second.state_at(10))
+    got = _through_torch(second, num_workers=2, multiprocessing_context="spawn")
+    assert got == [s[half:] for s in want[10:14]], "rank 1 of 2 gets the second half of each global batch"
+    with pytest.raises(ValueError, match=r"mix: saved"):
+        second.load_state_dict({**second.state_at(3), "mix": second.state_at(3)["mix"] + 1})
+    # A single store per dataset is the stream "data", reopened as well.
+    single = {"a": (streams["d"], 2), "b": (streams["d"], 1)}
+    ds = ztt.IterableDataset(mix=single, **MIX_KW, rank=0, world_size=1, steps=3)
+    batches = list(tud.DataLoader(ds, batch_size=None, num_workers=1, multiprocessing_context="spawn"))
+    assert [[int(r[0]) for r in b["data"]] for b in batches] == [[s[0] for s in step] for step in want[:3]]
+    assert [b["dataset"].tolist() for b in batches] == [[s[2] for s in step] for step in want[:3]]
+
+
 def test_pin_memory_without_an_accelerator_warns_as_torch_does(streams):
     if torch.cuda.is_available():
         pytest.skip("an accelerator is present: see test_pin_memory_pins")
@@ -201,12 +295,10 @@ def test_the_fronts_share_zt_loaders_keyword_spec(streams):
     front = inspect.signature(ztt.DataLoader).parameters
     dataset = inspect.signature(ztt.IterableDataset).parameters
     assert [k for k in front if k not in base] == ["pin_memory", "health_check"]
-    assert [k for k in base if k not in front] == ["step_stride", "mix"]
+    assert [k for k in base if k not in front] == ["step_stride"]
     assert [k for k in dataset if k not in base] == ["steps"]
-    assert [k for k in base if k not in dataset] == ["transform", "step_stride", "mix"]
+    assert [k for k in base if k not in dataset] == ["transform", "step_stride"]
     for name, p in base.items():
-        if name == "streams":  # zt.loader's may be left out for mix= (issue 38)
-            continue
         if name in front:
             assert front[name].default == p.default, name
         if name in dataset and name not in ("workers", "prefetch"):
