@@ -96,21 +96,28 @@ def test_keras_loads_what_zt_writes(tmp):
     assert np.array_equal(dst.predict(X, verbose=0), src.predict(X, verbose=0))
 
 
-@pytest.mark.parametrize("max_bytes", [130, 300])
-def test_sharded_keras_weights_both_ways(tmp, max_bytes):
-    src = model(1)
-    # Keras's own sharded form for the same size (max_shard_size in GB).
-    kdir = tmp / "keras"
+def keras_sharded(src: keras.Model, kdir, max_bytes: int) -> tuple[dict, dict, dict]:
+    """Keras's own sharded form of `src` for `max_bytes` a shard, in `kdir`:
+    its index, its variables, and those in Keras's order (the weight
+    map's), the order zt is given them in to write the same split."""
     kdir.mkdir()
     src.save_weights(kdir / "m.weights.json", max_shard_size=max_bytes / 1024**3)
     kindex = json.loads((kdir / "m.weights.json").read_text())
     tensors = {}
     for shard in sorted(kdir.glob("m_*.weights.h5")):
         tensors.update(variables(shard))
-    # zt writes it from the variables in Keras's order (the weight map's).
     order = [g.strip("/") for g in kindex["weight_map"]]
     by_index = sorted(tensors, key=lambda n: int(n.rsplit("/", 1)[1]))
     ordered = {n: tensors[n] for g in order for n in by_index if n.rsplit("/", 1)[0] == g}
+    return kindex, tensors, ordered
+
+
+@pytest.mark.parametrize("max_bytes", [130, 300])
+def test_sharded_keras_weights_both_ways(tmp, max_bytes):
+    src = model(1)
+    # Keras's own sharded form for the same size (max_shard_size in GB).
+    kdir = tmp / "keras"
+    kindex, tensors, ordered = keras_sharded(src, kdir, max_bytes)
     zdir = tmp / "zt"
     zdir.mkdir()
     zt.numpy.save_file(ordered, zdir / "m.weights.json", layout="keras", max_shard_size=max_bytes)
@@ -125,6 +132,34 @@ def test_sharded_keras_weights_both_ways(tmp, max_bytes):
     for shard in sorted(kdir.glob("m_*.weights.h5")):
         got.update(zt.numpy.load_file(shard))
     assert_same(got, tensors)
+
+
+def test_a_sharded_overwrite_with_fewer_shards_removes_the_stale_ones(tmp):
+    """Issue 42: the second write (fewer, larger shards) leaves exactly the
+    files Keras's own write of that split has, plus files that are not
+    this checkpoint's shards; Keras loads the result."""
+    src = model(1)
+    _, _, many = keras_sharded(src, tmp / "k-many", 130)
+    kindex, _, few = keras_sharded(src, tmp / "k-few", 300)
+    zdir = tmp / "zt"
+    zdir.mkdir()
+    zt.numpy.save_file(many, zdir / "m.weights.json", layout="keras", max_shard_size=130)
+    first = sorted(os.listdir(zdir))
+    # Not shards of `m`: another checkpoint's, a single-file one, a name
+    # off the pattern.
+    others = ["mm_00005.weights.h5", "m.weights.h5", "m_0007.weights.h5", "m_notes.txt"]
+    for name in others:
+        (zdir / name).write_bytes(b"keep")
+    zt.numpy.save_file(few, zdir / "m.weights.json", layout="keras", max_shard_size=300)
+    want = sorted(os.listdir(tmp / "k-few"))
+    assert len(first) > len(want)
+    assert sorted(os.listdir(zdir)) == sorted(want + others)
+    assert json.loads((zdir / "m.weights.json").read_text()) == kindex
+    for name in others:
+        assert (zdir / name).read_bytes() == b"keep"
+    dst = model(2)
+    dst.load_weights(zdir / "m.weights.json")
+    assert np.array_equal(dst.predict(X, verbose=0), src.predict(X, verbose=0))
 
 
 def test_zt_reads_a_keras_zip(tmp):

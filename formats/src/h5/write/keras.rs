@@ -151,7 +151,47 @@ pub fn publish_sharded(
     let mut ser = serde_json::Serializer::with_formatter(&mut text, fmt);
     serde::Serialize::serialize(&doc, &mut ser).expect("JSON of plain values");
     bytes += publish(&index, |w| w.write_all(&text))?;
+    // Only now, with the new index in force, are the earlier write's extra
+    // shards unread: removing them sooner would break the old checkpoint
+    // if the write stopped before its index.
+    remove_stale_shards(&dir, &base, &files, durable);
     Ok(bytes)
+}
+
+/// True if `file` is named as Keras names a shard of the checkpoint
+/// `base`: `BASE_` + its index, zero-padded to at least 5 digits, +
+/// `.weights.h5` (`f"{base}_{i:05}.weights.h5"`).
+fn is_shard_of(base: &str, file: &str) -> bool {
+    let Some(index) = file
+        .strip_prefix(base)
+        .and_then(|r| r.strip_prefix('_'))
+        .and_then(|r| r.strip_suffix(".weights.h5"))
+    else {
+        return false;
+    };
+    let padded = index.len() == 5 || (index.len() > 5 && !index.starts_with('0'));
+    padded && index.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// Remove the shards of `base` in `dir` that the published index does
+/// not name (an overwrite with fewer shards than before leaves
+/// `NAME_00002.weights.h5` otherwise), and nothing else. Best effort: the
+/// new checkpoint is complete already, and a file left behind is removed
+/// by the next write.
+fn remove_stale_shards(dir: &Path, base: &str, published: &[String], durable: bool) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut removed = false;
+    for entry in entries.flatten() {
+        let file = entry.file_name().to_string_lossy().into_owned();
+        if is_shard_of(base, &file) && !published.contains(&file) {
+            removed |= std::fs::remove_file(entry.path()).is_ok();
+        }
+    }
+    if removed && durable {
+        let _ = sync_dir(dir);
+    }
 }
 
 #[cfg(test)]
@@ -166,6 +206,33 @@ mod tests {
         assert_eq!((i, b.as_str()), (PathBuf::from("/d/m.weights.json"), "m"));
         let (i, b) = names(Path::new("/d/m.weights.h5"));
         assert_eq!((i, b.as_str()), (PathBuf::from("/d/m.weights.json"), "m"));
+    }
+
+    #[test]
+    fn shard_names_of_a_checkpoint_only() {
+        for yes in [
+            "m_00000.weights.h5",
+            "m_00012.weights.h5",
+            "m_123456.weights.h5",
+        ] {
+            assert!(is_shard_of("m", yes), "{yes}");
+        }
+        for no in [
+            "m.weights.h5",
+            "m.weights.json",
+            "m_0001.weights.h5",
+            "m_012345.weights.h5",
+            "m_x_00000.weights.h5",
+            "mm_00000.weights.h5",
+            "m_00000.weights.h5.tmp",
+            "m_0000a.weights.h5",
+            "m_00000.h5",
+        ] {
+            assert!(!is_shard_of("m", no), "{no}");
+        }
+        // Another checkpoint whose name starts like this one's.
+        assert!(!is_shard_of("m", "m_00001_00000.weights.h5"));
+        assert!(is_shard_of("m_00001", "m_00001_00000.weights.h5"));
     }
 
     #[test]
