@@ -14,6 +14,7 @@ import argparse
 import time
 
 from . import (
+    block_shuffle_bench,
     checkpoint_bench,
     cold_bench,
     common,
@@ -172,6 +173,13 @@ COMPARISONS = {
         dict(records=16384, runs=5, batches=16),
         datasets_bench.run,
         datasets_bench.header,
+    ),
+    "block-shuffle": (
+        dict(records=4096, runs=1, batches=2, epochs=2),
+        # 128 MiB of 4 KiB records; quality over 8 epochs of batches of 256.
+        dict(records=32768, runs=5, batches=8),
+        block_shuffle_bench.run,
+        block_shuffle_bench.header,
     ),
     "checkpoints": (
         dict(runs=1, model=checkpoint_bench.QUICK_MODEL, ranks=1, shard_mb=10, warmup=0, s3=False),
