@@ -181,6 +181,45 @@ def test_external_data_is_what_onnx_moves_and_runs_the_same(tmp, model_path):
         assert sorted(t.numpy().tobytes() for t in in_data) == moved_bytes
 
 
+@pytest.mark.parametrize("threshold", [1024, 0, 33, 34, 100, 4096])
+def test_the_threshold_moves_what_onnx_moves_around_its_bytes_header(tmp, threshold):
+    """Issue 42: onnx compares `sys.getsizeof(raw_data)` (the length + 33)
+    with the threshold, so at 1024 tensors of 991 to 1023 bytes move too.
+    zt moves exactly the tensors onnx's own converter moves, initializers
+    and Constant values, at lengths on either side of the edge."""
+    lengths = sorted({max(0, threshold + d) for d in (-40, -34, -33, -32, -1, 0, 1)} | {0, 1})
+    inits = [tensor(f"i{n}", np.arange(n, dtype=np.uint8)) for n in lengths]
+    nodes = [helper.make_node("Identity", [f"i{n}"], [f"o{n}"]) for n in lengths]
+    nodes += [
+        helper.make_node("Constant", [], [f"c{n}"], value=tensor(f"c{n}_value", np.full(n, 7, np.uint8)))
+        for n in lengths
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [],
+        [helper.make_tensor_value_info(f"{p}{n}", TensorProto.UINT8, [n]) for p in "oc" for n in lengths],
+        initializer=inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    save(model, tmp / "m.onnx")
+    ref = onnx.load(os.fspath(tmp / "m.onnx"))
+    external_data_helper.convert_model_to_external_data(
+        ref, all_tensors_to_one_file=True, location="ref.data", size_threshold=threshold, convert_attribute=True
+    )
+    want = list(externals(ref))
+    out = tmp / "out" / "m.onnx"
+    out.parent.mkdir()
+    zt.convert(tmp / "m.onnx", out, external_data=True, threshold=threshold)
+    ours = onnx.load(os.fspath(out), load_external_data=False)
+    assert list(externals(ours)) == want
+    # The edge is where onnx puts it: length + 33 against the threshold.
+    source = all_tensors(onnx.load(os.fspath(tmp / "m.onnx")))
+    assert want == [t.name for t in source if len(t.raw_data) + 33 >= threshold]
+    onnx.checker.check_model(os.fspath(out), full_check=True)
+    assert_same_tensors(onnx.load(os.fspath(out)), onnx.load(os.fspath(tmp / "m.onnx")))
+
+
 def test_inline_of_onnx_external_data_is_the_original_model(tmp, model_path):
     original = onnx.load(os.fspath(model_path))
     ext_dir = tmp / "ext"
@@ -226,7 +265,8 @@ def test_location_and_threshold_through_the_cli(tmp, model_path, zt_cli):
     model = onnx.load(os.fspath(out), load_external_data=False)
     moved = externals(model)
     sizes = {t.name: numpy_helper.to_array(t).nbytes for t in all_tensors(onnx.load(os.fspath(model_path)))}
-    assert set(moved) == {n for n, s in sizes.items() if s >= 4000 and n not in ("typed", "labels")}
+    # onnx's comparison: the bytes object's size (length + 33) against it.
+    assert set(moved) == {n for n, s in sizes.items() if s + 33 >= 4000 and n not in ("typed", "labels")}
     assert {e["location"] for e in moved.values()} == {"weights/all.bin"}
     assert_same_tensors(onnx.load(os.fspath(out)), onnx.load(os.fspath(model_path)))
     # Back inline from there, again through the CLI.
@@ -282,6 +322,24 @@ def test_locations_that_leave_the_directory_are_refused_and_nothing_is_written(t
     assert info.value.rule == "onnx.Location"
     assert sorted(os.listdir(out_dir)) == ["link"]
     assert sorted(os.listdir(tmp)) == ["model.onnx", "out"]
+
+
+@pytest.mark.parametrize("external", [True, False])
+def test_a_model_or_output_in_object_storage_is_refused_as_remote(tmp, model_path, zt_cli, external):
+    """Issue 42: both ends of a rewrite are local files; an s3:// model or
+    output is refused for that (onnx.Remote), before any request (no
+    server here: a fetch would fail otherwise) and with nothing written."""
+    cases = [("s3://bucket/model.onnx", tmp / "out.onnx"), (model_path, "s3://bucket/out.onnx")]
+    for src, dst in cases:
+        with pytest.raises(zt.FormatError) as info:
+            zt.convert(src, dst, external_data=external)
+        assert info.value.rule == "onnx.Remote", info.value
+        why = "download the model" if str(src).startswith("s3://") else "then upload both"
+        assert why in str(info.value)
+        flag = "--external-data" if external else "--inline"
+        proc = subprocess.run([zt_cli, "convert", os.fspath(src), os.fspath(dst), flag], capture_output=True, text=True)
+        assert proc.returncode != 0 and why in proc.stderr, proc.stderr
+    assert sorted(os.listdir(tmp)) == ["model.onnx"]
 
 
 def test_external_data_that_lies_is_refused(tmp, model_path):

@@ -141,7 +141,8 @@ enum Command {
         #[arg(long, value_name = "FILE", requires = "external_data")]
         location: Option<String>,
         /// With --external-data: the smallest tensor moved out (bytes, or
-        /// with KB/MB/KiB/...; default 1024, as onnx).
+        /// with KB/MB/KiB/...; default 1024), compared as onnx compares it:
+        /// a tensor's length + 33 (Python's bytes header) against it.
         #[arg(long, value_name = "SIZE", requires = "external_data")]
         threshold: Option<String>,
         /// ONNX to ONNX: write every tensor's external data back into the

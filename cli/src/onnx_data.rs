@@ -46,6 +46,8 @@ pub fn run(inputs: &[PathBuf], out: &Path, req: &Request<'_>) -> zt::Result<()> 
     let [model] = inputs else {
         return Err(usage(format!("{flag} takes one ONNX model")));
     };
+    // Before detection, which would fetch a remote model's head.
+    rewrite::refuse_remote(model, out)?;
     let format = zt::detect(model)?;
     if format != "onnx" {
         return Err(usage(format!(

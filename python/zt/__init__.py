@@ -330,7 +330,9 @@ def convert(
 
     ``external_data`` rewrites an ONNX model to an ONNX model, its graph
     untouched: ``True`` moves every initializer and ``Constant`` tensor of
-    at least ``threshold`` bytes (default 1024, or ``"1KB"``) into the data
+    at least ``threshold`` bytes (default 1024, or ``"1KB"``; counted as
+    onnx counts them, by ``sys.getsizeof`` of the bytes, which adds 33, so
+    a 991-byte tensor moves at 1024) into the data
     file ``location`` beside ``dst`` (default ``dst``'s name + ``.data``; a
     location leaving ``dst``'s directory is a :class:`FormatError` and
     nothing is written); ``False`` writes every external tensor back into

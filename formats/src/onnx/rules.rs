@@ -20,6 +20,9 @@ pub const UNSUPPORTED: Rule = Rule::new("onnx.Unsupported");
 pub const LOCATION: Rule = Rule::new("onnx.Location");
 /// An output model past protobuf's 2 GB message limit.
 pub const PROTOBUF_LIMIT: Rule = Rule::new("onnx.ProtobufLimit");
+/// A rewrite (external data or inline) of a model or to an output in
+/// object storage: both ends of a rewrite are local files.
+pub const REMOTE: Rule = Rule::new("onnx.Remote");
 
 /// Every `onnx.*` rule: the registry's tests check that names are unique
 /// across plugins and carry the prefix.
@@ -32,4 +35,5 @@ pub const RULES: &[Rule] = &[
     UNSUPPORTED,
     LOCATION,
     PROTOBUF_LIMIT,
+    REMOTE,
 ];

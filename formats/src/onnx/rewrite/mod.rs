@@ -12,7 +12,8 @@
 //!
 //! What moves, as onnx's `convert_model_to_external_data(...,
 //! convert_attribute=True)` chooses: every dense tensor with `raw_data` (or
-//! already external) of at least `threshold` bytes among graph
+//! already external) that passes `threshold` as onnx compares it
+//! ([`moves`]: the bytes object's size, 33 more than the data) among graph
 //! initializers and node attribute tensors (a `Constant`'s value among
 //! them), in every graph, subgraph (`If`/`Loop`/`Scan` bodies), function
 //! and training graph. Tensors in typed fields (`float_data`, ...) and
@@ -55,10 +56,26 @@ pub const PROTOBUF_MAX: u64 = i32::MAX as u64;
 /// onnx's default size threshold (`convert_model_to_external_data`).
 pub const DEFAULT_THRESHOLD: u64 = 1024;
 
+/// What CPython's `sys.getsizeof` adds to a `bytes` object's length (its
+/// object header and trailing NUL, 64-bit builds): onnx compares
+/// `sys.getsizeof(tensor.raw_data) >= size_threshold`, not the data's
+/// length.
+pub const PY_BYTES_OVERHEAD: u64 = 33;
+
+/// Whether a tensor of `len` data bytes moves out at `threshold`, exactly
+/// as onnx's `convert_model_to_external_data` decides it (so 991 bytes
+/// move at the default 1024; 990 stay). Matched rather than "at least
+/// `threshold` bytes" so a model zt externalizes has the same tensors
+/// external as the one onnx's own conversion writes, and a threshold
+/// means the same number to both.
+pub fn moves(len: u64, threshold: u64) -> bool {
+    len.saturating_add(PY_BYTES_OVERHEAD) >= threshold
+}
+
 /// Where the output's tensors go.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Layout {
-    /// Tensors of at least `threshold` bytes into the data file
+    /// Tensors that pass `threshold` ([`moves`]) into the data file
     /// `location`, relative to the output's directory.
     External { location: String, threshold: u64 },
     /// Every tensor's bytes inside the model.
@@ -96,18 +113,34 @@ pub struct Rewritten {
     pub counts: Counts,
 }
 
+/// Refuse a model or output in object storage ([`rules::REMOTE`]): the
+/// rewrite copies runs of the model file to file (`copy_file_range`) and
+/// resolves its external data as local siblings, so both ends are local
+/// files. Called before anything is fetched or detected.
+pub fn refuse_remote(model: &Path, out: &Path) -> Result<()> {
+    if location::is_url(model) {
+        return Err(Error::write(
+            Context::file(model),
+            rules::REMOTE,
+            "an ONNX model in object storage is not rewritten there: external data is \
+             moved between local files; download the model (and its data files) first",
+        ));
+    }
+    if location::is_url(out) {
+        return Err(Error::write(
+            Context::file(out),
+            rules::REMOTE,
+            "an ONNX rewrite writes a local model and data file; write it locally, \
+             then upload both",
+        ));
+    }
+    Ok(())
+}
+
 /// Rewrite the ONNX model `model` to `out` with its tensors laid out as
 /// `layout` says (see the module's docs).
 pub fn rewrite(model: &Path, out: &Path, layout: &Layout) -> Result<Rewritten> {
-    for path in [model, out] {
-        if location::is_url(path) {
-            return Err(Error::write(
-                Context::file(path),
-                rules::LOCATION,
-                "external data is rewritten between local files; download the model first",
-            ));
-        }
-    }
+    refuse_remote(model, out)?;
     let data_path = match layout {
         Layout::External { location, .. } => Some(data_path(out, location)?),
         Layout::Inline => None,

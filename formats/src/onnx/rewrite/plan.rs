@@ -266,7 +266,9 @@ impl Planner<'_> {
             Layout::Inline => None,
         };
         match threshold {
-            Some(min) if may_move && data.len >= min => self.move_out(f, data).map(Some),
+            Some(min) if may_move && super::moves(data.len, min) => {
+                self.move_out(f, data).map(Some)
+            }
             _ if external => {
                 self.counts.inlined += 1;
                 self.rebuilt(f, |spans| {
