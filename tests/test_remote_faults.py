@@ -52,11 +52,12 @@ def test_an_upload_whose_abort_fails_is_aborted_by_the_next_write(s3, bucket, tm
         abort = method == "DELETE" and "uploadId" in query
         return second_part or abort
 
-    arrays = {"w": np.arange((256 << 10) // 4, dtype=np.float32)}  # 4 parts and a bit
+    # S3's smallest parts (5 MiB, the last excepted): 3 parts and a bit.
+    arrays = {"w": np.arange((15 << 20) // 4, dtype=np.float32)}
     with FaultyProxy(s3.endpoint, fail) as proxy:
         options = {
             "endpoint": proxy.endpoint,
-            "part_size": 64 << 10,
+            "part_size": 5 << 20,
             "concurrency": 1,
             "max_retries": 0,
             "spool": os.fspath(spool),
@@ -83,6 +84,27 @@ def test_an_upload_whose_abort_fails_is_aborted_by_the_next_write(s3, bucket, tm
     assert journal(spool) == []
     listed = client.list_objects_v2(Bucket=bucket, Prefix="faults/")
     assert [o["Key"] for o in listed["Contents"]] == ["faults/next.safetensors"]
+
+
+def test_a_part_size_s3_refuses_is_refused_before_anything_goes_up(s3, bucket, tmp):
+    """S3 refuses parts under 5 MiB (but the last) only when the upload is
+    completed, after every byte went up: zt refuses the option for an S3
+    upload before a request is sent, whatever the file's size."""
+    client = s3.boto3()
+    arrays = {"w": np.arange((1 << 20) // 4, dtype=np.float32)}
+    with FaultyProxy(s3.endpoint, lambda method, path: False) as proxy:
+        options = {"endpoint": proxy.endpoint, "part_size": (5 << 20) - 1, "spool": os.fspath(tmp)}
+        for small in ({}, {"w": np.ones(3, np.float32)}):
+            with pytest.raises(ValueError, match="below the 5 MiB") as refused:
+                zt.numpy.save_file(small or arrays, f"s3://{bucket}/small-parts/m.safetensors", storage_options=options)
+            assert f"s3://{bucket}/small-parts/m.safetensors" in str(refused.value)
+        assert proxy.requests == []
+    assert client.list_objects_v2(Bucket=bucket, Prefix="small-parts/")["KeyCount"] == 0
+    assert not client.list_multipart_uploads(Bucket=bucket).get("Uploads")
+    # Reads may use small parts: a ranged GET has no minimum.
+    zt.numpy.save_file(arrays, f"s3://{bucket}/small-parts/m.safetensors", storage_options={"part_size": 5 << 20})
+    got = zt.numpy.load_file(f"s3://{bucket}/small-parts/m.safetensors", storage_options={"part_size": 64 << 10})
+    assert got["w"].tobytes() == arrays["w"].tobytes()
 
 
 def test_retries_are_counted_beside_requests(s3, bucket, tmp):

@@ -121,3 +121,70 @@ def test_a_failed_withdrawal_names_what_it_left(s3, bucket, tmp):
     assert f"left: {url}/data_1.zr, {url}/data_0.zr" in message, message
     assert keys_under(client, bucket, "made/") == ["made/rows.zr/data_0.zr", "made/rows.zr/data_1.zr"]
     assert open_uploads(client, bucket) == []
+
+
+def deletes_fail(fail_put):
+    """A ``decide`` failing every delete (the server gone for them) and
+    what ``fail_put`` fails."""
+
+    def decide(request):
+        # object_store deletes on S3 by DeleteObjects (POST ?delete).
+        deleting = request.method == "DELETE" or (request.method == "POST" and request.query == "delete")
+        return "500" if deleting else fail_put(request)
+
+    return decide
+
+
+def leftover_journals(spool) -> list:
+    return sorted((spool / "zt-uploads").glob("*.leftover"))
+
+
+def test_what_a_failed_withdrawal_left_is_deleted_by_the_next_publish(s3, bucket, tmp):
+    """The objects a failed store could not delete are journaled with the
+    versions it put; the next publish to the prefix deletes those (and only
+    those) first, so a store of fewer shards opens instead of finding the
+    failed one's ``data_2.zr`` (``UnexpectedShard``)."""
+    from zt.zrecord import Dense
+
+    client = s3.boto3()
+    client.put_object(Bucket=bucket, Key="made/rows.zr/README", Body=b"kept")
+    url = f"s3://{bucket}/made/rows.zr"
+    with FaultProxy(s3.endpoint, deletes_fail(put_of("data_3.zr"))) as proxy:
+        with pytest.raises(OSError) as failure:
+            create(url, proxy.endpoint, tmp)
+    assert proxy.kinds() == ["500"] * 4, proxy.faulted
+    assert "the next publish to this prefix deletes them" in str(failure.value), failure.value
+    left = ["made/rows.zr/README"] + [f"made/rows.zr/data_{i}.zr" for i in range(3)]
+    assert keys_under(client, bucket, "made/") == left
+    assert len(leftover_journals(tmp)) == 1
+
+    fewer = SMALL[:25_000]
+    create(url, None, tmp, fewer, shards=2)
+    names = ["README", "data_0.zr", "data_1.zr", "meta.zr"]
+    assert keys_under(client, bucket, "made/") == [f"made/rows.zr/{n}" for n in names]
+    assert client.get_object(Bucket=bucket, Key="made/rows.zr/README")["Body"].read() == b"kept"
+    assert leftover_journals(tmp) == []
+    with Dense.open(url) as back:
+        assert back.data_shards == 2
+        assert back[np.arange(len(fewer))].tobytes() == fewer.tobytes()
+
+
+def test_a_leftover_replaced_since_is_not_deleted(s3, bucket, tmp):
+    """A journaled object someone wrote again since (another ETag) is not
+    this journal's to delete: it stays, its entry is dropped, and the store
+    published beside it reports the stranger (``UnexpectedShard``)."""
+    from zt.zrecord import Dense
+
+    client = s3.boto3()
+    url = f"s3://{bucket}/made/rows.zr"
+    with FaultProxy(s3.endpoint, deletes_fail(put_of("data_3.zr"))) as proxy:
+        with pytest.raises(OSError):
+            create(url, proxy.endpoint, tmp)
+    client.put_object(Bucket=bucket, Key="made/rows.zr/data_2.zr", Body=b"someone else's")
+    create(url, None, tmp, SMALL[:25_000], shards=2)
+    names = ["data_0.zr", "data_1.zr", "data_2.zr", "meta.zr"]
+    assert keys_under(client, bucket, "made/") == [f"made/rows.zr/{n}" for n in names]
+    assert client.get_object(Bucket=bucket, Key="made/rows.zr/data_2.zr")["Body"].read() == b"someone else's"
+    assert leftover_journals(tmp) == []
+    with pytest.raises(Exception, match="data_2.zr"):
+        Dense.open(url)

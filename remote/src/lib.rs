@@ -27,6 +27,8 @@ pub mod error;
 #[cfg(feature = "client")]
 pub mod fetch;
 #[cfg(feature = "client")]
+pub mod leftovers;
+#[cfg(feature = "client")]
 pub mod link;
 #[cfg(feature = "client")]
 pub mod list;
@@ -57,6 +59,6 @@ pub use {
     config::RemoteConfig,
     object::RemoteObject,
     runtime::{stats, StatsSnapshot},
-    upload::{delete_object, upload_file, Spool},
+    upload::{delete_object, upload_file, upload_file_versioned, Spool},
     url::ObjectUrl,
 };

@@ -190,12 +190,71 @@ pub fn abort_orphans(config: &RemoteConfig) -> Vec<String> {
     aborted
 }
 
+/// The smallest part S3 and GCS's XML multipart API accept, every part but
+/// the last: a smaller one is refused only at completion (`EntityTooSmall`),
+/// after every byte went up.
+pub const MIN_PART_SIZE: u64 = 5 << 20;
+
+/// The most parts of one multipart upload: S3's and GCS's part numbers run
+/// to 10,000; an Azure block blob holds at most 50,000 blocks.
+fn max_parts(scheme: Scheme) -> u64 {
+    match scheme {
+        Scheme::Azure => 50_000,
+        _ => 10_000,
+    }
+}
+
+/// Refuse a `part_size` the backend of `target` would reject only once the
+/// data is up: below [`MIN_PART_SIZE`] on S3 and GCS (Azure's blocks have
+/// no minimum), or one that cuts `size` bytes into more parts than an
+/// upload may have. Checked for any upload to S3 or GCS, however small
+/// (a small file goes up in one PUT): the first write reports it, not
+/// the first large one.
+pub fn check_part_size(target: &ObjectUrl, size: u64, config: &RemoteConfig) -> Result<()> {
+    let part = config.part_size;
+    let minimum = matches!(target.scheme, Scheme::S3 | Scheme::Gcs);
+    if minimum && part < MIN_PART_SIZE {
+        return Err(Error::new(
+            ErrorKind::Config,
+            &target.text,
+            format!(
+                "part_size {part} is below the 5 MiB ({MIN_PART_SIZE} bytes) minimum part of a multipart upload to {} (every part but the last); set part_size to at least {MIN_PART_SIZE} for writing",
+                if target.scheme == Scheme::S3 { "S3" } else { "Google Cloud Storage" }
+            ),
+        ));
+    }
+    let parts = size.div_ceil(part);
+    if size > part && parts > max_parts(target.scheme) {
+        let need = size.div_ceil(max_parts(target.scheme));
+        return Err(Error::new(
+            ErrorKind::Config,
+            &target.text,
+            format!(
+                "{size} bytes in parts of {part} is {parts} parts, past the {} an upload may have; set part_size to at least {need}",
+                max_parts(target.scheme)
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Upload the local file `local` to `url` (S3, GCS or Azure; not plain
 /// HTTP): one PUT when it fits
 /// in a part, else a multipart upload of `part_size` parts, `concurrency`
 /// in flight, completed only when every part is in; any error aborts it.
 /// Returns the bytes uploaded.
 pub fn upload_file(local: &Path, url: &str, config: &RemoteConfig) -> Result<u64> {
+    upload_file_versioned(local, url, config).map(|(size, _)| size)
+}
+
+/// [`upload_file`], also returning the ETag the server gave the object
+/// (what a caller that may have to delete it later records, so that only
+/// this version is deleted).
+pub fn upload_file_versioned(
+    local: &Path,
+    url: &str,
+    config: &RemoteConfig,
+) -> Result<(u64, Option<String>)> {
     let target = ObjectUrl::parse(url)?;
     if target.key.is_empty() || target.key.ends_with('/') {
         return Err(Error::new(
@@ -220,6 +279,7 @@ pub fn upload_file(local: &Path, url: &str, config: &RemoteConfig) -> Result<u64
         .metadata()
         .map_err(|e| Error::io(local.display(), e))?
         .len();
+    check_part_size(&target, size, config)?;
     let path = target.path();
     if size <= config.part_size {
         let mut data = vec![0u8; size as usize];
@@ -227,11 +287,11 @@ pub fn upload_file(local: &Path, url: &str, config: &RemoteConfig) -> Result<u64
             .map_err(|e| Error::io(local.display(), e))?;
         Stats::count(&stats().puts, 1);
         Stats::count(&stats().bytes_out, size);
-        block_on_store(
+        let put = block_on_store(
             url,
             store.put_opts(&path, PutPayload::from(data), Default::default()),
         )?;
-        return Ok(size);
+        return Ok((size, put.e_tag));
     }
     Stats::count(&stats().puts, 1);
     let id = block_on_store(url, multipart.create_multipart(&path))?;
@@ -240,7 +300,8 @@ pub fn upload_file(local: &Path, url: &str, config: &RemoteConfig) -> Result<u64
     let outcome = match result {
         Ok(parts) => {
             Stats::count(&stats().puts, 1);
-            block_on_store(url, multipart.complete_multipart(&path, &id, parts)).map(|_| size)
+            block_on_store(url, multipart.complete_multipart(&path, &id, parts))
+                .map(|put| (size, put.e_tag))
         }
         Err(e) => Err(e),
     };
@@ -325,4 +386,40 @@ fn send_parts(
         .buffered(config.concurrency)
         .try_collect::<Vec<PartId>>();
     block_on(work)?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(part: u64) -> RemoteConfig {
+        RemoteConfig::from_options(&[("part_size", part.to_string())]).unwrap()
+    }
+
+    #[test]
+    fn part_sizes_the_server_would_refuse_at_completion_are_refused_first() {
+        let s3 = ObjectUrl::parse("s3://b/k").unwrap();
+        let gs = ObjectUrl::parse("gs://b/k").unwrap();
+        let az = ObjectUrl::parse("az://c/k").unwrap();
+        // Below 5 MiB: S3 and GCS refuse, whatever the size; Azure's
+        // blocks have no minimum.
+        for url in [&s3, &gs] {
+            let e = check_part_size(url, 0, &config(MIN_PART_SIZE - 1)).unwrap_err();
+            assert_eq!(e.kind, ErrorKind::Config);
+            assert!(e.detail.contains("5 MiB"), "{}", e.detail);
+            check_part_size(url, 1 << 30, &config(MIN_PART_SIZE)).unwrap();
+        }
+        check_part_size(&az, 1 << 30, &config(64 << 10)).unwrap();
+        // Too many parts: 10,000 on S3 and GCS, 50,000 blocks on Azure.
+        let size = 10_001 * MIN_PART_SIZE;
+        let e = check_part_size(&s3, size, &config(MIN_PART_SIZE)).unwrap_err();
+        assert!(
+            e.detail.contains("10000 an upload may have"),
+            "{}",
+            e.detail
+        );
+        check_part_size(&s3, size, &config(MIN_PART_SIZE + (1 << 10))).unwrap();
+        check_part_size(&az, size, &config(MIN_PART_SIZE)).unwrap();
+        check_part_size(&az, 50_001 << 16, &config(64 << 10)).unwrap_err();
+    }
 }

@@ -515,6 +515,18 @@ mod enabled {
     pub fn publish(local: &Path, dest: &Path, storage_options: &[(String, String)]) -> Result<()> {
         let url = text(dest)?.trim_end_matches('/').to_string();
         let config = config(dest, storage_options)?;
+        // Refused before any object goes up, not at the first large shard.
+        zt_remote::ObjectUrl::parse(&url)
+            .and_then(|target| zt_remote::upload::check_part_size(&target, 0, &config))
+            .map_err(|e| error(dest, e))?;
+        // What an earlier failed publish to this prefix put and could not
+        // delete (journaled by `withdraw`) goes first, unless a store was
+        // published there since: a store with fewer shards would otherwise
+        // find the failed one's among its own.
+        zt_remote::leftovers::clear_under(&url, &config, |now| {
+            now.iter().any(|l| l.name == "meta.zr")
+        })
+        .map_err(|e| error(dest, e))?;
         let existing = zt_remote::list::list(&url, &config).map_err(|e| error(dest, e))?;
         if existing.iter().any(|l| l.name == "meta.zr") {
             return Err(Error::AlreadyExists { path: dest.into() });
@@ -528,20 +540,22 @@ mod enabled {
         names.sort_by_key(|n| (n == "meta.zr", n.clone()));
         let before: HashMap<String, Option<String>> =
             existing.into_iter().map(|l| (l.name, l.etag)).collect();
-        let mut sent: Vec<&str> = Vec::with_capacity(names.len());
+        let mut sent: Vec<(&str, Option<String>)> = Vec::with_capacity(names.len());
         for name in &names {
             let file = local.join(name);
-            if let Err(e) = zt_remote::upload_file(&file, &format!("{url}/{name}"), &config) {
-                return Err(withdraw(
-                    &url,
-                    &config,
-                    &sent,
-                    name,
-                    &before,
-                    error(dest, e),
-                ));
+            match zt_remote::upload_file_versioned(&file, &format!("{url}/{name}"), &config) {
+                Ok((_, etag)) => sent.push((name, etag)),
+                Err(e) => {
+                    return Err(withdraw(
+                        &url,
+                        &config,
+                        &sent,
+                        name,
+                        &before,
+                        error(dest, e),
+                    ))
+                }
             }
-            sent.push(name);
         }
         Ok(())
     }
@@ -553,11 +567,13 @@ mod enabled {
     /// `meta.zr` never outlives a shard it names. Object storage has no
     /// multi-object atomicity, so this is the remote store's discard.
     /// Returns `err`, its detail extended with the objects a failed delete
-    /// left behind (the server gone: deleting fails as the upload did).
+    /// left behind (the server gone: deleting fails as the upload did),
+    /// which are journaled with the versions put (`zt_remote::leftovers`)
+    /// for the next publish to this prefix to delete.
     fn withdraw(
         url: &str,
         config: &RemoteConfig,
-        sent: &[&str],
+        sent: &[(&str, Option<String>)],
         failed: &str,
         before: &HashMap<String, Option<String>>,
         mut err: Error,
@@ -565,28 +581,38 @@ mod enabled {
         let mut doomed = sent.to_vec();
         let landed = match zt_remote::list::list(url, config) {
             Ok(now) => now
-                .iter()
-                .any(|l| l.name == failed && before.get(failed) != Some(&l.etag)),
+                .into_iter()
+                .find(|l| l.name == failed && before.get(failed) != Some(&l.etag))
+                .map(|l| l.etag),
             // Unlisted: delete it unless it was there before (its old
-            // version is not this call's to remove).
-            Err(_) => !before.contains_key(failed),
+            // version is not this call's to remove); its version unknown.
+            Err(_) => (!before.contains_key(failed)).then_some(None),
         };
-        if landed {
-            doomed.push(failed);
+        if let Some(etag) = landed {
+            doomed.push((failed, etag));
         }
-        let left: Vec<String> = doomed
-            .iter()
+        let left: Vec<zt_remote::leftovers::Leftover> = doomed
+            .into_iter()
             .rev()
-            .map(|name| format!("{url}/{name}"))
-            .filter(|object| zt_remote::delete_object(object, config).is_err())
+            .map(|(name, etag)| zt_remote::leftovers::Leftover {
+                url: format!("{url}/{name}"),
+                etag,
+            })
+            .filter(|left| zt_remote::delete_object(&left.url, config).is_err())
             .collect();
+        if left.is_empty() {
+            return err;
+        }
+        let journaled = match zt_remote::leftovers::record(config, &left) {
+            Ok(()) => "journaled: the next publish to this prefix deletes them".to_string(),
+            Err(e) => format!("journaling them failed too ({e})"),
+        };
         if let Error::Remote { detail, .. } = &mut err {
-            if !left.is_empty() {
-                detail.push_str(&format!(
-                    "; removing what the failed store had uploaded failed too, left: {}",
-                    left.join(", ")
-                ));
-            }
+            let names: Vec<&str> = left.iter().map(|l| l.url.as_str()).collect();
+            detail.push_str(&format!(
+                "; removing what the failed store had uploaded failed too, left: {} ({journaled})",
+                names.join(", ")
+            ));
         }
         err
     }
