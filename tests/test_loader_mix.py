@@ -139,6 +139,29 @@ def test_a_mixture_of_single_stores_and_a_transform(datasets):
             assert [int(i >= CODE_BASE) for i in ids.tolist()] == which.tolist()
 
 
+def test_a_mixture_of_stores_with_other_codecs(datasets, tmp_path):
+    """A raw dataset mixed with a zstd one reads both, and the reader the
+    loader concatenates says so ("mixed", each store's codec) instead of
+    reporting the first store's codec for every record."""
+    from zt import _zt
+
+    with Dense.create(tmp_path / "z.zr", np.int64, (2,), codec="zstd") as w:
+        ids = np.arange(CODE_BASE, CODE_BASE + 50, dtype=np.int64)
+        w.append(np.stack([ids, 3 * ids], axis=1))
+    with Dense.open(tmp_path / "z.zr") as z:
+        web = datasets["web"]["ids"]
+        joined = _zt.RecordReader.concat([web._reader, z._reader])
+        assert (joined.codec, joined.codecs, joined.has_dict()) == ("mixed", ["raw", "zstd"], False)
+        same = _zt.RecordReader.concat([z._reader, z._reader])
+        assert (same.codec, same.codecs) == ("zstd", ["zstd", "zstd"])
+        with DataLoader(mix={"web": (web, 1), "z": (z, 1)}, batch_size=10, workers=2, rank=0, world_size=1) as dl:
+            for _ in range(12):
+                batch = dl.next()
+                rows, which = batch["data"], batch["dataset"].tolist()
+                assert rows[:, 1].tolist() == [3 * i for i in rows[:, 0].tolist()]
+                assert [int(i >= CODE_BASE) for i in rows[:, 0].tolist()] == which
+
+
 def test_bad_mixtures_are_refused(datasets, tmp_path):
     web, code = datasets["web"], datasets["code"]
     with pytest.raises(TypeError, match="streams or mix="):

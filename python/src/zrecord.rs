@@ -518,10 +518,17 @@ impl RecordReader {
         Ok(self.get()?.len() as usize)
     }
 
-    /// The codec name.
+    /// The codec name, or "mixed" for a concatenation of stores whose
+    /// codecs differ (`codecs` lists each store's).
     #[getter]
     fn codec(&self) -> PyResult<&'static str> {
-        Ok(self.get()?.codec().name())
+        Ok(self.get()?.codec_name())
+    }
+
+    /// Each store's codec name, in record order.
+    #[getter]
+    fn codecs(&self) -> PyResult<Vec<&'static str>> {
+        Ok(self.get()?.codecs().into_iter().map(Codec::name).collect())
     }
 
     /// The shard count.
@@ -539,9 +546,10 @@ impl RecordReader {
             .is_none()
     }
 
-    /// The raw `dict.zr` bytes are not kept; this says if the store has one.
+    /// The raw `dict.zr` bytes are not kept; this says if the store (any
+    /// store of a concatenation) has one.
     fn has_dict(&self) -> PyResult<bool> {
-        Ok(self.get()?.codec() == Codec::ZstdDict)
+        Ok(self.get()?.codecs().contains(&Codec::ZstdDict))
     }
 
     /// Gather Dense rows for uint64 indices `idxs` into `out`, a writable

@@ -472,11 +472,11 @@ fn assemble(
                     names[m],
                     b.dtype_name,
                     b.geometry,
-                    store.codec().name(),
+                    store.codec_name(),
                     names[0],
                     a.dtype_name,
                     a.geometry,
-                    first.codec().name()
+                    first.codec_name()
                 ),
             ));
         }

@@ -437,9 +437,30 @@ impl Reader {
         self.header.length == 0
     }
 
-    /// The codec.
-    pub fn codec(&self) -> Codec {
-        self.header.codec
+    /// The codec every record is stored with, or `None` for a dataset
+    /// whose stores differ (a DataLoader mixture's concatenation may join
+    /// a raw store and a zstd one): see [`Reader::codecs`].
+    pub fn codec(&self) -> Option<Codec> {
+        let codecs = self.codecs();
+        match codecs.split_first() {
+            Some((first, rest)) if rest.iter().all(|c| c == first) => Some(*first),
+            _ => None,
+        }
+    }
+
+    /// The codec's name, or `"mixed"` when the stores' differ.
+    pub fn codec_name(&self) -> &'static str {
+        self.codec().map_or("mixed", Codec::name)
+    }
+
+    /// Each store's codec, in record order (one entry for a store, one per
+    /// store of a dataset, its datasets' stores in turn), so a mixed
+    /// dataset reports what each part holds rather than its first store's.
+    pub fn codecs(&self) -> Vec<Codec> {
+        match self.many_of() {
+            Some(many) => many.members.iter().flat_map(|m| m.codecs()).collect(),
+            None => vec![self.header.codec],
+        }
     }
 
     /// Number of data shards (a dataset's: all its stores').

@@ -253,3 +253,35 @@ fn hostile_manifests_are_refused_with_the_manifest_rule() {
     .unwrap();
     assert_eq!(Reader::open_at(&good, Some(true), &[]).unwrap().len(), 3);
 }
+
+#[test]
+fn a_concatenation_of_stores_with_other_codecs_reports_each() {
+    // A DataLoader mixture joins its datasets' stores whatever their
+    // codecs: the reader says "mixed" and lists each store's, rather than
+    // passing off the first store's codec as every record's.
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().unwrap();
+    let (raw, raw_rows) = dense(dir.path(), "raw", 0, 20, Codec::Raw);
+    let (zstd, zstd_rows) = dense(dir.path(), "zstd", 1, 9, Codec::Zstd);
+    let open = |p: &Path| Arc::new(Reader::open_at(p, Some(true), &[]).unwrap());
+    let mixed = zrecord::dataset::concat(vec![open(&raw), open(&zstd)]).unwrap();
+    assert_eq!(mixed.codec(), None);
+    assert_eq!(mixed.codec_name(), "mixed");
+    assert_eq!(mixed.codecs(), [Codec::Raw, Codec::Zstd]);
+    let mut out = vec![0u8; 2 * WIDTH];
+    mixed.gather_dense(&[21, 3], &mut out).unwrap();
+    assert_eq!(&out[..WIDTH], &zstd_rows[WIDTH..2 * WIDTH]);
+    assert_eq!(&out[WIDTH..], &raw_rows[3 * WIDTH..4 * WIDTH]);
+    // A concatenation of concatenations lists every store, in order.
+    let inner = Arc::new(zrecord::dataset::concat(vec![open(&zstd), open(&zstd)]).unwrap());
+    assert_eq!(inner.codec(), Some(Codec::Zstd));
+    assert_eq!(inner.codec_name(), "zstd");
+    let outer = zrecord::dataset::concat(vec![inner, open(&raw)]).unwrap();
+    assert_eq!(outer.codecs(), [Codec::Zstd, Codec::Zstd, Codec::Raw]);
+    assert_eq!(outer.codec_name(), "mixed");
+    let one = open(&raw);
+    assert_eq!(
+        (one.codec(), one.codecs()),
+        (Some(Codec::Raw), vec![Codec::Raw])
+    );
+}

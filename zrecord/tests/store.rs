@@ -49,7 +49,7 @@ fn dense_round_trip_every_codec_and_shard_count() {
             let r = Reader::open(&path, true).unwrap();
             assert_eq!(
                 (r.len(), r.codec(), r.data_shards()),
-                (n as u64, codec, shards)
+                (n as u64, Some(codec), shards)
             );
             let all: Vec<u64> = (0..n as u64).collect();
             let mut out = vec![0u8; data.len()];
