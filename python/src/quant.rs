@@ -48,3 +48,16 @@ pub fn dequantize(
         .map_err(to_py_err)?;
     Ok(Source::new(out))
 }
+
+/// `convert(..., layout="mlx")`: every GGUF Q4_1 tensor of `source` as
+/// MLX's affine `X.weight`, `X.scales`, `X.biases` (4 bits, group 32),
+/// moved without going through floats
+/// (`zt::formats::quant::mlx::repack::from_q4_1`).
+#[pyfunction]
+pub fn repack_mlx(py: Python<'_>, source: &Source) -> PyResult<Source> {
+    let inner = source.inner()?;
+    let out = py
+        .detach(|| zt::formats::quant::mlx::repack::from_q4_1(&inner))
+        .map_err(to_py_err)?;
+    Ok(Source::new(out))
+}

@@ -298,6 +298,7 @@ def convert(
     durable: bool = True,
     dequantize: bool = False,
     quantization_config: dict | PathLike | None = None,
+    layout: str | None = None,
 ) -> int:
     """Convert a file (or several, read as one source, or a :class:`Source`
     already opened: ``zt.open_ranks(files)``) to ``dst``; the extension of
@@ -342,7 +343,24 @@ def convert(
     ``dequantize=True`` writes a quantized safetensors checkpoint's tensors
     dequantized, as :func:`open` with ``dequantize=True`` lists them (the
     scale tensors consumed, values rounded once to ``dtype``, f32 by
-    default); ``quantization_config`` as for :func:`open`."""
+    default); ``quantization_config`` as for :func:`open`.
+
+    MLX affine 4-bit group-32 weights with f16 scales (an MLX ``config.json``
+    beside the source) convert to GGUF as Q4_1 blocks, moved without going
+    through floats; ``layout="mlx"`` is the reverse, every GGUF Q4_1 tensor
+    written as MLX's ``X.weight`` (u32), ``X.scales`` and ``X.biases``
+    (f16), which MLX reads with ``{"quantization": {"group_size": 32,
+    "bits": 4}}`` in its ``config.json``. Any other quantization refuses the
+    repack (rule ``quant.Repack``)."""
+    if layout is not None:
+        if layout != "mlx":
+            raise ValueError(f"layout={layout!r}: the one layout convert repacks to is 'mlx'")
+        if dequantize or ranks:
+            raise ValueError("layout='mlx' repacks GGUF Q4_1 blocks as they are; not with dequantize or ranks")
+        if not isinstance(src, Source):
+            paths = [src] if isinstance(src, (str, bytes, os.PathLike)) else src
+            src = Source(_zt.open([os.fspath(p) for p in paths], True, None, _storage(storage_options)))
+        src = Source(_zt.repack_mlx(src._native))
     if dequantize:
         if ranks:
             raise ValueError("dequantize=True reads the files as one source; ranks=True merges rank files")

@@ -11,7 +11,10 @@
 //!
 //! Tensors: dense tensors of the plain ggml types (F64 F32 F16 BF16 I64 I32
 //! I16 I8) and `gguf.<type>/1` objects, whose block bytes are written
-//! verbatim. Anything else is refused with [`Error::Write`] naming it.
+//! verbatim; MLX affine 4-bit group-32 weights (an MLX `config.json`
+//! beside the source) as Q4_1 blocks, repacked without going through
+//! floats (`quant::mlx::repack`). Anything else is refused with
+//! [`Error::Write`] naming it.
 
 use std::io::Write;
 use std::path::Path;
@@ -72,6 +75,10 @@ pub fn write(source: &Source, path: &Path) -> Result<u64> {
 
 /// [`write`], fsynced before its rename only when `durable`.
 fn write_synced(source: &Source, path: &Path, durable: bool) -> Result<u64> {
+    // MLX affine 4-bit weights (declared by the config.json beside the
+    // source) are Q4_1 blocks: repacked, not refused as u32 tensors.
+    let repacked = crate::quant::mlx::repack::to_q4_1(source)?;
+    let source = repacked.as_ref().unwrap_or(source);
     let ctx = Context::file(path);
     let kvs = metadata(source, &ctx)?;
     let alignment = alignment(&kvs, &ctx)?;

@@ -1,8 +1,8 @@
 //! What a model's configuration says about its quantization: the
 //! `quantization_config` of a Hugging Face `config.json` (or that object
 //! alone, passed in), or MLX's `quantization` (`group_size`, `bits`,
-//! `mode`). Read only for what changes the math (the FP8 block size, the
-//! MLX group size and bits); the tensors themselves say which scheme a
+//! `mode`, per-layer entries: `mlx::params`). Read only for what changes
+//! the math (the FP8 block size, the MLX group size and bits); the tensors themselves say which scheme a
 //! weight is in, and a scheme the configuration names that zt does not
 //! dequantize is refused rather than left quantized.
 
@@ -32,6 +32,9 @@ pub enum Declared {
     Mxfp4,
     /// `quant_method: "compressed-tensors"` in `nvfp4-pack-quantized`.
     Nvfp4,
+    /// MLX's `quantization` (mlx-lm also copies it to
+    /// `quantization_config`, with no `quant_method`).
+    Mlx(super::mlx::MlxConfig),
 }
 
 /// A configuration's JSON text (a `config.json`, or a
@@ -63,11 +66,23 @@ pub fn declared(ctx: &Context, config: &Value) -> Result<Declared> {
     let Some(object) = config.as_object() else {
         return Err(refuse(ctx, "the configuration is not a JSON object"));
     };
+    if let Some(q) = object.get("quantization").filter(|q| !q.is_null()) {
+        return super::mlx::params::parse(ctx, q).map(Declared::Mlx);
+    }
     let q = match object.get("quantization_config") {
         Some(q) if !q.is_null() => q,
         _ if object.contains_key("quant_method") => config,
+        // MLX's `quantization` object passed alone.
+        _ if super::mlx::params::looks_like_mlx(object) => {
+            return super::mlx::params::parse(ctx, config).map(Declared::Mlx)
+        }
         _ => return Ok(Declared::Nothing),
     };
+    if q.as_object()
+        .is_some_and(super::mlx::params::looks_like_mlx)
+    {
+        return super::mlx::params::parse(ctx, q).map(Declared::Mlx);
+    }
     let Some(method) = q.get("quant_method") else {
         return Err(refuse(ctx, "quantization_config names no quant_method"));
     };
@@ -102,7 +117,7 @@ pub fn declared(ctx: &Context, config: &Value) -> Result<Declared> {
         Some("compressed-tensors") => compressed_tensors(ctx, q),
         Some(other) => Err(refuse(
             ctx,
-            format!("quant_method {other:?}: zt dequantizes fp8 (block-scaled), mxfp4 and compressed-tensors nvfp4"),
+            format!("quant_method {other:?}: zt dequantizes fp8 (block-scaled), mxfp4, compressed-tensors nvfp4 and MLX's quantization"),
         )),
         None => Err(refuse(ctx, format!("quant_method is {method}, not text"))),
     }
@@ -160,6 +175,19 @@ mod tests {
             declared(&ctx, &json!({"hidden_size": 8})).unwrap(),
             Declared::Nothing
         );
+        // mlx-lm writes `quantization` and copies it as
+        // `quantization_config`; either, or the object alone, is MLX's.
+        let q = json!({"group_size": 32, "bits": 4, "mode": "affine"});
+        for config in [
+            json!({"quantization": q, "quantization_config": q}),
+            json!({"quantization_config": q}),
+            q.clone(),
+        ] {
+            assert!(
+                matches!(declared(&ctx, &config).unwrap(), Declared::Mlx(_)),
+                "{config}"
+            );
+        }
         for bad in [
             json!({"quant_method": "awq"}),
             json!({"quant_method": 3}),

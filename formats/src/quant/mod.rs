@@ -6,7 +6,9 @@
 //!
 //! One module per scheme: `fp8` (DeepSeek/Kimi block-scaled FP8), `mxfp4`
 //! (gpt-oss's expert blocks and scales), `nvfp4` (compressed-tensors'
-//! `nvfp4-pack-quantized`). A scheme
+//! `nvfp4-pack-quantized`), `mlx` (MLX's affine, mxfp4, mxfp8 and nvfp4
+//! modes, and the lossless repack between MLX affine 4-bit and GGUF Q4_1).
+//! A scheme
 //! is told from the tensors' names and dtypes; the model's configuration
 //! (`config.json` beside the checkpoint, or passed in) gives what the
 //! tensors cannot (the FP8 block size; whether a lone `_scales` or FP8
@@ -17,6 +19,7 @@
 pub mod config;
 mod fp8;
 mod io;
+pub mod mlx;
 mod mxfp4;
 mod nvfp4;
 pub mod rules;
@@ -97,13 +100,18 @@ pub fn dequantize(source: &Source, options: &Options) -> Result<Source> {
         Some(config) => config::declared(&ctx, config)?,
         None => Declared::Nothing,
     };
-    let block = match declared {
-        Declared::Fp8 { block } => Some(block),
+    let block = match &declared {
+        Declared::Fp8 { block } => Some(*block),
         _ => None,
     };
     let mut groups = fp8::plan(source, block, block.is_some(), to)?;
     groups.extend(mxfp4::plan(source, declared == Declared::Mxfp4, to)?);
     groups.extend(nvfp4::plan(source, to)?);
+    let mlx_config = match &declared {
+        Declared::Mlx(c) => Some(c),
+        _ => None,
+    };
+    groups.extend(mlx::plan(source, mlx_config, to)?);
     if groups.is_empty() {
         return source.derive((0..source.len()).map(Entry::Kept).collect());
     }

@@ -16,5 +16,10 @@ pub const MISSING: Rule = Rule::new("quant.Missing");
 /// out as no C-order dense tensor.
 pub const DTYPE: Rule = Rule::new("quant.DType");
 
+/// A quantized weight asked to move to another scheme without going
+/// through floats (MLX affine <-> GGUF Q4_1) whose layout has no lossless
+/// equivalent there.
+pub const REPACK: Rule = Rule::new("quant.Repack");
+
 /// Every `quant.*` rule.
-pub const RULES: &[Rule] = &[SCHEME, SCALE_SHAPE, MISSING, DTYPE];
+pub const RULES: &[Rule] = &[SCHEME, SCALE_SHAPE, MISSING, DTYPE, REPACK];

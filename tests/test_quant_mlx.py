@@ -1,0 +1,325 @@
+"""MLX's quantized weights dequantized, and MLX affine 4-bit <-> GGUF Q4_1
+repacked (issue 41).
+
+Fixtures are written by ``safetensors.numpy.save_file`` with a
+``config.json`` as mlx-lm writes it (``quantization`` and its copy
+``quantization_config``). The expected values come from MLX's documented
+formula in numpy: each row of the u32 weight a little-endian bit stream,
+element ``i`` at bits ``[i * bits, (i + 1) * bits)``; affine
+``w = scale * q + bias``, mxfp4/mxfp8 the e2m1/e4m3 code times
+``2 ** (e - 127)``, nvfp4 the e2m1 code times an e4m3 scale, computed in f32
+and rounded once by ml_dtypes. ``test_quant_mlx_reference.py`` checks the
+same against the ``mlx`` package itself. The repack is checked with gguf-py:
+its reader sees Q4_1 tensors under MLX's names, and
+``gguf.quants.dequantize`` of them equals zt's MLX dequantization.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import gguf
+import ml_dtypes
+import numpy as np
+import pytest
+import safetensors.numpy
+
+import zt
+
+FP4 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0], np.float32)
+NP_DTYPES = {"bf16": ml_dtypes.bfloat16, "f16": np.float16, "f32": np.float32}
+
+
+def unpack(weight: np.ndarray, bits: int) -> np.ndarray:
+    """The codes of a u32 weight ``[..., words]``: ``[..., words * 32 // bits]``."""
+    lead, words = weight.shape[:-1], weight.shape[-1]
+    b = np.ascontiguousarray(weight).view(np.uint8).reshape(-1, words * 4)
+    stream = np.unpackbits(b, axis=1, bitorder="little").reshape(b.shape[0], -1, bits)
+    codes = (stream.astype(np.uint32) << np.arange(bits, dtype=np.uint32)).sum(-1, dtype=np.uint32)
+    return codes.reshape(*lead, words * 32 // bits)
+
+
+def pack(codes: np.ndarray, bits: int) -> np.ndarray:
+    """``unpack``'s inverse: codes ``[..., n]`` as u32 words."""
+    lead, n = codes.shape[:-1], codes.shape[-1]
+    c = codes.reshape(-1, n).astype(np.uint32)
+    stream = ((c[..., None] >> np.arange(bits, dtype=np.uint32)) & 1).astype(np.uint8).reshape(c.shape[0], -1)
+    return np.packbits(stream, axis=1, bitorder="little").view(np.uint32).reshape(*lead, n * bits // 32)
+
+
+def e8m0(e: np.ndarray) -> np.ndarray:
+    """``2 ** (e - 127)`` as MLX reads a scale: 255 is infinity."""
+    with np.errstate(over="ignore"):
+        return np.ldexp(np.float32(1), e.astype(np.int32) - 127).astype(np.float32)
+
+
+def reference(weight, scales, biases, mode: str, bits: int, group: int) -> np.ndarray:
+    """MLX's documented dequantization in f32."""
+    q = unpack(weight, bits)
+    shape = q.shape
+    q = q.reshape(*shape[:-1], -1, group)
+    with np.errstate(over="ignore", invalid="ignore"):
+        if mode == "affine":
+            s = scales.astype(np.float32)[..., None]
+            b = biases.astype(np.float32)[..., None]
+            v = s * q.astype(np.float32) + b
+        elif mode == "nvfp4":
+            v = FP4[q] * scales.view(ml_dtypes.float8_e4m3fn).astype(np.float32)[..., None]
+        elif mode == "mxfp4":
+            v = FP4[q] * e8m0(scales)[..., None]
+        else:
+            v = q.astype(np.uint8).view(ml_dtypes.float8_e4m3fn).astype(np.float32) * e8m0(scales)[..., None]
+    return v.reshape(shape)
+
+
+def same(got: np.ndarray, want: np.ndarray) -> None:
+    assert got.dtype == want.dtype and got.shape == want.shape
+    nan = np.isnan(want.astype(np.float32))
+    assert np.array_equal(np.isnan(got.astype(np.float32)), nan)
+    width = {2: np.uint16, 4: np.uint32}[got.dtype.itemsize]
+    assert np.array_equal(got.view(width)[~nan], want.view(width)[~nan])
+
+
+def write(d, tensors: dict, quantization: dict) -> str:
+    d.mkdir(parents=True, exist_ok=True)
+    safetensors.numpy.save_file(tensors, str(d / "model.safetensors"), metadata={"format": "mlx"})
+    config = {"model_type": "llama", "quantization": quantization, "quantization_config": quantization}
+    (d / "config.json").write_text(json.dumps(config))
+    return str(d / "model.safetensors")
+
+
+def affine_layer(rng, shape, bits, group, scale_dtype):
+    *lead, cols = shape
+    codes = rng.integers(0, 1 << bits, shape, dtype=np.uint32)
+    codes.reshape(-1)[: 1 << bits] = np.arange(1 << bits)  # every code
+    scales = (rng.standard_normal((*lead, cols // group)) * 0.05).astype(scale_dtype)
+    biases = (rng.standard_normal((*lead, cols // group)) * 0.5).astype(scale_dtype)
+    return pack(codes, bits), scales, biases
+
+
+@pytest.mark.parametrize("bits", [1, 2, 3, 4, 5, 6, 8])
+@pytest.mark.parametrize("group", [32, 64, 128])
+def test_affine_every_bits_and_group(tmp_path, bits, group):
+    rng = np.random.default_rng(bits * 1000 + group)
+    tensors = {}
+    layers = {
+        "model.layers.0.self_attn.q_proj": ((24, 256), np.float16),
+        "model.layers.0.mlp.switch_mlp.up_proj": ((3, 8, 128), ml_dtypes.bfloat16),
+        "model.embed_tokens": ((10, 384), np.float32),
+    }
+    for name, (shape, sdt) in layers.items():
+        w, s, b = affine_layer(rng, shape, bits, group, sdt)
+        tensors |= {f"{name}.weight": w, f"{name}.scales": s, f"{name}.biases": b}
+    tensors["model.norm.weight"] = rng.standard_normal(8).astype(np.float16)
+    path = write(tmp_path, tensors, {"group_size": group, "bits": bits})
+    for dtype in ["f32", "bf16", "f16"]:
+        with zt.open(path, dequantize=True, dtype=dtype) as source:
+            assert sorted(source) == sorted([n + ".weight" for n in layers] + ["model.norm.weight"])
+            for name, (shape, _) in layers.items():
+                t = tensors
+                want = reference(t[name + ".weight"], t[name + ".scales"], t[name + ".biases"], "affine", bits, group)
+                with np.errstate(over="ignore"):
+                    want = want.astype(NP_DTYPES[dtype])
+                got = source[name + ".weight"].numpy()
+                assert got.shape == shape
+                same(got, want)
+                same(source[name + ".weight"].numpy()[1:3], want[1:3])
+
+
+@pytest.mark.parametrize("mode,group,bits", [("mxfp4", 32, 4), ("mxfp8", 32, 8), ("nvfp4", 16, 4)])
+def test_float_modes_with_every_scale(tmp_path, mode, group, bits):
+    rng = np.random.default_rng(7)
+    rows, cols = 256, 128
+    codes = rng.integers(0, 1 << bits, (rows, cols), dtype=np.uint32)
+    codes.reshape(-1)[: 1 << bits] = np.arange(1 << bits)
+    scales = rng.integers(0, 256, (rows, cols // group), dtype=np.uint8)
+    scales[:, 0] = np.arange(rows)  # every scale, 0, 255 and e4m3's NaNs among them
+    name = "model.layers.3.mlp.gate_proj"
+    tensors = {name + ".weight": pack(codes, bits), name + ".scales": scales}
+    path = write(tmp_path, tensors, {"group_size": group, "bits": bits, "mode": mode})
+    want32 = reference(tensors[name + ".weight"], scales, None, mode, bits, group)
+    for dtype in ["f32", "bf16", "f16"]:
+        with zt.open(path, dequantize=True, dtype=dtype) as source:
+            assert list(source) == [name + ".weight"]
+            with np.errstate(over="ignore"):
+                same(source[name + ".weight"].numpy(), want32.astype(NP_DTYPES[dtype]))
+
+
+def test_per_layer_overrides_and_unquantized_layers(tmp_path):
+    rng = np.random.default_rng(3)
+    q = "model.layers.0.self_attn.q_proj"
+    down = "model.layers.0.mlp.down_proj"
+    tensors = {}
+    for name, bits, group in [(q, 4, 64), (down, 8, 32)]:
+        w, s, b = affine_layer(rng, (16, 256), bits, group, np.float16)
+        tensors |= {f"{name}.weight": w, f"{name}.scales": s, f"{name}.biases": b}
+    tensors["lm_head.weight"] = rng.standard_normal((4, 8)).astype(np.float16)
+    quantization = {"group_size": 64, "bits": 4, down: {"group_size": 32, "bits": 8}, "lm_head": False}
+    path = write(tmp_path, tensors, quantization)
+    with zt.open(path, dequantize=True) as source:
+        for name, bits, group in [(q, 4, 64), (down, 8, 32)]:
+            t = tensors
+            want = reference(t[name + ".weight"], t[name + ".scales"], t[name + ".biases"], "affine", bits, group)
+            same(source[name + ".weight"].numpy(), want)
+        same(source["lm_head.weight"].numpy(), tensors["lm_head.weight"])
+
+
+def refused(path, config=None) -> zt.FormatError:
+    with pytest.raises(zt.FormatError) as e:
+        zt.open(path, dequantize=True, quantization_config=config)
+    return e.value
+
+
+def test_tensors_that_disagree_are_refused(tmp_path):
+    rng = np.random.default_rng(5)
+    w, s, b = affine_layer(rng, (8, 128), 4, 32, np.float16)
+    good = {"x.weight": w, "x.scales": s, "x.biases": b}
+    q = {"group_size": 32, "bits": 4}
+    cases = [
+        ({**good, "x.scales": s[:, :3]}, q, "quant.ScaleShape"),
+        ({**good, "x.biases": b[:, :3]}, q, "quant.ScaleShape"),
+        ({**good, "x.biases": b.astype(np.float32)}, q, "quant.DType"),
+        ({"x.weight": w, "x.scales": s}, q, "quant.Missing"),
+        ({"x.scales": s, "x.biases": b}, q, "quant.Missing"),
+        ({**good, "x.scales": s.view(np.int16)}, q, "quant.DType"),
+        ({**good, "x.weight": w[:, :15]}, {"group_size": 32, "bits": 3}, "quant.ScaleShape"),
+        ({**good, "x.weight": w[0]}, q, "quant.ScaleShape"),
+        (good, {"group_size": 32, "bits": 7}, "quant.Scheme"),
+        (good, {"group_size": 16, "bits": 4}, "quant.Scheme"),
+        (good, {"group_size": 64, "bits": 4, "mode": "mxfp4"}, "quant.Scheme"),
+        (good, {"group_size": 32, "bits": 4, "mode": "int4"}, "quant.Scheme"),
+        (good, {"group_size": 32, "bits": 4, "x": False}, "quant.Scheme"),
+        # mxfp4 has no biases.
+        ({**good, "x.scales": s.view(np.uint8)[:, :4]}, {"group_size": 32, "bits": 4, "mode": "mxfp4"}, "quant.Scheme"),
+        ({"x.weight": w, "x.scales": s}, {"group_size": 32, "bits": 4, "mode": "mxfp4"}, "quant.DType"),
+    ]
+    for i, (tensors, quantization, rule) in enumerate(cases):
+        path = write(tmp_path / str(i), tensors, quantization)
+        assert refused(path).rule == rule, (i, refused(path))
+    # No configuration: the bits cannot be told.
+    safetensors.numpy.save_file(good, str(tmp_path / "bare.safetensors"))
+    assert refused(tmp_path / "bare.safetensors").rule == "quant.Scheme"
+    # ... given one, it reads.
+    with zt.open(tmp_path / "bare.safetensors", dequantize=True, quantization_config={"quantization": q}) as s_:
+        assert s_["x.weight"].shape == (8, 128)
+
+
+def test_without_dequantize_nothing_changes(tmp_path):
+    rng = np.random.default_rng(6)
+    w, s, b = affine_layer(rng, (8, 128), 4, 32, np.float16)
+    path = write(tmp_path, {"x.weight": w, "x.scales": s, "x.biases": b}, {"group_size": 32, "bits": 4})
+    with zt.open(path) as source:
+        assert sorted(source) == ["x.biases", "x.scales", "x.weight"]
+        assert np.array_equal(source["x.weight"].numpy(), w)
+
+
+# --- the lossless repack MLX affine 4-bit group 32 <-> GGUF Q4_1 ---
+
+
+@pytest.fixture(scope="module")
+def mlx_q4(tmp_path_factory):
+    rng = np.random.default_rng(41)
+    d = tmp_path_factory.mktemp("mlx_q4")
+    tensors = {}
+    for name, shape in [("model.embed_tokens", (20, 64)), ("model.layers.0.self_attn.q_proj", (48, 256))]:
+        w, s, b = affine_layer(rng, shape, 4, 32, np.float16)
+        s.reshape(-1)[:4] = np.array([np.inf, -np.inf, np.nan, 0], np.float16)
+        tensors |= {f"{name}.weight": w, f"{name}.scales": s, f"{name}.biases": b}
+    tensors["model.norm.weight"] = rng.standard_normal(64).astype(np.float16)
+    return write(d, tensors, {"group_size": 32, "bits": 4, "mode": "affine"}), tensors
+
+
+def test_mlx_to_q4_1_read_by_gguf_py(mlx_q4, tmp_path):
+    path, tensors = mlx_q4
+    out = tmp_path / "model.gguf"
+    zt.convert(path, out)
+    reader = gguf.GGUFReader(str(out))
+    by_name = {t.name: t for t in reader.tensors}
+    assert sorted(by_name) == sorted(n for n in tensors if not n.endswith((".scales", ".biases")))
+    assert by_name["model.norm.weight"].tensor_type == gguf.GGMLQuantizationType.F16
+    with zt.open(path, dequantize=True) as source:
+        for name in ["model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight"]:
+            t = by_name[name]
+            assert t.tensor_type == gguf.GGMLQuantizationType.Q4_1
+            with np.errstate(invalid="ignore"):  # the inf and NaN scales
+                values = gguf.quants.dequantize(t.data, gguf.GGMLQuantizationType.Q4_1)
+            same(values, source[name].numpy())
+    # The directory converts as the file does, byte for byte.
+    out2 = tmp_path / "dir.gguf"
+    zt.convert(str(path).rsplit("/", 1)[0], out2)
+    assert out2.read_bytes() == out.read_bytes()
+
+
+def test_q4_1_to_mlx_round_trips_byte_exact(mlx_q4, tmp_path):
+    path, tensors = mlx_q4
+    zt.convert(path, tmp_path / "model.gguf")
+    back = tmp_path / "back.safetensors"
+    zt.convert(tmp_path / "model.gguf", back, layout="mlx")
+    got = safetensors.numpy.load_file(str(back))
+    assert sorted(got) == sorted(tensors)
+    for name, want in tensors.items():
+        assert got[name].dtype == want.dtype and got[name].shape == want.shape, name
+        assert got[name].tobytes() == want.tobytes(), name
+
+
+def test_a_gguf_q4_1_file_from_gguf_py_to_mlx(tmp_path):
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((16, 128)).astype(np.float32)
+    blocks = gguf.quants.quantize(x, gguf.GGMLQuantizationType.Q4_1)
+    w = gguf.GGUFWriter(str(tmp_path / "q.gguf"), "llama")
+    w.add_tensor("blk.0.attn_q.weight", blocks, raw_dtype=gguf.GGMLQuantizationType.Q4_1)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    out = tmp_path / "mlx" / "model.safetensors"
+    out.parent.mkdir()
+    zt.convert(tmp_path / "q.gguf", out, layout="mlx")
+    (out.parent / "config.json").write_text(json.dumps({"quantization": {"group_size": 32, "bits": 4}}))
+    mlx = safetensors.numpy.load_file(str(out))
+    assert mlx["blk.0.attn_q.weight"].dtype == np.uint32
+    assert mlx["blk.0.attn_q.scales"].shape == (16, 4)
+    want = gguf.quants.dequantize(blocks, gguf.GGMLQuantizationType.Q4_1)
+    with zt.open(out, dequantize=True) as source:
+        same(source["blk.0.attn_q.weight"].numpy(), want)
+
+
+def test_what_has_no_lossless_equivalent_is_refused(tmp_path):
+    rng = np.random.default_rng(8)
+    for i, (bits, group, sdt) in enumerate([(8, 32, np.float16), (4, 64, np.float16), (4, 32, ml_dtypes.bfloat16)]):
+        w, s, b = affine_layer(rng, (8, 128), bits, group, sdt)
+        path = write(
+            tmp_path / str(i), {"x.weight": w, "x.scales": s, "x.biases": b}, {"group_size": group, "bits": bits}
+        )
+        with pytest.raises(zt.FormatError) as e:
+            zt.convert(path, tmp_path / f"{i}.gguf")
+        assert e.value.rule == "quant.Repack"
+        assert not (tmp_path / f"{i}.gguf").exists()
+    # A GGUF block type MLX cannot hold.
+    x = rng.standard_normal((4, 64)).astype(np.float32)
+    w = gguf.GGUFWriter(str(tmp_path / "q8.gguf"), "llama")
+    w.add_tensor("t", gguf.quants.quantize(x, gguf.GGMLQuantizationType.Q8_0), raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(zt.FormatError) as e:
+        zt.convert(tmp_path / "q8.gguf", tmp_path / "q8.safetensors", layout="mlx")
+    assert e.value.rule == "quant.Repack"
+    with pytest.raises(ValueError):
+        zt.convert(tmp_path / "q8.gguf", tmp_path / "x.safetensors", layout="gptq")
+
+
+def test_cli_converts_and_dequantizes(mlx_q4, tmp_path):
+    path, _ = mlx_q4
+    run = [sys.executable, "-m", "zt", "convert"]
+    subprocess.run([*run, path, str(tmp_path / "a.gguf")], check=True)
+    zt.convert(path, tmp_path / "b.gguf")
+    assert (tmp_path / "a.gguf").read_bytes() == (tmp_path / "b.gguf").read_bytes()
+    subprocess.run([*run, path, str(tmp_path / "d.safetensors"), "--dequantize", "--dtype", "bf16"], check=True)
+    got = safetensors.numpy.load_file(str(tmp_path / "d.safetensors"))
+    with zt.open(path, dequantize=True, dtype="bf16") as source:
+        for name in source:
+            assert got[name].tobytes() == source[name].numpy().tobytes()
