@@ -304,6 +304,11 @@ fn decompress(path: &Path, data: &[u8], raw: u64) -> Result<Vec<u8>> {
 
 /// A sample fetched from object storage, and where it starts in its shard.
 type Fetched = (Vec<u8>, usize);
+/// A gathered record: its element bytes, shape and rank.
+type Record<'a> = (&'a [u8], [u64; 64], usize);
+/// Where a mapped or decompressed shard holds a record's bytes: the shard
+/// number and the offset (`None`: fetched from object storage).
+type Origin = Option<(usize, usize)>;
 
 /// Where a dataset's files are: a directory, or a prefix in object storage
 /// (listed once at open, so a shard costs no request until it is read).
@@ -690,6 +695,12 @@ impl Mds {
     }
 
     fn locate(&self, index: u64) -> Result<(&Shard, u64)> {
+        let (s, i) = self.shard_of(index)?;
+        Ok((&self.shards[s], i))
+    }
+
+    /// The shard number holding record `index`, and its sample there.
+    fn shard_of(&self, index: u64) -> Result<(usize, u64)> {
         if index >= self.len() {
             return Err(Error::OutOfRange {
                 index,
@@ -697,7 +708,7 @@ impl Mds {
             });
         }
         let s = self.starts.partition_point(|&st| st <= index) - 1;
-        Ok((&self.shards[s], index - self.starts[s]))
+        Ok((s, index - self.starts[s]))
     }
 
     /// A record from its column's bytes `value` (sample `i` of `shard`,
@@ -860,21 +871,28 @@ impl Mds {
     }
 
     /// `f` over the records of `idxs`: each one's element bytes and shape,
-    /// checked against the encoding.
+    /// checked against the encoding, and where a mapped or decompressed
+    /// shard holds those bytes (shard number, offset), for [`Mds::copy_runs`].
     fn with_records<R>(
         &self,
         idxs: &[u64],
-        f: impl FnOnce(&[(&[u8], [u64; 64], usize)]) -> Result<R>,
+        f: impl FnOnce(&[Record<'_>], &[Origin]) -> Result<R>,
     ) -> Result<R> {
         let fetched = self.fetched(idxs)?;
-        let mut records = crate::reader::try_vec(idxs.len(), &self.shards[0].path, "a gather")?;
+        let path = &self.shards[0].path;
+        let mut records = crate::reader::try_vec(idxs.len(), path, "a gather")?;
+        let mut origins = crate::reader::try_vec(idxs.len(), path, "a gather")?;
         for (&index, sample) in idxs.iter().zip(&fetched) {
-            let (shard, i) = self.locate(index)?;
-            let (value, at) = match sample {
-                Some((sample, begin)) => (shard.column_of(sample, i, *begin)?, *begin),
-                None => shard.value(i)?,
+            let (s, i) = self.shard_of(index)?;
+            let shard = &self.shards[s];
+            let (value, at, offset) = match sample {
+                Some((sample, begin)) => (shard.column_of(sample, i, *begin)?, *begin, None),
+                None => {
+                    let (value, begin, offset) = shard.value(i)?;
+                    (value, begin, Some(offset))
+                }
             };
-            records.push(Self::decode_value(
+            let record = Self::decode_value(
                 &self.encoding,
                 self.ndim,
                 self.itemsize,
@@ -882,37 +900,68 @@ impl Mds {
                 i,
                 value,
                 at,
-            )?);
+            )?;
+            // A record's elements end its value (an array's header comes
+            // first), so they start this far into the shard.
+            origins.push(offset.map(|o| (s, o + value.len() - record.0.len())));
+            records.push(record);
         }
-        f(&records)
+        f(&records, &origins)
+    }
+
+    /// `records`' bytes end to end into `dst` (exactly their total), one
+    /// copy per run of records lying back to back in one local shard: the
+    /// consecutive samples of a shard whose samples are this column alone
+    /// (a token dataset), as a block-shuffled batch reads them.
+    fn copy_runs(&self, records: &[Record<'_>], origins: &[Origin], dst: &mut [u8]) {
+        let mut cursor = 0usize;
+        let mut j = 0usize;
+        while j < records.len() {
+            let mut k = j + 1;
+            let mut stop = cursor + records[j].0.len();
+            if let Some((s, start)) = origins[j] {
+                let mut end = start + records[j].0.len();
+                while k < records.len() && origins[k] == Some((s, end)) {
+                    end += records[k].0.len();
+                    k += 1;
+                }
+                stop = cursor + (end - start);
+                // Every record of the run was cut from this shard's bytes at
+                // these offsets, so the run is in bounds.
+                dst[cursor..stop].copy_from_slice(&self.shards[s].bytes.get()[start..end]);
+            } else {
+                dst[cursor..stop].copy_from_slice(records[j].0);
+            }
+            cursor = stop;
+            j = k;
+        }
     }
 
     pub(crate) fn record_lengths(&self, idxs: &[u64]) -> Result<Vec<u64>> {
-        self.with_records(idxs, |records| {
+        self.with_records(idxs, |records, _| {
             Ok(records.iter().map(|r| r.0.len() as u64).collect())
         })
     }
 
     pub(crate) fn gather_dense(&self, idxs: &[u64], dst: &mut [u8], row: usize) -> Result<()> {
-        self.with_records(idxs, |records| {
-            for (j, (value, ..)) in records.iter().enumerate() {
-                if value.len() != row {
-                    return Err(Error::invalid("an MDS value is not one row"));
-                }
-                dst[j * row..(j + 1) * row].copy_from_slice(value);
+        self.with_records(idxs, |records, origins| {
+            if records.iter().any(|(value, ..)| value.len() != row) {
+                return Err(Error::invalid("an MDS value is not one row"));
             }
+            self.copy_runs(records, origins, &mut dst[..records.len() * row]);
             Ok(())
         })
     }
 
     pub(crate) fn gather_ragged_into(&self, idxs: &[u64], words: Vec<u64>) -> Result<RaggedBatch> {
-        self.with_records(idxs, |records| self.pack(records, words))
+        self.with_records(idxs, |records, origins| self.pack(records, origins, words))
     }
 
     /// Ragged records end to end, with their offsets and shapes.
     fn pack(
         &self,
-        records: &[(&[u8], [u64; 64], usize)],
+        records: &[Record<'_>],
+        origins: &[Origin],
         mut words: Vec<u64>,
     ) -> Result<RaggedBatch> {
         let path = &self.shards[0].path;
@@ -931,11 +980,11 @@ impl Mds {
         offsets.push(0u64);
         // SAFETY: `words` holds `total.div_ceil(8)` initialized u64s.
         let bytes = unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr() as *mut u8, total) };
-        let mut cursor = 0usize;
+        self.copy_runs(records, origins, bytes);
+        let mut cursor = 0u64;
         for (value, shape, ndim) in records {
-            bytes[cursor..cursor + value.len()].copy_from_slice(value);
-            cursor += value.len();
-            offsets.push(cursor as u64);
+            cursor += value.len() as u64;
+            offsets.push(cursor);
             shapes.extend_from_slice(&shape[..*ndim]);
         }
         Ok(RaggedBatch {
@@ -1020,14 +1069,13 @@ impl Shard {
         Ok((begin, end))
     }
 
-    /// Sample `i`'s bytes of this shard's column, and where the sample
-    /// starts (a mapped or decompressed shard).
-    fn value(&self, i: u64) -> Result<(&[u8], usize)> {
+    /// Sample `i`'s bytes of this shard's column, where the sample starts
+    /// and where those bytes start (a mapped or decompressed shard).
+    fn value(&self, i: u64) -> Result<(&[u8], usize, usize)> {
         let (begin, end) = self.span(i)?;
-        Ok((
-            self.column_of(&self.bytes.get()[begin..end], i, begin)?,
-            begin,
-        ))
+        let range = self.column_range(&self.bytes.get()[begin..end], i, begin)?;
+        let (start, stop) = (begin + range.start, begin + range.end);
+        Ok((&self.bytes.get()[start..stop], begin, start))
     }
 
     /// Sample `i`'s bytes of this shard's column (the sample fetched if the
@@ -1041,12 +1089,17 @@ impl Shard {
                 .map_err(|e| crate::remote::error(&self.path, e))?;
             return Ok((self.column_of(&sample, i, begin)?.to_vec(), begin));
         }
-        let (value, at) = self.value(i)?;
+        let (value, at, _) = self.value(i)?;
         Ok((value.to_vec(), at))
     }
 
     /// This shard's column in `sample` (sample `i`, at `begin`).
     fn column_of<'a>(&self, sample: &'a [u8], i: u64, begin: usize) -> Result<&'a [u8]> {
+        Ok(&sample[self.column_range(sample, i, begin)?])
+    }
+
+    /// Where this shard's column lies in `sample` (sample `i`, at `begin`).
+    fn column_range(&self, sample: &[u8], i: u64, begin: usize) -> Result<std::ops::Range<usize>> {
         let variable = self.sizes.iter().filter(|s| s.is_none()).count();
         let mut head = 0usize;
         let mut offset = 4 * variable;
@@ -1075,7 +1128,7 @@ impl Shard {
             .checked_add(size as usize)
             .filter(|&e| e <= sample.len())
         {
-            Some(stop) => Ok(&sample[offset..stop]),
+            Some(stop) => Ok(offset..stop),
             None => Err(self.bad(
                 begin,
                 &format!(

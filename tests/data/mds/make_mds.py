@@ -9,6 +9,10 @@ under this directory, `plain/` (no compression, several shards), `zstd/`
 (zstd-compressed shards, the raw files removed as a remote copy has them)
 and `expected.npz`: per dataset and column, every sample as streaming's
 MDSReader.get_item decodes it (arrays packed end to end with their shapes).
+Also `single/` and `single-zstd/`: samples of one fixed-size column (a token
+dataset's shape, where consecutive samples' values lie back to back in a
+shard), with `expected-single.npz` (the column of every sample, as
+streaming's reader decodes it).
 """
 
 from __future__ import annotations
@@ -97,7 +101,40 @@ def pack(prefix: str, columns: dict[str, list], into: dict) -> None:
             into[f"{prefix}/{c}/values"] = np.array(values)
 
 
+SINGLE = {"tokens": "ndarray:int32:16"}
+SINGLE_N = 150
+
+
+def write_single(out: pathlib.Path, compression: str | None) -> np.ndarray:
+    """SINGLE_N samples of SINGLE (several shards), and every sample's
+    column as streaming's reader decodes it."""
+    if out.exists():
+        shutil.rmtree(out)
+    rng = np.random.default_rng(39)
+    with MDSWriter(out=str(out), columns=SINGLE, compression=compression, size_limit=4096) as w:
+        for _ in range(SINGLE_N):
+            w.write({"tokens": rng.integers(-(1 << 30), 1 << 30, 16, dtype=np.int32)})
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = pathlib.Path(tmp) / "d"
+        shutil.copytree(out, copy)
+        rows = []
+        for info in json.loads((copy / "index.json").read_text())["shards"]:
+            if info["zip_data"] is not None:
+                zipped = (copy / info["zip_data"]["basename"]).read_bytes()
+                (copy / info["raw_data"]["basename"]).write_bytes(decompress(info["compression"], zipped))
+            reader = reader_from_json(str(copy), None, info)
+            rows += [reader.get_item(j)["tokens"] for j in range(reader.samples)]
+    if compression is not None:
+        for raw in out.glob("shard.*.mds"):
+            raw.unlink()
+    return np.stack(rows)
+
+
 def main() -> None:
+    np.savez(
+        HERE / "expected-single.npz",
+        **{name: write_single(HERE / name, c) for name, c in (("single", None), ("single-zstd", "zstd:7"))},
+    )
     out: dict = {}
     for name, compression in (("plain", None), ("zstd", "zstd:7")):
         write(HERE / name, compression)
