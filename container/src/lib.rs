@@ -31,3 +31,4 @@ mod sink;
 pub mod validate;
 pub mod verify;
 pub mod write;
+mod xxh3;

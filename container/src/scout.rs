@@ -1,17 +1,16 @@
-//! The reading side of the uncompressed batch writer: one thread walks the
-//! parts in order just ahead of the writing thread, decides which parts
-//! repeat an earlier one, and hashes the rest in chunks, so the write
-//! copies bytes the hash has just pulled into the CPU cache.
+//! The hashing side of the uncompressed batch writer, on the writing
+//! thread: it walks the parts in order, decides which parts repeat an
+//! earlier one, and hashes the rest in chunks just before they are
+//! written, so the write copies bytes the hash has just pulled into the
+//! CPU cache and each byte is read from memory once.
 //!
-//! Hashing a whole part before writing it reads every byte from memory
-//! twice; hashing chunk by chunk a little ahead of the copy reads it once,
-//! and the kernel's copy then finds the bytes in cache. Measured on
-//! 8 x 64 MiB written to ext4, in Rust: 3.6 GiB/s against 3.0 for plain
-//! writes of the same buffers and 3.0 for hashing each part on a worker
-//! before writing it. Through `zt.numpy.save_file`, against
-//! `safetensors.numpy.save_file` in the same run (`python -m harness
-//! --only write`), canonical writes went from 0.85x to 0.93x (large) and
-//! from 0.75x to 0.95x (mixed); 1 MiB chunks did worse than 256 KiB.
+//! It ran on a thread of its own a few chunks ahead of the writer until
+//! issue 39: on a machine whose two cores were busy the threads took turns
+//! (the writer woke the scout for every 256 KiB chunk, and the woken
+//! thread often took the writer's core), so the hash still added its whole
+//! time to the write, plus a context switch per chunk. On one thread the
+//! same order (hash a chunk, write it) costs the hash alone; the hash runs
+//! at the CPU's vector width ([`crate::xxh3`]).
 //!
 //! A large part can only be streamed that way if no earlier part has the
 //! same bytes, which is known before it is hashed: an earlier identical
@@ -20,16 +19,14 @@
 
 use std::collections::HashSet;
 use std::convert::Infallible;
-use std::panic::AssertUnwindSafe;
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
-
-use xxhash_rust::xxh3::{xxh3_64, Xxh3};
+use std::io;
 
 use crate::dedup::{BlobKey, Seen};
+use crate::xxh3::{xxh3_64, Xxh3};
 use zt_core::catalog::Digest;
 
-/// Parts longer than this are streamed in chunks of this size; shorter ones
-/// are hashed whole and handed over in batches of about this many bytes.
+/// Parts longer than this are hashed in chunks of this size, each handed
+/// to the writer as soon as it is hashed, while it is in cache.
 pub(crate) const CHUNK: usize = 256 << 10;
 
 /// The writer writes streamed parts in pieces that end on multiples of this
@@ -40,17 +37,6 @@ pub(crate) const CHUNK: usize = 256 << 10;
 /// for a safetensors file written whole; in 2 MiB pieces, 28.8 against
 /// 28.4 ms.
 pub(crate) const WRITE_PIECE: u64 = 2 << 20;
-
-/// How many messages the scout may run ahead of the writer: enough that
-/// the writer never waits, few enough that the hashed bytes are still in
-/// cache when the writer copies them. The writer holds streamed chunks back
-/// until it can write a whole piece, so the scout must be able to run a
-/// piece ahead, plus two chunks: with two messages only, hashing and
-/// writing took turns (0.55x safetensors instead of 0.94x).
-const AHEAD: usize = WRITE_PIECE as usize / CHUNK + 2;
-
-/// Most whole parts handed over in one message.
-const BATCH_PARTS: usize = 4096;
 
 /// How many leading bytes of a large part fingerprint it.
 const PREFIX: usize = 4096;
@@ -67,8 +53,8 @@ pub(crate) struct Whole {
 /// What the scout tells the writer, in part order.
 #[derive(Debug)]
 pub(crate) enum Scouted {
-    /// Consecutive parts, each hashed whole.
-    Whole(Vec<Whole>),
+    /// A part hashed whole.
+    Whole(Whole),
     /// `part` (a new large part) is hashed up to byte `end`: the writer may
     /// write that far.
     Chunk { part: usize, end: usize },
@@ -76,58 +62,32 @@ pub(crate) enum Scouted {
     Streamed { part: usize, digest: Digest },
 }
 
-/// Scout `n` parts (`part(i)` gives part i's bytes) on a thread of its own
-/// while `consume` runs on the calling thread and receives the messages.
-/// If `consume` returns early, the scout stops at its next message. A
-/// scout that dies (it cannot, short of a bug) just ends the messages
-/// early; `consume` must check it saw every part.
-pub(crate) fn scout<'a, P, C, R>(n: usize, part: P, consume: C) -> R
+/// Scout `n` parts (`part(i)` gives part i's bytes), handing each message
+/// to `consume` as soon as it is known, in part order. The first error
+/// `consume` returns ends the walk and is returned.
+pub(crate) fn scout<'a, P, C>(n: usize, part: P, mut consume: C) -> io::Result<()>
 where
-    P: Fn(usize) -> &'a [u8] + Sync,
-    C: FnOnce(Receiver<Scouted>) -> R,
+    P: Fn(usize) -> &'a [u8],
+    C: FnMut(Scouted) -> io::Result<()>,
 {
-    let (tx, rx) = sync_channel(AHEAD);
-    let part = &part;
-    std::thread::scope(|scope| {
-        // The sender moves to the scout, so the messages end when it does.
-        scope.spawn(move || {
-            // A failed send means the writer gave up: nothing left to do.
-            let _ = std::panic::catch_unwind(AssertUnwindSafe(|| walk(n, part, &tx)));
-        });
-        consume(rx)
-    })
-}
-
-/// The scout's loop. Returns `None` when the writer hung up.
-fn walk<'a>(n: usize, part: &dyn Fn(usize) -> &'a [u8], tx: &SyncSender<Scouted>) -> Option<()> {
     // The parts written so far, by content.
     let mut written: Seen<usize> = Seen::default();
     // (length, prefix hash) of every large part written so far.
     let mut large: HashSet<(usize, u64)> = HashSet::new();
-    let mut batch: Vec<Whole> = Vec::new();
-    let mut batch_bytes = 0;
     for i in 0..n {
         let data = part(i);
         if data.len() > CHUNK && large.insert((data.len(), xxh3_64(&data[..PREFIX]))) {
             // No earlier part can have these bytes: stream it.
-            if !batch.is_empty() {
-                tx.send(Scouted::Whole(std::mem::take(&mut batch))).ok()?;
-                batch_bytes = 0;
-            }
             let mut hasher = Xxh3::new();
             for (c, chunk) in data.chunks(CHUNK).enumerate() {
                 hasher.update(chunk);
                 let end = c * CHUNK + chunk.len();
-                tx.send(Scouted::Chunk { part: i, end }).ok()?;
+                consume(Scouted::Chunk { part: i, end })?;
             }
-            let digest = hasher.digest();
-            let key = BlobKey::new(&Digest::Xxh3(digest), data.len() as u64, false);
+            let digest = Digest::Xxh3(hasher.digest());
+            let key = BlobKey::new(&digest, data.len() as u64, false);
             written.record(key, i);
-            tx.send(Scouted::Streamed {
-                part: i,
-                digest: Digest::Xxh3(digest),
-            })
-            .ok()?;
+            consume(Scouted::Streamed { part: i, digest })?;
             continue;
         }
         let digest = xxh3_64(data);
@@ -138,21 +98,13 @@ fn walk<'a>(n: usize, part: &dyn Fn(usize) -> &'a [u8], tx: &SyncSender<Scouted>
         if twin.is_none() {
             written.record(key, i);
         }
-        batch.push(Whole {
+        consume(Scouted::Whole(Whole {
             part: i,
             digest: Digest::Xxh3(digest),
             twin,
-        });
-        batch_bytes += data.len();
-        if batch_bytes >= CHUNK || batch.len() >= BATCH_PARTS {
-            tx.send(Scouted::Whole(std::mem::take(&mut batch))).ok()?;
-            batch_bytes = 0;
-        }
+        }))?;
     }
-    if !batch.is_empty() {
-        tx.send(Scouted::Whole(batch)).ok()?;
-    }
-    Some(())
+    Ok(())
 }
 
 #[cfg(test)]
@@ -161,35 +113,33 @@ mod tests {
 
     /// Every message, flattened to (part, digest, twin, streamed?) in order.
     fn run(parts: &[Vec<u8>]) -> Vec<(usize, u64, Option<usize>, bool)> {
+        let mut out = Vec::new();
+        let mut streamed_to = 0;
         scout(
             parts.len(),
             |i| &parts[i][..],
-            |rx| {
-                let mut out = Vec::new();
-                let mut streamed_to = 0;
-                for m in rx {
-                    match m {
-                        Scouted::Whole(ws) => {
-                            for w in ws {
-                                let Digest::Xxh3(d) = w.digest else { panic!() };
-                                out.push((w.part, d, w.twin, false));
-                            }
-                        }
-                        Scouted::Chunk { part, end } => {
-                            assert_eq!(end, (streamed_to + CHUNK).min(parts[part].len()));
-                            streamed_to = end;
-                        }
-                        Scouted::Streamed { part, digest } => {
-                            assert_eq!(streamed_to, parts[part].len(), "every byte announced");
-                            streamed_to = 0;
-                            let Digest::Xxh3(d) = digest else { panic!() };
-                            out.push((part, d, None, true));
-                        }
+            |m| {
+                match m {
+                    Scouted::Whole(w) => {
+                        let Digest::Xxh3(d) = w.digest else { panic!() };
+                        out.push((w.part, d, w.twin, false));
+                    }
+                    Scouted::Chunk { part, end } => {
+                        assert_eq!(end, (streamed_to + CHUNK).min(parts[part].len()));
+                        streamed_to = end;
+                    }
+                    Scouted::Streamed { part, digest } => {
+                        assert_eq!(streamed_to, parts[part].len(), "every byte announced");
+                        streamed_to = 0;
+                        let Digest::Xxh3(d) = digest else { panic!() };
+                        out.push((part, d, None, true));
                     }
                 }
-                out
+                Ok(())
             },
         )
+        .unwrap();
+        out
     }
 
     fn noise(len: usize, seed: u8) -> Vec<u8> {
@@ -216,7 +166,7 @@ mod tests {
         let order: Vec<usize> = got.iter().map(|g| g.0).collect();
         assert_eq!(order, (0..parts.len()).collect::<Vec<_>>());
         for (i, d, _, _) in &got {
-            assert_eq!(*d, xxh3_64(&parts[*i]), "part {i}");
+            assert_eq!(*d, xxhash_rust::xxh3::xxh3_64(&parts[*i]), "part {i}");
         }
         let twins: Vec<Option<usize>> = got.iter().map(|g| g.2).collect();
         assert_eq!(twins, [None, None, Some(0), None, Some(1), None, Some(5)]);
@@ -226,15 +176,25 @@ mod tests {
     }
 
     #[test]
-    fn a_writer_that_hangs_up_stops_the_scout() {
+    fn a_writer_error_stops_the_scout() {
         let parts: Vec<Vec<u8>> = (0..64).map(|i| noise(CHUNK * 3, i as u8)).collect();
-        let first = scout(parts.len(), |i| &parts[i][..], |rx| rx.recv().unwrap());
+        let mut seen = Vec::new();
+        let err = scout(
+            parts.len(),
+            |i| &parts[i][..],
+            |m| {
+                seen.push(m);
+                Err(io::Error::other("disk full"))
+            },
+        )
+        .unwrap_err();
+        assert_eq!(err.to_string(), "disk full");
         assert!(matches!(
-            first,
-            Scouted::Chunk {
+            seen[..],
+            [Scouted::Chunk {
                 part: 0,
                 end: CHUNK
-            }
+            }]
         ));
     }
 }

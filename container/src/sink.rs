@@ -24,13 +24,11 @@ static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
 
 /// The XXH3-64 digest of a whole file written front to back: every byte
 /// fed in file order as it is written, a gap (a hole, or padding) as the
-/// zeros it reads as. Boxed: `Xxh3` is 64-byte aligned, and a writer held
-/// inline by a Python object (whose allocator aligns to 16) would
-/// otherwise sit misaligned. Cloned to set a state aside (a streamed part
-/// that may be cut back off the file).
+/// zeros it reads as. Cloned to set a state aside (a streamed part that
+/// may be cut back off the file).
 #[derive(Clone)]
 pub(crate) struct FileHash {
-    state: Box<xxhash_rust::xxh3::Xxh3>,
+    state: crate::xxh3::Xxh3,
     /// The offset of the next byte to hash.
     at: u64,
 }
@@ -44,7 +42,7 @@ impl std::fmt::Debug for FileHash {
 impl FileHash {
     pub(crate) fn new() -> FileHash {
         FileHash {
-            state: Box::new(xxhash_rust::xxh3::Xxh3::new()),
+            state: crate::xxh3::Xxh3::new(),
             at: 0,
         }
     }

@@ -102,7 +102,7 @@ pub fn hash_file(path: &Path, algo: DigestAlgorithm) -> Result<Digest> {
 /// Digest every byte of `store`: a mapping in one pass over its pages,
 /// anything else streamed in 8 MiB pieces.
 pub fn hash_store(store: &Store, algo: DigestAlgorithm) -> Result<Digest> {
-    let mut x = xxhash_rust::xxh3::Xxh3::new();
+    let mut x = crate::xxh3::Xxh3::new();
     let mut s = <sha2::Sha256 as sha2::Digest>::new();
     let mut update = |bytes: &[u8]| match algo {
         DigestAlgorithm::Xxh3 => x.update(bytes),

@@ -1,5 +1,7 @@
 //! The batch writer: every tensor in memory (or mapped) at once, written
-//! front to back in one pass with the hashing (and compression) just ahead.
+//! front to back in one pass: raw parts hashed chunk by chunk on the
+//! writing thread just before each chunk is written, compression (and its
+//! hashing) ahead on the pool.
 
 use crate::rules;
 use std::os::unix::fs::FileExt;
@@ -19,13 +21,13 @@ use crate::encoding::{self};
 use crate::manifest::{self};
 use crate::scout::{self, Scouted, WRITE_PIECE};
 use crate::sink::{FileHash, Sink};
-use zt_core::catalog::{Digest, DigestAlgorithm};
+use zt_core::catalog::Digest;
 use zt_core::error::{Context, Error, Result};
 use zt_core::publish::Partial;
 use zt_core::write::WrittenFile;
 
-/// Write `objects` to `path` in one batch: hashing (and compression) off
-/// the writing thread, duplicates confirmed in memory, one sequential
+/// Write `objects` to `path` in one batch: compression off the writing
+/// thread, duplicates confirmed in memory, one sequential
 /// pass of writes. The file is built beside `path` and renamed
 /// into place (fsynced when `options.publish`). Returns the file size.
 pub fn write_objects(
@@ -251,8 +253,8 @@ impl Blobs<'_, '_, '_> {
     }
 }
 
-/// Raw parts: the scout hashes each part, and finds the ones that repeat
-/// an earlier part, just ahead of the writes.
+/// Raw parts: the scout, on this thread, hashes each part and finds the
+/// ones that repeat an earlier part, each chunk just before it is written.
 fn write_raw<'p, 'd: 'p, F>(
     n: usize,
     part: &F,
@@ -261,63 +263,58 @@ fn write_raw<'p, 'd: 'p, F>(
 where
     F: Fn(usize) -> &'p PartIn<'d> + Sync,
 {
+    // The streamed part being written, its offset and bytes written.
+    let mut streaming: Option<(usize, u64, usize)> = None;
     scout::scout(
         n,
         |i| &part(i).data[..],
-        |messages| {
-            // The streamed part being written, its offset and bytes written.
-            let mut streaming: Option<(usize, u64, usize)> = None;
-            for message in messages {
-                match message {
-                    Scouted::Whole(parts) => {
-                        for w in parts {
-                            if let Some(j) = w.twin {
-                                blobs.share(j, w.digest);
-                                continue;
-                            }
-                            let data = &part(w.part).data;
-                            let offset = blobs.begin(data.len() as u64)?;
-                            blobs.sink.put(data)?;
-                            blobs.done(w.digest, false, offset, data.len() as u64);
-                        }
+        |message| {
+            match message {
+                Scouted::Whole(w) => {
+                    if let Some(j) = w.twin {
+                        blobs.share(j, w.digest);
+                        return Ok(());
                     }
-                    Scouted::Chunk { part: i, end } => {
-                        let data = &part(i).data;
-                        let (offset, from) = match streaming {
-                            Some((p, offset, written)) if p == i => (offset, written),
-                            _ => (blobs.begin(data.len() as u64)?, 0),
-                        };
-                        // Write up to the last WRITE_PIECE boundary of the file
-                        // that the hashed bytes reach; the rest waits for the
-                        // next chunk, or goes out at the part's end.
-                        let cut = if end == data.len() {
-                            end
-                        } else {
-                            let boundary = (offset + end as u64) / WRITE_PIECE * WRITE_PIECE;
-                            (boundary.saturating_sub(offset) as usize).max(from)
-                        };
-                        if cut > from {
-                            blobs.sink.put(&data[from..cut])?;
-                        }
-                        streaming = Some((i, offset, cut));
-                    }
-                    Scouted::Streamed { part: i, digest } => {
-                        let offset = match streaming.take() {
-                            Some((p, offset, _)) if p == i => offset,
-                            _ => {
-                                return Err(std::io::Error::other("scout skipped a part's chunks"))
-                            }
-                        };
-                        blobs.done(digest, false, offset, part(i).data.len() as u64);
-                    }
+                    let data = &part(w.part).data;
+                    let offset = blobs.begin(data.len() as u64)?;
+                    blobs.sink.put(data)?;
+                    blobs.done(w.digest, false, offset, data.len() as u64);
                 }
-            }
-            if blobs.placed.len() != n {
-                return Err(std::io::Error::other("the hashing thread stopped early"));
+                Scouted::Chunk { part: i, end } => {
+                    let data = &part(i).data;
+                    let (offset, from) = match streaming {
+                        Some((p, offset, written)) if p == i => (offset, written),
+                        _ => (blobs.begin(data.len() as u64)?, 0),
+                    };
+                    // Write up to the last WRITE_PIECE boundary of the file
+                    // that the hashed bytes reach; the rest waits for the
+                    // next chunk, or goes out at the part's end.
+                    let cut = if end == data.len() {
+                        end
+                    } else {
+                        let boundary = (offset + end as u64) / WRITE_PIECE * WRITE_PIECE;
+                        (boundary.saturating_sub(offset) as usize).max(from)
+                    };
+                    if cut > from {
+                        blobs.sink.put(&data[from..cut])?;
+                    }
+                    streaming = Some((i, offset, cut));
+                }
+                Scouted::Streamed { part: i, digest } => {
+                    let offset = match streaming.take() {
+                        Some((p, offset, _)) if p == i => offset,
+                        _ => return Err(std::io::Error::other("scout skipped a part's chunks")),
+                    };
+                    blobs.done(digest, false, offset, part(i).data.len() as u64);
+                }
             }
             Ok(())
         },
-    )
+    )?;
+    if blobs.placed.len() != n {
+        return Err(std::io::Error::other("the scout skipped a part"));
+    }
+    Ok(())
 }
 
 /// Parts with compression: hashing and compression (the CPU work) run ahead
@@ -335,7 +332,7 @@ where
     let default_level = blobs.options.compression;
     let prepare = |i: usize| -> Result<(Digest, Option<Vec<u8>>)> {
         let p = part(i);
-        let digest = DigestAlgorithm::Xxh3.digest(&p.data);
+        let digest = Digest::Xxh3(crate::xxh3::xxh3_64(&p.data));
         let encoded = match p.compression.or(default_level) {
             Some(level) => Some(encoding::encode(&p.data, level).map_err(|e| Error::io(path, e))?),
             None => None,

@@ -18,7 +18,8 @@ use crate::encoding::{self};
 use crate::manifest::{self};
 use crate::sink::FileHash;
 use crate::validate::{self};
-use zt_core::catalog::{Digest, DigestAlgorithm};
+use crate::xxh3::{xxh3_64, Xxh3};
+use zt_core::catalog::Digest;
 use zt_core::dtype::DType;
 use zt_core::error::{Context, Error, Result};
 use zt_core::limits::Limits;
@@ -26,17 +27,6 @@ use zt_core::publish::Partial;
 use zt_core::source::Source;
 use zt_core::store::Store;
 use zt_core::write::WrittenFile;
-
-/// The streaming XXH3 state (wrapped for `Debug`), boxed: `Xxh3` is
-/// 64-byte aligned, and a `Writer` held inline by a Python object (whose
-/// allocator aligns to 16) would otherwise sit misaligned.
-struct Hasher(Box<xxhash_rust::xxh3::Xxh3>);
-
-impl std::fmt::Debug for Hasher {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Xxh3")
-    }
-}
 
 /// An open stream: the object being written a chunk at a time.
 #[derive(Debug)]
@@ -47,7 +37,7 @@ struct Stream {
     /// Index of the part being written and bytes written into it.
     current: usize,
     written: u64,
-    hasher: Hasher,
+    hasher: Xxh3,
     /// Heap cursor before the current part was placed (for undoing a duplicate).
     part_start: (u64, u64),
     /// The whole-file digest before the current part (restored when the
@@ -71,7 +61,7 @@ impl Prepared {
     /// `part` hashed and, when it has a level (its own, else `default`),
     /// encoded at it.
     pub fn of(part: &PartIn<'_>, default: Option<i32>) -> std::io::Result<Prepared> {
-        let digest = DigestAlgorithm::Xxh3.digest(&part.data);
+        let digest = Digest::Xxh3(xxh3_64(&part.data));
         let encoded = match part.compression.or(default) {
             Some(level) => Some(encoding::encode(&part.data, level)?),
             None => None,
@@ -505,7 +495,7 @@ impl Writer {
             parts: sorted,
             current: 0,
             written: 0,
-            hasher: Hasher(Box::new(xxhash_rust::xxh3::Xxh3::new())),
+            hasher: Xxh3::new(),
             part_start: (0, 0),
             file_hash_before: None,
         };
@@ -587,7 +577,7 @@ impl Writer {
         let offset = self.heap.place(len, self.options.align_for(len));
         s.part_start.1 = offset;
         s.written = 0;
-        s.hasher = Hasher(Box::new(xxhash_rust::xxh3::Xxh3::new()));
+        s.hasher = Xxh3::new();
         s.file_hash_before = self.hash.clone();
     }
 
@@ -614,7 +604,7 @@ impl Writer {
 
     fn end_part(&mut self, s: &mut Stream) -> Result<()> {
         let (name, dtype, len) = s.parts[s.current].clone();
-        let digest = Digest::Xxh3(s.hasher.0.digest());
+        let digest = Digest::Xxh3(s.hasher.digest());
         let offset = s.part_start.1;
         let key = BlobKey::new(&digest, len, false);
         let same = |(off, stored)| Ok(stored == len && self.same_regions(off, offset, len)?);
@@ -665,7 +655,7 @@ impl Writer {
             };
             let take = (len - s.written).min(chunk.len() as u64) as usize;
             let at = s.part_start.1 + s.written;
-            s.hasher.0.update(&chunk[..take]);
+            s.hasher.update(&chunk[..take]);
             s.written += take as u64;
             let file = self.target.as_ref().expect("open while streaming").file();
             file.write_all_at(&chunk[..take], at)
