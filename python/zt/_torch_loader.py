@@ -179,8 +179,9 @@ class DataLoader:
     :class:`zt.loader.DataLoader` (everything after ``streams`` is
     keyword-only), mixtures included: ``mix={"web": (streams, 0.7), ...}``
     in place of ``streams``, each batch then carrying ``"dataset"`` (an
-    int64 tensor, each sample's dataset in the order of ``mix``). Each Dense column is one tensor over the loader's own
-    buffer (``torch.from_dlpack``, no copy); a Ragged column is a list of
+    int64 tensor, each sample's dataset in the order of ``mix``). Each
+    Dense column is one tensor over the loader's own buffer
+    (``torch.from_dlpack``, no copy); a Ragged column is a list of
     tensors that are views of one values tensor, or with ``packed=True`` the
     ``(values, offsets, shapes)`` tensors (offsets in elements).
 
