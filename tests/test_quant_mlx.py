@@ -268,6 +268,9 @@ def test_cli_converts_and_dequantizes(mlx_q4, tmp_path):
     subprocess.run([*run, path, str(tmp_path / "a.gguf")], check=True)
     zt.convert(path, tmp_path / "b.gguf")
     assert (tmp_path / "a.gguf").read_bytes() == (tmp_path / "b.gguf").read_bytes()
+    subprocess.run([*run, str(tmp_path / "a.gguf"), str(tmp_path / "m.safetensors"), "--layout", "mlx"], check=True)
+    zt.convert(tmp_path / "a.gguf", tmp_path / "n.safetensors", layout="mlx")
+    assert (tmp_path / "m.safetensors").read_bytes() == (tmp_path / "n.safetensors").read_bytes()
     subprocess.run([*run, path, str(tmp_path / "d.safetensors"), "--dequantize", "--dtype", "bf16"], check=True)
     got = safetensors.numpy.load_file(str(tmp_path / "d.safetensors"))
     with zt.open(path, dequantize=True, dtype="bf16") as source:

@@ -34,6 +34,9 @@ pub struct Request<'a> {
     /// `--dequantize`: quantized safetensors schemes dequantized to the
     /// transform's dtype (`zt::formats::quant`), before it applies.
     pub dequantize: bool,
+    /// `--layout mlx`: GGUF Q4_1 tensors as MLX's affine weights
+    /// (`zt::formats::quant::mlx::repack::from_q4_1`).
+    pub repack_mlx: bool,
     /// Draw the progress line.
     pub show_progress: bool,
 }
@@ -80,6 +83,8 @@ pub fn run(req: &Request<'_>) -> zt::Result<()> {
             config: None,
         };
         zt::formats::quant::dequantize(&source, &options)?
+    } else if req.repack_mlx {
+        zt::formats::quant::mlx::repack::from_q4_1(&source)?
     } else {
         source
     };

@@ -125,12 +125,19 @@ enum Command {
         #[arg(long, value_name = "DTYPE")]
         dtype: Option<String>,
         /// Dequantize a quantized safetensors checkpoint (DeepSeek/Kimi
-        /// block-scaled FP8, gpt-oss MXFP4, compressed-tensors NVFP4): each
-        /// weight computed in f32 from its scales,
-        /// rounded once to --dtype (default f32), the scale tensors
-        /// consumed; the block size from the config.json beside the input.
+        /// block-scaled FP8, gpt-oss MXFP4, compressed-tensors NVFP4, MLX
+        /// affine/mxfp4/mxfp8/nvfp4): each weight computed in f32 from its
+        /// scales, rounded once to --dtype (default f32), the scale tensors
+        /// consumed; the block size (MLX: bits and group size) from the
+        /// config.json beside the input.
         #[arg(long)]
         dequantize: bool,
+        /// `mlx`: write a GGUF's Q4_1 tensors as MLX's affine 4-bit weights
+        /// (X.weight u32, X.scales and X.biases f16), moved without going
+        /// through floats. (MLX to GGUF needs no flag: an MLX config.json
+        /// beside the input makes its 4-bit group-32 weights Q4_1.)
+        #[arg(long, value_name = "LAYOUT", value_parser = ["mlx"], conflicts_with = "dequantize")]
+        layout: Option<String>,
         /// ONNX to ONNX: move the model's tensors (initializers, Constant
         /// values) of at least --threshold bytes into an external data file
         /// beside OUT, rewriting the protobuf without loading it.
@@ -255,6 +262,7 @@ fn dispatch(cli: Cli) -> u8 {
             rename,
             dtype,
             dequantize,
+            layout,
             external_data,
             location,
             threshold,
@@ -276,6 +284,7 @@ fn dispatch(cli: Cli) -> u8 {
                     ("--rename", !rename.is_empty()),
                     ("--dtype", dtype.is_some()),
                     ("--dequantize", dequantize),
+                    ("--layout", layout.is_some()),
                 ];
                 let request = onnx_data::Request {
                     inline,
@@ -305,6 +314,7 @@ fn dispatch(cli: Cli) -> u8 {
                         )?,
                         ranks,
                         dequantize,
+                        repack_mlx: layout.is_some(),
                         show_progress,
                     })
                 })
