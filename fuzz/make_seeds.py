@@ -88,6 +88,29 @@ def safetensors_seeds() -> None:
         },
         str(d / "nvfp4.safetensors"),
     )
+    # MLX's layouts (issue 41), one layer per mode; the fuzz body's MLX
+    # configuration (fuzz/bodies/src/lib.rs, MLX_CONFIG) gives each its
+    # bits: w4 affine 4-bit (Q4_1's layout: the GGUF repack too), x3 affine
+    # 3-bit bf16, m mxfp4, m8 mxfp8, n nvfp4, every code and scale byte.
+    codes = np.resize(np.arange(256, dtype=np.uint8), (2, 48)).view(np.uint32)
+    save_file(
+        {
+            "w4.weight": codes[:, :4],
+            "w4.scales": np.array([[0.5], [np.inf]], np.float16),
+            "w4.biases": np.array([[-1.0], [np.nan]], np.float16),
+            "x3.weight": codes[:, :3],
+            "x3.scales": np.array([[0.25], [-2.0]], ml_dtypes.bfloat16),
+            "x3.biases": np.array([[1.0], [0.0]], ml_dtypes.bfloat16),
+            "m.weight": codes[:, :4],
+            "m.scales": np.array([[0], [255]], np.uint8),
+            "m8.weight": codes[:, :8],
+            "m8.scales": np.array([[127], [254]], np.uint8),
+            "n.weight": codes[:, :4],
+            "n.scales": np.array([[0x38, 0x7F], [0x01, 0xFF]], np.uint8),
+        },
+        str(d / "mlx.safetensors"),
+        metadata={"format": "mlx"},
+    )
 
 
 def gguf_write(path: pathlib.Path, endian: GGUFEndian, alignment: int | None, tensors) -> None:

@@ -276,3 +276,22 @@ def test_cli_converts_and_dequantizes(mlx_q4, tmp_path):
     with zt.open(path, dequantize=True, dtype="bf16") as source:
         for name in source:
             assert got[name].tobytes() == source[name].numpy().tobytes()
+
+
+def test_the_fuzz_seed_reaches_every_decoder():
+    """fuzz/seeds/safetensors/mlx.safetensors, under the fuzz body's MLX
+    configuration, dequantizes every layer as the reference does (so its
+    mutations start from tensors every decoder takes)."""
+    import pathlib
+
+    seed = pathlib.Path(__file__).parent.parent / "fuzz" / "seeds" / "safetensors" / "mlx.safetensors"
+    body = (pathlib.Path(__file__).parent.parent / "fuzz" / "bodies" / "src" / "lib.rs").read_text()
+    config = json.loads(body.split('const MLX_CONFIG: &str = r#"', 1)[1].split('"#', 1)[0])
+    t = safetensors.numpy.load_file(str(seed))
+    layers = {"w4": ("affine", 4, 32), "x3": ("affine", 3, 32), "m": ("mxfp4", 4, 32), "m8": ("mxfp8", 8, 32)}
+    layers["n"] = ("nvfp4", 4, 16)
+    with zt.open(seed, dequantize=True, quantization_config=config) as source:
+        assert sorted(source) == sorted(n + ".weight" for n in layers)
+        for name, (mode, bits, group) in layers.items():
+            want = reference(t[name + ".weight"], t[name + ".scales"], t.get(name + ".biases"), mode, bits, group)
+            same(source[name + ".weight"].numpy(), want)

@@ -194,11 +194,41 @@ fn read_all(source: &Source, whole: bool) {
             config: None,
         };
         if let Ok(dequantized) = zt::formats::quant::dequantize(source, &options) {
-            for tensor in dequantized.tensors() {
-                for part in tensor.parts() {
-                    let _ = part.bytes().map(|b| b.len());
-                }
-            }
+            read_parts(&dequantized);
+        }
+        // MLX's layouts, whose bits only a configuration gives (the seed
+        // fuzz/seeds/safetensors/mlx.safetensors has a layer of each), and
+        // the lossless repacks between MLX affine 4-bit and GGUF Q4_1.
+        let config = zt::formats::quant::config::parse(&Context::default(), MLX_CONFIG.as_bytes())
+            .expect("valid JSON");
+        let options = zt::formats::quant::Options {
+            config: Some(config.clone()),
+            ..options
+        };
+        if let Ok(dequantized) = zt::formats::quant::dequantize(source, &options) {
+            read_parts(&dequantized);
+        }
+        let repack = zt::formats::quant::mlx::repack::to_q4_1_with(source, &config);
+        if let Ok(Some(repacked)) = repack {
+            read_parts(&repacked);
+        }
+        if let Ok(mlx) = zt::formats::quant::mlx::repack::from_q4_1(source) {
+            read_parts(&mlx);
+        }
+    }
+}
+
+/// The MLX configuration the fuzz body dequantizes with: a layer of each
+/// mode by name (as the `mlx.safetensors` seed names them).
+const MLX_CONFIG: &str = r#"{"quantization": {"group_size": 32, "bits": 4,
+    "x3": {"bits": 3}, "m": {"mode": "mxfp4"}, "m8": {"mode": "mxfp8"},
+    "n": {"mode": "nvfp4"}}}"#;
+
+/// Every part of every tensor of `source` read (its decoders run).
+fn read_parts(source: &Source) {
+    for tensor in source.tensors() {
+        for part in tensor.parts() {
+            let _ = part.bytes().map(|b| b.len());
         }
     }
 }

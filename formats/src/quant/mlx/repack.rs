@@ -117,11 +117,21 @@ pub fn to_q4_1(source: &Source) -> Result<Option<Source>> {
     let Some(file) = source.files().first() else {
         return Ok(None);
     };
-    let ctx = Context::file(file);
-    let Some(value) = crate::quant::config_beside(file)? else {
-        return Ok(None);
-    };
-    let config::Declared::Mlx(mlx) = config::declared(&ctx, &value)? else {
+    match crate::quant::config_beside(file)? {
+        Some(value) => to_q4_1_with(source, &value),
+        None => Ok(None),
+    }
+}
+
+/// [`to_q4_1`] with the model's configuration given (a `config.json`'s
+/// JSON, or MLX's `quantization` alone).
+pub fn to_q4_1_with(source: &Source, config: &serde_json::Value) -> Result<Option<Source>> {
+    let ctx = source
+        .files()
+        .first()
+        .map(Context::file)
+        .unwrap_or_default();
+    let config::Declared::Mlx(mlx) = config::declared(&ctx, config)? else {
         return Ok(None);
     };
     let found = find(source, Some(&mlx))?;
