@@ -162,6 +162,101 @@ def test_convert_to_h5_from_safetensors(tmp):
             assert f[name][()].tobytes() == want.tobytes()
 
 
+# Dataset attributes as h5py writes them: every kind zt's reader lists and
+# its writer writes back (a float32 scalar is listed as a float and comes
+# back float64, as a float in metadata does).
+DATASET_ATTRS = {
+    "units": "m/s",
+    "n": np.int64(-3),
+    "big": np.uint64(1 << 63),
+    "x": 1.25,
+    "x32": np.float32(0.5),
+    "flag": np.True_,
+    "ints": np.array([1, 2, 3], dtype="i8"),
+    "floats": np.array([1.5, -2.0]),
+    "names": np.array(["a", "bb", ""], dtype=h5py.string_dtype()),
+}
+
+
+def h5py_attrs(path) -> dict[str, dict]:
+    """Every dataset's attributes as h5py reads them."""
+    out = {}
+    with h5py.File(path, "r") as f:
+        f.visititems(lambda n, o: out.__setitem__(n, dict(o.attrs)) if isinstance(o, h5py.Dataset) else None)
+    return out
+
+
+def same_attr(got, want) -> bool:
+    got, want = np.asarray(got), np.asarray(want)
+    if want.dtype.kind in "OSU":
+        return got.tolist() == want.tolist()
+    return got.dtype == want.dtype and got.shape == want.shape and got.tobytes() == want.tobytes()
+
+
+def test_a_conversion_to_hdf5_keeps_each_datasets_attributes(tmp):
+    """Issue 42: HDF5 to HDF5 keeps what h5py lists in each dataset's
+    `attrs`, each encoded as save_file encodes the same value given as
+    metadata (a file attribute); a Keras `dtype` marker is the writer's
+    own, never carried as a stale copy."""
+    src = tmp / "src.h5"
+    a, b = sample("f4", (3, 4)), sample("i2", (5,))
+    bf = RNG.integers(0, 1 << 16, size=(2, 3), dtype=np.uint16).view(ml_dtypes.bfloat16)
+    with h5py.File(src, "w") as f:
+        ds = f.create_dataset("g/a", data=a)
+        for k, v in DATASET_ATTRS.items():
+            ds.attrs[k] = v
+        f.create_dataset("g/h/b", data=b).attrs["only"] = "b's"
+        # Keras's bfloat16: opaque 2-byte elements marked `dtype`.
+        kb = f.create_dataset("k", data=bf.view(np.uint16).view("V2"))
+        kb.attrs["dtype"] = "bfloat16"
+        kb.attrs["note"] = "kept"
+        f.attrs["file_note"] = "root"
+    dst = tmp / "dst.h5"
+    zt.convert(src, dst)
+    got, want = h5py_attrs(dst), h5py_attrs(src)
+    assert sorted(got) == ["g/a", "g/h/b", "k"]
+    # As save_file writes the values zt reads from the source.
+    with zt.open(src) as s:
+        metadata = dict(s["g/a"].attributes)
+    ref = tmp / "ref.h5"
+    zt.numpy.save_file({"t": a}, ref, metadata=metadata)
+    with h5py.File(ref, "r") as f:
+        as_metadata = dict(f.attrs)
+    assert sorted(got["g/a"]) == sorted(as_metadata) == sorted(DATASET_ATTRS)
+    for k in DATASET_ATTRS:
+        assert same_attr(got["g/a"][k], as_metadata[k]), k
+    # ... which is what h5py wrote, but the float32 scalar widened.
+    for k in DATASET_ATTRS:
+        if k != "x32":
+            assert same_attr(got["g/a"][k], want["g/a"][k]), k
+    assert got["g/a"]["x32"] == 0.5 and got["g/a"]["x32"].dtype == np.float64
+    assert got["g/h/b"] == {"only": "b's"}
+    # Plain HDF5 writes bfloat16 as its own float type: no marker left.
+    assert got["k"] == {"note": "kept"}
+    with h5py.File(dst, "r") as f:
+        assert f.attrs["file_note"] == "root"
+        assert f["g/a"][()].tobytes() == a.tobytes() and f["g/h/b"][()].tobytes() == b.tobytes()
+        assert np.array_equal(f["k"][()], bf.astype(np.float32))
+    # Read back by zt: the same attributes, the same tensors.
+    with zt.open(dst) as d, zt.open(src) as s:
+        for name in ("g/a", "g/h/b", "k"):
+            assert d[name].attributes == {k: v for k, v in s[name].attributes.items() if k != "dtype"}, name
+            assert d[name].numpy().tobytes() == s[name].numpy().tobytes(), name
+
+
+def test_per_tensor_attributes_of_a_zt_file_become_dataset_attributes(tmp):
+    src = tmp / "m.zt"
+    w = zt.Writer(src)
+    w.add("enc/b", sample("f4", (2,)))
+    w.add_object("enc/w", [2, 2], {"data": sample("f4", (2, 2))}, attributes={"role": "weight", "k": 7})
+    w.finish()
+    dst = tmp / "m.h5"
+    zt.convert(src, dst)
+    got = h5py_attrs(dst)
+    assert got["enc/w"] == {"role": "weight", "k": 7} and got["enc/b"] == {}
+    assert got["enc/w"]["k"].dtype == np.int64
+
+
 # --- refusals -----------------------------------------------------------------
 
 

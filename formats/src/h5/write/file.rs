@@ -15,7 +15,7 @@
 use std::io::Write;
 use std::path::Path;
 
-use zt_core::catalog::Value;
+use zt_core::catalog::{Attributes, Value};
 use zt_core::dtype::DType;
 use zt_core::error::{Context, Error, Result};
 use zt_core::inputs::{InputMeta, Inputs};
@@ -96,13 +96,27 @@ fn datatype(
     })
 }
 
-/// A dataset as placed: its shape, type, marker attribute and data.
+/// A dataset as placed: its shape, type, marker attribute, carried
+/// attributes and data.
 struct Placed<'t> {
     shape: &'t [u64],
     ty: Datatype,
     marker: Option<&'static str>,
+    attributes: &'t [(String, Value)],
     addr: u64,
     len: u64,
+}
+
+/// Whether a carried dataset attribute is written: not a `dtype` that
+/// marks an opaque encoding (the source's marker says how *its* bytes
+/// were stored; this file's own marker, if it needs one, is written from
+/// the dtype), and not a `dtype` where this file writes its marker.
+fn carried(name: &str, value: &Value, marker: Option<&str>) -> bool {
+    if name != "dtype" {
+        return true;
+    }
+    let marks = matches!(value, Value::Str(s) if ml_dtype_named(s).is_some());
+    !marks && marker.is_none()
 }
 
 /// A node of the tree in pre-order, the root first; a group with its
@@ -142,11 +156,13 @@ pub struct Plan<'t> {
     superblock: Vec<u8>,
 }
 
-/// Place `tensors` and `metadata` as one file.
+/// Place `tensors` and `metadata` as one file; `attributes[i]` (where
+/// given) are tensor `i`'s dataset attributes.
 pub fn plan<'t>(
     ctx: &Context,
     tensors: &'t dyn Inputs,
     metadata: &'t [(String, Value)],
+    attributes: &[&'t Attributes],
     layout: Layout,
 ) -> Result<Plan<'t>> {
     let mut root = Group::default();
@@ -179,6 +195,7 @@ pub fn plan<'t>(
             shape: t.shape,
             ty,
             marker,
+            attributes: attributes.get(i).map_or(&[], |a| a.as_slice()),
             addr,
             len,
         });
@@ -265,6 +282,11 @@ fn encode_all(
                     let v = Value::Str(name.to_string());
                     msgs.push(attribute(ctx, "dtype", &v, &mut heap, heap_addrs)?);
                 }
+                for (name, value) in p.attributes {
+                    if carried(name, value, p.marker) {
+                        msgs.push(attribute(ctx, name, value, &mut heap, heap_addrs)?);
+                    }
+                }
             }
         }
         out.push(encode::object_header(&msgs));
@@ -272,7 +294,7 @@ fn encode_all(
     Ok((out, heap))
 }
 
-/// A file attribute as an attribute message.
+/// A file or dataset attribute as an attribute message.
 fn attribute(
     ctx: &Context,
     name: &str,
@@ -446,15 +468,16 @@ pub fn write(plan: &Plan<'_>, w: &mut impl Write, path: &Path) -> Result<()> {
     w.write_all(&plan.meta).map_err(io)
 }
 
-/// Publish one HDF5 file at `path`.
+/// Publish one HDF5 file at `path` (`attributes` as in [`plan`]).
 pub fn publish(
     tensors: &dyn Inputs,
     metadata: &[(String, Value)],
+    attributes: &[&Attributes],
     path: &Path,
     layout: Layout,
     durable: bool,
 ) -> Result<u64> {
     let ctx = Context::file(path);
-    let plan = plan(&ctx, tensors, metadata, layout)?;
+    let plan = plan(&ctx, tensors, metadata, attributes, layout)?;
     zt_core::publish::publish_reading(path, durable, |w| write(&plan, w, path))
 }

@@ -10,7 +10,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Map, Value as Json};
-use zt_core::catalog::Value;
+use zt_core::catalog::{Attributes, Value};
 use zt_core::error::{Context, Error, Result};
 use zt_core::inputs::{Inputs, Subset};
 use zt_core::publish::{publish, sync_dir, sync_files, Staging};
@@ -90,6 +90,7 @@ fn split(ctx: &Context, tensors: &dyn Inputs, max: u64) -> Result<Vec<Vec<usize>
 pub fn publish_sharded(
     tensors: &dyn Inputs,
     metadata: &[(String, Value)],
+    attributes: &[&Attributes],
     path: &Path,
     max: u64,
     durable: bool,
@@ -115,7 +116,11 @@ pub fn publish_sharded(
         let at = staging.path().join(&file_name);
         // The file attributes go in the first shard, with its groups.
         let meta = if i == 0 { metadata } else { &[] };
-        bytes += file::publish(&shard, meta, &at, Layout::Keras, false)
+        let attrs: Vec<&Attributes> = members
+            .iter()
+            .filter_map(|&m| attributes.get(m).copied())
+            .collect();
+        bytes += file::publish(&shard, meta, &attrs, &at, Layout::Keras, false)
             .map_err(|e| zt_core::shard::relabel(e, staging.path(), &dir))?;
         for &m in members {
             let t = tensors.meta(m);

@@ -9,6 +9,10 @@
 //! types are opaque elements marked with a `dtype` attribute as Keras
 //! marks bfloat16, and with a shard size the checkpoint is Keras's
 //! sharded form (`NAME.weights.json` + `NAME_0000N.weights.h5`).
+//!
+//! A conversion carries each tensor's own attributes (an HDF5 dataset's,
+//! any source's per-tensor metadata) onto its dataset, encoded as file
+//! attributes are, so HDF5 to HDF5 keeps what h5py lists in `ds.attrs`.
 
 mod encode;
 mod file;
@@ -18,11 +22,13 @@ mod tree;
 use std::any::Any;
 use std::path::Path;
 
-use zt_core::catalog::Value;
+use zt_core::catalog::{Attributes, Value};
 use zt_core::error::{Context, Error, Result};
-use zt_core::inputs::Inputs;
+use zt_core::inputs::{Inputs, SourceInputs};
+use zt_core::source::Source;
 use zt_core::write::{
-    FormatOption, FormatOptions, FormatWriter, MetadataCaps, TensorIn, WriteOptions, WriterCaps,
+    carried_attributes, FormatOption, FormatOptions, FormatWriter, MetadataCaps, TensorIn,
+    WriteOptions, WriterCaps,
 };
 use zt_core::Rule;
 
@@ -112,6 +118,16 @@ impl FormatWriter for H5Writer {
         self.write_inputs(&tensors, metadata, path, options)
     }
 
+    /// A conversion: [`zt_core::write::write_dense`]'s tensors and file
+    /// attributes, and each tensor's attributes for its dataset.
+    fn write(&self, source: &Source, path: &Path, options: &WriteOptions) -> Result<u64> {
+        let inputs = SourceInputs::new(source, path)?;
+        let metadata = carried_attributes(source, self.caps().metadata);
+        // `SourceInputs::new` takes the source's tensors in this order.
+        let attributes: Vec<&Attributes> = source.tensors().map(|t| t.attributes()).collect();
+        write_h5(&inputs, metadata.as_deref(), &attributes, path, options)
+    }
+
     /// Streams: the file is placed from names and shapes, then each
     /// tensor fetched as its dataset's bytes are written.
     fn reads_ahead(&self) -> bool {
@@ -125,24 +141,35 @@ impl FormatWriter for H5Writer {
         path: &Path,
         options: &WriteOptions,
     ) -> Result<u64> {
-        let o = options
-            .format_options::<H5Options>()
-            .copied()
-            .unwrap_or_default();
-        let layout = o.layout.unwrap_or_default();
-        let metadata = metadata.unwrap_or(&[]);
-        let durable = options.syncs();
-        match o.max_shard_size {
-            None => file::publish(tensors, metadata, path, layout, durable),
-            Some(max) if layout == Layout::Keras => {
-                keras::publish_sharded(tensors, metadata, path, max, durable)
-            }
-            Some(_) => Err(Error::Write {
-                rule: Rule::WRITE_OPTIONS,
-                ctx: Context::file(path),
-                reason: "plain HDF5 has no sharded form; layout=\"keras\" shards as Keras does"
-                    .into(),
-            }),
+        write_h5(tensors, metadata, &[], path, options)
+    }
+}
+
+/// Write `tensors` with file `metadata` and, where given, each one's
+/// dataset `attributes`, as the writer's options lay them out.
+fn write_h5(
+    tensors: &dyn Inputs,
+    metadata: Option<&[(String, Value)]>,
+    attributes: &[&Attributes],
+    path: &Path,
+    options: &WriteOptions,
+) -> Result<u64> {
+    let o = options
+        .format_options::<H5Options>()
+        .copied()
+        .unwrap_or_default();
+    let layout = o.layout.unwrap_or_default();
+    let metadata = metadata.unwrap_or(&[]);
+    let durable = options.syncs();
+    match o.max_shard_size {
+        None => file::publish(tensors, metadata, attributes, path, layout, durable),
+        Some(max) if layout == Layout::Keras => {
+            keras::publish_sharded(tensors, metadata, attributes, path, max, durable)
         }
+        Some(_) => Err(Error::Write {
+            rule: Rule::WRITE_OPTIONS,
+            ctx: Context::file(path),
+            reason: "plain HDF5 has no sharded form; layout=\"keras\" shards as Keras does".into(),
+        }),
     }
 }
