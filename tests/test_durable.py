@@ -90,3 +90,68 @@ def test_convert_durable_false_syncs_nothing(tmp, ext):
     assert syncs(tmp, str(src), tmp / f"d.{ext}", True) >= 2
     assert syncs(tmp, str(src), tmp / f"f.{ext}", False) == 0
     assert (tmp / f"d.{ext}").read_bytes() == (tmp / f"f.{ext}").read_bytes()
+
+
+WRITER = """
+import sys, numpy as np, zt
+dst, durable = sys.argv[1], sys.argv[2] == "1"
+with zt.Writer(dst, durable=durable) as w:
+    w.add("a", np.arange(3000, dtype=np.float32))
+    w.add("b", np.ones((40, 30), np.float16))
+"""
+
+ONNX_EXTERNAL = """
+import sys, zt
+src, dst, durable = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+zt.convert(src, dst, external_data=True, durable=durable)
+"""
+
+
+def child_syncs(tmp, code: str, *args) -> int:
+    """The fsync/fdatasync calls of a child running ``code`` with ``args``."""
+    log = tmp / "strace.log"
+    subprocess.run(
+        ["strace", "-f", "-qq", "-e", "trace=fsync,fdatasync,syncfs,sync", "-o", str(log)]
+        + [sys.executable, "-c", code, *map(str, args)],
+        check=True,
+    )
+    return sum(1 for line in log.read_text().splitlines() if "sync" in line)
+
+
+def test_writer_durable_is_publish(tmp):
+    """``zt.Writer(durable=)`` is ``publish=`` under save_file's name: True
+    fsyncs the file and its directory, False neither, the same bytes."""
+    assert child_syncs(tmp, WRITER, tmp / "d.zt", "1") >= 2
+    assert child_syncs(tmp, WRITER, tmp / "f.zt", "0") == 0
+    assert (tmp / "d.zt").read_bytes() == (tmp / "f.zt").read_bytes()
+    with zt.open(tmp / "f.zt") as src:
+        for name, want in TENSORS.items():
+            np.testing.assert_array_equal(src[name].numpy(), want)
+    with pytest.raises(ValueError, match="contradict"):
+        zt.Writer(tmp / "x.zt", publish=True, durable=False)
+    assert not (tmp / "x.zt").exists()
+
+
+def test_onnx_external_data_durable_false_syncs_nothing(tmp):
+    """``convert(external_data=True)`` fsyncs the data file and the model
+    (and their directory) by default and nothing with ``durable=False``;
+    both outputs are the same bytes and onnx loads them as the source."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import helper, numpy_helper
+
+    weights = {"w": np.arange(4096, dtype=np.float32).reshape(64, 64), "b": np.ones(512, np.float16)}
+    graph = helper.make_graph([], "g", [], [], [numpy_helper.from_array(v, k) for k, v in weights.items()])
+    src = tmp / "src.onnx"
+    onnx.save_model(helper.make_model(graph), src)
+    (tmp / "d").mkdir()
+    (tmp / "f").mkdir()
+    assert child_syncs(tmp, ONNX_EXTERNAL, src, tmp / "d" / "m.onnx", "1") >= 3
+    assert child_syncs(tmp, ONNX_EXTERNAL, src, tmp / "f" / "m.onnx", "0") == 0
+    for name in ("m.onnx", "m.onnx.data"):
+        assert (tmp / "d" / name).read_bytes() == (tmp / "f" / name).read_bytes(), name
+    assert sorted(p.name for p in (tmp / "f").iterdir()) == ["m.onnx", "m.onnx.data"]  # no partial left
+    model = onnx.load(tmp / "f" / "m.onnx")
+    got = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    assert got.keys() == weights.keys()
+    for name, want in weights.items():
+        np.testing.assert_array_equal(got[name], want)

@@ -12,10 +12,10 @@ use crate::to_py_err;
 /// Rewrite the ONNX model `src` to `dst`: with `external`, tensors of at
 /// least `threshold` bytes (default 1024) into the data file `location`
 /// beside `dst` (default `dst`'s name + `.data`); else every tensor's
-/// external bytes back into the model. Returns the bytes written (model
-/// and data file).
+/// external bytes back into the model. `durable`: each file fsynced before
+/// its rename. Returns the bytes written (model and data file).
 #[pyfunction]
-#[pyo3(signature = (src, dst, external, location = None, threshold = None))]
+#[pyo3(signature = (src, dst, external, location = None, threshold = None, durable = true))]
 pub fn onnx_external_data(
     py: Python<'_>,
     src: PathBuf,
@@ -23,6 +23,7 @@ pub fn onnx_external_data(
     external: bool,
     location: Option<String>,
     threshold: Option<u64>,
+    durable: bool,
 ) -> PyResult<u64> {
     let layout = if external {
         Layout::external(&dst, location.as_deref(), threshold)
@@ -30,7 +31,7 @@ pub fn onnx_external_data(
         Layout::Inline
     };
     let done = py
-        .detach(|| rewrite::rewrite(&src, &dst, &layout))
+        .detach(|| rewrite::rewrite_with(&src, &dst, &layout, durable))
         .map_err(to_py_err)?;
     Ok(done.model_bytes + done.data.map_or(0, |(_, n)| n))
 }

@@ -338,7 +338,8 @@ def convert(
     location leaving ``dst``'s directory is a :class:`FormatError` and
     nothing is written); ``False`` writes every external tensor back into
     the model (a :class:`FormatError` past protobuf's 2 GB limit). The
-    protobuf is rewritten on the wire, never built in memory.
+    protobuf is rewritten on the wire, never built in memory; with
+    ``durable=False`` neither the data file nor the model is fsynced.
 
     ``dequantize=True`` writes a quantized safetensors checkpoint's tensors
     dequantized, as :func:`open` with ``dequantize=True`` lists them (the
@@ -374,7 +375,7 @@ def convert(
     elif quantization_config is not None:
         raise ValueError("quantization_config goes with dequantize=True")
     if external_data is not None:
-        return _onnx_external_data(src, dst, external_data, location, threshold, locals())
+        return _onnx_external_data(src, dst, external_data, location, threshold, durable, locals())
     if location is not None or threshold is not None:
         raise ValueError("location and threshold go with external_data=True")
     if isinstance(src, (str, bytes, os.PathLike)):
@@ -415,9 +416,11 @@ def _onnx_external_data(
     external: bool,
     location: str | None,
     threshold: int | str | None,
+    durable: bool,
     given: dict,
 ) -> int:
-    """``convert(..., external_data=...)``: one ONNX model rewritten."""
+    """``convert(..., external_data=...)``: one ONNX model rewritten, fsynced
+    (the data file and the model) unless ``durable=False``."""
     defaults = {
         "align": None,
         "compression": None,
@@ -443,7 +446,7 @@ def _onnx_external_data(
         min_bytes = threshold
     else:
         min_bytes = shard_size(threshold)
-    return _zt.onnx_external_data(os.fspath(src), os.fspath(dst), bool(external), location, min_bytes)
+    return _zt.onnx_external_data(os.fspath(src), os.fspath(dst), bool(external), location, min_bytes, bool(durable))
 
 
 def _cast_name(dtype: object) -> str | None:

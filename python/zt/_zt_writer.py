@@ -116,9 +116,12 @@ class Writer:
     ``"auto"`` (the default: large tensors at 64 KiB, small ones at 4 KiB) or
     a power of two >= 4096, and allows compression. A new file is always
     built beside ``path`` and renamed into place on :meth:`finish`, so the
-    old file at ``path`` stays whole until then; ``publish=True`` also
-    fsyncs the file before the rename and its directory after (durable
-    across a power loss). ``append=True`` amends an existing file in place.
+    old file at ``path`` stays whole until then; ``publish=True`` (or
+    ``durable=True``, the name ``save_file`` and ``convert`` use for it)
+    also fsyncs the file before the rename and its directory after (durable
+    across a power loss); ``publish=False``/``durable=False``, the default
+    here, is the atomic rename with no fsync. ``append=True`` amends an
+    existing file in place.
     An exception in a ``with`` block, :meth:`abandon`, or a writer dropped
     unfinished leaves nothing behind (an amended file is cut back). An
     ``s3://`` destination is built in a local spool and uploaded by
@@ -146,7 +149,15 @@ class Writer:
         compression: int | bool | None = None,
         storage_options: dict[str, Any] | None = None,
         max_shard_size: int | str | None = None,
+        *,
+        durable: bool | None = None,
     ) -> None:
+        if durable is not None:
+            # One switch under two names: refuse a call that sets them apart
+            # rather than pick one silently.
+            if publish and not durable:
+                raise ValueError("publish=True and durable=False contradict each other: pass one of them")
+            publish = bool(durable)
         level = _level(None, compression)
         max_bytes = None if max_shard_size is None else shard_size(max_shard_size)
         self._native = _zt.Writer(os.fspath(path), canonical, align, publish, append, level, storage_options, max_bytes)

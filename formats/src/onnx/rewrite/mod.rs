@@ -138,8 +138,16 @@ pub fn refuse_remote(model: &Path, out: &Path) -> Result<()> {
 }
 
 /// Rewrite the ONNX model `model` to `out` with its tensors laid out as
-/// `layout` says (see the module's docs).
+/// `layout` says (see the module's docs), durably: each file fsynced
+/// before its rename and the directory after.
 pub fn rewrite(model: &Path, out: &Path, layout: &Layout) -> Result<Rewritten> {
+    rewrite_with(model, out, layout, true)
+}
+
+/// [`rewrite`], fsyncing only when `durable` (`zt.convert(durable=)`);
+/// without it each file is still built beside its name and renamed into
+/// place, the data file before the model that names it.
+pub fn rewrite_with(model: &Path, out: &Path, layout: &Layout, durable: bool) -> Result<Rewritten> {
     refuse_remote(model, out)?;
     let data_path = match layout {
         Layout::External { location, .. } => Some(data_path(out, location)?),
@@ -195,9 +203,9 @@ pub fn rewrite(model: &Path, out: &Path, layout: &Layout) -> Result<Rewritten> {
     }
     let model_bytes = sink.finish()?;
     if let Some(data) = data_partial {
-        data.commit(true)?;
+        data.commit(durable)?;
     }
-    partial.commit(true)?;
+    partial.commit(durable)?;
     Ok(Rewritten {
         model_bytes,
         data: written_data,
