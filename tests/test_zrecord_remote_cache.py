@@ -17,6 +17,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 import zt
 
@@ -118,3 +119,94 @@ def test_a_replaced_store_is_new_entries_and_a_large_one_is_read_by_ranges(s3, b
     assert got == gather(new, idxs)
     assert not small.exists() or not [p for p in small.iterdir() if p.suffix == ".obj"]
     assert used["gets"] >= 3, used
+
+
+def test_an_error_from_a_cached_store_names_its_url(s3, bucket, tmp):
+    """A cached store is read from a view in the cache directory, but what
+    the user opened is the URL: a record that fails to decode names it."""
+    from zt.zrecord import Ragged, ZrecordError
+
+    local = build(tmp, "bad.zr", 4)
+    shard = local / "data_0.zr"
+    shard.write_bytes(bytes(b ^ 0x5A for b in shard.read_bytes()))
+    put(s3, bucket, local, "c/bad.zr")
+    url = f"s3://{bucket}/c/bad.zr"
+    cache = tmp / "cache"
+    with Ragged.open(url, storage_options={"cache": os.fspath(cache)}) as s:
+        with pytest.raises(ZrecordError, match="failed to decode") as failure:
+            s.gather_packed(np.arange(300))
+    assert url in str(failure.value), failure.value
+    assert os.fspath(cache) not in str(failure.value), failure.value
+    assert [p for p in cache.iterdir() if p.suffix == ".obj"]  # it was read from the cache
+
+
+RACER = """
+import json, sys
+import numpy as np
+import zt
+from zt.zrecord import Ragged
+print("ready", flush=True)
+sys.stdin.readline()  # the barrier: both processes are up, go together
+before = zt.remote_stats()
+with Ragged.open(sys.argv[1], storage_options={"cache": sys.argv[2]}) as s:
+    values, offsets, _ = s.gather_packed(np.array(json.loads(sys.argv[3])))
+after = zt.remote_stats()
+print(json.dumps({"values": values.tobytes().hex(), "moved": {k: after[k] - before[k] for k in after}}))
+"""
+
+
+def test_two_processes_racing_a_cold_store_download_it_once(s3, bucket, tmp):
+    """Two ranks opening the same uncached store at the same moment (held
+    at a barrier on their stdin until both are up, no sleeps) read equal
+    records, and the store's shards come over the network once: one
+    process downloads each object under its lock, the other waits and
+    reads the entry."""
+    rng = np.random.default_rng(5)
+    from zt.zrecord import Ragged
+
+    records = [rng.integers(0, 1 << 20, size=int(n), dtype=np.int32) for n in rng.integers(200, 400, size=3000)]
+    local = tmp / "big.zr"
+    with Ragged.create(local, np.int32, 1, codec="raw") as store:
+        store.append(records)
+    size = put(s3, bucket, local, "c/big.zr")
+    meta = (local / "meta.zr").stat().st_size
+    url = f"s3://{bucket}/c/big.zr"
+    cache = tmp / "cache"
+    idxs = RNG.permutation(3000)[:500]
+    want = gather(local, idxs)
+    racers = [
+        subprocess.Popen(
+            [sys.executable, "-c", RACER, url, os.fspath(cache), json.dumps(idxs.tolist())],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=os.environ,
+        )
+        for _ in range(2)
+    ]
+    try:
+        for r in racers:
+            assert r.stdout.readline().strip() == "ready"
+        for r in racers:
+            r.stdin.write("go\n")
+            r.stdin.flush()
+        outs = [r.communicate(timeout=120) for r in racers]
+    finally:
+        for r in racers:
+            if r.poll() is None:
+                r.kill()
+    results = []
+    for r, (out, err) in zip(racers, outs):
+        assert r.returncode == 0, err
+        results.append(json.loads(out))
+    assert all(bytes.fromhex(x["values"]) == want[0] for x in results)
+    # Each process opens meta.zr itself: its head and suffix GETs each hold
+    # the whole small object. The shards, most of the store, come once:
+    # twice would be 3.5 MB more.
+    fetched = sum(x["moved"]["bytes_in"] for x in results)
+    shards = size - meta
+    assert shards > 3 << 20
+    assert shards + 2 * meta <= fetched <= shards + 2 * 2 * meta, (fetched, shards, meta)
+    entries = [p for p in cache.iterdir() if p.suffix == ".obj"]
+    assert sum(p.stat().st_size for p in entries) == size

@@ -486,6 +486,14 @@ impl Reader {
         &self.path
     }
 
+    /// The same reader naming `path` (the URL of a cached remote store) in
+    /// its errors and [`Reader::path`], not the local cache view it reads.
+    #[cfg(feature = "remote")]
+    pub(crate) fn relabeled(mut self, path: &Path) -> Reader {
+        self.path = path.to_path_buf();
+        self
+    }
+
     /// The gather size (logical bytes) from which the pool is used.
     fn parallel_from(&self) -> u64 {
         match self.header.codec {

@@ -208,9 +208,10 @@ mod enabled {
             let view = crate::remote_cache::view(&url, &objects, &empty, dir, config.cache_bytes)
                 .map_err(|e| error(path, e))?;
             // A view whose entries another process evicted since fails to
-            // open: the store is read by ranges instead.
+            // open: the store is read by ranges instead. Errors name the
+            // store's URL, which the user gave, not the cache's directory.
             if let Some(Ok(reader)) = view.map(|v| Reader::open_at(v, dense, &[])) {
-                return Ok(reader);
+                return Ok(reader.relabeled(path));
             }
         }
         let dict = match dict_entry {
