@@ -31,6 +31,7 @@ from . import (
     read_bench,
     read_formats,
     remote_bench,
+    remote_ceiling_bench,
     remote_gather_bench,
     report,
     sampler_bench,
@@ -166,6 +167,12 @@ COMPARISONS = {
         dict(runs=3, before="auto"),
         remote_gather_bench.run,
         remote_gather_bench.header,
+    ),
+    "remote-gathers-ceiling": (
+        dict(runs=1),
+        dict(runs=5),
+        remote_ceiling_bench.run,
+        remote_ceiling_bench.header,
     ),
     "datasets": (
         dict(records=1024, runs=1, batches=4),

@@ -348,7 +348,10 @@ def header(runs: int) -> str:
         "below before each response's first byte). Client, proxy and server share the machine's 2 cores over "
         f"loopback. {runs} interleaved runs after one warm-up; every batch digested and checked against the "
         "local store's.\n\n"
-        "    python -m harness.remote_gather_bench --runs 3 --before work-bench/venv-before/bin/python\n"
+        "    python -m harness.remote_gather_bench --runs 3 --before work-bench/venv-before/bin/python\n\n"
+        "What bounds these rates on this machine (the GETs/s SeaweedFS serves to tight clients and its CPU per "
+        "GET, against the GETs/s the DataLoader goal needs) and the record cache's first and cached epochs: "
+        "`results/remote-gathers-ceiling.md` (`python -m harness.remote_ceiling_bench --runs 5`).\n"
     )
 
 

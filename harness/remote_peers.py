@@ -101,6 +101,31 @@ class _Sweeper:
         ds = litdata.StreamingDataset(Dir(path=cache, url=self.spec["url"]), storage_options=options)
         return ds, lambda i: np.asarray(ds[i]["x"])
 
+    def first(self) -> dict:
+        """An epoch with an empty cache, the cache kept for `again`."""
+        self.drop()
+        self.kept = tempfile.mkdtemp(prefix="cache-", dir=self.spec["scratch"])
+        t0 = time.perf_counter()
+        self.ds, self.get = self._open(self.kept)
+        return {"digest": self._epoch(), "latencies": [], "seconds": time.perf_counter() - t0}
+
+    def again(self) -> dict:
+        """The next epoch over the dataset `first` opened: its cache warm."""
+        t0 = time.perf_counter()
+        return {"digest": self._epoch(), "latencies": [], "seconds": time.perf_counter() - t0}
+
+    def _epoch(self) -> int:
+        acc = 0
+        for idxs in self.plans:
+            acc ^= _digest(np.stack([self.get(int(i)) for i in idxs]))
+        return acc
+
+    def drop(self) -> None:
+        if getattr(self, "kept", None):
+            del self.ds, self.get
+            shutil.rmtree(self.kept, ignore_errors=True)
+            self.kept = None
+
     def run(self) -> dict:
         cache = tempfile.mkdtemp(prefix="cache-", dir=self.spec["scratch"])
         try:
@@ -125,9 +150,11 @@ def serve(spec: dict) -> None:
     sweeper = _Sweeper(spec)
     print(json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:
-        if line.strip() != "run":
+        what = line.strip()
+        if what not in ("run", "first", "again"):
             break
-        print(json.dumps(sweeper.run()), flush=True)
+        print(json.dumps(getattr(sweeper, what)()), flush=True)
+    sweeper.drop()
 
 
 # ------------------------------------------------------------------ the parent's side
@@ -153,8 +180,11 @@ class Peer:
             raise RuntimeError(f"the peer exited ({self.proc.wait()}); its stderr is above")
         return json.loads(line)
 
-    def sweep(self) -> int:
-        self.proc.stdin.write("run\n")
+    def sweep(self, what: str = "run") -> int:
+        """One timed sweep: `run` (a fresh, empty cache, removed after),
+        `first` (the same, the cache kept) or `again` (the next epoch over
+        what `first` opened)."""
+        self.proc.stdin.write(what + "\n")
         self.proc.stdin.flush()
         reply = self._reply()
         self.latencies.extend(reply["latencies"])
