@@ -75,8 +75,8 @@ impl Staged {
     /// Stage a file for `dest` (an `s3://` URL).
     pub fn new(dest: &Path, storage_options: &[(String, String)]) -> Result<Staged> {
         let config = config(storage_options)?;
-        // A part size the server would refuse only after the upload is
-        // refused before the file is built.
+        // A part size the server would refuse only at the upload's
+        // completion is refused here, before the file is even built.
         if let Some(url) = dest.to_str() {
             let target = zt_remote::ObjectUrl::parse(url).map_err(error)?;
             zt_remote::upload::check_part_size(&target, 0, &config).map_err(error)?;
