@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import zipfile
 
 os.environ.setdefault("KERAS_BACKEND", "numpy")
@@ -160,6 +161,95 @@ def test_a_sharded_overwrite_with_fewer_shards_removes_the_stale_ones(tmp):
     dst = model(2)
     dst.load_weights(zdir / "m.weights.json")
     assert np.array_equal(dst.predict(X, verbose=0), src.predict(X, verbose=0))
+
+
+def test_convert_writes_keras_layout_from_python_and_the_cli(tmp, zt_cli):
+    """Issue 42: `zt.convert(..., layout="keras")` and `zt convert --layout
+    keras` write what load_weights reads, from a safetensors file holding
+    the variables (bfloat16 ones as Keras marks them), and from a Keras
+    file (one `dtype` marker, the writer's)."""
+    src = model(1)
+    keras_file = tmp / "src.weights.h5"
+    src.save_weights(keras_file)
+    st = tmp / "vars.safetensors"
+    zt.numpy.save_file(variables(keras_file), st)
+    want = src.predict(X, verbose=0)
+    py_out, cli_out = tmp / "py.weights.h5", tmp / "cli.weights.h5"
+    zt.convert(st, py_out, layout="keras")
+    proc = subprocess.run(
+        [zt_cli, "convert", os.fspath(st), os.fspath(cli_out), "--layout", "keras"], capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert cli_out.read_bytes() == py_out.read_bytes()
+    for out in (py_out, cli_out):
+        dst = model(2)
+        dst.load_weights(out)
+        assert np.array_equal(dst.predict(X, verbose=0), want)
+    assert_same(variables(py_out), variables(keras_file))
+    # Keras to Keras: the bfloat16 variables carry one marker, the writer's.
+    again = tmp / "again.weights.h5"
+    zt.convert(keras_file, again, layout="keras")
+    assert_same(variables(again), variables(keras_file))
+    with h5py.File(keras_file, "r") as a, h5py.File(again, "r") as b:
+        for name in variables(keras_file):
+            assert dict(b[name].attrs) == dict(a[name].attrs), name
+
+
+@pytest.mark.parametrize("max_bytes", [130, 300])
+def test_convert_writes_keras_shards_from_python_and_the_cli(tmp, zt_cli, max_bytes):
+    """Sharded: the same files save_file writes from the tensors in the
+    order the source lists them (save_file's split is tested against
+    Keras's own above), and load_weights reads them."""
+    src = model(1)
+    keras_file = tmp / "src.weights.h5"
+    src.save_weights(keras_file)
+    st = tmp / "vars.safetensors"
+    zt.numpy.save_file(variables(keras_file), st)
+    ref = tmp / "ref"
+    ref.mkdir()
+    zt.numpy.save_file(zt.numpy.load_file(st), ref / "m.weights.json", layout="keras", max_shard_size=max_bytes)
+    files = sorted(os.listdir(ref))
+    assert len(files) > 2
+    for how in ("py", "cli"):
+        out = tmp / how
+        out.mkdir()
+        if how == "py":
+            zt.convert(st, out / "m.weights.json", layout="keras", max_shard_size=max_bytes)
+        else:
+            args = [zt_cli, "convert", os.fspath(st), os.fspath(out / "m.weights.json")]
+            proc = subprocess.run(
+                args + ["--layout", "keras", "--max-shard-size", str(max_bytes)], capture_output=True, text=True
+            )
+            assert proc.returncode == 0, proc.stderr
+        assert sorted(os.listdir(out)) == files
+        for name in files:
+            assert (out / name).read_bytes() == (ref / name).read_bytes(), (how, name)
+        dst = model(2)
+        dst.load_weights(out / "m.weights.json")
+        assert np.array_equal(dst.predict(X, verbose=0), src.predict(X, verbose=0))
+
+
+def test_keras_layout_options_that_do_not_apply_are_refused(tmp, zt_cli):
+    st = tmp / "v.safetensors"
+    zt.numpy.save_file({"vars/0": np.zeros(2, np.float32)}, st)
+    with pytest.raises(ValueError, match="align"):
+        zt.convert(st, tmp / "a.weights.h5", layout="keras", align=64)
+    with pytest.raises(ValueError, match="layout="):
+        zt.convert(st, tmp / "a.weights.h5", layout="plain")
+    with pytest.raises(ValueError, match="local directory"):
+        zt.convert(st, "s3://b/m.weights.json", layout="keras", max_shard_size=100)
+    # Names that are not Keras variable paths: h5.Keras, nothing written.
+    zt.numpy.save_file({"dense/kernel": np.zeros(2, np.float32)}, tmp / "bad.safetensors")
+    with pytest.raises(zt.FormatError) as info:
+        zt.convert(tmp / "bad.safetensors", tmp / "b.weights.h5", layout="keras")
+    assert info.value.rule == "h5.Keras"
+    proc = subprocess.run(
+        [zt_cli, "convert", os.fspath(st), os.fspath(tmp / "c.weights.h5"), "--layout", "keras", "--compress", "zstd"],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode != 0 and "--compress" in proc.stderr
+    assert sorted(os.listdir(tmp)) == ["bad.safetensors", "v.safetensors"]
 
 
 def test_zt_reads_a_keras_zip(tmp):

@@ -37,6 +37,10 @@ pub struct Request<'a> {
     /// `--layout mlx`: GGUF Q4_1 tensors as MLX's affine weights
     /// (`zt::formats::quant::mlx::repack::from_q4_1`).
     pub repack_mlx: bool,
+    /// `--layout keras`: HDF5 in Keras's layout whatever OUT's extension
+    /// (`NAME.weights.json` for the sharded form); the options carry it
+    /// ([`keras_options`]).
+    pub keras: bool,
     /// Draw the progress line.
     pub show_progress: bool,
 }
@@ -93,6 +97,11 @@ pub fn run(req: &Request<'_>) -> zt::Result<()> {
     } else {
         source.transform(&req.transform)?
     };
+    if req.keras && (req.to.is_some() || req.ranks || req.inputs.iter().any(|p| p.is_dir())) {
+        return Err(usage(
+            "--layout keras writes one Keras weights file (or its shards) from files",
+        ));
+    }
     let own_dir = req.to.is_some_and(is_named_only_by_to);
     let dir_out = own_dir || is_dir_output(req.out, input_dir.is_some());
     if req.to.is_some() && !dir_out {
@@ -123,7 +132,15 @@ pub fn run(req: &Request<'_>) -> zt::Result<()> {
     let started = std::time::Instant::now();
     let bar = (req.show_progress && expected >= PROGRESS_FROM)
         .then(|| progress::Progress::start(req.out.to_path_buf(), expected));
-    let result = if own_dir {
+    let result = if req.keras {
+        // The HDF5 writer by name: a sharded output is named `.json`.
+        zt::registry()
+            .convert_to(&source, req.out, "h5", req.options)
+            .map(|bytes| zt::shard::Written {
+                files: vec![req.out.to_path_buf()],
+                bytes,
+            })
+    } else if own_dir {
         let format = req.to.unwrap_or_default();
         zt::registry()
             .convert_to(&source, req.out, format, req.options)
@@ -154,7 +171,9 @@ pub fn run(req: &Request<'_>) -> zt::Result<()> {
         bar.finish(done, expected, started.elapsed());
     }
     let written = result?;
-    let format = if dir_out {
+    let format = if req.keras {
+        "h5, keras"
+    } else if dir_out {
         req.to.unwrap_or("safetensors")
     } else {
         zt::writer_for(req.out)?.name()
@@ -170,6 +189,26 @@ pub fn run(req: &Request<'_>) -> zt::Result<()> {
         written.bytes
     );
     Ok(())
+}
+
+/// `--layout keras`'s write options: the HDF5 writer's, Keras's shard
+/// size among them (Keras shards itself; no other sharding applies).
+/// `--align`/`--compress` (`.zt`'s) are refused, as Python refuses them.
+pub fn keras_options(
+    options: WriteOptions,
+    zt_options: bool,
+    max_shard_size: Option<u64>,
+) -> zt::Result<WriteOptions> {
+    use zt::formats::h5::write::{H5Options, Layout};
+    if zt_options {
+        return Err(usage(
+            "--layout keras writes HDF5; --align and --compress are .zt's",
+        ));
+    }
+    Ok(options.with_format(H5Options {
+        layout: Some(Layout::Keras),
+        max_shard_size,
+    }))
 }
 
 fn usage(reason: &str) -> zt::Error {

@@ -136,7 +136,10 @@ enum Command {
         /// (X.weight u32, X.scales and X.biases f16), moved without going
         /// through floats. (MLX to GGUF needs no flag: an MLX config.json
         /// beside the input makes its 4-bit group-32 weights Q4_1.)
-        #[arg(long, value_name = "LAYOUT", value_parser = ["mlx"], conflicts_with = "dequantize")]
+        /// `keras`: HDF5 in Keras 3's weights layout (names `.../vars/N`),
+        /// with --max-shard-size Keras's sharded form (OUT
+        /// `NAME.weights.json` + `NAME_0000N.weights.h5`).
+        #[arg(long, value_name = "LAYOUT", value_parser = ["mlx", "keras"], conflicts_with = "dequantize")]
         layout: Option<String>,
         /// ONNX to ONNX: move the model's tensors (initializers, Constant
         /// values) of at least --threshold bytes into an external data file
@@ -295,16 +298,24 @@ fn dispatch(cli: Cli) -> u8 {
                 onnx_data::run(&paths, &out, &request)
             } else {
                 let show_progress = progress || (!no_progress && std::io::stderr().is_terminal());
+                let keras = layout.as_deref() == Some("keras");
                 write_options(align.as_deref(), compress.as_deref()).and_then(|options| {
                     let options = WriteOptions {
                         files: dcp_files,
                         ..options
                     };
+                    let mut max_shard_size = convert::shard_size(max_shard_size.as_deref())?;
+                    let options = if keras {
+                        let zt_options = align.is_some() || compress.is_some();
+                        convert::keras_options(options, zt_options, max_shard_size.take())?
+                    } else {
+                        options
+                    };
                     convert::run(&convert::Request {
                         inputs: &paths,
                         out: &out,
                         options: &options,
-                        max_shard_size: convert::shard_size(max_shard_size.as_deref())?,
+                        max_shard_size,
                         to: to.as_deref(),
                         transform: convert::transform(
                             select,
@@ -314,7 +325,8 @@ fn dispatch(cli: Cli) -> u8 {
                         )?,
                         ranks,
                         dequantize,
-                        repack_mlx: layout.is_some(),
+                        repack_mlx: layout.as_deref() == Some("mlx"),
+                        keras,
                         show_progress,
                     })
                 })

@@ -249,8 +249,10 @@ fn detect(
 /// rank order, merged by placements (`zt::open_ranks`). `files`: the
 /// number of data files of a directory output (DCP's `.distcp`).
 /// `durable=False`: no fsync (`WriteOptions::no_sync`), the rename only.
+/// `layout="keras"`: HDF5 in Keras 3's weights layout, `max_shard_size`
+/// then Keras's own sharded form (the HDF5 writer's `H5Options`).
 #[pyfunction]
-#[pyo3(signature = (sources, dst, align = None, compression = None, storage_options = None, format = None, max_shard_size = None, select = None, strip_prefix = None, rename = None, dtype = None, ranks = false, files = None, durable = true))]
+#[pyo3(signature = (sources, dst, align = None, compression = None, storage_options = None, format = None, max_shard_size = None, select = None, strip_prefix = None, rename = None, dtype = None, ranks = false, files = None, durable = true, layout = None))]
 #[allow(clippy::too_many_arguments)]
 fn convert(
     py: Python<'_>,
@@ -268,7 +270,17 @@ fn convert(
     ranks: bool,
     files: Option<u64>,
     durable: bool,
+    layout: Option<String>,
 ) -> PyResult<u64> {
+    let keras = match layout.as_deref() {
+        None => false,
+        Some("keras") => true,
+        Some(other) => {
+            return Err(PyValueError::new_err(format!(
+                "layout={other:?}: the writer's layout convert takes is \"keras\""
+            )))
+        }
+    };
     let transform = zt::Transform {
         select: select.unwrap_or_default(),
         rename: zt::transform::Rename {
@@ -300,8 +312,20 @@ fn convert(
         storage_options,
         no_sync: !durable,
         ..zt::WriteOptions::default()
-    }
-    .with_format(zt::ZtOptions { align, compression });
+    };
+    let (options, max_shard_size) = if keras {
+        keras_options(
+            options,
+            &dst,
+            format.as_deref(),
+            &align,
+            compression,
+            max_shard_size,
+        )?
+    } else {
+        let options = options.with_format(zt::ZtOptions { align, compression });
+        (options, max_shard_size)
+    };
     // An opened source (`zt.open_ranks(...)`, `zt.open(...)`), or paths.
     let (opened, paths) = match sources.cast::<tensor::Source>() {
         Ok(_) if ranks => return Err(PyValueError::new_err(
@@ -327,6 +351,9 @@ fn convert(
                 })
             }
         };
+        if keras {
+            return zt::registry().convert_to(&source, &dst, "h5", &options);
+        }
         if let Some(max) = max_shard_size {
             if format.is_some() {
                 return Err(zt::Error::Write {
@@ -343,6 +370,42 @@ fn convert(
         }
     })
     .map_err(to_py_err)
+}
+
+/// A conversion to Keras's layout: the HDF5 writer's options, Keras's
+/// shard size among them (so no other sharding applies); `.zt`'s options
+/// and another format refused, as `save_file(layout="keras")` refuses
+/// them.
+fn keras_options(
+    options: zt::WriteOptions,
+    dst: &std::path::Path,
+    format: Option<&str>,
+    align: &Option<zt::Align>,
+    compression: Option<i32>,
+    max_shard_size: Option<u64>,
+) -> PyResult<(zt::WriteOptions, Option<u64>)> {
+    use zt::formats::h5::write::{H5Options, Layout as H5Layout};
+    if align.is_some() || compression.is_some() {
+        return Err(PyValueError::new_err(
+            "layout= is an HDF5 option; align= and compression= are .zt's",
+        ));
+    }
+    if format.is_some_and(|f| f != "h5") {
+        return Err(PyValueError::new_err(
+            "layout=\"keras\" writes HDF5; format= names another format",
+        ));
+    }
+    if max_shard_size.is_some() && zt::location::is_url(dst) {
+        // As save_file: the shards and their index go beside a local path.
+        return Err(PyValueError::new_err(
+            "Keras's sharded weights are written to a local directory, not a URL",
+        ));
+    }
+    let options = options.with_format(H5Options {
+        layout: Some(H5Layout::Keras),
+        max_shard_size,
+    });
+    Ok((options, None))
 }
 
 /// `align=` as Python gives it: "canonical", "auto" or an int.

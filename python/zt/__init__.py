@@ -352,10 +352,17 @@ def convert(
     written as MLX's ``X.weight`` (u32), ``X.scales`` and ``X.biases``
     (f16), which MLX reads with ``{"quantization": {"group_size": 32,
     "bits": 4}}`` in its ``config.json``. Any other quantization refuses the
-    repack (rule ``quant.Repack``)."""
-    if layout is not None:
+    repack (rule ``quant.Repack``).
+
+    ``layout="keras"`` writes HDF5 in Keras 3's weights layout, as
+    :func:`zt.numpy.save_file` with it does (names ``.../vars/N``, read by
+    ``keras.Model.load_weights``), whatever ``dst``'s extension; with
+    ``max_shard_size`` Keras's sharded form, ``NAME.weights.json`` +
+    ``NAME_0000N.weights.h5`` (a local path only)."""
+    keras = layout == "keras"
+    if layout is not None and not keras:
         if layout != "mlx":
-            raise ValueError(f"layout={layout!r}: the one layout convert repacks to is 'mlx'")
+            raise ValueError(f"layout={layout!r}: convert writes layout='mlx' (GGUF Q4_1 repacked) or 'keras'")
         if dequantize or ranks:
             raise ValueError("layout='mlx' repacks GGUF Q4_1 blocks as they are; not with dequantize or ranks")
         if not isinstance(src, Source):
@@ -407,6 +414,7 @@ def convert(
         ranks,
         dcp_files,
         bool(durable),
+        "keras" if keras else None,
     )
 
 
