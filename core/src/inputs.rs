@@ -103,6 +103,81 @@ pub trait Inputs: Sync {
     }
 }
 
+/// Bytes fetched ahead of the tensor being written, at most (one tensor
+/// larger than this is still fetched, alone): what overlapping the next
+/// tensors' reads and decodes with the current write may hold beyond it.
+pub const FETCH_AHEAD_BYTES: u64 = 128 << 20;
+
+/// Each of `order`'s tensors fetched and handed to `write` in that order,
+/// the fetches (reads, casts, dequantization) running on a thread of their
+/// own ahead of the writes, so decoding the next tensors overlaps writing
+/// this one instead of alternating with it. The tensors fetched and not yet
+/// written hold at most [`FETCH_AHEAD_BYTES`] (or one tensor). Each tensor
+/// is released once written. The first error, of a fetch or of `write`,
+/// stops both and is returned.
+pub fn fetch_ahead<I: Inputs>(
+    inputs: &I,
+    order: &[usize],
+    ctx: &Context,
+    mut write: impl FnMut(usize, &[u8]) -> Result<()>,
+) -> Result<()> {
+    use std::sync::{mpsc, Condvar};
+    // Bytes fetched and not yet written; the writer wakes the fetcher.
+    let held = (Mutex::new(0u64), Condvar::new());
+    fn lock(m: &Mutex<u64>) -> std::sync::MutexGuard<'_, u64> {
+        m.lock().unwrap_or_else(|e| e.into_inner())
+    }
+    std::thread::scope(|s| {
+        let (tx, rx) = mpsc::channel::<Result<(usize, Cow<'_, [u8]>)>>();
+        let held = &held;
+        s.spawn(move || {
+            for &i in order {
+                let size = inputs.meta(i).nbytes(ctx).unwrap_or(0);
+                let mut h = lock(&held.0);
+                while *h > 0 && *h + size > FETCH_AHEAD_BYTES {
+                    h = held.1.wait(h).unwrap_or_else(|e| e.into_inner());
+                }
+                // u64::MAX: the writer stopped.
+                if *h == u64::MAX {
+                    return;
+                }
+                *h += size;
+                drop(h);
+                let fetched = inputs.fetch(i, ctx).map(|b| (i, b));
+                let failed = fetched.is_err();
+                if tx.send(fetched).is_err() || failed {
+                    return;
+                }
+            }
+        });
+        let stop = || {
+            *lock(&held.0) = u64::MAX;
+            held.1.notify_all();
+        };
+        for fetched in rx.iter().take(order.len()) {
+            let written = fetched.and_then(|(i, bytes)| {
+                write(i, &bytes)?;
+                let size = bytes.len() as u64;
+                drop(bytes);
+                inputs.release(i);
+                Ok(size)
+            });
+            match written {
+                Ok(size) => {
+                    let mut h = lock(&held.0);
+                    *h = h.saturating_sub(size);
+                    held.1.notify_all();
+                }
+                Err(e) => {
+                    stop();
+                    return Err(e);
+                }
+            }
+        }
+        Ok(())
+    })
+}
+
 /// Arrays already in memory (`save_file`'s), as [`Inputs`] (`&tensors`
 /// of a `&[TensorIn]`).
 impl Inputs for &[TensorIn<'_>] {
@@ -369,5 +444,116 @@ impl Inputs for Subset<'_> {
     fn will_fetch_in(&self, order: &[usize]) {
         let theirs: Vec<usize> = order.iter().map(|&i| self.indexes[i]).collect();
         self.inner.will_fetch_in(&theirs);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    /// Tensors of `sizes` bytes (each filled with its index), counting the
+    /// bytes fetched and not yet released, the most ever held, and failing
+    /// the fetch of `fail`.
+    struct Counted {
+        sizes: Vec<u64>,
+        shapes: Vec<[u64; 1]>,
+        held: AtomicU64,
+        most: AtomicU64,
+        fail: Option<usize>,
+    }
+
+    impl Counted {
+        fn new(sizes: &[u64], fail: Option<usize>) -> Self {
+            Counted {
+                sizes: sizes.to_vec(),
+                shapes: sizes.iter().map(|&s| [s]).collect(),
+                held: AtomicU64::new(0),
+                most: AtomicU64::new(0),
+                fail,
+            }
+        }
+    }
+
+    impl Inputs for Counted {
+        fn len(&self) -> usize {
+            self.sizes.len()
+        }
+
+        fn meta(&self, i: usize) -> InputMeta<'_> {
+            InputMeta {
+                name: "t",
+                dtype: DType::U8,
+                shape: &self.shapes[i],
+            }
+        }
+
+        fn bytes(&self, i: usize) -> Result<Cow<'_, [u8]>> {
+            if self.fail == Some(i) {
+                return Err(Error::Write {
+                    rule: Rule::WRITE_SIZE,
+                    ctx: Context::default(),
+                    reason: format!("fetch {i}"),
+                });
+            }
+            let now = self.held.fetch_add(self.sizes[i], Ordering::SeqCst) + self.sizes[i];
+            self.most.fetch_max(now, Ordering::SeqCst);
+            Ok(Cow::Owned(vec![i as u8; self.sizes[i] as usize]))
+        }
+
+        fn release(&self, i: usize) {
+            self.held.fetch_sub(self.sizes[i], Ordering::SeqCst);
+        }
+    }
+
+    /// Every tensor written once, in the order given, released after its
+    /// write; the fetcher never holds more than the budget ahead (or one
+    /// tensor larger than it).
+    #[test]
+    fn fetches_ahead_in_order_within_the_budget() {
+        let mib = 1 << 20;
+        let sizes = [40 * mib, 40 * mib, 300 * mib, 8, 0, 90 * mib, 90 * mib, 1];
+        let inputs = Counted::new(&sizes, None);
+        let order = [3, 0, 1, 2, 4, 5, 6, 7];
+        let mut written = Vec::new();
+        fetch_ahead(&inputs, &order, &Context::default(), |i, bytes| {
+            assert_eq!(bytes.len() as u64, sizes[i]);
+            assert!(bytes.iter().all(|&b| b == i as u8));
+            written.push(i);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(written, order);
+        assert_eq!(inputs.held.load(Ordering::SeqCst), 0);
+        assert!(inputs.most.load(Ordering::SeqCst) <= 300 * mib);
+    }
+
+    /// A failed fetch is returned after the tensors before it are written;
+    /// a failed write stops the fetcher and is returned.
+    #[test]
+    fn errors_stop_both_sides() {
+        let sizes = [10u64, 20, 30, 40];
+        let inputs = Counted::new(&sizes, Some(2));
+        let mut written = Vec::new();
+        let err = fetch_ahead(&inputs, &[0, 1, 2, 3], &Context::default(), |i, _| {
+            written.push(i);
+            Ok(())
+        })
+        .unwrap_err();
+        assert!(err.to_string().contains("fetch 2"), "{err}");
+        assert_eq!(written, [0, 1]);
+        let inputs = Counted::new(&sizes, None);
+        let err = fetch_ahead(&inputs, &[0, 1, 2, 3], &Context::default(), |i, _| {
+            if i == 1 {
+                return Err(Error::Write {
+                    rule: Rule::WRITE_SIZE,
+                    ctx: Context::default(),
+                    reason: "write 1".into(),
+                });
+            }
+            Ok(())
+        })
+        .unwrap_err();
+        assert!(err.to_string().contains("write 1"), "{err}");
     }
 }

@@ -494,8 +494,10 @@ fn write_synced(
 /// tensor's bytes in memory at a time ([`SourceInputs`]: read ahead a
 /// window at a time in the order written, each tensor borrowed from the
 /// mapping or decoded (a cast), written, dropped, and its mapped pages
-/// released, sparing pages another tensor shares), so a conversion's
-/// resident memory stays near its largest tensor whatever the file's size.
+/// released, sparing pages another tensor shares; fetched ahead of the
+/// writes on a thread of their own, `zt_core::inputs::fetch_ahead`), so a
+/// conversion's resident memory stays near its largest tensor whatever the
+/// file's size.
 /// A tensor of another layout is refused naming it.
 fn write_source(
     source: &Source,
@@ -521,13 +523,9 @@ fn write_source(
     publish_reading(path, durable, |w| {
         let io = |e| Error::io(path, e);
         w.write_all(&header).map_err(io)?;
-        for &i in &order {
-            let bytes = inputs.fetch(i, &ctx)?;
-            w.write_all(&bytes).map_err(io)?;
-            drop(bytes);
-            inputs.release(i);
-        }
-        Ok(())
+        zt_core::inputs::fetch_ahead(&inputs, &order, &ctx, |_, bytes| {
+            w.write_all(bytes).map_err(io)
+        })
     })
 }
 
