@@ -163,3 +163,105 @@ def test_compressed_tensors_nvfp4_matches_decompress(tmp_path):
     ]
     same(got["model.layers.0.mlp.down_proj.weight"], NVFP4PackedCompressor.decompress(packed, scheme)["weight"])
     same(got["model.layers.0.mlp.up_proj.weight"], NVFP4PackedCompressor.decompress(raw, scheme)["weight"])
+
+
+@pytest.mark.parametrize("scale_dtype", [torch.float32, torch.bfloat16])
+def test_compressed_tensors_float_quantized_matches_decompress(tmp_path, scale_dtype):
+    """FP8 as compressed-tensors' ``float-quantized`` format writes it: a
+    ``weight_scale`` per tensor (``[1]``, the ``FP8`` preset, with its
+    static ``input_scale``) and one per row (``[rows, 1]``, the
+    ``FP8_DYNAMIC`` preset), weights quantized by
+    ``FloatQuantizationCompressor.compress``, each compared with its
+    ``decompress`` (in the scale's dtype, as it returns it); the
+    activation scale is consumed with its weight."""
+    pytest.importorskip("compressed_tensors")
+    from compressed_tensors.compressors.naive_quantized.base import FloatQuantizationCompressor
+    from compressed_tensors.quantization import preset_name_to_scheme
+
+    gen = torch.Generator().manual_seed(41)
+    weight = (torch.randn(64, 160, generator=gen) * 3).to(torch.bfloat16)
+    tensor_scheme = preset_name_to_scheme("FP8", ["Linear"])
+    channel_scheme = preset_name_to_scheme("FP8_DYNAMIC", ["Linear"])
+    amax = weight.float().abs()
+    per_tensor = (amax.max() / 448.0).reshape(1).to(scale_dtype)
+    per_row = (amax.amax(dim=1, keepdim=True) / 448.0).to(scale_dtype)
+    q = FloatQuantizationCompressor.compress({"weight": weight, "weight_scale": per_tensor}, tensor_scheme)
+    c = FloatQuantizationCompressor.compress({"weight": weight, "weight_scale": per_row}, channel_scheme)
+    assert q["weight"].dtype == torch.float8_e4m3fn and q["weight_scale"].shape == (1,)
+    assert c["weight_scale"].shape == (64, 1)
+    tensors = {f"model.q_proj.{k}": v for k, v in q.items()}
+    tensors["model.q_proj.input_scale"] = torch.tensor([0.02], dtype=scale_dtype)
+    tensors.update({f"model.o_proj.{k}": v for k, v in c.items()})
+    tensors["model.norm.weight"] = torch.ones(8, dtype=torch.bfloat16)
+    path = tmp_path / "model.safetensors"
+    save_file(tensors, str(path))
+    config = {
+        "quantization_config": {
+            "quant_method": "compressed-tensors",
+            "format": "float-quantized",
+            "config_groups": {"group_0": {"format": "float-quantized", "weights": {"num_bits": 8, "type": "float"}}},
+        }
+    }
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    name = {torch.float32: "f32", torch.bfloat16: "bf16"}[scale_dtype]
+    got = zt.torch.load_file(path, dequantize=True, dtype=name)
+    assert sorted(got) == ["model.norm.weight", "model.o_proj.weight", "model.q_proj.weight"]
+    same(got["model.q_proj.weight"], FloatQuantizationCompressor.decompress(q, tensor_scheme)["weight"])
+    same(got["model.o_proj.weight"], FloatQuantizationCompressor.decompress(c, channel_scheme)["weight"])
+    # Without dequantize nothing changes: the scales are listed.
+    with zt.open(path) as src:
+        listed = set(src.keys())
+    assert {"model.q_proj.input_scale", "model.o_proj.weight_scale"} <= listed
+
+
+@pytest.mark.parametrize("shape", [(), (1,)])
+def test_fp8_per_tensor_scale_inv_matches_transformers(tmp_path, shape):
+    """A per-tensor ``weight_scale_inv`` (transformers' FP8 with
+    ``weight_block_size: null``): ``_dequantize_fp8_weight`` with no block
+    size multiplies the whole weight by it, in f32, rounded once to bf16;
+    a 3-D expert weight under one scale too."""
+    gen = torch.Generator().manual_seed(7)
+    tensors = {
+        "a.weight": fp8_weight(gen, (96, 200)),
+        "a.weight_scale_inv": torch.tensor(3.5e-3).reshape(shape),
+        "e.weight": fp8_weight(gen, (2, 40, 72)),
+        "e.weight_scale_inv": torch.tensor(0.75).reshape(shape),
+    }
+    path = tmp_path / "model.safetensors"
+    save_file(tensors, str(path))
+    config = {"quantization_config": {"quant_method": "fp8", "weight_block_size": None}}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    got = zt.torch.load_file(path, dequantize=True, dtype="bf16")
+    assert sorted(got) == ["a.weight", "e.weight"]
+    for w in ("a.weight", "e.weight"):
+        f32 = transformers_fp8._dequantize_fp8_weight(tensors[w], tensors[w + "_scale_inv"], None, torch.float32)
+        same(got[w], f32.to(torch.bfloat16))
+
+
+def test_nvfp4_scalar_global_scale_and_input_scales(tmp_path):
+    """An NVFP4 ``weight_global_scale`` of shape ``[]`` is the same one
+    value as the ``[1]`` compressed-tensors writes, and dequantizes as that
+    does: equal to ``decompress`` given it as ``[1]``. (``decompress`` handed
+    the 0-dim tensor itself divides its bf16 block scales in bf16, since
+    torch does not promote past a 0-dim operand, and so rounds twice; zt
+    computes in f32 and rounds once, as for ``[1]``.) The activations'
+    ``input_global_scale`` is consumed with the weight."""
+    pytest.importorskip("compressed_tensors")
+    from compressed_tensors.compressors.nvfp4.base import NVFP4PackedCompressor
+    from compressed_tensors.quantization import preset_name_to_scheme
+
+    scheme = preset_name_to_scheme("NVFP4", ["Linear"])
+    gen = torch.Generator().manual_seed(5)
+    raw = {
+        "weight_packed": torch.randint(0, 256, (16, 32), generator=gen, dtype=torch.uint8),
+        "weight_scale": torch.randint(0, 0x7F, (16, 4), generator=gen, dtype=torch.uint8).view(torch.float8_e4m3fn),
+        "weight_global_scale": torch.tensor(3.7e-3),
+    }
+    tensors = {f"l.{k}": v for k, v in raw.items()}
+    tensors["l.input_global_scale"] = torch.tensor([12.5])
+    path = tmp_path / "model.safetensors"
+    save_file(tensors, str(path))
+    got = zt.torch.load_file(path, dequantize=True, dtype="bf16")
+    assert sorted(got) == ["l.weight"]
+    as_written = {**raw, "weight_global_scale": raw["weight_global_scale"].reshape(1)}
+    same(got["l.weight"], NVFP4PackedCompressor.decompress(as_written, scheme)["weight"])

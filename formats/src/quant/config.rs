@@ -32,6 +32,9 @@ pub enum Declared {
     Mxfp4,
     /// `quant_method: "compressed-tensors"` in `nvfp4-pack-quantized`.
     Nvfp4,
+    /// `quant_method: "compressed-tensors"` in `float-quantized` only: FP8
+    /// weights with a `weight_scale` per tensor or per row.
+    FloatQuantized,
     /// MLX's `quantization` (mlx-lm also copies it to
     /// `quantization_config`, with no `quant_method`).
     Mlx(super::mlx::MlxConfig),
@@ -47,6 +50,39 @@ pub fn parse(ctx: &Context, text: &[u8]) -> Result<Value> {
             format!("the configuration is not JSON: {e}"),
         )
     })
+}
+
+/// The keys of a `config.json` that say how its weights are quantized:
+/// transformers' `quantization_config` and MLX's `quantization`.
+const QUANTIZATION_KEYS: [&str; 2] = ["quantization_config", "quantization"];
+
+/// A model's `config.json` for its dequantized weights: `text` without the
+/// keys that say how the weights are quantized, which they no longer are
+/// (transformers would set up a quantized load for bf16 weights, mlx-lm
+/// would unpack them), written as transformers writes a configuration
+/// (keys sorted, indented by two spaces); `None` when it has none of them,
+/// so it is copied as it is. Text that is no JSON object is refused.
+pub fn without_quantization(ctx: &Context, text: &[u8]) -> Result<Option<Vec<u8>>> {
+    let mut config = parse(ctx, text)?;
+    let Some(object) = config.as_object_mut() else {
+        return Err(refuse(ctx, "the configuration is not a JSON object"));
+    };
+    let removed = QUANTIZATION_KEYS
+        .iter()
+        .filter(|k| object.remove(**k).is_some())
+        .count();
+    if removed == 0 {
+        return Ok(None);
+    }
+    let mut out = serde_json::to_vec_pretty(&config).map_err(|e| {
+        Error::header(
+            ctx.clone(),
+            rules::SCHEME,
+            format!("the configuration: {e}"),
+        )
+    })?;
+    out.push(b'\n');
+    Ok(Some(out))
 }
 
 fn refuse(ctx: &Context, reason: impl Into<String>) -> Error {
@@ -101,7 +137,9 @@ pub fn declared(ctx: &Context, config: &Value) -> Result<Declared> {
                     positive(ctx, &b[0], "weight_block_size[0]")?,
                     positive(ctx, &b[1], "weight_block_size[1]")?,
                 ],
-                None => [128, 128],
+                // `null`: per-tensor scales (transformers' FP8 without
+                // blocks), told from the scales' shapes.
+                None | Some(Value::Null) => [128, 128],
                 Some(other) => {
                     return Err(refuse(
                         ctx,
@@ -130,15 +168,24 @@ fn compressed_tensors(ctx: &Context, q: &Value) -> Result<Declared> {
     if let Some(Value::Object(groups)) = q.get("config_groups") {
         formats.extend(groups.values().filter_map(|g| g.get("format")));
     }
+    let mut fp8_only = true;
     for format in formats.into_iter().filter(|f| !f.is_null()) {
-        if format.as_str() != Some("nvfp4-pack-quantized") {
-            return Err(refuse(
-                ctx,
-                format!("compressed-tensors format {format}: zt dequantizes nvfp4-pack-quantized"),
-            ));
+        match format.as_str() {
+            Some("float-quantized") => {}
+            Some("nvfp4-pack-quantized") => fp8_only = false,
+            _ => {
+                return Err(refuse(
+                    ctx,
+                    format!("compressed-tensors format {format}: zt dequantizes nvfp4-pack-quantized and float-quantized"),
+                ))
+            }
         }
     }
-    Ok(Declared::Nvfp4)
+    Ok(if fp8_only {
+        Declared::FloatQuantized
+    } else {
+        Declared::Nvfp4
+    })
 }
 
 #[cfg(test)]
@@ -166,6 +213,13 @@ mod tests {
         let nvfp4 = json!({"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized",
             "config_groups": {"group_0": {"format": "nvfp4-pack-quantized", "weights": {"num_bits": 4}}}});
         assert_eq!(declared(&ctx, &nvfp4).unwrap(), Declared::Nvfp4);
+        let float = json!({"quant_method": "compressed-tensors", "format": "float-quantized"});
+        assert_eq!(declared(&ctx, &float).unwrap(), Declared::FloatQuantized);
+        let per_tensor = json!({"quant_method": "fp8", "weight_block_size": null});
+        assert_eq!(
+            declared(&ctx, &per_tensor).unwrap(),
+            Declared::Fp8 { block: [128, 128] }
+        );
         let int4 = json!({"quant_method": "compressed-tensors", "format": "pack-quantized"});
         assert_eq!(
             declared(&ctx, &int4).unwrap_err().rule(),
@@ -188,12 +242,23 @@ mod tests {
                 "{config}"
             );
         }
+        let model = json!({"architectures": ["X"], "hidden_size": 8,
+            "quantization_config": {"quant_method": "fp8"}, "quantization": {"bits": 4}});
+        let text = serde_json::to_vec(&model).unwrap();
+        let kept = without_quantization(&ctx, &text).unwrap().unwrap();
+        assert_eq!(
+            String::from_utf8(kept).unwrap(),
+            "{\n  \"architectures\": [\n    \"X\"\n  ],\n  \"hidden_size\": 8\n}\n"
+        );
+        assert_eq!(without_quantization(&ctx, b"{\"a\": 1}").unwrap(), None);
+        let err = without_quantization(&ctx, b"[1]").unwrap_err();
+        assert_eq!(err.rule(), Some(rules::SCHEME));
         for bad in [
             json!({"quant_method": "awq"}),
             json!({"quant_method": 3}),
             json!({"quantization_config": {"bits": 4}}),
             json!({"quant_method": "fp8", "weight_block_size": [0, 128]}),
-            json!({"quant_method": "fp8", "weight_block_size": null}),
+            json!({"quant_method": "fp8", "weight_block_size": [128]}),
             json!({"quant_method": "fp8", "fmt": "e5m2"}),
             json!([1, 2]),
         ] {

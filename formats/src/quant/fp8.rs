@@ -13,8 +13,14 @@ use zt_core::{DType, Decode, Limits, Object, Payload, Source, Tensor};
 use super::io::{self, output_width};
 use super::{rules, Group};
 
-/// The suffix of a scale tensor's name.
+/// The suffix of a scale tensor's name (DeepSeek, Kimi, transformers'
+/// fine-grained FP8).
 const SCALE_SUFFIX: &str = "_scale_inv";
+
+/// The suffix compressed-tensors' `float-quantized` and vLLM/FBGEMM FP8
+/// checkpoints give the same multiplier (`weight * weight_scale`, as
+/// compressed-tensors' `dequantize` computes it).
+const MULTIPLIER_SUFFIX: &str = "_scale";
 
 /// float8_e4m3fn as f32, by code: bias 7, no infinities, `S.1111.111` NaN.
 static E4M3FN: [f32; 256] = e4m3fn_table();
@@ -63,6 +69,19 @@ struct Geometry {
 }
 
 impl Geometry {
+    /// `rows x cols` under one scale: a single block as large as the
+    /// matrix (a block of at least one value, so an empty weight has one
+    /// scale row too).
+    fn whole(rows: u64, cols: u64) -> Self {
+        Geometry {
+            rows,
+            cols,
+            block: [rows.max(1), cols.max(1)],
+            srows: 1,
+            scols: 1,
+        }
+    }
+
     /// The scale row of flat weight row `r` (over every matrix).
     fn scale_row(&self, r: u64) -> u64 {
         (r / self.rows) * self.srows + (r % self.rows) / self.block[0]
@@ -110,32 +129,106 @@ impl Fp8Blocks {
                 .chunks_exact(2)
                 .map(|b| zt_core::cast::bf16_to_f32(u16::from_le_bytes([b[0], b[1]])))
                 .collect(),
+            DType::F16 => raw
+                .chunks_exact(2)
+                .map(|b| zt_core::cast::f16_to_f32(u16::from_le_bytes([b[0], b[1]])))
+                .collect(),
             _ => raw
                 .chunks_exact(4)
                 .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
                 .collect(),
         };
-        let (cols, bc, to) = (g.cols as usize, g.block[1] as usize, self.to);
-        io::rows_in_parallel(&mut out, row_out as usize, |at, o| {
-            let mut values = vec![0f32; cols];
-            for (i, row_out) in o.chunks_exact_mut(row_out as usize).enumerate() {
-                let r = first + (at + i) as u64;
-                let srow = (g.scale_row(r) - s0) as usize * g.scols as usize;
-                let local = (r - first) as usize * cols;
-                let codes = &codes[local..local + cols];
-                for ((v, c), s) in values
-                    .chunks_mut(bc)
-                    .zip(codes.chunks(bc))
-                    .zip(&scales[srow..])
-                {
-                    for (v, &c) in v.iter_mut().zip(c) {
-                        *v = e4m3fn(c) * s;
+        let run = Run {
+            codes: &codes,
+            scales: &scales,
+            geometry: g,
+            first,
+            s0,
+            to: self.to,
+        };
+        match self.width() {
+            2 => io::rows_in_parallel(&mut out, row_out as usize, |at, o| run.fill::<2>(at, o)),
+            8 => io::rows_in_parallel(&mut out, row_out as usize, |at, o| run.fill::<8>(at, o)),
+            _ => io::rows_in_parallel(&mut out, row_out as usize, |at, o| run.fill::<4>(at, o)),
+        }
+        Ok(out)
+    }
+}
+
+/// The smallest block (values) dequantized through per-block tables: a
+/// table costs 256 products, so a block must have several times that.
+const TABLE_FROM: u64 = 1024;
+
+/// One scale's 256 products, each as the output type's `W` bytes.
+type Table<const W: usize> = [[u8; W]; 256];
+
+/// The rows one `rows` call dequantizes: their codes, the scale rows they
+/// meet (from scale row `s0`), and where they start.
+struct Run<'a> {
+    codes: &'a [u8],
+    scales: &'a [f32],
+    geometry: Geometry,
+    first: u64,
+    s0: u64,
+    to: DType,
+}
+
+impl Run<'_> {
+    /// Rows `at..` of the run into `out` (whole rows of `cols * W`).
+    ///
+    /// Within one row of blocks every value is `f32(code) * scale` rounded
+    /// to the output, a function of the code for each block's scale: so
+    /// the 256 results are computed once per block and scale row (the same
+    /// multiply and rounding, bit for bit) and each value is a table
+    /// lookup, which costs far less than the multiply and rounding it
+    /// replaces once a block has more than 256 values.
+    fn fill<const W: usize>(&self, at: usize, out: &mut [u8]) {
+        let g = self.geometry;
+        let (cols, bc, scols) = (g.cols as usize, g.block[1] as usize, g.scols as usize);
+        // Blocks too small to pay for their tables (a configuration's own
+        // block size) are computed value by value.
+        let tabled = g.block[0].saturating_mul(g.block[1]) >= TABLE_FROM;
+        let mut tables: Vec<Table<W>> = vec![[[0u8; W]; 256]; if tabled { scols } else { 0 }];
+        let mut built = None;
+        for (i, row_out) in out.chunks_exact_mut(cols * W).enumerate() {
+            let r = self.first + (at + i) as u64;
+            let srow = g.scale_row(r) - self.s0;
+            let local = (r - self.first) as usize * cols;
+            let codes = &self.codes[local..local + cols];
+            if !tabled {
+                let scales = &self.scales[srow as usize * scols..];
+                for ((o, c), &s) in row_out.chunks_mut(bc * W).zip(codes.chunks(bc)).zip(scales) {
+                    for (o, &c) in o.chunks_exact_mut(W).zip(c) {
+                        io::store(self.to, &[e4m3fn(c) * s], o);
                     }
                 }
-                io::store(to, &values, row_out);
+                continue;
             }
-        });
-        Ok(out)
+            if built != Some(srow) {
+                let from = srow as usize * scols;
+                for (t, &s) in tables.iter_mut().zip(&self.scales[from..from + scols]) {
+                    table(self.to, s, t);
+                }
+                built = Some(srow);
+            }
+            for ((o, c), t) in row_out
+                .chunks_mut(bc * W)
+                .zip(codes.chunks(bc))
+                .zip(&tables)
+            {
+                for (o, &c) in o.chunks_exact_mut(W).zip(c) {
+                    o.copy_from_slice(&t[usize::from(c)]);
+                }
+            }
+        }
+    }
+}
+
+/// Every code's `f32(code) * scale`, rounded once to `to`, into `t`.
+fn table<const W: usize>(to: DType, scale: f32, t: &mut Table<W>) {
+    let values: [f32; 256] = std::array::from_fn(|c| E4M3FN[c] * scale);
+    for (v, o) in values.iter().zip(t.iter_mut()) {
+        io::store(to, std::slice::from_ref(v), o);
     }
 }
 
@@ -172,6 +265,56 @@ pub(super) fn dense_part<'a>(t: &Tensor<'a>, ctx: &Context) -> Result<&'a zt_cor
     }
 }
 
+/// The geometry of an FP8 weight of `shape` under a scale of `scale`'s
+/// shape: blocks of `block` on a ceil grid (`[..., ceil(rows / b0),
+/// ceil(cols / b1)]`), one scale for the tensor (`[]` or `[1]`), or one per
+/// row (`[..., rows, 1]`, compressed-tensors' channel strategy); else why
+/// not.
+fn geometry(
+    shape: &[u64],
+    scale: &[u64],
+    block: [u64; 2],
+) -> std::result::Result<Geometry, String> {
+    let Some((&[rows, cols], lead)) = shape.split_last_chunk::<2>().map(|(l, r)| (r, l)) else {
+        return match scale {
+            // A vector (or a scalar) under one scale: one row.
+            [] | [1] => Ok(Geometry::whole(1, shape.last().copied().unwrap_or(1))),
+            _ => Err(format!(
+                "scale shape {scale:?} for a weight of shape {shape:?}: a weight under 2-D blocks has rank 2 or more"
+            )),
+        };
+    };
+    let (srows, scols) = (rows.div_ceil(block[0]), cols.div_ceil(block[1]));
+    let blocks: Vec<u64> = lead.iter().copied().chain([srows, scols]).collect();
+    let channels: Vec<u64> = lead.iter().copied().chain([rows, 1]).collect();
+    if scale == blocks.as_slice() {
+        Ok(Geometry {
+            rows,
+            cols,
+            block,
+            srows,
+            scols,
+        })
+    } else if matches!(scale, [] | [1]) {
+        let flat = zt_core::dtype::num_elements(lead)
+            .and_then(|l| l.checked_mul(rows))
+            .ok_or_else(|| format!("a weight of shape {shape:?} past 2^64 rows"))?;
+        Ok(Geometry::whole(flat, cols))
+    } else if scale == channels.as_slice() {
+        Ok(Geometry {
+            rows,
+            cols,
+            block: [1, cols.max(1)],
+            srows: rows,
+            scols: 1,
+        })
+    } else {
+        Err(format!(
+            "scale shape {scale:?} for a weight of shape {shape:?}: blocks of {block:?} need {blocks:?} (or [] / [1] for one scale, {channels:?} for one a row)"
+        ))
+    }
+}
+
 /// Every `X.weight` + `X.weight_scale_inv` pair of `source`, each a group
 /// whose object, named `X.weight`, decodes to `to`. `declared_block` is the
 /// configuration's block size; `strict`: the configuration declares FP8, so
@@ -193,16 +336,29 @@ pub(super) fn plan(
     let mut groups = Vec::new();
     let mut scaled = std::collections::HashSet::new();
     for (at_scale, scale) in source.tensors().enumerate() {
-        let Some(weight_name) = scale.name().strip_suffix(SCALE_SUFFIX) else {
-            continue;
-        };
         let ctx = file().tensor(scale.name());
-        let Some(at) = source.position(weight_name) else {
-            return Err(Error::header(
-                ctx,
-                rules::MISSING,
-                format!("a block scale without its weight {weight_name:?}"),
-            ));
+        let (weight_name, at) = if let Some(w) = scale.name().strip_suffix(SCALE_SUFFIX) {
+            let Some(at) = source.position(w) else {
+                return Err(Error::header(
+                    ctx,
+                    rules::MISSING,
+                    format!("a block scale without its weight {w:?}"),
+                ));
+            };
+            (w, at)
+        } else if let Some(w) = scale.name().strip_suffix(MULTIPLIER_SUFFIX) {
+            // `weight_scale` is also NVFP4's and int schemes' block scale:
+            // an FP8 scale only beside an FP8 weight.
+            let fp8 = |at: &usize| {
+                let t = source.tensor_at(*at).expect("a listed position");
+                t.object().parts.first().map(|p| p.dtype) == Some(DType::F8E4M3Fn)
+            };
+            match source.position(w).filter(fp8) {
+                Some(at) => (w, at),
+                None => continue,
+            }
+        } else {
+            continue;
         };
         let weight = source.tensor_at(at).expect("a listed position");
         let wctx = file().tensor(weight_name);
@@ -218,40 +374,24 @@ pub(super) fn plan(
                 ),
             ));
         }
-        if !matches!(spart.dtype, DType::F32 | DType::BF16) {
+        if !matches!(spart.dtype, DType::F32 | DType::BF16 | DType::F16) {
             return Err(Error::header(
                 ctx,
                 rules::DTYPE,
-                format!("a block scale in {}, not f32 or bf16", spart.dtype),
+                format!("a block scale in {}, not f32, bf16 or f16", spart.dtype),
             ));
         }
         let shape = weight.shape();
-        let Some((&[rows, cols], lead)) = shape.split_last_chunk::<2>().map(|(l, r)| (r, l)) else {
-            return Err(Error::header(
-                wctx,
-                rules::SCALE_SHAPE,
-                format!("a block-scaled weight of shape {shape:?} (rank under 2)"),
-            ));
-        };
-        let (srows, scols) = (rows.div_ceil(block[0]), cols.div_ceil(block[1]));
-        let expected: Vec<u64> = lead.iter().copied().chain([srows, scols]).collect();
-        if scale.shape() != expected.as_slice() {
-            return Err(Error::header(
-                ctx,
-                rules::SCALE_SHAPE,
-                format!(
-                    "scale shape {:?} for a weight of shape {shape:?}: blocks of {block:?} need {expected:?}",
-                    scale.shape()
-                ),
-            ));
-        }
-        let flat_rows = zt_core::dtype::num_elements(lead)
-            .and_then(|l| l.checked_mul(rows))
+        let geometry = geometry(shape, scale.shape(), block)
+            .map_err(|reason| Error::header(ctx.clone(), rules::SCALE_SHAPE, reason))?;
+        let flat_rows = zt_core::dtype::num_elements(shape)
+            .map(|n| n / geometry.cols.max(1))
             .ok_or_else(|| Error::Overflow {
                 rule: zt_core::Rule::OVERFLOW,
                 ctx: wctx.clone(),
                 what: "row count",
             })?;
+        let cols = geometry.cols;
         let width = output_width(to).unwrap_or(4);
         let decoded_len = flat_rows
             .checked_mul(cols)
@@ -265,13 +405,7 @@ pub(super) fn plan(
             weight: wpart.payload.clone(),
             scale: spart.payload.clone(),
             scale_dtype: spart.dtype,
-            geometry: Geometry {
-                rows,
-                cols,
-                block,
-                srows,
-                scols,
-            },
+            geometry,
             flat_rows,
             to,
         };
@@ -285,11 +419,10 @@ pub(super) fn plan(
             },
         );
         scaled.insert(at);
-        groups.push(Group {
-            at,
-            reads: vec![at, at_scale],
-            object,
-        });
+        let base = weight_name.strip_suffix(".weight").unwrap_or(weight_name);
+        let mut reads = vec![at, at_scale];
+        reads.extend(io::activation_scales(source, base));
+        groups.push(Group { at, reads, object });
     }
     if strict {
         for (at, t) in source.tensors().enumerate() {
@@ -313,6 +446,61 @@ pub(super) fn plan(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The per-block tables give each value `f32(code) * scale` rounded
+    /// once, exactly as computing it value by value does: every code
+    /// (NaNs and both zeros included) under scales that round differently
+    /// in each output type, over two matrices with partial edge blocks,
+    /// from a run that starts inside a block.
+    #[test]
+    fn tables_equal_the_products() {
+        let (lead, rows, cols) = (2u64, 300u64, 260u64);
+        let block = [128u64, 128];
+        let (srows, scols) = (rows.div_ceil(128), cols.div_ceil(128));
+        let geometry = Geometry {
+            rows,
+            cols,
+            block,
+            srows,
+            scols,
+        };
+        let codes: Vec<u8> = (0..lead * rows * cols)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 7) as u8)
+            .collect();
+        let scales: Vec<f32> = (0..lead * srows * scols)
+            .map(|i| f32::from_bits(0x3a83_126f + (i as u32) * 0x1_2345))
+            .collect();
+        let first = 37;
+        let count = lead * rows - first;
+        let s0 = geometry.scale_row(first);
+        let local = &codes[(first * cols) as usize..];
+        let scales_from = &scales[(s0 * scols) as usize..];
+        for to in [DType::BF16, DType::F16, DType::F32, DType::F64] {
+            let w = output_width(to).unwrap() as usize;
+            let mut want = vec![0u8; count as usize * cols as usize * w];
+            for (k, o) in want.chunks_exact_mut(w).enumerate() {
+                let r = first + k as u64 / cols;
+                let c = k as u64 % cols;
+                let s = scales[(geometry.scale_row(r) * scols + c / 128) as usize];
+                io::store(to, &[e4m3fn(codes[(r * cols + c) as usize]) * s], o);
+            }
+            let run = Run {
+                codes: local,
+                scales: scales_from,
+                geometry,
+                first,
+                s0,
+                to,
+            };
+            let mut got = vec![0u8; want.len()];
+            match w {
+                2 => run.fill::<2>(0, &mut got),
+                4 => run.fill::<4>(0, &mut got),
+                _ => run.fill::<8>(0, &mut got),
+            }
+            assert!(got == want, "{to}");
+        }
+    }
 
     #[test]
     fn e4m3fn_codes() {

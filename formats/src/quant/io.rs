@@ -50,6 +50,18 @@ pub fn read(payload: &Payload, start: u64, len: u64, limits: &Limits) -> Result<
     }
 }
 
+/// The activation scales of layer `base` (`base.input_scale`,
+/// `base.input_global_scale`): what a quantized checkpoint stores to
+/// quantize the layer's inputs at inference (compressed-tensors' static
+/// FP8 and NVFP4, vLLM's FP8). A dequantized layer has no quantized
+/// inputs, so they go with its weight; their positions in `source`.
+pub fn activation_scales(source: &zt_core::Source, base: &str) -> Vec<usize> {
+    ["input_scale", "input_global_scale"]
+        .iter()
+        .filter_map(|s| source.position(&format!("{base}.{s}")))
+        .collect()
+}
+
 /// The output types: f32 as computed, or rounded once to bf16 / f16
 /// (nearest, ties to even; NaN as torch writes it), or widened to f64.
 pub fn output_width(to: DType) -> Option<u64> {

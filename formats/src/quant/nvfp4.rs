@@ -1,11 +1,14 @@
 //! compressed-tensors NVFP4 (`nvfp4-pack-quantized`): `X.weight_packed`
 //! (u8, two e2m1 codes a byte, low nibble first, `[rows, cols / 2]`),
 //! `X.weight_scale` (float8_e4m3fn, one per 16 values, `[rows, cols / 16]`)
-//! and `X.weight_global_scale` (f32, `[1]`), listed as `X.weight`
+//! and `X.weight_global_scale` (f32, `[1]` or `[]`), listed as `X.weight`
 //! `[rows, cols]` the way `NVFP4PackedCompressor.decompress` computes it:
 //! the block scale divided by the global scale in f32 (a division, not a
 //! multiplied reciprocal, which rounds differently), times the code's
-//! value in f32, rounded once to the output type.
+//! value in f32, rounded once to the output type. The activations' scales
+//! beside it (`X.input_global_scale`, `X.input_scale`) scale a quantized
+//! layer's inputs at inference: meaningless for the dequantized weight,
+//! they are consumed with it (not listed).
 
 use std::sync::Arc;
 
@@ -168,12 +171,14 @@ pub(super) fn plan(source: &Source, to: DType) -> Result<Vec<Group>> {
                 ),
             ));
         }
-        if global.shape() != [1] {
+        // `[1]` as compressed-tensors writes it, `[]` as other writers do:
+        // one value either way.
+        if !matches!(global.shape(), [] | [1]) {
             return Err(Error::header(
                 gctx,
                 rules::SCALE_SHAPE,
                 format!(
-                    "an NVFP4 global scale of shape {:?}, not [1]",
+                    "an NVFP4 global scale of shape {:?}, not [1] or []",
                     global.shape()
                 ),
             ));
@@ -203,11 +208,9 @@ pub(super) fn plan(source: &Source, to: DType) -> Result<Vec<Group>> {
                 decoded_len,
             },
         );
-        groups.push(Group {
-            at,
-            reads: vec![at, at_scale, at_global],
-            object,
-        });
+        let mut reads = vec![at, at_scale, at_global];
+        reads.extend(io::activation_scales(source, base));
+        groups.push(Group { at, reads, object });
     }
     Ok(groups)
 }
