@@ -14,6 +14,7 @@ ml_dtypes write different NaN payloads).
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -190,6 +191,41 @@ def test_convert_and_cli(checkpoint, tmp_path):
             same(source[name].numpy(), value)
 
 
+def test_model_directory_drops_quantization_config(checkpoint, tmp_path):
+    """A model directory converted with ``--dequantize`` keeps every file
+    beside its weights, but its config.json loses ``quantization_config``
+    (transformers would set up a quantized load for the bf16 weights),
+    written as transformers writes a configuration (keys sorted, indent 2);
+    without ``--dequantize`` it is copied byte for byte."""
+    path, tensors = checkpoint
+    model = tmp_path / "model"
+    model.mkdir()
+    shutil.copy(path, model / "model.safetensors")
+    config = json.loads((path.parent / "config.json").read_text())
+    config["torch_dtype"] = "bfloat16"
+    (model / "config.json").write_text(json.dumps(config))
+    (model / "tokenizer.json").write_text('{"version": "1.0"}')
+    out = tmp_path / "bf16"
+    subprocess.run(
+        [sys.executable, "-m", "zt", "convert", str(model), str(out), "--dequantize", "--dtype", "bf16"],
+        check=True,
+        capture_output=True,
+    )
+    unquantized = {k: v for k, v in config.items() if k != "quantization_config"}
+    assert (out / "config.json").read_text() == json.dumps(unquantized, indent=2, sort_keys=True) + "\n"
+    assert (out / "tokenizer.json").read_bytes() == (model / "tokenizer.json").read_bytes()
+    got = safetensors.numpy.load_file(str(out / "model.safetensors"))
+    want = expected(tensors, BF16)
+    assert sorted(got) == sorted(want)
+    for name, value in want.items():
+        same(got[name], value)
+    # The source is untouched; a plain copy keeps the configuration.
+    assert json.loads((model / "config.json").read_text()) == config
+    plain = tmp_path / "plain"
+    subprocess.run([sys.executable, "-m", "zt", "convert", str(model), str(plain)], check=True, capture_output=True)
+    assert (plain / "config.json").read_bytes() == (model / "config.json").read_bytes()
+
+
 def test_block_size_from_the_config(tmp_path):
     """A configuration's weight_block_size changes the grid; passed in, it
     overrides the file beside."""
@@ -224,7 +260,10 @@ def test_tensors_that_disagree_are_refused(tmp_path):
     # 300 x 129 needs 3 x 2 scales; a lying scale shape.
     assert refused(tmp_path, {"a.weight": w, "a.weight_scale_inv": scales(rng, (2, 2))}) == "quant.ScaleShape"
     assert refused(tmp_path, {"a.weight": w, "a.weight_scale_inv": scales(rng, (3, 2, 1))}) == "quant.ScaleShape"
-    assert refused(tmp_path, {"a.weight": w[0], "a.weight_scale_inv": scales(rng, (1,))}) == "quant.ScaleShape"
+    # A vector has no 2-D blocks: one scale ([] or [1]) or none.
+    assert refused(tmp_path, {"a.weight": w[0], "a.weight_scale_inv": scales(rng, (2,))}) == "quant.ScaleShape"
+    # Neither blocks, nor one scale, nor one a row.
+    assert refused(tmp_path, {"a.weight": w, "a.weight_scale": scales(rng, (1, 129))}) == "quant.ScaleShape"
     # A scale without its weight; a weight without its scale when the
     # configuration says fp8.
     assert refused(tmp_path, {"a.weight_scale_inv": scales(rng, (3, 2))}) == "quant.Missing"

@@ -153,6 +153,15 @@ pub fn run(req: &Request<'_>) -> zt::Result<()> {
             Some(dir) => zt::model_dir::companions(dir)?,
             None => Vec::new(),
         };
+        let staged = if req.dequantize {
+            StagedConfig::for_dequantized(&extra)?
+        } else {
+            None
+        };
+        let extra = match &staged {
+            Some(s) => s.replace_in(extra),
+            None => extra,
+        };
         let format = req.to.unwrap_or("safetensors");
         let max = req
             .max_shard_size
@@ -209,6 +218,56 @@ pub fn keras_options(
         layout: Some(Layout::Keras),
         max_shard_size,
     }))
+}
+
+/// A dequantized model directory's `config.json`: the source's without its
+/// `quantization_config` (`zt::formats::quant::config::without_quantization`),
+/// staged in the temporary directory for the directory write to copy, and
+/// removed when dropped.
+struct StagedConfig {
+    path: PathBuf,
+}
+
+impl StagedConfig {
+    /// The staged configuration, if `extra` has a `config.json` that says
+    /// how its weights are quantized (else it is copied unchanged).
+    fn for_dequantized(extra: &[(String, PathBuf)]) -> zt::Result<Option<Self>> {
+        let name = zt::formats::quant::config::CONFIG_FILE;
+        let Some((_, src)) = extra.iter().find(|(n, _)| n == name) else {
+            return Ok(None);
+        };
+        let ctx = zt::Context::file(src);
+        let text = std::fs::read(src).map_err(|e| zt::Error::io(src, e))?;
+        let Some(text) = zt::formats::quant::config::without_quantization(&ctx, &text)? else {
+            return Ok(None);
+        };
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let path =
+            std::env::temp_dir().join(format!("zt-config-{}-{nanos}.json", std::process::id()));
+        std::fs::write(&path, text).map_err(|e| zt::Error::io(&path, e))?;
+        Ok(Some(StagedConfig { path }))
+    }
+
+    /// `extra` with its `config.json` read from the staged file.
+    fn replace_in(&self, extra: Vec<(String, PathBuf)>) -> Vec<(String, PathBuf)> {
+        let name = zt::formats::quant::config::CONFIG_FILE;
+        extra
+            .into_iter()
+            .map(|(n, p)| {
+                let p = if n == name { self.path.clone() } else { p };
+                (n, p)
+            })
+            .collect()
+    }
+}
+
+impl Drop for StagedConfig {
+    fn drop(&mut self) {
+        // A leftover file in the temporary directory is no failure.
+        let _ = std::fs::remove_file(&self.path);
+    }
 }
 
 fn usage(reason: &str) -> zt::Error {
