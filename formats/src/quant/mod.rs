@@ -6,7 +6,8 @@
 //!
 //! One module per scheme: `fp8` (DeepSeek/Kimi block-scaled FP8), `mxfp4`
 //! (gpt-oss's expert blocks and scales), `nvfp4` (compressed-tensors'
-//! `nvfp4-pack-quantized`), `mlx` (MLX's affine, mxfp4, mxfp8 and nvfp4
+//! `nvfp4-pack-quantized`), `gguf` (GGUF's block types, row by row),
+//! `mlx` (MLX's affine, mxfp4, mxfp8 and nvfp4
 //! modes, and the lossless repack between MLX affine 4-bit and GGUF Q4_1).
 //! A scheme
 //! is told from the tensors' names and dtypes; the model's configuration
@@ -18,6 +19,7 @@
 
 pub mod config;
 mod fp8;
+mod gguf;
 mod io;
 pub mod mlx;
 mod mxfp4;
@@ -94,6 +96,9 @@ pub fn dequantize(source: &Source, options: &Options) -> Result<Source> {
     }
     let beside = match (&options.config, file) {
         (Some(_), _) | (None, None) => None,
+        // A GGUF file carries its own quantization: a config.json that
+        // happens to sit beside it says nothing of its blocks.
+        (None, Some(_)) if source.format() == "gguf" => None,
         (None, Some(file)) => config_beside(file)?,
     };
     let declared = match options.config.as_ref().or(beside.as_ref()) {
@@ -107,6 +112,7 @@ pub fn dequantize(source: &Source, options: &Options) -> Result<Source> {
     let mut groups = fp8::plan(source, block, block.is_some(), to)?;
     groups.extend(mxfp4::plan(source, declared == Declared::Mxfp4, to)?);
     groups.extend(nvfp4::plan(source, to)?);
+    groups.extend(gguf::plan(source, to)?);
     let mlx_config = match &declared {
         Declared::Mlx(c) => Some(c),
         _ => None,
