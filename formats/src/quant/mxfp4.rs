@@ -79,35 +79,52 @@ impl Mxfp4Experts {
         let codes = io::read(&self.blocks, first * packed, count * packed, limits)?;
         let nscales = g.rows * g.groups;
         let scales = io::read(&self.scales, first * nscales, count * nscales, limits)?;
-        let (rows, cols, bytes) = (g.rows as usize, g.cols() as usize, g.bytes as usize);
+        let (rows, groups, bytes) = (g.rows as usize, g.groups as usize, g.bytes as usize);
         let (to, width) = (self.to, output_width(self.to).unwrap_or(4) as usize);
+        // Groups per tile: about TILE values of the packed side.
+        // (Groups of no bytes make an empty output, which calls nothing.)
+        let per_tile = (TILE / (2 * bytes).max(1)).max(1);
+        let tile_cols = per_tile * 2 * bytes;
         io::rows_in_parallel(&mut out, per as usize, |at, o| {
-            // One expert's [rows, cols] in f32, then written transposed in
-            // tiles of rows, so neither side is walked a column at a time.
-            let mut values = vec![0f32; rows * cols];
-            let mut column = vec![0f32; TILE];
+            // A tile of TILE packed rows by `tile_cols` values, decoded
+            // straight into its transposed place (value k of row j at
+            // `k * TILE + j`), then written a run of `n` rows at a time:
+            // every read and write stays within a tile that fits in cache,
+            // not an expert-sized f32 copy walked a column at a time.
+            let mut tile = vec![0f32; tile_cols * TILE];
             for (i, expert_out) in o.chunks_exact_mut(per as usize).enumerate() {
                 let e = at + i;
-                let codes = &codes[e * rows * cols / 2..(e + 1) * rows * cols / 2];
-                let scales = &scales[e * rows * (cols / (2 * bytes))..];
-                for ((v, c), &s) in values
-                    .chunks_exact_mut(2 * bytes)
-                    .zip(codes.chunks_exact(bytes))
-                    .zip(scales)
-                {
-                    for (pair, &q) in v.chunks_exact_mut(2).zip(c) {
-                        pair[0] = ldexp(E2M1[usize::from(q & 0x0f)], s);
-                        pair[1] = ldexp(E2M1[usize::from(q >> 4)], s);
-                    }
-                }
+                let codes = &codes[e * rows * groups * bytes..(e + 1) * rows * groups * bytes];
+                let scales = &scales[e * rows * groups..(e + 1) * rows * groups];
                 for r0 in (0..rows).step_by(TILE) {
                     let n = TILE.min(rows - r0);
-                    for k in 0..cols {
-                        for (j, c) in column[..n].iter_mut().enumerate() {
-                            *c = values[(r0 + j) * cols + k];
+                    for g0 in (0..groups).step_by(per_tile) {
+                        let gk = per_tile.min(groups - g0);
+                        for j in 0..n {
+                            let r = r0 + j;
+                            let row_codes =
+                                &codes[(r * groups + g0) * bytes..(r * groups + g0 + gk) * bytes];
+                            let row_scales = &scales[r * groups + g0..r * groups + g0 + gk];
+                            for (gi, (c, &s)) in
+                                row_codes.chunks_exact(bytes).zip(row_scales).enumerate()
+                            {
+                                let lut: [f32; 16] = std::array::from_fn(|q| ldexp(E2M1[q], s));
+                                for (q, &b) in c.iter().enumerate() {
+                                    let k = gi * 2 * bytes + 2 * q;
+                                    tile[k * TILE + j] = lut[usize::from(b & 0x0f)];
+                                    tile[(k + 1) * TILE + j] = lut[usize::from(b >> 4)];
+                                }
+                            }
                         }
-                        let at = (k * rows + r0) * width;
-                        io::store(to, &column[..n], &mut expert_out[at..at + n * width]);
+                        let k0 = g0 * 2 * bytes;
+                        for k in 0..gk * 2 * bytes {
+                            let at = ((k0 + k) * rows + r0) * width;
+                            io::store(
+                                to,
+                                &tile[k * TILE..k * TILE + n],
+                                &mut expert_out[at..at + n * width],
+                            );
+                        }
                     }
                 }
             }
@@ -116,7 +133,8 @@ impl Mxfp4Experts {
     }
 }
 
-/// Rows of the packed side transposed together.
+/// Rows of the packed side transposed together (and about as many values
+/// of each row): a tile of f32 that stays in the first-level cache.
 const TILE: usize = 64;
 
 impl Decode for Mxfp4Experts {
