@@ -124,12 +124,14 @@ enum Command {
         /// f64, rounding as torch does; other tensors are unchanged.
         #[arg(long, value_name = "DTYPE")]
         dtype: Option<String>,
-        /// Dequantize a quantized safetensors checkpoint (DeepSeek/Kimi
-        /// block-scaled FP8, gpt-oss MXFP4, compressed-tensors NVFP4, MLX
-        /// affine/mxfp4/mxfp8/nvfp4): each weight computed in f32 from its
-        /// scales, rounded once to --dtype (default f32), the scale tensors
+        /// Dequantize a quantized checkpoint (DeepSeek/Kimi block-scaled,
+        /// per-tensor or per-row FP8, gpt-oss MXFP4, compressed-tensors
+        /// NVFP4, MLX affine/mxfp4/mxfp8/nvfp4, GGUF block types): each
+        /// weight computed in f32 from its scales, rounded once to --dtype
+        /// (default f32), the scale tensors (and activation scales)
         /// consumed; the block size (MLX: bits and group size) from the
-        /// config.json beside the input.
+        /// config.json beside the input; a model directory's copied
+        /// config.json loses its quantization_config.
         #[arg(long)]
         dequantize: bool,
         /// `mlx`: write a GGUF's Q4_1 tensors as MLX's affine 4-bit weights
