@@ -105,8 +105,10 @@ pub trait Inputs: Sync {
 
 /// Bytes fetched ahead of the tensor being written, at most (one tensor
 /// larger than this is still fetched, alone): what overlapping the next
-/// tensors' reads and decodes with the current write may hold beyond it.
-pub const FETCH_AHEAD_BYTES: u64 = 128 << 20;
+/// tensors' reads and decodes with the current write may hold beyond it
+/// and the read-ahead window, so a conversion stays within its largest
+/// tensor and a few hundred MiB.
+pub const FETCH_AHEAD_BYTES: u64 = 64 << 20;
 
 /// Each of `order`'s tensors fetched and handed to `write` in that order,
 /// the fetches (reads, casts, dequantization) running on a thread of their
