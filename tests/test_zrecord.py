@@ -314,6 +314,30 @@ def test_token_rows_written_unpacked_match_loaderx(tmp, shards):
         assert np.array_equal(r[:], x)
 
 
+@pytest.mark.parametrize("codec", ["zstd", "zstd_dict"])
+@pytest.mark.parametrize("shards", [1, 3, 4])
+def test_compressed_windows_of_many_chunks_match_loaderx(tmp, codec, shards):
+    # 40,000 rows of 256 bytes in one append: two windows (32,768 records at
+    # most each) of several 1 MiB chunks per shard, which zt writes as each
+    # chunk's offset becomes known. The frames must be loaderx's, and zt's
+    # shards must hold them in record order, back to back.
+    x = np.random.default_rng(5).integers(0, 300, (40_000, 64), dtype=np.int32)
+    d = lx_train_dict(x) if codec == "zstd_dict" else None
+    for lib, cls, layout in (("lx", LxDense, {}), ("zt", Dense, L23)):
+        with cls.create(tmp / lib, np.int32, (64,), codec=codec, dict_bytes=d, data_shards=shards, **layout) as w:
+            w.append(x[:1234])
+            w.append(x[1234:])
+    assert_same_store(tmp / "lx", tmp / "zt")
+    locs = np.frombuffer((tmp / "zt" / "meta.zr").read_bytes()[4096:], dtype=[("o", "<u8"), ("p", "<u4"), ("l", "<u4")])
+    for s in range(shards):
+        mine = locs[s::shards]
+        ends = np.cumsum(mine["p"].astype(np.uint64))
+        assert mine["o"][0] == 0 and np.array_equal(mine["o"][1:], ends[:-1])
+        assert (tmp / "zt" / f"data_{s}.zr").stat().st_size == ends[-1]
+    with Dense.open(tmp / "zt") as r:
+        assert np.array_equal(r[np.arange(0, 40_000, 7)], x[::7])
+
+
 @pytest.mark.parametrize("codec", CODECS)
 def test_large_ragged_records_written_unpacked_match_loaderx(tmp, codec):
     # Records averaging >= 64 KiB go to the file from their own arrays (no

@@ -97,7 +97,9 @@ pub const DICT_TIERS: [DictTier; 3] = [
 ];
 
 thread_local! {
-    static CCTX: RefCell<Option<CCtx<'static>>> = const { RefCell::new(None) };
+    /// The thread's compression context and the level its parameters were
+    /// last set to (`None`: not set since it was made).
+    static CCTX: RefCell<Option<(CCtx<'static>, Option<i32>)>> = const { RefCell::new(None) };
     static DCTX: RefCell<Option<DCtx<'static>>> = const { RefCell::new(None) };
 }
 
@@ -209,25 +211,36 @@ impl Encoder {
         let mut tail = Tail { vec: out, start };
         CCTX.with(|cell| {
             let mut slot = cell.borrow_mut();
-            let cctx = slot.get_or_insert_with(CCtx::create);
-            cctx.reset(zstd_safe::ResetDirective::SessionAndParameters)
-                .map_err(|c| Error::Zstd {
-                    reason: zstd_err(c),
-                })?;
+            let (cctx, level) = slot.get_or_insert_with(|| (CCtx::create(), None));
             let result = match &self.cdict {
-                // One-shot with the digested dictionary; no reference to it
-                // outlives the call.
+                // One-shot with the digested dictionary, whose parameters it
+                // takes (not the context's); no reference to it outlives the
+                // call.
                 Some(cdict) => cctx.compress_using_cdict(&mut tail, src, cdict),
                 None => {
-                    cctx.set_parameter(CParameter::CompressionLevel(self.level))
-                        .map_err(|c| Error::Zstd {
-                            reason: zstd_err(c),
-                        })?;
+                    // compress2 starts a new session itself; the parameters
+                    // stay set between records, so they are set only when
+                    // this thread last compressed at another level.
+                    if *level != Some(self.level) {
+                        *level = None;
+                        cctx.reset(zstd_safe::ResetDirective::SessionAndParameters)
+                            .and_then(|_| {
+                                cctx.set_parameter(CParameter::CompressionLevel(self.level))
+                            })
+                            .map_err(|c| Error::Zstd {
+                                reason: zstd_err(c),
+                            })?;
+                        *level = Some(self.level);
+                    }
                     cctx.compress2(&mut tail, src)
                 }
             };
-            result.map_err(|c| Error::Zstd {
-                reason: zstd_err(c),
+            result.map_err(|c| {
+                // The context may hold state from the failed frame.
+                *slot = None;
+                Error::Zstd {
+                    reason: zstd_err(c),
+                }
             })
         })?;
         Ok(out.len() - start)

@@ -517,54 +517,132 @@ impl Writer {
         tails: &mut [u64],
     ) -> Result<()> {
         let mut chunks = self.plan(batch, range.clone(), first);
-        let raw = self.encoder.codec() == Codec::Raw;
-        if !raw {
-            chunks
-                .par_iter_mut()
-                .try_for_each(|c| self.encode_chunk(batch, c))?;
-        } else {
-            // Raw sizes are known up front: offsets are planned first and each
-            // chunk is packed and written in the same parallel pass.
+        let mut locs = vec![0u8; range.len() * LOC];
+        if self.encoder.codec() == Codec::Raw {
+            // Raw sizes are known up front: offsets are planned first and
+            // each chunk is packed and written in the same parallel pass.
             for c in &mut chunks {
                 c.phys = c.positions.iter().map(|&p| batch.logic(p) as u32).collect();
+                self.place(batch, c, range.start, &mut locs, tails)?;
             }
-        }
-        // Offsets follow logical order within each shard, so a store's
-        // bytes do not depend on thread timing.
-        let mut locs = vec![0u8; range.len() * LOC];
-        for chunk in &mut chunks {
-            chunk.base = tails[chunk.shard];
-            let mut offset = chunk.base;
-            for (&p, &phys) in chunk.positions.iter().zip(&chunk.phys) {
-                let loc = RecordLoc {
-                    offset,
-                    phys,
-                    logic: batch.logic(p) as u32,
-                };
-                let at = (p - range.start) * LOC;
-                loc.encode_into(&mut locs[at..at + LOC]);
-                offset = offset
-                    .checked_add(u64::from(phys))
-                    .ok_or_else(|| Error::Full {
-                        path: self.dest.clone(),
-                    })?;
-            }
-            tails[chunk.shard] = offset;
-        }
-        chunks.par_iter_mut().try_for_each(|c| {
-            if raw {
+            chunks.par_iter_mut().try_for_each(|c| {
                 self.encode_chunk(batch, c)?;
-            }
-            let written = self.write_chunk(batch, c);
-            if let Some(buf) = c.data.take() {
-                self.give_buffer(buf);
-            }
-            written
-        })?;
+                let written = self.write_chunk(batch, c);
+                if let Some(buf) = c.data.take() {
+                    self.give_buffer(buf);
+                }
+                written
+            })?;
+        } else {
+            self.write_encoded(batch, range.start, chunks, &mut locs, tails)?;
+        }
         let at = PAGE as u64 + (first + range.start as u64) * LOC as u64;
         self.meta
             .write_all_at(&locs, at)
             .map_err(|e| Error::io(self.build.join("meta.zr"), e))
+    }
+
+    /// Give `chunk` the shard offset `tails[shard]`, write its records'
+    /// RecordLocs into `locs` (the window's, which starts at batch position
+    /// `start`) and advance the shard's tail past it.
+    fn place(
+        &self,
+        batch: &Batch<'_>,
+        chunk: &mut Chunk,
+        start: usize,
+        locs: &mut [u8],
+        tails: &mut [u64],
+    ) -> Result<()> {
+        chunk.base = tails[chunk.shard];
+        let mut offset = chunk.base;
+        for (&p, &phys) in chunk.positions.iter().zip(&chunk.phys) {
+            let loc = RecordLoc {
+                offset,
+                phys,
+                logic: batch.logic(p) as u32,
+            };
+            let at = (p - start) * LOC;
+            loc.encode_into(&mut locs[at..at + LOC]);
+            offset = offset
+                .checked_add(u64::from(phys))
+                .ok_or_else(|| Error::Full {
+                    path: self.dest.clone(),
+                })?;
+        }
+        tails[chunk.shard] = offset;
+        Ok(())
+    }
+
+    /// Encode the window's chunks in parallel and write each one as soon as
+    /// its offset is known, that is once every earlier chunk of its shard
+    /// is encoded. Holding the whole window's frames until all were encoded
+    /// kept tens of MiB of output alive per window: fresh pages for every
+    /// window of a new store, and frames gone from the CPU caches before
+    /// the kernel copied them. Written this way, a chunk's buffer goes back
+    /// to the pool for the next chunk while its frames are still cached.
+    /// Offsets still follow logical order within each shard, so the store's
+    /// bytes do not depend on thread timing.
+    fn write_encoded(
+        &self,
+        batch: &Batch<'_>,
+        start: usize,
+        chunks: Vec<Chunk>,
+        locs: &mut [u8],
+        tails: &mut [u64],
+    ) -> Result<()> {
+        // Each shard's chunks in logical order: `next[shard]` is the first,
+        // `after[k]` the one after chunk k.
+        let mut after = vec![None; chunks.len()];
+        let mut next = vec![None; tails.len()];
+        for (k, c) in chunks.iter().enumerate().rev() {
+            after[k] = next[c.shard];
+            next[c.shard] = Some(k);
+        }
+        struct Placing<'a> {
+            /// Encoded chunks not yet placed.
+            done: Vec<Option<Chunk>>,
+            /// Per shard, the chunk whose turn it is (`None`: all placed).
+            next: Vec<Option<usize>>,
+            locs: &'a mut [u8],
+            tails: &'a mut [u64],
+        }
+        let state = Mutex::new(Placing {
+            done: (0..chunks.len()).map(|_| None).collect(),
+            next,
+            locs,
+            tails,
+        });
+        chunks
+            .into_par_iter()
+            .enumerate()
+            .try_for_each(|(k, mut chunk)| {
+                self.encode_chunk(batch, &mut chunk)?;
+                let shard = chunk.shard;
+                // Place this chunk and any later ones of its shard that
+                // were waiting for it; write them outside the lock.
+                let mut ready = Vec::new();
+                {
+                    let mut st = state.lock().unwrap_or_else(|e| e.into_inner());
+                    st.done[k] = Some(chunk);
+                    while let Some(j) = st.next[shard] {
+                        let Some(mut c) = st.done[j].take() else {
+                            break;
+                        };
+                        let st = &mut *st;
+                        self.place(batch, &mut c, start, st.locs, st.tails)?;
+                        st.next[shard] = after[j];
+                        ready.push(c);
+                    }
+                }
+                for mut c in ready {
+                    let written = self.write_chunk(batch, &c);
+                    if let Some(buf) = c.data.take() {
+                        self.give_buffer(buf);
+                    }
+                    written?;
+                }
+                Ok(())
+            })
     }
 
     /// Publish: truncate every file to its committed length, write the
