@@ -6,6 +6,7 @@ bit for bit equal to the original model's)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+import safetensors
 from onnx import TensorProto, external_data_helper, helper, numpy_helper
 
 import zt
@@ -305,6 +307,105 @@ def test_external_moves_data_that_was_external_elsewhere(tmp, model_path):
     assert all(int(e["length"]) >= 2048 for e in moved.values()) and "b" not in moved
     for a, b in zip(run(dst_dir / "m.onnx"), run(model_path)):
         assert a.tobytes() == b.tobytes()
+
+
+def initializer_names(graph: onnx.GraphProto) -> list[str]:
+    """Every graph initializer's name, subgraphs' (If branches) included."""
+    names = [t.name for t in graph.initializer]
+    for node in graph.node:
+        for a in node.attribute:
+            for g in [a.g] * a.HasField("g") + list(a.graphs):
+                names += initializer_names(g)
+    return names
+
+
+def safetensors_header(path) -> tuple[int, dict]:
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        return n, json.loads(f.read(n))
+
+
+@pytest.mark.parametrize("threshold", [None, 0])
+def test_external_data_to_a_safetensors_file_as_onnx_safetensors_lays_it_out(tmp, model_path, zt_cli, threshold):
+    """Issue 42: `location="x.safetensors"` writes onnx-safetensors' layout:
+    the initializers (of at least `threshold` bytes, its comparison) in a
+    plain safetensors file under their names, each TensorProto's offset the
+    absolute file offset of its bytes there. onnx's checker passes it,
+    onnxruntime runs it to the same outputs, safetensors reads the weights."""
+    out = tmp / "out" / "model.onnx"
+    out.parent.mkdir()
+    kw = {} if threshold is None else {"threshold": threshold}
+    zt.convert(model_path, out, external_data=True, location="model.safetensors", **kw)
+    data = out.parent / "model.safetensors"
+    assert sorted(os.listdir(out.parent)) == ["model.onnx", "model.safetensors"]
+    onnx.checker.check_model(os.fspath(out), full_check=True)
+    original = onnx.load(os.fspath(model_path))
+    source = {t.name: t for t in all_tensors(original)}
+    limit = 1024 if threshold is None else threshold
+    want = [
+        n
+        for n in initializer_names(original.graph)
+        if source[n].HasField("raw_data") and len(source[n].raw_data) >= limit
+    ]
+    moved = externals(onnx.load(os.fspath(out), load_external_data=False))
+    assert sorted(moved) == sorted(want) and "C_value" not in moved
+    header_len, header = safetensors_header(data)
+    with safetensors.safe_open(os.fspath(data), "numpy") as f:
+        assert sorted(f.keys()) == sorted(want)
+        for name in want:
+            expected = numpy_helper.to_array(source[name])
+            got = f.get_tensor(name)
+            assert got.dtype == expected.dtype and got.shape == expected.shape, name
+            assert got.tobytes() == expected.tobytes(), name
+            entries = moved[name]
+            start, end = header[name]["data_offsets"]
+            assert entries["location"] == "model.safetensors"
+            assert int(entries["offset"]) == 8 + header_len + start and int(entries["length"]) == end - start
+    assert_same_tensors(onnx.load(os.fspath(out)), original)
+    for a, b in zip(run(out), run(model_path)):
+        assert a.tobytes() == b.tobytes()
+    # zt reads them back (subgraph initializers under scoped names).
+    with zt.open(out) as src:
+        read = {src[n].numpy().tobytes() for n in src if n != "sp_values"}
+        assert all(source[n].raw_data in read for n in want)
+    # The CLI writes the same files; --inline brings back the model.
+    cli_out = tmp / "cli" / "model.onnx"
+    cli_out.parent.mkdir()
+    args = [zt_cli, "convert", os.fspath(model_path), os.fspath(cli_out), "--external-data"]
+    args += ["--location", "model.safetensors"] + ([] if threshold is None else ["--threshold", str(threshold)])
+    proc = subprocess.run(args, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    for name in ("model.onnx", "model.safetensors"):
+        assert (cli_out.parent / name).read_bytes() == (out.parent / name).read_bytes(), name
+    zt.convert(out, tmp / "back.onnx", external_data=False)
+    assert onnx.load(os.fspath(tmp / "back.onnx")) == original
+
+
+def test_a_safetensors_data_file_refuses_initializers_it_cannot_name(tmp):
+    """Two initializers of one name (the graph's and an If branch's):
+    safetensors names each tensor once, so the write is refused, nothing
+    written (onnx-safetensors refuses duplicate names too)."""
+    branch = helper.make_graph(
+        [helper.make_node("Identity", ["w"], ["o"])],
+        "then",
+        [],
+        [helper.make_tensor_value_info("o", TensorProto.FLOAT, [300])],
+        initializer=[tensor("w", f32(300))],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("If", ["c"], ["y"], then_branch=branch, else_branch=branch)],
+        "g",
+        [helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [300])],
+        initializer=[tensor("w", f32(300))],
+    )
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp / "dup.onnx")
+    out = tmp / "out"
+    out.mkdir()
+    with pytest.raises(zt.FormatError) as info:
+        zt.convert(tmp / "dup.onnx", out / "m.onnx", external_data=True, location="m.safetensors")
+    assert info.value.rule == "onnx.Safetensors", info.value
+    assert os.listdir(out) == []
 
 
 # --- hostile requests and models --------------------------------------------

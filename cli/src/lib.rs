@@ -149,7 +149,8 @@ enum Command {
         #[arg(long, conflicts_with = "inline")]
         external_data: bool,
         /// With --external-data: the data file, relative to OUT's directory
-        /// (default: OUT's file name + .data).
+        /// (default: OUT's file name + .data); one ending .safetensors is
+        /// written as onnx-safetensors writes it (initializers only).
         #[arg(long, value_name = "FILE", requires = "external_data")]
         location: Option<String>,
         /// With --external-data: the smallest tensor moved out (bytes, or

@@ -336,7 +336,9 @@ def convert(
     a 991-byte tensor moves at 1024) into the data
     file ``location`` beside ``dst`` (default ``dst``'s name + ``.data``; a
     location leaving ``dst``'s directory is a :class:`FormatError` and
-    nothing is written); ``False`` writes every external tensor back into
+    nothing is written; a location ending ``.safetensors`` writes the
+    graph initializers there as onnx-safetensors does, a safetensors file
+    ``safetensors.safe_open`` reads); ``False`` writes every external tensor back into
     the model (a :class:`FormatError` past protobuf's 2 GB limit). The
     protobuf is rewritten on the wire, never built in memory; with
     ``durable=False`` neither the data file nor the model is fsynced.

@@ -23,6 +23,9 @@ pub const PROTOBUF_LIMIT: Rule = Rule::new("onnx.ProtobufLimit");
 /// A rewrite (external data or inline) of a model or to an output in
 /// object storage: both ends of a rewrite are local files.
 pub const REMOTE: Rule = Rule::new("onnx.Remote");
+/// External data to a safetensors file whose tensors it cannot name (an
+/// unnamed or repeated initializer name).
+pub const SAFETENSORS: Rule = Rule::new("onnx.Safetensors");
 
 /// Every `onnx.*` rule: the registry's tests check that names are unique
 /// across plugins and carry the prefix.
@@ -36,4 +39,5 @@ pub const RULES: &[Rule] = &[
     LOCATION,
     PROTOBUF_LIMIT,
     REMOTE,
+    SAFETENSORS,
 ];

@@ -33,6 +33,7 @@
 
 mod emit;
 mod plan;
+mod st;
 
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
@@ -156,22 +157,40 @@ pub fn rewrite_with(model: &Path, out: &Path, layout: &Layout, durable: bool) ->
     let store = Arc::new(Store::open(model)?);
     let limits = Limits::default();
     let input = OpenInput::new(&store, &limits);
-    store.begin_walk();
-    let mut planner = Planner {
-        model: &store,
-        limits: &limits,
-        ext: Externals::new(&input),
-        layout,
-        moved: Vec::new(),
-        data_len: 0,
-        counts: Counts::default(),
+    let safetensors =
+        matches!(layout, Layout::External { location, .. } if st::is_safetensors(location));
+    let plan = |data_start: u64| {
+        store.begin_walk();
+        let mut planner = Planner {
+            model: &store,
+            limits: &limits,
+            ext: Externals::new(&input),
+            layout,
+            moved: Vec::new(),
+            data_len: data_start,
+            counts: Counts::default(),
+            safetensors,
+            entries: Vec::new(),
+        };
+        let planned = store
+            .read(0, store.len())
+            .and_then(|bytes| planner.model(Reader::new(&bytes, 0)));
+        input.end_walks();
+        planned
+            .map(|body| (body, planner))
+            .map_err(|e| e.in_file(model))
     };
-    let planned = {
-        let bytes = store.read(0, store.len())?;
-        planner.model(Reader::new(&bytes, 0))
-    };
-    input.end_walks();
-    let body = planned.map_err(|e| e.in_file(model))?;
+    let (mut body, mut planner) = plan(0)?;
+    // A safetensors data file starts with a header naming every tensor
+    // moved, and each tensor's offset counts it: a second walk places the
+    // same tensors (packed, so their relative places are the same) after
+    // it.
+    let mut data_head = Vec::new();
+    if safetensors && !planner.moved.is_empty() {
+        let ctx = Context::file(data_path.as_deref().unwrap_or(out));
+        data_head = st::header(&ctx, &planner.entries)?;
+        (body, planner) = plan(data_head.len() as u64)?;
+    }
     let model_len = body.as_ref().map_or(store.len(), |b| b.len);
     if model_len > PROTOBUF_MAX {
         return Err(Error::write(
@@ -189,6 +208,7 @@ pub fn rewrite_with(model: &Path, out: &Path, layout: &Layout, durable: bool) ->
         (Some(path), false) => {
             let partial = Partial::create(path)?;
             let mut sink = emit::Sink::new(partial.file(), path);
+            sink.lit(&data_head)?;
             sink.data_file(&moved)?;
             written_data = Some((path.clone(), sink.finish()?));
             Some(partial)

@@ -154,6 +154,11 @@ pub struct Planner<'i> {
     /// The data file's length so far.
     pub data_len: u64,
     pub counts: Counts,
+    /// The data file is safetensors (`st.rs`): graph initializers only,
+    /// packed back to back, each named in `entries`.
+    pub safetensors: bool,
+    /// The safetensors header's entries, in data order.
+    pub entries: Vec<super::st::Entry>,
 }
 
 impl Planner<'_> {
@@ -226,7 +231,11 @@ impl Planner<'_> {
     /// among them), sparse tensors (22, 23), subgraphs (6, 11).
     fn attribute(&mut self, r: Reader<'_>, depth: usize) -> Result<Option<Body>> {
         self.fields(r, |p, f| match f.number {
-            5 | 10 => p.tensor(f, true),
+            // onnx-safetensors moves initializers only.
+            5 | 10 => {
+                let may_move = !p.safetensors;
+                p.tensor(f, may_move)
+            }
             22 | 23 => Ok(nested(f.number, p.sparse(f.message()?)?)),
             6 | 11 => Ok(nested(f.number, p.graph(f.message()?, depth + 1)?)),
             _ => Ok(None),
@@ -251,8 +260,10 @@ impl Planner<'_> {
             return Ok(None);
         }
         let external = info.is_external();
-        let data = match info.payload(self.model, &mut self.ext, self.limits) {
-            Ok((_, Payload::Stored { store, offset, len })) => Data { store, offset, len },
+        let (dtype, data) = match info.payload(self.model, &mut self.ext, self.limits) {
+            Ok((dtype, Payload::Stored { store, offset, len })) => {
+                (dtype, Data { store, offset, len })
+            }
             // Typed fields (`float_data`, ...) stay where they are, as
             // onnx's own conversion leaves them.
             Ok(_) => return Ok(None),
@@ -266,7 +277,13 @@ impl Planner<'_> {
             Layout::Inline => None,
         };
         match threshold {
-            Some(min) if may_move && super::moves(data.len, min) => {
+            // onnx-safetensors' own comparison in its layout, onnx's else.
+            Some(min) if may_move && self.safetensors && data.len >= min => {
+                let entry = super::st::entry(&info.name, dtype, &info.dims, data.len);
+                self.entries.push(entry);
+                self.move_out(f, data).map(Some)
+            }
+            Some(min) if may_move && !self.safetensors && super::moves(data.len, min) => {
                 self.move_out(f, data).map(Some)
             }
             _ if external => {
@@ -288,7 +305,9 @@ impl Planner<'_> {
         let Layout::External { location, .. } = self.layout else {
             unreachable!("only an external layout moves tensors out")
         };
-        let align = if data.len >= PAGE_ALIGN_FROM {
+        let align = if self.safetensors {
+            1 // back to back, as safetensors requires
+        } else if data.len >= PAGE_ALIGN_FROM {
             4096
         } else {
             64
