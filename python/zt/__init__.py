@@ -346,7 +346,9 @@ def convert(
     ``dequantize=True`` writes a quantized safetensors checkpoint's tensors
     dequantized, as :func:`open` with ``dequantize=True`` lists them (the
     scale tensors consumed, values rounded once to ``dtype``, f32 by
-    default); ``quantization_config`` as for :func:`open`.
+    default); ``quantization_config`` as for :func:`open`. A GGUF file's
+    block-quantized tensors are written the same way, as dense tensors
+    equal to ``gguf.quants.dequantize`` rounded once to ``dtype``.
 
     MLX affine 4-bit group-32 weights with f16 scales (an MLX ``config.json``
     beside the source) convert to GGUF as Q4_1 blocks, moved without going
