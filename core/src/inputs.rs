@@ -136,7 +136,7 @@ pub fn fetch_ahead<I: Inputs>(
             for &i in order {
                 let size = inputs.meta(i).nbytes(ctx).unwrap_or(0);
                 let mut h = lock(&held.0);
-                while *h > 0 && *h + size > FETCH_AHEAD_BYTES {
+                while *h > 0 && *h != u64::MAX && h.saturating_add(size) > FETCH_AHEAD_BYTES {
                     h = held.1.wait(h).unwrap_or_else(|e| e.into_inner());
                 }
                 // u64::MAX: the writer stopped.
@@ -557,5 +557,20 @@ mod tests {
         })
         .unwrap_err();
         assert!(err.to_string().contains("write 1"), "{err}");
+        // The fetcher waiting on the budget when the write fails: woken,
+        // it stops (and fetches nothing more).
+        let mib = 1 << 20;
+        let inputs = Counted::new(&[50 * mib, 50 * mib, 50 * mib], None);
+        let err = fetch_ahead(&inputs, &[0, 1, 2], &Context::default(), |_, _| {
+            std::thread::yield_now();
+            Err(Error::Write {
+                rule: Rule::WRITE_SIZE,
+                ctx: Context::default(),
+                reason: "write 0".into(),
+            })
+        })
+        .unwrap_err();
+        assert!(err.to_string().contains("write 0"), "{err}");
+        assert!(inputs.most.load(Ordering::SeqCst) <= 100 * mib);
     }
 }
