@@ -25,7 +25,9 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import statistics
 import sys
+import time
 from typing import Callable
 
 import numpy as np
@@ -141,12 +143,18 @@ def measure(kind: str, arrays: dict[str, np.ndarray], runs: int, only=None) -> r
     work = common.bench_dir("write")
     payload = sum(a.nbytes for a in arrays.values())
     sizes: dict[str, int] = {}
+    # CPU time of the whole process (every thread) per call: on shared
+    # cores the wall time also counts other work's turns, the CPU time
+    # only this writer's own work.
+    cpu: dict[str, list[float]] = {}
 
     def case(name: str, ext: str, fn):
         path = work / f"{kind}-{''.join(c if c.isalnum() else '_' for c in name)}{ext}"
 
         def go():
+            c0 = time.process_time()
             fn(arrays, os.fspath(path))
+            cpu.setdefault(name, []).append(time.process_time() - c0)
             sizes[name] = path.stat().st_size
 
         return go
@@ -163,7 +171,17 @@ def measure(kind: str, arrays: dict[str, np.ndarray], runs: int, only=None) -> r
     for name, (_, fn) in chosen.items():
         if fn is None:
             times[name] = []  # reported as missing, never silently dropped
-    extra = {n: {"size ÷ payload": f"{sizes[n] / payload:.3f}"} for n in sizes}
+    peer_cpu = (
+        statistics.median(cpu["safetensors.numpy.save_file"][1:]) if "safetensors.numpy.save_file" in cpu else None
+    )
+    extra = {}
+    for n in sizes:
+        own = statistics.median(cpu[n][1:])  # the warm-up's call left out
+        extra[n] = {
+            "CPU time": f"{own * 1e3:.1f} ms",
+            "CPU vs safetensors.numpy.save_file": f"{peer_cpu / own:.2f}×" if peer_cpu else "",
+            "size ÷ payload": f"{sizes[n] / payload:.3f}",
+        }
     title = f"Write {kind}: {len(arrays):,} tensors, {payload / 2**20:.0f} MiB"
     modules = ["zt", "numpy", "safetensors", "ztensor", "torch", "gguf", "onnx", "h5py"]
     return report.Result(
@@ -200,8 +218,13 @@ def alignment(kinds, results: list[report.Result]) -> report.Result:
     )
 
 
+LOAD = common.LoadWindow()
+
+
 def run(size_mb: int, runs: int, kinds=("large", "mixed", "small"), only=None) -> list[report.Result]:
+    LOAD.begin()
     results = [measure(kind, workload(kind, size_mb), runs, only) for kind in kinds]
+    LOAD.finish()
     return results if only else results + [alignment(kinds, results)]
 
 
@@ -215,7 +238,10 @@ def header(runs: int) -> str:
         "deleted and `sync`ed outside the timed region. zt's writers (every format) fsync the file before its rename "
         "and the directory after; upstream ztensor fsyncs in `Writer.finish`; the other libraries do not fsync, "
         "so `safetensors save_file + fsync` is safetensors held to zt's rule (file and directory fsynced). Throughput is payload bytes per second; "
-        "`size ÷ payload` shows the padding each placement costs (the alignment trade-off)."
+        "`size ÷ payload` shows the padding each placement costs (the alignment trade-off). `CPU time` is the "
+        "median CPU time of the process (all its threads) per write, which other work on shared cores inflates less "
+        "than the wall time (only through the caches); its ratio is the peer's CPU time over the case's."
+        + LOAD.sentence()
     )
 
 
