@@ -621,10 +621,31 @@ def bench_workload(label, data, base, names, write_rounds, rounds, batches, batc
     return spec, writes, disk, per_round, lat, logical
 
 
-def run(vision: int, tokens: int, ragged: int, runs: int, write_rounds: int, batches: int, batch: int = 256):
-    """Every workload in turn; `runs` gather rounds, `batches` IID batches per round (a quarter of them for vision)."""
+LOAD = common.LoadWindow()
+
+
+def is_record_store(name: str) -> bool:
+    """zt.zrecord's rows and loaderx's (2.3.8 and 2.8.19): what --zrecord-only keeps."""
+    return name.startswith(("zrecord ", "loaderx ", f"{LX28} "))
+
+
+def run(
+    vision: int,
+    tokens: int,
+    ragged: int,
+    runs: int,
+    write_rounds: int,
+    batches: int,
+    batch: int = 256,
+    zrecord_only: bool = False,
+):
+    """Every workload in turn; `runs` gather rounds, `batches` IID batches per round (a quarter of them for vision).
+    `zrecord_only`: only zt.zrecord against loaderx 2.3.8 and 2.8.19, the other stores left out."""
     root = common.bench_dir("stores")
+    LOAD.begin()
     why = available()
+    if zrecord_only:
+        why = {n: w for n, w in why.items() if is_record_store(n)}
     names = [n for n, w in why.items() if w is None]
     workloads = [
         ("dense vision", lambda: (stores_data.vision_dense(vision), None), max(1, batches // 4)),
@@ -646,7 +667,16 @@ def run(vision: int, tokens: int, ragged: int, runs: int, write_rounds: int, bat
         del data
         remove(base)
         results += tables(label, spec, meta, why, writes, disk, per_round, lat, logical, nb, batch)
+    LOAD.finish()
     return results
+
+
+def zt_row_of(name: str) -> str | None:
+    """zt's row of a loaderx row's codec ("loaderx 2.3.8 zstd" -> "zrecord zstd"), else None."""
+    for prefix in ("loaderx 2.3.8 ", f"{LX28} "):
+        if name.startswith(prefix):
+            return "zrecord " + name[len(prefix) :]
+    return None
 
 
 def describe(label: str, spec: Spec, meta) -> str:
@@ -657,7 +687,7 @@ def describe(label: str, spec: Spec, meta) -> str:
 
 
 def tables(label, spec, meta, why, writes, disk, per_round, lat, logical, batches, batch):
-    order = [n for n in BACKENDS if not (spec.dense and n in RAGGED_ONLY)]
+    order = [n for n in BACKENDS if n in why and not (spec.dense and n in RAGGED_ONLY)]
     gather_samples = {n: per_round.get(n, []) for n in order}
     write_samples = {n: writes.get(n, []) for n in order if n not in RAGGED_ONLY}
     g_extra, w_extra = {}, {}
@@ -685,6 +715,11 @@ def tables(label, spec, meta, why, writes, disk, per_round, lat, logical, batche
             "disk MiB": f"{disk[n] / MIB:.1f}",
             "logical/disk": f"{spec.logical / disk[n]:.2f}×",
         }
+        # A loaderx row against zt's row of the same codec (the same bytes on disk).
+        mine = zt_row_of(n)
+        if mine is not None and why.get(mine) is None and per_round.get(mine) and writes.get(mine):
+            g_extra[n]["zt / this"] = f"{med / common.summary(per_round[mine])[0]:.2f}×"
+            w_extra[n]["zt / this"] = f"{wmed / common.summary(writes[mine])[0]:.2f}×"
     notes = data_notes(label, spec, meta)
     if not spec.dense:
         notes.append(
@@ -737,23 +772,27 @@ def data_notes(label, spec, meta) -> list[str]:
     ]
 
 
-def header(runs: int) -> str:
+def header(runs: int, zrecord_only: bool = False) -> str:
     v = common.versions("numpy", "loaderx", "h5py", "lmdb", "pyarrow", "array-record", "scikit-image", "tokenizers")
     lx28 = loaderx28.versions() if loaderx28.missing() is None else {"loaderx": "missing", "numpy": "-", "python": "-"}
     base = common.bench_dir("stores")
     return (
-        "## Record stores: zt.zrecord against loaderx 2.3.8 and 2.8.19, npy-mmap, HDF5, LMDB, Arrow IPC, Parquet, "
-        "ArrayRecord\n\n"
+        (
+            "## Record stores: zt.zrecord against loaderx 2.3.8 and 2.8.19 (the other stores: results/stores.md)\n\n"
+            if zrecord_only
+            else "## Record stores: zt.zrecord against loaderx 2.3.8 and 2.8.19, npy-mmap, HDF5, LMDB, Arrow IPC, "
+            "Parquet, ArrayRecord\n\n"
+        )
         + ", ".join(f"{k} {val}" for k, val in v.items())
         + f"; loaderx {lx28['loaderx']} (numpy {lx28['numpy']}, Python {lx28['python']}, its own process)"
         + f". Filesystem {common.filesystem_of(base)}, warm page cache. {runs} gather rounds (each replays the same "
         "IID batches for every backend, backends alternating), median and IQR of the time per round; p95 over "
         "every timed batch. Write: create to close, no fsync, rounds alternating. `vs zrecord raw` = zrecord raw's "
-        "median time / the row's. zrecord zstd is level 3; zstd_dict uses loaderx's 32 KiB dictionary for both, "
+        "median time / the row's; `zt / this` = a loaderx row's median time / zt's row of the same codec. "
+        "zrecord zstd is level 3; zstd_dict uses loaderx's 32 KiB dictionary for both, "
         "both at level 3 (harness/zrecord_bench.py also runs zt at loaderx 2.3.5's 15). HDF5 ragged is one "
         "flat dataset + offsets (not vlen). Every gathered batch is checked against the source records (digest "
-        f"of every byte, outside the timer). 1-minute load average at the start: {os.getloadavg()[0]:.1f} on "
-        f"{os.cpu_count()} cores."
+        f"of every byte, outside the timer). {os.cpu_count()} cores." + LOAD.sentence()
     )
 
 
@@ -766,10 +805,23 @@ def main() -> None:
     ap.add_argument("--write-rounds", type=int, default=3)
     ap.add_argument("--batches", type=int, default=40)
     ap.add_argument("--out", default="stores")
+    ap.add_argument(
+        "--zrecord-only",
+        action="store_true",
+        help="only zt.zrecord against loaderx 2.3.8 and 2.8.19 (e.g. --out stores-zrecord)",
+    )
     args = ap.parse_args()
     t0 = time.perf_counter()
-    results = run(args.vision, args.tokens, args.ragged, args.rounds, args.write_rounds, args.batches)
-    print(report.save(results, args.out, header(args.rounds)).read_text())
+    results = run(
+        args.vision,
+        args.tokens,
+        args.ragged,
+        args.rounds,
+        args.write_rounds,
+        args.batches,
+        zrecord_only=args.zrecord_only,
+    )
+    print(report.save(results, args.out, header(args.rounds, args.zrecord_only)).read_text())
     print(f"[stores: {time.perf_counter() - t0:.0f} s]")
 
 
