@@ -26,7 +26,8 @@
 //! The data file lies in the output's directory (`location` plain
 //! relative components that stay there, else [`rules::LOCATION`] and
 //! nothing written); each tensor at an offset aligned to 64 bytes, 4096
-//! from 1 MiB, so zt maps it. Both files are built as partials and
+//! from 1 MiB, so zt maps it, except in a `.safetensors` data file
+//! (`st.rs`: onnx-safetensors' layout, initializers only, packed). Both files are built as partials and
 //! renamed into place, the data file first. An output message past
 //! protobuf's 2 GB limit (an `--inline` of a large model) is refused
 //! before anything is written ([`rules::PROTOBUF_LIMIT`]).
