@@ -21,8 +21,9 @@ array, so a lazy opener cannot win by skipping the data.
 Formats and writer settings (T = the number of cores):
 
 * zt `.zt` (canonical): `zt.Writer` adding leaf by leaf (one thread) and
-  `zt.numpy.save_file` (the batch writer: hashing on T rayon threads, one
-  sequential write); opened with `zt.open` (zero-copy views). Each also
+  `zt.numpy.save_file` (the batch writer: since issue 39 each chunk hashed
+  on the writing thread just before it is written, one sequential write;
+  its rows keep their "(T threads)" label so earlier tables compare); opened with `zt.open` (zero-copy views). Each also
   with the other durability: `zt.Writer` does not fsync unless
   `publish=True`, `save_file` fsyncs unless `durable=False` (the peers
   below do not fsync), so the rows compare like with like;
