@@ -202,6 +202,19 @@ def test_mlx_to_q4_1_read_by_gguf_py(mlx_q4, tmp_path):
     assert out2.read_bytes() == out.read_bytes()
 
 
+def test_gguf_copies_beside_other_configs_are_untouched(tmp_path):
+    """The repack reads the config.json beside a source only when the
+    source has scale tensors: a GGUF copied beside another model's (even
+    unreadable) configuration copies byte for byte."""
+    w = gguf.GGUFWriter(str(tmp_path / "a.gguf"), "llama")
+    w.add_tensor("t", np.arange(8, dtype=np.float32))
+    for step in (w.write_header_to_file, w.write_kv_data_to_file, w.write_tensors_to_file, w.close):
+        step()
+    (tmp_path / "config.json").write_text('{"quantization_config": {"quant_method": "awq"}} not json')
+    zt.convert(tmp_path / "a.gguf", tmp_path / "b.gguf")
+    assert (tmp_path / "b.gguf").read_bytes() == (tmp_path / "a.gguf").read_bytes()
+
+
 def test_q4_1_to_mlx_round_trips_byte_exact(mlx_q4, tmp_path):
     path, tensors = mlx_q4
     zt.convert(path, tmp_path / "model.gguf")
@@ -228,6 +241,10 @@ def test_a_gguf_q4_1_file_from_gguf_py_to_mlx(tmp_path):
     out.parent.mkdir()
     zt.convert(tmp_path / "q.gguf", out, layout="mlx")
     (out.parent / "config.json").write_text(json.dumps({"quantization": {"group_size": 32, "bits": 4}}))
+    with safetensors.safe_open(str(out), "np") as f:  # the GGUF's KV pairs once each
+        assert f.metadata() == {"general.architecture": "llama", "GGUF.endian": "little"}
+    header = out.read_bytes()[8 : 8 + int.from_bytes(out.read_bytes()[:8], "little")]
+    assert header.count(b"general.architecture") == 1
     mlx = safetensors.numpy.load_file(str(out))
     assert mlx["blk.0.attn_q.weight"].dtype == np.uint32
     assert mlx["blk.0.attn_q.scales"].shape == (16, 4)

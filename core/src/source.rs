@@ -432,6 +432,14 @@ impl Source {
         &self.attributes
     }
 
+    /// This source without its file-level attributes: a part of another
+    /// source it is merged into ([`Source::merge`] lists every source's),
+    /// which already carries them.
+    pub fn without_attributes(mut self) -> Source {
+        self.attributes = Attributes::new();
+        self
+    }
+
     /// The limits the source was opened with.
     pub fn limits(&self) -> &Limits {
         &self.limits

@@ -114,9 +114,14 @@ impl Decode for ToQ4_1 {
 /// beside its first file declares MLX quantization; else `None` (nothing
 /// to repack).
 pub fn to_q4_1(source: &Source) -> Result<Option<Source>> {
+    // Only a source with MLX's scale tensors reads the configuration: a
+    // GGUF copy beside some other model's config.json is none of this.
     let Some(file) = source.files().first() else {
         return Ok(None);
     };
+    if !source.names().any(|n| n.ends_with(".scales")) {
+        return Ok(None);
+    }
     match crate::quant::config_beside(file)? {
         Some(value) => to_q4_1_with(source, &value),
         None => Ok(None),
@@ -367,7 +372,8 @@ pub fn from_q4_1(source: &Source) -> Result<Source> {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        picked.derive(entries)
+        // The file's attributes stay with the weights' source alone.
+        picked.derive(entries).map(Source::without_attributes)
     };
     Source::merge(vec![weights, side(Piece::Scales)?, side(Piece::Biases)?])
 }
