@@ -143,3 +143,21 @@ def test_an_nn_quantize_model_through_gguf_and_back(tmp_path):
     for name, a in arrays.items():
         assert loaded[name].dtype == a.dtype and np.array_equal(np_of(loaded[name]), np_of(a)), name
     assert safetensors.numpy.load_file(str(back)).keys() == safetensors.numpy.load_file(path).keys()
+
+
+@pytest.mark.parametrize("mode", ["mxfp4", "mxfp8", "nvfp4"])
+def test_an_nn_quantize_model_in_float_modes(tmp_path, mode):
+    """nn.quantize(mode=...) writes weight and scales only (mlx.nn keeps no
+    NVFP4 global scale); every layer dequantized as mx.dequantize gives."""
+    mx.random.seed(5)
+    model = Tiny()
+    model.set_dtype(mx.bfloat16)
+    nn.quantize(model, mode=mode)
+    arrays = dict(tree_flatten(model.parameters()))
+    mx.eval(arrays)
+    path = save(tmp_path, arrays, {"mode": mode})
+    with zt.open(path, dequantize=True) as source:
+        assert sorted(source) == sorted(n for n in arrays if not n.endswith(".scales"))
+        for base in ["embed_tokens", "q_proj", "down_proj"]:
+            want = mx.dequantize(arrays[base + ".weight"], arrays[base + ".scales"], mode=mode, dtype=mx.float32)
+            same(source[base + ".weight"].numpy(), np.array(want))
