@@ -387,3 +387,85 @@ pub(super) fn plan(source: &Source, config: Option<&MlxConfig>, to: DType) -> Re
     }
     Ok(groups)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quant::{dequantize, Options};
+    use zt_core::{Catalog, Store};
+
+    /// One store holding `(name, dtype, shape, bytes)` tensors.
+    fn source(tensors: Vec<(&str, DType, Vec<u64>, Vec<u8>)>) -> Source {
+        let bytes: Vec<u8> = tensors.iter().flat_map(|t| t.3.clone()).collect();
+        let store = Arc::new(Store::from_bytes("mem.safetensors", bytes));
+        let mut offset = 0;
+        let objects = tensors
+            .into_iter()
+            .map(|(name, dtype, shape, b)| {
+                let payload = Payload::Stored {
+                    store: Arc::clone(&store),
+                    offset,
+                    len: b.len() as u64,
+                };
+                offset += b.len() as u64;
+                Object::dense(name, dtype, shape, payload)
+            })
+            .collect();
+        let catalog = Catalog {
+            objects,
+            ..Default::default()
+        };
+        Source::from_catalog("safetensors", store, catalog, Limits::default()).unwrap()
+    }
+
+    /// A 3-bit weight of 5 x 2 x 64 values (codes straddling words): every
+    /// range of the dequantized bytes (what a piecewise conversion reads)
+    /// is the whole tensor's bytes there, and the values are the formula's.
+    #[test]
+    fn ranges_are_the_whole_tensors_bytes() {
+        let (lead, cols, group) = ([5u64, 2], 64u64, 32u64);
+        let rows = (lead[0] * lead[1]) as usize;
+        let packed: Vec<u8> = (0..rows * 24).map(|i| (i * 37 + 5) as u8).collect();
+        let f16s = |v: Vec<f32>| -> Vec<u8> {
+            v.into_iter()
+                .flat_map(|x| zt_core::cast::f32_to_f16(x).to_le_bytes())
+                .collect()
+        };
+        let groups = rows * 2;
+        let scales: Vec<f32> = (0..groups).map(|g| 0.25 * (g as f32 + 1.0)).collect();
+        let biases: Vec<f32> = (0..groups).map(|g| -(g as f32)).collect();
+        let src = source(vec![
+            ("x.weight", DType::U32, vec![5, 2, 6], packed.clone()),
+            ("x.scales", DType::F16, vec![5, 2, 2], f16s(scales.clone())),
+            ("x.biases", DType::F16, vec![5, 2, 2], f16s(biases.clone())),
+        ]);
+        let config = serde_json::json!({"quantization": {"group_size": group, "bits": 3}});
+        let options = Options {
+            dtype: None,
+            config: Some(config),
+        };
+        let out = dequantize(&src, &options).unwrap();
+        let w = out.tensor("x.weight").unwrap();
+        assert_eq!(w.shape(), [5, 2, cols]);
+        let all = w.data().unwrap().bytes().unwrap().into_owned();
+        for (i, v) in all.chunks_exact(4).enumerate() {
+            let bit = (i % 64) * 3 + (i / 64) * 192;
+            let q = (u32::from(packed[bit / 8])
+                | u32::from(packed.get(bit / 8 + 1).copied().unwrap_or(0)) << 8)
+                >> (bit % 8)
+                & 7;
+            let want = scales[i / 32] * q as f32 + biases[i / 32];
+            assert_eq!(f32::from_le_bytes(v.try_into().unwrap()), want, "value {i}");
+        }
+        let part = w.data().unwrap();
+        for (start, len) in [
+            (0, 4),
+            (13, 41),
+            (250, 700),
+            (1000, all.len() as u64 - 1000),
+        ] {
+            let range = part.storage_range(start, len).unwrap();
+            assert_eq!(&range[..], &all[start as usize..(start + len) as usize]);
+        }
+    }
+}
