@@ -109,7 +109,8 @@ pub fn publish_sharded(
     let mut files = Vec::with_capacity(shards.len());
     let mut staged = Vec::with_capacity(shards.len());
     let mut bytes = 0;
-    let mut weight_map: Vec<(String, Vec<String>)> = Vec::new();
+    // Each group's shards, by shard number (named only once placed).
+    let mut weight_map: Vec<(String, Vec<usize>)> = Vec::new();
     for (i, members) in shards.iter().enumerate() {
         let file_name = format!("{base}_{i:05}.weights.h5");
         let shard = Subset::new(tensors, members);
@@ -126,9 +127,9 @@ pub fn publish_sharded(
             let t = tensors.meta(m);
             let group = format!("/{}", t.name.rsplit_once('/').map_or("", |(g, _)| g));
             match weight_map.iter_mut().find(|(g, _)| *g == group) {
-                Some((_, names)) if names.contains(&file_name) => {}
-                Some((_, names)) => names.push(file_name.clone()),
-                None => weight_map.push((group, vec![file_name.clone()])),
+                Some((_, shards)) if shards.contains(&i) => {}
+                Some((_, shards)) => shards.push(i),
+                None => weight_map.push((group, vec![i])),
             }
         }
         staged.push(at);
@@ -137,7 +138,23 @@ pub fn publish_sharded(
     if durable {
         sync_files(&staged)?;
     }
-    for (from, name) in staged.iter().zip(&files) {
+    // An overwrite must not replace a shard the old index names before the
+    // new index is in force (a crash between would leave the old index
+    // naming new shards): the new shards go in under names no file has,
+    // an index naming them is published (the commit point), and only then
+    // does each take its standard name (a hard link) and a second index
+    // name those. Where a link or that index fails, the checkpoint stays,
+    // complete, under the other names.
+    let overwrite = files
+        .iter()
+        .any(|f| std::fs::symlink_metadata(dir.join(f)).is_ok());
+    let placed: Vec<String> = if overwrite {
+        let generation = generation();
+        files.iter().map(|f| alternate(f, generation)).collect()
+    } else {
+        files.clone()
+    };
+    for (from, name) in staged.iter().zip(&placed) {
         let to = dir.join(name);
         std::fs::rename(from, &to).map_err(|e| Error::io(&to, e))?;
     }
@@ -145,27 +162,80 @@ pub fn publish_sharded(
         sync_dir(&dir)?;
     }
     drop(staging);
-    let mut map = Map::new();
-    for (group, names) in weight_map {
-        map.insert(group, json!(names));
+    let index_text = |names: &[String]| {
+        let mut map = Map::new();
+        for (group, shards) in &weight_map {
+            let files: Vec<&str> = shards.iter().map(|&i| names[i].as_str()).collect();
+            map.insert(group.clone(), json!(files));
+        }
+        let doc =
+            json!({"metadata": {"total_size": total as f64}, "weight_map": Json::Object(map)});
+        // json.dumps(..., indent=4), as Keras writes it.
+        let mut text = Vec::new();
+        let fmt = serde_json::ser::PrettyFormatter::with_indent(b"    ");
+        let mut ser = serde_json::Serializer::with_formatter(&mut text, fmt);
+        serde::Serialize::serialize(&doc, &mut ser).expect("JSON of plain values");
+        text
+    };
+    let mut index_bytes = publish(&index, |w| w.write_all(&index_text(&placed)))?;
+    let mut published = placed.clone();
+    if overwrite && link_standard_names(&dir, &placed, &files, durable) {
+        if let Ok(n) = publish(&index, |w| w.write_all(&index_text(&files))) {
+            index_bytes = n;
+            published = files;
+        }
     }
-    let doc = json!({"metadata": {"total_size": total as f64}, "weight_map": Json::Object(map)});
-    // json.dumps(..., indent=4), as Keras writes it.
-    let mut text = Vec::new();
-    let fmt = serde_json::ser::PrettyFormatter::with_indent(b"    ");
-    let mut ser = serde_json::Serializer::with_formatter(&mut text, fmt);
-    serde::Serialize::serialize(&doc, &mut ser).expect("JSON of plain values");
-    bytes += publish(&index, |w| w.write_all(&text))?;
-    // Only now, with the new index in force, are the earlier write's extra
-    // shards unread: removing them sooner would break the old checkpoint
-    // if the write stopped before its index.
-    remove_stale_shards(&dir, &base, &files, durable);
+    bytes += index_bytes;
+    // Only now, with the new index in force, are the earlier write's
+    // shards (and the alternates, once the standard names hold them)
+    // unread: removing them sooner would break the old checkpoint if the
+    // write stopped before its index.
+    remove_stale_shards(&dir, &base, &published, durable);
     Ok(bytes)
+}
+
+/// A number no earlier write used (a process-random hash of the time),
+/// for [`alternate`] names.
+fn generation() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.finish() as u32
+}
+
+/// `NAME_00001.weights.h5` as `NAME_00001.GGGGGGGG.weights.h5`: the
+/// generation in hex, a name no earlier shard has.
+fn alternate(file: &str, generation: u32) -> String {
+    let stem = file.strip_suffix(".weights.h5").unwrap_or(file);
+    format!("{stem}.{generation:08x}.weights.h5")
+}
+
+/// Give each shard placed under an alternate name its standard name too
+/// (a hard link; the index in force names the alternates, so the files
+/// the standard names held are unread). False if any step failed.
+fn link_standard_names(dir: &Path, placed: &[String], standard: &[String], durable: bool) -> bool {
+    for (alt, name) in placed.iter().zip(standard) {
+        let to = dir.join(name);
+        match std::fs::remove_file(&to) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(_) => return false,
+        }
+        if std::fs::hard_link(dir.join(alt), &to).is_err() {
+            return false;
+        }
+    }
+    !durable || sync_dir(dir).is_ok()
 }
 
 /// True if `file` is named as Keras names a shard of the checkpoint
 /// `base`: `BASE_` + its index, zero-padded to at least 5 digits, +
-/// `.weights.h5` (`f"{base}_{i:05}.weights.h5"`).
+/// `.weights.h5` (`f"{base}_{i:05}.weights.h5"`), or as an overwrite
+/// places one first ([`alternate`]: `.GGGGGGGG` before `.weights.h5`).
 fn is_shard_of(base: &str, file: &str) -> bool {
     let Some(index) = file
         .strip_prefix(base)
@@ -173,6 +243,11 @@ fn is_shard_of(base: &str, file: &str) -> bool {
         .and_then(|r| r.strip_suffix(".weights.h5"))
     else {
         return false;
+    };
+    let hex8 = |g: &str| g.len() == 8 && g.bytes().all(|b| b.is_ascii_hexdigit());
+    let index = match index.rsplit_once('.') {
+        Some((i, g)) if hex8(g) => i,
+        _ => index,
     };
     let padded = index.len() == 5 || (index.len() > 5 && !index.starts_with('0'));
     padded && index.bytes().all(|b| b.is_ascii_digit())
@@ -219,6 +294,7 @@ mod tests {
             "m_00000.weights.h5",
             "m_00012.weights.h5",
             "m_123456.weights.h5",
+            "m_00003.0badf00d.weights.h5",
         ] {
             assert!(is_shard_of("m", yes), "{yes}");
         }
@@ -232,12 +308,63 @@ mod tests {
             "m_00000.weights.h5.tmp",
             "m_0000a.weights.h5",
             "m_00000.h5",
+            "m_00000.xyz.weights.h5",
+            "m_00000.0badf00.weights.h5",
         ] {
             assert!(!is_shard_of("m", no), "{no}");
         }
         // Another checkpoint whose name starts like this one's.
         assert!(!is_shard_of("m", "m_00001_00000.weights.h5"));
         assert!(is_shard_of("m_00001", "m_00001_00000.weights.h5"));
+    }
+
+    #[test]
+    fn alternates_are_shard_names_no_standard_one_has() {
+        let a = alternate("m_00002.weights.h5", 0xbadf00d);
+        assert_eq!(a, "m_00002.0badf00d.weights.h5");
+        assert!(is_shard_of("m", &a));
+    }
+
+    #[test]
+    fn an_overwrite_ends_under_the_standard_names_with_the_new_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.weights.json");
+        let data = [[1u8; 40], [2u8; 40]];
+        let names = ["layers/a/vars/0", "layers/b/vars/0", "layers/c/vars/0"];
+        let write = |which: usize| {
+            let ts: Vec<TensorIn<'_>> = names
+                .iter()
+                .map(|&name| TensorIn {
+                    name,
+                    dtype: DType::U8,
+                    shape: &[40],
+                    data: &data[which],
+                })
+                .collect();
+            // 40 bytes a shard: one variable each, three shards.
+            publish_sharded(&ts.as_slice(), &[], &[], &path, 40, false).unwrap();
+        };
+        write(0);
+        write(1);
+        let mut files: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        files.sort();
+        let want = [
+            "m.weights.json",
+            "m_00000.weights.h5",
+            "m_00001.weights.h5",
+            "m_00002.weights.h5",
+        ];
+        assert_eq!(files, want);
+        let index = std::fs::read_to_string(&path).unwrap();
+        assert!(index.contains("\"m_00002.weights.h5\""), "{index}");
+        for f in &want[1..] {
+            let bytes = std::fs::read(dir.path().join(f)).unwrap();
+            assert!(bytes.windows(40).any(|w| w == [2u8; 40]), "{f}");
+            assert!(!bytes.windows(40).any(|w| w == [1u8; 40]), "{f}");
+        }
     }
 
     #[test]
