@@ -5,7 +5,10 @@
 //! Values are computed in f32: `scale * q + bias` (a product and a sum,
 //! no fused multiply-add, as MLX's f32 kernel computes) or `code * scale`.
 
+use zt_core::DType;
+
 use super::super::fp8::e4m3fn;
+use super::super::io;
 use super::super::mxfp4::E2M1;
 
 /// The codes of `bytes` (`out.len() / 8 * BITS` of them) into `out`.
@@ -98,6 +101,57 @@ pub fn row<C: Code>(
     }
 }
 
+/// One row's inputs: its packed codes, its groups' scales and biases (none
+/// but affine's), values per group.
+pub struct Row<'a> {
+    pub codes: &'a [u8],
+    pub scales: &'a [f32],
+    pub biases: &'a [f32],
+    pub group: usize,
+}
+
+/// [`row`] then [`io::store`] for codes of at most 4 bits, through one
+/// table per group: the group's `2^bits` possible values computed as
+/// `value` computes each and written as `to` once, then each code's bytes
+/// copied. The same bytes, with a conversion per possible value instead of
+/// per value (a group has at least twice as many values as codes).
+pub fn row_table<C: Code>(code: C, row: &Row<'_>, to: DType, out: &mut [u8]) {
+    match io::output_width(to) {
+        Some(2) => table_of::<C, 2>(code, row, to, out),
+        Some(8) => table_of::<C, 8>(code, row, to, out),
+        _ => table_of::<C, 4>(code, row, to, out),
+    }
+}
+
+fn table_of<C: Code, const W: usize>(code: C, row: &Row<'_>, to: DType, out: &mut [u8]) {
+    let n = 1usize << C::BITS;
+    let mut q = vec![0u32; row.group];
+    let mut values = [0f32; 16];
+    let mut table = [[0u8; W]; 16];
+    let group_bytes = row.group * C::BITS / 8;
+    for (g, (c, o)) in row
+        .codes
+        .chunks_exact(group_bytes)
+        .zip(out.chunks_exact_mut(row.group * W))
+        .enumerate()
+    {
+        let (s, b) = (row.scales[g], row.biases.get(g).copied().unwrap_or(0.0));
+        for (k, v) in values[..n].iter_mut().enumerate() {
+            *v = code.value(k as u32, s, b);
+        }
+        io::store(to, &values[..n], table.as_flattened_mut());
+        match C::BITS {
+            1 => unpack::<1>(c, &mut q),
+            2 => unpack::<2>(c, &mut q),
+            3 => unpack::<3>(c, &mut q),
+            _ => unpack::<4>(c, &mut q),
+        }
+        for (o, &q) in o.chunks_exact_mut(W).zip(&q) {
+            o.copy_from_slice(&table[q as usize & 15]);
+        }
+    }
+}
+
 /// An e8m0 scale as MLX reads it: `2^(e - 127)` as an f32, so 0 is 2^-127
 /// (a subnormal) and 255 is infinity (a zero code there is NaN).
 pub fn e8m0(e: u8) -> f32 {
@@ -147,6 +201,66 @@ mod tests {
                 assert_eq!(out[i], want, "{bits} bits, element {i}");
             }
         }
+    }
+
+    /// The table path writes the bytes the value path and `io::store`
+    /// write, for every output type, NaN and infinite scales included.
+    #[test]
+    fn tables_write_what_values_do() {
+        let codes: Vec<u8> = (0..64u32).map(|i| (i * 29 + 3) as u8).collect();
+        let scales = [0.37, f32::NAN, -2.5e-3, f32::INFINITY];
+        let biases = [1.0e-3, -0.5, 65504.0, 0.0];
+        let row = Row {
+            codes: &codes,
+            scales: &scales,
+            biases: &biases,
+            group: 32,
+        };
+        for to in [DType::F32, DType::BF16, DType::F16, DType::F64] {
+            let width = io::output_width(to).unwrap() as usize;
+            let mut values = vec![0f32; 128];
+            let (mut want, mut got) = (vec![0u8; 128 * width], vec![0u8; 128 * width]);
+            row_fp4_and_affine(&row, &mut values, to, &mut want, &mut got);
+            assert_eq!(got, want, "{to}");
+        }
+    }
+
+    fn row_fp4_and_affine(
+        row: &Row<'_>,
+        values: &mut [f32],
+        to: DType,
+        want: &mut [u8],
+        got: &mut [u8],
+    ) {
+        row_once(Affine::<4>, row, values, to, want, got);
+        let n = row.codes.len() * 2;
+        let fp4 = Row {
+            biases: &[],
+            ..*row
+        };
+        row_once(Fp4, &fp4, &mut values[..n], to, want, got);
+        let three = Row {
+            codes: &row.codes[..24],
+            scales: &row.scales[..2],
+            ..*row
+        };
+        row_once(Affine::<3>, &three, &mut values[..64], to, want, got);
+    }
+
+    fn row_once<C: Code>(
+        code: C,
+        r: &Row<'_>,
+        values: &mut [f32],
+        to: DType,
+        want: &mut [u8],
+        got: &mut [u8],
+    ) {
+        let w = io::output_width(to).unwrap() as usize;
+        let n = values.len();
+        row(code, r.codes, r.scales, r.biases, r.group, values);
+        io::store(to, values, &mut want[..n * w]);
+        row_table(code, r, to, &mut got[..n * w]);
+        assert_eq!(&got[..n * w], &want[..n * w]);
     }
 
     #[test]

@@ -320,6 +320,24 @@ impl Dequant {
                 let codes = &codes[r * packed..(r + 1) * packed];
                 let scales = &scales[r * per_row..(r + 1) * per_row];
                 let biases = biases.get(r * per_row..(r + 1) * per_row).unwrap_or(&[]);
+                if bits <= 4 {
+                    // Codes of at most 4 bits: through per-group tables,
+                    // straight to the output type.
+                    let row = kernel::Row {
+                        codes,
+                        scales,
+                        biases,
+                        group,
+                    };
+                    match (mode, bits) {
+                        (Mode::Affine, 1) => kernel::row_table(Affine::<1>, &row, to, row_out),
+                        (Mode::Affine, 2) => kernel::row_table(Affine::<2>, &row, to, row_out),
+                        (Mode::Affine, 3) => kernel::row_table(Affine::<3>, &row, to, row_out),
+                        (Mode::Affine, _) => kernel::row_table(Affine::<4>, &row, to, row_out),
+                        _ => kernel::row_table(Fp4, &row, to, row_out),
+                    }
+                    continue;
+                }
                 let v = &mut values;
                 match (mode, bits) {
                     (Mode::Affine, 1) => kernel::row(Affine::<1>, codes, scales, biases, group, v),
