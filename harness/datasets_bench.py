@@ -226,20 +226,42 @@ def build_table(work: pathlib.Path, npy: pathlib.Path, runs: int, python: str | 
 
 
 class _Peer:
-    """A peer's reader in a child process of the peer venv."""
+    """A peer's reader in a child process of the peer venv, a fresh child
+    for every case: the peers download in background threads that outlive
+    the case (streaming's iteration goes on fetching the epoch, litdata's
+    prefetch its chunks), which would share the proxy with the next case and
+    refill the cache after its removal. The child times itself, so its start
+    is outside the timings."""
 
     def __init__(self, python: str, spec: dict, env: dict):
-        self.proc = subprocess.Popen(
-            [python, "-m", "harness.datasets_peers", "--serve", json.dumps(spec)],
-            cwd=common.ROOT,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
-        self._reply()
+        self.argv = [python, "-m", "harness.datasets_peers", "--serve", json.dumps(spec)]
+        self.env = env
+        self.caches = pathlib.Path(spec["scratch"]), f"cache-{spec['peer']}-"
         self.seconds: dict[str, list[float]] = {}
         self.errors: dict[str, str] = {}
+        self._start()
+
+    def _start(self) -> None:
+        self.proc = subprocess.Popen(
+            self.argv, cwd=common.ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=self.env
+        )
+        self._reply()
+
+    def _restart(self) -> None:
+        """Stop the child and its background downloads (its end of input,
+        then by PID if its threads keep it alive; the next case starts only
+        after), remove what they left in its caches, start a fresh one."""
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(5)  # a normal exit frees streaming's shared memory
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc.stdout.close()
+        scratch, prefix = self.caches
+        for cache in scratch.glob(prefix + "*"):
+            shutil.rmtree(cache, ignore_errors=True)
+        self._start()
 
     def _reply(self) -> dict:
         line = self.proc.stdout.readline()
@@ -251,6 +273,7 @@ class _Peer:
         self.proc.stdin.write(case + "\n")
         self.proc.stdin.flush()
         reply = self._reply()
+        self._restart()
         if "error" in reply:
             self.errors[name] = reply["error"]
             return None
@@ -436,7 +459,8 @@ def read_table(work, npy, runs, batches, batch, block, python, venv_note, notes)
             f"{served / 2**20:.0f} MiB over the {len(cases) * (runs + 1)} runs (warm-up included).",
             "zt opens its stores inside each run; the peers open with an empty local cache inside each run "
             "(streaming and litdata download the whole shard or chunk holding a record, 64 MB, then read it "
-            "locally). Every case reading the random or the block-shuffled indices read the same bytes "
+            "locally), each case in a fresh process (stopped after it, so no background download of theirs "
+            "outlives its case). Every case reading the random or the block-shuffled indices read the same bytes "
             "(digest of every byte). The DataLoader rows and each peer's own iteration read as many samples "
             "in their own order; the DataLoader fetches its prefetch window ahead.",
             *([f"The peers ran in {venv_note}."] if python else []),
