@@ -142,7 +142,13 @@ pub(super) fn plan(source: &Source, to: DType) -> Result<Vec<Group>> {
                 ),
             ));
         }
-        let Some(decoded_len) = rows.checked_mul(row).and_then(|n| n.checked_mul(width)) else {
+        // The row's output too, on its own: an empty tensor (no rows) may
+        // still declare rows too long to count in bytes.
+        let row_out = row
+            .checked_mul(width)
+            .filter(|n| n.checked_mul(4).is_some());
+        let decoded_len = rows.checked_mul(row).and_then(|n| n.checked_mul(width));
+        let (Some(_), Some(decoded_len)) = (row_out, decoded_len) else {
             return Err(overflow(ctx, "dequantized size"));
         };
         let decoder = GgufRows {
