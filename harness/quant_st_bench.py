@@ -499,7 +499,9 @@ def splice_mlx(result: report.Result) -> pathlib.Path:
     by `result`'s (appended before the machine line if absent), the other
     sections left as their last full run wrote them."""
     md = common.RESULTS / "quant-safetensors.md"
-    png = "quant-safetensors-mlx.png"
+    # The MLX result's place in `run`'s list (after the schemes' table, or
+    # after the line saying they are missing), so the full run's name.
+    png = "quant-safetensors-1.png"
     result.plot(common.RESULTS / png)
     section = f"{result.markdown()}\n![{result.title}]({png})\n"
     text = md.read_text() if md.exists() else header(0)
