@@ -148,6 +148,10 @@ def test_tensors_that_disagree_are_refused(tmp_path):
     for i, (tensors, quantization, rule) in enumerate(cases):
         path = write(tmp_path / str(i), tensors, quantization)
         assert refused(path).rule == rule, (i, refused(path))
+    # Without an MLX configuration a lone `scales` is some model's own tensor.
+    safetensors.numpy.save_file({"x.scales": s, "y.weight": b}, str(tmp_path / "lone.safetensors"))
+    with zt.open(tmp_path / "lone.safetensors", dequantize=True) as s_:
+        assert sorted(s_) == ["x.scales", "y.weight"]
     # No configuration: the bits cannot be told.
     safetensors.numpy.save_file(good, str(tmp_path / "bare.safetensors"))
     assert refused(tmp_path / "bare.safetensors").rule == "quant.Scheme"

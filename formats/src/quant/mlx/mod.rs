@@ -93,6 +93,11 @@ pub(crate) fn find(source: &Source, config: Option<&MlxConfig>) -> Result<Vec<Fo
         let sctx = file().tensor(scale.name());
         let weight_name = format!("{base}{WEIGHT}");
         let Some(at_weight) = source.position(&weight_name) else {
+            // Without an MLX configuration a lone `X.scales` is a model's
+            // own tensor of that name, left as it is.
+            if config.is_none() {
+                continue;
+            }
             return Err(Error::header(
                 sctx,
                 rules::MISSING,
