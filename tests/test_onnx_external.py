@@ -435,8 +435,11 @@ def test_a_model_or_output_in_object_storage_is_refused_as_remote(tmp, model_pat
         with pytest.raises(zt.FormatError) as info:
             zt.convert(src, dst, external_data=external)
         assert info.value.rule == "onnx.Remote", info.value
-        why = "download the model" if str(src).startswith("s3://") else "then upload both"
+        reading = str(src).startswith("s3://")
+        why = "download the model" if reading else "then upload both"
         assert why in str(info.value)
+        # A remote source is read, not written: the message must not say it cannot be written.
+        assert ("cannot write" in str(info.value)) is not reading, info.value
         flag = "--external-data" if external else "--inline"
         proc = subprocess.run([zt_cli, "convert", os.fspath(src), os.fspath(dst), flag], capture_output=True, text=True)
         assert proc.returncode != 0 and why in proc.stderr, proc.stderr

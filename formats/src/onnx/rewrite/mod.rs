@@ -121,7 +121,8 @@ pub struct Rewritten {
 /// files. Called before anything is fetched or detected.
 pub fn refuse_remote(model: &Path, out: &Path) -> Result<()> {
     if location::is_url(model) {
-        return Err(Error::write(
+        // The model is read, not written: "unsupported", not "cannot write".
+        return Err(Error::unsupported(
             Context::file(model),
             rules::REMOTE,
             "an ONNX model in object storage is not rewritten there: external data is \
