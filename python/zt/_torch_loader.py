@@ -365,13 +365,14 @@ class IterableDataset(tud.IterableDataset):
     endless. The rank and world size are found once, here in the main
     process, and passed to the workers.
 
-    ``streams`` are opened readers; torch's worker processes reopen them by
-    path when they are started with ``spawn`` (forked workers share the
-    parent's). ``prefetch`` and ``prefetch_bytes`` bound each torch worker's
-    own loader, so ``num_workers=n`` holds up to ``n`` times as much ahead.
+    ``streams`` are opened readers; torch's worker processes reopen them
+    the way they were opened (path, open method, storage options) when they
+    are started with ``spawn`` (forked workers share the parent's).
+    ``prefetch`` and ``prefetch_bytes`` bound each torch worker's own
+    loader, so ``num_workers=n`` holds up to ``n`` times as much ahead.
     ``mix={"web": (streams, 0.7), ...}`` in place of ``streams`` reads a
     mixture as :class:`zt.loader.DataLoader` does (each batch gains
-    ``"dataset"``), its datasets reopened by path in the same way.
+    ``"dataset"``), its datasets reopened in the same way.
     """
 
     def __init__(self, streams: dict[str, Any] | None = None, *positional: Any, **settings: Any):
@@ -401,12 +402,12 @@ class IterableDataset(tud.IterableDataset):
 
     def __getstate__(self):
         state = dict(self.__dict__)
-        state["_streams"] = state["_mix"] = None  # reopened by path in a spawned worker
+        state["_streams"] = state["_mix"] = None  # reopened from _kinds in a spawned worker
         return state
 
     def _open(self) -> tuple[dict[str, Any] | None, Any, list]:
-        """The streams or the mixture (the parent's readers, or reopened by
-        path) and the readers that are ours to close."""
+        """The streams or the mixture (the parent's readers, or reopened as
+        they were opened) and the readers that are ours to close."""
         if self._streams is not None or self._mix is not None:
             return self._streams, self._mix, []
         if self._kinds is not None:
@@ -453,17 +454,26 @@ class IterableDataset(tud.IterableDataset):
         self.start_step = _loader._resume_step(state, self._config, rebase, "dataset")
 
 
-def _paths(streams: dict[str, Any]) -> dict[str, tuple[bool, str]]:
-    """How a spawned worker reopens each stream: its kind and path."""
-    from .zrecord import Dense
+def _paths(streams: dict[str, Any]) -> dict[str, Any]:
+    """What a spawned worker reopens each stream from: how each reader was
+    opened (an MDS column, a Megatron corpus, several stores, storage
+    options included), which pickles where the reader cannot."""
+    return {name: _Reopenable(ds) for name, ds in streams.items()}
 
-    return {name: (isinstance(ds, Dense), str(ds.path)) for name, ds in streams.items()}
+
+def _reopen(kinds: dict[str, Any]) -> dict[str, Any]:
+    return {name: recipe.open() for name, recipe in kinds.items()}
 
 
-def _reopen(kinds: dict[str, tuple[bool, str]]) -> dict[str, Any]:
-    from .zrecord import Dense, Ragged
+class _Reopenable:
+    """A reader's open call, picklable: the reader itself is a native
+    handle that cannot cross into a spawned process."""
 
-    return {name: (Dense if dense else Ragged).open(path) for name, (dense, path) in kinds.items()}
+    def __init__(self, reader: Any):
+        self.kind, self.opened_as = type(reader), reader._opened_as
+
+    def open(self) -> Any:
+        return self.kind._open_as(self.opened_as)
 
 
 class _Share:

@@ -192,6 +192,9 @@ class _Base:
     def _open(self, path, dense, storage_options=None, many=None, documents=None, mds=None):
         self.path = _location(path)
         self._writer = None
+        # How this reader was opened, so another process can open the same
+        # source the same way (see :meth:`_open_as`).
+        self._opened_as = (path, dense, storage_options, many, documents, mds)
         if mds is not None:
             self._reader = _zt.RecordReader.open_mds(os.fspath(self.path), dense, *mds, storage_options)
         elif documents is not None:
@@ -247,6 +250,16 @@ class _Base:
         )
 
     # -- lifecycle ----------------------------------------------------------
+
+    @classmethod
+    def _open_as(cls, opened_as: tuple) -> Self:
+        """A new reader of the source another reader was opened on, opened
+        the same way (its ``_opened_as``: path, open method, options and
+        storage options): how a spawned worker process reopens a stream."""
+        path, dense, storage_options, many, documents, mds = opened_as
+        self = cls.__new__(cls)
+        self._open(path, dense, storage_options, many=many, documents=documents, mds=mds)
+        return self
 
     def _require(self, writable):
         handle = self._writer if writable else self._reader

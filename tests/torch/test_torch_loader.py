@@ -153,6 +153,41 @@ def test_iterable_dataset_under_spawn_reopens_by_path_and_resumes(streams):
         ds.load_state_dict({**ds.state_at(6), "seed": SEED + 1})
 
 
+def test_spawned_workers_reopen_each_stream_as_it_was_opened(stores):
+    """A spawned torch worker reopens each stream with the open method it
+    was opened by, not as a store at its path (Dense.open of an MDS
+    directory failed in the worker): an MDS column and two stores read as
+    one give, per step, the records the sampler names, from streaming's own
+    decode of the MDS fixture and from the arrays the stores were written
+    from."""
+    import pathlib
+
+    from zt.loader import Sampler
+
+    mds_dir = pathlib.Path(__file__).parent.parent / "data" / "mds"
+    tokens = np.load(mds_dir / "expected-single.npz")["single"]
+    records = ragged_records() * 2
+    mds = Dense.open_mds(mds_dir / "single", "tokens")
+    many = Ragged.open_many([stores / "r.zr", stores / "r.zr"])
+    try:
+        for name, stream, count in (("m", mds, len(tokens)), ("r", many, len(records))):
+            ds = ztt.IterableDataset(
+                {name: stream}, batch_size=10, mode=Mode.IID, seed=SEED, rank=0, world_size=1, steps=4
+            )
+            batches = list(tud.DataLoader(ds, batch_size=None, num_workers=2, multiprocessing_context="spawn"))
+            sampler = Sampler(count, 10, Mode.IID, SEED, rank=0, world_size=1)
+            assert len(batches) == 4
+            for step, batch in enumerate(batches):
+                idx = sampler.batch(step).tolist()
+                if name == "m":
+                    assert np.array_equal(batch["m"].numpy(), tokens[idx]), step
+                else:
+                    assert [t.tolist() for t in batch["r"]] == [records[i].tolist() for i in idx], step
+    finally:
+        mds.close()
+        many.close()
+
+
 def test_a_mixture_through_the_torch_dataloader_names_each_samples_dataset(streams):
     """zt.torch.DataLoader(mix=..., block_size=...) (issue 38): per step the
     one-process mixture (indices from a Sampler, bytes from the arrays the
