@@ -694,6 +694,9 @@ impl Mds {
         *self.starts.last().unwrap_or(&0)
     }
 
+    /// The shard holding record `index` and its sample number there (only
+    /// the remote gather's plan asks by record).
+    #[cfg(feature = "remote")]
     fn locate(&self, index: u64) -> Result<(&Shard, u64)> {
         let (s, i) = self.shard_of(index)?;
         Ok((&self.shards[s], i))

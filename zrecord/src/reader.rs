@@ -693,11 +693,9 @@ impl Reader {
     /// Raw rows in two passes: first every record's location, then the
     /// copies. Random indices make each RecordLoc lookup a cache miss;
     /// looked up back to back, the misses overlap one another instead of
-    /// each waiting behind the previous row's copy (measured standalone
-    /// over 200,000 int32[512] records: a batch of 256 random rows went
-    /// from ~1.6x to ~1.2x the time of a numpy memmap fancy-index gather,
-    /// with the prefetch below; `python -m harness --only zrecord` gives
-    /// 0.73x memmap's speed, 3.8x loaderx's).
+    /// each waiting behind the previous row's copy (with the prefetch
+    /// below; `python -m harness --only zrecord` compares the gather with
+    /// a numpy memmap fancy-index gather and with loaderx).
     /// Runs of records that sit back to back in one shard and in `dst` are
     /// then copied in one go.
     fn copy_rows(&self, idxs: &[u64], dst: &mut [u8], row: usize) -> Result<()> {

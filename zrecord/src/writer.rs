@@ -28,10 +28,10 @@ const WINDOW_RECORDS: usize = 32768;
 /// Most logical bytes per window: bounds the encoded bytes held at once.
 const WINDOW_BYTES: u64 = 64 << 20;
 /// Raw records at least this large (on average in a chunk) are written
-/// with one iovec each instead of being packed into a chunk buffer.
-/// Measured on 400 MiB of int32[512] rows (2 KiB): packing 93 ms, one
-/// iovec each 76-82 ms (loaderx 81-86 ms); on ragged token records of
-/// ~600 bytes plus their shape prefix, packing wins (104 against 119 ms).
+/// with one iovec each instead of being packed into a chunk buffer: for
+/// rows of a few KiB the kernel's gather beats the copy, while for
+/// records of a few hundred bytes (ragged tokens with their shape prefix)
+/// packing wins (`python -m harness --only zrecord` measures both).
 const SCATTER_MIN_RECORD: u64 = 1 << 10;
 /// A shard-local chunk closes at this many logical bytes.
 const CHUNK_BYTES: u64 = 1 << 20;
