@@ -49,8 +49,8 @@ impl NameOrder {
     /// The sort is stable for its run detection: canonical CBOR orders
     /// keys by their encoded bytes, whose head grows with the name's
     /// length, so the objects arrive as one ascending run per name length,
-    /// which a stable sort merges (0.7 ms for 50k `layer.N.w`, against
-    /// 1.2 ms unstable).
+    /// which a stable sort merges in one pass (faster than an unstable
+    /// sort on such runs).
     pub(crate) fn finish<'a>(self, name: impl Fn(usize) -> &'a str) -> Vec<usize> {
         let NameOrder {
             prefix,

@@ -18,16 +18,16 @@
 //! fault path reads large folios); `MADV_SEQUENTIAL` before populating, and
 //! `pread` into a scratch buffer, were slower than populating too.
 //!
-//! Two things stand between that and the device's speed, both measured on
-//! a 512 MiB model of 21 members (scratch phase timings, cold and warm):
-//! the single pages a zip's structure walk read from each member's local
-//! header stay cached, and the kernel's readahead stops at each one and
-//! restarts with small pages (a torch checkpoint read in 251 ms after
-//! dropping them, 270 ms with them; safetensors 241 ms); and an npz
-//! member's CRC-32 is a pass over every byte (about 25 ms on two cores
-//! for 512 MiB) that ran after the reads. So the stray pages inside the
-//! ranges are dropped first, and each object's check runs on another
-//! thread as soon as its bytes are in (npz 0.90x -> 1.07x `cat`).
+//! Two things stand between that and the device's speed, both found by
+//! timing the phases of a cold and a warm load: the single pages a zip's
+//! structure walk read from each member's local header stay cached, and
+//! the kernel's readahead stops at each one and restarts with small pages
+//! (a torch checkpoint read measurably slower with them than after
+//! dropping them); and an npz member's CRC-32 is a pass over every byte
+//! that ran after the reads. So the stray pages inside the ranges are
+//! dropped first, and each object's check runs on another thread as soon
+//! as its bytes are in (`python -m harness --only cold` compares with
+//! `cat`).
 //!
 //! Bounded by memory: at most half of `MemAvailable` is asked for, so a
 //! model larger than memory is not read twice (the tail beyond the budget

@@ -93,13 +93,12 @@ pub fn page_size() -> u64 {
 /// The length of the next `pread` of a long read in file order from
 /// `at`, with `left` bytes to go: `chunk`, or what is left, except that a
 /// piece that would end exactly on a page boundary takes half a page more.
-/// Measured cold (scratch script, 512 MiB on ext4, `read_ahead_kb` 8 MiB):
-/// 8 MiB `pread`s from page-aligned offsets took 287-316 ms, the same
-/// reads split half a page further on 250-257 ms, with one thread or two;
-/// 16 and 32 MiB page-aligned pieces were as slow as 8. The kernel's
-/// readahead keeps the next window in flight when a read ends inside a
-/// page. Safetensors' tensors start at unaligned offsets and never met it;
-/// `.zt`'s start on page boundaries (cold copy 0.82x `cat`).
+/// Cold, page-aligned pieces read slower than the same pieces ending
+/// inside a page, with one thread or two and whatever the piece size: the
+/// kernel's readahead keeps the next window in flight only when a read
+/// ends inside a page. Safetensors' tensors start at unaligned offsets and
+/// never met it; `.zt`'s start on page boundaries (`python -m harness
+/// --only cold` measures the copy against `cat`).
 pub fn read_piece_len(at: u64, left: u64, chunk: u64) -> u64 {
     if left <= chunk {
         return left;

@@ -4,11 +4,10 @@
 //! from the kernel every time it is allocated, and the gather that fills it
 //! then faults each page in and waits for the kernel to zero it. For a
 //! training loop that gathers a batch, uses it and drops it, that is most
-//! of the cost: 10 batches of 256 uint8[3,224,224] images (38.5 MB each)
-//! took 67 ms into fresh `np.empty` arrays and 25 ms into one reused buffer
-//! (zstd records: 116 against 87 ms), in a standalone loop. In
-//! `python -m harness --only zrecord` the vision gathers went from 1.22x
-//! to 1.80x loaderx (raw) and from 1.18x to 1.60x (zstd).
+//! of the cost: batches of images gathered into fresh `np.empty` arrays
+//! took well over twice as long as into one reused buffer, raw or zstd
+//! (`python -m harness --only zrecord` compares the vision gathers with
+//! loaderx).
 //!
 //! So the buffers of large batches that Python has dropped are kept (a few,
 //! bounded in count and bytes) and handed to the next gather of a similar

@@ -6,7 +6,7 @@
 //! `mincore` once per 2 MiB region, at the walk's first read there, and
 //! kept until the walk ends: a walk over many small members (a 20,000-member
 //! npz reads two headers each) then makes a few calls, not one a read
-//! (one a read made that npz's warm open 19 -> 52-58 ms).
+//! (one a read more than doubled that npz's warm open).
 
 use std::sync::Mutex;
 

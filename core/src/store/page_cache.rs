@@ -10,8 +10,8 @@
 //! Those single pages stay cached, scattered through the file, and the
 //! kernel's readahead stops at every cached page it meets: a whole load
 //! that reads the file in order after the walk restarts its readahead at
-//! each one, with small pages (measured on a 512 MiB torch checkpoint of
-//! 21 members: 18-23 ms slower to read in, about a tenth). So the walk
+//! each one, with small pages (a torch checkpoint's whole load was
+//! measurably slower to read in: `python -m harness --only cold`). So the walk
 //! notes the pages it finds uncached (`mincore`, once a region:
 //! `store/cold_pages.rs`) and a whole load drops
 //! them again just before it reads their range
