@@ -493,8 +493,11 @@ class Ragged(_Base):
 
         ``path`` may be an object-storage prefix (``s3://bucket/PREFIX``,
         ``gs://``, ``az://``; ``storage_options`` as for :func:`zt.open`):
-        ``.idx`` is fetched once at open, and each gather fetches its
-        records' ``.bin`` ranges (coalesced, within the process's request
+        ``.idx`` is fetched once at open (past 64 MiB, or
+        ``ZT_BINIDX_PAGED_ABOVE`` bytes, only its header: each gather
+        fetches the 1 MiB pages of the index its records need, the 64 most
+        recently used kept), and each gather fetches its records' ``.bin``
+        ranges (coalesced, within the process's request
         budget; the DataLoader starts its prefetch window's fetches
         ahead)."""
         if unit not in ("sequence", "document"):

@@ -216,3 +216,136 @@ def test_a_remote_index_that_lies_is_refused_before_it_is_downloaded(large, buck
         Ragged.open_binidx(f"s3://{bucket}/fake")
     # Each object's open reads its first MiB and last 256 KiB.
     assert zt.remote_stats()["bytes_in"] - before <= 2 * (1 << 20) + 2 * (256 << 10) < len(data)
+
+
+# ------------------------------------------------ a large index, read by pages
+
+PAGE = 1 << 20  # zrecord's page of an index array (binidx_pages.rs)
+OPEN_BYTES = 2 * ((1 << 20) + (256 << 10))  # each object's open: first MiB, last 256 KiB
+
+
+@pytest.fixture(scope="module")
+def many(tmp_path_factory):
+    """A corpus of 1.5 million short sequences in 150,000 documents,
+    written by megatron-core: its ``.idx`` (about 19 MiB) spans many pages
+    of each array."""
+    prefix = str(tmp_path_factory.mktemp("binidx-many") / "corpus_text_document")
+    rng = np.random.default_rng(23)
+    builder = indexed.IndexedDatasetBuilder(prefix + ".bin", dtype=np.uint16)
+    for _ in range(150_000):
+        lengths = rng.integers(1, 7, size=int(rng.integers(5, 16)))
+        tokens = rng.integers(0, 1 << 16, size=int(lengths.sum()), dtype=np.uint16)
+        builder.add_document(torch.from_numpy(tokens.astype(np.int32)), lengths.tolist())
+    builder.finalize(prefix + ".idx")
+    assert os.path.getsize(prefix + ".idx") > 16 * PAGE
+    return prefix
+
+
+@pytest.fixture
+def paged(monkeypatch):
+    """Indexes past 1 MiB read by pages (the default threshold is 64 MiB)."""
+    monkeypatch.setenv("ZT_BINIDX_PAGED_ABOVE", str(1 << 20))
+
+
+def _bytes_in() -> int:
+    return zt.remote_stats()["bytes_in"]
+
+
+def test_a_large_remote_index_is_read_by_pages(many, paged, bucket, request):
+    prefix = many
+    url = _upload(request, ("s3", bucket), prefix, "big/corpus")
+    idx_size = os.path.getsize(prefix + ".idx")
+    reference = indexed.IndexedDataset(prefix)
+    rng = np.random.default_rng(5)
+    # Bytes counted with coalescing off: by default the pages of one gather
+    # within a MiB of each other are fetched as one request, gaps included.
+    before = _bytes_in()
+    with Ragged.open_binidx(url, storage_options={"coalesce_gap": "0"}) as ds:
+        # The open reads the heads and tails of both objects, not the index.
+        assert _bytes_in() - before <= OPEN_BYTES < idx_size
+        assert len(ds) == len(reference)
+        # A gather of a few records fetches a page of lengths and one of
+        # pointers per record (at most), and the records' tokens.
+        few = rng.choice(len(ds), 3, replace=False)
+        before = _bytes_in()
+        got = ds[few]
+        assert _bytes_in() - before <= 6 * PAGE + (64 << 10) < idx_size // 2
+        for i, g in zip(few, got):
+            np.testing.assert_array_equal(g, reference[int(i)])
+        # Those pages are held: the same records again fetch only tokens.
+        before = _bytes_in()
+        ds[few]
+        assert _bytes_in() - before <= 64 << 10
+    with Ragged.open_binidx(url) as ds, Ragged.open_binidx(prefix) as local:
+        assert len(ds) == len(local) == len(reference)
+        # Random gathers, small and large (every page, more than once).
+        for size in (1, 17, 400, 20_000):
+            order = rng.choice(len(ds), size, replace=size > len(ds))
+            got, near = ds[order], local[order]
+            want = [reference[int(i)] for i in order]
+            assert [len(g) for g in got] == [len(n) for n in near] == [len(w) for w in want]
+            np.testing.assert_array_equal(np.concatenate(got), np.concatenate(want))
+            np.testing.assert_array_equal(np.concatenate(got), np.concatenate(near))
+        # The last sequences (the arrays' last, short, pages).
+        tail = np.arange(len(ds) - 5, len(ds))
+        for i, g in zip(tail, ds[tail]):
+            np.testing.assert_array_equal(g, reference[int(i)])
+    with Ragged.open_binidx(url, unit="document") as ds, Ragged.open_binidx(prefix, unit="document") as local:
+        assert len(ds) == len(local) == len(reference.document_indices) - 1
+        docs = np.concatenate([rng.choice(len(ds), 300, replace=False), [0, len(ds) - 1]])
+        for j, got, near in zip(docs, ds[docs], local[docs]):
+            first, end = reference.document_indices[j], reference.document_indices[j + 1]
+            want = np.concatenate([reference[int(s)] for s in range(first, end)])
+            np.testing.assert_array_equal(got, want)
+            np.testing.assert_array_equal(got, near)
+
+
+def test_the_dataloader_reads_a_paged_remote_index_ahead(many, paged, bucket, request):
+    prefix = many
+    url = _upload(request, ("s3", bucket), prefix, "big/corpus")
+    reference = indexed.IndexedDataset(prefix)
+    with Ragged.open_binidx(url) as ds:
+        sampler = Sampler(len(ds), 64, CYCLIC, seed=9, rank=0, world_size=1)
+        with DataLoader({"tokens": ds}, batch_size=64, mode=CYCLIC, seed=9, workers=2, rank=0, world_size=1) as dl:
+            for _ in range(8):
+                batch, idxs = next(dl)["tokens"], sampler.next()
+                for got, i in zip(batch, idxs):
+                    np.testing.assert_array_equal(got, reference[int(i)])
+
+
+def test_a_lying_paged_index_is_refused(many, paged, bucket, request):
+    prefix = many
+    with open(prefix + ".idx", "rb") as f:
+        idx = bytearray(f.read())
+    with open(prefix + ".bin", "rb") as f:
+        data = f.read()
+    header = 34
+    sequences = int.from_bytes(idx[18:26], "little")
+    # Cut short: refused from the header, before any page is fetched.
+    _put("s3", request, bucket, "cut.idx", bytes(idx[:-5]))
+    _put("s3", request, bucket, "cut.bin", data)
+    before = _bytes_in()
+    with pytest.raises(zt.FormatError, match=r"zrecord\.Binidx"):
+        Ragged.open_binidx(f"s3://{bucket}/cut")
+    assert _bytes_in() - before <= OPEN_BYTES < len(idx)
+    # Entries that lie, deep in their arrays: a sequence's pointer past
+    # `.bin`, a document's end past the sequences; each refused when its
+    # page arrives, the records around it read.
+    s = sequences - 10
+    at = header + 4 * sequences + 8 * s
+    idx[at : at + 8] = (len(data) + 2).to_bytes(8, "little", signed=True)
+    d = 140_000
+    at = header + 12 * sequences + 8 * (d + 1)
+    idx[at : at + 8] = (sequences + 7).to_bytes(8, "little", signed=True)
+    _put("s3", request, bucket, "lies.idx", bytes(idx))
+    _put("s3", request, bucket, "lies.bin", data)
+    reference = indexed.IndexedDataset(prefix)
+    with Ragged.open_binidx(f"s3://{bucket}/lies") as ds:
+        np.testing.assert_array_equal(ds[s - 1], reference[s - 1])
+        with pytest.raises(zt.FormatError, match=r"sequence .*zrecord\.Binidx"):
+            ds[np.array([0, s])]
+    with Ragged.open_binidx(f"s3://{bucket}/lies", unit="document") as ds:
+        first, end = reference.document_indices[d - 1], reference.document_indices[d]
+        np.testing.assert_array_equal(ds[d - 1], np.concatenate([reference[int(k)] for k in range(first, end)]))
+        with pytest.raises(zt.FormatError, match=r"document .*zrecord\.Binidx"):
+            ds[d]

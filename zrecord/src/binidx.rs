@@ -20,7 +20,11 @@
 //!
 //! In object storage (`s3://bucket/PREFIX`, `gs://`, `az://`: the feature
 //! `remote`) the pair is two objects, opened together: `.idx` is fetched
-//! whole (the same count checks run on its bytes), `.bin` is opened by its
+//! whole (the same count checks run on its bytes) up to
+//! [`crate::binidx_pages::PAGED_ABOVE`] bytes, past it only its header is
+//! read (and checked against the object's size) and gathers fetch the
+//! pages of its entries they read ([`crate::binidx_pages`]; each entry
+//! checked as above when used), `.bin` is opened by its
 //! head and tail (its size and version; an object of up to 1.25 MiB is
 //! then in memory) and read by ranges per gather, pinned to that version:
 //! every record's span, checked as above, through
@@ -42,6 +46,17 @@ const MAGIC: &[u8; 9] = b"MMIDIDX\x00\x00";
 /// Magic, version, dtype code, sequence count, document count.
 const HEADER: u64 = 9 + 8 + 1 + 8 + 8;
 
+/// An array of the index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Array {
+    /// Sequence lengths (i32).
+    Lengths = 0,
+    /// Sequence pointers (i64).
+    Pointers = 1,
+    /// Document indices (i64).
+    Documents = 2,
+}
+
 /// What a record is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Unit {
@@ -51,21 +66,22 @@ pub enum Unit {
     Document,
 }
 
-/// The `.idx` bytes: mapped, or fetched whole from object storage.
+/// The `.idx` bytes: mapped, fetched whole from object storage, or (a
+/// large one in object storage) read by pages as gathers need them.
 enum Index {
     Mapped(Mmap),
     #[cfg_attr(not(feature = "remote"), allow(dead_code))]
     Fetched(Vec<u8>),
+    #[cfg(feature = "remote")]
+    Paged(crate::binidx_pages::Pages),
 }
 
-impl std::ops::Deref for Index {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        match self {
-            Index::Mapped(m) => m,
-            Index::Fetched(v) => v,
-        }
-    }
+/// The index entries one gather reads: the whole index, or the pages
+/// loaded for the gather.
+enum View<'a> {
+    Whole(&'a [u8]),
+    #[cfg(feature = "remote")]
+    Pages(crate::binidx_pages::Pinned),
 }
 
 /// Where `.bin`'s tokens are read from.
@@ -200,6 +216,18 @@ impl Header {
             documents,
         })
     }
+
+    /// The lengths', pointers' and document indices' `(offset, len)` in
+    /// the index (within it once [`Header::parse`] accepted it).
+    #[cfg(feature = "remote")]
+    fn arrays(&self) -> [(u64, u64); 3] {
+        let (s, d) = (self.sequences, self.documents);
+        [
+            (HEADER, 4 * s),
+            (HEADER + 4 * s, 8 * s),
+            (HEADER + 12 * s, 8 * d),
+        ]
+    }
 }
 
 impl Binidx {
@@ -221,8 +249,10 @@ impl Binidx {
         let (idx, _) = map_file(&idx_path)?;
         let idx = idx.ok_or_else(|| refuse(&idx_path, "the index is empty"))?;
         let (bin, bin_len) = map_file(&bin_path)?;
+        let header = Header::parse(&idx, idx.len() as u64, &idx_path)?;
         Self::checked(
             Index::Mapped(idx),
+            header,
             idx_path,
             Data::Mapped(bin),
             bin_len,
@@ -232,8 +262,9 @@ impl Binidx {
     }
 
     /// The pair at an object-storage prefix: `.idx` fetched whole (its
-    /// open's head and tail reads, then the rest if any), `.bin` opened
-    /// (size and version) at the same time.
+    /// open's head and tail reads, then the rest if any) up to
+    /// [`crate::binidx_pages::paged_above`] bytes, past it read by pages
+    /// per gather; `.bin` opened (size and version) at the same time.
     #[cfg(feature = "remote")]
     fn open_remote(
         path: &Path,
@@ -258,17 +289,25 @@ impl Binidx {
         let head = idx
             .read(0, HEADER.min(idx.len()))
             .map_err(|e| crate::remote::error(&idx_path, e))?;
-        Header::parse(&head, idx.len(), &idx_path)?;
-        let idx = idx
-            .read(0, idx.len())
-            .map_err(|e| crate::remote::error(&idx_path, e))?;
+        let header = Header::parse(&head, idx.len(), &idx_path)?;
+        let idx = if idx.len() > crate::binidx_pages::paged_above()? {
+            Index::Paged(crate::binidx_pages::Pages::new(
+                Arc::new(idx),
+                header.arrays(),
+            ))
+        } else {
+            let idx = idx
+                .read(0, idx.len())
+                .map_err(|e| crate::remote::error(&idx_path, e))?;
+            // The bytes read are the object's: the header seen is theirs.
+            Header::parse(&idx, idx.len() as u64, &idx_path)?;
+            Index::Fetched(idx)
+        };
         let bin = bin.map_err(|e| crate::remote::error(&bin_path, e))?;
-        if idx.is_empty() {
-            return Err(refuse(&idx_path, "the index is empty"));
-        }
         let bin_len = bin.len();
         Self::checked(
-            Index::Fetched(idx),
+            idx,
+            header,
             idx_path,
             Data::Remote {
                 bin: Arc::new(bin),
@@ -284,13 +323,13 @@ impl Binidx {
     /// checked against its size.
     fn checked(
         idx: Index,
+        header: Header,
         idx_path: PathBuf,
         bin: Data,
         bin_len: u64,
         bin_path: PathBuf,
         unit: Unit,
     ) -> Result<Binidx> {
-        let header = Header::parse(&idx, idx.len() as u64, &idx_path)?;
         let Header {
             itemsize,
             typestr,
@@ -323,24 +362,79 @@ impl Binidx {
         }
     }
 
-    fn length(&self, i: u64) -> i32 {
-        let at = (HEADER + 4 * i) as usize;
-        i32::from_le_bytes(self.idx[at..at + 4].try_into().expect("4 bytes"))
+    /// The index entries a gather of `idxs` (in range) reads: the whole
+    /// index, or (paged) the pages holding them, fetched together (for
+    /// documents, their document indices first, then their sequences').
+    fn view(&self, idxs: &[u64]) -> Result<View<'_>> {
+        #[cfg(not(feature = "remote"))]
+        let _ = idxs;
+        match &self.idx {
+            Index::Mapped(map) => Ok(View::Whole(map)),
+            Index::Fetched(bytes) => Ok(View::Whole(bytes)),
+            #[cfg(feature = "remote")]
+            Index::Paged(pages) => {
+                use crate::binidx_pages::{key, keys};
+                let path = &self.idx_path;
+                if self.unit == Unit::Sequence {
+                    let wanted = idxs
+                        .iter()
+                        .flat_map(|&i| [key(Array::Lengths, i), key(Array::Pointers, i)]);
+                    return Ok(View::Pages(pages.load(path, wanted)?));
+                }
+                let documents = idxs
+                    .iter()
+                    .flat_map(|&i| [key(Array::Documents, i), key(Array::Documents, i + 1)]);
+                let first = View::Pages(pages.load(path, documents.clone())?);
+                // A document whose sequences are out of range loads none:
+                // its span refuses it.
+                let mut wanted: Vec<_> = documents.collect();
+                for &i in idxs {
+                    let (a, b) = (self.document(&first, i), self.document(&first, i + 1));
+                    if let (Ok(a), Ok(b)) = (u64::try_from(a), u64::try_from(b)) {
+                        if a <= b && b <= self.sequences {
+                            wanted.extend(keys(Array::Lengths, a, b));
+                            wanted.extend(keys(Array::Pointers, a, b));
+                        }
+                    }
+                }
+                drop(first);
+                Ok(View::Pages(pages.load(path, wanted)?))
+            }
+        }
     }
 
-    fn pointer(&self, i: u64) -> i64 {
-        let at = (HEADER + 4 * self.sequences + 8 * i) as usize;
-        i64::from_le_bytes(self.idx[at..at + 8].try_into().expect("8 bytes"))
+    /// Entry `i` of `array` (`N`: its width), from `view`.
+    fn entry<const N: usize>(&self, view: &View, array: Array, i: u64) -> [u8; N] {
+        let bytes = match view {
+            View::Whole(idx) => {
+                let at = match array {
+                    Array::Lengths => HEADER,
+                    Array::Pointers => HEADER + 4 * self.sequences,
+                    Array::Documents => HEADER + 12 * self.sequences,
+                } + N as u64 * i;
+                &idx[at as usize..at as usize + N]
+            }
+            #[cfg(feature = "remote")]
+            View::Pages(pinned) => pinned.entry(array, i),
+        };
+        bytes.try_into().expect("an entry's width")
     }
 
-    fn document(&self, j: u64) -> i64 {
-        let at = (HEADER + 12 * self.sequences + 8 * j) as usize;
-        i64::from_le_bytes(self.idx[at..at + 8].try_into().expect("8 bytes"))
+    fn length(&self, view: &View, i: u64) -> i32 {
+        i32::from_le_bytes(self.entry(view, Array::Lengths, i))
+    }
+
+    fn pointer(&self, view: &View, i: u64) -> i64 {
+        i64::from_le_bytes(self.entry(view, Array::Pointers, i))
+    }
+
+    fn document(&self, view: &View, j: u64) -> i64 {
+        i64::from_le_bytes(self.entry(view, Array::Documents, j))
     }
 
     /// Sequence `i`'s bytes in `.bin`: `(offset, length)`, checked.
-    fn sequence_span(&self, i: u64) -> Result<(u64, u64)> {
-        let (length, pointer) = (self.length(i), self.pointer(i));
+    fn sequence_span(&self, view: &View, i: u64) -> Result<(u64, u64)> {
+        let (length, pointer) = (self.length(view, i), self.pointer(view, i));
         let bin_len = self.bin_len;
         let span = u64::try_from(length)
             .ok()
@@ -358,11 +452,11 @@ impl Binidx {
     }
 
     /// Record `i`'s bytes in `.bin`: `(offset, length)`, checked.
-    fn span(&self, i: u64) -> Result<(u64, u64)> {
+    fn span(&self, view: &View, i: u64) -> Result<(u64, u64)> {
         if self.unit == Unit::Sequence {
-            return self.sequence_span(i);
+            return self.sequence_span(view, i);
         }
-        let (first, end) = (self.document(i), self.document(i + 1));
+        let (first, end) = (self.document(view, i), self.document(view, i + 1));
         let range = u64::try_from(first)
             .ok()
             .zip(u64::try_from(end).ok())
@@ -379,9 +473,9 @@ impl Binidx {
         if first == end {
             return Ok((0, 0));
         }
-        let (start, mut len) = self.sequence_span(first)?;
+        let (start, mut len) = self.sequence_span(view, first)?;
         for s in first + 1..end {
-            let (at, n) = self.sequence_span(s)?;
+            let (at, n) = self.sequence_span(view, s)?;
             if at != start + len {
                 return Err(refuse(
                     &self.idx_path,
@@ -394,8 +488,7 @@ impl Binidx {
     }
 
     pub(crate) fn record_lengths(&self, idxs: &[u64]) -> Result<Vec<u64>> {
-        self.check(idxs)?;
-        idxs.iter().map(|&i| Ok(self.span(i)?.1)).collect()
+        Ok(self.spans(idxs)?.into_iter().map(|s| s.1).collect())
     }
 
     fn check(&self, idxs: &[u64]) -> Result<()> {
@@ -414,7 +507,8 @@ impl Binidx {
     /// The checked spans of `idxs` in `.bin`.
     fn spans(&self, idxs: &[u64]) -> Result<Vec<(u64, u64)>> {
         self.check(idxs)?;
-        idxs.iter().map(|&i| self.span(i)).collect()
+        let view = self.view(idxs)?;
+        idxs.iter().map(|&i| self.span(&view, i)).collect()
     }
 
     /// Start fetching the tokens a gather of exactly `idxs` reads (object

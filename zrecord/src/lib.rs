@@ -38,6 +38,8 @@
 #![deny(missing_docs)]
 
 pub mod binidx;
+#[cfg(feature = "remote")]
+mod binidx_pages;
 pub mod codec;
 pub mod dataset;
 pub mod error;
