@@ -8,9 +8,10 @@
 use std::sync::Arc;
 
 use zt_core::error::{Context, Error, Result};
-use zt_core::{DType, Decode, Limits, Object, Payload, Source, Tensor};
+use zt_core::{DType, Limits, Object, Payload, Source, Tensor};
 
 use super::io::{self, output_width};
+use super::units::{ByUnits, Units};
 use super::{rules, Group};
 
 /// The suffix of a scale tensor's name (DeepSeek, Kimi, transformers'
@@ -104,17 +105,24 @@ impl Fp8Blocks {
     fn width(&self) -> u64 {
         output_width(self.to).unwrap_or(4)
     }
+}
 
-    /// Flat rows `[first, first + count)`, dequantized.
-    fn rows(&self, first: u64, count: u64, limits: &Limits) -> Result<Vec<u8>> {
+impl Units for Fp8Blocks {
+    const DESCRIBE: &'static str = "fp8-block-dequant";
+
+    fn count(&self) -> u64 {
+        self.flat_rows
+    }
+
+    fn unit_bytes(&self) -> u64 {
+        self.geometry.cols * self.width()
+    }
+
+    /// Flat rows from `first`, dequantized.
+    fn fill(&self, first: u64, out: &mut [u8], limits: &Limits) -> Result<()> {
         let g = self.geometry;
-        let row_out = g.cols * self.width();
-        let ctx = Context::default();
-        limits.check_decoded(&ctx, count * row_out)?;
-        let mut out = zt_core::buffer::try_zeroed(&ctx, "a dequantized tensor", count * row_out)?;
-        if count == 0 {
-            return Ok(out);
-        }
+        let row_out = self.unit_bytes();
+        let count = out.len() as u64 / row_out;
         let codes = io::read(&self.weight, first * g.cols, count * g.cols, limits)?;
         let (s0, s1) = (g.scale_row(first), g.scale_row(first + count - 1) + 1);
         let scale_width = self.scale_dtype.size().unwrap_or(4);
@@ -124,20 +132,7 @@ impl Fp8Blocks {
             (s1 - s0) * g.scols * scale_width,
             limits,
         )?;
-        let scales: Vec<f32> = match self.scale_dtype {
-            DType::BF16 => raw
-                .chunks_exact(2)
-                .map(|b| zt_core::cast::bf16_to_f32(u16::from_le_bytes([b[0], b[1]])))
-                .collect(),
-            DType::F16 => raw
-                .chunks_exact(2)
-                .map(|b| zt_core::cast::f16_to_f32(u16::from_le_bytes([b[0], b[1]])))
-                .collect(),
-            _ => raw
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect(),
-        };
+        let scales = io::floats(self.scale_dtype, &raw);
         let run = Run {
             codes: &codes,
             scales: &scales,
@@ -147,11 +142,11 @@ impl Fp8Blocks {
             to: self.to,
         };
         match self.width() {
-            2 => io::rows_in_parallel(&mut out, row_out as usize, |at, o| run.fill::<2>(at, o)),
-            8 => io::rows_in_parallel(&mut out, row_out as usize, |at, o| run.fill::<8>(at, o)),
-            _ => io::rows_in_parallel(&mut out, row_out as usize, |at, o| run.fill::<4>(at, o)),
+            2 => io::rows_in_parallel(out, row_out as usize, |at, o| run.fill::<2>(at, o)),
+            8 => io::rows_in_parallel(out, row_out as usize, |at, o| run.fill::<8>(at, o)),
+            _ => io::rows_in_parallel(out, row_out as usize, |at, o| run.fill::<4>(at, o)),
         }
-        Ok(out)
+        Ok(())
     }
 }
 
@@ -232,26 +227,6 @@ fn table<const W: usize>(to: DType, scale: f32, t: &mut Table<W>) {
     }
 }
 
-impl Decode for Fp8Blocks {
-    fn decode(&self, limits: &Limits) -> Result<Vec<u8>> {
-        self.rows(0, self.flat_rows, limits)
-    }
-
-    fn describe(&self) -> &'static str {
-        "fp8-block-dequant"
-    }
-
-    fn seeks(&self) -> bool {
-        true
-    }
-
-    /// The rows the range covers, dequantized, then cut to it.
-    fn decode_range(&self, start: u64, len: u64, limits: &Limits) -> Result<Vec<u8>> {
-        let row = self.geometry.cols * self.width();
-        io::cut_to_range(start, len, row, |first, n| self.rows(first, n, limits))
-    }
-}
-
 /// The one dense C-order part of a tensor of the scheme, or `quant.DType`.
 pub(super) fn dense_part<'a>(t: &Tensor<'a>, ctx: &Context) -> Result<&'a zt_core::Part> {
     let object = t.object();
@@ -326,13 +301,7 @@ pub(super) fn plan(
     to: DType,
 ) -> Result<Vec<Group>> {
     let block = declared_block.unwrap_or([128, 128]);
-    let file = || {
-        source
-            .files()
-            .first()
-            .map(Context::file)
-            .unwrap_or_default()
-    };
+    let file = || io::first_file(source);
     let mut groups = Vec::new();
     let mut scaled = std::collections::HashSet::new();
     for (at_scale, scale) in source.tensors().enumerate() {
@@ -414,7 +383,7 @@ pub(super) fn plan(
             to,
             shape.to_vec(),
             Payload::Decoded {
-                decoder: Arc::new(decoder),
+                decoder: Arc::new(ByUnits(decoder)),
                 decoded_len,
             },
         );

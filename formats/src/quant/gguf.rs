@@ -11,9 +11,10 @@
 use std::sync::Arc;
 
 use zt_core::error::{Context, Error, Result};
-use zt_core::{DType, Decode, Limits, Object, Payload, Source};
+use zt_core::{DType, Limits, Object, Payload, Source};
 
 use super::io::{self, output_width};
+use super::units::{ByUnits, Units};
 use super::{rules, Group};
 use crate::gguf::{self, GgmlType};
 
@@ -33,17 +34,21 @@ struct GgufRows {
 /// its output stays this small whatever the tensor's size.
 const ROWS_BYTES: u64 = 8 << 20;
 
-impl GgufRows {
-    fn row_out(&self) -> u64 {
+impl Units for GgufRows {
+    const DESCRIBE: &'static str = "gguf-dequant";
+
+    fn count(&self) -> u64 {
+        self.rows
+    }
+
+    fn unit_bytes(&self) -> u64 {
         self.row * output_width(self.to).unwrap_or(4)
     }
 
-    /// Rows `[first, first + count)`, dequantized to `to`.
-    fn rows(&self, first: u64, count: u64, limits: &Limits) -> Result<Vec<u8>> {
-        let ctx = Context::default();
-        let row_out = self.row_out();
-        limits.check_decoded(&ctx, count * row_out)?;
-        let mut out = zt_core::buffer::try_zeroed(&ctx, "a dequantized tensor", count * row_out)?;
+    /// A chunk of rows at a time: read, dequantized to f32, stored as `to`.
+    fn fill(&self, first: u64, out: &mut [u8], limits: &Limits) -> Result<()> {
+        let row_out = self.unit_bytes();
+        let count = out.len() as u64 / row_out;
         let per = (ROWS_BYTES / (self.row.max(1) * 4)).max(1);
         let mut at = 0u64;
         while at < count {
@@ -59,41 +64,14 @@ impl GgufRows {
             io::store(self.to, &values, o);
             at += n;
         }
-        Ok(out)
-    }
-}
-
-impl Decode for GgufRows {
-    fn decode(&self, limits: &Limits) -> Result<Vec<u8>> {
-        self.rows(0, self.rows, limits)
-    }
-
-    fn describe(&self) -> &'static str {
-        "gguf-dequant"
-    }
-
-    fn seeks(&self) -> bool {
-        true
-    }
-
-    /// The rows the range covers, dequantized, then cut to it.
-    fn decode_range(&self, start: u64, len: u64, limits: &Limits) -> Result<Vec<u8>> {
-        io::cut_to_range(start, len, self.row_out(), |first, n| {
-            self.rows(first, n, limits)
-        })
+        Ok(())
     }
 }
 
 /// Every block-quantized tensor of `source` (a GGUF file's), each a group
 /// whose object, under its own name and logical shape, decodes to `to`.
 pub(super) fn plan(source: &Source, to: DType) -> Result<Vec<Group>> {
-    let file = || {
-        source
-            .files()
-            .first()
-            .map(Context::file)
-            .unwrap_or_default()
-    };
+    let file = || io::first_file(source);
     let mut groups = Vec::new();
     for (at, t) in source.tensors().enumerate() {
         let Some(ty) = gguf::types::by_layout(t.layout()) else {
@@ -164,7 +142,7 @@ pub(super) fn plan(source: &Source, to: DType) -> Result<Vec<Group>> {
             to,
             shape,
             Payload::Decoded {
-                decoder: Arc::new(decoder),
+                decoder: Arc::new(ByUnits(decoder)),
                 decoded_len,
             },
         );

@@ -50,6 +50,16 @@ pub fn read(payload: &Payload, start: u64, len: u64, limits: &Limits) -> Result<
     }
 }
 
+/// The context of `source`'s first file (a scheme's errors name the
+/// tensor in it), or none for a source without files.
+pub fn first_file(source: &zt_core::Source) -> Context {
+    source
+        .files()
+        .first()
+        .map(Context::file)
+        .unwrap_or_default()
+}
+
 /// The activation scales of layer `base` (`base.input_scale`,
 /// `base.input_global_scale`): what a quantized checkpoint stores to
 /// quantize the layer's inputs at inference (compressed-tensors' static
@@ -60,6 +70,27 @@ pub fn activation_scales(source: &zt_core::Source, base: &str) -> Vec<usize> {
         .iter()
         .filter_map(|s| source.position(&format!("{base}.{s}")))
         .collect()
+}
+
+/// Scales or biases of `dtype` (little-endian) as f32: f16 and bf16
+/// widened exactly, f32 as stored. The schemes' planning admits no other
+/// scale dtype; any other gives no values.
+pub fn floats(dtype: DType, bytes: &[u8]) -> Vec<f32> {
+    match dtype {
+        DType::F16 => bytes
+            .chunks_exact(2)
+            .map(|c| zt_core::cast::f16_to_f32(u16::from_le_bytes([c[0], c[1]])))
+            .collect(),
+        DType::BF16 => bytes
+            .chunks_exact(2)
+            .map(|c| zt_core::cast::bf16_to_f32(u16::from_le_bytes([c[0], c[1]])))
+            .collect(),
+        DType::F32 => bytes
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect(),
+        _ => Vec::new(),
+    }
 }
 
 /// The output types: f32 as computed, or rounded once to bf16 / f16
@@ -144,26 +175,6 @@ pub fn rows_in_parallel(out: &mut [u8], row_bytes: usize, fill: impl Fn(usize, &
         }
         work();
     });
-}
-
-/// Bytes `[start, start + len)` of an output made of whole units of
-/// `unit` bytes (rows, or experts): `decode(first, count)` decodes the
-/// units the range meets, which are then cut to it. A range decode costs
-/// the units it covers, not the whole tensor.
-pub fn cut_to_range(
-    start: u64,
-    len: u64,
-    unit: u64,
-    decode: impl FnOnce(u64, u64) -> Result<Vec<u8>>,
-) -> Result<Vec<u8>> {
-    if unit == 0 || len == 0 {
-        return Ok(Vec::new());
-    }
-    let first = start / unit;
-    let last = (start + len - 1) / unit;
-    let units = decode(first, last + 1 - first)?;
-    let from = (start - first * unit) as usize;
-    Ok(units[from..from + len as usize].to_vec())
 }
 
 #[cfg(test)]

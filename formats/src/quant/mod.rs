@@ -25,6 +25,7 @@ pub mod mlx;
 mod mxfp4;
 mod nvfp4;
 pub mod rules;
+mod units;
 
 use std::path::Path;
 

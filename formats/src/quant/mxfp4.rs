@@ -9,11 +9,12 @@
 
 use std::sync::Arc;
 
-use zt_core::error::{Context, Error, Result};
-use zt_core::{DType, Decode, Limits, Object, Payload, Source};
+use zt_core::error::{Error, Result};
+use zt_core::{DType, Limits, Object, Payload, Source};
 
 use super::fp8::dense_part;
 use super::io::{self, output_width};
+use super::units::{ByUnits, Units};
 use super::{rules, Group};
 
 const BLOCKS: &str = "_blocks";
@@ -62,19 +63,23 @@ struct Mxfp4Experts {
     to: DType,
 }
 
-impl Mxfp4Experts {
-    fn expert_bytes(&self) -> u64 {
+impl Units for Mxfp4Experts {
+    const DESCRIBE: &'static str = "mxfp4-dequant";
+
+    fn count(&self) -> u64 {
+        self.geometry.experts
+    }
+
+    fn unit_bytes(&self) -> u64 {
         let g = self.geometry;
         g.rows * g.cols() * output_width(self.to).unwrap_or(4)
     }
 
-    /// Experts `[first, first + count)`, dequantized and transposed.
-    fn experts(&self, first: u64, count: u64, limits: &Limits) -> Result<Vec<u8>> {
+    /// Experts from `first`, dequantized and transposed.
+    fn fill(&self, first: u64, out: &mut [u8], limits: &Limits) -> Result<()> {
         let g = self.geometry;
-        let ctx = Context::default();
-        let per = self.expert_bytes();
-        limits.check_decoded(&ctx, count * per)?;
-        let mut out = zt_core::buffer::try_zeroed(&ctx, "a dequantized tensor", count * per)?;
+        let per = self.unit_bytes();
+        let count = out.len() as u64 / per;
         let packed = g.rows * g.groups * g.bytes;
         let codes = io::read(&self.blocks, first * packed, count * packed, limits)?;
         let nscales = g.rows * g.groups;
@@ -85,7 +90,7 @@ impl Mxfp4Experts {
         // (Groups of no bytes make an empty output, which calls nothing.)
         let per_tile = (TILE / (2 * bytes).max(1)).max(1);
         let tile_cols = per_tile * 2 * bytes;
-        io::rows_in_parallel(&mut out, per as usize, |at, o| {
+        io::rows_in_parallel(out, per as usize, |at, o| {
             // A tile of TILE packed rows by `tile_cols` values, decoded
             // straight into its transposed place (value k of row j at
             // `k * TILE + j`), then written a run of `n` rows at a time:
@@ -129,7 +134,7 @@ impl Mxfp4Experts {
                 }
             }
         });
-        Ok(out)
+        Ok(())
     }
 }
 
@@ -137,38 +142,11 @@ impl Mxfp4Experts {
 /// of each row): a tile of f32 that stays in the first-level cache.
 const TILE: usize = 64;
 
-impl Decode for Mxfp4Experts {
-    fn decode(&self, limits: &Limits) -> Result<Vec<u8>> {
-        self.experts(0, self.geometry.experts, limits)
-    }
-
-    fn describe(&self) -> &'static str {
-        "mxfp4-dequant"
-    }
-
-    fn seeks(&self) -> bool {
-        true
-    }
-
-    /// The experts the range covers, then cut to it.
-    fn decode_range(&self, start: u64, len: u64, limits: &Limits) -> Result<Vec<u8>> {
-        io::cut_to_range(start, len, self.expert_bytes(), |first, n| {
-            self.experts(first, n, limits)
-        })
-    }
-}
-
 /// Every `P_blocks` + `P_scales` pair of `source`, each a group whose
 /// object, named `P`, decodes to `to`; `strict`: the configuration
 /// declares MXFP4, so a `_blocks` tensor without its scales is refused.
 pub(super) fn plan(source: &Source, strict: bool, to: DType) -> Result<Vec<Group>> {
-    let file = || {
-        source
-            .files()
-            .first()
-            .map(Context::file)
-            .unwrap_or_default()
-    };
+    let file = || io::first_file(source);
     let mut groups = Vec::new();
     for (at_scales, scales) in source.tensors().enumerate() {
         let Some(base) = scales.name().strip_suffix(SCALES) else {
@@ -257,7 +235,7 @@ pub(super) fn plan(source: &Source, strict: bool, to: DType) -> Result<Vec<Group
             to,
             vec![experts, cols, rows],
             Payload::Decoded {
-                decoder: Arc::new(decoder),
+                decoder: Arc::new(ByUnits(decoder)),
                 decoded_len,
             },
         );

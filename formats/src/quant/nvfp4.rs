@@ -12,12 +12,13 @@
 
 use std::sync::Arc;
 
-use zt_core::error::{Context, Error, Result};
-use zt_core::{DType, Decode, Limits, Object, Payload, Source};
+use zt_core::error::{Error, Result};
+use zt_core::{DType, Limits, Object, Payload, Source};
 
 use super::fp8::{dense_part, e4m3fn};
 use super::io::{self, output_width};
 use super::mxfp4::E2M1;
+use super::units::{ByUnits, Units};
 use super::{rules, Group};
 
 const PACKED: &str = ".weight_packed";
@@ -37,17 +38,20 @@ struct Nvfp4 {
     to: DType,
 }
 
-impl Nvfp4 {
-    fn row_bytes(&self) -> u64 {
+impl Units for Nvfp4 {
+    const DESCRIBE: &'static str = "nvfp4-dequant";
+
+    fn count(&self) -> u64 {
+        self.rows
+    }
+
+    fn unit_bytes(&self) -> u64 {
         self.cols * output_width(self.to).unwrap_or(4)
     }
 
-    /// Rows `[first, first + count)`, dequantized.
-    fn rows(&self, first: u64, count: u64, limits: &Limits) -> Result<Vec<u8>> {
-        let ctx = Context::default();
-        let row_out = self.row_bytes();
-        limits.check_decoded(&ctx, count * row_out)?;
-        let mut out = zt_core::buffer::try_zeroed(&ctx, "a dequantized tensor", count * row_out)?;
+    fn fill(&self, first: u64, out: &mut [u8], limits: &Limits) -> Result<()> {
+        let row_out = self.unit_bytes();
+        let count = out.len() as u64 / row_out;
         let half = self.cols / 2;
         let codes = io::read(&self.packed, first * half, count * half, limits)?;
         let per_row = self.cols / GROUP;
@@ -55,7 +59,7 @@ impl Nvfp4 {
         let g = io::read(&self.global, 0, 4, limits)?;
         let global = f32::from_le_bytes([g[0], g[1], g[2], g[3]]);
         let (cols, to) = (self.cols as usize, self.to);
-        io::rows_in_parallel(&mut out, row_out as usize, |at, o| {
+        io::rows_in_parallel(out, row_out as usize, |at, o| {
             let mut values = vec![0f32; cols];
             for (i, row_out) in o.chunks_exact_mut(row_out as usize).enumerate() {
                 let r = at + i;
@@ -75,40 +79,14 @@ impl Nvfp4 {
                 io::store(to, &values, row_out);
             }
         });
-        Ok(out)
-    }
-}
-
-impl Decode for Nvfp4 {
-    fn decode(&self, limits: &Limits) -> Result<Vec<u8>> {
-        self.rows(0, self.rows, limits)
-    }
-
-    fn describe(&self) -> &'static str {
-        "nvfp4-dequant"
-    }
-
-    fn seeks(&self) -> bool {
-        true
-    }
-
-    fn decode_range(&self, start: u64, len: u64, limits: &Limits) -> Result<Vec<u8>> {
-        io::cut_to_range(start, len, self.row_bytes(), |first, n| {
-            self.rows(first, n, limits)
-        })
+        Ok(())
     }
 }
 
 /// Every `X.weight_packed` of `source` with its scale and global scale,
 /// each a group whose object, named `X.weight`, decodes to `to`.
 pub(super) fn plan(source: &Source, to: DType) -> Result<Vec<Group>> {
-    let file = || {
-        source
-            .files()
-            .first()
-            .map(Context::file)
-            .unwrap_or_default()
-    };
+    let file = || io::first_file(source);
     let mut groups = Vec::new();
     for (at, packed) in source.tensors().enumerate() {
         let Some(base) = packed.name().strip_suffix(PACKED) else {
@@ -204,7 +182,7 @@ pub(super) fn plan(source: &Source, to: DType) -> Result<Vec<Group>> {
             to,
             vec![rows, cols],
             Payload::Decoded {
-                decoder: Arc::new(decoder),
+                decoder: Arc::new(ByUnits(decoder)),
                 decoded_len,
             },
         );

@@ -22,10 +22,11 @@ pub mod repack;
 use std::sync::Arc;
 
 use zt_core::error::{Context, Error, Result};
-use zt_core::{DType, Decode, Limits, Object, Payload, Source};
+use zt_core::{DType, Limits, Object, Payload, Source};
 
 use super::fp8::{dense_part, e4m3fn};
 use super::io::{self, output_width};
+use super::units::{ByUnits, Units};
 use super::{rules, Group};
 use kernel::{Affine, Fp4, Fp8};
 pub use params::{MlxConfig, Mode, Params};
@@ -78,13 +79,7 @@ impl Found {
 /// and group size. `config` is the model's MLX quantization; without one a
 /// u32 weight beside scales is refused (its bits cannot be told).
 pub(crate) fn find(source: &Source, config: Option<&MlxConfig>) -> Result<Vec<Found>> {
-    let file = || {
-        source
-            .files()
-            .first()
-            .map(Context::file)
-            .unwrap_or_default()
-    };
+    let file = || io::first_file(source);
     let mut found = Vec::new();
     for (at_scales, scale) in source.tensors().enumerate() {
         let Some(base) = scale.name().strip_suffix(SCALES) else {
@@ -251,25 +246,6 @@ pub(crate) fn find(source: &Source, config: Option<&MlxConfig>) -> Result<Vec<Fo
     Ok(found)
 }
 
-/// A scale or bias of `dtype` (little-endian) as f32.
-fn to_f32(dtype: DType, bytes: &[u8]) -> Vec<f32> {
-    match dtype {
-        DType::F16 => bytes
-            .chunks_exact(2)
-            .map(|c| zt_core::cast::f16_to_f32(u16::from_le_bytes([c[0], c[1]])))
-            .collect(),
-        DType::BF16 => bytes
-            .chunks_exact(2)
-            .map(|c| zt_core::cast::bf16_to_f32(u16::from_le_bytes([c[0], c[1]])))
-            .collect(),
-        DType::F32 => bytes
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect(),
-        _ => Vec::new(),
-    }
-}
-
 /// The decoder of one dequantized weight.
 #[derive(Debug)]
 struct Dequant {
@@ -277,18 +253,22 @@ struct Dequant {
     to: DType,
 }
 
-impl Dequant {
-    fn row_bytes(&self) -> u64 {
+impl Units for Dequant {
+    const DESCRIBE: &'static str = "mlx-dequant";
+
+    fn count(&self) -> u64 {
+        self.found.rows
+    }
+
+    fn unit_bytes(&self) -> u64 {
         self.found.cols * output_width(self.to).unwrap_or(4)
     }
 
-    /// Rows `[first, first + count)`, dequantized.
-    fn rows(&self, first: u64, count: u64, limits: &Limits) -> Result<Vec<u8>> {
+    /// Rows from `first`, dequantized.
+    fn fill(&self, first: u64, out: &mut [u8], limits: &Limits) -> Result<()> {
         let f = &self.found;
-        let ctx = Context::default();
-        let row_out = self.row_bytes();
-        limits.check_decoded(&ctx, count * row_out)?;
-        let mut out = zt_core::buffer::try_zeroed(&ctx, "a dequantized tensor", count * row_out)?;
+        let row_out = self.unit_bytes();
+        let count = out.len() as u64 / row_out;
         let packed = f.packed_row_bytes();
         let codes = io::read(&f.weight, first * packed, count * packed, limits)?;
         let per_row = f.groups_per_row();
@@ -300,12 +280,12 @@ impl Dequant {
             limits,
         )?;
         let scales: Vec<f32> = match f.params.mode {
-            Mode::Affine => to_f32(f.scale_dtype, &scale_bytes),
+            Mode::Affine => io::floats(f.scale_dtype, &scale_bytes),
             Mode::Mxfp4 | Mode::Mxfp8 => scale_bytes.iter().map(|&e| kernel::e8m0(e)).collect(),
             Mode::Nvfp4 => scale_bytes.iter().map(|&e| e4m3fn(e)).collect(),
         };
         let biases = match &f.biases {
-            Some(b) => to_f32(
+            Some(b) => io::floats(
                 f.scale_dtype,
                 &io::read(b, first * per_row * width, count * per_row * width, limits)?,
             ),
@@ -318,7 +298,7 @@ impl Dequant {
             per_row as usize,
         );
         let (mode, bits, to) = (f.params.mode, f.params.bits, self.to);
-        io::rows_in_parallel(&mut out, row_out as usize, |at, o| {
+        io::rows_in_parallel(out, row_out as usize, |at, o| {
             let mut values = vec![0f32; cols];
             for (i, row_out) in o.chunks_exact_mut(row_out as usize).enumerate() {
                 let r = at + i;
@@ -360,27 +340,7 @@ impl Dequant {
                 io::store(to, &values, row_out);
             }
         });
-        Ok(out)
-    }
-}
-
-impl Decode for Dequant {
-    fn decode(&self, limits: &Limits) -> Result<Vec<u8>> {
-        self.rows(0, self.found.rows, limits)
-    }
-
-    fn describe(&self) -> &'static str {
-        "mlx-dequant"
-    }
-
-    fn seeks(&self) -> bool {
-        true
-    }
-
-    fn decode_range(&self, start: u64, len: u64, limits: &Limits) -> Result<Vec<u8>> {
-        io::cut_to_range(start, len, self.row_bytes(), |first, n| {
-            self.rows(first, n, limits)
-        })
+        Ok(())
     }
 }
 
@@ -402,7 +362,7 @@ pub(super) fn plan(source: &Source, config: Option<&MlxConfig>, to: DType) -> Re
             to,
             found.shape.clone(),
             Payload::Decoded {
-                decoder: Arc::new(Dequant { found, to }),
+                decoder: Arc::new(ByUnits(Dequant { found, to })),
                 decoded_len,
             },
         );

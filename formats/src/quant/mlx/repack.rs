@@ -20,9 +20,10 @@ use std::sync::Arc;
 use zt_core::catalog::{Part, Value};
 use zt_core::derive::Entry;
 use zt_core::error::{Context, Error, Result};
-use zt_core::{DType, Decode, Limits, Object, Payload, Source};
+use zt_core::{DType, Limits, Object, Payload, Source};
 
 use super::{find, Found, Mode};
+use crate::quant::units::{ByUnits, Units};
 use crate::quant::{config, io, rules};
 
 /// Q4_1's layout as the GGUF plugin lists it, its ggml type id, block.
@@ -67,16 +68,21 @@ struct ToQ4_1 {
     found: Found,
 }
 
-impl ToQ4_1 {
-    fn row_bytes(&self) -> u64 {
+impl Units for ToQ4_1 {
+    const DESCRIBE: &'static str = "mlx-to-q4_1";
+    const WHAT: &'static str = "Q4_1 blocks";
+
+    fn count(&self) -> u64 {
+        self.found.rows
+    }
+
+    fn unit_bytes(&self) -> u64 {
         self.found.groups_per_row() * BLOCK as u64
     }
 
-    fn rows(&self, first: u64, count: u64, limits: &Limits) -> Result<Vec<u8>> {
+    fn fill(&self, first: u64, out: &mut [u8], limits: &Limits) -> Result<()> {
         let f = &self.found;
-        let ctx = Context::default();
-        limits.check_decoded(&ctx, count * self.row_bytes())?;
-        let mut out = zt_core::buffer::try_zeroed(&ctx, "Q4_1 blocks", count * self.row_bytes())?;
+        let count = out.len() as u64 / self.unit_bytes();
         let groups = count * f.groups_per_row();
         let packed = f.packed_row_bytes();
         let codes = io::read(&f.weight, first * packed, count * packed, limits)?;
@@ -89,24 +95,7 @@ impl ToQ4_1 {
             block[2..4].copy_from_slice(&m[2 * g..2 * g + 2]);
             mlx_to_q4_1(&codes[16 * g..16 * g + 16], &mut block[4..]);
         }
-        Ok(out)
-    }
-}
-
-impl Decode for ToQ4_1 {
-    fn decode(&self, limits: &Limits) -> Result<Vec<u8>> {
-        self.rows(0, self.found.rows, limits)
-    }
-    fn describe(&self) -> &'static str {
-        "mlx-to-q4_1"
-    }
-    fn seeks(&self) -> bool {
-        true
-    }
-    fn decode_range(&self, start: u64, len: u64, limits: &Limits) -> Result<Vec<u8>> {
-        io::cut_to_range(start, len, self.row_bytes(), |first, n| {
-            self.rows(first, n, limits)
-        })
+        Ok(())
     }
 }
 
@@ -183,7 +172,7 @@ pub fn to_q4_1_with(source: &Source, config: &serde_json::Value) -> Result<Optio
                         shape: vec![len],
                         strides: None,
                         payload: Payload::Decoded {
-                            decoder: Arc::new(ToQ4_1 { found: f }),
+                            decoder: Arc::new(ByUnits(ToQ4_1 { found: f })),
                             decoded_len: len,
                         },
                     }],
@@ -228,15 +217,24 @@ impl FromQ4_1 {
             Piece::Scales | Piece::Biases => 2,
         }
     }
+}
 
-    fn row_bytes(&self) -> u64 {
+impl Units for FromQ4_1 {
+    const DESCRIBE: &'static str = "q4_1-to-mlx";
+    const WHAT: &'static str = "an MLX tensor";
+
+    fn count(&self) -> u64 {
+        self.rows
+    }
+
+    fn unit_bytes(&self) -> u64 {
         self.per_row * self.per_block()
     }
 
-    fn rows(&self, first: u64, count: u64, limits: &Limits) -> Result<Vec<u8>> {
+    fn fill(&self, first: u64, out: &mut [u8], limits: &Limits) -> Result<()> {
+        let count = out.len() as u64 / self.unit_bytes();
         let row_in = self.per_row * BLOCK as u64;
         let blocks = io::read(&self.blocks, first * row_in, count * row_in, limits)?;
-        let mut out = vec![0u8; (count * self.row_bytes()) as usize];
         let per = self.per_block() as usize;
         for (b, o) in blocks.chunks_exact(BLOCK).zip(out.chunks_exact_mut(per)) {
             match self.piece {
@@ -245,24 +243,7 @@ impl FromQ4_1 {
                 Piece::Biases => o.copy_from_slice(&b[2..4]),
             }
         }
-        Ok(out)
-    }
-}
-
-impl Decode for FromQ4_1 {
-    fn decode(&self, limits: &Limits) -> Result<Vec<u8>> {
-        self.rows(0, self.rows, limits)
-    }
-    fn describe(&self) -> &'static str {
-        "q4_1-to-mlx"
-    }
-    fn seeks(&self) -> bool {
-        true
-    }
-    fn decode_range(&self, start: u64, len: u64, limits: &Limits) -> Result<Vec<u8>> {
-        io::cut_to_range(start, len, self.row_bytes(), |first, n| {
-            self.rows(first, n, limits)
-        })
+        Ok(())
     }
 }
 
@@ -310,13 +291,13 @@ fn mlx_object(file: &Context, t: &zt_core::Tensor<'_>, piece: Piece) -> Result<O
         rows,
         piece,
     };
-    let decoded_len = rows * decoder.row_bytes();
+    let decoded_len = rows * decoder.unit_bytes();
     Ok(Object::dense(
         name,
         dtype,
         out_shape,
         Payload::Decoded {
-            decoder: Arc::new(decoder),
+            decoder: Arc::new(ByUnits(decoder)),
             decoded_len,
         },
     ))
