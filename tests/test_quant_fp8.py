@@ -22,6 +22,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 import safetensors.numpy
+from bitexact import same
 
 import zt
 
@@ -36,15 +37,6 @@ def reference(weight: np.ndarray, scale: np.ndarray, block=(BLOCK, BLOCK)) -> np
     s = np.repeat(np.repeat(scale, block[0], axis=-2), block[1], axis=-1)[..., :rows, :cols]
     with np.errstate(over="ignore", invalid="ignore"):
         return weight.astype(np.float32) * s.astype(np.float32)
-
-
-def same(got: np.ndarray, want: np.ndarray) -> None:
-    """Equal bit for bit, NaN where NaN."""
-    assert got.dtype == want.dtype and got.shape == want.shape
-    nan = np.isnan(want.astype(np.float32))
-    assert np.array_equal(np.isnan(got.astype(np.float32)), nan)
-    width = {2: np.uint16, 4: np.uint32, 8: np.uint64}[got.dtype.itemsize]
-    assert np.array_equal(got.view(width)[~nan], want.view(width)[~nan])
 
 
 def codes(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:

@@ -17,6 +17,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 import safetensors.numpy
+from bitexact import same
 from gguf import GGMLQuantizationType as Q
 from gguf import GGUFReader
 from test_gguf_quants import QUANTIZABLE, TYPES, random_blocks, reference, size, write
@@ -63,17 +64,6 @@ def model(tmp_path_factory):
         else:
             want[t.name] = reference(t.data, t.tensor_type)
     return path, want
-
-
-def same(got: np.ndarray, want: np.ndarray, what) -> None:
-    """Bit for bit, NaN where the reference has NaN."""
-    assert got.dtype == want.dtype and got.shape == want.shape, what
-    nan = np.isnan(want.astype(np.float32))
-    assert (np.isnan(got.astype(np.float32)) == nan).all(), what
-    bits = {2: np.uint16, 4: np.uint32}[got.dtype.itemsize]
-    g, w = got.view(bits)[~nan], want.view(bits)[~nan]
-    bad = np.flatnonzero(g != w)
-    assert bad.size == 0, (what, bad[:5])
 
 
 @pytest.mark.parametrize("dtype", list(DTYPES))

@@ -25,7 +25,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 import safetensors.numpy
-from mlx_reference import pack, reference, same
+from bitexact import same
+from mlx_reference import pack, reference
 
 import zt
 

@@ -24,8 +24,9 @@ import mlx.nn as nn
 import numpy as np
 import pytest
 import safetensors.numpy
+from bitexact import same
 from mlx.utils import tree_flatten
-from mlx_reference import reference, same
+from mlx_reference import reference
 
 import zt
 

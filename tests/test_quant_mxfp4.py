@@ -17,6 +17,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 import safetensors.numpy
+from bitexact import same
 
 import zt
 
@@ -31,14 +32,6 @@ def reference(blocks: np.ndarray, scales: np.ndarray) -> np.ndarray:
     with np.errstate(over="ignore"):
         out = np.ldexp(values, (scales.astype(np.int32) - 127)[..., None]).astype(np.float32)
     return out.reshape(experts, rows, groups * width * 2).transpose(0, 2, 1)
-
-
-def same(got: np.ndarray, want: np.ndarray) -> None:
-    assert got.dtype == want.dtype and got.shape == want.shape
-    nan = np.isnan(want.astype(np.float32))
-    assert np.array_equal(np.isnan(got.astype(np.float32)), nan)
-    width = {2: np.uint16, 4: np.uint32}[got.dtype.itemsize]
-    assert np.array_equal(got.view(width)[~nan], want.view(width)[~nan])
 
 
 @pytest.fixture(scope="module")

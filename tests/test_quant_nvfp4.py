@@ -16,6 +16,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 import safetensors.numpy
+from bitexact import same
 
 import zt
 
@@ -31,14 +32,6 @@ def reference(packed: np.ndarray, scale: np.ndarray, global_scale: np.ndarray) -
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         s = scale.astype(np.float32) / global_scale.astype(np.float32)
         return (values.reshape(rows, -1, 16) * s[..., None]).reshape(rows, half * 2)
-
-
-def same(got: np.ndarray, want: np.ndarray) -> None:
-    assert got.dtype == want.dtype and got.shape == want.shape
-    nan = np.isnan(want.astype(np.float32))
-    assert np.array_equal(np.isnan(got.astype(np.float32)), nan)
-    width = {2: np.uint16, 4: np.uint32}[got.dtype.itemsize]
-    assert np.array_equal(got.view(width)[~nan], want.view(width)[~nan])
 
 
 @pytest.fixture(scope="module")
