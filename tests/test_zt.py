@@ -92,6 +92,24 @@ def test_canonical_writer_is_byte_identical_to_upstream(tmp):
     assert zt.canonical_violations(tmp / "mine.zt") == []
 
 
+def test_many_small_tensors_are_byte_identical_to_upstream(tmp):
+    # Several MiB of small tensors, so the batch writer hashes runs of them
+    # on its helper thread (issue 39), with ties among them (shared blobs,
+    # found from those digests) and large tensors between the runs.
+    items = []
+    for i in range(700):
+        if i % 100 == 50:
+            arr = RNG.standard_normal((300, 1024)).astype(np.float32)
+        elif i % 7 == 3:
+            arr = items[i - 3][1].copy()
+        else:
+            arr = RNG.standard_normal(2560 + i).astype(np.float32)
+        items.append((f"t{i:04d}", arr, "f32", None))
+    write_upstream(tmp / "up.zt", items)
+    zt.numpy.save_file({n: a for n, a, _, _ in items}, tmp / "batch.zt")
+    assert (tmp / "batch.zt").read_bytes() == (tmp / "up.zt").read_bytes()
+
+
 def test_convert_is_byte_identical_to_upstream_convert(tmp):
     arrays = {f"layer{i}.w": RNG.standard_normal((16, 8)).astype(np.float32) for i in range(12)}
     arrays["tied"] = arrays["layer3.w"].copy()

@@ -21,6 +21,7 @@ mod dedup;
 pub mod encoding;
 pub mod manifest;
 mod name_order;
+mod prehash;
 pub mod read;
 pub mod root;
 pub mod rules;

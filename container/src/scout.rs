@@ -12,6 +12,10 @@
 //! same order (hash a chunk, write it) costs the hash alone; the hash runs
 //! at the CPU's vector width ([`crate::xxh3`]).
 //!
+//! Runs of small parts are the exception: a helper thread hashes them in
+//! batches a little ahead of the writer ([`crate::prehash`]), so tens of
+//! thousands of small tensors do not put their whole hash on this thread.
+//!
 //! A large part can only be streamed that way if no earlier part has the
 //! same bytes, which is known before it is hashed: an earlier identical
 //! part has the same length and the same first bytes. Only a part that
@@ -22,6 +26,7 @@ use std::convert::Infallible;
 use std::io;
 
 use crate::dedup::{BlobKey, Seen};
+use crate::prehash;
 use crate::xxh3::{xxh3_64, Xxh3};
 use zt_core::catalog::Digest;
 
@@ -67,44 +72,50 @@ pub(crate) enum Scouted {
 /// `consume` returns ends the walk and is returned.
 pub(crate) fn scout<'a, P, C>(n: usize, part: P, mut consume: C) -> io::Result<()>
 where
-    P: Fn(usize) -> &'a [u8],
+    P: Fn(usize) -> &'a [u8] + Sync,
     C: FnMut(Scouted) -> io::Result<()>,
 {
-    // The parts written so far, by content.
-    let mut written: Seen<usize> = Seen::default();
-    // (length, prefix hash) of every large part written so far.
-    let mut large: HashSet<(usize, u64)> = HashSet::new();
-    for i in 0..n {
-        let data = part(i);
-        if data.len() > CHUNK && large.insert((data.len(), xxh3_64(&data[..PREFIX]))) {
-            // No earlier part can have these bytes: stream it.
-            let mut hasher = Xxh3::new();
-            for (c, chunk) in data.chunks(CHUNK).enumerate() {
-                hasher.update(chunk);
-                let end = c * CHUNK + chunk.len();
-                consume(Scouted::Chunk { part: i, end })?;
+    prehash::with_digests(n, &part, CHUNK, |small| {
+        // The parts written so far, by content.
+        let mut written: Seen<usize> = Seen::default();
+        // (length, prefix hash) of every large part written so far.
+        let mut large: HashSet<(usize, u64)> = HashSet::new();
+        for i in 0..n {
+            let data = part(i);
+            if data.len() > CHUNK && large.insert((data.len(), xxh3_64(&data[..PREFIX]))) {
+                // No earlier part can have these bytes: stream it.
+                let mut hasher = Xxh3::new();
+                for (c, chunk) in data.chunks(CHUNK).enumerate() {
+                    hasher.update(chunk);
+                    let end = c * CHUNK + chunk.len();
+                    consume(Scouted::Chunk { part: i, end })?;
+                }
+                let digest = Digest::Xxh3(hasher.digest());
+                let key = BlobKey::new(&digest, data.len() as u64, false);
+                written.record(key, i);
+                consume(Scouted::Streamed { part: i, digest })?;
+                continue;
             }
-            let digest = Digest::Xxh3(hasher.digest());
-            let key = BlobKey::new(&digest, data.len() as u64, false);
-            written.record(key, i);
-            consume(Scouted::Streamed { part: i, digest })?;
-            continue;
+            let digest = if data.len() <= CHUNK {
+                small.small(i, data)
+            } else {
+                xxh3_64(data)
+            };
+            let key = BlobKey::new(&Digest::Xxh3(digest), data.len() as u64, false);
+            // Equality is confirmed on the bytes, not assumed from the digest.
+            let same = |j: usize| Ok::<_, Infallible>(part(j) == data);
+            let Ok(twin) = written.find(&key, same);
+            if twin.is_none() {
+                written.record(key, i);
+            }
+            consume(Scouted::Whole(Whole {
+                part: i,
+                digest: Digest::Xxh3(digest),
+                twin,
+            }))?;
         }
-        let digest = xxh3_64(data);
-        let key = BlobKey::new(&Digest::Xxh3(digest), data.len() as u64, false);
-        // Equality is confirmed on the bytes, not assumed from the digest.
-        let same = |j: usize| Ok::<_, Infallible>(part(j) == data);
-        let Ok(twin) = written.find(&key, same);
-        if twin.is_none() {
-            written.record(key, i);
-        }
-        consume(Scouted::Whole(Whole {
-            part: i,
-            digest: Digest::Xxh3(digest),
-            twin,
-        }))?;
-    }
-    Ok(())
+        Ok(())
+    })
 }
 
 #[cfg(test)]
@@ -173,6 +184,38 @@ mod tests {
         let streamed: Vec<bool> = got.iter().map(|g| g.3).collect();
         // Only the first large part of its length and prefix is streamed.
         assert_eq!(streamed, [false, true, false, false, false, false, false]);
+    }
+
+    #[test]
+    fn small_parts_hashed_ahead_keep_digests_and_twins() {
+        // Enough small parts for the helper thread (several batches), every
+        // tenth a repeat of an earlier one, large parts among them.
+        let parts: Vec<Vec<u8>> = (0..800)
+            .map(|i| match i % 10 {
+                9 => noise(10_000, (i / 10 % 20) as u8),
+                5 if i % 100 == 5 => noise(CHUNK + 4096, i as u8),
+                _ => {
+                    let mut p = noise(10_000, i as u8);
+                    p[..4].copy_from_slice(&(i as u32).to_le_bytes());
+                    p
+                }
+            })
+            .collect();
+        let got = run(&parts);
+        assert_eq!(got.len(), parts.len());
+        let mut first: std::collections::HashMap<&[u8], usize> = Default::default();
+        for (i, d, twin, _) in &got {
+            assert_eq!(*d, xxhash_rust::xxh3::xxh3_64(&parts[*i]), "part {i}");
+            let want = match first.get(&parts[*i][..]) {
+                Some(&j) => Some(j),
+                None => {
+                    first.insert(&parts[*i][..], *i);
+                    None
+                }
+            };
+            assert_eq!(*twin, want, "part {i}");
+        }
+        assert!(got.iter().any(|g| g.2.is_some()));
     }
 
     #[test]

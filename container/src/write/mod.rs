@@ -7,9 +7,10 @@
 //!   `abandon`. Blobs go to the file as they arrive.
 //! * [`write_objects`], the batch path behind `convert` and
 //!   `zt.numpy.save_file`: every tensor is in memory (or mapped) at once, so
-//!   the hashing runs just ahead of the writes on a thread of its own
-//!   (`scout`; with compression, hashing and compression run on the pool,
-//!   `ahead`), the file is written front to back in one pass, and
+//!   each raw part is hashed on the writing thread just before it is
+//!   written (`scout`), runs of small parts a little ahead on a helper
+//!   thread (`prehash`); with compression, hashing and compression run on
+//!   the pool (`ahead`); the file is written front to back in one pass, and
 //!   duplicates are confirmed against the bytes in memory.
 //!
 //! Placement: canonical (64 KiB from 65536, the §6.3 rules, byte-identical
