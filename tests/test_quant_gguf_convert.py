@@ -23,6 +23,7 @@ from gguf import GGUFReader
 from test_gguf_quants import QUANTIZABLE, TYPES, random_blocks, reference, size, write
 
 import zt
+import zt.numpy
 
 DTYPES = {"f32": np.float32, "f16": np.float16, "bf16": ml_dtypes.bfloat16}
 
@@ -96,6 +97,31 @@ def test_default_is_f32_and_the_cli_writes_the_same(model, tmp_path):
     api = tmp_path / "api.safetensors"
     zt.convert(path, api, dequantize=True, dtype="bf16")
     assert cli.read_bytes() == api.read_bytes()
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+def test_load_file_dequantizes_to_dtype_as_convert_does(model, dtype):
+    """``zt.numpy.load_file(dequantize=True, dtype=)`` gives GGUF's block
+    types in ``dtype``, gguf-py's values rounded once (it once gave f32
+    whatever ``dtype``), and casts the plain float tensors as convert does."""
+    path, want = model
+    got = zt.numpy.load_file(path, dequantize=True, dtype=dtype)
+    assert sorted(got) == sorted(want)
+    for name, value in want.items():
+        with np.errstate(all="ignore"):
+            expected = value.astype(DTYPES[dtype])
+        same(got[name], expected, (dtype, name))
+
+
+@pytest.mark.parametrize("mode", [{"copy": True}, {"readonly": True}, {"backend": "pread"}])
+def test_load_file_dtype_holds_for_every_way_of_reading(model, mode):
+    path, want = model
+    got = zt.numpy.load_file(path, dequantize=True, dtype="bf16", **mode)
+    assert sorted(got) == sorted(want)
+    for name, value in want.items():
+        with np.errstate(all="ignore"):
+            expected = value.astype(ml_dtypes.bfloat16)
+        same(got[name], expected, (mode, name))
 
 
 def test_open_lists_dense_tensors_and_slices_read_rows(model):

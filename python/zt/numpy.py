@@ -69,13 +69,14 @@ def load_file(
     touches, never the file). ``readonly=True`` returns read-only views of
     the shared mapping instead (decoded tensors are still fresh arrays);
     ``copy=True`` returns independent arrays in fresh memory.
-    ``dequantize=True`` turns GGUF block-quantized tensors into float32
-    arrays of their logical shape (see :meth:`zt.Tensor.dequantize`);
-    without it they come back as their raw block bytes (uint8). It also
-    dequantizes the quantized safetensors schemes :func:`zt.open` reads with
-    ``dequantize=True``, to ``dtype`` (f32 by default; ``"bf16"`` gives
-    ``ml_dtypes.bfloat16`` arrays, and casts the other floating tensors;
-    GGUF tensors come back float32 whatever ``dtype``).
+    ``dequantize=True`` turns GGUF block-quantized tensors into arrays of
+    their logical shape (see :meth:`zt.Tensor.dequantize`); without it they
+    come back as their raw block bytes (uint8). It also dequantizes the
+    quantized safetensors schemes :func:`zt.open` reads with
+    ``dequantize=True``. Either kind comes back as ``dtype`` (f32 by
+    default; ``"bf16"`` gives ``ml_dtypes.bfloat16`` arrays, and casts the
+    other floating tensors), computed in f32 and rounded once, as
+    :func:`zt.convert` with ``dequantize=True`` writes them.
     ``backend="pread"`` reads with positional I/O instead of mapping, as
     safetensors' option does. ``path`` may be an object URL
     (``storage_options`` as for :func:`zt.open`). ``ranks=True``: ``path``
@@ -91,10 +92,11 @@ def load_file(
         raise ValueError("dtype goes with dequantize=True")
     opener = zt.open_ranks if ranks else zt.open
     opened = opener(path, map=backend == "mmap", storage_options=storage_options)
-    if dequantize and opened.format != "gguf":
-        # GGUF's blocks are dequantized below, tensor by tensor; a GGUF
-        # file is never read as a safetensors scheme (nor a config.json
-        # that happens to sit beside it).
+    if dequantize:
+        # The view convert(dequantize=True) writes, GGUF's block types
+        # included: each value in f32, rounded once to ``dtype`` (a
+        # config.json beside a GGUF file says nothing of its blocks and is
+        # not read).
         opened = zt.Source(zt._zt.dequantize(opened._native, zt._cast_name(dtype), None))
     with opened as source:
         return _arrays(source, copy, dequantize, readonly)
