@@ -13,19 +13,26 @@ Tables, each measured in one run with cases interleaved:
     against boto3 ranged GETs of the header and its JSON parse, with the
     requests each makes;
   * zrecord random gathers (batch 256 of 4 KiB and of 150 KiB records)
-    from the server against the same gathers from local disk.
+    from the server against the same gathers from local disk;
+  * the whole-model load again through `harness/throttle_proxy.py` with
+    each connection's bandwidth capped (as S3 caps it): zt against boto3
+    and obstore, with the responses each needs.
 
 Client and server share this machine's two cores over loopback: use the
 ratios between clients on the same server, not the absolute speeds.
 
     python -m harness.remote_bench --size-mb 1024 --runs 5
+    python -m harness.remote_bench --only model   # the two whole-model tables alone
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
+import pathlib
+import re
 import shutil
 import sys
 import time
@@ -36,9 +43,16 @@ import safetensors.numpy
 import zt
 
 from . import common, read_formats, report
+from .throttle_proxy import read_counters
 
 BUCKET = "zt-bench"
 BOTO3 = "boto3 download + safetensors.numpy.load_file"
+# The capped whole-model table: S3's first byte is slower still (100-200 ms)
+# and its connections faster; what it keeps is the shape, a fixed rate per
+# connection far below what the link carries.
+FIRST_BYTE = 0.020
+CONN_RATE = 32 << 20
+LINK_RATE = 4 << 30
 
 
 def server(work):
@@ -143,7 +157,8 @@ def peers(srv) -> dict:
 # ------------------------------------------------------------------ tables
 
 
-def whole_model(srv, work, size_mb: int, runs: int) -> report.Result:
+def upload_model(srv, work, size_mb: int):
+    """The model in the bucket (once per size): its key, s3:// URL, digests and bytes."""
     from .read_bench import big_arrays
 
     arrays = big_arrays(size_mb)
@@ -152,17 +167,21 @@ def whole_model(srv, work, size_mb: int, runs: int) -> report.Result:
     path = work / f"model-{size_mb}.safetensors"
     safetensors.numpy.save_file(arrays, os.fspath(path))
     del arrays
-    client = srv.boto3()
-    client.upload_file(os.fspath(path), BUCKET, path.name)
+    srv.boto3().upload_file(os.fspath(path), BUCKET, path.name)
     path.unlink()
-    url = f"s3://{BUCKET}/{path.name}"
+    return path.name, f"s3://{BUCKET}/{path.name}", want, nbytes
+
+
+def whole_model(srv, work, size_mb: int, runs: int) -> report.Result:
+    key, url, want, nbytes = upload_model(srv, work, size_mb)
+    client = srv.boto3()
     found, missing = peers(srv)
     cases = {
         "zt.numpy.load_file (s3://)": lambda: zt_load(url),
-        BOTO3: lambda: boto3_load(client, path.name, work / "download.safetensors"),
+        BOTO3: lambda: boto3_load(client, key, work / "download.safetensors"),
     }
     if "obstore" in found:
-        cases["obstore get_ranges"] = lambda: obstore_load(found["obstore"], path.name)
+        cases["obstore get_ranges"] = lambda: obstore_load(found["obstore"], key)
     if "s3torchconnector" in found:
         cases["s3torchconnector S3Checkpoint"] = lambda: s3torchconnector_load(found["s3torchconnector"], url)
     if "runai" in found:
@@ -184,6 +203,72 @@ def whole_model(srv, work, size_mb: int, runs: int) -> report.Result:
             *(f"{name}: {why}" for name, why in missing.items()),
         ],
         modules=["safetensors", "boto3", "obstore", "s3torchconnector", "runai_model_streamer"],
+    )
+
+
+def whole_model_capped(srv, work, size_mb: int, runs: int) -> report.Result:
+    """The whole-model load through the throttling proxy with each
+    connection's bandwidth capped, as S3 caps it: a client is then as fast
+    as the requests it keeps in flight (zt's budget, boto3's 10 transfer
+    threads, obstore's `get_ranges`, which never splits a range)."""
+    from .remote_gather_bench import ProxyProcess
+
+    key, url, want, nbytes = upload_model(srv, work, size_mb)
+    load = common.LoadWindow()
+    load.begin()
+    proxy = ProxyProcess(common.ROOT, srv.env["AWS_ENDPOINT_URL"], FIRST_BYTE, rate=LINK_RATE, conn_rate=CONN_RATE)
+    try:
+        via = dataclasses.replace(srv, endpoint=proxy.endpoint)  # the same server, through the proxy
+        found, _ = peers(via)
+        boto3_client = via.boto3()
+        cases = {
+            "zt.numpy.load_file (s3://)": lambda: digests(
+                zt.numpy.load_file(url, storage_options={"endpoint": proxy.endpoint})
+            ),
+            BOTO3: lambda: boto3_load(boto3_client, key, work / "download.safetensors"),
+        }
+        if "obstore" in found:
+            cases["obstore get_ranges"] = lambda: obstore_load(found["obstore"], key)
+        counts: dict[str, list[int]] = {name: [] for name in cases}
+        mark = [0]
+
+        def before():
+            mark[0] = read_counters(proxy.control)[0]["responses"]
+
+        def after(name):
+            counts[name].append(read_counters(proxy.control)[0]["responses"] - mark[0])
+
+        times, values = common.interleaved(cases, runs, before=before, after=after)
+    finally:
+        proxy.stop()
+    load.finish()
+    for name, got in values.items():
+        assert got == want, f"{name} read wrong bytes"
+    zt_median = common.summary(times["zt.numpy.load_file (s3://)"])[0]
+    others = {name: common.summary(t)[0] for name, t in times.items() if not name.startswith("zt")}
+    extra = {name: {"responses": f"{int(np.median(c))}"} for name, c in counts.items()}
+    return report.Result(
+        "remote",
+        f"Whole-model load over S3 through a proxy: {FIRST_BYTE * 1000:.0f} ms to the first byte, "
+        f"{CONN_RATE >> 20} MiB/s per connection, {nbytes / 2**30:.2f} GiB safetensors",
+        times,
+        peer=BOTO3,
+        nbytes=nbytes,
+        extra=extra,
+        notes=[
+            f"`harness/throttle_proxy.py` in a child process waits {FIRST_BYTE * 1000:.0f} ms before every "
+            f"response's first byte and serves each connection at most {CONN_RATE >> 20} MiB/s "
+            f"({LINK_RATE >> 20} MiB/s in all), so the requests a client keeps in flight set its speed, as on "
+            "S3 (about 85-90 MB/s a connection, AWS's guidance); the per-connection cap is scaled down from "
+            "S3's so that the Python proxy's own CPU on the shared cores is not what binds. "
+            "Responses: the proxy's, per load (medians). obstore's `get_ranges` merges ranges less than "
+            "1 MiB apart and never splits one, so a model's tensors, stored end to end, come down in a "
+            "request or two, each on one capped connection. The proxy paces each 64 KiB chunk with a sleep, "
+            "so under load a connection's rate falls below the nominal cap, alike for every client.",
+            *(f"zt ÷ {name}: {median / zt_median:.2f}×." for name, median in others.items()),
+            load.sentence().strip(),
+        ],
+        modules=["safetensors", "boto3", "obstore"],
     )
 
 
@@ -308,6 +393,24 @@ def gather_peers(client, work, width: int, records: np.ndarray, plans: list) -> 
     return peers, notes
 
 
+def upload_records(client, work, rng, records: int, width: int, shards: int):
+    """A Dense store of `records` random uint8 records of `width` bytes in
+    `shards` data shards, written to work/records.zr and uploaded under
+    records.zr/ in the bucket (the record benchmarks' common store).
+    Returns the local store's path and the records."""
+    from zt.zrecord import Dense
+
+    local = work / "records.zr"
+    shutil.rmtree(local, ignore_errors=True)
+    data = rng.integers(0, 255, size=(records, width), dtype=np.uint8)
+    with Dense.create(local, np.uint8, (width,), data_shards=shards) as store:
+        for start in range(0, records, 256):
+            store.append(data[start : start + 256])
+    for f in sorted(local.iterdir()):
+        client.upload_file(os.fspath(f), BUCKET, f"records.zr/{f.name}")
+    return local, data
+
+
 def gathers(srv, work, runs: int, records: int, batches: int) -> list[report.Result]:
     from zt.zrecord import Dense
 
@@ -386,9 +489,56 @@ def run(size_mb: int, runs: int, records: int, batches: int, model: dict, format
         if formats:
             results.append(per_format(srv, work, runs, model))
         results.extend(gathers(srv, work, runs, records, batches))
+        # Last, so the tables before keep their plots' names.
+        results.append(whole_model_capped(srv, work, size_mb, runs))
         return results
     finally:
         srv.stop()
+
+
+def run_models(size_mb: int, runs: int) -> list[report.Result]:
+    """`--only model`: the two whole-model tables alone."""
+    work = common.bench_dir("remote")
+    srv = server(work)
+    try:
+        load = common.LoadWindow()
+        load.begin()
+        straight = whole_model(srv, work, size_mb, runs)
+        load.finish()
+        straight.notes.append(load.sentence().strip())
+        return [straight, whole_model_capped(srv, work, size_mb, runs)]
+    finally:
+        srv.stop()
+
+
+def splice(results: list[report.Result], stem: str, command: str, rev: str) -> pathlib.Path:
+    """Each result's section of results/STEM.md (found by its title up to
+    the first colon) replaced by the new one, or added before the machine
+    line with the next plot name; the other sections, their plots and runs
+    stay as their last full run wrote them. STEM.json likewise."""
+    md, raw_path = common.RESULTS / f"{stem}.md", common.RESULTS / f"{stem}.json"
+    text = md.read_text()
+    raw = json.loads(raw_path.read_text()) if raw_path.exists() else {"results": []}
+    for r in results:
+        r.notes.append(f"Rerun alone (zt {rev}): `{command}`; the machine line below is the full run's.")
+        key = "### " + r.title.split(":")[0] + ":"
+        start = text.find(key)
+        if start >= 0:
+            ends = [i for i in (text.find("\n### ", start + 1), text.find("\nMachine:", start)) if i >= 0]
+            end = min(ends) + 1 if ends else len(text)
+            png = re.search(r"\]\(([^)]+\.png)\)", text[start:end])
+            png = png.group(1) if png else f"{stem}-{text.count('![')}.png"
+        else:
+            start = end = text.rfind("Machine:") if "Machine:" in text else len(text)
+            png = f"{stem}-{text.count('![')}.png"
+        r.plot(common.RESULTS / png)
+        text = text[:start] + f"{r.markdown()}\n![{r.title}]({png})\n\n" + text[end:]
+        entry = dataclasses.asdict(r)
+        kept = [e for e in raw["results"] if not e.get("title", "").startswith(key[4:])]
+        raw["results"] = kept + [entry]
+    md.write_text(text)
+    raw_path.write_text(json.dumps(raw, indent=1))
+    return md
 
 
 def header(runs: int) -> str:
@@ -415,7 +565,15 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=20_000)
     ap.add_argument("--batches", type=int, default=20)
     ap.add_argument("--out", default="remote")
+    ap.add_argument(
+        "--only", choices=["model"], help="rerun the whole-model tables alone into results/OUT.md (the rest kept)"
+    )
     args = ap.parse_args()
+    if args.only == "model":
+        command = f"python -m harness.remote_bench --only model --size-mb {args.size_mb} --runs {args.runs}"
+        rev = common.versions("zt").get("zt", "?")  # at the start: the tree may move during the run
+        print(splice(run_models(args.size_mb, args.runs), args.out, command, rev).read_text())
+        return
     results = run(args.size_mb, args.runs, args.records, args.batches, SMALL_MODEL)
     print(report.save(results, args.out, header(args.runs)).read_text())
 

@@ -330,8 +330,6 @@ def cache_epochs(srv, work, client, data, runs: int, rng):
 
 
 def run(runs: int) -> list:
-    from zt.zrecord import Dense
-
     from . import common, remote_bench
 
     work = common.bench_dir("remote-ceiling")
@@ -340,14 +338,7 @@ def run(runs: int) -> list:
     try:
         client = srv.boto3()
         rng = np.random.default_rng(37)
-        local = work / "records.zr"
-        shutil.rmtree(local, ignore_errors=True)
-        data = rng.integers(0, 255, size=(RECORDS, WIDTH), dtype=np.uint8)
-        with Dense.create(local, np.uint8, (WIDTH,), data_shards=SHARDS) as store:
-            for start in range(0, RECORDS, 256):
-                store.append(data[start : start + 256])
-        for f in sorted(local.iterdir()):
-            client.upload_file(os.fspath(f), BUCKET, f"records.zr/{f.name}")
+        local, data = remote_bench.upload_records(client, work, rng, RECORDS, WIDTH, SHARDS)
         results.append(ceiling(srv, work, local, runs, rng))
         results.append(cache_epochs(srv, work, client, data, runs, rng))
     finally:

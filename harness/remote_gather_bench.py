@@ -51,7 +51,7 @@ PROXY_CHILD = """
 import sys, time
 sys.path.insert(0, sys.argv[1])
 from harness.throttle_proxy import Proxy
-p = Proxy(sys.argv[2], rate=float(sys.argv[3]), first_byte=float(sys.argv[4]))
+p = Proxy(sys.argv[2], rate=float(sys.argv[3]), first_byte=float(sys.argv[4]), conn_rate=float(sys.argv[5]))
 print(p.ports[0], p.control, flush=True)
 sys.stdin.read()  # until the parent closes it
 p.stop()
@@ -61,9 +61,9 @@ p.stop()
 class ProxyProcess:
     """`throttle_proxy.Proxy` in a child process, stopped by its PID."""
 
-    def __init__(self, root, upstream: str, first_byte: float):
+    def __init__(self, root, upstream: str, first_byte: float, rate: float = RATE, conn_rate: float = 0.0):
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", PROXY_CHILD, os.fspath(root), upstream, str(RATE), str(first_byte)],
+            [sys.executable, "-c", PROXY_CHILD, os.fspath(root), upstream, str(rate), str(first_byte), str(conn_rate)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -210,14 +210,7 @@ def run(runs: int, before: str | None = "auto") -> list:
     try:
         client = srv.boto3()
         rng = np.random.default_rng(37)
-        local = work / "records.zr"
-        shutil.rmtree(local, ignore_errors=True)
-        data = rng.integers(0, 255, size=(RECORDS, WIDTH), dtype=np.uint8)
-        with Dense.create(local, np.uint8, (WIDTH,), data_shards=4) as store:
-            for start in range(0, RECORDS, 256):
-                store.append(data[start : start + 256])
-        for f in sorted(local.iterdir()):
-            client.upload_file(os.fspath(f), BUCKET, f"records.zr/{f.name}")
+        local, data = remote_bench.upload_records(client, work, rng, RECORDS, WIDTH, 4)
         plans = [rng.choice(RECORDS, size=BATCH, replace=False).astype(np.uint64) for _ in range(BATCHES)]
         plan_file = work / "plans.npy"
         np.save(plan_file, np.stack(plans))

@@ -2,7 +2,9 @@
 forwards every byte unchanged, waits `first_byte` seconds before the first
 byte of each response, and caps the bandwidth of all its responses together
 (one token bucket shared by every connection and port), counting what it
-served.
+served. `conn_rate` also caps each connection on its own, as S3 serves one
+connection at about 85-90 MB/s whatever the link: a client's speed then
+depends on how many requests it keeps in flight.
 
 Requests pass through byte for byte (the Host header a client signed with
 SigV4 reaches the server as signed, and the server checks the signature
@@ -43,10 +45,17 @@ class _Bucket:
 
 
 class Proxy:
-    def __init__(self, upstream: str, ports: int = 1, rate: float = 64 << 20, first_byte: float = 0.020):
+    def __init__(
+        self,
+        upstream: str,
+        ports: int = 1,
+        rate: float = 64 << 20,
+        first_byte: float = 0.020,
+        conn_rate: float = 0.0,
+    ):
         host, _, port = upstream.removeprefix("http://").rstrip("/").partition(":")
         self.upstream = (host, int(port or 80))
-        self.rate, self.first_byte = rate, first_byte
+        self.rate, self.first_byte, self.conn_rate = rate, first_byte, conn_rate
         self.counters = [{"bytes": 0, "responses": 0, "requests_bytes": 0} for _ in range(ports)]
         self.ports: list[int] = []
         self.control = 0
@@ -106,6 +115,7 @@ class Proxy:
         # from the server is a response's first.
         waiting = asyncio.Event()
         counter = self.counters[index]
+        own = _Bucket(self.conn_rate) if self.conn_rate > 0 else None
 
         async def upward():
             while data := await client_r.read(CHUNK):
@@ -122,6 +132,8 @@ class Proxy:
                     waiting.clear()
                     counter["responses"] += 1
                     await asyncio.sleep(self.first_byte)
+                if own is not None:
+                    await own.take(len(data))
                 await self._bucket.take(len(data))
                 counter["bytes"] += len(data)
                 client_w.write(data)
