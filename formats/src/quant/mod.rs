@@ -119,6 +119,14 @@ pub fn dequantize(source: &Source, options: &Options) -> Result<Source> {
         _ => None,
     };
     groups.extend(mlx::plan(source, mlx_config, to)?);
+    derive(source, &ctx, groups)
+}
+
+/// `source` with each group's object listed at its position and the
+/// tensors it reads listed no more; everything else kept as it was. Two
+/// groups reading one tensor are refused (`quant.Scheme`): which one it
+/// belongs to cannot be told.
+pub(crate) fn derive(source: &Source, ctx: &Context, groups: Vec<Group>) -> Result<Source> {
     if groups.is_empty() {
         return source.derive((0..source.len()).map(Entry::Kept).collect());
     }
@@ -132,7 +140,7 @@ pub fn dequantize(source: &Source, options: &Options) -> Result<Source> {
             if std::mem::replace(&mut consumed[r], true) {
                 let name = source.tensor_at(r).map(|t| t.name().to_string());
                 return Err(Error::header(
-                    ctx.tensor(name.unwrap_or_default()),
+                    ctx.clone().tensor(name.unwrap_or_default()),
                     rules::SCHEME,
                     "a tensor two quantized weights read",
                 ));

@@ -24,7 +24,7 @@ use zt_core::{DType, Limits, Object, Payload, Source};
 
 use super::{find, Found, Mode};
 use crate::quant::units::{ByUnits, Units};
-use crate::quant::{config, io, rules};
+use crate::quant::{self, config, io, rules, Group};
 
 /// Q4_1's layout as the GGUF plugin lists it, its ggml type id, block.
 const Q4_1_LAYOUT: &str = "gguf.q4_1/1";
@@ -120,11 +120,7 @@ pub fn to_q4_1(source: &Source) -> Result<Option<Source>> {
 /// [`to_q4_1`] with the model's configuration given (a `config.json`'s
 /// JSON, or MLX's `quantization` alone).
 pub fn to_q4_1_with(source: &Source, config: &serde_json::Value) -> Result<Option<Source>> {
-    let ctx = source
-        .files()
-        .first()
-        .map(Context::file)
-        .unwrap_or_default();
+    let ctx = io::first_file(source);
     let config::Declared::Mlx(mlx) = config::declared(&ctx, config)? else {
         return Ok(None);
     };
@@ -132,10 +128,9 @@ pub fn to_q4_1_with(source: &Source, config: &serde_json::Value) -> Result<Optio
     if found.is_empty() {
         return Ok(None);
     }
-    let mut anchor = vec![None; source.len()];
-    let mut consumed = vec![false; source.len()];
-    for (i, f) in found.iter().enumerate() {
-        if !is_q4_1(f) {
+    let mut groups = Vec::with_capacity(found.len());
+    for f in found {
+        if !is_q4_1(&f) {
             return Err(Error::unsupported(
                 ctx.tensor(format!("{}.weight", f.base)),
                 rules::REPACK,
@@ -149,46 +144,31 @@ pub fn to_q4_1_with(source: &Source, config: &serde_json::Value) -> Result<Optio
                 ),
             ));
         }
-        anchor[f.at_weight] = Some(i);
-        for r in f.reads() {
-            consumed[r] = true;
-        }
+        let (at, reads) = (f.at_weight, f.reads());
+        let len = f.rows * f.groups_per_row() * BLOCK as u64;
+        let object = Object {
+            name: format!("{}.weight", f.base),
+            shape: f.shape.clone(),
+            layout: Q4_1_LAYOUT.into(),
+            parts: vec![Part {
+                name: "data".into(),
+                dtype: DType::U8,
+                shape: vec![len],
+                strides: None,
+                payload: Payload::Decoded {
+                    decoder: Arc::new(ByUnits(ToQ4_1 { found: f })),
+                    decoded_len: len,
+                },
+            }],
+            attributes: vec![
+                ("ggml_type".into(), Value::Int(Q4_1_ID)),
+                ("elems_per_block".into(), Value::Int(GROUP as i64)),
+                ("block_bytes".into(), Value::Int(BLOCK as i64)),
+            ],
+        };
+        groups.push(Group { at, reads, object });
     }
-    let mut found: Vec<Option<Found>> = found.into_iter().map(Some).collect();
-    let mut entries = Vec::with_capacity(source.len());
-    for position in 0..source.len() {
-        match anchor[position] {
-            Some(i) => {
-                let f = found[i].take().expect("one anchor each");
-                let (at, reads) = (f.at_weight, f.reads());
-                let len = f.rows * f.groups_per_row() * BLOCK as u64;
-                let object = Object {
-                    name: format!("{}.weight", f.base),
-                    shape: f.shape.clone(),
-                    layout: Q4_1_LAYOUT.into(),
-                    parts: vec![Part {
-                        name: "data".into(),
-                        dtype: DType::U8,
-                        shape: vec![len],
-                        strides: None,
-                        payload: Payload::Decoded {
-                            decoder: Arc::new(ByUnits(ToQ4_1 { found: f })),
-                            decoded_len: len,
-                        },
-                    }],
-                    attributes: vec![
-                        ("ggml_type".into(), Value::Int(Q4_1_ID)),
-                        ("elems_per_block".into(), Value::Int(GROUP as i64)),
-                        ("block_bytes".into(), Value::Int(BLOCK as i64)),
-                    ],
-                };
-                entries.push(Entry::New { at, object, reads });
-            }
-            None if consumed[position] => {}
-            None => entries.push(Entry::Kept(position)),
-        }
-    }
-    source.derive(entries).map(Some)
+    quant::derive(source, &ctx, groups).map(Some)
 }
 
 /// Which of MLX's three tensors a reverse decoder produces.
