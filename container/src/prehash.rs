@@ -186,11 +186,21 @@ where
             ahead: Some((shared, helper.thread().clone())),
             batch: None,
         };
-        let r = body(&mut digests);
-        shared.stop.store(true, Ordering::Relaxed);
-        helper.thread().unpark();
-        r
+        // Stops the helper when the body ends, by return or by panic (the
+        // scope joins the helper, which a parked helper would never let).
+        let _stop = Stop(shared, helper.thread().clone());
+        body(&mut digests)
     })
+}
+
+/// Stops the helper when dropped.
+struct Stop<'s>(&'s Shared, Thread);
+
+impl Drop for Stop<'_> {
+    fn drop(&mut self) {
+        self.0.stop.store(true, Ordering::Relaxed);
+        self.1.unpark();
+    }
 }
 
 #[cfg(test)]
@@ -277,6 +287,21 @@ mod tests {
             let want = (data.len() <= SMALL).then(|| xxh3_64(data));
             assert_eq!(got[i], want, "part {i}");
         }
+    }
+
+    #[test]
+    fn a_writer_that_panics_ends_the_helper() {
+        let p = parts();
+        let part = |i: usize| &p[i][..];
+        // The scope joins the helper before the panic goes on: this
+        // returns only if the helper stopped.
+        let r = std::panic::catch_unwind(|| {
+            with_digests(p.len(), &part, SMALL, |d| {
+                d.small(0, &p[0]);
+                panic!("the writer failed")
+            })
+        });
+        assert!(r.is_err());
     }
 
     #[test]
