@@ -28,14 +28,16 @@ import time
 from . import common
 
 
-def _cpu() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
+def _cpu(who: int = resource.RUSAGE_SELF) -> float:
+    r = resource.getrusage(who)
     return r.ru_utime + r.ru_stime
 
 
 def child(kind: str, size_mb: int, durable: bool, path: str) -> None:
     """One timed write with the `zt` first on sys.path (the parent sets
-    PYTHONPATH); prints {"wall", "cpu", "zt"} as JSON."""
+    PYTHONPATH); prints {"wall", "cpu", "writer", "zt"} as JSON: `writer`
+    is the calling thread's CPU time, the writing thread's (the batch
+    writer runs on the caller), its critical path whatever else runs."""
     import zt
     import zt.numpy
 
@@ -45,12 +47,13 @@ def child(kind: str, size_mb: int, durable: bool, path: str) -> None:
     zt.numpy.save_file(arrays, path, durable=durable)
     os.remove(path)
     os.sync()
-    c0, t0 = _cpu(), time.perf_counter()
+    c0, w0, t0 = _cpu(), _cpu(resource.RUSAGE_THREAD), time.perf_counter()
     zt.numpy.save_file(arrays, path, durable=durable)
     wall, cpu = time.perf_counter() - t0, _cpu() - c0
+    writer = _cpu(resource.RUSAGE_THREAD) - w0
     os.remove(path)
     os.sync()
-    print(json.dumps({"wall": wall, "cpu": cpu, "zt": zt.__file__}))
+    print(json.dumps({"wall": wall, "cpu": cpu, "writer": writer, "zt": zt.__file__}))
 
 
 def run_one(build: pathlib.Path, kind: str, size_mb: int, durable: bool, path: pathlib.Path) -> dict:
@@ -105,20 +108,26 @@ def main() -> None:
     command = "python -m harness.write_ab " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     base = names[0]
     lines = [
-        f"| workload | build | wall median (IQR) | wall vs {base} | CPU median (IQR) | CPU vs {base} |",
-        "|---|---|---|---|---|---|",
+        f"| workload | build | wall median (IQR) | wall vs {base} | CPU median (IQR) | CPU vs {base} "
+        f"| writing thread's CPU (IQR) | vs {base} |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for case, by in samples.items():
         ref_w = common.summary([s["wall"] for s in by[base]])[0]
         ref_c = common.summary([s["cpu"] for s in by[base]])[0]
+        ref_t = common.summary([s["writer"] for s in by[base]])[0]
         for n in names:
             walls = [s["wall"] for s in by[n]]
             cpus = [s["cpu"] for s in by[n]]
+            writer = [s["writer"] for s in by[n]]
             lines.append(
                 f"| {case} | {n} | {fmt(walls)} | {ref_w / common.summary(walls)[0]:.2f}× "
-                f"| {fmt(cpus)} | {ref_c / common.summary(cpus)[0]:.2f}× |"
+                f"| {fmt(cpus)} | {ref_c / common.summary(cpus)[0]:.2f}× "
+                f"| {fmt(writer)} | {ref_t / common.summary(writer)[0]:.2f}× |"
             )
     md = (
+        "## `.zt` canonical writes (`zt.numpy.save_file`): A/B of zt builds\n\n"
+        f"Builds: {', '.join(f'{n} = `{d}`' for n, d in builds.items())}. "
         f"{args.runs} runs per build and workload ({args.size_mb} MiB), each write timed in a fresh process after "
         "one untimed write, builds alternating run by run; `vs` is the first build's median over this one's "
         "(above 1: faster)." + load.sentence() + f"\n\nReproduce: `{command}`.\n\n" + "\n".join(lines) + "\n"
