@@ -495,8 +495,8 @@ class Ragged(_Base):
         ``gs://``, ``az://``; ``storage_options`` as for :func:`zt.open`):
         ``.idx`` is fetched once at open (past 64 MiB, or
         ``ZT_BINIDX_PAGED_ABOVE`` bytes, only its header: each gather
-        fetches the 1 MiB pages of the index its records need, the 64 most
-        recently used kept), and each gather fetches its records' ``.bin``
+        fetches the 64 KiB pages of the index its records need, up to 64
+        MiB of the most recently used kept), and each gather fetches its records' ``.bin``
         ranges (coalesced, within the process's request
         budget; the DataLoader starts its prefetch window's fetches
         ahead)."""

@@ -220,7 +220,7 @@ def test_a_remote_index_that_lies_is_refused_before_it_is_downloaded(large, buck
 
 # ------------------------------------------------ a large index, read by pages
 
-PAGE = 1 << 20  # zrecord's page of an index array (binidx_pages.rs)
+PAGE = 64 << 10  # zrecord's page of an index array (binidx_pages.rs)
 OPEN_BYTES = 2 * ((1 << 20) + (256 << 10))  # each object's open: first MiB, last 256 KiB
 
 

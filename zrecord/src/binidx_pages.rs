@@ -23,10 +23,16 @@ pub(crate) use crate::binidx::Array;
 use crate::error::Result;
 
 /// Bytes per page of an array (the last page of an array may be shorter).
-pub(crate) const PAGE: u64 = 1 << 20;
-/// Pages kept between gathers (least recently used dropped first); a
-/// gather that needs more holds them only while it runs.
-const HELD: usize = 64;
+/// Small, because random gathers touch one entry per page: a page's bytes
+/// past the entry are what a gather pays for extra, while a request's
+/// cost is mostly its first byte (and neighbouring pages of a sequential
+/// gather are coalesced into one request anyway). With 1 MiB pages a
+/// random batch fetched most of a corpus's index again and again, slower
+/// than fetching it whole once (see `results/binidx-remote.md`).
+pub(crate) const PAGE: u64 = 64 << 10;
+/// Pages kept between gathers (64 MiB; least recently used dropped
+/// first); a gather that needs more holds them only while it runs.
+const HELD: usize = 1024;
 
 /// An index below this many bytes is fetched whole at open, as before
 /// (one request, no page bookkeeping); `ZT_BINIDX_PAGED_ABOVE` (bytes)
@@ -169,10 +175,14 @@ impl Pages {
             held.pages.insert(key, (Arc::clone(&page), used));
             pages.insert(key, page);
         }
-        while held.pages.len() > HELD {
-            let oldest = held.pages.iter().min_by_key(|(_, (_, used))| *used);
-            let oldest = *oldest.expect("more than HELD pages").0;
-            held.pages.remove(&oldest);
+        if held.pages.len() > HELD {
+            let mut by_use: Vec<(u64, Key)> =
+                held.pages.iter().map(|(k, (_, u))| (*u, *k)).collect();
+            by_use.sort_unstable_by_key(|&(used, _)| used);
+            let excess = by_use.len() - HELD;
+            for (_, key) in &by_use[..excess] {
+                held.pages.remove(key);
+            }
         }
         Ok(Pinned { pages })
     }
