@@ -263,8 +263,7 @@ def whole_model_capped(srv, work, size_mb: int, runs: int) -> report.Result:
             "S3's so that the Python proxy's own CPU on the shared cores is not what binds. "
             "Responses: the proxy's, per load (medians). obstore's `get_ranges` merges ranges less than "
             "1 MiB apart and never splits one, so a model's tensors, stored end to end, come down in a "
-            "request or two, each on one capped connection. The proxy paces each 64 KiB chunk with a sleep, "
-            "so under load a connection's rate falls below the nominal cap, alike for every client.",
+            "request or two, each on one capped connection.",
             *(f"zt ÷ {name}: {median / zt_median:.2f}×." for name, median in others.items()),
             load.sentence().strip(),
         ],

@@ -28,18 +28,24 @@ import threading
 import time
 
 CHUNK = 64 << 10
+# How far a connection's pacing may catch up on late wake-ups (seconds).
+CONN_SLACK = 0.050
 
 
 class _Bucket:
     """Bandwidth shared by every response: each chunk is sent at the end of
-    its slot on one virtual clock (first come, first served)."""
+    its slot on one virtual clock (first come, first served). `slack`: how
+    far the clock may lag behind now, so that a sender woken late by a busy
+    loop catches up (the per-connection cap: one connection's chunks come
+    one after another, and each late wake-up would otherwise lower its
+    rate below the cap); 0 keeps an idle link from saving up a burst."""
 
-    def __init__(self, rate: float):
-        self.rate, self.next = rate, 0.0
+    def __init__(self, rate: float, slack: float = 0.0):
+        self.rate, self.next, self.slack = rate, 0.0, slack
 
     async def take(self, n: int) -> None:
         now = time.monotonic()
-        self.next = max(now, self.next) + n / self.rate
+        self.next = max(now - self.slack, self.next) + n / self.rate
         if self.next > now:
             await asyncio.sleep(self.next - now)
 
@@ -115,7 +121,7 @@ class Proxy:
         # from the server is a response's first.
         waiting = asyncio.Event()
         counter = self.counters[index]
-        own = _Bucket(self.conn_rate) if self.conn_rate > 0 else None
+        own = _Bucket(self.conn_rate, slack=CONN_SLACK) if self.conn_rate > 0 else None
 
         async def upward():
             while data := await client_r.read(CHUNK):
@@ -132,6 +138,8 @@ class Proxy:
                     waiting.clear()
                     counter["responses"] += 1
                     await asyncio.sleep(self.first_byte)
+                    if own is not None:
+                        own.next = time.monotonic()  # no credit saved up between responses
                 if own is not None:
                     await own.take(len(data))
                 await self._bucket.take(len(data))
