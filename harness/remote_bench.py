@@ -533,8 +533,11 @@ def splice(results: list[report.Result], stem: str, command: str, rev: str) -> p
         r.plot(common.RESULTS / png)
         text = text[:start] + f"{r.markdown()}\n![{r.title}]({png})\n\n" + text[end:]
         entry = dataclasses.asdict(r)
-        kept = [e for e in raw["results"] if not e.get("title", "").startswith(key[4:])]
-        raw["results"] = kept + [entry]
+        at = [i for i, e in enumerate(raw["results"]) if e.get("title", "").startswith(key[4:])]
+        if at:
+            raw["results"][at[0]] = entry  # in place: the .json keeps the .md's order
+        else:
+            raw["results"].append(entry)
     md.write_text(text)
     raw_path.write_text(json.dumps(raw, indent=1))
     return md
