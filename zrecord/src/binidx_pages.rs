@@ -12,7 +12,7 @@
 //! different times come from the same index. What an entry says is
 //! checked by its reader ([`crate::binidx`]), as for a mapped index.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
@@ -134,8 +134,9 @@ impl Pages {
         {
             let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
             let held = &mut *held;
+            let mut seen = HashSet::new();
             for key in keys {
-                if pages.contains_key(&key) || missing.contains(&key) {
+                if !seen.insert(key) {
                     continue;
                 }
                 match held.pages.get_mut(&key) {
