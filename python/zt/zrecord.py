@@ -493,7 +493,7 @@ class Ragged(_Base):
 
         ``path`` may be an object-storage prefix (``s3://bucket/PREFIX``,
         ``gs://``, ``az://``; ``storage_options`` as for :func:`zt.open`):
-        ``.idx`` is fetched once at open (past 64 MiB, or
+        ``.idx`` is fetched once at open (past 1 GiB, or
         ``ZT_BINIDX_PAGED_ABOVE`` bytes, only its header: each gather
         fetches the 64 KiB pages of the index its records need, up to 64
         MiB of the most recently used kept), and each gather fetches its records' ``.bin``

@@ -232,10 +232,14 @@ def many(tmp_path_factory):
     prefix = str(tmp_path_factory.mktemp("binidx-many") / "corpus_text_document")
     rng = np.random.default_rng(23)
     builder = indexed.IndexedDatasetBuilder(prefix + ".bin", dtype=np.uint16)
-    for _ in range(150_000):
-        lengths = rng.integers(1, 7, size=int(rng.integers(5, 16)))
-        tokens = rng.integers(0, 1 << 16, size=int(lengths.sum()), dtype=np.uint16)
-        builder.add_document(torch.from_numpy(tokens.astype(np.int32)), lengths.tolist())
+    with warnings.catch_warnings():
+        # megatron-core's add_document warns once per call under numpy 2
+        # (its own __array__ use); 150,000 of them only slow the session.
+        warnings.filterwarnings("ignore", "__array__ implementation", DeprecationWarning)
+        for _ in range(150_000):
+            lengths = rng.integers(1, 7, size=int(rng.integers(5, 16)))
+            tokens = rng.integers(0, 1 << 16, size=int(lengths.sum()), dtype=np.uint16)
+            builder.add_document(torch.from_numpy(tokens.astype(np.int32)), lengths.tolist())
     builder.finalize(prefix + ".idx")
     assert os.path.getsize(prefix + ".idx") > 16 * PAGE
     return prefix

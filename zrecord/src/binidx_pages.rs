@@ -36,8 +36,11 @@ const HELD: usize = 1024;
 
 /// An index below this many bytes is fetched whole at open, as before
 /// (one request, no page bookkeeping); `ZT_BINIDX_PAGED_ABOVE` (bytes)
-/// sets another threshold.
-pub(crate) const PAGED_ABOVE: u64 = 64 << 20;
+/// sets another threshold. Random gathers over a cold paged index cost
+/// about two index requests a record (`results/binidx-remote.md`), so
+/// pages are worth it only where holding the index whole would cost each
+/// rank GiBs of memory.
+pub(crate) const PAGED_ABOVE: u64 = 1 << 30;
 
 /// The index size past which it is read by pages: `ZT_BINIDX_PAGED_ABOVE`
 /// if set (a byte count), else [`PAGED_ABOVE`].
