@@ -262,15 +262,20 @@ def test_every_column_in_object_storage_equals_streamings_reader(expected, s3, b
     open), every column equal to what streaming's reader decoded."""
     import zt
 
-    url = _upload(s3, bucket, name)
+    before = zt.remote_stats()["gets"]
+    _every_column_equals_streamings(expected, name, _upload(s3, bucket, name))
+    assert zt.remote_stats()["gets"] > before
+
+
+def _every_column_equals_streamings(expected, name: str, url: str) -> None:
+    """Every column of fixture ``name`` at ``url`` gathered in an order with
+    repeats, equal to what streaming's reader decoded."""
     order = [40, 0, 17, 17, 3, *range(N)]
     for column, ndim in RAGGED.items():
         want = _ragged_expected(expected, name, column)
-        before = zt.remote_stats()["gets"]
         with Ragged.open_mds(url, column, ndim=ndim) as ds:
             assert len(ds) == N and ds.ndim == ndim
             assert [r.tobytes() for r in ds[order]] == [want[i].tobytes() for i in order]
-        assert zt.remote_stats()["gets"] > before
     for column, shape in DENSE.items():
         want = expected[f"{name}/{column}/values"]
         if column == "fixed":
@@ -303,22 +308,8 @@ def test_mds_on_gcs_and_azure_equals_streamings_reader(expected, emulated):
     raw shards read by ranges, zstd-only shards fetched at open, a
     one-column dataset's runs; every value what streaming's reader decoded,
     through gathers and the DataLoader."""
-    order = [40, 0, 17, 17, 3, *range(N)]
     for name in ("plain", "zstd"):
-        url = emulated(name)
-        for column, ndim in RAGGED.items():
-            want = _ragged_expected(expected, name, column)
-            with Ragged.open_mds(url, column, ndim=ndim) as ds:
-                assert len(ds) == N
-                assert [r.tobytes() for r in ds[order]] == [want[i].tobytes() for i in order]
-        for column, shape in DENSE.items():
-            want = expected[f"{name}/{column}/values"]
-            if column == "fixed":
-                want = np.stack(_ragged_expected(expected, name, column))
-            with Dense.open_mds(url + "/index.json", column) as ds:
-                assert len(ds) == N and ds.item_shape == shape
-                got = ds[order]
-                assert got.tobytes() == np.ascontiguousarray(want[order]).astype(got.dtype).tobytes()
+        _every_column_equals_streamings(expected, name, emulated(name))
     want = np.load(DATA / "expected-single.npz")["single"]
     with Dense.open_mds(emulated("single"), "tokens") as ds:
         assert np.array_equal(ds[np.arange(len(want))[::-1]], want[::-1])

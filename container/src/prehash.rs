@@ -206,18 +206,7 @@ impl Drop for Stop<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn noise(len: usize, seed: u64) -> Vec<u8> {
-        let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ seed;
-        (0..len)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect()
-    }
+    use crate::xxh3::tests::noise;
 
     /// Small parts of several sizes (empty ones too) with large ones among
     /// them, about 5 batches of small bytes.

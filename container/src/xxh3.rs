@@ -37,11 +37,13 @@ impl std::fmt::Debug for Xxh3 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn noise(len: usize) -> Vec<u8> {
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    /// `len` pseudo-random bytes (xorshift), a different run per `seed`;
+    /// the hashing tests of this crate share it.
+    pub(crate) fn noise(len: usize, seed: u64) -> Vec<u8> {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ seed;
         (0..len)
             .map(|_| {
                 x ^= x << 13;
@@ -58,7 +60,7 @@ mod tests {
     /// rest of zt (and upstream ztensor's files) use.
     #[test]
     fn same_digests_as_xxhash_rust() {
-        let data = noise(3 << 20);
+        let data = noise(3 << 20, 0);
         let lens = (0..=260)
             .chain([1023, 1024, 1025, 16_383, 16_384, 16_385, 65_536, 1 << 20])
             .chain([(3 << 20) - 1, 3 << 20]);
