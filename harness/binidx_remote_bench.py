@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import sys
 import time
 import warnings
 
@@ -68,8 +67,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32)
     args = parser.parse_args()
     warnings.simplefilter("ignore")
-    sys.path.insert(0, os.fspath(common.ROOT / "tests"))
-    import s3server
+    s3server = common.s3server()
     from megatron.core.datasets import indexed_dataset as indexed
     from megatron.core.datasets.object_storage_utils import ObjectStorageConfig
 

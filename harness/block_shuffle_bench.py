@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import sys
 
 import numpy as np
 
@@ -110,8 +109,7 @@ def _expected(indices: np.ndarray) -> np.ndarray:
 
 
 def run(records: int, runs: int, batches: int, batch: int = 256, epochs: int = 8) -> list[report.Result]:
-    sys.path.insert(0, os.fspath(common.ROOT / "tests"))
-    import s3server
+    s3server = common.s3server()
 
     from zt.zrecord import Dense
 

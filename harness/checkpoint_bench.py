@@ -514,8 +514,7 @@ def from_object_storage(ckpt, work, shard: str, runs: int, warmup: int, want, bf
     `.distcp` files and `.metadata` uploaded under `s3://zt-bench/ckpt/`.
     zt reads the prefix in place; torch's readers need the files on disk,
     so the peer downloads them first (boto3) and deletes them after."""
-    sys.path.insert(0, os.fspath(common.ROOT / "tests"))
-    import s3server
+    s3server = common.s3server()
 
     (work / "s3").mkdir(exist_ok=True)
     srv = s3server.start(os.fspath(work / "s3"))

@@ -15,6 +15,25 @@ from typing import Callable
 import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def s3server():
+    """The tests' SeaweedFS helper (`tests/s3server.py`), imported from its
+    file. Putting `tests/` on `sys.path` instead would make its `torch/`
+    directory importable as a namespace package named `torch`, so later
+    comparisons would take torch for installed where it is not."""
+    import importlib.util
+    import sys
+
+    module = sys.modules.get("s3server")
+    if module is None:
+        spec = importlib.util.spec_from_file_location("s3server", ROOT / "tests" / "s3server.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["s3server"] = module
+        spec.loader.exec_module(module)
+    return module
+
+
 RESULTS = ROOT / "results"
 
 

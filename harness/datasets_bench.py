@@ -297,8 +297,7 @@ def _upload(client, local: pathlib.Path, prefix: str) -> str:
 
 
 def read_table(work, npy, runs, batches, batch, block, python, venv_note, notes):
-    sys.path.insert(0, os.fspath(common.ROOT / "tests"))
-    import s3server
+    s3server = common.s3server()
 
     from zt.loader import BLOCK_SHUFFLE, IID, DataLoader, Sampler
     from zt.zrecord import Dense

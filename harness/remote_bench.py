@@ -34,7 +34,6 @@ import os
 import pathlib
 import re
 import shutil
-import sys
 import time
 
 import numpy as np
@@ -56,8 +55,7 @@ LINK_RATE = 4 << 30
 
 
 def server(work):
-    sys.path.insert(0, os.fspath(common.ROOT / "tests"))
-    import s3server
+    s3server = common.s3server()
 
     srv = s3server.start(os.fspath(work))
     os.environ.update(srv.env)
