@@ -59,17 +59,22 @@ def moved(action):
     return out, {k: after[k] - before[k] for k in after}
 
 
-SECOND_RANK = """
-import json, sys
-import numpy as np
-import zt
-from zt.zrecord import Ragged
+# A process gathering records of a store through the cache (argv: URL,
+# cache directory, JSON indices), printing the bytes and what it moved.
+_GATHER = """
 before = zt.remote_stats()
 with Ragged.open(sys.argv[1], storage_options={"cache": sys.argv[2]}) as s:
     values, offsets, _ = s.gather_packed(np.array(json.loads(sys.argv[3])))
 after = zt.remote_stats()
 print(json.dumps({"values": values.tobytes().hex(), "moved": {k: after[k] - before[k] for k in after}}))
 """
+_IMPORTS = """
+import json, sys
+import numpy as np
+import zt
+from zt.zrecord import Ragged
+"""
+SECOND_RANK = _IMPORTS + _GATHER
 
 
 def test_a_cached_store_is_fetched_once_and_shared_by_the_machine(s3, bucket, tmp):
@@ -140,19 +145,8 @@ def test_an_error_from_a_cached_store_names_its_url(s3, bucket, tmp):
     assert [p for p in cache.iterdir() if p.suffix == ".obj"]  # it was read from the cache
 
 
-RACER = """
-import json, sys
-import numpy as np
-import zt
-from zt.zrecord import Ragged
-print("ready", flush=True)
-sys.stdin.readline()  # the barrier: both processes are up, go together
-before = zt.remote_stats()
-with Ragged.open(sys.argv[1], storage_options={"cache": sys.argv[2]}) as s:
-    values, offsets, _ = s.gather_packed(np.array(json.loads(sys.argv[3])))
-after = zt.remote_stats()
-print(json.dumps({"values": values.tobytes().hex(), "moved": {k: after[k] - before[k] for k in after}}))
-"""
+# The barrier: both processes are up, then go together.
+RACER = _IMPORTS + 'print("ready", flush=True)\nsys.stdin.readline()\n' + _GATHER
 
 
 def test_two_processes_racing_a_cold_store_download_it_once(s3, bucket, tmp):

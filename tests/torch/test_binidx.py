@@ -75,12 +75,18 @@ def test_the_dataloader_reads_a_megatron_corpus(corpus):
     prefix, _, _ = corpus
     reference = indexed.IndexedDataset(prefix)
     with Ragged.open_binidx(prefix) as ds:
-        sampler = Sampler(len(ds), 8, CYCLIC, seed=1, rank=0, world_size=1)
-        with DataLoader({"tokens": ds}, batch_size=8, mode=CYCLIC, seed=1, workers=2, rank=0, world_size=1) as dl:
-            for _ in range(6):
-                batch, idxs = next(dl)["tokens"], sampler.next()
-                for got, i in zip(batch, idxs):
-                    np.testing.assert_array_equal(got, reference[int(i)])
+        _dataloader_equals(ds, reference, batch=8, seed=1, steps=6)
+
+
+def _dataloader_equals(ds, reference, batch: int, seed: int, steps: int) -> None:
+    """The DataLoader's first `steps` batches over `ds` are the sequences
+    megatron-core's `reference` gives at the sampler's indices."""
+    sampler = Sampler(len(ds), batch, CYCLIC, seed=seed, rank=0, world_size=1)
+    with DataLoader({"tokens": ds}, batch_size=batch, mode=CYCLIC, seed=seed, workers=2, rank=0, world_size=1) as dl:
+        for _ in range(steps):
+            got, idxs = next(dl)["tokens"], sampler.next()
+            for record, i in zip(got, idxs):
+                np.testing.assert_array_equal(record, reference[int(i)])
 
 
 # ------------------------------------------------ object storage
@@ -309,12 +315,7 @@ def test_the_dataloader_reads_a_paged_remote_index_ahead(many, paged, bucket, re
     url = _upload(request, ("s3", bucket), prefix, "big/corpus")
     reference = indexed.IndexedDataset(prefix)
     with Ragged.open_binidx(url) as ds:
-        sampler = Sampler(len(ds), 64, CYCLIC, seed=9, rank=0, world_size=1)
-        with DataLoader({"tokens": ds}, batch_size=64, mode=CYCLIC, seed=9, workers=2, rank=0, world_size=1) as dl:
-            for _ in range(8):
-                batch, idxs = next(dl)["tokens"], sampler.next()
-                for got, i in zip(batch, idxs):
-                    np.testing.assert_array_equal(got, reference[int(i)])
+        _dataloader_equals(ds, reference, batch=64, seed=9, steps=8)
 
 
 def test_a_lying_paged_index_is_refused(many, paged, bucket, request):
