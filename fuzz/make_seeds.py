@@ -309,6 +309,96 @@ def zarr_blosc_seeds() -> None:
     (d / "memcpyed.blosc").write_bytes(numcodecs.Blosc(cname="lz4").encode(rng.bytes(100)))
 
 
+def quant_config_seeds() -> None:
+    """The `quant_config` target's inputs (issue 41): `[config length: u32
+    LE][config.json][model.safetensors]`, a quantized checkpoint and the
+    configuration that gives what its tensors cannot say (MLX's bits, group
+    sizes and modes per layer, the FP8 block size, the scheme named)."""
+    import json
+
+    import ml_dtypes
+    from safetensors.numpy import save
+
+    d = fresh("quant_config")
+
+    def seed(name: str, config: dict, tensors: dict) -> None:
+        text = json.dumps(config).encode()
+        (d / name).write_bytes(struct.pack("<I", len(text)) + text + save(tensors))
+
+    codes = np.resize(np.arange(256, dtype=np.uint8), (2, 64)).view(np.uint32)  # 2 rows of 16 words
+    # MLX affine at every bit width and group size MLX defines, each layer
+    # 2 rows of 128 values (4 * bits words a row), scales of each float
+    # dtype; the other modes at their one (group, bits); a layer left
+    # unquantized (`false`) keeps its weight.
+    layers = {"group_size": 64, "bits": 4, "skip": False}
+    tensors = {"skip.weight": np.ones((2, 3), np.float32)}
+    widths = [(1, 32, np.float16), (2, 128, np.float32), (3, 32, ml_dtypes.bfloat16), (5, 64, np.float16)]
+    widths += [(6, 128, ml_dtypes.bfloat16), (8, 32, np.float16), (4, 64, np.float32)]
+    for bits, group, scale in widths:
+        name = f"a{bits}g{group}"
+        layers[name] = {"bits": bits, "group_size": group}
+        groups = 128 // group
+        tensors[f"{name}.weight"] = np.resize(codes, (2, 4 * bits))
+        tensors[f"{name}.scales"] = np.array([[0.5, -2.0, np.inf, 1e-3][:groups], [np.nan, 0, 3, -1][:groups]], scale)
+        tensors[f"{name}.biases"] = np.array([[-1.0, 0.25, 7, -np.inf][:groups], [0, 1, 2, 3][:groups]], scale)
+    for mode, words, scales in (("mxfp4", 16, [[0, 127, 128, 255]] * 2), ("mxfp8", 32, [[1, 126, 127, 254]] * 2)):
+        layers[mode] = {"mode": mode}
+        tensors[f"{mode}.weight"] = np.resize(codes, (2, words))
+        tensors[f"{mode}.scales"] = np.array(scales, np.uint8)
+    layers["nv"] = {"mode": "nvfp4", "group_size": 16, "bits": 4}
+    tensors["nv.weight"] = np.resize(codes, (2, 16))
+    tensors["nv.scales"] = np.resize(np.array([0x38, 0x7F, 0x01, 0xFF, 0, 0x40, 0xB8, 0x7E], np.uint8), (2, 8))
+    seed("mlx-layers.bin", {"model_type": "llama", "quantization": layers}, tensors)
+    # MLX affine 4-bit group 32 with f16 scales, which repacks to Q4_1 (and
+    # back), its `quantization` copied as `quantization_config` as mlx-lm does.
+    q = {"group_size": 32, "bits": 4}
+    w4 = {
+        "w4.weight": codes[:, :8],
+        "w4.scales": np.array([[0.5, np.inf], [-1.0, 2.0**-14]], np.float16),
+        "w4.biases": np.array([[-1.0, 0.0], [np.nan, 65504]], np.float16),
+    }
+    seed("mlx-q4_1.bin", {"quantization": q, "quantization_config": q}, w4)
+    # DeepSeek-style FP8 with a block size of its own: every e4m3fn code in
+    # a 5x7 weight, 2x3 blocks on the ceil grid (partial edge blocks).
+    fp8 = np.resize(np.arange(256, dtype=np.uint8), (13, 7)).view(ml_dtypes.float8_e4m3fn)
+    seed(
+        "fp8-blocks.bin",
+        {"quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [5, 3]}},
+        {"x.weight": fp8, "x.weight_scale_inv": np.array([[0.5, 2.0, 1.0]] * 3, np.float32)},
+    )
+    # compressed-tensors' FP8 with a scale per row (float-quantized).
+    seed(
+        "float-quantized.bin",
+        {"quantization_config": {"quant_method": "compressed-tensors", "format": "float-quantized"}},
+        {"x.weight": fp8, "x.weight_scale": np.linspace(-2, 2, 13, dtype=np.float32).reshape(13, 1)},
+    )
+    # gpt-oss's MXFP4 experts, named by the configuration.
+    seed(
+        "mxfp4.bin",
+        {"quantization_config": {"quant_method": "mxfp4", "modules_to_not_convert": ["x"]}},
+        {
+            "e.proj_blocks": np.resize(np.arange(256, dtype=np.uint8), (2, 3, 2, 16)),
+            "e.proj_scales": np.array([[[0, 127], [254, 255], [120, 130]]] * 2, dtype=np.uint8),
+        },
+    )
+    # compressed-tensors' NVFP4, format named per group.
+    seed(
+        "nvfp4.bin",
+        {
+            "quantization_config": {
+                "quant_method": "compressed-tensors",
+                "format": "nvfp4-pack-quantized",
+                "config_groups": {"group_0": {"format": "nvfp4-pack-quantized", "weights": {"num_bits": 4}}},
+            }
+        },
+        {
+            "x.weight_packed": np.resize(np.arange(256, dtype=np.uint8), (3, 16)),
+            "x.weight_scale": np.array([[0x38, 0x7F], [0x01, 0x7E], [0, 0x40]], np.uint8).view(ml_dtypes.float8_e4m3fn),
+            "x.weight_global_scale": np.array([448.0], np.float32),
+        },
+    )
+
+
 def main() -> None:
     safetensors_seeds()
     gguf_seeds()
@@ -320,6 +410,7 @@ def main() -> None:
     keras_seeds()
     zrecord_seeds()
     zarr_blosc_seeds()
+    quant_config_seeds()
     for d in sorted(SEEDS.iterdir()):
         files = list(d.iterdir())
         print(f"{d.name}: {len(files)} files, {sum(f.stat().st_size for f in files)} bytes")

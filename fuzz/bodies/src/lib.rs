@@ -7,7 +7,8 @@
 //! targets whose input is not a file one reader opens alone (the registry's
 //! detection, the pickle machine, the `.zt` CBOR codec, HDF5 edits of a
 //! fixture, zrecord's parts, a shard index, HTTP responses, a DCP
-//! `.metadata` beside its `.distcp`, a zarr `blosc` chunk) are written here
+//! `.metadata` beside its `.distcp`, a zarr `blosc` chunk, a quantized
+//! checkpoint with its `config.json`) are written here
 //! ([`WRITTEN`]).
 //! [`targets`] lists both.
 //!
@@ -56,6 +57,7 @@ pub const WRITTEN: &[Written] = &[
     ("http_response", http_response),
     ("dcp", dcp),
     ("zarr_blosc", zarr_blosc),
+    ("quant_config", quant_config),
 ];
 
 /// What a target runs on each input.
@@ -791,5 +793,72 @@ pub fn dcp(data: &[u8]) {
     };
     if let Ok(source) = zt::open_with(&dir, &options) {
         read_all(&source, false);
+    }
+}
+
+/// A quantized safetensors checkpoint and the `config.json` beside it: the
+/// input is `[config length: u32 LE][config.json][model.safetensors]` (a
+/// shorter input is all configuration), written as those two files in a
+/// directory of its own (`quant-N`) and opened under the tight limits.
+/// What the configuration changes is what the plugin targets, whose MLX
+/// configuration and FP8 blocks are fixed, cannot reach: its parsing
+/// (`quantization_config`, MLX's `quantization` with per-layer entries),
+/// the FP8 block size, MLX's bits, group sizes and modes, each of which
+/// sizes the planner's checks and the kernels' rows. The checkpoint is
+/// dequantized with the configuration read from beside it and with it
+/// passed in, repacked to Q4_1 both ways, and every tensor read; the
+/// configuration is also rewritten without its quantization keys, as a
+/// dequantizing conversion writes it, which must still be JSON.
+pub fn quant_config(data: &[u8]) {
+    use zt::formats::quant::{self, config};
+    let (text, model) = match data.get(..4) {
+        Some(head) => {
+            let n = u32::from_le_bytes(head.try_into().expect("4 bytes")) as usize;
+            let rest = &data[4..];
+            rest.split_at(n.min(rest.len()))
+        }
+        None => (data, &[][..]),
+    };
+    let ctx = Context::default();
+    if let Ok(Some(rewritten)) = config::without_quantization(&ctx, text) {
+        assert!(
+            config::parse(&ctx, &rewritten).is_ok(),
+            "the rewritten configuration is not JSON"
+        );
+    }
+    let dir = scratch().join(format!("quant-{}", slot()));
+    std::fs::create_dir_all(&dir).expect("quant scratch directory");
+    let path = dir.join("model.safetensors");
+    std::fs::write(dir.join(config::CONFIG_FILE), text).expect("write config.json");
+    std::fs::write(&path, model).expect("write the checkpoint");
+    let options = OpenOptions {
+        limits: tight(),
+        ..OpenOptions::default()
+    };
+    let Ok(source) = zt::open_with(&path, &options) else {
+        return;
+    };
+    let dtype = [zt::DType::BF16, zt::DType::F16, zt::DType::F32][data.len() % 3];
+    let beside = quant::Options {
+        dtype: Some(dtype),
+        config: None,
+    };
+    if let Ok(dequantized) = quant::dequantize(&source, &beside) {
+        read_parts(&dequantized);
+    }
+    if let Ok(Some(repacked)) = quant::mlx::repack::to_q4_1(&source) {
+        read_parts(&repacked);
+        if let Ok(back) = quant::mlx::repack::from_q4_1(&repacked) {
+            read_parts(&back);
+        }
+    }
+    if let Ok(value) = config::parse(&ctx, text) {
+        let given = quant::Options {
+            config: Some(value),
+            ..beside
+        };
+        if let Ok(dequantized) = quant::dequantize(&source, &given) {
+            read_parts(&dequantized);
+        }
     }
 }

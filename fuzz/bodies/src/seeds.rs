@@ -41,6 +41,7 @@ pub const SEEDS: &[(&str, &[&str])] = &[
     ("http_response", &["fuzz/seeds/http_response"]),
     ("dcp", &["fuzz/seeds/dcp"]),
     ("zarr_blosc", &["fuzz/seeds/zarr_blosc"]),
+    ("quant_config", &["fuzz/seeds/quant_config"]),
 ];
 
 /// The fuzz targets the registry's plugins declare, in registry order.

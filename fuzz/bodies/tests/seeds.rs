@@ -161,3 +161,67 @@ fn the_dcp_zstd_seed_reads() {
     assert!(!w.caps().map);
     let _ = std::fs::remove_dir_all(&scratch);
 }
+
+/// The `quant_config` seeds reach the kernels rather than a refusal: each
+/// checkpoint, with its configuration beside it, dequantizes and every
+/// tensor reads, no quantized weight is left (no scale tensor listed), and
+/// the MLX affine 4-bit group 32 one repacks to Q4_1 and back to the same
+/// bytes.
+#[test]
+fn the_quant_config_seeds_dequantize() {
+    use zt::formats::quant::{self, mlx::repack};
+    let seeds = seed_files("quant_config");
+    assert!(seeds.len() >= 6, "{seeds:?}");
+    let dir = std::env::temp_dir().join(format!("zt-quant-config-seeds-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for seed in seeds {
+        let data = std::fs::read(&seed).unwrap();
+        let n = u32::from_le_bytes(data[..4].try_into().unwrap()) as usize;
+        std::fs::write(dir.join("config.json"), &data[4..4 + n]).unwrap();
+        let path = dir.join("model.safetensors");
+        std::fs::write(&path, &data[4 + n..]).unwrap();
+        let source = zt::open(&path).unwrap();
+        let options = quant::Options {
+            dtype: Some(zt::DType::BF16),
+            config: None,
+        };
+        let out = quant::dequantize(&source, &options)
+            .unwrap_or_else(|e| panic!("{}: {e}", seed.display()));
+        assert!(
+            out.len() < source.len(),
+            "{}: nothing dequantized",
+            seed.display()
+        );
+        for name in out.names() {
+            assert!(
+                !name.ends_with("scales") && !name.contains("_scale"),
+                "{}: {name} left quantized",
+                seed.display()
+            );
+        }
+        for tensor in out.tensors() {
+            for part in tensor.parts() {
+                part.bytes()
+                    .unwrap_or_else(|e| panic!("{}: {}: {e}", seed.display(), tensor.name()));
+            }
+        }
+        if seed.ends_with("mlx-q4_1.bin") {
+            let q4_1 = repack::to_q4_1(&source)
+                .unwrap()
+                .expect("an MLX checkpoint");
+            let back = repack::from_q4_1(&q4_1).unwrap();
+            for name in ["w4.weight", "w4.scales", "w4.biases"] {
+                let want = source
+                    .tensor(name)
+                    .unwrap()
+                    .data()
+                    .unwrap()
+                    .bytes()
+                    .unwrap();
+                let got = back.tensor(name).unwrap().data().unwrap().bytes().unwrap();
+                assert_eq!(&want[..], &got[..], "{name}");
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
