@@ -14,6 +14,7 @@ import struct
 import gguf
 import numpy as np
 import pytest
+from bitexact import same
 from gguf import GGMLQuantizationType as Q
 from gguf import GGUFReader
 
@@ -138,21 +139,14 @@ def write(path, tensors: dict[str, tuple[np.ndarray, Q]]) -> None:
     w.close()
 
 
-def assert_same(got: np.ndarray, want: np.ndarray, what) -> None:
-    """Bit for bit, NaN-aware."""
-    assert got.dtype == want.dtype == np.float32, what
-    assert got.shape == want.shape, what
-    nan = np.isnan(want)
-    assert (np.isnan(got) == nan).all(), what
-    g, w = got.view(np.uint32)[~nan], want.view(np.uint32)[~nan]
-    bad = np.flatnonzero(g != w)
-    assert bad.size == 0, (what, bad[:5], got[~nan][bad[:5]], want[~nan][bad[:5]])
-
-
 def reference(data: np.ndarray, qtype: Q) -> np.ndarray:
     """gguf-py's dequantization (NaN and infinite scales warn in numpy)."""
     with np.errstate(all="ignore"):
-        return gguf.quants.dequantize(data, qtype)
+        out = gguf.quants.dequantize(data, qtype)
+    # What every comparison expects of both sides (`same` checks zt's dtype
+    # against this one): values in f32.
+    assert out.dtype == np.float32, qtype.name
+    return out
 
 
 def dequantized_by_zt(path, name: str) -> np.ndarray:
@@ -186,14 +180,14 @@ def test_random_blocks_match_gguf_py(tmp, qtype):
     want = reference(GGUFReader(path).tensors[0].data, qtype)
     assert want.shape == (rows, n // rows * block)
     got = dequantized_by_zt(path, "q")
-    assert_same(got, want, qtype.name)
+    same(got, want, qtype.name)
     if F16_SCALES[qtype] or qtype == Q.IQ1_M:
         assert np.isnan(want).any()  # the special scales reached the output
     # Slicing reads and dequantizes only the rows asked for, as the whole.
     with zt.safe_open(path, "np") as f:
         s = f.get_slice("q")
-        assert_same(s[2:5], want[2:5], qtype.name)
-        assert_same(s[-1, ::3], want[-1, ::3].copy(), qtype.name)
+        same(s[2:5], want[2:5], qtype.name)
+        same(s[-1, ::3], want[-1, ::3].copy(), qtype.name)
 
 
 def grid_blocks(qtype: Q) -> np.ndarray:
@@ -251,7 +245,7 @@ def test_every_grid_row_matches_gguf_py(tmp, qtype):
     write(path, {"g": (flat.reshape(1, -1), qtype)})
     want = reference(GGUFReader(path).tensors[0].data, qtype)
     assert np.isfinite(want).all() and (want != 0).any()
-    assert_same(dequantized_by_zt(path, "g"), want, qtype.name)
+    same(dequantized_by_zt(path, "g"), want, qtype.name)
 
 
 @pytest.mark.parametrize("qtype", QUANTIZABLE, ids=lambda q: q.name)
@@ -269,7 +263,7 @@ def test_files_gguf_py_quantizes_match(tmp, qtype):
             want = reference(t.data, qtype)
             got = src[t.name].dequantize()
             assert got.shape == shapes[t.name]
-            assert_same(got, want, (qtype.name, t.name))
+            same(got, want, (qtype.name, t.name))
 
 
 def test_types_gguf_py_cannot_dequantize_are_refused(tmp):

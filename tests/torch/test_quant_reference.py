@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import json
 
+import bitexact
+import ml_dtypes
+import numpy as np
 import pytest
 import torch
 
@@ -19,12 +22,19 @@ from safetensors.torch import save_file  # noqa: E402
 import zt  # noqa: E402
 
 
+def as_numpy(t: torch.Tensor) -> np.ndarray:
+    """The tensor's values as numpy holds them (torch's bfloat16, which
+    numpy lacks, as ml_dtypes' over the same bits)."""
+    t = t.detach().contiguous()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()
+
+
 def same(got: torch.Tensor, want: torch.Tensor) -> None:
-    assert got.dtype == want.dtype and got.shape == want.shape
-    nan = torch.isnan(want.float())
-    assert torch.equal(torch.isnan(got.float()), nan)
-    bits = {2: torch.int16, 4: torch.int32}[got.element_size()]
-    assert torch.equal(got.view(bits)[~nan], want.view(bits)[~nan])
+    """Bit for bit, NaN where the reference has NaN: tests/bitexact.py's
+    comparison, on the tensors' numpy views."""
+    bitexact.same(as_numpy(got), as_numpy(want))
 
 
 def fp8_weight(gen: torch.Generator, shape: tuple[int, ...]) -> torch.Tensor:
