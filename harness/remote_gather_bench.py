@@ -344,7 +344,12 @@ def header(runs: int) -> str:
         "    python -m harness.remote_gather_bench --runs 3 --before work-bench/venv-before/bin/python\n\n"
         "What bounds these rates on this machine (the GETs/s SeaweedFS serves to tight clients and its CPU per "
         "GET, against the GETs/s the DataLoader goal needs) and the record cache's first and cached epochs: "
-        "`results/remote-gathers-ceiling.md` (`python -m harness.remote_ceiling_bench --runs 5`).\n"
+        "`results/remote-gathers-ceiling.md` (`python -m harness.remote_ceiling_bench --runs 5`).\n\n"
+        # The analysis is prose written from those measurements: kept in a
+        # file of its own that this one links, so a rerun does not drop it.
+        "The analysis of what bounds them (the server's CPU per GET against the GETs/s the DataLoader goal needs, "
+        "and what real S3 allows instead): `results/remote-gathers-diagnosis.md`, written by hand from those "
+        "measurements.\n"
     )
 
 
