@@ -170,6 +170,36 @@ def test_a_slice_reads_only_the_chunks_it_spans(tmp_path):
 
 
 @pytest.mark.parametrize(
+    "layout",
+    [
+        dict(chunks=(3, 5), compressors=ZstdCodec(level=1)),
+        dict(chunks=(3, 5), compressors=None, filters=[TransposeCodec(order=(1, 0))]),
+        dict(chunks=(4, 10), shards=(12, 20), compressors=GzipCodec(level=1)),
+    ],
+    ids=["zstd", "transpose", "sharded"],
+)
+def test_many_chunks_decode_together_bit_for_bit(tmp_path, layout):
+    # Hundreds of chunks decoded on the pool at once into one buffer: edge
+    # chunks partial in both dimensions, chunks (and inner chunks, whole
+    # shards) never written left as the fill value, and row ranges that
+    # start and end inside chunks.
+    data = sample("f8", (67, 83))
+    kw = dict(layout)
+    chunks = kw.pop("chunks")
+    arr = write_v3(tmp_path / "m.zarr", data, chunks=chunks, fill_value=-7.25, written=np.s_[5:50, 11:70], **kw)
+    arr[60:, :] = data[60:, :]
+    assert sum(p.is_file() for p in (tmp_path / "m.zarr" / "c").rglob("*")) > 20
+    src = assert_matches_zarr(tmp_path / "m.zarr", [""])
+    whole = np.asarray(zarr.open_array(str(tmp_path / "m.zarr"), mode="r")[...])
+    assert (whole == -7.25).any() and (whole != -7.25).any()
+    with zt.safe_open(tmp_path / "m.zarr" / "zarr.json", framework="numpy") as f:
+        for a, b in [(0, 67), (1, 2), (4, 61), (49, 67), (66, 67)]:
+            got = f.get_slice("")[a:b]
+            assert got.tobytes() == whole[a:b].tobytes(), (a, b)
+    assert src[""].numpy().tobytes() == whole.tobytes()
+
+
+@pytest.mark.parametrize(
     "fill",
     [0.0, -2.5, float("nan"), float("inf"), float("-inf"), "0x7fc00001"],
 )
@@ -216,6 +246,60 @@ def test_v3_group_hierarchy(tmp_path, consolidated):
     # The directory, its zarr.json and (consolidated) the same tensors.
     assert sorted(zt.open(tmp_path / "h.zarr" / "zarr.json").keys()) == sorted(expect)
     assert zt.detect(tmp_path / "h.zarr") == "zarr"
+
+
+def zarr_order(path) -> list[str]:
+    """zarr-python's arrays, in the order it yields them (depth first)."""
+    group = zarr.open_group(str(path), mode="r")
+    return [name for name, node in group.members(max_depth=None) if isinstance(node, zarr.Array)]
+
+
+def reorder_consolidated(path, fmt, order):
+    """Rewrite the consolidated metadata's keys in `order` (node paths)."""
+    meta_path = path / ("zarr.json" if fmt == 3 else ".zmetadata")
+    meta = json.loads(meta_path.read_text())
+    table = meta["consolidated_metadata"]["metadata"] if fmt == 3 else meta["metadata"]
+    node = (lambda k: k) if fmt == 3 else (lambda k: k.rsplit("/.", 1)[0] if "/." in k else "")
+    keys = sorted(table, key=lambda k: order.index(node(k)) if node(k) in order else -1)
+    rebuilt = {k: table[k] for k in keys}
+    if fmt == 3:
+        meta["consolidated_metadata"]["metadata"] = rebuilt
+    else:
+        meta["metadata"] = rebuilt
+    meta_path.write_text(json.dumps(meta))
+
+
+@pytest.mark.parametrize("fmt", [3, 2])
+@pytest.mark.parametrize("consolidated", [True, False])
+def test_member_order_is_zarrs(tmp_path, fmt, consolidated):
+    path = tmp_path / "o.zarr"
+    root = zarr.open_group(str(path), mode="w", zarr_format=fmt)
+    for name in ["zeta", "a10", "B", "alpha", "a9", "mid", "Straße"]:
+        root.create_array(name, shape=(2,), dtype="i2")[...] = 7
+    sub = root.create_group("sub")
+    for name in ["y", "X", "z"]:
+        sub.create_array(name, shape=(1,), dtype="f4")[...] = 1
+    if consolidated:
+        zarr.consolidate_metadata(str(path))
+        # zarr writes its keys case-folded in order; a store written by
+        # another tool holds them in its own, which zarr-python follows.
+        assert list(zt.open(path)) == zarr_order(path)
+        reorder_consolidated(
+            path, fmt, ["mid", "sub/z", "zeta", "sub", "B", "sub/y", "a9", "Straße", "a10", "alpha", "sub/X"]
+        )
+        want = zarr_order(path)
+        assert want[:4] == ["mid", "zeta", "sub/z", "sub/y"]
+    else:
+        # Listed members come in no order of zarr's (as their reads
+        # complete): zt lists them as zarr.consolidate_metadata writes them.
+        copy = tmp_path / "copy.zarr"
+        import shutil
+
+        shutil.copytree(path, copy)
+        zarr.consolidate_metadata(str(copy))
+        want = zarr_order(copy)
+    assert list(zt.open(path).keys()) == want
+    assert_matches_zarr(path, want)
 
 
 @pytest.mark.parametrize(
@@ -319,6 +403,23 @@ def test_hostile_crc32c_mismatch(tmp_path):
     raw[0] ^= 1
     chunk.write_bytes(bytes(raw))
     refused(tmp_path / "a.zarr", "zarr.Checksum")
+
+
+def test_hostile_the_first_bad_chunk_in_c_order_is_reported(tmp_path):
+    # Chunks decode at once on the pool; of two bad chunks the error is
+    # always the earlier one's, whichever fails first.
+    write_v3(tmp_path / "a.zarr", sample("f4", (32, 32)), chunks=(2, 2), compressors=Crc32cCodec())
+    flipped = tmp_path / "a.zarr" / "c" / "3" / "9"
+    raw = bytearray(flipped.read_bytes())
+    raw[0] ^= 1
+    flipped.write_bytes(bytes(raw))
+    short = tmp_path / "a.zarr" / "c" / "12" / "0"
+    short.write_bytes(b"\0\0")
+    for _ in range(5):
+        assert "c/3/9" in str(refused(tmp_path / "a.zarr", "zarr.Checksum"))
+    short.rename(tmp_path / "a.zarr" / "c" / "0" / "5")
+    for _ in range(5):
+        assert "c/0/5" in str(refused(tmp_path / "a.zarr", "zarr.Chunk"))
 
 
 def sharded(tmp_path, crc=True):

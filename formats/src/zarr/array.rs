@@ -3,11 +3,22 @@
 //! range of the array reads the rows of chunks it spans); a chunk never
 //! written is the fill value; a shard's index is read first and then only
 //! the inner chunks the read meets, each by its own byte range.
+//!
+//! The output is allocated once (filled with the fill value) and every
+//! chunk decodes into the box of it that the chunk covers. Chunks of a
+//! local store (and a shard's inner chunks) decode on the CPU pool
+//! (rayon) at once: boxes of distinct chunks never overlap, so each
+//! writes its own bytes ([`Out`]); memory beyond the output is one
+//! decoded chunk per worker. A remote store's chunks are fetched one
+//! after another as before, each a request of the store's own.
 
 use std::borrow::Cow;
 use std::io::Read;
+use std::marker::PhantomData;
 use std::ops::Range;
 use std::sync::Arc;
+
+use rayon::prelude::*;
 
 use zt_core::catalog::Decode;
 use zt_core::error::{Context, Error, Result};
@@ -55,15 +66,64 @@ impl Blob {
     }
 }
 
-/// The box of the array a read fills, and its C-order buffer.
+/// The box of the array a read fills, and its C-order buffer, written
+/// by many chunks at once.
 struct Out<'a> {
-    buf: &'a mut [u8],
+    ptr: *mut u8,
+    len: usize,
+    buf: PhantomData<&'a mut [u8]>,
     origin: Vec<u64>,
     shape: Vec<u64>,
     size: usize,
     /// The byte-swap unit of a big-endian element: its size, or half of
     /// it for a complex number.
     swap: usize,
+    /// Whether chunks decode on the CPU pool (a local store).
+    parallel: bool,
+}
+
+// SAFETY: `Out` is the exclusive borrow of one buffer (`buf`) for the
+// read. Chunks of a regular grid cover disjoint boxes of the array, as
+// do a shard's inner chunks inside its box, and a read visits each chunk
+// once, so no byte is written by two threads; `Out::put` checks every
+// write against the buffer's bounds.
+unsafe impl Sync for Out<'_> {}
+unsafe impl Send for Out<'_> {}
+
+impl<'a> Out<'a> {
+    fn new(
+        buf: &'a mut [u8],
+        origin: Vec<u64>,
+        shape: Vec<u64>,
+        size: usize,
+        swap: usize,
+        parallel: bool,
+    ) -> Out<'a> {
+        Out {
+            ptr: buf.as_mut_ptr(),
+            len: buf.len(),
+            buf: PhantomData,
+            origin,
+            shape,
+            size,
+            swap,
+            parallel,
+        }
+    }
+
+    /// `src` at byte `at` of the buffer: bytes of the one chunk whose box
+    /// holds them.
+    fn put(&self, at: usize, src: &[u8]) {
+        let end = at.checked_add(src.len());
+        assert!(
+            end.is_some_and(|e| e <= self.len),
+            "a chunk's box outside the read"
+        );
+        // SAFETY: in bounds (checked above); no other chunk writes these
+        // bytes (see `Sync` above) and nothing reads them until the read
+        // ends.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.add(at), src.len()) }
+    }
 }
 
 fn elements(shape: &[u64]) -> Option<u64> {
@@ -76,6 +136,46 @@ fn c_strides(shape: &[u64]) -> Vec<u64> {
         strides[d] = strides[d + 1] * shape[d + 1];
     }
     strides
+}
+
+/// Every index of the box `lo..hi` (per dimension), each handed to `f`
+/// once: on the CPU pool when `parallel` (the failure of the first index
+/// in C order is the one reported, so an error does not depend on
+/// scheduling), else in C order. The count of indices is at most the
+/// elements of the read, whose buffer exists, so it fits a `usize`.
+fn for_each_chunk(
+    lo: &[u64],
+    hi: &[u64],
+    parallel: bool,
+    f: impl Fn(&[u64]) -> Result<()> + Sync,
+) -> Result<()> {
+    let extent: Vec<u64> = lo
+        .iter()
+        .zip(hi)
+        .map(|(l, h)| h.saturating_sub(*l))
+        .collect();
+    let count = elements(&extent).unwrap_or(0) as usize;
+    let index = |mut k: usize| {
+        let mut ix = vec![0u64; lo.len()];
+        for d in (0..lo.len()).rev() {
+            let e = extent[d] as usize;
+            ix[d] = lo[d] + (k % e) as u64;
+            k /= e;
+        }
+        ix
+    };
+    if parallel && count > 1 {
+        match (0..count)
+            .into_par_iter()
+            .filter_map(|k| f(&index(k)).err())
+            .find_first(|_| true)
+        {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    } else {
+        (0..count).try_for_each(|k| f(&index(k)))
+    }
 }
 
 /// Every index of the box `lo..hi` (per dimension) but the last
@@ -156,14 +256,8 @@ impl ZarrArray {
             zt_core::DType::Complex64 | zt_core::DType::Complex128 => size / 2,
             _ => size,
         };
-        let mut out = Out {
-            buf: &mut buf,
-            origin,
-            shape,
-            size,
-            swap,
-        };
-        let mut visit = |index: &[u64]| -> Result<()> {
+        let out = Out::new(&mut buf, origin, shape, size, swap, self.keys.is_local());
+        let visit = |index: &[u64]| -> Result<()> {
             let key = format!("{}{}", self.prefix, meta.keys.key(index));
             let Some(store) = self.keys.get(&self.ctx, &key)? else {
                 return Ok(()); // never written: the fill value
@@ -176,27 +270,12 @@ impl ZarrArray {
                 &meta.codecs,
                 &chunk_origin,
                 &meta.chunks,
-                &mut out,
+                &out,
                 limits,
                 &ctx,
             )
         };
-        // Every chunk index of the box, the last dimension's included.
-        let n = lo.len();
-        if n == 0 {
-            visit(&[])?;
-        } else {
-            let mut outer_hi = hi.clone();
-            outer_hi[n - 1] = lo[n - 1] + 1;
-            for_each_row(&lo, &outer_hi, |row| {
-                let mut index = row.to_vec();
-                for last in lo[n - 1]..hi[n - 1] {
-                    index[n - 1] = last;
-                    visit(&index)?;
-                }
-                Ok(())
-            })?;
-        }
+        for_each_chunk(&lo, &hi, out.parallel, visit)?;
         Ok(buf)
     }
 }
@@ -208,7 +287,7 @@ fn decode_chunk(
     codecs: &Codecs,
     origin: &[u64],
     shape: &[u64],
-    out: &mut Out<'_>,
+    out: &Out<'_>,
     limits: &Limits,
     ctx: &Context,
 ) -> Result<()> {
@@ -260,7 +339,7 @@ fn read_shard(
     s: &Sharding,
     origin: &[u64],
     shape: &[u64],
-    out: &mut Out<'_>,
+    out: &Out<'_>,
     limits: &Limits,
     ctx: &Context,
 ) -> Result<()> {
@@ -359,36 +438,28 @@ fn read_shard(
         return Ok(());
     }
     let strides = c_strides(&per);
-    let n = lo.len();
-    let mut outer_hi = hi.clone();
-    outer_hi[n - 1] = lo[n - 1] + 1;
-    for_each_row(&lo, &outer_hi, |row| {
-        let mut index = row.to_vec();
-        for last in lo[n - 1]..hi[n - 1] {
-            index[n - 1] = last;
-            let linear: u64 = index.iter().zip(&strides).map(|(i, st)| i * st).sum();
-            let (offset, nbytes) = (word(2 * linear as usize), word(2 * linear as usize + 1));
-            if offset == u64::MAX && nbytes == u64::MAX {
-                continue; // empty: the fill value
-            }
-            let bytes = blob.read(offset, nbytes)?;
-            let inner_origin: Vec<u64> = index
-                .iter()
-                .zip(&s.chunks)
-                .zip(origin)
-                .map(|((i, c), o)| o + i * c)
-                .collect();
-            decode_chunk(
-                Blob::Memory(bytes.into_owned()),
-                &s.codecs,
-                &inner_origin,
-                &s.chunks,
-                out,
-                limits,
-                ctx,
-            )?;
+    for_each_chunk(&lo, &hi, out.parallel, |index| {
+        let linear: u64 = index.iter().zip(&strides).map(|(i, st)| i * st).sum();
+        let (offset, nbytes) = (word(2 * linear as usize), word(2 * linear as usize + 1));
+        if offset == u64::MAX && nbytes == u64::MAX {
+            return Ok(()); // empty: the fill value
         }
-        Ok(())
+        let bytes = blob.read(offset, nbytes)?;
+        let inner_origin: Vec<u64> = index
+            .iter()
+            .zip(&s.chunks)
+            .zip(origin)
+            .map(|((i, c), o)| o + i * c)
+            .collect();
+        decode_chunk(
+            Blob::Memory(bytes.into_owned()),
+            &s.codecs,
+            &inner_origin,
+            &s.chunks,
+            out,
+            limits,
+            ctx,
+        )
     })
 }
 
@@ -487,13 +558,7 @@ fn bounded(reader: impl Read, cap: u64, what: &str, ctx: &Context) -> Result<Vec
 /// Copy the decoded chunk `data` (its elements in stored order: C order
 /// of the chunk, or of its axes permuted by `order`) into the part of
 /// `out` it covers.
-fn copy_chunk(
-    data: &[u8],
-    origin: &[u64],
-    shape: &[u64],
-    order: Option<&[usize]>,
-    out: &mut Out<'_>,
-) {
+fn copy_chunk(data: &[u8], origin: &[u64], shape: &[u64], order: Option<&[usize]>, out: &Out<'_>) {
     let n = shape.len();
     let size = out.size as u64;
     // Element strides of the chunk's own dimensions in `data`.
@@ -510,7 +575,7 @@ fn copy_chunk(
         }
     };
     if n == 0 {
-        out.buf[..out.size].copy_from_slice(&data[..out.size]);
+        out.put(0, &data[..out.size]);
         return;
     }
     let lo: Vec<u64> = (0..n).map(|d| origin[d].max(out.origin[d])).collect();
@@ -527,14 +592,14 @@ fn copy_chunk(
         let (src, dst) = ((src * size) as usize, (dst * size) as usize);
         if strides[n - 1] == 1 {
             let len = (run * size) as usize;
-            out.buf[dst..dst + len].copy_from_slice(&data[src..src + len]);
+            out.put(dst, &data[src..src + len]);
         } else {
             let step = (strides[n - 1] * size) as usize;
             let size = size as usize;
             for k in 0..run as usize {
                 let s = src + k * step;
                 let d = dst + k * size;
-                out.buf[d..d + size].copy_from_slice(&data[s..s + size]);
+                out.put(d, &data[s..s + size]);
             }
         }
         Ok(())

@@ -6,7 +6,8 @@
 //! group has `.zgroup`, an array `.zarray` (`.zattrs` beside either), its
 //! chunks `1.2` (or `1/2`). Consolidated metadata (v3: inline in the root
 //! `zarr.json`; v2: `.zmetadata`) lists every node at once and is used when
-//! present; otherwise a local store's directories are listed.
+//! present; otherwise a local store's directories are listed. Arrays are
+//! listed in zarr-python's order ([`order`]).
 //!
 //! A store opens through its root metadata file, the plugin's checkpoint
 //! names, so a directory or `s3://` prefix opens as one. Every array of
@@ -33,11 +34,13 @@ mod blosc;
 mod crc32c;
 mod keys;
 mod meta;
+mod order;
 pub mod rules;
 
 use array::ZarrArray;
 use keys::{check_key, Keys};
 use meta::{ArrayMeta, Serializer};
+use order::Order;
 use rules::{META, RULES};
 
 /// The zarr reader (every root metadata file, v3 and v2).
@@ -140,16 +143,23 @@ impl Format for Zarr {
             keys,
             objects: Vec::new(),
             extra: Vec::new(),
+            order: Order::consolidated(&order::consolidated_keys(&text)),
         };
         let attributes = walk.root(&ctx, &root)?;
-        let extra_stores = walk.extra;
-        let mut objects = walk.objects;
-        objects.sort_by(|a, b| a.name.cmp(&b.name));
+        let mut names: Vec<(usize, &str)> = walk
+            .objects
+            .iter()
+            .enumerate()
+            .map(|(i, o)| (i, o.name.as_str()))
+            .collect();
+        walk.order.sort(&mut names);
+        let order = names.into_iter().map(|(i, _)| i).collect();
         Ok(Catalog {
-            objects,
+            objects: walk.objects,
+            order: Some(order),
             attributes,
             names_unique: true,
-            extra_stores,
+            extra_stores: walk.extra,
             ..Catalog::default()
         })
     }
@@ -191,6 +201,9 @@ struct Walk<'a, 'i> {
     objects: Vec<Object>,
     /// The chunk files arrays are views of.
     extra: Vec<Arc<zt_core::store::Store>>,
+    /// How the arrays are listed: by the root's consolidated metadata,
+    /// or (a bare v2 `.zgroup`'s `.zmetadata`, or none) set as found.
+    order: Order,
 }
 
 impl Walk<'_, '_> {
@@ -220,7 +233,10 @@ impl Walk<'_, '_> {
                         .and_then(Json::as_object);
                     match inline {
                         Some(nodes) => self.v3_consolidated(ctx, nodes)?,
-                        None => self.v3_group(ctx, "", 0)?,
+                        None => {
+                            self.order = Order::Listed;
+                            self.v3_group(ctx, "", 0)?
+                        }
                     }
                 }
                 other => {
@@ -250,6 +266,7 @@ impl Walk<'_, '_> {
                                     )
                                 })?;
                         attributes.extend(attributes_of(nodes.get(".zattrs")));
+                        self.order = Order::consolidated(&order::consolidated_keys(&text));
                         self.v2_consolidated(ctx, nodes)?;
                     }
                     None => {
@@ -258,6 +275,7 @@ impl Walk<'_, '_> {
                                 ctx, &text,
                             )?))));
                         }
+                        self.order = Order::Listed;
                         self.v2_group(ctx, "", 0)?;
                     }
                 }
