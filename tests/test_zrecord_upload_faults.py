@@ -17,16 +17,11 @@ committed.
 
 from __future__ import annotations
 
-import itertools
 import os
-import threading
-import urllib.parse
-import xml.etree.ElementTree as ET
-from dataclasses import dataclass
 
 import numpy as np
 import pytest
-from faultproxy import FaultProxy
+from upload_faults import Backend, backend_of, deletes_fail, leftover_journals, put_of
 
 RNG = np.random.default_rng(37)
 SMALL = RNG.integers(0, 1 << 40, size=(40_000, 4), dtype=np.int64)  # 4 shards, one PUT each
@@ -34,99 +29,9 @@ SMALL = RNG.integers(0, 1 << 40, size=(40_000, 4), dtype=np.int64)  # 4 shards, 
 LARGE = RNG.integers(0, 1 << 40, size=(2 * 6 * (1 << 20) // 32, 4), dtype=np.int64)
 
 
-@dataclass
-class Backend:
-    """A bucket (S3) or container (Azure) seen through the server's own API."""
-
-    scheme: str
-    upstream: str  # the endpoint zt is given without a proxy
-    root: str
-    server: object
-
-    def url(self, key: str) -> str:
-        return f"{self.scheme}://{self.root}/{key}"
-
-    def endpoint(self, proxy: FaultProxy | None) -> str:
-        if proxy is None:
-            return self.upstream
-        # Azurite's blob endpoint is path style: the account is in it.
-        return proxy.endpoint + ("/" + self.upstream.rsplit("/", 1)[1] if self.scheme == "az" else "")
-
-    def proxy(self, decide) -> FaultProxy:
-        return FaultProxy("/".join(self.upstream.split("/")[:3]), decide)
-
-    def keys(self, prefix: str) -> list[str]:
-        if self.scheme == "az":
-            return self.server.keys(self.root, prefix)
-        listed = self.server.boto3().list_objects_v2(Bucket=self.root, Prefix=prefix)
-        return sorted(o["Key"] for o in listed.get("Contents", []))
-
-    def put(self, key: str, data: bytes) -> None:
-        if self.scheme == "az":
-            self.server.put(self.root, key, data)
-        else:
-            self.server.boto3().put_object(Bucket=self.root, Key=key, Body=data)
-
-    def get(self, key: str) -> bytes:
-        if self.scheme == "az":
-            return self.server.get(self.root, key)
-        return self.server.boto3().get_object(Bucket=self.root, Key=key)["Body"].read()
-
-    def open_uploads(self) -> list[str]:
-        """S3: the keys of open multipart uploads. Azure: the blobs holding
-        only uncommitted blocks."""
-        if self.scheme == "az":
-            xml = self.server._call(
-                "GET", self.root, {"restype": "container", "comp": "list", "include": "uncommittedblobs"}
-            )
-            committed = set(self.keys(""))
-            return sorted(e.text for e in ET.fromstring(xml).iter("Name") if e.text not in committed)
-        uploads = self.server.boto3().list_multipart_uploads(Bucket=self.root).get("Uploads", [])
-        return [u["Key"] for u in uploads]
-
-
 @pytest.fixture(params=["s3", "az"])
 def backend(request) -> Backend:
-    if request.param == "s3":
-        s3 = request.getfixturevalue("s3")
-        return Backend("s3", s3.endpoint, request.getfixturevalue("bucket"), s3)
-    azure = request.getfixturevalue("azure")
-    return Backend("az", azure.endpoint, request.getfixturevalue("azure_container"), azure)
-
-
-def put_of(name: str, part: int | None = None):
-    """A proxy ``decide`` failing (500) the PUT of the store's object
-    ``name``, or only its multipart part ``part`` (S3: that part number;
-    Azure, whose block ids are random: the ``part``-th block sent)."""
-    blocks = itertools.count(1)
-    lock = threading.Lock()
-
-    def decide(request):
-        split = urllib.parse.urlsplit(request.path)
-        if request.method != "PUT" or not split.path.endswith("/" + name):
-            return None
-        query = urllib.parse.parse_qs(split.query)
-        if part is None:
-            return "500"
-        if query.get("comp") == ["block"]:
-            with lock:
-                return "500" if next(blocks) == part else None
-        return "500" if query.get("partNumber") == [str(part)] else None
-
-    return decide
-
-
-def deletes_fail(fail_put):
-    """A ``decide`` failing every delete (the server gone for them) and
-    what ``fail_put`` fails."""
-
-    def decide(request):
-        # object_store deletes by DeleteObjects on S3 (POST ?delete), by a
-        # blob batch on Azure (POST ?restype=container&comp=batch).
-        batch = request.method == "POST" and (request.query == "delete" or "comp=batch" in request.query)
-        return "500" if request.method == "DELETE" or batch else fail_put(request)
-
-    return decide
+    return backend_of(request)
 
 
 def create(backend: Backend, proxy, spool, rows=SMALL, shards: int = 4, **options):
@@ -197,10 +102,6 @@ def test_a_failed_withdrawal_names_what_it_left(backend, tmp):
     assert f"left: {url}/data_1.zr, {url}/data_0.zr" in message, message
     assert backend.keys("made/") == ["made/rows.zr/data_0.zr", "made/rows.zr/data_1.zr"]
     assert backend.open_uploads() == []
-
-
-def leftover_journals(spool) -> list:
-    return sorted((spool / "zt-uploads").glob("*.leftover"))
 
 
 def test_what_a_failed_withdrawal_left_is_deleted_by_the_next_publish(backend, tmp):

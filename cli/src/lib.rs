@@ -209,8 +209,9 @@ enum Command {
         json: bool,
     },
     /// Remove what killed writers left behind: partial files beside each
-    /// DEST whose writer is gone, and (always) dead processes' upload spools
-    /// and the multipart uploads they never completed.
+    /// DEST whose writer is gone, and (always) dead processes' upload spools,
+    /// the multipart uploads they never completed and the objects failed
+    /// uploads could not delete (journaled).
     Clean {
         /// Destinations whose stale partial files to remove.
         dests: Vec<PathBuf>,
@@ -506,6 +507,20 @@ fn clean(dests: &[PathBuf]) -> zt::Result<()> {
     }
     for url in zt::remote::client::upload::abort_orphans(&config) {
         out!("aborted the unfinished upload of {url}");
+    }
+    // What failed multi-object writes could not delete (journaled with
+    // the versions they put): deleted, unless a whole write is at their
+    // destination now, whose files they might be.
+    use zt::remote::client::leftovers::{clear_all, Outcome};
+    for (url, outcome) in clear_all(&config) {
+        match outcome {
+            Outcome::Deleted => out!("deleted {url}, left by a failed upload"),
+            Outcome::Kept => out!(
+                "kept {url}, left by a failed upload: still journaled (a whole write is \
+                 at its destination, or the delete failed)"
+            ),
+            Outcome::Gone | Outcome::Replaced => {}
+        }
     }
     Ok(())
 }

@@ -373,8 +373,8 @@ pub fn write(
             let tie_bytes =
                 write_tie(&dir.join(&tie), &labels).map_err(|e| relabel(e, dir, dest))?;
             let mut files = shards.files.clone();
-            files.push(tie);
-            upload(dir, &files, dest, storage_options)?;
+            files.push(tie.clone());
+            upload_children(dir, &files, &tie, &prefix_of(dest), storage_options)?;
             (files, tie_bytes)
         } else {
             let staged: Vec<PathBuf> = shards.files.iter().map(|f| dir.join(f)).collect();
@@ -427,7 +427,9 @@ pub fn write_dir(
         files.extend(checkpoint);
         bytes += n;
         if remote {
-            upload(dir, &files, &dest_dir.join(name), storage_options)?;
+            // The checkpoint's index (or its one file) is the last file.
+            let index = files.last().cloned().unwrap_or_default();
+            upload_children(dir, &files, &index, dest_dir, storage_options)?;
         } else {
             rename_dir(dir, dest_dir)?;
         }
@@ -530,6 +532,15 @@ fn relative_files(dir: &Path) -> Result<Vec<String>> {
 /// rather than one naming replaced files), then the replacements, then
 /// the new index. What the prefix holds is one listing; where it cannot
 /// be listed every file counts as a replacement.
+///
+/// A failure withdraws what this call had put (`zt_remote::leftovers`,
+/// as a zrecord store's publish does), so a failed checkpoint leaves none
+/// of its files; what cannot be deleted is journaled for the destination
+/// (the prefix and `index`). Those are deleted once a later write's index
+/// has landed, not before: until then an earlier index may still name an
+/// object of the same name and content, which has the journaled ETag. The
+/// names that write has just put are spared (their journaled ETag is the
+/// new file's when the content is the same).
 #[cfg(feature = "remote")]
 fn upload_children(
     staged: &Path,
@@ -538,50 +549,85 @@ fn upload_children(
     base: &Path,
     storage_options: &[(String, String)],
 ) -> Result<()> {
+    use zt_remote::leftovers::{self, Destination, Leftover};
     let config = crate::remote::config(storage_options)?;
-    let url = |f: &str| base.join(f).to_string_lossy().into_owned();
-    let existing = existing_under(&url(""), &config);
-    let present = |f: &str| existing.as_ref().is_none_or(|e| e.contains(f));
+    let prefix = base.to_string_lossy().trim_end_matches('/').to_string();
+    let url = |f: &str| format!("{prefix}/{f}");
+    let dest = Destination::new(&prefix, index);
+    let existing = existing_under(&prefix, files, &config);
+    let present = |f: &str| existing.as_ref().is_none_or(|e| e.contains_key(f));
+    // A file's version before this write (`None`: absent; unlisted, the
+    // version is unknown and it counts as present).
+    let before = |f: &str| match &existing {
+        Some(e) => e.get(f).cloned(),
+        None => Some(None),
+    };
     let (replaced, fresh): (Vec<&String>, Vec<&String>) = files
         .iter()
         .filter(|f| *f != index)
         .partition(|f| present(f));
-    let send = |f: &str| {
-        zt_remote::upload_file(&staged.join(f), &url(f), &config).map_err(crate::remote::error)
+    let mut sent: Vec<Leftover> = Vec::with_capacity(files.len());
+    // The error of the step at `f`, after withdrawing what was sent.
+    let failed = |sent: &[Leftover], f: &str, e: zt_remote::Error| {
+        let mut err = crate::remote::error(e);
+        let left = leftovers::withdraw(&config, &dest, sent, &url(f), before(f));
+        if let (Some(left), Error::Remote { detail, .. }) = (left, &mut err) {
+            detail.push_str(&left);
+        }
+        err
+    };
+    let send = |sent: &mut Vec<Leftover>, f: &str| match zt_remote::upload_file_versioned(
+        &staged.join(f),
+        &url(f),
+        &config,
+    ) {
+        Ok((_, etag)) => {
+            sent.push(Leftover { url: url(f), etag });
+            Ok(())
+        }
+        Err(e) => Err(failed(sent, f, e)),
     };
     for f in fresh {
-        send(f)?;
+        send(&mut sent, f)?;
     }
     if !replaced.is_empty() && present(index) {
-        zt_remote::delete_object(&url(index), &config).map_err(crate::remote::error)?;
+        zt_remote::delete_object(&url(index), &config).map_err(|e| failed(&sent, index, e))?;
     }
     for f in replaced {
-        send(f)?;
+        send(&mut sent, f)?;
     }
     if files.iter().any(|f| f == index) {
-        send(index)?;
+        send(&mut sent, index)?;
     }
+    // The write is whole; clearing an earlier failure's leftovers is not
+    // part of it (what cannot be deleted now stays journaled).
+    let ours: std::collections::HashSet<&str> = files.iter().map(String::as_str).collect();
+    let _ = leftovers::clear(&config, &dest, |_, name| ours.contains(name));
     Ok(())
 }
 
-/// The names (relative, `/`-separated) of every object under the prefix
-/// `prefix_url` (ending in `/`); `None` when it cannot be listed.
+/// The prefix a checkpoint file at the URL `dest` is written under (its
+/// shards and index are its siblings).
+fn prefix_of(dest: &Path) -> PathBuf {
+    dest.parent().map(Path::to_path_buf).unwrap_or_default()
+}
+
+/// The objects under the prefix `prefix_url` by name (relative,
+/// `/`-separated) with their ETags: one delimited listing when `files`
+/// are all directly under it (a sharded file's siblings), the whole tree
+/// when some are nested; `None` when it cannot be listed.
 #[cfg(feature = "remote")]
 fn existing_under(
     prefix_url: &str,
+    files: &[String],
     config: &zt_remote::RemoteConfig,
-) -> Option<std::collections::HashSet<String>> {
-    let key = zt_remote::ObjectUrl::parse(prefix_url).ok()?.key;
-    let key = key.trim_end_matches('/');
-    let keys = zt_remote::list::list_all(prefix_url, config).ok()?;
-    Some(
-        keys.into_iter()
-            .filter_map(|k| match key {
-                "" => Some(k),
-                _ => k.strip_prefix(key)?.strip_prefix('/').map(String::from),
-            })
-            .collect(),
-    )
+) -> Option<std::collections::HashMap<String, Option<String>>> {
+    let listed = if files.iter().any(|f| f.contains('/')) {
+        zt_remote::list::list_tree(prefix_url, config)
+    } else {
+        zt_remote::list::list(prefix_url, config)
+    };
+    Some(listed.ok()?.into_iter().map(|l| (l.name, l.etag)).collect())
 }
 
 #[cfg(not(feature = "remote"))]
@@ -625,29 +671,6 @@ fn no_remote(dest: &Path) -> Error {
         kind: crate::error::RemoteKind::Unsupported,
         detail: "this build of zt has no object-storage support (the `remote` feature)".into(),
     }
-}
-
-/// Upload the staged `files` beside `base` (a URL), in order: the index
-/// or root goes last, so it is never visible before its shards.
-#[cfg(feature = "remote")]
-fn upload(
-    staged: &Path,
-    files: &[String],
-    base: &Path,
-    storage_options: &[(String, String)],
-) -> Result<()> {
-    let config = crate::remote::config(storage_options)?;
-    for f in files {
-        let url = sibling(base, f);
-        let text = url.to_string_lossy().into_owned();
-        zt_remote::upload_file(&staged.join(f), &text, &config).map_err(crate::remote::error)?;
-    }
-    Ok(())
-}
-
-#[cfg(not(feature = "remote"))]
-fn upload(_: &Path, _: &[String], base: &Path, _: &[(String, String)]) -> Result<()> {
-    Err(no_remote(base))
 }
 
 /// Write the shards of `plan` and what ties them into `dir` (under their

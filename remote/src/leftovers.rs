@@ -1,17 +1,22 @@
-//! Objects a failed multi-object upload put and then could not delete (the
+//! Objects a failed multi-object upload (a zrecord store's publish, a
+//! sharded or directory checkpoint's) put and then could not delete (the
 //! server gone for its deletes as for its upload): recorded in the upload
 //! journal (`zt-uploads/` in the spool directory, beside the multipart
-//! uploads [`crate::upload`] keeps) and deleted by the next write to their
-//! prefix, so a store published there later does not find a failed one's
-//! shards among its own.
+//! uploads [`crate::upload`] keeps) and deleted by the next write to the
+//! same destination, so what is published there later does not find a
+//! failed write's files among its own.
 //!
-//! Only what a journal recorded is ever deleted, and only the version it
-//! recorded: an entry whose object now has another ETag (someone wrote it
-//! since) is dropped without deleting. An entry whose version is unknown
-//! (the upload that failed may or may not have stored it) is deleted when
-//! present. Nothing is deleted while the caller's `claimed` says the
-//! prefix holds something whole (a store's `meta.zr`: its shards are
-//! read through it, whoever put them).
+//! A journal names its [`Destination`]: the prefix written under and the
+//! object that makes a write there whole (its claim: a store's `meta.zr`,
+//! a checkpoint's index), so two checkpoints sharing a prefix clear only
+//! their own leftovers. Only what a journal recorded is ever deleted, and
+//! only the version it recorded: an entry whose object now has another
+//! ETag (someone wrote it since) is dropped without deleting. An entry
+//! whose version is unknown (the upload that failed may or may not have
+//! stored it) is deleted when present. The caller's `keep` rule spares
+//! entries (they stay journaled): zrecord and `zt clean` keep everything
+//! while the claim is present ([`unless_claimed`]); a checkpoint clears
+//! after its own index landed and keeps only the names it just wrote.
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -19,7 +24,7 @@ use std::path::{Path, PathBuf};
 
 use crate::config::{spool_dir, RemoteConfig};
 use crate::error::{Error, ErrorKind, Result};
-use crate::list::{list, Listed};
+use crate::list::{list, list_tree, Listed};
 use crate::upload::delete_object;
 
 const EXTENSION: &str = "leftover";
@@ -34,24 +39,76 @@ pub struct Leftover {
     pub etag: Option<String>,
 }
 
+/// Where a multi-object write publishes: every object it puts is under
+/// `prefix` (a URL, no trailing `/`), and `claim` (a name relative to it)
+/// is the object written last, whose presence makes the write whole.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Destination {
+    /// The URL prefix, without a trailing `/`.
+    pub prefix: String,
+    /// The object written last (`meta.zr`, `model.safetensors.index.json`).
+    pub claim: String,
+}
+
+impl Destination {
+    /// The destination `claim` under `prefix` (a trailing `/` dropped).
+    pub fn new(prefix: &str, claim: &str) -> Destination {
+        Destination {
+            prefix: prefix.trim_end_matches('/').to_string(),
+            claim: claim.to_string(),
+        }
+    }
+
+    /// `url`'s name relative to the prefix, if it is under it.
+    fn name_of<'u>(&self, url: &'u str) -> Option<&'u str> {
+        url.strip_prefix(&self.prefix)?
+            .strip_prefix('/')
+            .filter(|n| !n.is_empty())
+    }
+}
+
+/// What became of one journaled object when its journal was cleared.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Deleted: it held the version the journal recorded.
+    Deleted,
+    /// Absent already.
+    Gone,
+    /// Another version is there (written since): dropped, not deleted.
+    Replaced,
+    /// Spared by the caller's rule, or its delete failed: still journaled.
+    Kept,
+}
+
 fn dir(config: &RemoteConfig) -> PathBuf {
     spool_dir(config).join("zt-uploads")
 }
 
-/// Record `left` in a journal of its own. The file's lock is released when
-/// this returns: the entries are anyone's to clear from then on.
-pub fn record(config: &RemoteConfig, left: &[Leftover]) -> Result<()> {
-    // A URL or ETag holding a line break cannot be journaled line by line
-    // (no store names one so); the rest still can.
-    let text: String = left
+/// Record `left`, objects put for `dest`, in a journal of its own. The
+/// file's lock is released when this returns: the entries are anyone's to
+/// clear from then on.
+pub fn record(config: &RemoteConfig, dest: &Destination, left: &[Leftover]) -> Result<()> {
+    match encode(dest, left) {
+        Some(text) => write_journal(&dir(config), &text),
+        None => Ok(()),
+    }
+}
+
+/// A journal's text: the destination on two `#` lines, then each entry's
+/// URL and ETag on a line each. A URL or ETag holding a line break cannot
+/// be journaled so (no store names one so); the rest still can. `None`
+/// when no entry is left to record.
+fn encode(dest: &Destination, left: &[Leftover]) -> Option<String> {
+    let line = |s: &str| !s.contains('\n');
+    let entries: String = left
         .iter()
-        .filter(|l| !l.url.contains('\n') && !l.etag.as_deref().unwrap_or("").contains('\n'))
+        .filter(|l| line(&l.url) && line(l.etag.as_deref().unwrap_or("")))
         .map(|l| format!("{}\n{}\n", l.url, l.etag.as_deref().unwrap_or("")))
         .collect();
-    if text.is_empty() {
-        return Ok(());
+    if entries.is_empty() || !line(&dest.prefix) || !line(&dest.claim) {
+        return None;
     }
-    write_journal(&dir(config), &text)
+    Some(format!("#{}\n#{}\n{entries}", dest.prefix, dest.claim))
 }
 
 fn write_journal(dir: &Path, text: &str) -> Result<()> {
@@ -67,15 +124,28 @@ fn write_journal(dir: &Path, text: &str) -> Result<()> {
         .map_err(|e| Error::io(path.display(), e))
 }
 
-fn parse(text: &str) -> Vec<Leftover> {
-    let lines: Vec<&str> = text.lines().collect();
-    lines
+/// A journal's destination and entries. A journal without the `#` lines
+/// is one zrecord's publish wrote before checkpoints journaled too: its
+/// destination is its first entry's directory, claimed by `meta.zr`.
+fn parse(text: &str) -> Option<(Destination, Vec<Leftover>)> {
+    let mut lines: Vec<&str> = text.lines().collect();
+    let dest = match lines.as_slice() {
+        [p, c, ..] if p.starts_with('#') && c.starts_with('#') => {
+            let dest = Destination::new(&p[1..], &c[1..]);
+            lines.drain(..2);
+            dest
+        }
+        [first, ..] => Destination::new(first.rsplit_once('/')?.0, "meta.zr"),
+        [] => return None,
+    };
+    let entries = lines
         .chunks_exact(2)
         .map(|pair| Leftover {
             url: pair[0].to_string(),
             etag: (!pair[1].is_empty()).then(|| pair[1].to_string()),
         })
-        .collect()
+        .collect();
+    Some((dest, entries))
 }
 
 /// ETags as listings and PUT responses spell them differ in quoting (and
@@ -90,139 +160,270 @@ fn same_etag(a: &str, b: &str) -> bool {
     bare(a) == bare(b)
 }
 
-/// Delete the recorded leftovers directly under `prefix_url` (journals of
-/// any process, locked while this one works on them), before a write to
-/// that prefix. While `claimed(listing)` is true of what the prefix holds
-/// now, nothing is deleted and the entries stay. Returns the URLs deleted;
-/// entries whose delete fails stay journaled.
-pub fn clear_under(
-    prefix_url: &str,
-    config: &RemoteConfig,
-    claimed: impl Fn(&[Listed]) -> bool,
-) -> Result<Vec<String>> {
-    let prefix = format!("{}/", prefix_url.trim_end_matches('/'));
-    let mut deleted = Vec::new();
-    let Ok(entries) = std::fs::read_dir(dir(config)) else {
-        return Ok(deleted);
-    };
-    let mut listing: Option<Vec<Listed>> = None;
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if path.extension().is_none_or(|e| e != EXTENSION) {
-            continue;
-        }
-        let Ok(mut file) = File::open(&path) else {
-            continue;
-        };
-        // Another process clearing (or still writing) it: leave it.
-        if !zt_fsutil::try_lock(&file, true).unwrap_or(false) {
-            continue;
-        }
-        let mut text = String::new();
-        if file.read_to_string(&mut text).is_err() {
-            continue;
-        }
-        let all = parse(&text);
-        let (mine, others): (Vec<Leftover>, Vec<Leftover>) = all.into_iter().partition(|l| {
-            l.url
-                .strip_prefix(&prefix)
-                .is_some_and(|n| !n.contains('/'))
-        });
-        if mine.is_empty() {
-            continue;
-        }
-        let listed = match &listing {
-            Some(l) => l,
-            None => listing.insert(list(prefix_url, config)?),
-        };
-        let mut kept = others;
-        let mine = if claimed(listed) {
-            kept.extend(mine);
-            Vec::new()
-        } else {
-            mine
-        };
-        for left in mine {
-            let name = &left.url[prefix.len()..];
-            let Some(now) = listed.iter().find(|l| l.name == name) else {
-                continue; // gone already
-            };
-            let ours = match (&left.etag, &now.etag) {
-                (Some(put), Some(there)) => same_etag(put, there),
-                (Some(_), None) => false,
-                (None, _) => true,
-            };
-            if !ours {
-                continue; // another version: not this journal's to delete
-            }
-            match delete_object(&left.url, config) {
-                Ok(()) => deleted.push(left.url),
-                Err(e) if e.kind == ErrorKind::NotFound => {}
-                Err(_) => kept.push(left),
-            }
-        }
-        if !kept.is_empty() {
-            let text: String = kept
-                .iter()
-                .map(|l| format!("{}\n{}\n", l.url, l.etag.as_deref().unwrap_or("")))
-                .collect();
-            write_journal(&dir(config), &text)?;
-        }
-        let _ = std::fs::remove_file(&path);
+/// True if `now` is the version `left` recorded (or may be: a journaled
+/// version unknown).
+fn recorded(left: &Leftover, now: &Listed) -> bool {
+    match (&left.etag, &now.etag) {
+        (Some(put), Some(there)) => same_etag(put, there),
+        (Some(_), None) => false,
+        (None, _) => true,
     }
-    Ok(deleted)
+}
+
+/// The rule zrecord's publish and `zt clean` clear by: nothing while the
+/// destination's claim is present (a whole store or checkpoint is there,
+/// whose objects are read through it, whoever put them).
+pub fn unless_claimed(dest: &Destination) -> impl Fn(&[Listed], &str) -> bool + '_ {
+    move |now, _| now.iter().any(|l| l.name == dest.claim)
+}
+
+/// After a multi-object write for `dest` failed at the object `failed`
+/// (its upload, or a delete it needed): delete the objects `sent` before
+/// it, and `failed` itself when a version of it that was not there before
+/// reached the server (a request can fail after the server stored its
+/// object, its response lost), newest first, so the claim never outlives
+/// an object it names. `before` is `failed`'s state before the write:
+/// `None` absent, `Some(etag)` present (with that version, if known; a
+/// present object of unknown version is never taken for one this write
+/// put). Object storage has no multi-object atomicity, so this is the
+/// write's discard. What cannot be deleted (the server gone: deleting
+/// fails as the upload did) is journaled with the versions put, for the
+/// next write to `dest` to delete; the returned text names it, for the
+/// error's detail (`None`: nothing was left).
+pub fn withdraw(
+    config: &RemoteConfig,
+    dest: &Destination,
+    sent: &[Leftover],
+    failed: &str,
+    before: Option<Option<String>>,
+) -> Option<String> {
+    let mut doomed = sent.to_vec();
+    let landed = match failed.rsplit_once('/') {
+        Some((parent, name)) => match list(parent, config) {
+            Ok(now) => now
+                .into_iter()
+                .find(|l| l.name == name)
+                .filter(|l| match &before {
+                    None => true,
+                    Some(None) => false,
+                    Some(Some(was)) => l.etag.as_deref().is_none_or(|e| !same_etag(e, was)),
+                })
+                .map(|l| l.etag),
+            // Unlisted: delete it unless it was there before (its old
+            // version is not this call's to remove); its version unknown.
+            Err(_) => before.is_none().then_some(None),
+        },
+        None => None,
+    };
+    if let Some(etag) = landed {
+        doomed.push(Leftover {
+            url: failed.to_string(),
+            etag,
+        });
+    }
+    let left: Vec<Leftover> = doomed
+        .into_iter()
+        .rev()
+        .filter(|left| delete_object(&left.url, config).is_err())
+        .collect();
+    if left.is_empty() {
+        return None;
+    }
+    let journaled = match record(config, dest, &left) {
+        Ok(()) => "journaled: the next publish to this prefix deletes them".to_string(),
+        Err(e) => format!("journaling them failed too ({e})"),
+    };
+    let names: Vec<&str> = left.iter().map(|l| l.url.as_str()).collect();
+    Some(format!(
+        "; removing what the failed upload had put failed too, left: {} ({journaled})",
+        names.join(", ")
+    ))
+}
+
+/// Delete the recorded leftovers of `dest` (journals of any process,
+/// locked while this one works on them). An entry `keep(listing, name)`
+/// spares (`listing`: what the prefix holds now, names relative to it)
+/// stays journaled, as does one whose delete fails. Returns each
+/// journaled object's URL and what became of it.
+pub fn clear(
+    config: &RemoteConfig,
+    dest: &Destination,
+    keep: impl Fn(&[Listed], &str) -> bool,
+) -> Result<Vec<(String, Outcome)>> {
+    let mut out = Vec::new();
+    for path in journals(config) {
+        out.extend(clear_journal(
+            config,
+            &path,
+            &|d| d == dest,
+            &|_, now, name| keep(now, name),
+        )?);
+    }
+    Ok(out)
+}
+
+/// Clear every journal in the spool directory (`zt clean`), each by
+/// [`unless_claimed`] for its own destination. A destination that cannot
+/// be listed (unreachable, no credentials) keeps its journal; the others
+/// are still cleared.
+pub fn clear_all(config: &RemoteConfig) -> Vec<(String, Outcome)> {
+    journals(config)
+        .iter()
+        .filter_map(|path| {
+            clear_journal(config, path, &|_| true, &|d, now, name| {
+                unless_claimed(d)(now, name)
+            })
+            .ok()
+        })
+        .flatten()
+        .collect()
+}
+
+/// The journal files in the spool directory.
+fn journals(config: &RemoteConfig) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir(config)) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == EXTENSION))
+        .collect()
+}
+
+/// Spares a journaled entry: given its destination, what the prefix holds
+/// now and the entry's name.
+type Keep<'a> = dyn Fn(&Destination, &[Listed], &str) -> bool + 'a;
+
+/// Clear one journal whose destination is `wanted`: entries `keep` does not spare deleted (or dropped,
+/// when gone or replaced), the rest written to a journal of their own, the
+/// file removed.
+fn clear_journal(
+    config: &RemoteConfig,
+    path: &Path,
+    wanted: &dyn Fn(&Destination) -> bool,
+    keep: &Keep<'_>,
+) -> Result<Vec<(String, Outcome)>> {
+    let mut out = Vec::new();
+    let Ok(mut file) = File::open(path) else {
+        return Ok(out);
+    };
+    // Another process clearing (or still writing) it: leave it.
+    if !zt_fsutil::try_lock(&file, true).unwrap_or(false) {
+        return Ok(out);
+    }
+    let mut text = String::new();
+    if file.read_to_string(&mut text).is_err() {
+        return Ok(out);
+    }
+    let Some((dest, entries)) = parse(&text) else {
+        let _ = std::fs::remove_file(path);
+        return Ok(out);
+    };
+    if !wanted(&dest) {
+        return Ok(out);
+    }
+    // Nested names (a checkpoint directory's) need the whole tree listed;
+    // a flat destination's directory is one delimited listing.
+    let nested = entries
+        .iter()
+        .any(|l| dest.name_of(&l.url).is_some_and(|n| n.contains('/')));
+    let listed = if nested {
+        list_tree(&dest.prefix, config)?
+    } else {
+        list(&dest.prefix, config)?
+    };
+    let mut kept = Vec::new();
+    for left in entries {
+        let Some(name) = dest.name_of(&left.url) else {
+            continue; // not under its own destination: never this journal's
+        };
+        // Gone or replaced since: never this journal's to delete, dropped
+        // whatever the rule says; a version it recorded, unless spared.
+        let outcome = match listed.iter().find(|l| l.name == name) {
+            None => Outcome::Gone,
+            Some(now) if !recorded(&left, now) => Outcome::Replaced,
+            Some(_) if keep(&dest, &listed, name) => Outcome::Kept,
+            Some(_) => match delete_object(&left.url, config) {
+                Ok(()) => Outcome::Deleted,
+                Err(e) if e.kind == ErrorKind::NotFound => Outcome::Gone,
+                Err(_) => Outcome::Kept,
+            },
+        };
+        if outcome == Outcome::Kept {
+            kept.push(left.clone());
+        }
+        out.push((left.url, outcome));
+    }
+    if let Some(text) = encode(&dest, &kept) {
+        write_journal(&dir(config), &text)?;
+    }
+    let _ = std::fs::remove_file(path);
+    Ok(out)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn entries_round_trip_and_etags_compare_unquoted() {
-        let left = [
-            Leftover {
-                url: "s3://b/p/data_1.zr".into(),
-                etag: Some("\"abc\"".into()),
-            },
-            Leftover {
-                url: "s3://b/p/data_2.zr".into(),
-                etag: None,
-            },
-        ];
-        let text: String = left
-            .iter()
-            .map(|l| format!("{}\n{}\n", l.url, l.etag.as_deref().unwrap_or("")))
-            .collect();
-        assert_eq!(parse(&text), left);
-        assert!(same_etag("\"abc\"", "abc"));
-        assert!(same_etag("W/\"abc\"", "\"abc\""));
-        assert!(!same_etag("\"abc\"", "\"abd\""));
-    }
-
-    #[test]
-    fn a_journal_of_other_prefixes_is_left_alone() {
+    fn temp_config() -> (PathBuf, RemoteConfig) {
         let spool =
             std::env::temp_dir().join(format!("zt-leftovers-{:016x}", zt_fsutil::random_u64()));
         let config = RemoteConfig {
             spool_dir: Some(spool.clone()),
             ..RemoteConfig::default()
         };
+        (spool, config)
+    }
+
+    #[test]
+    fn entries_round_trip_and_etags_compare_unquoted() {
+        let dest = Destination::new("s3://b/p/", "meta.zr");
+        let left = [
+            Leftover {
+                url: "s3://b/p/data_1.zr".into(),
+                etag: Some("\"abc\"".into()),
+            },
+            Leftover {
+                url: "s3://b/p/sub/data_2.zr".into(),
+                etag: None,
+            },
+        ];
+        let text = encode(&dest, &left).unwrap();
+        assert_eq!(parse(&text), Some((dest.clone(), left.to_vec())));
+        assert_eq!(dest.name_of(&left[1].url), Some("sub/data_2.zr"));
+        assert_eq!(dest.name_of("s3://b/pq/data_1.zr"), None);
+        assert!(same_etag("\"abc\"", "abc"));
+        assert!(same_etag("W/\"abc\"", "\"abc\""));
+        assert!(!same_etag("\"abc\"", "\"abd\""));
+    }
+
+    #[test]
+    fn a_journal_without_its_destination_is_a_zrecord_stores() {
+        let (dest, left) = parse("s3://b/p/data_0.zr\n\"e\"\n").unwrap();
+        assert_eq!(dest, Destination::new("s3://b/p", "meta.zr"));
+        assert_eq!(left[0].etag.as_deref(), Some("\"e\""));
+        assert_eq!(parse(""), None);
+    }
+
+    #[test]
+    fn a_journal_of_another_destination_is_left_alone() {
+        let (spool, config) = temp_config();
+        let left = [Leftover {
+            url: "s3://b/p/other-00001-of-00002.safetensors".into(),
+            etag: None,
+        }];
         record(
             &config,
-            &[Leftover {
-                url: "s3://b/other/data_0.zr".into(),
-                etag: None,
-            }],
+            &Destination::new("s3://b/p", "other.safetensors.index.json"),
+            &left,
         )
         .unwrap();
-        // Nothing under s3://b/p is journaled: no listing, no delete, the
-        // journal kept as it was.
-        assert_eq!(
-            clear_under("s3://b/p", &config, |_| false).unwrap(),
-            Vec::<String>::new()
-        );
-        let kept: Vec<_> = std::fs::read_dir(dir(&config)).unwrap().flatten().collect();
-        assert_eq!(kept.len(), 1);
+        // Another checkpoint under the same prefix: no listing, no delete,
+        // the journal kept as it was.
+        let mine = Destination::new("s3://b/p", "model.safetensors.index.json");
+        assert_eq!(clear(&config, &mine, |_, _| false).unwrap(), Vec::new());
+        assert_eq!(journals(&config).len(), 1);
         let _ = std::fs::remove_dir_all(&spool);
     }
 }

@@ -137,6 +137,40 @@ fn delimited(
     Ok((result, strip))
 }
 
+/// Every object under `prefix_url` at any depth, named relative to it
+/// (`sub/file`), with sizes and ETags, sorted by name: a directory
+/// output's files (a checkpoint's, whose writer may nest them).
+pub fn list_tree(prefix_url: &str, config: &RemoteConfig) -> Result<Vec<Listed>> {
+    let url = ObjectUrl::parse(prefix_url)?;
+    let store = store_for(&url, config)?;
+    let prefix = url.key.trim_end_matches('/').to_string();
+    let strip = if prefix.is_empty() {
+        String::new()
+    } else {
+        format!("{prefix}/")
+    };
+    Stats::count(&stats().lists, 1);
+    let path = url.path();
+    let objects = retried(prefix_url, config, || {
+        store
+            .list((!prefix.is_empty()).then_some(&path))
+            .try_collect::<Vec<object_store::ObjectMeta>>()
+    })?;
+    let mut out: Vec<Listed> = objects
+        .into_iter()
+        .filter_map(|m| {
+            let key = m.location.to_string();
+            key.strip_prefix(&strip).map(|name| Listed {
+                name: name.to_string(),
+                size: m.size,
+                etag: m.e_tag.clone(),
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(out)
+}
+
 /// Every object key under `prefix_url`, recursively (for tests and
 /// cleanup; pages through the listing).
 pub fn list_all(prefix_url: &str, config: &RemoteConfig) -> Result<Vec<String>> {

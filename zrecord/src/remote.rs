@@ -524,9 +524,12 @@ mod enabled {
         // delete (journaled by `withdraw`) goes first, unless a store was
         // published there since: a store with fewer shards would otherwise
         // find the failed one's among its own.
-        zt_remote::leftovers::clear_under(&url, &config, |now| {
-            now.iter().any(|l| l.name == "meta.zr")
-        })
+        let journaled = zt_remote::leftovers::Destination::new(&url, "meta.zr");
+        zt_remote::leftovers::clear(
+            &config,
+            &journaled,
+            zt_remote::leftovers::unless_claimed(&journaled),
+        )
         .map_err(|e| error(dest, e))?;
         let existing = zt_remote::list::list(&url, &config).map_err(|e| error(dest, e))?;
         if existing.iter().any(|l| l.name == "meta.zr") {
@@ -561,16 +564,12 @@ mod enabled {
         Ok(())
     }
 
-    /// After the upload of `failed` failed: delete the objects `sent`
-    /// before it and `failed` itself when a version of it that was not
-    /// there `before` reached the server (a request can fail after the
-    /// server stored its object, its response lost), newest first, so
-    /// `meta.zr` never outlives a shard it names. Object storage has no
-    /// multi-object atomicity, so this is the remote store's discard.
-    /// Returns `err`, its detail extended with the objects a failed delete
-    /// left behind (the server gone: deleting fails as the upload did),
-    /// which are journaled with the versions put (`zt_remote::leftovers`)
-    /// for the next publish to this prefix to delete.
+    /// After the upload of `failed` failed: withdraw what this publish put
+    /// (`zt_remote::leftovers::withdraw`: `sent` and `failed` itself if a
+    /// new version of it landed, newest first, so `meta.zr` never outlives
+    /// a shard it names; what cannot be deleted journaled for the next
+    /// publish to this prefix). Returns `err`, its detail extended with
+    /// the objects left behind.
     fn withdraw(
         url: &str,
         config: &RemoteConfig,
@@ -579,41 +578,22 @@ mod enabled {
         before: &HashMap<String, Option<String>>,
         mut err: Error,
     ) -> Error {
-        let mut doomed = sent.to_vec();
-        let landed = match zt_remote::list::list(url, config) {
-            Ok(now) => now
-                .into_iter()
-                .find(|l| l.name == failed && before.get(failed) != Some(&l.etag))
-                .map(|l| l.etag),
-            // Unlisted: delete it unless it was there before (its old
-            // version is not this call's to remove); its version unknown.
-            Err(_) => (!before.contains_key(failed)).then_some(None),
-        };
-        if let Some(etag) = landed {
-            doomed.push((failed, etag));
-        }
-        let left: Vec<zt_remote::leftovers::Leftover> = doomed
-            .into_iter()
-            .rev()
+        let sent: Vec<zt_remote::leftovers::Leftover> = sent
+            .iter()
             .map(|(name, etag)| zt_remote::leftovers::Leftover {
                 url: format!("{url}/{name}"),
-                etag,
+                etag: etag.clone(),
             })
-            .filter(|left| zt_remote::delete_object(&left.url, config).is_err())
             .collect();
-        if left.is_empty() {
-            return err;
-        }
-        let journaled = match zt_remote::leftovers::record(config, &left) {
-            Ok(()) => "journaled: the next publish to this prefix deletes them".to_string(),
-            Err(e) => format!("journaling them failed too ({e})"),
-        };
-        if let Error::Remote { detail, .. } = &mut err {
-            let names: Vec<&str> = left.iter().map(|l| l.url.as_str()).collect();
-            detail.push_str(&format!(
-                "; removing what the failed store had uploaded failed too, left: {} ({journaled})",
-                names.join(", ")
-            ));
+        let left = zt_remote::leftovers::withdraw(
+            config,
+            &zt_remote::leftovers::Destination::new(url, "meta.zr"),
+            &sent,
+            &format!("{url}/{failed}"),
+            before.get(failed).cloned(),
+        );
+        if let (Some(left), Error::Remote { detail, .. }) = (left, &mut err) {
+            detail.push_str(&left);
         }
         err
     }
