@@ -266,7 +266,11 @@ fn geometry(
         Ok(Geometry {
             rows,
             cols,
-            block,
+            // A block past the matrix covers it and no more: the same grid
+            // and scales, and the kernels' block strides stay within a row
+            // (a configuration's `weight_block_size` near 2^64 overflowed
+            // them: fuzz/regressions/quant_config-fp8-block-past-usize).
+            block: [block[0].min(rows.max(1)), block[1].min(cols.max(1))],
             srows,
             scols,
         })
