@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import threading
 
 import numpy as np
 import pytest
@@ -108,6 +109,44 @@ def test_what_a_failed_save_could_not_delete_is_deleted_by_the_next_save(backend
     assert_checkpoint(backend, TWO)
     assert_checkpoint(backend, TWO, "other")
     assert backend.get("ckpt/README") == b"kept"
+
+
+def gone_from(fail_put):
+    """A ``decide`` for a server that goes away at the request ``fail_put``
+    fails: that one and every later request (the withdrawal's listing and
+    deletes) reset."""
+    gone = threading.Event()
+
+    def decide(request):
+        if gone.is_set() or fail_put(request):
+            gone.set()
+            return "reset"
+        return None
+
+    return decide
+
+
+def test_a_server_gone_mid_save_leaves_a_journal_the_next_save_clears(backend, tmp):
+    """The connection reset at the third shard's PUT and for everything
+    after: the withdrawal can neither list nor delete, so the two shards
+    put are journaled with their versions and the third with none (it may
+    have landed); the next save, the server back, deletes the two and
+    finds the third absent."""
+    url = backend.url("ckpt")
+    with backend.proxy(gone_from(put_of(shards(4)[2]))) as proxy:
+        with pytest.raises(OSError) as failure:
+            save(backend, proxy, tmp, FOUR)
+    assert set(proxy.kinds()) == {"reset"}, proxy.faulted
+    message = str(failure.value)
+    left = f"left: {url}/{shards(4)[2]}, {url}/{shards(4)[1]}, {url}/{shards(4)[0]}"
+    assert left in message, message
+    assert backend.keys("ckpt/") == [f"ckpt/{s}" for s in shards(4)[:2]]
+    assert len(leftover_journals(tmp)) == 1
+
+    save(backend, None, tmp, TWO)
+    assert backend.keys("ckpt/") == sorted([f"ckpt/{INDEX}"] + [f"ckpt/{s}" for s in shards(2)])
+    assert leftover_journals(tmp) == []
+    assert_checkpoint(backend, TWO)
 
 
 def test_a_directory_checkpoint_failing_midway_is_cleared_by_the_next_write(backend, tmp):
