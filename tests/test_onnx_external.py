@@ -414,13 +414,16 @@ def test_a_safetensors_data_file_refuses_initializers_it_cannot_name(tmp):
 @pytest.mark.parametrize(
     "location", ["../w.bin", "/tmp/w.bin", "sub/../../w.bin", "", "model.onnx", "missing/w.bin", "link/w.bin"]
 )
-def test_locations_that_leave_the_directory_are_refused_and_nothing_is_written(tmp, model_path, location):
+def test_locations_that_leave_the_directory_are_refused_and_nothing_is_written(tmp, model_path, location, zt_cli):
     out_dir = tmp / "out"
     out_dir.mkdir()
     (out_dir / "link").symlink_to(tmp)
     with pytest.raises(zt.FormatError) as info:
         zt.convert(model_path, out_dir / "model.onnx", external_data=True, location=location)
     assert info.value.rule == "onnx.Location"
+    cmd = [zt_cli, "convert", model_path, out_dir / "model.onnx", "--external-data", "--location", location]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stderr.startswith("zt: error [onnx.Location]: "), proc.stderr
     assert sorted(os.listdir(out_dir)) == ["link"]
     assert sorted(os.listdir(tmp)) == ["model.onnx", "out"]
 
@@ -442,7 +445,8 @@ def test_a_model_or_output_in_object_storage_is_refused_as_remote(tmp, model_pat
         assert ("cannot write" in str(info.value)) is not reading, info.value
         flag = "--external-data" if external else "--inline"
         proc = subprocess.run([zt_cli, "convert", os.fspath(src), os.fspath(dst), flag], capture_output=True, text=True)
-        assert proc.returncode != 0 and why in proc.stderr, proc.stderr
+        assert proc.returncode == 2 and why in proc.stderr, proc.stderr
+        assert proc.stderr.startswith("zt: error [onnx.Remote]: "), proc.stderr
     assert sorted(os.listdir(tmp)) == ["model.onnx"]
 
 
@@ -528,7 +532,8 @@ def test_a_model_past_2gb_moves_in_bounded_memory_and_is_not_inlined(tmp, zt_cli
         capture_output=True,
         text=True,
     )
-    assert proc.returncode != 0 and "2 GB" in proc.stderr
+    assert proc.returncode == 2 and "2 GB" in proc.stderr
+    assert proc.stderr.startswith("zt: error [onnx.ProtobufLimit]: "), proc.stderr
     assert os.listdir(dst_dir) == []
     with pytest.raises(zt.FormatError) as info:
         zt.convert(model, dst_dir / "inline.onnx", external_data=False)

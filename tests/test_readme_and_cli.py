@@ -13,6 +13,8 @@ import pytest
 import safetensors.numpy
 from conftest import ROOT
 
+import zt
+
 
 def blocks(lang: str) -> list[str]:
     text = (ROOT / "README.md").read_text()
@@ -127,9 +129,14 @@ def test_cli_errors_are_clear(zt_cli, tmp):
     bad = tmp / "bad.safetensors"
     bad.write_bytes(b"\xff" * 64)
     out = run(zt_cli, "ls", bad)
-    assert out.returncode == 2 and "bad.safetensors" in out.stderr
+    # The rule cited, as Python's FormatError.rule names it, then the message.
+    with pytest.raises(zt.FormatError) as e:
+        zt.open(bad)
+    assert e.value.rule == "core.UnknownFormat"
+    assert out.returncode == 2 and out.stderr == f"zt: error [{e.value.rule}]: {e.value}\n"
     out = run(zt_cli, "info", tmp / "missing.npz")
-    assert out.returncode == 2 and "no such file" in out.stderr
+    # No rule for a missing file.
+    assert out.returncode == 2 and out.stderr.startswith("zt: error: ") and "no such file" in out.stderr
 
 
 def test_cli_convert_draws_progress_on_request_and_not_by_default(zt_cli, tmp):

@@ -9,6 +9,7 @@ import json
 import os
 import pathlib
 import struct
+import subprocess
 import warnings
 
 import numpy as np
@@ -442,10 +443,14 @@ def patch_index(shard: pathlib.Path, entries):
     shard.write_bytes(bytes(raw))
 
 
-def test_hostile_shard_index_out_of_range(tmp_path):
+def test_hostile_shard_index_out_of_range(tmp_path, zt_cli):
     shard = sharded(tmp_path, crc=False)
     patch_index(shard, [(0, 4), (4, 4), (8, 4), (12, 1 << 40)])
     refused(tmp_path / "s.zarr", "zarr.Shard")
+    # The CLI names the rule too (reading the chunks: a conversion).
+    out = subprocess.run([zt_cli, "convert", tmp_path / "s.zarr", tmp_path / "s.npz"], capture_output=True, text=True)
+    assert out.returncode == 2 and out.stderr.startswith("zt: error [zarr.Shard]: "), out.stderr
+    assert not (tmp_path / "s.npz").exists()
 
 
 def test_hostile_shard_index_overlapping(tmp_path):
@@ -515,7 +520,7 @@ def test_hostile_huge_chunk_past_limits(tmp_path):
 
 
 @pytest.mark.parametrize("path", ["../outside", "a/../../outside", "/abs", "a//b", "a\\b"])
-def test_hostile_consolidated_key_escaping_the_store(tmp_path, path):
+def test_hostile_consolidated_key_escaping_the_store(tmp_path, path, zt_cli):
     root = zarr.open_group(str(tmp_path / "g.zarr"), mode="w", zarr_format=3)
     root.create_array("a", shape=(2,), dtype="f4")
     zarr.consolidate_metadata(str(tmp_path / "g.zarr"))
@@ -524,6 +529,8 @@ def test_hostile_consolidated_key_escaping_the_store(tmp_path, path):
     nodes[path] = nodes.pop("a")
     (tmp_path / "g.zarr" / "zarr.json").write_text(json.dumps(meta))
     refused(tmp_path / "g.zarr", "zarr.Key")
+    out = subprocess.run([zt_cli, "ls", tmp_path / "g.zarr"], capture_output=True, text=True)
+    assert out.returncode == 2 and out.stderr.startswith("zt: error [zarr.Key]: "), out.stderr
 
 
 def test_hostile_v2_consolidated_key_escaping(tmp_path):

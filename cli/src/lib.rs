@@ -360,7 +360,7 @@ fn dispatch(cli: Cli) -> u8 {
                         // happens to the JSON document.
                         let _ = json_out::print(&json_out::verify_failed(&file, deep, &e));
                     }
-                    eprintln!("zt: {e}");
+                    report(&e);
                     1
                 }
             };
@@ -386,9 +386,20 @@ fn dispatch(cli: Cli) -> u8 {
         // stdout's reader went away (`zt ls BIG | head -1`): a quiet end.
         Err(e) if out::closed_pipe(&e) => 0,
         Err(e) => {
-            eprintln!("zt: {e}");
+            report(&e);
             2
         }
+    }
+}
+
+/// An error on stderr: `zt: error [RULE]: MESSAGE`, RULE the check that
+/// failed as Python's `FormatError.rule` names it (`onnx.Remote`), so a
+/// script can match on it rather than on the message; `zt: error:
+/// MESSAGE` for a failure that cites none (a missing file, an I/O error).
+fn report(e: &zt::Error) {
+    match e.rule() {
+        Some(rule) => eprintln!("zt: error [{}]: {e}", rule.name()),
+        None => eprintln!("zt: error: {e}"),
     }
 }
 

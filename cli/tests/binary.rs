@@ -102,3 +102,26 @@ fn completions_for_each_shell() {
         );
     }
 }
+
+#[test]
+fn errors_cite_their_rule_and_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.safetensors");
+    std::fs::write(&bad, [0xffu8; 64]).unwrap();
+    let out = zt(&["ls".as_ref(), bad.as_os_str()]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    // The rule as `zt::Rule::name` (Python's `FormatError.rule`) names it.
+    let e = zt::open(&bad).map(drop).unwrap_err();
+    assert_eq!(e.rule().map(zt::Rule::name), Some("core.UnknownFormat"));
+    assert_eq!(stderr, format!("zt: error [core.UnknownFormat]: {e}\n"));
+    // A failure without a rule: no brackets.
+    let missing = dir.path().join("missing.npz");
+    let out = zt(&["info".as_ref(), missing.as_os_str()]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.starts_with("zt: error: ") && stderr.ends_with("no such file\n"),
+        "{stderr}"
+    );
+}
