@@ -6,8 +6,8 @@
 //! headers that parse), not only its extension or four magic bytes.
 
 use crate::rule::Rule;
-use std::path::{Component, Path};
-use std::sync::{Arc, Mutex};
+use std::path::{Component, Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::catalog::Catalog;
 use crate::error::{Context, Error, Result};
@@ -16,6 +16,8 @@ use crate::location;
 use crate::open::OpenOptions;
 use crate::plugin::FuzzTarget;
 use crate::store::Store;
+
+mod beneath;
 
 /// How many bytes of the head and tail of a file `detect` reads.
 pub const PROBE_BYTES: u64 = 64 * 1024;
@@ -65,6 +67,19 @@ pub struct OpenInput<'a> {
     /// The related files opened so far, each in a structure walk that
     /// [`OpenInput::end_walks`] ends.
     related: Mutex<Vec<Arc<Store>>>,
+    /// The local file's directory, resolved and opened once at the first
+    /// related file (`None` inside: it could not be, and every name is
+    /// checked by path).
+    dir: OnceLock<Option<ResolvedDir>>,
+}
+
+/// The directory related files are opened from: its path with every
+/// symlink resolved (what the files are named under) and a descriptor
+/// of it.
+#[derive(Debug)]
+struct ResolvedDir {
+    path: PathBuf,
+    beneath: beneath::Beneath,
 }
 
 impl<'a> OpenInput<'a> {
@@ -76,6 +91,7 @@ impl<'a> OpenInput<'a> {
             limits,
             options: None,
             related: Mutex::new(Vec::new()),
+            dir: OnceLock::new(),
         }
     }
 
@@ -86,6 +102,7 @@ impl<'a> OpenInput<'a> {
             limits: &options.limits,
             options: Some(options),
             related: Mutex::new(Vec::new()),
+            dir: OnceLock::new(),
         }
     }
 
@@ -172,6 +189,12 @@ impl<'a> OpenInput<'a> {
 
     /// Resolve the relative `name` beside the file on local disk, refusing
     /// what leaves its directory (see [`OpenInput::open_related`]).
+    ///
+    /// The directory is resolved once per input and each name opened from
+    /// its descriptor with the kernel holding the resolution beneath it
+    /// (`beneath.rs`); a name that way does not open (it leaves the
+    /// directory, is missing, is not a regular file, or the kernel cannot
+    /// tell) goes through the path check below, which decides and says why.
     fn open_local(
         &self,
         name: &str,
@@ -181,6 +204,24 @@ impl<'a> OpenInput<'a> {
         let rel = Path::new(name);
         let base = self.store.path();
         let dir = location::parent_dir(base);
+        let resolved_dir = self.dir.get_or_init(|| {
+            let path = dir.canonicalize().ok()?;
+            let beneath = beneath::Beneath::open(&path)?;
+            Some(ResolvedDir { path, beneath })
+        });
+        if let Some(resolved_dir) = resolved_dir {
+            if let Some((file, len)) = resolved_dir.beneath.open_regular(rel) {
+                let named: PathBuf = resolved_dir
+                    .path
+                    .iter()
+                    .chain(rel.components().filter_map(|c| match c {
+                        Component::Normal(part) => Some(part),
+                        _ => None,
+                    }))
+                    .collect();
+                return Store::from_open_file(file, len, &named, options.map);
+            }
+        }
         let canonical_dir = dir.canonicalize().map_err(|e| Error::io(&dir, e))?;
         let joined = dir.join(rel);
         let resolved = joined.canonicalize().map_err(|e| Error::io(&joined, e))?;
@@ -225,4 +266,73 @@ pub fn extension_of(path: &Path) -> String {
         .and_then(|e| e.to_str())
         .map(str::to_ascii_lowercase)
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    /// A directory holding `index` (the opened file), `a.bin` and a secret
+    /// beside the directory, with links in and out.
+    fn tree() -> (tempfile::TempDir, PathBuf) {
+        let outer = tempfile::tempdir().unwrap();
+        let dir = outer.path().join("d");
+        std::fs::create_dir_all(dir.join("sub")).unwrap();
+        std::fs::write(dir.join("index"), b"{}").unwrap();
+        std::fs::write(dir.join("a.bin"), b"abc").unwrap();
+        std::fs::write(dir.join("sub/b.bin"), b"hello").unwrap();
+        std::fs::write(outer.path().join("secret"), b"no").unwrap();
+        symlink("a.bin", dir.join("inside")).unwrap();
+        symlink(dir.join("a.bin"), dir.join("abs_in")).unwrap();
+        symlink("../secret", dir.join("out")).unwrap();
+        symlink(outer.path().join("secret"), dir.join("abs_out")).unwrap();
+        symlink("..", dir.join("up")).unwrap();
+        (outer, dir)
+    }
+
+    #[test]
+    fn related_files_open_inside_and_never_outside_the_directory() {
+        let (_outer, dir) = tree();
+        for map in [true, false] {
+            let store = Arc::new(if map {
+                Store::open(dir.join("index")).unwrap()
+            } else {
+                Store::open_positional(dir.join("index")).unwrap()
+            });
+            let limits = Limits::default();
+            let input = OpenInput::new(&store, &limits);
+            let bytes = |name: &str| {
+                let s = input.open_related(name, "test file").unwrap();
+                assert_eq!(s.is_mapped(), map);
+                s.read(0, s.len()).unwrap().into_owned()
+            };
+            assert_eq!(bytes("a.bin"), b"abc");
+            assert_eq!(bytes("sub/b.bin"), b"hello");
+            assert_eq!(bytes("./sub/b.bin"), b"hello");
+            assert_eq!(bytes("inside"), b"abc");
+            // An absolute link back into the directory: the kernel's
+            // beneath-resolution refuses it, the path check accepts it.
+            assert_eq!(bytes("abs_in"), b"abc");
+            // Named under the resolved directory.
+            let canonical = dir.canonicalize().unwrap();
+            let s = input.open_related("sub/b.bin", "test file").unwrap();
+            assert_eq!(s.path(), canonical.join("sub/b.bin"));
+            for (name, why) in [
+                ("out", "outside the file's directory"),
+                ("abs_out", "outside the file's directory"),
+                ("up/secret", "outside the file's directory"),
+                ("../secret", "leaves the file's directory"),
+                ("/etc/passwd", "is absolute"),
+                ("sub", "is not a regular file"),
+            ] {
+                let e = input.open_related(name, "test file").unwrap_err();
+                assert_eq!(e.rule(), Some(Rule::LOCATION), "{name}: {e}");
+                assert!(e.to_string().contains(why), "{name}: {e}");
+            }
+            let e = input.open_related("missing", "test file").unwrap_err();
+            assert!(e.to_string().contains("missing: no such file"), "{e}");
+            input.end_walks();
+        }
+    }
 }

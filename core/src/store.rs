@@ -61,6 +61,10 @@ pub struct Store {
     backing: Backing,
     /// A format is walking the structure (see [`Store::begin_walk`]).
     walking: AtomicBool,
+    /// The walk's page-at-a-time advice is in force: given at the walk's
+    /// first read, not at its start, since most related files a walk opens
+    /// (a memmap directory's leaves) are never read by it.
+    walk_advised: AtomicBool,
     /// Page ranges a walk read that were not cached before it (see
     /// [`Store::take_cold_walk_pages`]).
     cold_pages: cold_pages::ColdPages,
@@ -185,8 +189,46 @@ impl Store {
             len,
             backing: Backing::Mapped(map),
             walking: AtomicBool::new(false),
+            walk_advised: AtomicBool::new(false),
             cold_pages: Default::default(),
             file: Some(file),
+        })
+    }
+
+    /// A store over `file`, a regular file already opened (and checked to
+    /// be one) by the caller, `len` bytes long when it was checked: mapped
+    /// when `map`, else read positionally; named `location`. What
+    /// [`crate::OpenInput::open_related`] opens a related file with, so the
+    /// file its confinement check accepted is the file read.
+    pub(crate) fn from_open_file(
+        file: File,
+        len: u64,
+        location: &Path,
+        map: bool,
+    ) -> Result<Store> {
+        let (backing, file) = if map {
+            let map_len = usize::try_from(len).map_err(|_| Error::Memory {
+                ctx: Context::file(location),
+                what: "a memory map of the file (zt.open(path, map=False) reads without one)",
+                bytes: len,
+            })?;
+            // SAFETY: as `open_as`'s (a read-only map of a regular file); the
+            // length is the one just read from the descriptor, so the map
+            // makes no `fstat` of its own.
+            let map = unsafe { memmap2::MmapOptions::new().len(map_len).map(&file) }
+                .map_err(|e| map_failed(&file, location, location, e))?;
+            (Backing::Mapped(map), Some(file))
+        } else {
+            (Backing::Positional(file), None)
+        };
+        Ok(Store {
+            path: location.to_path_buf(),
+            len,
+            backing,
+            walking: AtomicBool::new(false),
+            walk_advised: AtomicBool::new(false),
+            cold_pages: Default::default(),
+            file,
         })
     }
 
@@ -198,6 +240,7 @@ impl Store {
             len: object.len(),
             backing: Backing::Remote(object),
             walking: AtomicBool::new(false),
+            walk_advised: AtomicBool::new(false),
             cold_pages: Default::default(),
             file: None,
         }
@@ -215,6 +258,7 @@ impl Store {
             len: bytes.len() as u64,
             backing: Backing::Memory(Memory(bytes)),
             walking: AtomicBool::new(false),
+            walk_advised: AtomicBool::new(false),
             cold_pages: Default::default(),
             file: None,
         }
@@ -239,6 +283,7 @@ impl Store {
             len,
             backing: Backing::Positional(file),
             walking: AtomicBool::new(false),
+            walk_advised: AtomicBool::new(false),
             cold_pages: Default::default(),
             file: None,
         })
@@ -306,7 +351,11 @@ impl Store {
     fn pread_exact(&self, file: &File, offset: u64, buf: &mut [u8]) -> Result<()> {
         let len = buf.len() as u64;
         let mut cached = 0usize;
-        if len > 0 && len < WALK_SEQUENTIAL && self.walking.load(Ordering::Relaxed) {
+        let walking = len > 0 && self.walking.load(Ordering::Relaxed);
+        if walking {
+            self.advise_walk();
+        }
+        if walking && len < WALK_SEQUENTIAL {
             if let Some(prefix) = cached_prefix(file, offset, buf) {
                 cached = prefix;
                 if cached < buf.len() {
@@ -710,8 +759,9 @@ mod tests {
         assert_eq!(random(&vm_flags(addr, len)), [false]);
 
         store.begin_walk();
-        assert_eq!(random(&vm_flags(addr, len)), [true]);
-        // A short read keeps the page-at-a-time advice; a long one (a
+        // No advice until the walk reads (a leaf it only opens needs none).
+        assert_eq!(random(&vm_flags(addr, len)), [false]);
+        // A short read gets the page-at-a-time advice; a long one (a
         // header read front to back) gets normal readahead over its range.
         assert_eq!(store.read(5, 10).unwrap()[..], bytes[5..15]);
         assert_eq!(random(&vm_flags(addr, len)), [true]);
@@ -729,6 +779,10 @@ mod tests {
 
         store.end_walk();
         assert!(random(&vm_flags(addr, len)).iter().all(|r| !r));
+        // A walk that never read leaves the mapping as it was.
+        store.begin_walk();
+        store.end_walk();
+        assert_eq!(random(&vm_flags(addr, len)), [false]);
         // A positional store has no mapping to advise; the calls are no-ops.
         let positional = Store::open_positional(f.path()).unwrap();
         positional.begin_walk();

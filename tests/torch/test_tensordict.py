@@ -160,6 +160,49 @@ def test_lying_files_are_refused_with_a_rule(saved, tmp):
     _refused(tmp / "lying.bin", "tensordict.Leaf")
 
 
+def test_a_leaf_symlinked_out_of_the_directory_is_refused_and_one_inside_reads(saved, tmp):
+    """Leaves are opened beneath the directory resolved once (issue 42's
+    speed-up): a symlink out of it, relative, absolute or through a linked
+    level, is still refused with the location rule; a link that stays
+    inside reads the bytes TensorDict wrote."""
+    import os
+    import shutil
+
+    root, td = saved
+    outside = tmp / "outside.memmap"
+    shutil.copy(root / "memmap" / "obs.memmap", outside)
+    ways_out = {
+        "relative": lambda d: os.symlink("../outside.memmap", d / "obs.memmap"),
+        "absolute": lambda d: os.symlink(outside, d / "obs.memmap"),
+        "a linked level": lambda d: (
+            shutil.move(d / "next", tmp / "next-elsewhere"),
+            os.symlink(tmp / "next-elsewhere", d / "next"),
+        ),
+    }
+    for way, plant in ways_out.items():
+        d = tmp / f"out-{way.replace(' ', '-')}"
+        shutil.copytree(root / "memmap", d)
+        if way != "a linked level":
+            (d / "obs.memmap").unlink()
+        plant(d)
+        e = _refused(d, "core.Location")
+        assert "outside the file's directory" in str(e), (way, e)
+
+    # Inside: a leaf linked to a copy in a subdirectory, relatively and
+    # absolutely (the kernel's beneath-resolution refuses the absolute one;
+    # the path check accepts it), reads bit for bit.
+    expected = _expected(td)
+    for how in ("relative", "absolute"):
+        d = tmp / f"in-{how}"
+        shutil.copytree(root / "memmap", d)
+        (d / "store").mkdir()
+        (d / "obs.memmap").rename(d / "store" / "obs.bin")
+        os.symlink("store/obs.bin" if how == "relative" else d / "store" / "obs.bin", d / "obs.memmap")
+        theirs = TensorDict.load_memmap(d)["obs"]
+        assert _bits(theirs) == _bits(expected["obs"]), how
+        assert _bits(zt.torch.load_file(d)["obs"]) == _bits(theirs), how
+
+
 @pytest.mark.parametrize("form", ["tensordict", "tensordict-consolidated"])
 def test_zt_writes_what_tensordict_reads(saved, tmp, form):
     root, td = saved

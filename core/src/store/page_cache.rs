@@ -29,14 +29,23 @@ use crate::rule::Rule;
 impl Store {
     /// Start a structure walk: until [`Store::end_walk`], the reads a
     /// format makes to find its tensors fault in only the pages they touch
-    /// (`MADV_RANDOM`), except reads of at least 256 KiB, which keep normal
-    /// readahead over their range. The opener brackets every format's
+    /// (`MADV_RANDOM`, advised at the walk's first read), except reads of
+    /// at least 256 KiB, which keep normal readahead over their range. The opener brackets every format's
     /// `open` with the two calls. Advice only: no read returns different
     /// bytes. A positional store's descriptor is advised
     /// `POSIX_FADV_RANDOM` the same way (a short `pread` after another
     /// would start readahead); a remote store ignores both.
     pub fn begin_walk(&self) {
-        if !self.is_remote() && !self.walking.swap(true, Ordering::Relaxed) {
+        if !self.is_remote() {
+            self.walking.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// The walk's advice, given once, at the walk's first read: a related
+    /// file the walk only opens (a leaf whose length is all it checks)
+    /// faults no page during the walk, so it needs no advice to take back.
+    pub(super) fn advise_walk(&self) {
+        if !self.walk_advised.swap(true, Ordering::Relaxed) {
             let _ = self.advise(0, self.len, libc::MADV_RANDOM);
             self.advise_descriptor(libc::POSIX_FADV_RANDOM);
         }
@@ -46,8 +55,10 @@ impl Store {
     /// back, for the tensor reads that follow.
     pub fn end_walk(&self) {
         if self.walking.swap(false, Ordering::Relaxed) {
-            let _ = self.advise(0, self.len, libc::MADV_NORMAL);
-            self.advise_descriptor(libc::POSIX_FADV_NORMAL);
+            if self.walk_advised.swap(false, Ordering::Relaxed) {
+                let _ = self.advise(0, self.len, libc::MADV_NORMAL);
+                self.advise_descriptor(libc::POSIX_FADV_NORMAL);
+            }
             self.cold_pages.end_walk();
         }
     }
@@ -75,6 +86,7 @@ impl Store {
         if !self.walking.load(Ordering::Relaxed) {
             return;
         }
+        self.advise_walk();
         if len >= WALK_SEQUENTIAL {
             let _ = self.advise(offset, len, libc::MADV_NORMAL);
         } else {
