@@ -56,6 +56,7 @@ pub mod remote;
 mod remote_cache;
 pub mod samples;
 pub mod schema;
+mod workers;
 pub mod writer;
 
 pub use codec::{train_dict, Codec, DictTier, DICT_TIERS};

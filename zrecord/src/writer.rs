@@ -15,13 +15,12 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use rayon::prelude::*;
-
 use crate::codec::{Codec, Encoder};
 use crate::error::{Error, Result};
 use crate::fsio::{try_lock, write_all_vectored_at};
 use crate::layout::{loc_table_end, Header, RecordLoc, LOC, MAX_RECORD, MAX_SHARDS, PAGE};
 use crate::schema::{Geometry, Layout, Schema};
+use crate::workers;
 
 /// Most records encoded and written per window (one RecordLoc write each).
 const WINDOW_RECORDS: usize = 32768;
@@ -139,6 +138,30 @@ struct Chunk {
     data: Option<Vec<u8>>,
     phys: Vec<u32>,
     base: u64,
+}
+
+/// Take a chunk out of its slot (each slot is taken once).
+fn take(slot: &Mutex<Option<Chunk>>) -> Option<Chunk> {
+    slot.lock().unwrap_or_else(|e| e.into_inner()).take()
+}
+
+/// The window's chunks in the order they are handed out: by rank within
+/// their shard, then by shard. Records are striped over the shards, so this
+/// is the order of the records they hold, and each shard's chunks come in
+/// their own order, which is the order they are placed and written in.
+fn logical_order(chunks: &[Chunk], shards: usize) -> Vec<usize> {
+    let mut rank = vec![0usize; shards];
+    let mut keyed: Vec<(usize, usize, usize)> = chunks
+        .iter()
+        .enumerate()
+        .map(|(k, c)| {
+            let r = rank[c.shard];
+            rank[c.shard] += 1;
+            (r, c.shard, k)
+        })
+        .collect();
+    keyed.sort_unstable();
+    keyed.into_iter().map(|(_, _, k)| k).collect()
 }
 
 fn refuse_existing(dest: &Path) -> Result<()> {
@@ -525,9 +548,14 @@ impl Writer {
                 c.phys = c.positions.iter().map(|&p| batch.logic(p) as u32).collect();
                 self.place(batch, c, range.start, &mut locs, tails)?;
             }
-            chunks.par_iter_mut().try_for_each(|c| {
-                self.encode_chunk(batch, c)?;
-                let written = self.write_chunk(batch, c);
+            let slots: Vec<Mutex<Option<Chunk>>> =
+                chunks.into_iter().map(|c| Mutex::new(Some(c))).collect();
+            workers::run(slots.len(), |k| {
+                let Some(mut c) = take(&slots[k]) else {
+                    return Ok(());
+                };
+                self.encode_chunk(batch, &mut c)?;
+                let written = self.write_chunk(batch, &c);
                 if let Some(buf) = c.data.take() {
                     self.give_buffer(buf);
                 }
@@ -581,7 +609,12 @@ impl Writer {
     /// the kernel copied them. Written this way, a chunk's buffer goes back
     /// to the pool for the next chunk while its frames are still cached.
     /// Offsets still follow logical order within each shard, so the store's
-    /// bytes do not depend on thread timing.
+    /// bytes do not depend on thread timing (loaderx's do: it appends a
+    /// chunk to its shard when it is encoded, so two of its builds of one
+    /// large batch can order a shard's chunks differently; zt's order is
+    /// the one a single-threaded build gives). Chunks are handed out in
+    /// that order (`logical_order`) to the pool and the calling thread
+    /// (`workers::run`), so the chunk a shard waits for is the next started.
     fn write_encoded(
         &self,
         batch: &Batch<'_>,
@@ -606,43 +639,48 @@ impl Writer {
             locs: &'a mut [u8],
             tails: &'a mut [u64],
         }
+        let count = chunks.len();
+        let order = logical_order(&chunks, tails.len());
+        let slots: Vec<Mutex<Option<Chunk>>> =
+            chunks.into_iter().map(|c| Mutex::new(Some(c))).collect();
         let state = Mutex::new(Placing {
-            done: (0..chunks.len()).map(|_| None).collect(),
+            done: (0..count).map(|_| None).collect(),
             next,
             locs,
             tails,
         });
-        chunks
-            .into_par_iter()
-            .enumerate()
-            .try_for_each(|(k, mut chunk)| {
-                self.encode_chunk(batch, &mut chunk)?;
-                let shard = chunk.shard;
-                // Place this chunk and any later ones of its shard that
-                // were waiting for it; write them outside the lock.
-                let mut ready = Vec::new();
-                {
-                    let mut st = state.lock().unwrap_or_else(|e| e.into_inner());
-                    st.done[k] = Some(chunk);
-                    while let Some(j) = st.next[shard] {
-                        let Some(mut c) = st.done[j].take() else {
-                            break;
-                        };
-                        let st = &mut *st;
-                        self.place(batch, &mut c, start, st.locs, st.tails)?;
-                        st.next[shard] = after[j];
-                        ready.push(c);
-                    }
+        workers::run(count, |j| {
+            let k = order[j];
+            let Some(mut chunk) = take(&slots[k]) else {
+                return Ok(());
+            };
+            self.encode_chunk(batch, &mut chunk)?;
+            let shard = chunk.shard;
+            // Place this chunk and any later ones of its shard that were
+            // waiting for it; write them outside the lock.
+            let mut ready = Vec::new();
+            {
+                let mut st = state.lock().unwrap_or_else(|e| e.into_inner());
+                st.done[k] = Some(chunk);
+                while let Some(j) = st.next[shard] {
+                    let Some(mut c) = st.done[j].take() else {
+                        break;
+                    };
+                    let st = &mut *st;
+                    self.place(batch, &mut c, start, st.locs, st.tails)?;
+                    st.next[shard] = after[j];
+                    ready.push(c);
                 }
-                for mut c in ready {
-                    let written = self.write_chunk(batch, &c);
-                    if let Some(buf) = c.data.take() {
-                        self.give_buffer(buf);
-                    }
-                    written?;
+            }
+            for mut c in ready {
+                let written = self.write_chunk(batch, &c);
+                if let Some(buf) = c.data.take() {
+                    self.give_buffer(buf);
                 }
-                Ok(())
-            })
+                written?;
+            }
+            Ok(())
+        })
     }
 
     /// Publish: truncate every file to its committed length, write the
