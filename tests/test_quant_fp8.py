@@ -320,3 +320,34 @@ def test_empty_dimensions(tmp_path):
             (name,) = list(source)
             got = source[name].numpy()
             assert got.shape == shape and got.dtype == BF16, case
+
+
+@pytest.mark.parametrize("durable", [True, False])
+def test_a_large_conversion_is_the_reference_writers_file(tmp_path, durable):
+    """An output past 64 MiB is written with direct I/O (issue 41: no copy
+    into the page cache), where the filesystem takes it, else buffered:
+    either way byte for byte the file safetensors' own writer saves for the
+    reference math's tensors (no NaN codes or scales here, whose payloads
+    differ between writers), with an empty tensor and a header of any
+    length among them."""
+    rng = np.random.default_rng(4141)
+    rows, cols = 4100, 8300  # 68 MB of bf16: ragged blocks both ways
+    raw = rng.integers(0, 256, size=(rows, cols), dtype=np.uint8)
+    raw[(raw & 0x7F) == 0x7F] = 0x7E
+    weight = raw.view(E4M3)
+    scale = (rng.random((-(-rows // BLOCK), -(-cols // BLOCK)), dtype=np.float32) * 2e-3 + 1e-5).astype(np.float32)
+    tensors = {
+        "model.layers.0.mlp.down_proj.weight": weight,
+        "model.layers.0.mlp.down_proj.weight_scale_inv": scale,
+        "model.layers.0.input_layernorm.weight": rng.standard_normal(4097, dtype=np.float32).astype(BF16),
+        "model.layers.0.empty": np.zeros((0, 3), np.float32).astype(BF16),
+    }
+    path = tmp_path / "model.safetensors"
+    safetensors.numpy.save_file(tensors, str(path))
+    want = tmp_path / "want.safetensors"
+    safetensors.numpy.save_file(expected(tensors, BF16), str(want))
+    out = tmp_path / "out.safetensors"
+    zt.convert(path, out, dequantize=True, dtype="bf16", durable=durable)
+    assert out.stat().st_size == want.stat().st_size > 64 << 20
+    assert out.read_bytes() == want.read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.safetensors", "out.safetensors", "want.safetensors"]

@@ -18,6 +18,8 @@ use std::path::{Path, PathBuf};
 use crate::error::{Context, Error, Result};
 use crate::location::parent_dir;
 
+pub mod direct;
+
 /// A file being built beside its destination. Dropping it without
 /// [`Partial::commit`] removes it; the destination is never touched.
 ///

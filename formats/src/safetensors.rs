@@ -24,7 +24,7 @@ use zt_core::error::{Context, Error, Result};
 use zt_core::format::{Format, OpenInput, Probe};
 use zt_core::inputs::{Inputs, SourceInputs};
 use zt_core::limits::Limits;
-use zt_core::publish::{publish_reading, publish_with};
+use zt_core::publish::{direct, publish_reading, publish_with};
 use zt_core::source::Source;
 use zt_core::store::Store;
 use zt_core::write::{
@@ -499,11 +499,26 @@ fn write_synced(
 /// conversion's resident memory stays near its largest tensor whatever the
 /// file's size.
 /// A tensor of another layout is refused naming it.
+/// A file of at least `DIRECT_MIN_BYTES` is written with direct I/O
+/// (`zt_core::publish::direct`: no copy into the page cache, which was
+/// most of a large conversion's CPU), smaller ones buffered.
 fn write_source(
     source: &Source,
     path: &Path,
     metadata: Option<&[(String, String)]>,
     durable: bool,
+) -> Result<u64> {
+    write_source_from(source, path, metadata, durable, direct::DIRECT_MIN_BYTES)
+}
+
+/// [`write_source`], direct I/O from `direct_min` bytes of file (tests
+/// reach the direct path with small files).
+fn write_source_from(
+    source: &Source,
+    path: &Path,
+    metadata: Option<&[(String, String)]>,
+    durable: bool,
+    direct_min: u64,
 ) -> Result<u64> {
     let ctx = Context::file(path);
     let inputs = SourceInputs::new(source, path)?;
@@ -520,13 +535,19 @@ fn write_source(
         .collect::<Result<Vec<_>>>()?;
     let (header, order) = prepare(&ctx, &metas, metadata)?;
     inputs.will_fetch_in(&order);
-    publish_reading(path, durable, |w| {
+    let body = |w: &mut dyn Write| {
         let io = |e| Error::io(path, e);
         w.write_all(&header).map_err(io)?;
         zt_core::inputs::fetch_ahead(&inputs, &order, &ctx, |_, bytes| {
             w.write_all(bytes).map_err(io)
         })
-    })
+    };
+    let total = metas.iter().map(|m| m.len).sum::<u64>() + header.len() as u64;
+    if total >= direct_min {
+        direct::publish_direct(path, durable, |w| body(w))
+    } else {
+        publish_reading(path, durable, |w| body(w))
+    }
 }
 
 /// The whole file [`write_with`] would write, in memory (what
@@ -717,5 +738,106 @@ impl FormatWriter for SafetensorsWriter {
         let metadata = zt_core::write::carried_attributes(source, self.caps().metadata);
         let metadata = metadata.map(|m| string_metadata(path, &m)).transpose()?;
         write_source(source, path, metadata.as_deref(), options.syncs())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `tensors` (name, dtype, shape) with deterministic bytes.
+    fn tensors(specs: &[(&str, DType, Vec<u64>)]) -> Vec<(String, DType, Vec<u64>, Vec<u8>)> {
+        specs
+            .iter()
+            .enumerate()
+            .map(|(k, (name, dtype, shape))| {
+                let len = num_elements(shape).unwrap() as usize * dtype.size().unwrap() as usize;
+                let bytes = (0..len).map(|i| (i * 7 + k * 13) as u8).collect();
+                (name.to_string(), *dtype, shape.clone(), bytes)
+            })
+            .collect()
+    }
+
+    /// The file `to_bytes` lays out for `specs`, written, opened as a
+    /// source and converted through the direct path and the buffered one:
+    /// both are that file, byte for byte.
+    fn check(dir: &Path, specs: &[(&str, DType, Vec<u64>)], metadata: Option<&[(String, String)]>) {
+        let owned = tensors(specs);
+        let ins: Vec<TensorIn<'_>> = owned
+            .iter()
+            .map(|(name, dtype, shape, data)| TensorIn {
+                name,
+                dtype: *dtype,
+                shape,
+                data,
+            })
+            .collect();
+        let want = to_bytes(&ins, metadata).unwrap();
+        let src = dir.join("src.safetensors");
+        std::fs::write(&src, &want).unwrap();
+        let store = Arc::new(Store::open(&src).unwrap());
+        let catalog = open_in(&store, &Limits::default(), 0).unwrap();
+        let source =
+            Source::from_catalog("safetensors", store, catalog, Limits::default()).unwrap();
+        for (direct_min, durable) in [(0, true), (0, false), (u64::MAX, false)] {
+            let dst = dir.join("dst.safetensors");
+            let n = write_source_from(&source, &dst, metadata, durable, direct_min).unwrap();
+            let got = std::fs::read(&dst).unwrap();
+            assert_eq!(n, want.len() as u64);
+            assert!(
+                got == want,
+                "{} bytes, direct from {direct_min}",
+                want.len()
+            );
+            std::fs::remove_file(&dst).unwrap();
+        }
+        // No partial left beside the output.
+        let names: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, [std::ffi::OsString::from("src.safetensors")]);
+    }
+
+    /// Files whose data ends around a block and the staging buffer, with
+    /// empty tensors and headers of several lengths, are written exactly
+    /// as the in-memory writer lays them out.
+    #[test]
+    fn direct_writes_are_byte_identical_at_every_edge() {
+        let dir = tempfile::tempdir().unwrap();
+        let stage = direct::STAGE_BYTES as u64;
+        let block = direct::ALIGN as u64;
+        check(dir.path(), &[], None);
+        check(dir.path(), &[("e", DType::F32, vec![0, 4])], None);
+        for total in [
+            block - 1,
+            block,
+            block + 1,
+            stage - 1,
+            stage,
+            stage + 1,
+            2 * stage + block,
+        ] {
+            // One byte tensor of `total - 64` bytes after a 64-byte f32 one,
+            // so the data (not the file) ends at the edge; header lengths
+            // vary with the names.
+            for name in ["a", "a_much_longer_tensor_name_that_moves_the_header"] {
+                check(
+                    dir.path(),
+                    &[
+                        (name, DType::U8, vec![total - 64]),
+                        ("w", DType::F32, vec![4, 4]),
+                        ("empty", DType::BF16, vec![0]),
+                    ],
+                    None,
+                );
+            }
+        }
+        let metadata = [("format".to_string(), "pt".to_string())];
+        check(
+            dir.path(),
+            &[("x", DType::F16, vec![stage / 2 + 3])],
+            Some(&metadata),
+        );
     }
 }
