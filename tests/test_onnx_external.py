@@ -13,6 +13,7 @@ import sys
 
 import numpy as np
 import onnx
+import onnx_safetensors
 import onnxruntime as ort
 import pytest
 import safetensors
@@ -379,6 +380,66 @@ def test_external_data_to_a_safetensors_file_as_onnx_safetensors_lays_it_out(tmp
         assert (cli_out.parent / name).read_bytes() == (out.parent / name).read_bytes(), name
     zt.convert(out, tmp / "back.onnx", external_data=False)
     assert onnx.load(os.fspath(tmp / "back.onnx")) == original
+
+
+def without_default_locations(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` with every `data_location: DEFAULT` field cleared: onnx's
+    loader sets it on the tensors it inlines, zt's inlining leaves it unset
+    (the same value: DEFAULT is the field's default)."""
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    for t in all_tensors(model):
+        if t.HasField("data_location") and t.data_location == TensorProto.DEFAULT:
+            t.ClearField("data_location")
+    return model
+
+
+@pytest.mark.parametrize("threshold", [None, 0])
+def test_onnx_safetensors_loads_the_weights_zt_moved_to_a_safetensors_file(tmp, model_path, threshold):
+    """Issue 42: onnx-safetensors' own loader (`load_file`, on the model
+    read without its external data) brings back every tensor zt moved to a
+    `.safetensors` location, bit for bit the original's."""
+    out = tmp / "out" / "model.onnx"
+    out.parent.mkdir()
+    kw = {} if threshold is None else {"threshold": threshold}
+    zt.convert(model_path, out, external_data=True, location="model.safetensors", **kw)
+    stripped = onnx.load(os.fspath(out), load_external_data=False)
+    assert externals(stripped)
+    loaded = onnx_safetensors.load_file(stripped, out.parent / "model.safetensors")
+    assert externals(loaded) == {}
+    assert_same_tensors(loaded, onnx.load(os.fspath(model_path)))
+
+
+def test_zt_reads_and_inlines_what_onnx_safetensors_writes(tmp, model_path, zt_cli):
+    """Issue 42: a model saved by onnx-safetensors itself (`save_model`, its
+    weights in `model.safetensors`; size_threshold past the string
+    initializer, which safetensors cannot hold) reads through zt as the
+    original's tensors, and `zt convert --inline` makes the model onnx's
+    own loader makes of it (checker passes, onnxruntime's outputs equal)."""
+    original = onnx.load(os.fspath(model_path))
+    saved = tmp / "os" / "model.onnx"
+    saved.parent.mkdir()
+    onnx_safetensors.save_model(original, saved, external_data="model.safetensors", size_threshold=1024)
+    moved = externals(onnx.load(os.fspath(saved), load_external_data=False))
+    assert sorted(moved) == ["W", "big", "t_then_big"]
+    assert {e["location"] for e in moved.values()} == {"model.safetensors"}
+    want = {t.name: numpy_helper.to_array(t) for t in all_tensors(original) if t.name in moved}
+    with zt.open(saved) as src:
+        for name, expected in want.items():
+            # zt names a subgraph's initializer by its scope.
+            key = name if name in src else next(k for k in src if k.endswith("/" + name))
+            got = src[key].numpy()
+            assert got.dtype == expected.dtype and got.shape == expected.shape, name
+            assert got.tobytes() == expected.tobytes(), name
+    back = tmp / "back.onnx"
+    proc = subprocess.run([zt_cli, "convert", saved, back, "--inline"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    onnx.checker.check_model(os.fspath(back), full_check=True)
+    inlined = onnx.load(os.fspath(back))
+    assert externals(inlined) == {}
+    assert without_default_locations(inlined) == without_default_locations(onnx.load(os.fspath(saved)))
+    assert_same_tensors(inlined, original)
+    for a, b in zip(run(back), run(model_path)):
+        assert a.tobytes() == b.tobytes()
 
 
 def test_a_safetensors_data_file_refuses_initializers_it_cannot_name(tmp):
