@@ -88,7 +88,6 @@ struct Out<'a> {
 // once, so no byte is written by two threads; `Out::put` checks every
 // write against the buffer's bounds.
 unsafe impl Sync for Out<'_> {}
-unsafe impl Send for Out<'_> {}
 
 impl<'a> Out<'a> {
     fn new(
