@@ -25,6 +25,10 @@ Cases interleaved run by run (`common.interleaved`), a warm-up first; warm
 page cache (the store was just written). zarr-python reads chunks through
 its asyncio store with its default concurrency; zt reads them on its own
 threads. The 1-minute load average at start and end is in the header.
+Whole reads have a third case, `zt get_tensor, 1 thread`: the same read in
+a worker process whose CPU pool has one thread (`RAYON_NUM_THREADS=1`), so
+chunks decode one after another; the worker is driven a line per read and
+interleaved with the other cases, its reply (the digest) checked.
 
     python -m harness --only zarr
     python -m harness.zarr_bench --rows 8192 --cols 2048 --chunk-rows 32 --runs 7
@@ -35,6 +39,8 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 
@@ -88,7 +94,46 @@ def readers(path, spans: list[tuple[int, int]]):
     return {"zt get_slice": zt_chunks, "zarr-python arr[a:b]": zarr_chunks}
 
 
-def whole_readers(path):
+# A zt that decodes chunks one after another: the same read in a process
+# whose CPU pool has one thread (rayon's RAYON_NUM_THREADS), driven line by
+# line so it interleaves with the other cases; each line it answers is the
+# read's digest.
+SERIAL_WORKER = """
+import sys
+import zt
+from harness import common
+
+for line in sys.stdin:
+    with zt.safe_open(line.strip(), framework="numpy") as f:
+        print(common.digest(f.get_tensor("")), flush=True)
+"""
+
+
+class SerialWorker:
+    """The one-thread zt process; `read(path)` asks it for one whole read."""
+
+    def __init__(self):
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", SERIAL_WORKER],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=root,
+            env={**os.environ, "RAYON_NUM_THREADS": "1"},
+        )
+
+    def read(self, path) -> int:
+        self.proc.stdin.write(os.fspath(path) + "\n")
+        self.proc.stdin.flush()
+        return int(self.proc.stdout.readline())
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+
+
+def whole_readers(path, serial: SerialWorker | None = None):
     import zarr
 
     def zt_whole():
@@ -98,7 +143,11 @@ def whole_readers(path):
     def zarr_whole():
         return common.digest(zarr.open_array(str(path), mode="r")[...])
 
-    return {"zt get_tensor": zt_whole, "zarr-python arr[...]": zarr_whole}
+    cases = {"zt get_tensor": zt_whole}
+    if serial is not None:
+        cases["zt get_tensor, 1 thread"] = lambda: serial.read(path)
+    cases["zarr-python arr[...]"] = zarr_whole
+    return cases
 
 
 def run(rows: int, cols: int, chunk_rows: int, shard: int, reads: int, runs: int) -> list[report.Result]:
@@ -112,6 +161,7 @@ def run(rows: int, cols: int, chunk_rows: int, shard: int, reads: int, runs: int
     want_chunks = [common.digest(data[a:b]) for a, b in spans]
     want_whole = common.digest(data)
     results = []
+    serial = SerialWorker()
     for layout, kw in layouts(chunk_rows, shard).items():
         path = work / f"{layout}.zarr"
         shutil.rmtree(path, ignore_errors=True)
@@ -120,7 +170,7 @@ def run(rows: int, cols: int, chunk_rows: int, shard: int, reads: int, runs: int
         objects = sum(1 for f in path.rglob("*") if f.is_file())
         for case, fn in readers(path, spans).items():  # checked once before timing
             assert fn() == want_chunks, f"{layout}: {case} read other bytes"
-        for case, fn in whole_readers(path).items():
+        for case, fn in whole_readers(path, serial).items():
             assert fn() == want_whole, f"{layout}: {case} read other bytes"
         note = f"{objects} objects, {size / 2**20:.1f} MiB on disk"
         chunk_mib = chunk_rows * cols * 4 / 2**20
@@ -136,7 +186,7 @@ def run(rows: int, cols: int, chunk_rows: int, shard: int, reads: int, runs: int
                 modules=list(MODULES),
             )
         )
-        times, _ = common.interleaved(whole_readers(path), runs, warmup=1)
+        times, _ = common.interleaved(whole_readers(path, serial), runs, warmup=1)
         results.append(
             report.Result(
                 "zarr",
@@ -149,6 +199,7 @@ def run(rows: int, cols: int, chunk_rows: int, shard: int, reads: int, runs: int
             )
         )
         shutil.rmtree(path)
+    serial.close()
     LOAD["end"] = os.getloadavg()[0]
     return results
 
@@ -168,7 +219,9 @@ def header(runs: int) -> str:
         f"{common.bench_filesystem()} at `{common.bench_dir('zarr')}` with a warm page cache. Chunks are row "
         "bands, so a single-chunk slice is the same read for both. Every read's bytes are checked against the "
         f"array written before timing and digested while timed. {runs} runs per case after one warm-up, "
-        "cases interleaved; median and IQR; ratios: zarr-python median ÷ case median (above 1 = zt faster)."
+        "cases interleaved; median and IQR; ratios: zarr-python median ÷ case median (above 1 = zt faster). "
+        "`zt get_tensor, 1 thread` is the same whole read with chunks decoded one after another (a worker "
+        "process with `RAYON_NUM_THREADS=1`), beside zt's own, which decodes them on its CPU pool."
         f"{load}\n\n"
         f"Reproduce: `python -m harness.zarr_bench --runs {runs}` (or `python -m harness --only zarr`)."
     )
