@@ -407,6 +407,22 @@ mod tests {
     }
 
     #[test]
+    fn a_torn_or_foreign_journal_names_nothing_outside_its_destination() {
+        // Cut off mid-entry, or holding only its destination: the whole
+        // entries it has, nothing more, and no panic.
+        let (dest, left) = parse("#s3://b/p\n#idx\ns3://b/p/a\n\"e\"\ns3://b/p/b\n").unwrap();
+        assert_eq!(dest, Destination::new("s3://b/p", "idx"));
+        assert_eq!(left.len(), 1);
+        assert_eq!(parse("#s3://b/p\n#idx\n").unwrap().1, Vec::new());
+        assert_eq!(parse("#only\n"), None);
+        // An entry outside the destination's prefix is never one of its
+        // names (clearing drops it unlisted and undeleted).
+        for url in ["s3://b/q/a", "s3://b/pa", "s3://b/p", "s3://b/p/"] {
+            assert_eq!(dest.name_of(url), None, "{url}");
+        }
+    }
+
+    #[test]
     fn a_journal_of_another_destination_is_left_alone() {
         let (spool, config) = temp_config();
         let left = [Leftover {
