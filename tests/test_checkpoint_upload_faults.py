@@ -111,6 +111,24 @@ def test_what_a_failed_save_could_not_delete_is_deleted_by_the_next_save(backend
     assert backend.get("ckpt/README") == b"kept"
 
 
+def test_a_failed_rewrite_of_the_same_shards_leaves_no_index_naming_a_mix(backend, tmp):
+    """A rewrite with the same shard names replaces files the earlier index
+    names: that index is withdrawn first, so a failure at the third shard
+    leaves no index (not one naming two new shards and two old), and the
+    two replacements it put are deleted too."""
+    save(backend, None, tmp, FOUR)
+    again = {k: v + 1 for k, v in FOUR.items()}
+    with backend.proxy(put_of(shards(4)[2])) as proxy:
+        with pytest.raises(OSError):
+            save(backend, proxy, tmp, again)
+    assert proxy.kinds() == ["500"], proxy.faulted
+    assert backend.keys("ckpt/") == [f"ckpt/{s}" for s in shards(4)[2:]]
+    with pytest.raises((zt.FormatError, OSError)):
+        zt.open(backend.url(f"ckpt/{INDEX}"))
+    save(backend, None, tmp, again)
+    assert_checkpoint(backend, again)
+
+
 def gone_from(fail_put):
     """A ``decide`` for a server that goes away at the request ``fail_put``
     fails: that one and every later request (the withdrawal's listing and
