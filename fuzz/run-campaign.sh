@@ -31,8 +31,12 @@ mapfile -t seeds < <(cargo run -q -p zt-fuzz-bodies --example seed-dirs -- "$tar
 [ "${#seeds[@]}" -gt 0 ] || { echo "run-campaign.sh: no fuzz target $target" >&2; exit 2; }
 nice -n 19 cargo +nightly fuzz build --fuzz-dir fuzz/libfuzzer --target-dir "$fuzz_dir" body
 mkdir -p "fuzz/corpus/$target" "fuzz/artifacts/$target"
+# A target's libFuzzer dictionary, where it has one (the words of a text
+# format mutation rarely spells: quant_config's JSON keys and edge numbers).
+dict=()
+[ -f "fuzz/dicts/$target.dict" ] && dict=(-dict="fuzz/dicts/$target.dict")
 ZT_FUZZ_TARGET=$target nice -n 19 cargo +nightly fuzz run --fuzz-dir fuzz/libfuzzer --target-dir "$fuzz_dir" body \
   "fuzz/corpus/$target" "${seeds[@]}" -- \
   -rss_limit_mb=2048 -malloc_limit_mb=2048 -timeout=10 \
-  -max_total_time="$seconds" -print_final_stats=1 \
+  -max_total_time="$seconds" -print_final_stats=1 "${dict[@]}" \
   -artifact_prefix="fuzz/artifacts/$target/"
