@@ -23,6 +23,7 @@ ratios between clients on the same server, not the absolute speeds.
 
     python -m harness.remote_bench --size-mb 1024 --runs 5
     python -m harness.remote_bench --only model   # the two whole-model tables alone
+    python -m harness.remote_bench --only capped --size-mb 64 256 1024   # the capped table per size
 """
 
 from __future__ import annotations
@@ -204,6 +205,10 @@ def whole_model(srv, work, size_mb: int, runs: int) -> report.Result:
     )
 
 
+def size_label(nbytes: int) -> str:
+    return f"{nbytes / 2**30:.2f} GiB" if nbytes >= 1 << 30 else f"{nbytes / 2**20:.0f} MiB"
+
+
 def whole_model_capped(srv, work, size_mb: int, runs: int) -> report.Result:
     """The whole-model load through the throttling proxy with each
     connection's bandwidth capped, as S3 caps it: a client is then as fast
@@ -247,8 +252,10 @@ def whole_model_capped(srv, work, size_mb: int, runs: int) -> report.Result:
     extra = {name: {"responses": f"{int(np.median(c))}"} for name, c in counts.items()}
     return report.Result(
         "remote",
-        f"Whole-model load over S3 through a proxy: {FIRST_BYTE * 1000:.0f} ms to the first byte, "
-        f"{CONN_RATE >> 20} MiB/s per connection, {nbytes / 2**30:.2f} GiB safetensors",
+        # The size before the colon: results/remote.md keeps one section per
+        # size (`splice` finds a section by its title up to the colon).
+        f"Whole-model load over S3 through a proxy, {size_label(nbytes)} safetensors: "
+        f"{FIRST_BYTE * 1000:.0f} ms to the first byte, {CONN_RATE >> 20} MiB/s per connection",
         times,
         peer=BOTO3,
         nbytes=nbytes,
@@ -508,6 +515,17 @@ def run_models(size_mb: int, runs: int) -> list[report.Result]:
         srv.stop()
 
 
+def run_capped(sizes: list[int], runs: int) -> list[report.Result]:
+    """`--only capped`: the capped whole-model table at each size, one
+    server and one run (how the part size follows the model's size)."""
+    work = common.bench_dir("remote")
+    srv = server(work)
+    try:
+        return [whole_model_capped(srv, work, size_mb, runs) for size_mb in sizes]
+    finally:
+        srv.stop()
+
+
 def splice(results: list[report.Result], stem: str, command: str, rev: str) -> pathlib.Path:
     """Each result's section of results/STEM.md (found by its title up to
     the first colon) replaced by the new one, or added before the machine
@@ -560,21 +578,33 @@ MEDIUM_MODEL = dict(layers=4, hidden=2048, intermediate=8192, heads=32, kv_heads
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--size-mb", type=int, default=1024)
+    ap.add_argument("--size-mb", type=int, nargs="+", default=[1024], help="one size; several with --only capped")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--records", type=int, default=20_000)
     ap.add_argument("--batches", type=int, default=20)
     ap.add_argument("--out", default="remote")
     ap.add_argument(
-        "--only", choices=["model"], help="rerun the whole-model tables alone into results/OUT.md (the rest kept)"
+        "--only",
+        choices=["model", "capped"],
+        help="rerun the whole-model tables (model), or the capped one at each --size-mb (capped), alone into "
+        "results/OUT.md (the rest kept)",
     )
     args = ap.parse_args()
-    if args.only == "model":
-        command = f"python -m harness.remote_bench --only model --size-mb {args.size_mb} --runs {args.runs}"
+    sizes = " ".join(map(str, args.size_mb))
+    if args.only == "capped":
+        command = f"python -m harness.remote_bench --only capped --size-mb {sizes} --runs {args.runs}"
         rev = common.versions("zt").get("zt", "?")  # at the start: the tree may move during the run
-        print(splice(run_models(args.size_mb, args.runs), args.out, command, rev).read_text())
+        print(splice(run_capped(args.size_mb, args.runs), args.out, command, rev).read_text())
         return
-    results = run(args.size_mb, args.runs, args.records, args.batches, SMALL_MODEL)
+    if len(args.size_mb) != 1:
+        ap.error("several --size-mb only with --only capped")
+    size_mb = args.size_mb[0]
+    if args.only == "model":
+        command = f"python -m harness.remote_bench --only model --size-mb {size_mb} --runs {args.runs}"
+        rev = common.versions("zt").get("zt", "?")  # at the start: the tree may move during the run
+        print(splice(run_models(size_mb, args.runs), args.out, command, rev).read_text())
+        return
+    results = run(size_mb, args.runs, args.records, args.batches, SMALL_MODEL)
     print(report.save(results, args.out, header(args.runs)).read_text())
 
 

@@ -265,6 +265,9 @@ def test_open_takes_two_concurrent_gets(s3, bucket, tmp, fmt):
     url = upload(s3, bucket, path)
     _, used = gets_during(lambda: zt.open(url).close())
     assert used["gets"] == 2 and used["heads"] == 0, used
+    # Again, its size known: one GET of the whole small file.
+    _, used = gets_during(lambda: zt.open(url).close())
+    assert used["gets"] == 1 and used["bytes_in"] == path.stat().st_size, used
 
 
 def test_open_request_counts_of_multi_file_formats(s3, bucket, tmp):
@@ -300,11 +303,18 @@ def test_open_of_a_large_file_reads_metadata_only(s3, bucket, tmp):
     src, used = gets_during(lambda: zt.open(url))
     assert used["gets"] == 2 and used["bytes_in"] < 2 << 20, used
     _, used = gets_during(lambda: src["w7"].numpy())
-    # 4 MiB fit in one part: one ranged GET straight into the array.
+    # 4 MiB is no more than the smallest part: one ranged GET straight into
+    # the array.
     assert used["gets"] == 1 and used["bytes_in"] == 4 << 20, used
     got, used = gets_during(lambda: zt.numpy.load_file(url, storage_options={"part_size": 1 << 20}))
     assert all(got[k].tobytes() == v.tobytes() for k, v in big.items())
     assert used["gets"] == 2 + 64, used  # open, then 64 parts of 1 MiB in flight together
+    # By default a 64 MiB read is split into at most one part per request
+    # kept in flight (16), each no smaller than the floor measured on the
+    # link (the arithmetic: remote/src/link.rs's tests).
+    got, used = gets_during(lambda: zt.numpy.load_file(url))
+    assert all(got[k].tobytes() == v.tobytes() for k, v in big.items())
+    assert 2 + 4 <= used["gets"] <= 2 + 16, used
     src.close()
 
 
@@ -477,9 +487,10 @@ def test_a_cache_directory_serves_objects_mapped(s3, bucket, tmp):
     src.close()
     entries = [p for p in cache.iterdir() if p.suffix == ".obj"]
     assert len(entries) == 1 and entries[0].stat().st_size == path.stat().st_size
-    # Again: the two opening GETs learn the ETag; nothing is downloaded.
+    # Again: the opening GET (its size known: all of the small file) learns
+    # the ETag; nothing else is downloaded.
     _, used = gets_during(lambda: zt.open(url, cache=cache).close())
-    assert used["gets"] == 2 and used["bytes_in"] <= 2 * path.stat().st_size, used
+    assert used["gets"] == 1 and used["bytes_in"] == path.stat().st_size, used
     # A replaced object is a new entry; the bound evicts the old one.
     safetensors.numpy.save_file({"embed": arrays["embed"] * 2}, os.fspath(tmp / "v2.safetensors"))
     upload(s3, bucket, tmp / "v2.safetensors", path.name)
@@ -641,7 +652,8 @@ def test_zrecord_gathers_over_s3_equal_local(s3, bucket, tmp):
         cls = Dense if geometry == "dense" else Ragged
         url = f"s3://{bucket}/stores/{name}.zr"
         remote, used = gets_during(lambda cls=cls, url=url: cls.open(url))
-        # meta.zr's head and tail, one listing, and a dictionary's one GET.
+        # meta.zr's head (a small one whole), one listing, and a dictionary's
+        # one GET.
         assert used["lists"] == 1 and used["gets"] <= 3, (name, used)
         local = cls.open(tmp / f"{name}.zr")
         assert len(remote) == len(local) and remote.codec == local.codec

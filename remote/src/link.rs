@@ -16,12 +16,20 @@
 //! first GET is measured (an object's open measures itself) the gap is
 //! [`DEFAULT_COALESCE_GAP`].
 //!
-//! The part size of large reads is not derived from the measurements: a
-//! large read's parts are all in flight together (within the budget), so
-//! their first-byte latencies overlap instead of adding up, and a part
-//! need only be large enough that signing and the server's per-request
-//! work stay small beside its transfer, which the configured size (AWS's
-//! 8-16 MiB guidance) already is.
+//! The part size of a read is derived from them too ([`Link::read_part`]):
+//! a read's parts are all in flight together (within the budget), so their
+//! first-byte latencies overlap instead of adding up, and a read of `T`
+//! bytes finishes soonest when it is split into as many parts as it keeps
+//! in flight (`concurrency`), each `T / concurrency`. Two bounds: no part
+//! is larger than `part_size` (a large model's parts stay the configured
+//! size, AWS's 8-16 MiB guidance), and none is smaller than a floor below
+//! which a request's cost would dominate its transfer: the bytes one
+//! first-byte latency would have downloaded (the gap above, so a part takes
+//! at least as long to arrive as to start), and never under
+//! [`MIN_READ_PART`], since signing, the server's lookup and request
+//! pricing cost per request whatever the latency. Until the link is
+//! measured the floor is [`UNMEASURED_READ_PART_FLOOR`]. A small model thus
+//! comes in several parts at once instead of one or two of `part_size`.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -30,6 +38,15 @@ use std::time::Duration;
 
 use crate::config::{RemoteConfig, DEFAULT_COALESCE_GAP};
 use crate::url::{ObjectUrl, Scheme};
+
+/// The smallest part a read is split into, however cheap requests
+/// measure: below it the per-request work the first-byte latency does not
+/// show (signing, parsing, the request's price) outweighs the overlap.
+pub const MIN_READ_PART: u64 = 4 << 20;
+/// The floor of a read's parts before the link is measured: the low end of
+/// AWS's 8-16 MiB guidance (at S3's first byte and per-connection rate, a
+/// part of about this size arrives in as long as it takes to start).
+pub const UNMEASURED_READ_PART_FLOOR: u64 = 8 << 20;
 
 /// Bodies shorter than this give no rate sample: their time is mostly the
 /// last round trip's, not the transfer's.
@@ -102,6 +119,19 @@ impl Link {
                 .map_or(DEFAULT_COALESCE_GAP, |g| g.min(config.part_size))
         })
     }
+
+    /// The part size for a read of `total` bytes under `config`: enough
+    /// parts to keep `concurrency` requests in flight, each at least the
+    /// floor (the measured gap, at least [`MIN_READ_PART`]; before any
+    /// measurement [`UNMEASURED_READ_PART_FLOOR`]) and at most `part_size`,
+    /// which wins over the floor when it is set smaller.
+    pub fn read_part(&self, config: &RemoteConfig, total: u64) -> u64 {
+        let floor = self
+            .gap()
+            .map_or(UNMEASURED_READ_PART_FLOOR, |g| g.max(MIN_READ_PART));
+        let ways = config.concurrency.min(config.inflight_requests).max(1) as u64;
+        total.div_ceil(ways).max(floor).min(config.part_size).max(1)
+    }
 }
 
 /// The measurements of the store serving `url` under `config` (its scheme,
@@ -151,6 +181,41 @@ mod tests {
             ..RemoteConfig::default()
         };
         assert_eq!(link.coalesce_gap(&fixed), 0);
+    }
+
+    #[test]
+    fn a_read_is_split_to_keep_its_requests_in_flight() {
+        const MIB: u64 = 1 << 20;
+        let link = Link::default();
+        let config = RemoteConfig::default();
+        // Unmeasured: parts of at least 8 MiB (64 MiB in 8, as boto3 does).
+        assert_eq!(link.read_part(&config, 64 * MIB), 8 * MIB);
+        assert_eq!(link.read_part(&config, 3 * MIB), 8 * MIB);
+        // 20 ms at 32 MiB/s: the gap (0.64 MiB) is under the 4 MiB minimum;
+        // 64 MiB comes in 16 parts of 4 MiB, 256 MiB and more in parts of
+        // the configured 16 MiB.
+        link.record(20 * MS, 32 * MIB, Duration::from_secs(1));
+        assert_eq!(link.read_part(&config, 64 * MIB), 4 * MIB);
+        assert_eq!(link.read_part(&config, 100 * MIB), 100 * MIB / 16);
+        assert_eq!(link.read_part(&config, 256 * MIB), 16 * MIB);
+        assert_eq!(link.read_part(&config, 1 << 30), 16 * MIB);
+        assert_eq!(link.read_part(&config, 1), 4 * MIB);
+        // S3-like, 100 ms at 80 MiB/s: parts of at least the 8 MiB gap.
+        let s3 = Link::default();
+        s3.record(100 * MS, 80 * MIB, Duration::from_secs(1));
+        assert_eq!(s3.read_part(&config, 64 * MIB), 8 * MIB);
+        // Fewer requests in flight: fewer, larger parts; a smaller
+        // part_size wins over the floor.
+        let narrow = RemoteConfig {
+            concurrency: 4,
+            ..RemoteConfig::default()
+        };
+        assert_eq!(link.read_part(&narrow, 64 * MIB), 16 * MIB);
+        let small = RemoteConfig {
+            part_size: MIB,
+            ..RemoteConfig::default()
+        };
+        assert_eq!(link.read_part(&small, 64 * MIB), MIB);
     }
 
     #[test]

@@ -4,8 +4,13 @@
 //! Opening sends two concurrent GETs: the first [`HEAD_BYTES`] (its
 //! `Content-Range` gives the size and the response the ETag, so no HEAD
 //! request is needed) and the last [`TAIL_BYTES`] (footers, zip central
-//! directories). Both land in a small cache of byte extents that serves the
-//! structure walks of every format; a small read the cache misses fetches
+//! directories, and what format detection reads of a file's end). An
+//! object that is never format-detected and read from its head (`meta.zr`,
+//! JSON) is opened by its head alone, and one whose size this process
+//! knows (a listing, an earlier open) by ranges planned on it: a small one
+//! in one GET of all of it, so no byte comes twice. The probes' bytes land
+//! in a small cache of byte extents that serves the structure walks of
+//! every format; a small read the cache misses fetches
 //! the aligned [`BLOCK`] around it. Large reads are split into parts
 //! fetched in parallel straight into the destination buffer. Every request
 //! after the first carries `If-Match` with the ETag (or, from a server
@@ -251,6 +256,64 @@ where
     Ok(())
 }
 
+/// Names of objects read from their head and never format-detected (which
+/// looks at a file's last bytes too): a zrecord store's `meta.zr`, JSON
+/// manifests and indexes, zarr v2 metadata. Opening one asks for its head
+/// alone, so a small one (most are) comes whole in one GET and a large
+/// one's open spends no bytes on a tail. A name that lies costs its reader
+/// one more request, never a wrong byte.
+const HEAD_ONLY_SUFFIXES: &[&str] = &[
+    "/meta.zr",
+    ".json",
+    "/.zarray",
+    "/.zgroup",
+    "/.zattrs",
+    "/.zmetadata",
+];
+
+/// The sizes of objects this process has opened or listed, by URL, so a
+/// later open plans its probes on the size ([`RemoteObject::open_sized`]):
+/// a small object opened again (each epoch's `meta.zr`, a file opened
+/// twice) is fetched once, whole. A stale size costs that open a request,
+/// never a wrong byte: every response names the object's size and version.
+mod sizes {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+
+    /// At most this many sizes are kept; past it the memo starts afresh.
+    const MOST: usize = 4096;
+
+    fn memo() -> std::sync::MutexGuard<'static, HashMap<String, u64>> {
+        static SIZES: OnceLock<Mutex<HashMap<String, u64>>> = OnceLock::new();
+        SIZES
+            .get_or_init(Mutex::default)
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(super) fn recalled(url: &str) -> Option<u64> {
+        memo().get(url).copied()
+    }
+
+    pub(super) fn remember(url: &str, size: u64) {
+        let mut memo = memo();
+        if memo.len() >= MOST && !memo.contains_key(url) {
+            memo.clear();
+        }
+        memo.insert(url.to_string(), size);
+    }
+
+    pub(super) fn forget(url: &str) {
+        memo().remove(url);
+    }
+}
+
+/// Whether opening `key` needs its tail (see [`HEAD_ONLY_SUFFIXES`]).
+fn wants_tail(key: &str) -> bool {
+    let key = format!("/{key}");
+    !HEAD_ONLY_SUFFIXES.iter().any(|s| key.ends_with(s))
+}
+
 /// The most bytes an opening probe asks for.
 const PROBE_BYTES: u64 = if HEAD_BYTES > TAIL_BYTES {
     HEAD_BYTES
@@ -271,13 +334,14 @@ async fn fetch_probe(
         _ => PROBE_BYTES,
     };
     let _admitted = budget.admit(most).await;
-    watch::scoped(fetch_probe_once(store, url, range, link)).await
+    watch::scoped(fetch_probe_once(store, url, range, most, link)).await
 }
 
 async fn fetch_probe_once(
     store: &dyn ObjectStore,
     url: &ObjectUrl,
     range: GetRange,
+    most: u64,
     link: &Link,
 ) -> Result<(ObjectMeta, u64, Bytes)> {
     Stats::count(&stats().gets, 1);
@@ -298,11 +362,11 @@ async fn fetch_probe_once(
     );
     // object_store matched the Content-Range against the request, so this
     // holds; checked here because it sizes the buffer.
-    if len > PROBE_BYTES {
+    if len > most {
         return Err(Error::new(
             ErrorKind::BadResponse,
             &url.text,
-            format!("asked for at most {PROBE_BYTES} bytes, the server sent {len}"),
+            format!("asked for at most {most} bytes, the server sent {len}"),
         ));
     }
     let mut body = vec![0u8; len as usize];
@@ -312,9 +376,28 @@ async fn fetch_probe_once(
 }
 
 impl RemoteObject {
-    /// Open the object at `url`: size and version from two concurrent
-    /// ranged GETs of its head and tail, which also fill the cache.
+    /// Open the object at `url`: size and version from ranged GETs of its
+    /// head and tail sent together (planned on its size when this process
+    /// has learnt it: [`RemoteObject::open_sized`]), which also fill the
+    /// cache.
     pub fn open(url: &str, config: Arc<RemoteConfig>) -> Result<RemoteObject> {
+        RemoteObject::open_planned(url, config, None)
+    }
+
+    /// Open the object at `url` whose size a listing gave: its probes are
+    /// planned on that size, so an object its head and tail would both
+    /// cover is fetched once, whole, in one GET, and a larger one's tail is
+    /// a bounded range sent with its head (on Azure too). An object whose
+    /// size has changed since is opened still, at the cost of a request.
+    pub fn open_sized(url: &str, config: Arc<RemoteConfig>, size: u64) -> Result<RemoteObject> {
+        RemoteObject::open_planned(url, config, Some(size))
+    }
+
+    fn open_planned(
+        url: &str,
+        config: Arc<RemoteConfig>,
+        given: Option<u64>,
+    ) -> Result<RemoteObject> {
         let url = ObjectUrl::parse(url)?;
         if url.key.is_empty() || url.key.ends_with('/') {
             return Err(Error::new(
@@ -327,10 +410,22 @@ impl RemoteObject {
             return RemoteObject::replayed(url, config, &recorded);
         }
         let text = url.text.clone();
-        let opened = RemoteObject::fetch_open(url, config);
+        let known = given.or_else(|| sizes::recalled(&text)).filter(|&n| n > 0);
+        let mut opened = RemoteObject::fetch_open(url.clone(), Arc::clone(&config), known);
+        if known.is_some() && matches!(&opened, Err(e) if e.kind != ErrorKind::NotFound) {
+            // The size learnt may be stale (a bounded tail past a shrunk
+            // object's end): open it as an object of unknown size.
+            opened = RemoteObject::fetch_open(url, config, None);
+        }
         match &opened {
-            Ok(object) => openings::note_found(&text, object.size, &object.version, &object.cache),
-            Err(e) if e.kind == ErrorKind::NotFound => openings::note_missing(&text),
+            Ok(object) => {
+                sizes::remember(&text, object.size);
+                openings::note_found(&text, object.size, &object.version, &object.cache)
+            }
+            Err(e) if e.kind == ErrorKind::NotFound => {
+                sizes::forget(&text);
+                openings::note_missing(&text)
+            }
             Err(_) => {}
         }
         opened
@@ -373,20 +468,40 @@ impl RemoteObject {
         Ok(object)
     }
 
-    /// Open by the two probes (see [`RemoteObject::open`]).
-    fn fetch_open(url: ObjectUrl, config: Arc<RemoteConfig>) -> Result<RemoteObject> {
+    /// Open by the probes (see [`RemoteObject::open`]), planned on `known`,
+    /// the size a listing gave, if any.
+    fn fetch_open(
+        url: ObjectUrl,
+        config: Arc<RemoteConfig>,
+        known: Option<u64>,
+    ) -> Result<RemoteObject> {
         let store = store_for(&url, &config)?;
         let (link, budget) = (link_for(&url, &config), budget_for(&config));
         let wire = (budget.as_ref(), link.as_ref());
-        let head_range = GetRange::Bounded(0..HEAD_BYTES);
-        // Azure Blob Storage has no suffix ranges: its tail is asked for
-        // once the head's response gave the size (two round trips instead
-        // of one, for objects past the head only).
-        let suffix = url.scheme != Scheme::Azure;
-        let (head, tail) = if suffix {
+        let wants_tail = wants_tail(&url.key);
+        // With the size known, the head covers a small object whole and the
+        // tail is a bounded range; without it, the tail is a suffix range
+        // sent with the head (one round trip), except on Azure Blob
+        // Storage, which has no suffix ranges: there the tail is asked for
+        // once the head's response gave the size (two round trips, for
+        // objects past the head only).
+        let (head_range, tail_range) = match known {
+            Some(size) if size <= HEAD_BYTES + TAIL_BYTES => (GetRange::Bounded(0..size), None),
+            Some(_) if !wants_tail => (GetRange::Bounded(0..HEAD_BYTES), None),
+            Some(size) => (
+                GetRange::Bounded(0..HEAD_BYTES),
+                Some(GetRange::Bounded(size - TAIL_BYTES..size)),
+            ),
+            None if wants_tail && url.scheme != Scheme::Azure => (
+                GetRange::Bounded(0..HEAD_BYTES),
+                Some(GetRange::Suffix(TAIL_BYTES)),
+            ),
+            None => (GetRange::Bounded(0..HEAD_BYTES), None),
+        };
+        let (head, tail) = if let Some(tail_range) = tail_range {
             let (head, tail) = block_on(futures::future::join(
                 fetch_probe(store.as_ref(), &url, head_range, wire),
-                fetch_probe(store.as_ref(), &url, GetRange::Suffix(TAIL_BYTES), wire),
+                fetch_probe(store.as_ref(), &url, tail_range, wire),
             ))?;
             (head, Some(tail))
         } else {
@@ -413,9 +528,15 @@ impl RemoteObject {
         if let Some((start, body)) = head {
             cache.insert(start, body);
         }
+        // What the head probe asked for: all of an object up to that size
+        // came with it.
+        let head_most = match known {
+            Some(size) if size <= HEAD_BYTES + TAIL_BYTES => size,
+            _ => HEAD_BYTES,
+        };
         let tail = match tail {
             Some(tail) => tail,
-            None if meta.size > HEAD_BYTES => {
+            None if wants_tail && meta.size > head_most => {
                 let start = meta.size.saturating_sub(TAIL_BYTES).max(HEAD_BYTES);
                 block_on(fetch_probe(
                     store.as_ref(),
@@ -458,6 +579,7 @@ impl RemoteObject {
         etag: String,
     ) -> Result<RemoteObject> {
         let url = ObjectUrl::parse(url)?;
+        sizes::remember(&url.text, size);
         Ok(RemoteObject {
             link: link_for(&url, &config),
             budget: budget_for(&config),
@@ -557,8 +679,9 @@ impl RemoteObject {
         Ok(out)
     }
 
-    /// Fill `buf` with bytes from `offset`, in parallel parts of
-    /// `part_size`, `concurrency` at a time (and within the budget).
+    /// Fill `buf` with bytes from `offset`, in parallel parts (sized for
+    /// the read and the link, [`Link::read_part`]), `concurrency` at a time
+    /// (and within the budget).
     pub fn read_into(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         let len = buf.len() as u64;
         self.check(offset, len)?;
@@ -566,13 +689,18 @@ impl RemoteObject {
             buf.copy_from_slice(&hit);
             return Ok(());
         }
-        let part = self.config.part_size as usize;
+        let part = self.read_part(len) as usize;
         let jobs: Vec<(u64, &mut [u8])> = buf
             .chunks_mut(part.max(1))
             .enumerate()
             .map(|(i, chunk)| (offset + (i * part) as u64, chunk))
             .collect();
         self.run(jobs, self.config.concurrency)
+    }
+
+    /// The part size of a read of `total` bytes of this object.
+    fn read_part(&self, total: u64) -> u64 {
+        self.link.read_part(&self.config, total)
     }
 
     /// The coalescing gap and amplification bound reads of this object
@@ -619,7 +747,8 @@ impl RemoteObject {
             outs.push(out);
         }
         let (gap, amplification) = self.coalescing();
-        let fetches = plan(&todo, self.config.part_size, gap, amplification);
+        let part = self.read_part(todo.iter().map(|&(_, len)| len).sum());
+        let fetches = plan(&todo, part, gap, amplification);
         let mut shared: Vec<(u64, Vec<u8>, Vec<usize>)> = Vec::new();
         let mut into: Vec<(usize, u64, u64, u64)> = Vec::new();
         for f in fetches {
@@ -641,7 +770,7 @@ impl RemoteObject {
             let mut chunks: Vec<std::slice::ChunksMut<'_, u8>> = outs
                 .iter_mut()
                 .zip(&spans)
-                .map(|(o, &(from, to))| o[from..to].chunks_mut(self.config.part_size as usize))
+                .map(|(o, &(from, to))| o[from..to].chunks_mut(part as usize))
                 .collect();
             let mut jobs: Vec<(u64, &mut [u8])> = Vec::with_capacity(into.len() + shared.len());
             for &(read, _, start, _) in &into {

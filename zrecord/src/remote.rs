@@ -261,7 +261,8 @@ mod enabled {
                 Some(tag) => {
                     RemoteObject::listed(&object_url, Arc::clone(config), l.size, tag.clone())
                 }
-                None => RemoteObject::open(&object_url, Arc::clone(config)),
+                // No ETag to pin to: the listed size still plans the open.
+                None => RemoteObject::open_sized(&object_url, Arc::clone(config), l.size),
             }
             .map_err(|e| error(path, e))
         };
