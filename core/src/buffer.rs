@@ -41,6 +41,8 @@ pub fn try_with_capacity(ctx: &Context, what: &'static str, len: u64) -> Result<
 /// `len` zero bytes, or [`Error::Memory`]. Zeroed allocation (`calloc`)
 /// lets the kernel hand out zero pages lazily, so a large fill costs only
 /// the pages later written, as `vec![0; len]` does, but without aborting.
+/// On a thread [`recycling`] buffers, a large one is a recycled buffer
+/// zeroed again (its pages are resident: no fault per page).
 pub fn try_zeroed(ctx: &Context, what: &'static str, len: u64) -> Result<Vec<u8>> {
     let fail = || Error::Memory {
         ctx: ctx.clone(),
@@ -51,6 +53,11 @@ pub fn try_zeroed(ctx: &Context, what: &'static str, len: u64) -> Result<Vec<u8>
     if n == 0 {
         return Ok(Vec::new());
     }
+    if let Some(mut v) = take_recycled(n) {
+        v.clear();
+        v.resize(n, 0);
+        return Ok(v);
+    }
     let layout = std::alloc::Layout::array::<u8>(n).map_err(|_| fail())?;
     // SAFETY: the layout has a non-zero size; a null return is failure.
     let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
@@ -60,6 +67,119 @@ pub fn try_zeroed(ctx: &Context, what: &'static str, len: u64) -> Result<Vec<u8>
     // SAFETY: `ptr` was allocated by the global allocator with the layout of
     // `n` bytes, all initialised (zeroed); length and capacity are `n`.
     Ok(unsafe { Vec::from_raw_parts(ptr, n, n) })
+}
+
+/// `len` initialised bytes whose values are unspecified (a recycled
+/// buffer's old bytes, or zeros), or [`Error::Memory`]: for a caller that
+/// overwrites every byte (a `pread` that fills it, a decoder that writes
+/// every value), so a recycled buffer is not zeroed first.
+pub fn try_for_overwrite(ctx: &Context, what: &'static str, len: u64) -> Result<Vec<u8>> {
+    if let Some(mut v) = usize::try_from(len).ok().and_then(take_recycled) {
+        let n = len as usize;
+        if v.len() >= n {
+            v.truncate(n);
+        } else {
+            v.resize(n, 0);
+        }
+        return Ok(v);
+    }
+    try_zeroed(ctx, what, len)
+}
+
+/// Buffers smaller than this are left to the allocator: only large ones
+/// cost a page fault per 4 KiB when fresh.
+const RECYCLE_MIN: usize = 1 << 20;
+
+/// What a [`Recycler`] keeps at most: two buffers (a tensor's output and
+/// the quantized blocks it was decoded from), 48 MiB in all, so a
+/// conversion's peak memory stays within its bound (largest tensor + 256
+/// MiB) with the fetch-ahead and read-ahead windows beside it.
+const RECYCLE_KEEP: usize = 2;
+const RECYCLE_BYTES: usize = 48 << 20;
+
+/// Large buffers a writer is done with, handed again to the thread that
+/// fetches (decodes) its next tensors ([`recycling`]): a fresh allocation
+/// of tens of MiB is unmapped memory the kernel faults in and zeroes page
+/// by page on its first write, and the allocator unmaps it again when it
+/// is freed, so a conversion decoding tensor after tensor paid that for
+/// every tensor (issue 41). Dropped with the conversion, so nothing is
+/// held after it.
+#[derive(Debug, Default)]
+pub struct Recycler {
+    held: std::sync::Mutex<Vec<Vec<u8>>>,
+}
+
+impl Recycler {
+    /// An empty recycler.
+    pub fn new() -> std::sync::Arc<Recycler> {
+        std::sync::Arc::default()
+    }
+
+    /// Keep `v` for a later allocation of about its size; a small one, or
+    /// one past what is kept, is freed.
+    pub fn put(&self, v: Vec<u8>) {
+        if v.capacity() < RECYCLE_MIN {
+            return;
+        }
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        let bytes: usize = held.iter().map(Vec::capacity).sum();
+        if held.len() < RECYCLE_KEEP && bytes + v.capacity() <= RECYCLE_BYTES {
+            held.push(v);
+        }
+    }
+
+    /// The smallest kept buffer with room for `n` bytes and at most twice
+    /// that (a large buffer is not spent on a small tensor).
+    fn take(&self, n: usize) -> Option<Vec<u8>> {
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        let (at, _) = held
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| v.capacity() >= n && v.capacity() / 2 <= n)
+            .min_by_key(|(_, v)| v.capacity())?;
+        Some(held.swap_remove(at))
+    }
+}
+
+thread_local! {
+    /// The recycler [`try_zeroed`] and [`try_for_overwrite`] take from on
+    /// this thread, while [`recycling`] runs.
+    static RECYCLER: std::cell::RefCell<Option<std::sync::Arc<Recycler>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Run `f` with large allocations on this thread ([`try_zeroed`],
+/// [`try_for_overwrite`]) served from `recycler` where it holds a buffer of
+/// the size, and [`recycle`] giving buffers back to it.
+pub fn recycling<R>(recycler: &std::sync::Arc<Recycler>, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<std::sync::Arc<Recycler>>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let before = self.0.take();
+            RECYCLER.with(|r| *r.borrow_mut() = before);
+        }
+    }
+    let before = RECYCLER.with(|r| r.borrow_mut().replace(std::sync::Arc::clone(recycler)));
+    let _restore = Restore(before);
+    f()
+}
+
+/// Give `v` to this thread's recycler ([`recycling`]), if it has one; else
+/// free it.
+pub fn recycle(v: Vec<u8>) {
+    RECYCLER.with(|r| {
+        if let Some(r) = r.borrow().as_ref() {
+            r.put(v);
+        }
+    });
+}
+
+/// A buffer of room for `n` bytes from this thread's recycler, if any.
+fn take_recycled(n: usize) -> Option<Vec<u8>> {
+    if n < RECYCLE_MIN {
+        return None;
+    }
+    RECYCLER.with(|r| r.borrow().as_ref().and_then(|r| r.take(n)))
 }
 
 /// `n` zero `f32`s, or [`Error::Memory`]: [`try_zeroed`] for a decoder that
@@ -197,6 +317,58 @@ mod tests {
         assert!(big.len() == 3 << 20 && big.iter().all(|x| x.to_bits() == 0));
         let mut v = vec![1u8];
         assert!(super::try_reserve(&mut v, &ctx, "x", u64::MAX).is_err());
+    }
+
+    /// While recycling, a large allocation reuses a buffer given back of
+    /// about its size (zeroed again by `try_zeroed`, its old bytes kept by
+    /// `try_for_overwrite`), small and far larger ones are left alone, at
+    /// most two are kept, and nothing is taken outside `recycling`.
+    #[test]
+    fn recycled_buffers_are_reused_within_their_scope() {
+        let ctx = crate::error::Context::default();
+        let r = super::Recycler::new();
+        let mib = 1usize << 20;
+        let old = |n: usize| vec![7u8; n];
+        r.put(old(4 * mib));
+        let outside = super::try_for_overwrite(&ctx, "x", 4 * mib as u64).unwrap();
+        assert!(
+            outside.iter().all(|&b| b == 0),
+            "no recycler here: fresh zeros"
+        );
+        super::recycling(&r, || {
+            let v = super::try_for_overwrite(&ctx, "x", 3 * mib as u64).unwrap();
+            assert_eq!(v.len(), 3 * mib);
+            assert!(
+                v.iter().all(|&b| b == 7),
+                "the recycled buffer's bytes, not zeroed"
+            );
+            assert_eq!(v.capacity(), 4 * mib);
+            super::recycle(v);
+            let z = super::try_zeroed(&ctx, "x", 4 * mib as u64).unwrap();
+            assert_eq!(z.capacity(), 4 * mib);
+            assert!(z.len() == 4 * mib && z.iter().all(|&b| b == 0));
+            // A buffer more than twice the size asked is not spent on it.
+            super::recycle(z);
+            let small = super::try_zeroed(&ctx, "x", mib as u64 + 1).unwrap();
+            assert_ne!(small.capacity(), 4 * mib);
+            let _ = super::try_zeroed(&ctx, "x", 4 * mib as u64).unwrap();
+            // Longer than the kept buffer's length: its bytes, then zeros.
+            let mut short = Vec::with_capacity(4 * mib);
+            short.resize(mib, 7u8);
+            super::recycle(short);
+            let grown = super::try_for_overwrite(&ctx, "x", 3 * mib as u64).unwrap();
+            assert_eq!(grown.len(), 3 * mib);
+            assert!(grown[..mib].iter().all(|&b| b == 7) && grown[mib..].iter().all(|&b| b == 0));
+        });
+        // Outside the scope, giving back frees.
+        super::recycle(old(4 * mib));
+        assert!(r.held.lock().unwrap().is_empty());
+        // Small buffers are not kept; at most two are.
+        r.put(vec![1u8; 1000]);
+        for _ in 0..3 {
+            r.put(old(2 * mib));
+        }
+        assert_eq!(r.held.lock().unwrap().len(), 2);
     }
 
     #[test]

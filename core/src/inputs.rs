@@ -115,8 +115,10 @@ pub const FETCH_AHEAD_BYTES: u64 = 64 << 20;
 /// own ahead of the writes, so decoding the next tensors overlaps writing
 /// this one instead of alternating with it. The tensors fetched and not yet
 /// written hold at most [`FETCH_AHEAD_BYTES`] (or one tensor). Each tensor
-/// is released once written. The first error, of a fetch or of `write`,
-/// stops both and is returned.
+/// is released once written, a buffer of its own given back to the
+/// fetching thread's next allocations ([`crate::buffer::recycling`]), so
+/// tensor after tensor is decoded into memory already resident. The first
+/// error, of a fetch or of `write`, stops both and is returned.
 pub fn fetch_ahead<I: Inputs>(
     inputs: &I,
     order: &[usize],
@@ -129,28 +131,32 @@ pub fn fetch_ahead<I: Inputs>(
     fn lock(m: &Mutex<u64>) -> std::sync::MutexGuard<'_, u64> {
         m.lock().unwrap_or_else(|e| e.into_inner())
     }
+    let recycler = crate::buffer::Recycler::new();
     std::thread::scope(|s| {
         let (tx, rx) = mpsc::channel::<Result<(usize, Cow<'_, [u8]>)>>();
         let held = &held;
+        let fetcher = std::sync::Arc::clone(&recycler);
         s.spawn(move || {
-            for &i in order {
-                let size = inputs.meta(i).nbytes(ctx).unwrap_or(0);
-                let mut h = lock(&held.0);
-                while *h > 0 && *h != u64::MAX && h.saturating_add(size) > FETCH_AHEAD_BYTES {
-                    h = held.1.wait(h).unwrap_or_else(|e| e.into_inner());
+            crate::buffer::recycling(&fetcher, || {
+                for &i in order {
+                    let size = inputs.meta(i).nbytes(ctx).unwrap_or(0);
+                    let mut h = lock(&held.0);
+                    while *h > 0 && *h != u64::MAX && h.saturating_add(size) > FETCH_AHEAD_BYTES {
+                        h = held.1.wait(h).unwrap_or_else(|e| e.into_inner());
+                    }
+                    // u64::MAX: the writer stopped.
+                    if *h == u64::MAX {
+                        return;
+                    }
+                    *h += size;
+                    drop(h);
+                    let fetched = inputs.fetch(i, ctx).map(|b| (i, b));
+                    let failed = fetched.is_err();
+                    if tx.send(fetched).is_err() || failed {
+                        return;
+                    }
                 }
-                // u64::MAX: the writer stopped.
-                if *h == u64::MAX {
-                    return;
-                }
-                *h += size;
-                drop(h);
-                let fetched = inputs.fetch(i, ctx).map(|b| (i, b));
-                let failed = fetched.is_err();
-                if tx.send(fetched).is_err() || failed {
-                    return;
-                }
-            }
+            })
         });
         let stop = || {
             *lock(&held.0) = u64::MAX;
@@ -160,7 +166,9 @@ pub fn fetch_ahead<I: Inputs>(
             let written = fetched.and_then(|(i, bytes)| {
                 write(i, &bytes)?;
                 let size = bytes.len() as u64;
-                drop(bytes);
+                if let Cow::Owned(v) = bytes {
+                    recycler.put(v);
+                }
                 inputs.release(i);
                 Ok(size)
             });

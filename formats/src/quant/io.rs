@@ -19,7 +19,9 @@ pub fn read(payload: &Payload, start: u64, len: u64, limits: &Limits) -> Result<
         Payload::Stored { store, offset, .. } => {
             let at = offset + start;
             let ctx = store.ctx().at(at);
-            let mut buf = zt_core::buffer::try_zeroed(&ctx, "quantized blocks", len)?;
+            // Every byte is read into it (or the read fails): a recycled
+            // buffer need not be zeroed first.
+            let mut buf = zt_core::buffer::try_for_overwrite(&ctx, "quantized blocks", len)?;
             match store.reopen() {
                 Some(file) => file.read_exact_at(&mut buf, at).map_err(|e| Error::Io {
                     ctx: store.ctx().at(at),

@@ -24,8 +24,13 @@ pub(super) trait Units: Send + Sync + fmt::Debug {
     /// Output bytes per unit.
     fn unit_bytes(&self) -> u64;
 
+    /// Whether [`Units::fill`] writes every byte of its output, which then
+    /// need not be zeroed first (a recycled buffer keeps its old bytes).
+    const OVERWRITES: bool = false;
+
     /// Units `[first, first + out.len() / unit_bytes)` into `out`, which
-    /// is zeroed, whole units, and never empty.
+    /// is zeroed (unless [`Units::OVERWRITES`]), whole units, and never
+    /// empty.
     fn fill(&self, first: u64, out: &mut [u8], limits: &Limits) -> Result<()>;
 }
 
@@ -39,7 +44,11 @@ impl<T: Units> ByUnits<T> {
         let ctx = Context::default();
         let len = count * self.0.unit_bytes();
         limits.check_decoded(&ctx, len)?;
-        let mut out = zt_core::buffer::try_zeroed(&ctx, T::WHAT, len)?;
+        let mut out = if T::OVERWRITES {
+            zt_core::buffer::try_for_overwrite(&ctx, T::WHAT, len)?
+        } else {
+            zt_core::buffer::try_zeroed(&ctx, T::WHAT, len)?
+        };
         // No units (or units of no bytes): nothing to read either.
         if !out.is_empty() {
             self.0.fill(first, &mut out, limits)?;
