@@ -26,6 +26,7 @@ use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
 
 use std::path::Path;
+use std::sync::mpsc;
 
 use super::{start_writeback_range, Partial, WRITEBACK_STEP};
 use crate::error::{Error, Result};
@@ -74,6 +75,10 @@ impl Stage {
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
     }
 }
+
+// SAFETY: a `Stage` owns its allocation exclusively, as a `Vec<u8>` does;
+// it is handed whole to the thread that writes it and back.
+unsafe impl Send for Stage {}
 
 impl Drop for Stage {
     fn drop(&mut self) {
@@ -126,11 +131,32 @@ pub fn publish_direct(
     body: impl FnOnce(&mut DirectWriter<'_>) -> Result<()>,
 ) -> Result<u64> {
     let partial = Partial::create(path)?;
-    let mut w = DirectWriter::new(partial.file(), durable).map_err(|e| Error::io(path, e))?;
-    body(&mut w)?;
-    let written = w.finish().map_err(|e| Error::io(path, e))?;
+    let file = partial.file();
+    let written = std::thread::scope(|s| {
+        let mut w =
+            DirectWriter::writing_behind(s, file, durable).map_err(|e| Error::io(path, e))?;
+        body(&mut w)?;
+        w.finish().map_err(|e| Error::io(path, e))
+    })?;
     partial.commit(durable)?;
     Ok(written)
+}
+
+/// Stages a [`DirectWriter`] may use when writing behind: one being filled
+/// while the others are written, so the device always has the next write.
+const STAGES: usize = 3;
+
+/// A [`DirectWriter`]'s full stages written by a thread of their own.
+struct Behind {
+    /// A full stage and its file offset, to write.
+    jobs: mpsc::Sender<(Stage, u64)>,
+    /// Each stage written (or the error), and whether writes are still
+    /// direct.
+    done: mpsc::Receiver<io::Result<(Stage, bool)>>,
+    /// Stages sent and not yet back.
+    in_flight: usize,
+    /// Stages that may still be allocated.
+    spare: usize,
 }
 
 /// Writes a new file from its start: bytes staged and written a staging
@@ -151,6 +177,8 @@ pub struct DirectWriter<'f> {
     early: bool,
     /// The offset up to which writeback was started.
     started: u64,
+    /// The thread writing full stages, if writing behind.
+    behind: Option<Behind>,
 }
 
 impl<'f> DirectWriter<'f> {
@@ -174,7 +202,77 @@ impl<'f> DirectWriter<'f> {
             direct: false,
             early: durable,
             started: 0,
+            behind: None,
         })
+    }
+
+    /// [`DirectWriter::new`] whose full stages are written by a thread of
+    /// `scope`'s while the caller fills the next ([`STAGES`] in all), so
+    /// the device is never idle waiting for the copy or the caller's
+    /// other work. [`DirectWriter::finish`] waits for them.
+    pub fn writing_behind<'scope, 'env: 'scope>(
+        scope: &'scope std::thread::Scope<'scope, 'env>,
+        file: &'env File,
+        durable: bool,
+    ) -> io::Result<DirectWriter<'env>> {
+        let mut w = DirectWriter::new(file, durable)?;
+        let (jobs, todo) = mpsc::channel::<(Stage, u64)>();
+        let (report, done) = mpsc::channel();
+        let mut direct = w.direct;
+        scope.spawn(move || {
+            for (mut stage, at) in todo {
+                let wrote = put(file, direct, stage.bytes(), at).map(|still| {
+                    direct = still;
+                    if durable && !still {
+                        start_writeback_range(file, at, STAGE_BYTES as u64);
+                    }
+                    (stage, still)
+                });
+                if report.send(wrote).is_err() {
+                    return;
+                }
+            }
+        });
+        w.behind = Some(Behind {
+            jobs,
+            done,
+            in_flight: 0,
+            spare: STAGES - 1,
+        });
+        Ok(w)
+    }
+
+    /// One written stage back from the writing thread, its error returned.
+    fn stage_back(&mut self) -> io::Result<Stage> {
+        let behind = self.behind.as_mut().expect("writing behind");
+        let back = behind
+            .done
+            .recv()
+            .map_err(|_| io::Error::other("the writing thread stopped"))?;
+        behind.in_flight -= 1;
+        let (stage, still) = back?;
+        self.direct &= still;
+        Ok(stage)
+    }
+
+    /// The full stage handed to the writing thread, an empty one in its
+    /// place (a spare, else the first written back).
+    fn hand_over(&mut self) -> io::Result<()> {
+        let behind = self.behind.as_mut().expect("writing behind");
+        let next = if behind.spare > 0 {
+            behind.spare -= 1;
+            Stage::new(STAGE_BYTES)?
+        } else {
+            self.stage_back()?
+        };
+        let full = std::mem::replace(&mut self.stage, next);
+        let behind = self.behind.as_mut().expect("writing behind");
+        behind
+            .jobs
+            .send((full, self.at))
+            .map_err(|_| io::Error::other("the writing thread stopped"))?;
+        behind.in_flight += 1;
+        Ok(())
     }
 
     /// Whether writes go to the device directly (so far: a refused direct
@@ -186,6 +284,12 @@ impl<'f> DirectWriter<'f> {
     /// Write the rest and leave the file's description as it was opened
     /// (no `O_DIRECT`). The file's length.
     pub fn finish(mut self) -> io::Result<u64> {
+        // Every stage written behind is back (or its error returned), so
+        // the tail below is the only write left and the thread stops.
+        while self.behind.as_ref().is_some_and(|b| b.in_flight > 0) {
+            self.stage_back()?;
+        }
+        self.behind = None;
         let mut done = 0;
         if self.direct {
             let aligned = self.filled & !(ALIGN - 1);
@@ -265,7 +369,11 @@ impl Write for DirectWriter<'_> {
         self.stage.bytes()[filled..filled + n].copy_from_slice(&buf[..n]);
         self.filled += n;
         if self.filled == STAGE_BYTES {
-            self.put_stage(0, STAGE_BYTES)?;
+            if self.behind.is_some() {
+                self.hand_over()?;
+            } else {
+                self.put_stage(0, STAGE_BYTES)?;
+            }
             self.at += STAGE_BYTES as u64;
             self.filled = 0;
         }
@@ -290,10 +398,19 @@ mod tests {
             .collect()
     }
 
-    /// `pieces` written through a writer (direct or not) into a fresh file
-    /// under `dir`; the file's bytes and whether it stayed direct.
-    fn write_pieces(dir: &std::path::Path, pieces: &[Vec<u8>], direct: bool) -> (Vec<u8>, bool) {
-        let path = dir.join(format!("out-{direct}"));
+    /// How a test writes.
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    enum Mode {
+        Direct,
+        Buffered,
+        /// Direct, full stages written by a thread of their own.
+        Behind,
+    }
+
+    /// `pieces` written through a writer into a fresh file under `dir`;
+    /// the file's bytes and whether it stayed direct.
+    fn write_pieces(dir: &std::path::Path, pieces: &[Vec<u8>], mode: Mode) -> (Vec<u8>, bool) {
+        let path = dir.join(format!("out-{mode:?}"));
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -301,16 +418,18 @@ mod tests {
             .truncate(true)
             .open(&path)
             .unwrap();
-        let mut w = if direct {
-            DirectWriter::new(&file, true).unwrap()
-        } else {
-            DirectWriter::buffered(&file, true).unwrap()
-        };
-        for p in pieces {
-            w.write_all(p).unwrap();
-        }
-        let still = w.is_direct();
-        let len = w.finish().unwrap();
+        let (len, still) = std::thread::scope(|s| {
+            let mut w = match mode {
+                Mode::Direct => DirectWriter::new(&file, true).unwrap(),
+                Mode::Buffered => DirectWriter::buffered(&file, true).unwrap(),
+                Mode::Behind => DirectWriter::writing_behind(s, &file, true).unwrap(),
+            };
+            for p in pieces {
+                w.write_all(p).unwrap();
+            }
+            let still = w.is_direct();
+            (w.finish().unwrap(), still)
+        });
         assert_eq!(len, pieces.iter().map(Vec::len).sum::<usize>() as u64);
         file.sync_all().unwrap();
         let bytes = std::fs::read(&path).unwrap();
@@ -348,13 +467,53 @@ mod tests {
                 s += 1;
             }
             pieces.push(Vec::new());
-            for direct in [true, false] {
-                let (got, still) = write_pieces(dir.path(), &pieces, direct);
-                assert_eq!(got.len(), len, "length {len}, direct {direct}");
-                assert!(got == whole, "bytes of length {len}, direct {direct}");
-                assert_eq!(still, direct && direct_here, "length {len}");
+            for mode in [Mode::Direct, Mode::Buffered, Mode::Behind] {
+                let (got, still) = write_pieces(dir.path(), &pieces, mode);
+                assert_eq!(got.len(), len, "length {len}, {mode:?}");
+                assert!(got == whole, "bytes of length {len}, {mode:?}");
+                assert_eq!(still, mode != Mode::Buffered && direct_here, "length {len}");
             }
         }
+    }
+
+    /// A write the writing thread fails is the writer's error, by the
+    /// time it finishes at the latest; a body that fails publishes
+    /// nothing and leaves no partial.
+    #[test]
+    fn errors_come_back_and_publish_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ro");
+        std::fs::write(&path, b"").unwrap();
+        let read_only = File::open(&path).unwrap();
+        let failed = std::thread::scope(|s| {
+            let mut w = DirectWriter::writing_behind(s, &read_only, false).unwrap();
+            let stage = vec![1u8; STAGE_BYTES];
+            (0..STAGES + 1)
+                .try_for_each(|_| w.write_all(&stage))
+                .and_then(|()| w.finish().map(drop))
+        });
+        assert!(failed.is_err());
+        let dest = dir.path().join("out.safetensors");
+        let err = publish_direct(&dest, true, |w| {
+            w.write_all(&[7u8; 3 * STAGE_BYTES]).unwrap();
+            Err(Error::Write {
+                rule: crate::Rule::WRITE_SIZE,
+                ctx: crate::Context::file(&dest),
+                reason: "the body failed".into(),
+            })
+        })
+        .unwrap_err();
+        assert!(err.to_string().contains("the body failed"), "{err}");
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, [std::ffi::OsString::from("ro")]);
+        let n = publish_direct(&dest, false, |w| {
+            w.write_all(b"whole").map_err(|e| Error::io(&dest, e))
+        })
+        .unwrap();
+        assert_eq!((n, std::fs::read(&dest).unwrap()), (5, b"whole".to_vec()));
     }
 
     /// A descriptor whose file refuses `O_DIRECT` (procfs) is reported so,
