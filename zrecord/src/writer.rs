@@ -15,6 +15,8 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use rayon::prelude::*;
+
 use crate::codec::{Codec, Encoder};
 use crate::error::{Error, Result};
 use crate::fsio::{try_lock, write_all_vectored_at};
@@ -548,14 +550,14 @@ impl Writer {
                 c.phys = c.positions.iter().map(|&p| batch.logic(p) as u32).collect();
                 self.place(batch, c, range.start, &mut locs, tails)?;
             }
-            let slots: Vec<Mutex<Option<Chunk>>> =
-                chunks.into_iter().map(|c| Mutex::new(Some(c))).collect();
-            workers::run(slots.len(), |k| {
-                let Some(mut c) = take(&slots[k]) else {
-                    return Ok(());
-                };
-                self.encode_chunk(batch, &mut c)?;
-                let written = self.write_chunk(batch, &c);
+            // Raw chunks are copies into the page cache, not CPU work, and
+            // the parallel iterator's halves of the window write disjoint
+            // shards. Pulled one by one by the pool and the caller
+            // (`workers::run`, shard after shard), raw writes waited: wall
+            // time far above CPU time, likely on one shard's inode lock.
+            chunks.par_iter_mut().try_for_each(|c| {
+                self.encode_chunk(batch, c)?;
+                let written = self.write_chunk(batch, c);
                 if let Some(buf) = c.data.take() {
                     self.give_buffer(buf);
                 }
