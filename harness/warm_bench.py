@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
+import statistics
 
 import numpy as np
 
@@ -123,6 +125,22 @@ def crc_rows(path, tensors: int, nbytes: int, runs: int) -> report.Result:
     )
 
 
+FAULTS = "page faults per load"
+
+
+def _counting_faults(name, fn, faults: dict[str, list[int]]):
+    """`fn` with the minor page faults of each call appended to faults[name]
+    (one getrusage on each side, inside the timed call: microseconds)."""
+
+    def case():
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        value = fn()
+        faults.setdefault(name, []).append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+        return value
+
+    return case
+
+
 def run(tensors: int, size_mb: int, runs: int) -> list[report.Result]:
     import safetensors.numpy
 
@@ -149,6 +167,8 @@ def run(tensors: int, size_mb: int, runs: int) -> list[report.Result]:
             cases[UPSTREAM] = lambda p=path: upstream(p)
         except ImportError:
             pass
+        faults: dict[str, list[int]] = {}
+        cases = {name: _counting_faults(name, fn, faults) for name, fn in cases.items()}
         samples, values = common.interleaved(cases, runs, warmup=2)
         bad = {k: v for k, v in values.items() if v != want}
         if bad:
@@ -161,9 +181,13 @@ def run(tensors: int, size_mb: int, runs: int) -> list[report.Result]:
                 peer=UPSTREAM if UPSTREAM in samples else None,
                 nbytes=nbytes,
                 modules=MODULES,
+                extra={name: {FAULTS: f"{statistics.median(n):.0f}"} for name, n in faults.items()},
                 notes=[
                     f"Files on {common.filesystem_of(work)}; {runs} interleaved runs after 2 warm-ups; "
-                    f"load average {os.getloadavg()[0]:.1f} at the end of the run."
+                    f"load average {os.getloadavg()[0]:.1f} at the end of the run. `{FAULTS}`: the process's "
+                    "minor page faults during one load and touch (median): each maps cached pages of the file, "
+                    "as many at once as the page cache's folios allow, so readers with the same count pay the "
+                    "kernel the same."
                 ],
             )
         )
