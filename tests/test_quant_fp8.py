@@ -159,6 +159,25 @@ def test_load_file_and_slices(checkpoint):
         same(np.asarray(t.numpy())[1, 5:90], want[name][1, 5:90])
 
 
+def test_load_bytes(checkpoint):
+    """``zt.numpy.load`` of the file's bytes dequantizes as ``load_file``
+    does (128x128 blocks: the default, no config.json beside bytes)."""
+    path, tensors = checkpoint
+    for dtype, np_dtype in [("bf16", BF16), (None, np.float32)]:
+        got = zt.numpy.load(path.read_bytes(), dequantize=True, dtype=dtype)
+        want = expected(tensors, np_dtype) if dtype else None
+        assert sorted(got) == sorted(n for n in tensors if not n.endswith("_scale_inv"))
+        for name, value in tensors.items():
+            if name.endswith("_scale_inv"):
+                continue
+            if want is not None:
+                same(got[name], want[name])
+            elif name + "_scale_inv" in tensors:
+                same(got[name], reference(value, tensors[name + "_scale_inv"]))
+            else:
+                assert got[name].dtype == value.dtype and got[name].tobytes() == value.tobytes()
+
+
 def test_convert_and_cli(checkpoint, tmp_path):
     path, tensors = checkpoint
     want = expected(tensors, BF16)

@@ -113,6 +113,25 @@ def test_load_file_dequantizes_to_dtype_as_convert_does(model, dtype):
         same(got[name], expected, (dtype, name))
 
 
+@pytest.mark.parametrize("dtype", [None, *DTYPES])
+def test_load_bytes_dequantizes_to_dtype_as_load_file_does(model, dtype):
+    """``zt.numpy.load(data, dequantize=True, dtype=)`` on a file's bytes:
+    gguf-py's values rounded once to ``dtype`` (it once had no ``dtype``
+    and gave f32); without one, f32 and the plain tensors as stored."""
+    path, want = model
+    got = zt.numpy.load(path.read_bytes(), dequantize=True, dtype=dtype)
+    assert sorted(got) == sorted(want)
+    for name, value in want.items():
+        if dtype is None:
+            expected = value.astype(np.float16) if name == "half" else value
+        else:
+            with np.errstate(all="ignore"):
+                expected = value.astype(DTYPES[dtype])
+        same(got[name], expected, (dtype, name))
+    with pytest.raises(ValueError):
+        zt.numpy.load(path.read_bytes(), dtype="bf16")
+
+
 @pytest.mark.parametrize("mode", [{"copy": True}, {"readonly": True}, {"backend": "pread"}])
 def test_load_file_dtype_holds_for_every_way_of_reading(model, mode):
     path, want = model

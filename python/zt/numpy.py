@@ -168,8 +168,20 @@ def save(
     return _write.save_bytes(tensors, metadata, format)
 
 
-def load(data: bytes, *, dequantize: bool = False) -> dict[str, np.ndarray]:
+def load(data: bytes, *, dequantize: bool = False, dtype: object = None) -> dict[str, np.ndarray]:
     """Every tensor of a file's bytes (any format zt reads) as independent,
-    writable numpy arrays, as ``safetensors.numpy.load`` takes them."""
-    with _write.open_bytes(data) as source:
+    writable numpy arrays, as ``safetensors.numpy.load`` takes them.
+    ``dequantize`` and ``dtype`` as :func:`load_file` takes them: GGUF's
+    block types and the quantized safetensors schemes in ``dtype`` (f32 by
+    default), each value computed in f32 and rounded once (no config.json
+    is beside bytes: a scheme's defaults hold)."""
+    import zt
+
+    if dtype is not None and not dequantize:
+        raise ValueError("dtype goes with dequantize=True")
+    opened = _write.open_bytes(data)
+    if dequantize:
+        # The view load_file(dequantize=True) reads (see there).
+        opened = zt.Source(zt._zt.dequantize(opened._native, zt._cast_name(dtype), None))
+    with opened as source:
         return _arrays(source, True, dequantize, False)
