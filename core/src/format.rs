@@ -281,6 +281,7 @@ mod tests {
         std::fs::create_dir_all(dir.join("sub")).unwrap();
         std::fs::write(dir.join("index"), b"{}").unwrap();
         std::fs::write(dir.join("a.bin"), b"abc").unwrap();
+        std::fs::write(dir.join("empty"), b"").unwrap();
         std::fs::write(dir.join("sub/b.bin"), b"hello").unwrap();
         std::fs::write(outer.path().join("secret"), b"no").unwrap();
         symlink("a.bin", dir.join("inside")).unwrap();
@@ -308,6 +309,7 @@ mod tests {
                 s.read(0, s.len()).unwrap().into_owned()
             };
             assert_eq!(bytes("a.bin"), b"abc");
+            assert_eq!(bytes("empty"), b"");
             assert_eq!(bytes("sub/b.bin"), b"hello");
             assert_eq!(bytes("./sub/b.bin"), b"hello");
             assert_eq!(bytes("inside"), b"abc");
