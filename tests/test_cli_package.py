@@ -178,6 +178,7 @@ def test_verify_json_ok_canonical_and_failed(zt_cli, model, tmp):
         "canonical": True,
         "violations": [],
         "error": None,
+        "error_rule": None,
     }
     plain = json.loads(run([zt_cli], "verify", "--json", path).stdout)
     assert plain["canonical"] is None and plain["ok"] is True
@@ -197,7 +198,8 @@ def test_verify_json_ok_canonical_and_failed(zt_cli, model, tmp):
     out = run([zt_cli], "verify", "--json", path)
     got = json.loads(out.stdout)
     assert out.returncode == 1 and got["ok"] is False and got["checked"] is None
-    assert got["error"] and out.stderr.startswith("zt: ")
+    assert got["error"] and got["error_rule"]
+    assert out.stderr == f"zt: error [{got['error_rule']}]: {got['error']}\n"
 
 
 def test_diff_json_names_each_kind_of_difference(zt_cli, model, tmp):

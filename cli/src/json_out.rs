@@ -33,6 +33,7 @@ pub fn verified(
             .map(|x| json!({"rule": x.rule, "detail": x.detail}))
             .collect::<Vec<_>>(),
         "error": null,
+        "error_rule": null,
     })
 }
 
@@ -47,5 +48,7 @@ pub fn verify_failed(file: &Path, deep: bool, error: &zt::Error) -> Json {
         "canonical": null,
         "violations": [],
         "error": error.to_string(),
+        // The rule stderr names too (Python's `FormatError.rule`).
+        "error_rule": error.rule().map(zt::Rule::name),
     })
 }
