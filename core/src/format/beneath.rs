@@ -3,9 +3,9 @@
 //!
 //! A memmap directory of TensorDict holds a file per leaf (hundreds of
 //! them); resolving the directory and the name with every symlink followed
-//! for each of them cost about twenty syscalls a leaf (`realpath` reads
-//! every component as a link). Here the directory is opened once, as a
-//! descriptor, and each name is opened from it by `openat2` with
+//! for each of them asked for the working directory and read every path
+//! component as a link, leaf after leaf. Here the directory is opened
+//! once, as a descriptor, and each name is opened from it by `openat2` with
 //! `RESOLVE_BENEATH`: the kernel refuses any resolution that leaves the
 //! directory, symlinks included, in the one call that opens the file, so
 //! the file checked is the file opened. Whatever that call does not accept
