@@ -48,6 +48,9 @@ pub const MIN_READ_PART: u64 = 4 << 20;
 /// part of about this size arrives in as long as it takes to start).
 pub const UNMEASURED_READ_PART_FLOOR: u64 = 8 << 20;
 
+/// A read's part size is rounded up to a multiple of this.
+const READ_PART_STEP: u64 = 1 << 20;
+
 /// Bodies shorter than this give no rate sample: their time is mostly the
 /// last round trip's, not the transfer's.
 const RATE_SAMPLE_BYTES: u64 = 64 << 10;
@@ -121,16 +124,23 @@ impl Link {
     }
 
     /// The part size for a read of `total` bytes under `config`: enough
-    /// parts to keep `concurrency` requests in flight, each at least the
-    /// floor (the measured gap, at least [`MIN_READ_PART`]; before any
-    /// measurement [`UNMEASURED_READ_PART_FLOOR`]) and at most `part_size`,
-    /// which wins over the floor when it is set smaller.
+    /// parts (of whole MiB) to keep `concurrency` requests in flight, each
+    /// at least the floor (the measured gap, at least [`MIN_READ_PART`];
+    /// before any measurement [`UNMEASURED_READ_PART_FLOOR`]) and at most
+    /// `part_size`, which wins over the floor when it is set smaller.
     pub fn read_part(&self, config: &RemoteConfig, total: u64) -> u64 {
         let floor = self
             .gap()
             .map_or(UNMEASURED_READ_PART_FLOOR, |g| g.max(MIN_READ_PART));
         let ways = config.concurrency.min(config.inflight_requests).max(1) as u64;
-        total.div_ceil(ways).max(floor).min(config.part_size).max(1)
+        // Whole MiB: tensors are commonly whole MiB long, and a part a few
+        // bytes short of a tensor's share leaves it a sliver of a request.
+        total
+            .div_ceil(ways)
+            .max(floor)
+            .next_multiple_of(READ_PART_STEP)
+            .min(config.part_size)
+            .max(1)
     }
 }
 
@@ -196,7 +206,11 @@ mod tests {
         // the configured 16 MiB.
         link.record(20 * MS, 32 * MIB, Duration::from_secs(1));
         assert_eq!(link.read_part(&config, 64 * MIB), 4 * MIB);
-        assert_eq!(link.read_part(&config, 100 * MIB), 100 * MIB / 16);
+        assert_eq!(link.read_part(&config, 100 * MIB), 7 * MIB); // 6.25 rounded up
+                                                                 // 256 MiB less what the open cached: 16 MiB, not just under it
+                                                                 // (which would cut each 64 MiB tensor into four parts and a sliver).
+        assert_eq!(link.read_part(&config, 256 * MIB - (5 << 18)), 16 * MIB);
+        assert_eq!(link.read_part(&config, 64 * MIB - (5 << 18)), 4 * MIB);
         assert_eq!(link.read_part(&config, 256 * MIB), 16 * MIB);
         assert_eq!(link.read_part(&config, 1 << 30), 16 * MIB);
         assert_eq!(link.read_part(&config, 1), 4 * MIB);
