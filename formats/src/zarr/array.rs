@@ -141,11 +141,13 @@ fn c_strides(shape: &[u64]) -> Vec<u64> {
 /// once: on the CPU pool when `parallel` (the failure of the first index
 /// in C order is the one reported, so an error does not depend on
 /// scheduling), else in C order. The count of indices is at most the
-/// elements of the read, whose buffer exists, so it fits a `usize`.
+/// elements of the read, whose buffer exists; one that overflows is
+/// refused rather than read as no chunks.
 fn for_each_chunk(
     lo: &[u64],
     hi: &[u64],
     parallel: bool,
+    ctx: &Context,
     f: impl Fn(&[u64]) -> Result<()> + Sync,
 ) -> Result<()> {
     let extent: Vec<u64> = lo
@@ -153,7 +155,9 @@ fn for_each_chunk(
         .zip(hi)
         .map(|(l, h)| h.saturating_sub(*l))
         .collect();
-    let count = elements(&extent).unwrap_or(0) as usize;
+    let count = elements(&extent)
+        .and_then(|n| usize::try_from(n).ok())
+        .ok_or_else(|| overflow(ctx))?;
     let index = |mut k: usize| {
         let mut ix = vec![0u64; lo.len()];
         for d in (0..lo.len()).rev() {
@@ -274,7 +278,7 @@ impl ZarrArray {
                 &ctx,
             )
         };
-        for_each_chunk(&lo, &hi, out.parallel, visit)?;
+        for_each_chunk(&lo, &hi, out.parallel, &self.ctx, visit)?;
         Ok(buf)
     }
 }
@@ -437,7 +441,7 @@ fn read_shard(
         return Ok(());
     }
     let strides = c_strides(&per);
-    for_each_chunk(&lo, &hi, out.parallel, |index| {
+    for_each_chunk(&lo, &hi, out.parallel, ctx, |index| {
         let linear: u64 = index.iter().zip(&strides).map(|(i, st)| i * st).sum();
         let (offset, nbytes) = (word(2 * linear as usize), word(2 * linear as usize + 1));
         if offset == u64::MAX && nbytes == u64::MAX {
