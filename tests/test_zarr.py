@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import shutil
 import struct
 import subprocess
 import warnings
@@ -294,8 +295,6 @@ def test_member_order_is_zarrs(tmp_path, fmt, consolidated):
         # Listed members come in no order of zarr's (as their reads
         # complete): zt lists them as zarr.consolidate_metadata writes them.
         copy = tmp_path / "copy.zarr"
-        import shutil
-
         shutil.copytree(path, copy)
         zarr.consolidate_metadata(str(copy))
         want = zarr_order(copy)
