@@ -2,7 +2,7 @@
 //! on disk, one object per file (`meta.zr`, `data_N.zr`, `dict.zr`).
 //!
 //! Opening reads `meta.zr`'s head (the 4096-byte page and the first
-//! RecordLocs) and tail in two concurrent GETs and lists the prefix once:
+//! RecordLocs; a small `meta.zr` whole) in one GET and lists the prefix once:
 //! the listing gives every shard's size and ETag, so shards cost no request
 //! until a gather reads them, and every read is pinned to the version
 //! listed. The RecordLoc table is fetched whole when it is small and paged
