@@ -51,8 +51,10 @@ use object_store::{
 use crate::error::{Error, ErrorKind, Result};
 use crate::watch::Connector;
 
-/// Default size of one ranged GET of a large read, and of one uploaded part
-/// (AWS's guidance is 8–16 MiB; on the loopback benchmark 16 MiB parts
+/// Default size of one ranged GET of a large read (a smaller read is split
+/// into smaller parts to keep `concurrency` in flight:
+/// [`crate::link::Link::read_part`]), and of one uploaded part (AWS's
+/// guidance is 8–16 MiB; on the loopback benchmark 16 MiB parts
 /// loaded 1 GiB ~10% faster than 8 MiB ones: fewer requests to sign and
 /// serve).
 pub const DEFAULT_PART_SIZE: u64 = 16 << 20;
@@ -101,7 +103,9 @@ pub struct RemoteConfig {
     /// An Azure Storage connection string (`AZURE_STORAGE_CONNECTION_STRING`
     /// if unset): the whole Azure configuration when given.
     pub connection_string: Option<String>,
-    /// Bytes per ranged GET of a large read, and per uploaded part.
+    /// Bytes per ranged GET of a large read (the most: a smaller read's
+    /// parts are sized for it, [`crate::link::Link::read_part`]), and per
+    /// uploaded part.
     pub part_size: u64,
     /// Requests in flight for one read or upload.
     pub concurrency: usize,
