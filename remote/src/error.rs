@@ -62,7 +62,7 @@ impl Error {
     }
 
     /// Classify an `object_store` error about `url`, sent in the current
-    /// operation ([`crate::watch::scoped`]): by the error's variant, then
+    /// operation (`crate::watch::scoped`): by the error's variant, then
     /// by the client's typed errors in its source chain and the status of
     /// the operation's latest response; never by the message's text (a key
     /// or a duration may spell anything).

@@ -132,7 +132,7 @@ pub fn backend_for(url: &ObjectUrl, config: &RemoteConfig) -> Result<Backend> {
 }
 
 /// Run one object_store operation on the runtime, as one operation of
-/// [`crate::watch`] (its errors classified by its own responses), its
+/// `crate::watch` (its errors classified by its own responses), its
 /// error about `url`.
 pub fn block_on_store<T>(
     url: &str,
