@@ -33,6 +33,7 @@ resident set.
 
     python -m harness.quant_st_bench --out-mb 256 --runs 5 --convert-mb 1024
     python -m harness.quant_st_bench --only mlx --out-mb 256 --runs 5
+    python -m harness.quant_st_bench --only convert --convert-mb 1024 --runs 10
 """
 
 from __future__ import annotations
@@ -315,6 +316,8 @@ def convert_run(size_mb: int, runs: int) -> report.Result:
     assert all(torch.equal(outputs["zt"][k], outputs["reference"][k]) for k in outputs["zt"])
     nbytes = src.stat().st_size
     src.unlink()
+    v = common.versions(*MODULES)
+    versions = ", ".join(f"{k} {v[k]}" for k in MODULES)
     extra = {c: {"peak RSS": f"{max(peaks[c]) / 2**20:.0f} MiB"} for c in samples}
     return report.Result(
         name="quant-safetensors-convert",
@@ -329,10 +332,14 @@ def convert_run(size_mb: int, runs: int) -> report.Result:
             "save_file: the like-for-like row); zt, fsync: the same with durable=True (the default: the file "
             "fsynced before its rename, which waits for the disk); reference: DeepSeek's fp8_cast_bf16.py with its weight_dequant on the CPU (transformers' "
             "_dequantize_fp8_weight per tensor in f32, then bf16; the file loaded and saved by safetensors.torch). "
-            f"{runs} runs of each, alternating, each a fresh process after one "
+            "zt writes an output of 64 MiB or more with O_DIRECT (8 MiB aligned stages written by a thread of "
+            "their own while the next fills), so even without fsync its bytes have reached the device when it "
+            "returns (the reference's are dirty pages in the page cache), and decodes each tensor into a buffer "
+            f"the writer gave back. {versions}. {runs} runs of each, alternating, each a fresh process after one "
             "warm-up run whose outputs were compared tensor for tensor (equal). GiB/s is FP8 input per second; "
             f"peak RSS is VmHWM above the process's start, the largest of its runs (largest output tensor "
-            f"{largest / 2**20:.0f} MiB).",
+            f"{largest / 2**20:.0f} MiB). Reproduce (these rows alone): `python -m harness.quant_st_bench "
+            f"--only convert --convert-mb {size_mb} --runs {2 * runs}`.",
             load.sentence().strip(),
         ],
     )
@@ -498,14 +505,24 @@ def splice_mlx(result: report.Result) -> pathlib.Path:
     """`--only mlx`: the MLX section of results/quant-safetensors.md replaced
     by `result`'s (appended before the machine line if absent), the other
     sections left as their last full run wrote them."""
-    md = common.RESULTS / "quant-safetensors.md"
     # The MLX result's place in `run`'s list (after the schemes' table, or
     # after the line saying they are missing), so the full run's name.
-    png = "quant-safetensors-1.png"
+    return splice(result, "### MLX quantized weights", "quant-safetensors-1.png")
+
+
+def splice_convert(result: report.Result) -> pathlib.Path:
+    """`--only convert`: the conversion's section replaced, as `splice_mlx`."""
+    return splice(result, "### A DeepSeek-shaped FP8 checkpoint", "quant-safetensors-2.png")
+
+
+def splice(result: report.Result, heading: str, png: str) -> pathlib.Path:
+    """The section of results/quant-safetensors.md starting at `heading`
+    replaced by `result`'s, its plot `png` (the name the full run gives it)."""
+    md = common.RESULTS / "quant-safetensors.md"
     result.plot(common.RESULTS / png)
     section = f"{result.markdown()}\n![{result.title}]({png})\n"
     text = md.read_text() if md.exists() else header(0)
-    start = text.find("### MLX quantized weights")
+    start = text.find(heading)
     if start >= 0:
         ends = [i for i in (text.find("\n### ", start + 1), text.find("\nMachine:", start)) if i >= 0]
         end = min(ends) + 1 if ends else len(text)
@@ -533,10 +550,17 @@ def main() -> None:
     ap.add_argument("--out-mb", type=int, default=256)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--convert-mb", type=int, default=1024, help="FP8 MiB of the checkpoint converted")
-    ap.add_argument("--only", choices=["mlx"], help="rerun the MLX rows alone into the published file")
+    ap.add_argument(
+        "--only",
+        choices=["mlx", "convert"],
+        help="rerun the MLX rows, or the FP8 checkpoint's conversion (runs // 2 runs of each case), alone into the published file",
+    )
     args = ap.parse_args()
     if args.only == "mlx":
         print(splice_mlx(mlx_run(args.out_mb, args.runs)).read_text())
+        return
+    if args.only == "convert":
+        print(splice_convert(convert_run(args.convert_mb, max(2, args.runs // 2))).read_text())
         return
     path = report.save(run(args.out_mb, args.runs, args.convert_mb), "quant-safetensors", header(args.runs))
     print(path.read_text())
