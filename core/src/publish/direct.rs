@@ -7,10 +7,11 @@
 //! to bf16 conversion spent most of its cycles there, far more than in the
 //! dequantization). With `O_DIRECT` the device reads the bytes from the
 //! writer's own memory; the CPU only copies them once into an aligned
-//! staging buffer, reused for the whole file. `python -m
-//! harness.quant_st_bench` measures the conversion; the probe comparing
-//! buffered, direct and `MAP_SHARED` writes is described in
-//! results/quant-safetensors.md.
+//! staging buffer, reused for the whole file. (Writing into a
+//! `MAP_SHARED` mapping of the file instead faults in and zeroes the same
+//! fresh page-cache pages, and measured no better than buffered writes.)
+//! `python -m harness.quant_st_bench --only convert` measures the
+//! conversion.
 //!
 //! Direct I/O needs the buffer's address, the file offset and the length
 //! aligned to the device's block: every full staging buffer is, and so is
