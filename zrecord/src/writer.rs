@@ -611,10 +611,9 @@ impl Writer {
     /// the kernel copied them. Written this way, a chunk's buffer goes back
     /// to the pool for the next chunk while its frames are still cached.
     /// Offsets still follow logical order within each shard, so the store's
-    /// bytes do not depend on thread timing (loaderx's do: it appends a
-    /// chunk to its shard when it is encoded, so two of its builds of one
-    /// large batch can order a shard's chunks differently; zt's order is
-    /// the one a single-threaded build gives). Chunks are handed out in
+    /// bytes do not depend on thread timing (loaderx's can: two of its
+    /// builds of one large batch ordered a shard's frames differently; zt's
+    /// order is the one a single-threaded build gives). Chunks are handed out in
     /// that order (`logical_order`) to the pool and the calling thread
     /// (`workers::run`), so the chunk a shard waits for is the next started.
     fn write_encoded(
