@@ -317,3 +317,27 @@ def test_the_fuzz_seed_reaches_every_decoder():
         for name, (mode, bits, group) in layers.items():
             want = reference(t[name + ".weight"], t[name + ".scales"], t.get(name + ".biases"), mode, bits, group)
             same(source[name + ".weight"].numpy(), want)
+
+
+def test_mlx_to_q4_1_with_the_configuration_given(mlx_q4, tmp_path):
+    """Without a config.json beside the weights, quantization_config names
+    the MLX quantization for the repack: the GGUF equals the one made with
+    the file beside, byte for byte; a configuration with no MLX
+    quantization, or a destination that is not GGUF, is refused."""
+    path, tensors = mlx_q4
+    zt.convert(path, tmp_path / "beside.gguf")
+    bare = tmp_path / "bare" / "model.safetensors"
+    bare.parent.mkdir()
+    safetensors.numpy.save_file(tensors, str(bare), metadata={"format": "mlx"})
+    q = {"group_size": 32, "bits": 4, "mode": "affine"}
+    for config in ({"quantization": q}, {"quantization_config": q}):
+        zt.convert(bare, tmp_path / "given.gguf", quantization_config=config)
+        assert (tmp_path / "given.gguf").read_bytes() == (tmp_path / "beside.gguf").read_bytes()
+    with pytest.raises(ValueError, match="no MLX quantization"):
+        zt.convert(bare, tmp_path / "none.gguf", quantization_config={"quantization_config": {"quant_method": "fp8"}})
+    with pytest.raises(ValueError, match="repack into a .gguf"):
+        zt.convert(bare, tmp_path / "x.safetensors", quantization_config={"quantization": q})
+    with pytest.raises(zt.FormatError) as e:
+        zt.convert(bare, tmp_path / "g64.gguf", quantization_config={"quantization": q | {"group_size": 64}})
+    assert e.value.rule in ("quant.Repack", "quant.ScaleShape")
+    assert not (tmp_path / "none.gguf").exists() and not (tmp_path / "g64.gguf").exists()

@@ -468,6 +468,7 @@ fn _zt(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(convert, m)?)?;
     m.add_function(wrap_pyfunction!(quant::dequantize, m)?)?;
     m.add_function(wrap_pyfunction!(quant::repack_mlx, m)?)?;
+    m.add_function(wrap_pyfunction!(quant::repack_q4_1, m)?)?;
     m.add_function(wrap_pyfunction!(onnx_data::onnx_external_data, m)?)?;
     m.add_function(wrap_pyfunction!(remote_stats, m)?)?;
     m.add_function(wrap_pyfunction!(writers::save, m)?)?;

@@ -61,3 +61,21 @@ pub fn repack_mlx(py: Python<'_>, source: &Source) -> PyResult<Source> {
         .map_err(to_py_err)?;
     Ok(Source::new(out))
 }
+
+/// `convert(mlx_weights, "x.gguf", quantization_config=...)` without
+/// `dequantize`: `source`'s MLX affine 4-bit group-32 weights as Q4_1
+/// objects, moved without going through floats, the configuration given
+/// as JSON text (`config.json`'s, or MLX's `quantization` alone) instead of
+/// read from beside the file (`zt::formats::quant::mlx::repack::to_q4_1_with`).
+/// `None` when the configuration declares no MLX quantization or the
+/// source has no such weights.
+#[pyfunction]
+pub fn repack_q4_1(py: Python<'_>, source: &Source, config: &str) -> PyResult<Option<Source>> {
+    let inner = source.inner()?;
+    let config = zt::formats::quant::config::parse(&Default::default(), config.as_bytes())
+        .map_err(to_py_err)?;
+    let out = py
+        .detach(|| zt::formats::quant::mlx::repack::to_q4_1_with(&inner, &config))
+        .map_err(to_py_err)?;
+    Ok(out.map(Source::new))
+}

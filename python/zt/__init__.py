@@ -351,8 +351,8 @@ def convert(
     equal to ``gguf.quants.dequantize`` rounded once to ``dtype``.
 
     MLX affine 4-bit group-32 weights with f16 scales (an MLX ``config.json``
-    beside the source) convert to GGUF as Q4_1 blocks, moved without going
-    through floats; ``layout="mlx"`` is the reverse, every GGUF Q4_1 tensor
+    beside the source, or its JSON given as ``quantization_config``) convert
+    to GGUF as Q4_1 blocks, moved without going through floats; ``layout="mlx"`` is the reverse, every GGUF Q4_1 tensor
     written as MLX's ``X.weight`` (u32), ``X.scales`` and ``X.biases``
     (f16), which MLX reads with ``{"quantization": {"group_size": 32,
     "bits": 4}}`` in its ``config.json``. Any other quantization refuses the
@@ -384,7 +384,7 @@ def convert(
             opened = _zt.open([os.fspath(p) for p in paths], True, None, _storage(storage_options))
             src = Source(_zt.dequantize(opened, _cast_name(dtype), config))
     elif quantization_config is not None:
-        raise ValueError("quantization_config goes with dequantize=True")
+        src = _repack_q4_1(src, dst, format, quantization_config, storage_options)
     if external_data is not None:
         return _onnx_external_data(src, dst, external_data, location, threshold, durable, locals())
     if location is not None or threshold is not None:
@@ -420,6 +420,22 @@ def convert(
         bool(durable),
         "keras" if keras else None,
     )
+
+
+def _repack_q4_1(src: object, dst: PathLike, format: str | None, config: dict | PathLike, storage_options) -> Source:
+    """``convert(mlx, "x.gguf", quantization_config=...)``: the MLX weights
+    repacked as Q4_1 with the configuration given, not read from beside
+    the source (without ``dequantize``, the only use of a configuration)."""
+    to_gguf = format == "gguf" if format is not None else os.fspath(dst).endswith(".gguf")
+    if not to_gguf:
+        raise ValueError("quantization_config goes with dequantize=True, or names MLX weights to repack into a .gguf")
+    if not isinstance(src, Source):
+        paths = [src] if isinstance(src, (str, bytes, os.PathLike)) else src
+        src = Source(_zt.open([os.fspath(p) for p in paths], True, None, _storage(storage_options)))
+    repacked = _zt.repack_q4_1(src._native, _quant_config(config))
+    if repacked is None:
+        raise ValueError("quantization_config declares no MLX quantization of this source's weights to repack")
+    return Source(repacked)
 
 
 def _onnx_external_data(
