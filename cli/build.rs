@@ -90,6 +90,7 @@ fn main() {
         .then(|| git(dir, &["rev-parse", "--short=12", "HEAD"]))
         .flatten()
         .filter(|h| !h.is_empty());
+    let builder_named = given.is_some();
     let commit = match (given, head) {
         (Some(c), _) => c,
         (None, Some(head)) => {
@@ -109,6 +110,17 @@ fn main() {
     if ours {
         for path in watched(dir, root) {
             println!("cargo:rerun-if-changed={}", path.display());
+        }
+    } else if !builder_named {
+        // git failed here, or this is no checkout of zt. A failure that
+        // passes (a git run while another rewrote the index) must not
+        // leave "unknown" for good: where a checkout's HEAD and index
+        // exist, found without git, a commit or a staging reruns the
+        // script. An sdist has neither and stays "unknown".
+        for path in [root.join(".git/HEAD"), root.join(".git/index")] {
+            if path.exists() {
+                println!("cargo:rerun-if-changed={}", path.display());
+            }
         }
     }
     println!("cargo:rustc-env=ZT_GIT_COMMIT={commit}");
