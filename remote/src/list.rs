@@ -73,20 +73,7 @@ pub struct Listed {
 /// name.
 pub fn list(prefix_url: &str, config: &RemoteConfig) -> Result<Vec<Listed>> {
     let (result, strip) = delimited(prefix_url, config)?;
-    let mut out: Vec<Listed> = result
-        .objects
-        .into_iter()
-        .filter_map(|m| {
-            let key = m.location.to_string();
-            key.strip_prefix(&strip).map(|name| Listed {
-                name: name.to_string(),
-                size: m.size,
-                etag: m.e_tag.clone(),
-            })
-        })
-        .collect();
-    out.sort_by(|a, b| a.name.cmp(&b.name));
-    Ok(out)
+    Ok(listed(result.objects, &strip))
 }
 
 /// The names of the "directories" directly under `prefix_url`: the
@@ -156,19 +143,25 @@ pub fn list_tree(prefix_url: &str, config: &RemoteConfig) -> Result<Vec<Listed>>
             .list((!prefix.is_empty()).then_some(&path))
             .try_collect::<Vec<object_store::ObjectMeta>>()
     })?;
+    Ok(listed(objects, &strip))
+}
+
+/// `objects` named relative to the listed prefix (`strip`, with its
+/// trailing `/`), sorted by name; keys outside it are dropped.
+fn listed(objects: Vec<object_store::ObjectMeta>, strip: &str) -> Vec<Listed> {
     let mut out: Vec<Listed> = objects
         .into_iter()
         .filter_map(|m| {
             let key = m.location.to_string();
-            key.strip_prefix(&strip).map(|name| Listed {
+            key.strip_prefix(strip).map(|name| Listed {
                 name: name.to_string(),
                 size: m.size,
-                etag: m.e_tag.clone(),
+                etag: m.e_tag,
             })
         })
         .collect();
     out.sort_by(|a, b| a.name.cmp(&b.name));
-    Ok(out)
+    out
 }
 
 /// Every object key under `prefix_url`, recursively (for tests and
