@@ -22,10 +22,10 @@ use std::fs::File;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
-use crate::config::{spool_dir, RemoteConfig};
+use crate::config::RemoteConfig;
 use crate::error::{Error, ErrorKind, Result};
 use crate::list::{list, list_tree, Listed};
-use crate::upload::delete_object;
+use crate::upload::{delete_object, journal_dir};
 
 const EXTENSION: &str = "leftover";
 
@@ -80,16 +80,12 @@ pub enum Outcome {
     Kept,
 }
 
-fn dir(config: &RemoteConfig) -> PathBuf {
-    spool_dir(config).join("zt-uploads")
-}
-
 /// Record `left`, objects put for `dest`, in a journal of its own. The
 /// file's lock is released when this returns: the entries are anyone's to
 /// clear from then on.
 pub fn record(config: &RemoteConfig, dest: &Destination, left: &[Leftover]) -> Result<()> {
     match encode(dest, left) {
-        Some(text) => write_journal(&dir(config), &text),
+        Some(text) => write_journal(config, &text),
         None => Ok(()),
     }
 }
@@ -111,14 +107,8 @@ fn encode(dest: &Destination, left: &[Leftover]) -> Option<String> {
     Some(format!("#{}\n#{}\n{entries}", dest.prefix, dest.claim))
 }
 
-fn write_journal(dir: &Path, text: &str) -> Result<()> {
-    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir.display(), e))?;
-    let path = dir.join(format!(
-        "{}-{:016x}.{EXTENSION}",
-        std::process::id(),
-        zt_fsutil::random_u64()
-    ));
-    let mut file = zt_fsutil::create_locked(&path).map_err(|e| Error::io(path.display(), e))?;
+fn write_journal(config: &RemoteConfig, text: &str) -> Result<()> {
+    let (path, mut file) = crate::upload::create_journal(config, EXTENSION)?;
     file.write_all(text.as_bytes())
         .and_then(|()| file.sync_all())
         .map_err(|e| Error::io(path.display(), e))
@@ -281,7 +271,7 @@ pub fn clear_all(config: &RemoteConfig) -> Vec<(String, Outcome)> {
 
 /// The journal files in the spool directory.
 fn journals(config: &RemoteConfig) -> Vec<PathBuf> {
-    let Ok(entries) = std::fs::read_dir(dir(config)) else {
+    let Ok(entries) = std::fs::read_dir(journal_dir(config)) else {
         return Vec::new();
     };
     entries
@@ -356,7 +346,7 @@ fn clear_journal(
         out.push((left.url, outcome));
     }
     if let Some(text) = encode(&dest, &kept) {
-        write_journal(&dir(config), &text)?;
+        write_journal(config, &text)?;
     }
     let _ = std::fs::remove_file(path);
     Ok(out)

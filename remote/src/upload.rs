@@ -92,8 +92,25 @@ pub fn remove_stale_spools(base: &Path) -> Vec<PathBuf> {
     removed
 }
 
-fn journal_dir(config: &RemoteConfig) -> PathBuf {
+/// Where upload journals live: the multipart ones (`.upload`) and the
+/// leftover objects of failed writes (`leftovers.rs`).
+pub(crate) fn journal_dir(config: &RemoteConfig) -> PathBuf {
     spool_dir(config).join("zt-uploads")
+}
+
+/// A new journal file `PID-RANDOM.EXTENSION` in [`journal_dir`], locked
+/// while the returned file is open (a free lock marks a journal as no live
+/// writer's).
+pub(crate) fn create_journal(config: &RemoteConfig, extension: &str) -> Result<(PathBuf, File)> {
+    let dir = journal_dir(config);
+    std::fs::create_dir_all(&dir).map_err(|e| Error::io(dir.display(), e))?;
+    let path = dir.join(format!(
+        "{}-{:016x}.{extension}",
+        std::process::id(),
+        zt_fsutil::random_u64()
+    ));
+    let file = zt_fsutil::create_locked(&path).map_err(|e| Error::io(path.display(), e))?;
+    Ok((path, file))
 }
 
 /// A multipart upload in progress, recorded (and locked) in the journal.
@@ -105,14 +122,7 @@ struct Journal {
 
 impl Journal {
     fn record(config: &RemoteConfig, url: &str, id: &str) -> Result<Journal> {
-        let dir = journal_dir(config);
-        std::fs::create_dir_all(&dir).map_err(|e| Error::io(dir.display(), e))?;
-        let path = dir.join(format!(
-            "{}-{:016x}.upload",
-            std::process::id(),
-            zt_fsutil::random_u64()
-        ));
-        let mut file = zt_fsutil::create_locked(&path).map_err(|e| Error::io(path.display(), e))?;
+        let (path, mut file) = create_journal(config, "upload")?;
         writeln!(file, "{url}\n{id}").map_err(|e| Error::io(path.display(), e))?;
         Ok(Journal {
             path,
