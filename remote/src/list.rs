@@ -163,23 +163,3 @@ fn listed(objects: Vec<object_store::ObjectMeta>, strip: &str) -> Vec<Listed> {
     out.sort_by(|a, b| a.name.cmp(&b.name));
     out
 }
-
-/// Every object key under `prefix_url`, recursively (for tests and
-/// cleanup; pages through the listing).
-pub fn list_all(prefix_url: &str, config: &RemoteConfig) -> Result<Vec<String>> {
-    let url = ObjectUrl::parse(prefix_url)?;
-    let store = store_for(&url, config)?;
-    Stats::count(&stats().lists, 1);
-    let path = url.path();
-    let keys = retried(prefix_url, config, || {
-        store
-            .list(if url.key.is_empty() {
-                None
-            } else {
-                Some(&path)
-            })
-            .map_ok(|m| m.location.to_string())
-            .try_collect::<Vec<String>>()
-    })?;
-    Ok(keys)
-}
