@@ -110,6 +110,21 @@ def test_many_small_tensors_are_byte_identical_to_upstream(tmp):
     assert (tmp / "batch.zt").read_bytes() == (tmp / "up.zt").read_bytes()
 
 
+def test_large_tensors_hashed_by_the_helper_are_byte_identical_to_upstream(tmp):
+    # More than 8 MiB of large tensors, so the batch writer hashes them on
+    # its helper thread while it writes them (issue 39), with a repeat
+    # (one shared blob) and a tensor of the same size and first bytes but
+    # another tail (its own blob).
+    a, b, c = (RNG.standard_normal(768 * 1024).astype(np.float32) for _ in range(3))
+    tail = a.copy()
+    tail[-1] += 1
+    items = [("w0", a), ("w1", b), ("w2", a.copy()), ("w3", tail), ("w4", c), ("w5", b.copy())]
+    write_upstream(tmp / "up.zt", [(n, x, "f32", None) for n, x in items])
+    zt.numpy.save_file(dict(items), tmp / "batch.zt")
+    assert (tmp / "batch.zt").read_bytes() == (tmp / "up.zt").read_bytes()
+    assert zt.canonical_violations(tmp / "batch.zt") == []
+
+
 def test_convert_is_byte_identical_to_upstream_convert(tmp):
     arrays = {f"layer{i}.w": RNG.standard_normal((16, 8)).astype(np.float32) for i in range(12)}
     arrays["tied"] = arrays["layer3.w"].copy()

@@ -19,6 +19,7 @@ pub mod cbor;
 pub mod container;
 mod dedup;
 pub mod encoding;
+mod hash_ahead;
 pub mod manifest;
 mod name_order;
 mod prehash;

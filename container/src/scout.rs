@@ -20,12 +20,17 @@
 //! same bytes, which is known before it is hashed: an earlier identical
 //! part has the same length and the same first bytes. Only a part that
 //! matches an earlier one on both is hashed whole first and compared.
+//! With a second core those streamed parts are hashed on a helper thread
+//! while the writer writes them instead ([`crate::hash_ahead`]: one
+//! hand-off per part; a part the helper has not reached by the time it is
+//! written the writer hashes itself).
 
 use std::collections::HashSet;
 use std::convert::Infallible;
 use std::io;
 
 use crate::dedup::{BlobKey, Seen};
+use crate::hash_ahead;
 use crate::prehash;
 use crate::xxh3::{xxh3_64, Xxh3};
 use zt_core::catalog::Digest;
@@ -59,10 +64,10 @@ pub(crate) struct Whole {
 pub(crate) enum Scouted {
     /// A part hashed whole.
     Whole(Whole),
-    /// `part` (a new large part) is hashed up to byte `end`: the writer may
-    /// write that far.
+    /// `part` (a new large part) may be written up to byte `end`: hashed
+    /// that far on this thread, or hashed whole by the helper.
     Chunk { part: usize, end: usize },
-    /// `part`, streamed in chunks, is hashed to its end.
+    /// `part`, streamed, is hashed to its end.
     Streamed { part: usize, digest: Digest },
 }
 
@@ -74,47 +79,77 @@ where
     P: Fn(usize) -> &'a [u8] + Sync,
     C: FnMut(Scouted) -> io::Result<()>,
 {
+    let streamed = streamed_parts(n, &part);
+    let streamed_bytes: Vec<&[u8]> = streamed.iter().map(|&i| part(i)).collect();
     prehash::with_digests(n, &part, CHUNK, |small| {
-        // The parts written so far, by content.
-        let mut written: Seen<usize> = Seen::default();
-        // (length, prefix hash) of every large part written so far.
-        let mut large: HashSet<(usize, u64)> = HashSet::new();
-        for i in 0..n {
-            let data = part(i);
-            if data.len() > CHUNK && large.insert((data.len(), xxh3_64(&data[..PREFIX]))) {
-                // No earlier part can have these bytes: stream it.
-                let mut hasher = Xxh3::new();
-                for (c, chunk) in data.chunks(CHUNK).enumerate() {
-                    hasher.update(chunk);
-                    let end = c * CHUNK + chunk.len();
-                    consume(Scouted::Chunk { part: i, end })?;
+        hash_ahead::with_large(&streamed_bytes, |large| {
+            // The parts written so far, by content.
+            let mut written: Seen<usize> = Seen::default();
+            let mut next_streamed = 0;
+            for i in 0..n {
+                let data = part(i);
+                if streamed.get(next_streamed) == Some(&i) {
+                    // No earlier part can have these bytes: stream it.
+                    let k = next_streamed;
+                    next_streamed += 1;
+                    let digest = if large.helped() {
+                        consume(Scouted::Chunk {
+                            part: i,
+                            end: data.len(),
+                        })?;
+                        large.digest(k, data)
+                    } else {
+                        let mut hasher = Xxh3::new();
+                        for (c, chunk) in data.chunks(CHUNK).enumerate() {
+                            hasher.update(chunk);
+                            let end = c * CHUNK + chunk.len();
+                            consume(Scouted::Chunk { part: i, end })?;
+                        }
+                        hasher.digest()
+                    };
+                    let digest = Digest::Xxh3(digest);
+                    let key = BlobKey::new(&digest, data.len() as u64, false);
+                    written.record(key, i);
+                    consume(Scouted::Streamed { part: i, digest })?;
+                    continue;
                 }
-                let digest = Digest::Xxh3(hasher.digest());
-                let key = BlobKey::new(&digest, data.len() as u64, false);
-                written.record(key, i);
-                consume(Scouted::Streamed { part: i, digest })?;
-                continue;
+                let digest = if data.len() <= CHUNK {
+                    small.small(i, data)
+                } else {
+                    xxh3_64(data)
+                };
+                let key = BlobKey::new(&Digest::Xxh3(digest), data.len() as u64, false);
+                // Equality is confirmed on the bytes, not assumed from the digest.
+                let same = |j: usize| Ok::<_, Infallible>(part(j) == data);
+                let Ok(twin) = written.find(&key, same);
+                if twin.is_none() {
+                    written.record(key, i);
+                }
+                consume(Scouted::Whole(Whole {
+                    part: i,
+                    digest: Digest::Xxh3(digest),
+                    twin,
+                }))?;
             }
-            let digest = if data.len() <= CHUNK {
-                small.small(i, data)
-            } else {
-                xxh3_64(data)
-            };
-            let key = BlobKey::new(&Digest::Xxh3(digest), data.len() as u64, false);
-            // Equality is confirmed on the bytes, not assumed from the digest.
-            let same = |j: usize| Ok::<_, Infallible>(part(j) == data);
-            let Ok(twin) = written.find(&key, same);
-            if twin.is_none() {
-                written.record(key, i);
-            }
-            consume(Scouted::Whole(Whole {
-                part: i,
-                digest: Digest::Xxh3(digest),
-                twin,
-            }))?;
-        }
-        Ok(())
+            Ok(())
+        })
     })
+}
+
+/// The parts that can be streamed (hashed as they are written): each large
+/// part whose length and first bytes no earlier large part has, so no
+/// earlier part can have its bytes.
+fn streamed_parts<'a, P>(n: usize, part: &P) -> Vec<usize>
+where
+    P: Fn(usize) -> &'a [u8],
+{
+    let mut seen: HashSet<(usize, u64)> = HashSet::new();
+    (0..n)
+        .filter(|&i| {
+            let data = part(i);
+            data.len() > CHUNK && seen.insert((data.len(), xxh3_64(&data[..PREFIX])))
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -135,7 +170,11 @@ mod tests {
                         out.push((w.part, d, w.twin, false));
                     }
                     Scouted::Chunk { part, end } => {
-                        assert_eq!(end, (streamed_to + CHUNK).min(parts[part].len()));
+                        // The next chunk on this thread, or the whole part
+                        // at once when the helper hashes it.
+                        let len = parts[part].len();
+                        let next = (streamed_to + CHUNK).min(len);
+                        assert!(end == next || (streamed_to == 0 && end == len));
                         streamed_to = end;
                     }
                     Scouted::Streamed { part, digest } => {
@@ -218,6 +257,24 @@ mod tests {
     }
 
     #[test]
+    fn large_parts_hashed_by_the_helper_keep_digests_and_twins() {
+        // Enough large bytes for the helper: distinct parts, a repeat, a
+        // part of the same length and prefix with another tail.
+        let big = |seed: u8| noise(3 << 20, seed);
+        let mut tail = big(1);
+        *tail.last_mut().unwrap() ^= 1;
+        let parts = vec![big(1), big(2), big(3), big(1), tail, big(4), big(2)];
+        let got = run(&parts);
+        for (i, d, _, _) in &got {
+            assert_eq!(*d, xxhash_rust::xxh3::xxh3_64(&parts[*i]), "part {i}");
+        }
+        let twins: Vec<Option<usize>> = got.iter().map(|g| g.2).collect();
+        assert_eq!(twins, [None, None, None, Some(0), None, None, Some(1)]);
+        let streamed: Vec<bool> = got.iter().map(|g| g.3).collect();
+        assert_eq!(streamed, [true, true, true, false, false, true, false]);
+    }
+
+    #[test]
     fn a_writer_error_stops_the_scout() {
         let parts: Vec<Vec<u8>> = (0..64).map(|i| noise(CHUNK * 3, i as u8)).collect();
         let mut seen = Vec::new();
@@ -231,12 +288,14 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(err.to_string(), "disk full");
-        assert!(matches!(
-            seen[..],
-            [Scouted::Chunk {
-                part: 0,
-                end: CHUNK
-            }]
-        ));
+        // One chunk on this thread, or the whole part when the helper
+        // hashes it; nothing after the refusal.
+        assert!(
+            matches!(
+                seen[..],
+                [Scouted::Chunk { part: 0, end }] if end == CHUNK || end == CHUNK * 3
+            ),
+            "{seen:?}"
+        );
     }
 }
