@@ -8,6 +8,7 @@ const KVALUES: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -
 
 /// Half of 2^(e - 127) (`ggml_e8m0_to_fp32_half`): exponents 0 and 1 land
 /// in f32's subnormals.
+#[inline]
 fn e8m0_half(e: u8) -> f32 {
     let bits = if e < 2 {
         0x0020_0000u32 << e
@@ -19,6 +20,7 @@ fn e8m0_half(e: u8) -> f32 {
 
 /// MXFP4: an e8m0 exponent, 16 bytes of codes (elements 0-15 low, 16-31
 /// high); x = d * kvalues[q].
+#[inline(always)]
 pub(super) fn mxfp4(b: &[u8; 17], out: &mut [f32; 32]) {
     let d = e8m0_half(b[0]);
     let (lo, hi) = out.split_at_mut(16);
@@ -31,6 +33,7 @@ pub(super) fn mxfp4(b: &[u8; 17], out: &mut [f32; 32]) {
 /// An unsigned e4m3 scale (bias 7, the top bit ignored) halved, as gguf-py's
 /// `ue4m3_to_fp32`: codes 0x00 and 0x7f are zero. Every value is exact in
 /// f32, so the order of its operations does not matter.
+#[inline]
 fn ue4m3_half(x: u8) -> f32 {
     if x == 0 || x == 0x7f {
         return 0.0;
@@ -46,6 +49,7 @@ fn ue4m3_half(x: u8) -> f32 {
 
 /// NVFP4: 4 ue4m3 scales, then per 16 elements 8 bytes of codes (8
 /// elements low, 8 high); x = d * kvalues[q].
+#[inline(always)]
 pub(super) fn nvfp4(b: &[u8; 36], out: &mut [f32; 64]) {
     for (s, o) in out.chunks_exact_mut(16).enumerate() {
         let d = ue4m3_half(b[s]);

@@ -12,6 +12,7 @@ use super::f16_at;
 use super::grids::{IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS};
 
 /// ±1.0 for bit `j` of `signs` (set means negative).
+#[inline]
 fn sign(signs: u8, j: usize) -> f32 {
     if (signs >> j) & 1 == 0 {
         1.0
@@ -21,11 +22,13 @@ fn sign(signs: u8, j: usize) -> f32 {
 }
 
 /// Element `j` of an 8-byte grid row.
+#[inline]
 fn byte8(row: u64, j: usize) -> u8 {
     (row >> (8 * j)) as u8
 }
 
 /// Eight elements `(db * grid[j]) * sign_j` of one 8-wide grid row.
+#[inline]
 fn put8(out: &mut [f32], db: f32, row: u64, signs: u8) {
     for (j, o) in out[..8].iter_mut().enumerate() {
         *o = db * f32::from(byte8(row, j)) * sign(signs, j);
@@ -33,16 +36,19 @@ fn put8(out: &mut [f32], db: f32, row: u64, signs: u8) {
 }
 
 /// Four elements of one 4-wide grid row (IQ3), signs from bit `first`.
+#[inline]
 fn put4(out: &mut [f32], db: f32, row: u32, signs: u8, first: usize) {
     for (j, o) in out[..4].iter_mut().enumerate() {
         *o = db * f32::from((row >> (8 * j)) as u8) * sign(signs, first + j);
     }
 }
 
+#[inline]
 fn u32_at(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
 
+#[inline]
 fn u16_at(b: &[u8], at: usize) -> u16 {
     u16::from_le_bytes([b[at], b[at + 1]])
 }
@@ -50,6 +56,7 @@ fn u16_at(b: &[u8], at: usize) -> u16 {
 /// IQ2_XXS: f16 d, then per 32 elements two u32s: four grid indices
 /// (bytes of the first), and in the second four 7-bit sign indices into
 /// [`KSIGNS`] and a 4-bit scale on top; db = d * (0.5 + s) * 0.25.
+#[inline(always)]
 pub(super) fn iq2_xxs(b: &[u8; 66], out: &mut [f32; 256]) {
     let d = f16_at(b, 0);
     for (ib, o) in out.chunks_exact_mut(32).enumerate() {
@@ -65,6 +72,7 @@ pub(super) fn iq2_xxs(b: &[u8; 66], out: &mut [f32; 256]) {
 
 /// IQ2_XS: f16 d, 32 u16s (9-bit grid index, 7-bit sign index), 8 bytes
 /// of 4-bit scales, one per 16 elements; db = d * (0.5 + s) * 0.25.
+#[inline(always)]
 pub(super) fn iq2_xs(b: &[u8; 74], out: &mut [f32; 256]) {
     let d = f16_at(b, 0);
     for (k, o) in out.chunks_exact_mut(16).enumerate() {
@@ -80,6 +88,7 @@ pub(super) fn iq2_xs(b: &[u8; 74], out: &mut [f32; 256]) {
 
 /// IQ2_S: f16 d, 32 low bytes of grid indices, 32 sign bytes, 8 bytes of
 /// index high bits (2 each), 8 bytes of 4-bit scales (one per 16).
+#[inline(always)]
 pub(super) fn iq2_s(b: &[u8; 82], out: &mut [f32; 256]) {
     let d = f16_at(b, 0);
     let (qs, signs, qh, scales) = (&b[2..34], &b[34..66], &b[66..74], &b[74..82]);
@@ -98,6 +107,7 @@ pub(super) fn iq2_s(b: &[u8; 82], out: &mut [f32; 256]) {
 /// IQ3_XXS: f16 d, 64 bytes of grid indices (4 elements each), then per
 /// 32 elements a u32 of four 7-bit sign indices and a 4-bit scale;
 /// db = d * (0.5 + s) * 0.5.
+#[inline(always)]
 pub(super) fn iq3_xxs(b: &[u8; 98], out: &mut [f32; 256]) {
     let d = f16_at(b, 0);
     let qs = &b[2..66];
@@ -116,6 +126,7 @@ pub(super) fn iq3_xxs(b: &[u8; 98], out: &mut [f32; 256]) {
 /// IQ3_S: f16 d, 64 low bytes of grid indices, 8 bytes of index ninth
 /// bits, 32 sign bytes, 4 bytes of 4-bit scales (one per 32);
 /// db = d * (1 + 2s).
+#[inline(always)]
 pub(super) fn iq3_s(b: &[u8; 110], out: &mut [f32; 256]) {
     let d = f16_at(b, 0);
     let (qs, qh, signs, scales) = (&b[2..66], &b[66..74], &b[74..106], &b[106..110]);
@@ -132,6 +143,7 @@ pub(super) fn iq3_s(b: &[u8; 110], out: &mut [f32; 256]) {
 }
 
 /// IQ1's delta: ±1/8, negative when the flag is set.
+#[inline]
 fn delta(negative: bool) -> f32 {
     if negative {
         -0.125
@@ -141,6 +153,7 @@ fn delta(negative: bool) -> f32 {
 }
 
 /// Eight elements `dl * (grid[j] + delta)` of an IQ1 grid row (`i8`s).
+#[inline]
 fn put_iq1(out: &mut [f32], dl: f32, row: u64, delta: f32) {
     for (j, o) in out[..8].iter_mut().enumerate() {
         *o = dl * (f32::from(byte8(row, j) as i8) + delta);
@@ -150,6 +163,7 @@ fn put_iq1(out: &mut [f32], dl: f32, row: u64, delta: f32) {
 /// IQ1_S: f16 d, 32 low bytes of grid indices, then per 32 elements a u16:
 /// four 3-bit index highs, a 3-bit scale, the delta's sign on top;
 /// dl = d * (2s + 1).
+#[inline(always)]
 pub(super) fn iq1_s(b: &[u8; 50], out: &mut [f32; 256]) {
     let d = f16_at(b, 0);
     let qs = &b[2..34];
@@ -167,6 +181,7 @@ pub(super) fn iq1_s(b: &[u8; 50], out: &mut [f32; 256]) {
 /// IQ1_M: 32 low bytes of grid indices, 16 bytes of nibbles (3 index bits
 /// and the delta's sign per 8 elements), 4 u16s of 3-bit scales (one per
 /// 16 elements) whose top nibbles together are the f16 d; dl = d * (2s + 1).
+#[inline(always)]
 pub(super) fn iq1_m(b: &[u8; 56], out: &mut [f32; 256]) {
     let (qs, qh) = (&b[0..32], &b[32..48]);
     let sc: [u16; 4] = std::array::from_fn(|i| u16_at(b, 48 + 2 * i));
@@ -194,6 +209,7 @@ const KVALUES_IQ4NL: [i8; 16] = [
 
 /// IQ4_NL: f16 d, 16 bytes of codebook nibbles (elements 0-15 low, 16-31
 /// high); x = d * kvalues[q].
+#[inline(always)]
 pub(super) fn iq4_nl(b: &[u8; 18], out: &mut [f32; 32]) {
     let d = f16_at(b, 0);
     let (lo, hi) = out.split_at_mut(16);
@@ -206,6 +222,7 @@ pub(super) fn iq4_nl(b: &[u8; 18], out: &mut [f32; 32]) {
 /// IQ4_XS: f16 d, a u16 of scale high bits (2 per 32 elements), 4 bytes of
 /// scale low nibbles, 128 bytes of codebook nibbles (16 bytes per 32
 /// elements, low halves first); x = (d * (s - 32)) * kvalues[q].
+#[inline(always)]
 pub(super) fn iq4_xs(b: &[u8; 136], out: &mut [f32; 256]) {
     let d = f16_at(b, 0);
     let scales_h = u16_at(b, 2);

@@ -8,6 +8,7 @@ use super::f16_at;
 /// Q2_K: 16 scale bytes (low nibble scale, high nibble min), 64 bytes of
 /// 2-bit quants (element `128h + 32s + l` at bits `2s` of byte `32h + l`),
 /// f16 d, f16 dmin; x = (d * sc) * q - (dmin * m).
+#[inline(always)]
 pub(super) fn q2_k(b: &[u8; 84], out: &mut [f32; 256]) {
     let (d, dmin) = (f16_at(b, 80), f16_at(b, 82));
     let dl: [f32; 16] = std::array::from_fn(|i| d * f32::from(b[i] & 0x0f));
@@ -24,6 +25,7 @@ pub(super) fn q2_k(b: &[u8; 84], out: &mut [f32; 256]) {
 
 /// Q3_K: 32 bytes of high-bit mask, 64 bytes of 2-bit quants, 12 bytes of
 /// packed 6-bit scales, f16 d; x = (d * (sc - 32)) * (q - 4 * !h).
+#[inline(always)]
 pub(super) fn q3_k(b: &[u8; 110], out: &mut [f32; 256]) {
     let (hmask, qs, scales) = (&b[0..32], &b[32..96], &b[96..108]);
     let d = f16_at(b, 108);
@@ -48,6 +50,7 @@ pub(super) fn q3_k(b: &[u8; 110], out: &mut [f32; 256]) {
 }
 
 /// The 8 six-bit scales and mins of Q4_K / Q5_K's 12 packed bytes.
+#[inline]
 fn scale_min_k4(s: &[u8]) -> ([u8; 8], [u8; 8]) {
     let (d, m, md) = (&s[0..4], &s[4..8], &s[8..12]);
     let mut sc = [0u8; 8];
@@ -63,6 +66,7 @@ fn scale_min_k4(s: &[u8]) -> ([u8; 8], [u8; 8]) {
 
 /// The scales and mins of Q4_K / Q5_K, multiplied out: `d * sc`,
 /// `dmin * m` per 32 elements.
+#[inline]
 fn scales_k4(b: &[u8]) -> ([f32; 8], [f32; 8]) {
     let (d, dmin) = (f16_at(b, 0), f16_at(b, 2));
     let (sc, mn) = scale_min_k4(&b[4..16]);
@@ -75,6 +79,7 @@ fn scales_k4(b: &[u8]) -> ([f32; 8], [f32; 8]) {
 /// Q4_K: f16 d, f16 dmin, 12 bytes of scales, 128 bytes of nibbles (each
 /// 32 bytes hold 32 elements low, the next 32 high);
 /// x = (d * sc) * q - (dmin * m).
+#[inline(always)]
 pub(super) fn q4_k(b: &[u8; 144], out: &mut [f32; 256]) {
     let (ds, dm) = scales_k4(b);
     for (c, o) in out.chunks_exact_mut(64).enumerate() {
@@ -90,6 +95,7 @@ pub(super) fn q4_k(b: &[u8; 144], out: &mut [f32; 256]) {
 
 /// Q5_K: as Q4_K with 32 bytes of fifth bits before the nibbles (element
 /// `32g + l`'s at bit `g` of byte `l`).
+#[inline(always)]
 pub(super) fn q5_k(b: &[u8; 176], out: &mut [f32; 256]) {
     let (ds, dm) = scales_k4(b);
     let qh = &b[16..48];
@@ -108,6 +114,7 @@ pub(super) fn q5_k(b: &[u8; 176], out: &mut [f32; 256]) {
 
 /// Q6_K: 128 bytes of low nibbles, 64 bytes of 2-bit highs, 16 signed
 /// scales, f16 d; x = (d * sc) * (q - 32).
+#[inline(always)]
 pub(super) fn q6_k(b: &[u8; 210], out: &mut [f32; 256]) {
     let (ql, qh, scales) = (&b[0..128], &b[128..192], &b[192..208]);
     let d = f16_at(b, 208);

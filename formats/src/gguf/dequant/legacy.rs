@@ -7,6 +7,7 @@
 use super::f16_at;
 
 /// Q4_0: f16 d, 16 bytes of nibbles; x = d * (q - 8).
+#[inline(always)]
 pub(super) fn q4_0(b: &[u8; 18], out: &mut [f32; 32]) {
     let d = f16_at(b, 0);
     let (lo, hi) = out.split_at_mut(16);
@@ -17,6 +18,7 @@ pub(super) fn q4_0(b: &[u8; 18], out: &mut [f32; 32]) {
 }
 
 /// Q4_1: f16 d, f16 m, nibbles; x = d * q + m.
+#[inline(always)]
 pub(super) fn q4_1(b: &[u8; 20], out: &mut [f32; 32]) {
     let (d, m) = (f16_at(b, 0), f16_at(b, 2));
     let (lo, hi) = out.split_at_mut(16);
@@ -27,11 +29,13 @@ pub(super) fn q4_1(b: &[u8; 20], out: &mut [f32; 32]) {
 }
 
 /// The 32 fifth bits of a Q5 block, a little-endian u32 at `at`.
+#[inline]
 fn high_bits(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
 
 /// Q5_0: f16 d, u32 of fifth bits, nibbles; x = d * (q - 16).
+#[inline(always)]
 pub(super) fn q5_0(b: &[u8; 22], out: &mut [f32; 32]) {
     let d = f16_at(b, 0);
     let qh = high_bits(b, 2);
@@ -46,6 +50,7 @@ pub(super) fn q5_0(b: &[u8; 22], out: &mut [f32; 32]) {
 }
 
 /// Q5_1: f16 d, f16 m, u32 of fifth bits, nibbles; x = d * q + m.
+#[inline(always)]
 pub(super) fn q5_1(b: &[u8; 24], out: &mut [f32; 32]) {
     let (d, m) = (f16_at(b, 0), f16_at(b, 2));
     let qh = high_bits(b, 4);
@@ -60,6 +65,7 @@ pub(super) fn q5_1(b: &[u8; 24], out: &mut [f32; 32]) {
 }
 
 /// Q8_0: f16 d, 32 signed bytes; x = q * d.
+#[inline(always)]
 pub(super) fn q8_0(b: &[u8; 34], out: &mut [f32; 32]) {
     let d = f16_at(b, 0);
     for (q, o) in b[2..].iter().zip(out) {

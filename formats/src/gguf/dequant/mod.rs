@@ -37,6 +37,7 @@ use super::types::{self, GgmlType};
 
 /// IEEE binary16 bits to f32 (exact: every f16 is an f32; NaN payloads
 /// keep their bits, as numpy's conversion keeps them).
+#[inline]
 pub fn f16_to_f32(h: u16) -> f32 {
     let sign = u32::from(h & 0x8000) << 16;
     let exp = u32::from(h >> 10) & 0x1f;
@@ -56,6 +57,7 @@ pub fn f16_to_f32(h: u16) -> f32 {
     f32::from_bits(bits)
 }
 
+#[inline]
 fn f16_at(b: &[u8], at: usize) -> f32 {
     f16_to_f32(u16::from_le_bytes([b[at], b[at + 1]]))
 }
@@ -65,9 +67,17 @@ fn f16_at(b: &[u8], at: usize) -> f32 {
 type Kernel = fn(&[u8], &mut [f32]);
 
 /// A [`Kernel`] from a per-block function of `$bb` bytes and `$epb` values.
+///
+/// The same portable loop is compiled twice: for the baseline x86-64 the
+/// workspace targets (SSE2) and for AVX2, chosen at run time where the CPU
+/// has it, so the compiler vectorizes each block at the wider width. The
+/// per-block functions are `#[inline(always)]` so that they are compiled
+/// into each copy. No FMA is enabled: gguf-py rounds every product and sum
+/// to f32 on its own, and so must these.
 macro_rules! blockwise {
-    ($f:path, $bb:literal, $epb:literal) => {
-        |blocks: &[u8], out: &mut [f32]| {
+    ($f:path, $bb:literal, $epb:literal) => {{
+        #[inline(always)]
+        fn each_block(blocks: &[u8], out: &mut [f32]) {
             let blocks = blocks.chunks_exact($bb);
             debug_assert_eq!(blocks.len(), out.len() / $epb);
             for (b, o) in blocks.zip(out.chunks_exact_mut($epb)) {
@@ -77,7 +87,20 @@ macro_rules! blockwise {
                 }
             }
         }
-    };
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = "avx2")]
+        fn with_avx2(blocks: &[u8], out: &mut [f32]) {
+            each_block(blocks, out)
+        }
+        |blocks: &[u8], out: &mut [f32]| {
+            #[cfg(target_arch = "x86_64")]
+            if std::arch::is_x86_feature_detected!("avx2") {
+                // SAFETY: the CPU has AVX2 (checked just above).
+                return unsafe { with_avx2(blocks, out) };
+            }
+            each_block(blocks, out)
+        }
+    }};
 }
 
 /// The kernel of a block type, `None` for those zt does not dequantize.

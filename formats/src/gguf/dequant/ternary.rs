@@ -8,6 +8,7 @@ use super::f16_at;
 /// bytes holding four digits, f16 d; x = d * (digit - 1). Elements: bytes
 /// 0-31 give digit p to element 32p + l, bytes 32-47 to 160 + 16p + l,
 /// bytes 48-51 to 240 + 4p + l.
+#[inline(always)]
 pub(super) fn tq1_0(b: &[u8; 54], out: &mut [f32; 256]) {
     let d = f16_at(b, 52);
     let digit = |byte: u8, pow: u8| -> f32 {
@@ -34,6 +35,7 @@ pub(super) fn tq1_0(b: &[u8; 54], out: &mut [f32; 256]) {
 
 /// TQ2_0: 64 bytes of 2-bit codes (element 128c + 32s + l at bits 2s of
 /// byte 32c + l), f16 d; x = d * (q - 1).
+#[inline(always)]
 pub(super) fn tq2_0(b: &[u8; 66], out: &mut [f32; 256]) {
     let d = f16_at(b, 64);
     for (g, o) in out.chunks_exact_mut(32).enumerate() {
