@@ -210,14 +210,39 @@ impl Format for Npz {
     }
 }
 
-/// The least a CRC thread hashes: 4 MiB take about half a millisecond,
-/// many times what starting the thread costs.
+/// What `rx` receives until every sender is gone, each waited for by
+/// spinning a short while before sleeping: the pool thread hashing a piece
+/// started with this one and is about to finish, and waking this thread
+/// from a sleep cost more than the wait (members are checked one after
+/// another, so the cost is paid once per member).
+fn arrivals<T>(rx: &std::sync::mpsc::Receiver<T>) -> impl Iterator<Item = T> + '_ {
+    use std::sync::mpsc::TryRecvError;
+    std::iter::from_fn(move || {
+        let spin_until = std::time::Instant::now() + SPIN;
+        loop {
+            match rx.try_recv() {
+                Ok(v) => return Some(v),
+                Err(TryRecvError::Disconnected) => return None,
+                Err(TryRecvError::Empty) if std::time::Instant::now() < spin_until => {
+                    std::hint::spin_loop()
+                }
+                Err(TryRecvError::Empty) => return rx.recv().ok(),
+            }
+        }
+    })
+}
+
+/// How long [`arrivals`] spins before it sleeps.
+const SPIN: std::time::Duration = std::time::Duration::from_micros(200);
+
+/// The least a CRC piece is: 4 MiB take a fraction of a millisecond, many
+/// times what handing a piece to a pool thread costs.
 const CRC_PIECE: u64 = 4 << 20;
 
 /// The CRC-32 of a stored member (its npy header and data), as
 /// `numpy.load`'s zipfile checks it; run by the source at the member's
 /// first read.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct MemberCrc {
     store: Arc<Store>,
     offset: u64,
@@ -256,26 +281,43 @@ impl MemberCrc {
 
 impl Check for MemberCrc {
     fn check(&self) -> std::result::Result<(), CheckFailed> {
-        // A large member is hashed in contiguous pieces, one a thread (the
+        // A large member is hashed in contiguous pieces, one a core (the
         // check is a pass over every byte before the first read returns);
         // CRC-32 combines, so the pieces' states joined in order are the
-        // whole member's.
+        // whole member's. Pieces 1.. go to rayon's pool, whose threads
+        // outlive the check (members are checked one by one as each is
+        // first read, and a thread spawned per member cost more than the
+        // member's hash); this thread hashes piece 0 meanwhile, so it is
+        // working while a pool thread wakes, then collects the rest.
         let threads = zt_core::copy::threads_for_pieces(self.len, CRC_PIECE) as u64;
         let step = self.len.div_ceil(threads);
-        let pieces = std::thread::scope(|s| {
-            let handles: Vec<_> = (1..threads)
-                .map(|i| s.spawn(move || self.hash_range(i * step, ((i + 1) * step).min(self.len))))
-                .collect();
-            let mut pieces = vec![self.hash_range(0, step.min(self.len))];
-            pieces.extend(
-                handles
-                    .into_iter()
-                    .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))),
-            );
-            pieces
-        });
+        let len = self.len;
+        let range = move |i: u64| (i * step, ((i + 1) * step).min(len));
+        let (tx, rx) = std::sync::mpsc::channel();
+        for i in 1..threads {
+            let (me, tx) = (self.clone(), tx.clone());
+            rayon::spawn(move || {
+                let (from, to) = range(i);
+                // The receiver outlives every sender: this cannot fail.
+                let _ = tx.send((i, me.hash_range(from, to)));
+            });
+        }
+        drop(tx);
+        let (from, to) = range(0);
+        let mut pieces = vec![None; threads as usize];
+        pieces[0] = Some(self.hash_range(from, to));
+        for (i, piece) in arrivals(&rx) {
+            pieces[i as usize] = Some(piece);
+        }
         let mut whole = crc32fast::Hasher::new();
         for piece in pieces {
+            // A piece missing only if its pool task died (a panic there).
+            let piece = piece.unwrap_or_else(|| {
+                Err(CheckFailed {
+                    rule: rules::NPZ_CRC,
+                    reason: format!("member {:?}: a CRC-32 piece was not hashed", self.member),
+                })
+            });
             whole.combine(&piece?);
         }
         let actual = whole.finalize();
