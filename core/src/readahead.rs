@@ -264,6 +264,9 @@ fn read_in(
 /// cached yet, faulting the pages into `via` (a private mapping of the
 /// store's file) when given, else into the store's own mapping.
 fn populate_uncached(store: &Store, via: Option<&PrivateMap>, at: u64, len: u64) -> Result<()> {
+    if store.looks_cached(at, len) {
+        return Ok(());
+    }
     for (start, end) in store.uncached_ranges(at, len, MERGE_GAP) {
         match via {
             Some(map) => map.populate(start, end.min(map.len())),

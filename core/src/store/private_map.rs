@@ -347,5 +347,36 @@ mod tests {
         // A positional store cannot tell: all of it, page-aligned.
         let positional = Store::open_positional(&path).unwrap();
         assert_eq!(positional.uncached_ranges(10, 100, 0), vec![(0, page)]);
+        assert!(!positional.looks_cached(0, big));
+    }
+
+    #[test]
+    fn a_range_looks_cached_until_a_probed_page_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let big: u64 = 8 << 20;
+        let path = file_of(&vec![5u8; big as usize], dir.path(), "probe.bin");
+        let store = Store::open(&path).unwrap();
+        store.populate(0, big).unwrap();
+        assert!(store.looks_cached(0, big));
+        assert!(store.looks_cached(100, 1000));
+        assert!(store.looks_cached(0, 0) && store.looks_cached(big, 10));
+        let c_path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: statfs fills the zeroed struct for a NUL-terminated path.
+        let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+        assert_eq!(unsafe { libc::statfs(c_path.as_ptr(), &mut fs) }, 0);
+        if fs.f_type == libc::TMPFS_MAGIC {
+            return; // tmpfs never drops its pages
+        }
+        // The last 2 MiB dropped (a large folio goes whole or not): the
+        // last probe, which ends at the range's end, finds it.
+        let mib = 1 << 20;
+        store.drop_cached(&[(6 * mib, big)]).unwrap();
+        assert!(!store.looks_cached(0, big));
+        assert!(store.looks_cached(0, 6 * mib));
+        // The first 2 MiB dropped instead: the first probe finds it.
+        store.populate(0, big).unwrap();
+        store.drop_cached(&[(0, 2 * mib)]).unwrap();
+        assert!(!store.looks_cached(0, big));
+        assert!(!store.looks_cached(mib, 10));
     }
 }
