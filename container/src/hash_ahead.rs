@@ -20,6 +20,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::thread::Thread;
 
+use crate::prehash::{DONE, FREE, TAKEN};
 use crate::xxh3::{xxh3_64, Xxh3};
 
 /// Below this many bytes of large parts a helper costs more than it saves.
@@ -27,10 +28,6 @@ const MIN_BYTES: usize = 8 << 20;
 
 /// The helper checks whether to stop after each piece of this size.
 const PIECE: usize = 8 << 20;
-
-const FREE: u8 = 0;
-const TAKEN: u8 = 1;
-const DONE: u8 = 2;
 
 /// What the writer and the helper share, one slot per large part.
 struct Shared {

@@ -29,9 +29,11 @@ const AHEAD: usize = 2;
 /// Below this many batches a helper thread costs more than it saves.
 const MIN_BATCHES: usize = 3;
 
-const FREE: u8 = 0;
-const TAKEN: u8 = 1;
-const DONE: u8 = 2;
+/// A slot's state, for this helper and [`crate::hash_ahead`]'s: no one
+/// has it, someone is hashing it, its digests are published.
+pub(crate) const FREE: u8 = 0;
+pub(crate) const TAKEN: u8 = 1;
+pub(crate) const DONE: u8 = 2;
 
 /// What the writer and the helper share.
 struct Shared {
