@@ -24,6 +24,8 @@ use std::io::{self, Read, Write};
 use std::path::Path;
 use std::sync::Arc;
 
+use rayon::prelude::*;
+
 use zt_core::catalog::{
     ByteSwapped, Catalog, Check, CheckFailed, Decode, Object, Part, Payload, Value,
 };
@@ -293,22 +295,36 @@ impl Check for MemberCrc {
         let step = self.len.div_ceil(threads);
         let len = self.len;
         let range = move |i: u64| (i * step, ((i + 1) * step).min(len));
-        let (tx, rx) = std::sync::mpsc::channel();
-        for i in 1..threads {
-            let (me, tx) = (self.clone(), tx.clone());
-            rayon::spawn(move || {
-                let (from, to) = range(i);
-                // The receiver outlives every sender: this cannot fail.
-                let _ = tx.send((i, me.hash_range(from, to)));
-            });
-        }
-        drop(tx);
-        let (from, to) = range(0);
-        let mut pieces = vec![None; threads as usize];
-        pieces[0] = Some(self.hash_range(from, to));
-        for (i, piece) in arrivals(&rx) {
-            pieces[i as usize] = Some(piece);
-        }
+        let pieces: Vec<Option<_>> = if threads > 1 && rayon::current_thread_index().is_some() {
+            // Checked on one of rayon's own threads (inside a parallel job):
+            // waiting there for pieces handed to the pool could hold every
+            // pool thread, so rayon splits the work itself.
+            (0..threads)
+                .into_par_iter()
+                .map(|i| {
+                    let (from, to) = range(i);
+                    Some(self.hash_range(from, to))
+                })
+                .collect()
+        } else {
+            let (tx, rx) = std::sync::mpsc::channel();
+            for i in 1..threads {
+                let (me, tx) = (self.clone(), tx.clone());
+                rayon::spawn(move || {
+                    let (from, to) = range(i);
+                    // The receiver outlives every sender: this cannot fail.
+                    let _ = tx.send((i, me.hash_range(from, to)));
+                });
+            }
+            drop(tx);
+            let (from, to) = range(0);
+            let mut pieces = vec![None; threads as usize];
+            pieces[0] = Some(self.hash_range(from, to));
+            for (i, piece) in arrivals(&rx) {
+                pieces[i as usize] = Some(piece);
+            }
+            pieces
+        };
         let mut whole = crc32fast::Hasher::new();
         for piece in pieces {
             // A piece missing only if its pool task died (a panic there).
@@ -943,6 +959,43 @@ fn write_one_npy(path: &Path, tensors: &dyn Inputs, durable: bool) -> Result<u64
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A member of `len` bytes in memory, with its CRC-32 (or a wrong one).
+    fn member(len: usize, good: bool) -> MemberCrc {
+        let bytes: Vec<u8> = (0..len).map(|i| (i * 31 + i / 4096) as u8).collect();
+        let crc = crc32fast::hash(&bytes) ^ u32::from(!good);
+        MemberCrc {
+            store: Arc::new(Store::from_bytes("m.npz", bytes)),
+            offset: 0,
+            len: len as u64,
+            crc,
+            member: "x".into(),
+        }
+    }
+
+    #[test]
+    fn large_member_checks_in_pieces_from_any_thread() {
+        let (good, bad) = (member(9 << 20, true), member(9 << 20, false));
+        assert!(good.check().is_ok());
+        assert_eq!(bad.check().unwrap_err().rule, rules::NPZ_CRC);
+        // From the threads of a two-thread pool, both busy with checks at
+        // once: pieces handed to the pool and waited for there would hold
+        // both threads (this would never return).
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        let outcomes: Vec<bool> = pool.install(|| {
+            (0..8)
+                .into_par_iter()
+                .map(|i| if i % 2 == 0 { &good } else { &bad }.check().is_ok())
+                .collect()
+        });
+        assert_eq!(
+            outcomes,
+            [true, false, true, false, true, false, true, false]
+        );
+    }
 
     #[test]
     fn store_errors_survive_io() {
