@@ -283,10 +283,14 @@ impl Store {
         let page = page_size();
         let span = end - start;
         (0..PROBES).all(|i| {
-            // Probe i starts at i/(PROBES-1) of the way, the last one
-            // ending at the range's end.
+            // Probe i starts i/(PROBES-1) of the way in (on a page); the
+            // last one runs to the range's end, its partial page included.
             let at = start + (span.saturating_sub(PROBE) * i / (PROBES - 1)) / page * page;
-            let stop = (at + PROBE).min(end);
+            let stop = if i == PROBES - 1 {
+                end
+            } else {
+                (at + PROBE).min(end)
+            };
             self.cached_pages(at, stop) == Some((stop - at).div_ceil(page))
         })
     }
