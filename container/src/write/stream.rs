@@ -70,6 +70,10 @@ impl Prepared {
     }
 }
 
+/// Raw parts at least this long are written while a helper thread hashes
+/// them (below it, starting the thread costs more than the hash).
+const HASH_WHILE_WRITING: usize = 8 << 20;
+
 /// An incremental `.zt` writer.
 ///
 /// ```
@@ -283,9 +287,24 @@ impl Writer {
         let prepared = o
             .parts
             .iter()
-            .map(|p| Prepared::of(p, default).map_err(|e| Error::io(&self.dest, e)))
-            .collect::<Result<Vec<_>>>()?;
+            .map(|p| match self.hashes_while_writing(p) {
+                true => Ok(None),
+                false => Prepared::of(p, default).map(Some),
+            })
+            .collect::<std::io::Result<Vec<_>>>()
+            .map_err(|e| Error::io(&self.dest, e))?;
         self.place(o, prepared)
+    }
+
+    /// Whether part `p` is written while a helper thread hashes it
+    /// ([`Writer::put_raw_hashing`]) instead of hashed first: a raw part of
+    /// [`HASH_WHILE_WRITING`] bytes or more, in a new file, with a second
+    /// core to hash on.
+    fn hashes_while_writing(&self, p: &PartIn<'_>) -> bool {
+        p.compression.or(self.options.compression).is_none()
+            && p.data.len() >= HASH_WHILE_WRITING
+            && matches!(self.target, Some(Target::New(_)))
+            && std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2)
     }
 
     /// [`Writer::add_object`] with each part's digest (and encoding)
@@ -324,7 +343,7 @@ impl Writer {
                 return Err(self.misprepared(&o.name, "a part prepared for another compression"));
             }
         }
-        self.place(o, prepared)
+        self.place(o, prepared.into_iter().map(Some).collect())
     }
 
     fn misprepared(&self, name: &str, what: &str) -> Error {
@@ -350,10 +369,23 @@ impl Writer {
     }
 
     /// Write (or share) each part's blob of a checked object, parts in
-    /// name order with their prepared digests and encodings.
-    fn place(&mut self, o: ObjectIn<'_>, prepared: Vec<Prepared>) -> Result<()> {
+    /// name order with their prepared digests and encodings (`None`: a raw
+    /// part hashed as it is written).
+    fn place(&mut self, o: ObjectIn<'_>, prepared: Vec<Option<Prepared>>) -> Result<()> {
         let mut parts = Vec::with_capacity(o.parts.len());
-        for (p, Prepared { digest, encoded }) in o.parts.iter().zip(prepared) {
+        for (p, prepared) in o.parts.iter().zip(prepared) {
+            let Some(Prepared { digest, encoded }) = prepared else {
+                let (offset, length, digest) = self.put_raw_hashing(&p.data)?;
+                parts.push(PartOut {
+                    name: p.name.clone(),
+                    dtype: p.dtype,
+                    offset,
+                    length,
+                    encoded: None,
+                    digest,
+                });
+                continue;
+            };
             // Encoded parts are shared when their decoded bytes match: the
             // key is the decoded digest and length, confirmed on the
             // encoded bytes.
@@ -447,6 +479,43 @@ impl Writer {
         }
         self.heap.seen.record(key, (offset, len));
         Ok((offset, len))
+    }
+
+    /// Write a large raw part while a helper thread hashes it, then share
+    /// an earlier blob instead if one has its digest and bytes, cutting the
+    /// part back off the end of the file as a streamed duplicate is: with a
+    /// second core the hash then costs the writing thread nothing, where
+    /// [`Prepared::of`] hashes the whole part before the write begins.
+    /// Returns the blob's offset and length, and the part's digest.
+    fn put_raw_hashing(&mut self, data: &[u8]) -> Result<(u64, u64, Digest)> {
+        let len = data.len() as u64;
+        let (cursor_before, hash_before) = (self.heap.cursor, self.hash.clone());
+        let offset = self.heap.place(len, self.options.align_for(len));
+        let file = self.file()?;
+        let (written, digest) = std::thread::scope(|scope| {
+            let hasher = scope.spawn(|| xxh3_64(data));
+            let written = file.write_all_at(data, offset);
+            let digest = hasher
+                .join()
+                .unwrap_or_else(|e| std::panic::resume_unwind(e));
+            (written, Digest::Xxh3(digest))
+        });
+        written.map_err(|e| Error::io(&self.dest, e))?;
+        if let Some(h) = &mut self.hash {
+            h.update_at(offset, data);
+        }
+        let key = BlobKey::new(&digest, len, false);
+        let same = |(off, stored)| Ok(stored == len && self.same_regions(off, offset, len)?);
+        if let Some((shared, stored)) = self.heap.seen.find(&key, same)? {
+            self.heap.cursor = cursor_before;
+            self.hash = hash_before;
+            self.file()?
+                .set_len(self.heap.cursor.max(8))
+                .map_err(|e| Error::io(&self.dest, e))?;
+            return Ok((shared, stored, digest));
+        }
+        self.heap.seen.record(key, (offset, len));
+        Ok((offset, len, digest))
     }
 
     /// Declare an object whose raw parts arrive later, a chunk at a time,
