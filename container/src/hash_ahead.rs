@@ -23,8 +23,10 @@ use std::thread::Thread;
 use crate::prehash::{DONE, FREE, TAKEN};
 use crate::xxh3::{xxh3_64, Xxh3};
 
-/// Below this many bytes of large parts a helper costs more than it saves.
-const MIN_BYTES: usize = 8 << 20;
+/// Below this many bytes to hash, starting a helper thread costs more
+/// than it saves (here: the large parts together; the incremental writer
+/// asks it of one part).
+pub(crate) const WORTH_A_THREAD: usize = 8 << 20;
 
 /// The helper checks whether to stop after each piece of this size.
 const PIECE: usize = 8 << 20;
@@ -116,11 +118,12 @@ impl Large<'_> {
 
 /// Run `body` with the large parts `bytes` (in the order the writer will
 /// reach them) hashed ahead on a helper thread when they are worth one and
-/// there is a second core; else every [`Large::claim`] is the writer's.
+/// there is a second core; else [`Large::helped`] is false and every
+/// digest is hashed by the writer.
 pub(crate) fn with_large<R>(bytes: &[&[u8]], body: impl FnOnce(&Large<'_>) -> R) -> R {
     let total: usize = bytes.iter().map(|b| b.len()).sum();
     let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
-    if total < MIN_BYTES || cores < 2 {
+    if total < WORTH_A_THREAD || cores < 2 {
         return body(&Large { shared: None });
     }
     let shared = Shared::new(bytes.len(), std::thread::current());

@@ -15,6 +15,7 @@ use crate::cbor::{self, Cbor};
 use crate::container::{self, FLOOR, MAGIC};
 use crate::dedup::BlobKey;
 use crate::encoding::{self};
+use crate::hash_ahead;
 use crate::manifest::{self};
 use crate::sink::FileHash;
 use crate::validate::{self};
@@ -69,10 +70,6 @@ impl Prepared {
         Ok(Prepared { digest, encoded })
     }
 }
-
-/// Raw parts at least this long are written while a helper thread hashes
-/// them (below it, starting the thread costs more than the hash).
-const HASH_WHILE_WRITING: usize = 8 << 20;
 
 /// An incremental `.zt` writer.
 ///
@@ -287,9 +284,12 @@ impl Writer {
         let prepared = o
             .parts
             .iter()
-            .map(|p| match self.hashes_while_writing(p) {
-                true => Ok(None),
-                false => Prepared::of(p, default).map(Some),
+            .map(|p| {
+                if self.hashes_while_writing(p) {
+                    Ok(None)
+                } else {
+                    Prepared::of(p, default).map(Some)
+                }
             })
             .collect::<std::io::Result<Vec<_>>>()
             .map_err(|e| Error::io(&self.dest, e))?;
@@ -298,11 +298,11 @@ impl Writer {
 
     /// Whether part `p` is written while a helper thread hashes it
     /// ([`Writer::put_raw_hashing`]) instead of hashed first: a raw part of
-    /// [`HASH_WHILE_WRITING`] bytes or more, in a new file, with a second
+    /// [`hash_ahead::WORTH_A_THREAD`] bytes or more, in a new file, with a second
     /// core to hash on.
     fn hashes_while_writing(&self, p: &PartIn<'_>) -> bool {
         p.compression.or(self.options.compression).is_none()
-            && p.data.len() >= HASH_WHILE_WRITING
+            && p.data.len() >= hash_ahead::WORTH_A_THREAD
             && matches!(self.target, Some(Target::New(_)))
             && std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2)
     }
@@ -504,18 +504,36 @@ impl Writer {
         if let Some(h) = &mut self.hash {
             h.update_at(offset, data);
         }
-        let key = BlobKey::new(&digest, len, false);
+        let (offset, len) = self.share_or_keep(&digest, offset, len, cursor_before, hash_before)?;
+        Ok((offset, len, digest))
+    }
+
+    /// The blob of a raw part just written at the end of the file (`len`
+    /// bytes at `offset`, digest `digest`): an earlier blob with the same
+    /// digest and bytes if there is one, the part then cut back off the
+    /// file (the heap's cursor and the whole-file digest as they were
+    /// before it, `cursor_before` and `hash_before`); else its own,
+    /// recorded for later parts to share.
+    fn share_or_keep(
+        &mut self,
+        digest: &Digest,
+        offset: u64,
+        len: u64,
+        cursor_before: u64,
+        hash_before: Option<FileHash>,
+    ) -> Result<(u64, u64)> {
+        let key = BlobKey::new(digest, len, false);
         let same = |(off, stored)| Ok(stored == len && self.same_regions(off, offset, len)?);
-        if let Some((shared, stored)) = self.heap.seen.find(&key, same)? {
+        if let Some(shared) = self.heap.seen.find(&key, same)? {
             self.heap.cursor = cursor_before;
             self.hash = hash_before;
             self.file()?
                 .set_len(self.heap.cursor.max(8))
                 .map_err(|e| Error::io(&self.dest, e))?;
-            return Ok((shared, stored, digest));
+            return Ok(shared);
         }
         self.heap.seen.record(key, (offset, len));
-        Ok((offset, len, digest))
+        Ok((offset, len))
     }
 
     /// Declare an object whose raw parts arrive later, a chunk at a time,
@@ -674,25 +692,14 @@ impl Writer {
     fn end_part(&mut self, s: &mut Stream) -> Result<()> {
         let (name, dtype, len) = s.parts[s.current].clone();
         let digest = Digest::Xxh3(s.hasher.digest());
-        let offset = s.part_start.1;
-        let key = BlobKey::new(&digest, len, false);
-        let same = |(off, stored)| Ok(stored == len && self.same_regions(off, offset, len)?);
-        let placed = match self.heap.seen.find(&key, same)? {
-            Some(shared) => {
-                // Shared: undo this part's placement and cut its bytes
-                // (and their hashing).
-                self.heap.cursor = s.part_start.0;
-                self.hash = s.file_hash_before.take();
-                self.file()?
-                    .set_len(self.heap.cursor.max(8))
-                    .map_err(|e| Error::io(&self.dest, e))?;
-                shared
-            }
-            None => {
-                self.heap.seen.record(key, (offset, len));
-                (offset, len)
-            }
-        };
+        let (cursor_before, offset) = s.part_start;
+        let placed = self.share_or_keep(
+            &digest,
+            offset,
+            len,
+            cursor_before,
+            s.file_hash_before.take(),
+        )?;
         s.object.parts.push(PartOut {
             name,
             dtype,

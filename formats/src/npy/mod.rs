@@ -327,7 +327,8 @@ impl Check for MemberCrc {
         };
         let mut whole = crc32fast::Hasher::new();
         for piece in pieces {
-            // A piece missing only if its pool task died (a panic there).
+            // Never missing in practice (a panic in a spawned task aborts
+            // under rayon's default handler); refused rather than assumed.
             let piece = piece.unwrap_or_else(|| {
                 Err(CheckFailed {
                     rule: rules::NPZ_CRC,
