@@ -9,6 +9,7 @@ import struct
 import zipfile
 
 import limited
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -401,6 +402,36 @@ def test_npz_large_member_crc_is_checked_in_pieces(tmp, where):
     assert info.value.rule == "npz.Crc"
 
 
+@pytest.mark.parametrize("readonly", [False, True], ids=["writable", "readonly"])
+def test_npz_whole_load_checks_members_together_and_names_the_bad_one(tmp, readonly):
+    """A whole load hashes its members' CRCs together, laid end to end and
+    cut into one span per core (zt_core::crc_many), so the cuts fall inside
+    members: a flipped byte is still found in its own member, and only
+    there."""
+    members = {f"m{i}": np.arange(i * 700_000 + 5, dtype=np.float32) * (i + 1) for i in range(6)}
+    good, bad = tmp / "good.npz", tmp / "bad.npz"
+    np.savez(good, **members)
+    with zt.open(good) as src:
+        offset = src["m3"].location[1]
+    raw = bytearray(good.read_bytes())
+    raw[offset + 4 * 1000] ^= 0x01
+    bad.write_bytes(bytes(raw))
+    got = zt.numpy.load_file(good, readonly=readonly)
+    for name, x in members.items():
+        np.testing.assert_array_equal(got[name], x)
+    with pytest.raises(zt.FormatError, match="m3") as info:
+        zt.numpy.load_file(bad, readonly=readonly)
+    assert info.value.rule == "npz.Crc"
+    with zt.open(bad) as src:
+        src._native._read_ahead()  # every member checked together
+        for name, x in members.items():
+            if name == "m3":
+                with pytest.raises(zt.FormatError, match="CRC"):
+                    src[name].numpy()
+            else:
+                np.testing.assert_array_equal(src[name].numpy(), x)
+
+
 def test_npz_stored_member_with_good_crc_reads_zero_copy(tmp):
     path = tmp / "ok.npz"
     x = np.arange(1000, dtype=np.float32)
@@ -424,3 +455,60 @@ def test_npy_header_descr_nested_100000_deep_is_a_depth_error(tmp):
         np.load(path)
     got = limited.run(f"zt.open({os.fspath(path)!r})")
     assert got["kind"] == "FormatError" and "depth" in got["message"] and "deep.npy" in got["message"], got
+
+
+def _readonly_load_matches_each_tensor(path):
+    """`load_file(readonly=True)` (one numpy array per mapped file, each
+    tensor a view into it: `zt._tensor.read_only_arrays`) gives what each
+    tensor's own `numpy()` gives: dtype, shape, strides, bytes, a read-only
+    view of the file exactly where that one is (a decoded tensor is a fresh
+    array either way)."""
+    from zt._tensor import _views_the_file
+
+    got = zt.numpy.load_file(path, readonly=True)
+    with zt.open(path) as src:
+        want = {name: src[name].numpy() for name in src}
+    assert list(got) == list(want)
+    for name, w in want.items():
+        g = got[name]
+        assert (g.dtype, g.shape, g.strides) == (w.dtype, w.shape, w.strides), name
+        assert g.tobytes() == w.tobytes(), name
+        assert _views_the_file(g) == _views_the_file(w) == (not g.flags.writeable), name
+    return got
+
+
+def test_readonly_whole_load_of_npz_views_what_each_tensor_gives(tmp):
+    arrays = {
+        "c_order": np.arange(12, dtype=np.float32).reshape(3, 4),
+        "fortran": np.asfortranarray(np.arange(12, dtype=np.float64).reshape(3, 4)),
+        "big_endian": np.arange(5, dtype=">i4"),
+        "record": np.array([(1, 2.5), (3, 4.5)], dtype=[("a", "<i4"), ("b", "<f8")]),
+        "strings": np.array(["ab", "cde"]),
+        "empty": np.zeros((0, 3), np.float32),
+        "flags": np.array([True, False, True]),
+        "complex": np.arange(4, dtype=np.complex64),
+        "scalar": np.array(7, np.int16),
+    }
+    path = tmp / "mixed.npz"
+    np.savez(path, **arrays)
+    got = _readonly_load_matches_each_tensor(path)
+    for name, x in arrays.items():
+        np.testing.assert_array_equal(got[name], x)
+    assert got["fortran"].flags.f_contiguous
+
+
+def test_readonly_whole_load_of_safetensors_views_what_each_tensor_gives(tmp):
+    arrays = {
+        "bf16": np.arange(6, dtype=np.float32).astype(ml_dtypes.bfloat16).reshape(2, 3),
+        "fp8": np.linspace(-2, 2, 8, dtype=np.float32).astype(ml_dtypes.float8_e4m3fn),
+        "f16": np.ones((2, 2), np.float16),
+        "u8": np.arange(3, dtype=np.uint8),
+        "i64": np.arange(3, dtype=np.int64),
+        "empty": np.zeros((0,), np.float32),
+    }
+    path = tmp / "m.safetensors"
+    zt.numpy.save_file(arrays, path)
+    got = _readonly_load_matches_each_tensor(path)
+    for name, x in arrays.items():
+        assert got[name].dtype == x.dtype
+        np.testing.assert_array_equal(got[name].view(np.uint8), x.view(np.uint8))

@@ -17,6 +17,7 @@ pub mod buffer;
 pub mod cast;
 pub mod catalog;
 pub mod copy;
+pub mod crc_many;
 pub mod derive;
 pub mod digests;
 pub mod dtype;

@@ -39,6 +39,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::catalog::Payload;
+use crate::crc_many::crc32_each;
 use crate::error::Result;
 use crate::source::{store_key, LazyCheck, Source};
 use crate::store::{PrivateMap, PrivateMaps, Store};
@@ -143,29 +144,30 @@ impl Source {
         if checks.is_empty() {
             return read_in(&stores, &via, budget, |_, _| {});
         }
+        if let Some((asked, reached)) = all_cached(&stores, budget) {
+            // A warm load reads nothing, so the checks of everything within
+            // the budget run now, together.
+            let batch: Vec<_> = checks
+                .iter()
+                .take_while(|(key, _)| *key <= reached)
+                .map(|((at, _), c)| (*at, Arc::clone(c)))
+                .collect();
+            run_checks(&stores, &via, &batch);
+            return Ok(asked);
+        }
         // The objects' checks (an npz member's CRC-32) run on another
         // thread as soon as the member's bytes are in, while the disk reads
         // the next window: a load then ends with the last member's check,
-        // not a pass over every byte after the reads.
-        let via_checks = &via;
+        // not a pass over every byte after the reads. Whatever has arrived
+        // by the time the checking thread looks is checked together, on
+        // every core (a warm load's members all arrive at once).
+        let (stores_checked, via_checked) = (&stores, &via);
         std::thread::scope(|scope| {
             let (ready, arrived) = std::sync::mpsc::channel::<(usize, Arc<LazyCheck>)>();
             scope.spawn(move || {
-                for (store, check) in arrived {
-                    // A CRC-32 of a range of a store with a private mapping
-                    // is hashed through that mapping, so a writable load's
-                    // views find its pages already faulted in; a mismatch
-                    // runs the check itself, whose outcome stands.
-                    let map = via_checks.get(store).and_then(Option::as_deref);
-                    if let (Some(map), Some(range)) = (map, check.pending_crc32()) {
-                        if map.crc32(range.offset, range.len) == Some(range.crc) {
-                            check.passed();
-                            continue;
-                        }
-                    }
-                    // The outcome is kept: the read that follows reports a
-                    // failure, with the tensor's name.
-                    let _ = check.run(false);
+                while let Ok(first) = arrived.recv() {
+                    let batch: Vec<_> = std::iter::once(first).chain(arrived.try_iter()).collect();
+                    run_checks(stores_checked, via_checked, &batch);
                 }
             });
             let mut next = 0;
@@ -220,6 +222,70 @@ impl Source {
         }
         keyed.sort_by_key(|(key, _)| *key);
         keyed
+    }
+}
+
+/// If every window [`read_in`] would read within `budget` looks cached
+/// already ([`Store::looks_cached`]), so that it has nothing to read: the
+/// bytes it would ask for, and how far it would get (the index of the
+/// store in the plan, the offset there), as `arrived` would last say.
+fn all_cached(stores: &[StoreRanges], budget: u64) -> Option<(u64, (usize, u64))> {
+    let mut asked = 0u64;
+    let mut reached = (0, 0);
+    for (at_store, (store, ranges)) in stores.iter().enumerate() {
+        for &(start, end) in ranges {
+            let mut at = start;
+            while at < end && asked < budget {
+                let len = (end - at).min(WINDOW).min(budget - asked);
+                if !store.looks_cached(at, len) {
+                    return None;
+                }
+                asked += len;
+                at += len;
+                reached = (at_store, at);
+            }
+        }
+    }
+    Some((asked, reached))
+}
+
+/// Run the checks of `batch` (each with its store's index in the plan
+/// `stores`): the CRC-32s of mapped bytes all at once
+/// ([`crc32_each`]), each read through the store's private mapping in
+/// `via` when it has one (so a writable load's views find its pages
+/// already faulted in), else through the store's shared one; any other
+/// check, and any CRC that does not match, by running the check itself,
+/// whose outcome stands (the read that follows reports a failure, with the
+/// tensor's name).
+fn run_checks(
+    stores: &[StoreRanges],
+    via: &[Option<Arc<PrivateMap>>],
+    batch: &[(usize, Arc<LazyCheck>)],
+) {
+    let mut hashed = Vec::new();
+    let mut ranges = Vec::new();
+    for (at, check) in batch {
+        let store = &stores[*at].0;
+        let Some(range) = check.pending_crc32() else {
+            continue;
+        };
+        let bytes = match via.get(*at).and_then(Option::as_deref) {
+            Some(map) => map.unviewed(range.offset, range.len),
+            None if store.is_mapped() => store.slice(range.offset, range.len).ok(),
+            None => None,
+        };
+        if let Some(bytes) = bytes {
+            hashed.push((check, range.crc));
+            ranges.push(bytes);
+        }
+    }
+    for ((check, expected), actual) in hashed.into_iter().zip(crc32_each(&ranges)) {
+        if actual == expected {
+            check.passed();
+        }
+    }
+    for (_, check) in batch {
+        let _ = check.run(false);
     }
 }
 
@@ -347,11 +413,37 @@ mod tests {
 
     #[test]
     fn read_ahead_runs_the_checks_of_what_it_read_and_keeps_their_outcome() {
+        checks_run_within_the_budget_and_keep_their_outcome(false);
+    }
+
+    #[test]
+    fn a_cold_read_ahead_runs_the_checks_as_the_bytes_arrive() {
+        checks_run_within_the_budget_and_keep_their_outcome(true);
+    }
+
+    /// A warm read-ahead runs its checks together before returning; a cold
+    /// one (`cold`: the file's pages dropped from the cache first, which a
+    /// disk-backed temporary directory allows and tmpfs does not) runs each
+    /// as its bytes come in. Either way, the same checks run, once.
+    fn checks_run_within_the_budget_and_keep_their_outcome(cold: bool) {
         use crate::source::CountedCheck;
+        use std::os::fd::AsRawFd;
         let mut f = tempfile::NamedTempFile::new().unwrap();
         f.write_all(&vec![7u8; 9 << 20]).unwrap();
         f.flush().unwrap();
+        if cold {
+            f.as_file().sync_all().unwrap();
+            // SAFETY: advice on a descriptor this test owns.
+            unsafe {
+                libc::posix_fadvise(f.as_file().as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED)
+            };
+        }
         let store = Arc::new(Store::open(f.path()).unwrap());
+        assert_eq!(
+            all_cached(&[(Arc::clone(&store), vec![(0, 9 << 20)])], u64::MAX).is_none(),
+            cold,
+            "cold: the temporary file's pages must leave the cache (not on tmpfs)"
+        );
         // Listed out of file order: t0 lies after t1; t2 is past the budget.
         let at = [(2u64 << 20, 1u64 << 20), (0, 1 << 20), (8 << 20, 1 << 20)];
         let checks = CountedCheck::many(&[false, true, false]);

@@ -212,6 +212,20 @@ impl ArrayView {
         })
     }
 
+    /// A read-only `uint8` view of `store`'s whole mapping (a store of
+    /// `source`, which it keeps alive).
+    pub fn whole_mapping(source: Arc<zt::Source>, store: &zt::store::Store) -> zt::Result<Self> {
+        let bytes = store.slice(0, store.len())?;
+        Ok(ArrayView {
+            address: bytes.as_ptr() as usize,
+            _keep: Keep::Mapped(source),
+            typestr: "|u1".into(),
+            shape: vec![store.len()],
+            strides: None,
+            readonly: true,
+        })
+    }
+
     /// A writable view of `part`'s stored bytes at `address` in `map` (a
     /// private mapping of its file, `zt::store::PrivateMaps::view`): typed,
     /// shaped and strided as [`ArrayView::for_part`] views the shared

@@ -105,6 +105,45 @@ impl Source {
         .map_err(to_py_err)
     }
 
+    /// For a whole read-only load: where each of the tensors `names` lies
+    /// in a mapped file, so the caller asks numpy once per file instead of
+    /// once per tensor. Returns one read-only `uint8` view of each mapped
+    /// file's whole mapping (`bases`), and for each name either `(the index
+    /// of its file in bases, its byte offset there, its dtype name, its
+    /// shape, its byte strides or None for C order)` or None: a tensor not
+    /// stored raw in a mapping as one part of whole-byte elements, or
+    /// record-typed, or empty, or strided backwards, which the caller takes
+    /// through `Tensor._array` as before. Each tensor's lazy check (an npz
+    /// member's CRC-32) runs first: a failure raises, naming the tensor.
+    #[allow(clippy::type_complexity)]
+    fn _mapped_views(
+        &self,
+        py: Python<'_>,
+        names: Vec<String>,
+    ) -> PyResult<(Vec<ArrayView>, Vec<Option<MappedView>>)> {
+        let source = self.get()?;
+        py.detach(|| {
+            let mut stores: Vec<Arc<zt::store::Store>> = Vec::new();
+            let mut views = Vec::with_capacity(names.len());
+            for name in &names {
+                let tensor = source.tensor(name)?;
+                let view = match tensor.data() {
+                    Ok(part) if tensor.layout() != zt::formats::npy::RECORD_LAYOUT => {
+                        mapped_view(&part, &mut stores)?
+                    }
+                    _ => None,
+                };
+                views.push(view);
+            }
+            let bases = stores
+                .iter()
+                .map(|store| ArrayView::whole_mapping(Arc::clone(&source), store))
+                .collect::<zt::Result<Vec<_>>>()?;
+            Ok((bases, views))
+        })
+        .map_err(to_py_err)
+    }
+
     /// Write the C-order elements of the single-part tensors `names` into
     /// `dests` (one writable, C-contiguous buffer per name, each exactly
     /// the tensor's size and none sharing memory with another): raw bytes
@@ -478,4 +517,46 @@ impl Tensor {
             self.tensor().shape()
         ))
     }
+}
+
+/// Where a tensor lies in a mapped file (see `Source._mapped_views`): the
+/// index of its file, its byte offset there, its dtype name, its shape and
+/// its byte strides (`None`: C order).
+type MappedView = (usize, u64, &'static str, Vec<u64>, Option<Vec<i64>>);
+
+/// `part` as a [`MappedView`] when its bytes lie raw in a mapped store
+/// (after its lazy check passed; a failure is the error), its store added
+/// to `stores` if new; `None` for any other part.
+fn mapped_view(
+    part: &zt::PartRef<'_>,
+    stores: &mut Vec<Arc<zt::store::Store>>,
+) -> zt::Result<Option<MappedView>> {
+    let zt::catalog::Payload::Stored { store, offset, len } = part.payload() else {
+        return Ok(None);
+    };
+    let dtype = part.dtype();
+    let strides = part.strides();
+    let Some(size) = dtype.size() else {
+        return Ok(None);
+    };
+    if !store.is_mapped() || *len == 0 || strides.iter().any(|&s| s < 0) {
+        return Ok(None);
+    }
+    part.guard()?;
+    let at = match stores.iter().position(|s| Arc::ptr_eq(s, store)) {
+        Some(at) => at,
+        None => {
+            stores.push(Arc::clone(store));
+            stores.len() - 1
+        }
+    };
+    let strides =
+        (!part.is_contiguous()).then(|| strides.iter().map(|s| s * size as i64).collect());
+    Ok(Some((
+        at,
+        *offset,
+        dtype.name(),
+        part.shape().to_vec(),
+        strides,
+    )))
 }

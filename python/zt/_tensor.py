@@ -38,6 +38,25 @@ def _unpack_nibbles(packed: np.ndarray, shape: tuple[int, ...], dtype) -> np.nda
     return codes[:count].view(dtype).reshape(shape)
 
 
+def read_only_arrays(source, names: list[str]) -> dict[str, np.ndarray]:
+    """Read-only arrays of the tensors ``names`` of an open source (a whole
+    load), each what ``source[name].numpy()`` returns. A tensor stored raw
+    in a mapped file is a view of one array over that file's mapping: numpy
+    is asked once per file, not once per tensor (the per-tensor handshake
+    was most of a warm load's own cost). Any other tensor is taken through
+    :meth:`Tensor.numpy`."""
+    bases, views = source._native._mapped_views(names)
+    bases = [np.asarray(base) for base in bases]
+    arrays = {}
+    for name, view in zip(names, views):
+        if view is None:
+            arrays[name] = source[name].numpy()
+        else:
+            at, offset, dtype, shape, strides = view
+            arrays[name] = np.ndarray(shape, _NUMPY[dtype], buffer=bases[at], offset=offset, strides=strides)
+    return arrays
+
+
 def _views_the_file(arr: np.ndarray) -> bool:
     """True if ``arr`` is a view of a mapped file (no bytes were copied or
     decoded to make it)."""

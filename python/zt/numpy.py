@@ -16,6 +16,7 @@ import numpy as np
 
 from . import _write
 from ._load_into import LoadResult, load_into
+from ._tensor import read_only_arrays
 
 __all__ = ["LoadResult", "load", "load_file", "load_into", "save", "save_file"]
 
@@ -24,6 +25,10 @@ PathLike = Union[str, "os.PathLike[str]"]
 
 def _arrays(source, copy: bool, dequantize: bool, readonly: bool) -> dict[str, np.ndarray]:
     """Every tensor of an open source as arrays (see :func:`load_file`)."""
+    if readonly and not (copy or dequantize or source._native.remote):
+        # A whole load (see below), without a Tensor object per tensor.
+        source._native._read_ahead()
+        return read_only_arrays(source, source.keys())
     tensors = [source[name] for name in source]
     plain = [t for t in tensors if not (dequantize and t.layout.startswith("gguf."))]
     if source._native.remote or copy:

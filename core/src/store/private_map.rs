@@ -53,50 +53,19 @@ impl PrivateMap {
         self.map.is_empty()
     }
 
-    /// The CRC-32 of `[offset, offset + len)` read through this mapping (so
-    /// its pages are faulted in here, where the views will find them), in
-    /// pieces on the cores the length warrants, combined; `None` once a
-    /// view was handed out (its bytes may have been written) or for a range
-    /// past the mapping.
-    pub(crate) fn crc32(&self, offset: u64, len: u64) -> Option<u32> {
-        const PIECE: u64 = 4 << 20;
+    /// The bytes `[offset, offset + len)` as this mapping shows them, to be
+    /// hashed through it (so their pages are faulted in here, where the
+    /// views will find them); `None` once a view was handed out (its bytes
+    /// may have been written) or for a range past the mapping.
+    pub(crate) fn unviewed(&self, offset: u64, len: u64) -> Option<&[u8]> {
         if self.viewed.load(Ordering::Acquire) || offset.checked_add(len)? > self.len() {
             return None;
         }
         // SAFETY: the range lies inside the mapping (checked above), which
         // lives as long as `self`; no view of it exists yet, so nothing
-        // writes it while it is read.
-        let bytes =
-            unsafe { std::slice::from_raw_parts(self.address(offset) as *const u8, len as usize) };
-        let threads = crate::copy::threads_for_pieces(len, PIECE);
-        let step = bytes.len().div_ceil(threads).max(1);
-        let pieces: Vec<crc32fast::Hasher> = std::thread::scope(|s| {
-            let handles: Vec<_> = bytes
-                .chunks(step)
-                .skip(1)
-                .map(|piece| {
-                    s.spawn(move || {
-                        let mut h = crc32fast::Hasher::new();
-                        h.update(piece);
-                        h
-                    })
-                })
-                .collect();
-            let mut first = crc32fast::Hasher::new();
-            first.update(bytes.chunks(step).next().unwrap_or_default());
-            let mut all = vec![first];
-            all.extend(
-                handles
-                    .into_iter()
-                    .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))),
-            );
-            all
-        });
-        let mut whole = crc32fast::Hasher::new();
-        for piece in &pieces {
-            whole.combine(piece);
-        }
-        Some(whole.finalize())
+        // writes it while it is read (the caller hashes it before any view
+        // of the load is made).
+        Some(unsafe { std::slice::from_raw_parts(self.address(offset) as *const u8, len as usize) })
     }
 
     /// Fault in the pages of `[start, end)` (page-aligned start, end within
@@ -233,7 +202,7 @@ mod tests {
     }
 
     #[test]
-    fn the_crc_is_read_through_the_mapping_until_a_view_is_out() {
+    fn checks_read_through_the_mapping_until_a_view_is_out() {
         let dir = tempfile::tempdir().unwrap();
         let bytes: Vec<u8> = (0..(9u32 << 20) + 5)
             .map(|i| (i * 13 + i / 999) as u8)
@@ -243,17 +212,17 @@ mod tests {
         let src = crate::Source::of_ranges(Arc::clone(&store), &[(100, 1000)]);
         let maps = PrivateMaps::new();
         let map = maps.of(&store).unwrap().unwrap();
-        // Several pieces (on the cores there are), combined.
-        assert_eq!(
-            map.crc32(3, 9 << 20),
-            Some(crc32fast::hash(&bytes[3..(9 << 20) + 3]))
-        );
-        assert_eq!(map.crc32(0, 0), Some(0));
-        assert_eq!(map.crc32(1, bytes.len() as u64), None, "past the end");
+        assert_eq!(map.unviewed(3, 9 << 20), Some(&bytes[3..(9 << 20) + 3]));
+        assert_eq!(map.unviewed(0, 0), Some(&[][..]));
+        assert_eq!(map.unviewed(1, bytes.len() as u64), None, "past the end");
         let part = src.tensor("t0").unwrap().data().unwrap();
         let (viewed, address) = maps.view(&part).unwrap().unwrap();
         assert!(Arc::ptr_eq(&viewed, &map) && address == map.address(100));
-        assert_eq!(map.crc32(3, 100), None, "its pages may have been written");
+        assert_eq!(
+            map.unviewed(3, 100),
+            None,
+            "its pages may have been written"
+        );
     }
 
     #[test]
