@@ -13,6 +13,8 @@ export PATH="$(pwd)/.venv/bin:$PATH"
 echo "==> cargo fmt / clippy"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
+echo "==> cargo doc (every doc link resolves and names a public item)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 echo "==> ruff"
 ruff check python/zt tests harness
 ruff format --check python/zt tests harness

@@ -243,7 +243,7 @@ impl Records {
         }
     }
 
-    /// Dense token blocks, int32[512], about `size_mb` MiB: ids drawn
+    /// Dense token blocks, `int32[512]`, about `size_mb` MiB: ids drawn
     /// from a discretised power law with exponent 1.2 (Zipf-like), capped
     /// at GPT-2's largest id.
     pub fn token_blocks(size_mb: u64) -> Records {

@@ -10,7 +10,7 @@
 //! | [`encoding`] | `zt.zstd-seekable/1` |
 //! | [`read`] | open a file into a catalog (shards resolved positionally) |
 //! | [`root`] | the root of a sharded checkpoint: shard table, objects pointing into the shards |
-//! | [`write`] | [`Writer`]: canonical, aligned, compressed, publish, append |
+//! | [`mod@write`] | [`write::Writer`]: canonical, aligned, compressed, publish, append |
 //! | [`sharded`] | [`sharded::ShardedWriter`]: a `Writer` that rolls over to a new shard at a size, publishing shards + root at finish |
 //! | [`verify`] | digests, shard digests, content digest, canonical check |
 

@@ -131,7 +131,7 @@ fn open_shard(s: &ShardDef, input: &OpenInput<'_>) -> Result<Arc<Store>> {
 /// Build the catalog of a `.zt` root (or an empty one for a data shard).
 ///
 /// Each object becomes its catalog entry as the manifest walk hands it
-/// over ([`CatalogSink`]); the checks of [`validate_image`] run on the way
+/// over (`CatalogSink`); the checks of [`validate_image`] run on the way
 /// and their failures are kept, so the error reported is the one
 /// `validate_image` followed by the shard and object checks would report:
 /// the manifest's own (CBOR, then schema), the tensor count, blob bounds

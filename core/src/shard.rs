@@ -461,7 +461,7 @@ fn build_and_publish(
 /// `write` (which writes `writer`'s output at the local path it is given,
 /// published there as every writer does) published at `dest`: a local
 /// path, or a URL, where a file is uploaded whole once written and a
-/// directory output ([`FormatWriter::directory_index`]) file by file, its
+/// directory output ([`crate::FormatWriter::directory_index`]) file by file, its
 /// index last ([`write_dir_then_upload`]). Returns what `write` returned.
 pub fn to_destination(
     writer: &dyn crate::write::FormatWriter,
@@ -482,7 +482,7 @@ pub fn to_destination(
 /// before what it names. Files an earlier checkpoint left under the prefix
 /// stay (object storage has no rename); the new index names only its own.
 /// An earlier index is withdrawn before any file it may name is replaced
-/// ([`upload_children`]), so a failure partway leaves either the earlier
+/// (`upload_children`), so a failure partway leaves either the earlier
 /// checkpoint whole or no index at all, never one naming a mix.
 /// Returns what `write` returned.
 pub fn write_dir_then_upload(

@@ -462,7 +462,7 @@ pub fn write(path: &Path, tensors: &[TensorIn<'_>], metadata: &[(String, String)
     write_with(path, tensors, (!metadata.is_empty()).then_some(metadata))
 }
 
-/// [`write`], with `metadata: None` for no `__metadata__` at all and
+/// [`write()`], with `metadata: None` for no `__metadata__` at all and
 /// `Some(&[])` for an empty one (as the reference writes `metadata={}`).
 pub fn write_with(
     path: &Path,
@@ -733,7 +733,7 @@ impl FormatWriter for SafetensorsWriter {
     }
 
     /// A conversion: one tensor's bytes in memory at a time
-    /// ([`write_source`]), the attributes that are strings carried.
+    /// (`write_source`), the attributes that are strings carried.
     fn write(&self, source: &Source, path: &Path, options: &WriteOptions) -> Result<u64> {
         let metadata = zt_core::write::carried_attributes(source, self.caps().metadata);
         let metadata = metadata.map(|m| string_metadata(path, &m)).transpose()?;

@@ -21,14 +21,14 @@
 //! In object storage (`s3://bucket/PREFIX`, `gs://`, `az://`: the feature
 //! `remote`) the pair is two objects, opened together: `.idx` is fetched
 //! whole (the same count checks run on its bytes) up to
-//! [`crate::binidx_pages::PAGED_ABOVE`] bytes, past it only its header is
+//! `crate::binidx_pages::PAGED_ABOVE` bytes, past it only its header is
 //! read (and checked against the object's size) and gathers fetch the
-//! pages of its entries they read ([`crate::binidx_pages`]; each entry
+//! pages of its entries they read (`crate::binidx_pages`; each entry
 //! checked as above when used), `.bin` is opened by its
 //! head and tail (its size and version; an object of up to 1.25 MiB is
 //! then in memory) and read by ranges per gather, pinned to that version:
 //! every record's span, checked as above, through
-//! [`crate::ranged`] (coalesced, within the process's fetch budget, or
+//! `crate::ranged` (coalesced, within the process's fetch budget, or
 //! taken from a fetch the DataLoader started ahead).
 
 use std::fs::File;

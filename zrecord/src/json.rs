@@ -7,7 +7,7 @@
 //! their decimal text and every other value as `json.loads` types it
 //! ([`Value`]), and fails with where and why ([`Error`], [`ErrorKind`]).
 //! Nesting is bounded by the caller, so no input can exhaust the stack.
-//! [`decode_object`] is the schema's view of it.
+//! `decode_object` is the schema's view of it.
 
 use std::fmt;
 

@@ -29,7 +29,7 @@
 //! size and ETag, so a shard costs no request until read); each raw
 //! shard's sample count and offset table are fetched at open (one exact
 //! range each), and a gather fetches its samples' byte ranges through
-//! [`crate::ranged`] (coalesced, within the process's budget, or taken
+//! `crate::ranged` (coalesced, within the process's budget, or taken
 //! from a fetch the DataLoader started ahead), then checks and decodes
 //! them as above. A zstd-only shard is fetched whole and decompressed at
 //! open.

@@ -14,7 +14,7 @@
 //! pool.
 //!
 //! A caller that knows its next gathers (the DataLoader, its prefetch
-//! window) starts them early with [`Objects::fetch_ahead`]: the records'
+//! window) starts them early with `Objects::fetch_ahead`: the records'
 //! requests go out at once and the gather of exactly those indices later
 //! takes their bytes instead of asking again.
 //!
@@ -513,7 +513,7 @@ mod enabled {
     /// URL `dest`: shards and dictionary first, `meta.zr` last. A store
     /// already at `dest` is refused ([`Error::AlreadyExists`]). An upload
     /// that fails withdraws what this call put under the prefix (see
-    /// [`withdraw`]), so a failed store leaves no data shards behind.
+    /// `withdraw`), so a failed store leaves no data shards behind.
     pub fn publish(local: &Path, dest: &Path, storage_options: &[(String, String)]) -> Result<()> {
         let url = text(dest)?.trim_end_matches('/').to_string();
         let config = config(dest, storage_options)?;

@@ -208,7 +208,7 @@ impl<'f> DirectWriter<'f> {
     }
 
     /// [`DirectWriter::new`] whose full stages are written by a thread of
-    /// `scope`'s while the caller fills the next ([`STAGES`] in all), so
+    /// `scope`'s while the caller fills the next (`STAGES` in all), so
     /// the device is never idle waiting for the copy or the caller's
     /// other work. [`DirectWriter::finish`] waits for them.
     pub fn writing_behind<'scope, 'env: 'scope>(

@@ -266,7 +266,7 @@ impl Store {
     }
 
     /// Whether `[offset, offset + len)` looks wholly cached, from a few
-    /// evenly spaced probes of [`PROBE`] bytes (its first and last pages
+    /// evenly spaced probes of `PROBE` bytes (its first and last pages
     /// among them), each one `cachestat` call: a whole load asks this
     /// before [`Store::uncached_ranges`], whose exact count walks every
     /// page of the range (most of a warm load's own time at 256 MiB). A

@@ -470,7 +470,7 @@ impl Layout {
 }
 
 /// The layout of an array whose numpy dtype zt has no element type for
-/// (structured, subarray, strings, datetimes): see [`record_object`].
+/// (structured, subarray, strings, datetimes): see `record_object`.
 pub const RECORD_LAYOUT: &str = "npy.descr/1";
 
 /// An array of a numpy dtype zt reads as bytes: layout [`RECORD_LAYOUT`],

@@ -1,5 +1,5 @@
 //! TensorDict's on-disk forms (tensordict 0.15.3), read here and written
-//! by [`write`]: the memmap directory (`td.memmap(path)`) and the
+//! by [`mod@write`]: the memmap directory (`td.memmap(path)`) and the
 //! consolidated file (`td.consolidate(filename=...)`).
 //!
 //! * Memmap directory: per nested level a directory with `meta.json` and

@@ -7,14 +7,14 @@
 //! chunks `1.2` (or `1/2`). Consolidated metadata (v3: inline in the root
 //! `zarr.json`; v2: `.zmetadata`) lists every node at once and is used when
 //! present; otherwise a local store's directories are listed. Arrays are
-//! listed in zarr-python's order ([`order`]).
+//! listed in zarr-python's order (`order.rs`).
 //!
 //! A store opens through its root metadata file, the plugin's checkpoint
 //! names, so a directory or `s3://` prefix opens as one. Every array of
 //! the hierarchy is one dense tensor named by its path without a leading
 //! `/` (an array at the root is named `""`), its dtype and shape as
 //! zarr-python reports them, its bytes read from its chunks at read time
-//! ([`array::ZarrArray`]): codecs `bytes` (either endian), `transpose`,
+//! (`array::ZarrArray`): codecs `bytes` (either endian), `transpose`,
 //! `sharding_indexed` (its index, then only the inner chunks a read
 //! needs), `zstd`, `gzip`, `blosc` (c-blosc: blosclz, lz4, lz4hc, zstd),
 //! `crc32c` (v2: `zlib`, `gzip`, `zstd`, `blosc` compressors, `order` C or
