@@ -115,7 +115,6 @@ impl Source {
     /// record-typed, or empty, or strided backwards, which the caller takes
     /// through `Tensor._array` as before. Each tensor's lazy check (an npz
     /// member's CRC-32) runs first: a failure raises, naming the tensor.
-    #[allow(clippy::type_complexity)]
     fn _mapped_views(
         &self,
         py: Python<'_>,
