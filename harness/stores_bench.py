@@ -564,10 +564,15 @@ def bench_workload(label, data, base, names, write_rounds, rounds, batches, batc
     for _ in range(write_rounds):
         for n in names:
             remove(paths[n])
+            # No case starts with another's dirty pages still being written
+            # back (the kernel's flusher shares the cores, and a writer past
+            # the dirty limit is throttled): untimed, before every case.
+            os.sync()
             t0 = time.perf_counter()
             own = BACKENDS[n][1](paths[n], data, spec, dict_bytes)
             writes[n].append(own if isinstance(own, float) else time.perf_counter() - t0)
     disk = {n: disk_bytes(paths[n]) for n in names}
+    os.sync()  # the gathers below, too, start with nothing left to write back
     t_written = time.perf_counter()
     expected = source_digests(data, spec)
     expected_blake = blake_digests(data, spec) if remote else None
@@ -787,7 +792,8 @@ def header(runs: int, zrecord_only: bool = False) -> str:
         + f"; loaderx {lx28['loaderx']} (numpy {lx28['numpy']}, Python {lx28['python']}, its own process)"
         + f". Filesystem {common.filesystem_of(base)}, warm page cache. {runs} gather rounds (each replays the same "
         "IID batches for every backend, backends alternating), median and IQR of the time per round; p95 over "
-        "every timed batch. Write: create to close, no fsync, rounds alternating. `vs zrecord raw` = zrecord raw's "
+        "every timed batch. Write: create to close, no fsync, rounds alternating; each write and the gathers "
+        "start with no dirty pages (`os.sync()` before each, untimed). `vs zrecord raw` = zrecord raw's "
         "median time / the row's; `zt / this` = a loaderx row's median time / zt's row of the same codec. "
         "zrecord zstd is level 3; zstd_dict uses loaderx's 32 KiB dictionary for both, "
         "both at level 3 (harness/zrecord_bench.py also runs zt at loaderx 2.3.5's 15). HDF5 ragged is one "
