@@ -512,3 +512,20 @@ def test_readonly_whole_load_of_safetensors_views_what_each_tensor_gives(tmp):
     for name, x in arrays.items():
         assert got[name].dtype == x.dtype
         np.testing.assert_array_equal(got[name].view(np.uint8), x.view(np.uint8))
+
+
+def test_readonly_whole_load_of_shards_views_each_shard(tmp):
+    """A sharded checkpoint (index.json over several files): one array per
+    mapped shard, each tensor a view of its own shard's."""
+    arrays = {f"layer{i}.w": np.full((64, 64), i, np.float32) for i in range(6)}
+    root = tmp / "model.safetensors"
+    zt.numpy.save_file(arrays, root, max_shard_size=40_000)
+    index = tmp / "model.safetensors.index.json"
+    with zt.open(index) as src:
+        shards = [f for f in src.files if not f.endswith(".json")]
+        assert len(shards) >= 2
+        bases, views = src._native._mapped_views(src.keys())
+        assert len(bases) == len(shards) and all(v is not None for v in views)
+    got = _readonly_load_matches_each_tensor(index)
+    for name, x in arrays.items():
+        np.testing.assert_array_equal(got[name], x)
