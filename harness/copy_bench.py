@@ -31,6 +31,7 @@ import safetensors.numpy
 
 import zt
 import zt.numpy
+from zt._tensor import memory_owner
 
 from . import common, report
 
@@ -83,9 +84,7 @@ def owns_its_memory(arr: np.ndarray) -> bool:
     owned zt buffer)."""
     import mmap
 
-    base = arr
-    while isinstance(base, np.ndarray) and base.base is not None:
-        base = base.base
+    base = memory_owner(arr)
     return arr.flags.writeable and not isinstance(base, mmap.mmap) and not getattr(base, "readonly", False)
 
 

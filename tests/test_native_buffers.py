@@ -10,6 +10,7 @@ import pytest
 
 import zt
 from zt import _zt
+from zt._tensor import memory_owner
 
 
 def test_save_refuses_buffers_that_do_not_match_their_description(tmp):
@@ -173,13 +174,63 @@ def test_every_native_array_is_an_array_view(tmp):
         r.append([np.arange(3, dtype=np.int32), np.arange(5, dtype=np.int32)])
     values, offsets, shapes = zrecord.Ragged.open(tmp / "r").gather_packed([1, 0])
     for arr in (values, shapes):  # offsets are rescaled to elements: a new array
-        base = arr
-        while isinstance(base, np.ndarray) and base.base is not None:
-            base = base.base
+        base = memory_owner(arr)
         assert type(base) is _zt.ArrayView and not base.readonly
     assert values.tolist() == [0, 1, 2, 3, 4, 0, 1, 2] and offsets.tolist() == [0, 5, 8]
     for gone in ("RecordBuffer", "LoaderBuffer", "write_safetensors", "write_zt", "safetensors_bytes"):
         assert not hasattr(_zt, gone)
+
+
+def test_array_struct_hands_numpy_what_the_dict_form_describes(tmp):
+    """numpy takes an ArrayView through `__array_struct__` (tried before
+    the dict): the same memory, dtype, shape, strides and writability as
+    the dict form gives, for mapped views (C order, Fortran order, 0-d,
+    empty, every dtype numpy has), owned copies and a gather's output, and
+    the array alone keeps the memory alive."""
+    import gc
+
+    from zt import zrecord
+
+    class DictOnly:
+        """The view seen through `__array_interface__` only."""
+
+        def __init__(self, view):
+            self.__array_interface__ = view.__array_interface__
+            self.view = view
+
+    arrays = {
+        "c_order": np.arange(12, dtype=np.float32).reshape(3, 4),
+        "fortran": np.asfortranarray(np.arange(12, dtype=np.float64).reshape(3, 4)),
+        "scalar": np.array(7, np.int16),
+        "empty": np.zeros((0, 3), np.float32),
+        "flags": np.array([True, False, True]),
+        "complex": np.arange(4, dtype=np.complex128),
+        "u64": np.arange(5, dtype=np.uint64),
+        "i8": np.arange(-3, 3, dtype=np.int8),
+    }
+    path = tmp / "a.npz"
+    np.savez(path, **arrays)
+    with zrecord.Ragged.create(tmp / "r", dtype=np.int32, ndim=1) as r:
+        r.append([np.arange(3, dtype=np.int32), np.arange(5, dtype=np.int32)])
+    gathered = zrecord.Ragged.open(tmp / "r").gather_packed([1, 0])[0]
+    views = [(name, copy, zt.open(path)[name]._native._array(copy)) for name in arrays for copy in (False, True)]
+    views.append(("gather", False, memory_owner(gathered)))
+    for name, copy, view in views:
+        got, want = np.asarray(view), np.asarray(DictOnly(view))
+        assert memory_owner(got) is view, name
+        assert (got.dtype, got.shape, got.strides) == (want.dtype, want.shape, want.strides), (name, copy)
+        assert got.__array_interface__["data"] == want.__array_interface__["data"], (name, copy)
+        assert (got.flags.writeable, got.flags.aligned) == (want.flags.writeable, want.flags.aligned), name
+        assert got.flags.c_contiguous == want.flags.c_contiguous, name
+        assert got.tobytes() == want.tobytes(), name
+        if name in arrays:
+            np.testing.assert_array_equal(got, arrays[name])
+            assert got.flags.writeable == copy, name
+    # The array holds the view (and through it the mapping) on its own.
+    kept = np.asarray(zt.open(path)["c_order"]._native._array(False))
+    del views
+    gc.collect()
+    np.testing.assert_array_equal(kept, arrays["c_order"])
 
 
 def test_describe_hands_over_every_array_as_the_general_path_does():

@@ -458,8 +458,8 @@ def test_npy_header_descr_nested_100000_deep_is_a_depth_error(tmp):
 
 
 def _readonly_load_matches_each_tensor(path):
-    """`load_file(readonly=True)` (one numpy array per mapped file, each
-    tensor a view into it: `zt._tensor.read_only_arrays`) gives what each
+    """`load_file(readonly=True)` (every mapped tensor's view from one
+    native call: `zt._tensor.read_only_arrays`) gives what each
     tensor's own `numpy()` gives: dtype, shape, strides, bytes, a read-only
     view of the file exactly where that one is (a decoded tensor is a fresh
     array either way)."""
@@ -515,8 +515,8 @@ def test_readonly_whole_load_of_safetensors_views_what_each_tensor_gives(tmp):
 
 
 def test_readonly_whole_load_of_shards_views_each_shard(tmp):
-    """A sharded checkpoint (index.json over several files): one array per
-    mapped shard, each tensor a view of its own shard's."""
+    """A sharded checkpoint (index.json over several files): each tensor a
+    view of its own shard's mapping."""
     arrays = {f"layer{i}.w": np.full((64, 64), i, np.float32) for i in range(6)}
     root = tmp / "model.safetensors"
     zt.numpy.save_file(arrays, root, max_shard_size=40_000)
@@ -524,8 +524,15 @@ def test_readonly_whole_load_of_shards_views_each_shard(tmp):
     with zt.open(index) as src:
         shards = [f for f in src.files if not f.endswith(".json")]
         assert len(shards) >= 2
-        bases, views = src._native._mapped_views(src.keys())
-        assert len(bases) == len(shards) and all(v is not None for v in views)
+        views, reviews = src._native._mapped_views(src.keys())
+        assert all(v is not None for v in views) and reviews == []
+        where = {name: src[name].location for name in src}
     got = _readonly_load_matches_each_tensor(index)
     for name, x in arrays.items():
         np.testing.assert_array_equal(got[name], x)
+    # Each view starts where its own shard's mapping holds its bytes.
+    starts = {name: got[name].__array_interface__["data"][0] - where[name][1] for name in got}
+    by_shard = {}
+    for name, start in starts.items():
+        by_shard.setdefault(where[name][0], set()).add(start)
+    assert len(by_shard) == len(shards) and all(len(s) == 1 for s in by_shard.values()), by_shard

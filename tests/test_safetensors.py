@@ -16,6 +16,7 @@ import safetensors
 import safetensors.numpy
 
 import zt
+from zt._tensor import memory_owner
 
 GiB = limited.GiB
 
@@ -369,9 +370,7 @@ def test_load_and_load_file_match_safetensors_and_are_writable(tmp):
     # A write changes the array, never the file.
     arrays = zt.numpy.load_file(path)
     w = arrays["t_f32"]
-    base = w
-    while isinstance(base, np.ndarray):
-        base = base.base
+    base = memory_owner(w)
     assert isinstance(base, zt._zt.ArrayView) and not base.readonly
     w[...] = 7
     assert (w == 7).all() and path.read_bytes() == original
@@ -379,9 +378,7 @@ def test_load_and_load_file_match_safetensors_and_are_writable(tmp):
     # Read-only views of the shared mapping on request, copies on request.
     assert not zt.numpy.load_file(path, readonly=True)["t_f32"].flags.writeable
     copied = zt.numpy.load_file(path, copy=True)["t_f32"]
-    base = copied
-    while getattr(base, "base", None) is not None:
-        base = base.base
+    base = memory_owner(copied)
     assert copied.flags.writeable and not isinstance(base, mmap.mmap)
 
 

@@ -57,9 +57,20 @@ pub fn threads_for(total: u64) -> usize {
 /// The threads a pass over `total` bytes uses on this machine when each
 /// thread beyond the first needs at least `piece` bytes to be worth it.
 pub fn threads_for_pieces(total: u64, piece: u64) -> usize {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let warranted = usize::try_from(total / piece.max(1)).unwrap_or(usize::MAX);
-    cores.min(warranted).max(1)
+    if warranted <= 1 {
+        return 1;
+    }
+    cores().min(warranted)
+}
+
+/// The cores this process may run on, asked once: the standard library
+/// reads the affinity mask and the cgroup's CPU quota files under `/proc`
+/// and `/sys` for every answer, which a warm load would otherwise pay on
+/// each pass it sizes.
+pub fn cores() -> usize {
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
 /// Every part's C-order elements ([`PartRef::bytes`]) in memory of its own,

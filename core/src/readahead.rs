@@ -100,6 +100,13 @@ fn available_memory() -> Option<u64> {
     kib.checked_mul(1024)
 }
 
+/// The most a read-ahead reads: half of the memory available (the kernel
+/// makes `/proc/meminfo` afresh for every read of it, so a load asks only
+/// once it has something to read), unless `given`.
+fn budget_or_half_available(given: Option<u64>) -> u64 {
+    given.unwrap_or_else(|| available_memory().map_or(u64::MAX, |m| m / 2))
+}
+
 impl Source {
     /// Read the stored bytes of the objects at `objects` (indexes, as
     /// [`Source::position`] gives) into the page cache in file order, up to
@@ -107,8 +114,7 @@ impl Source {
     /// walk of the page tables when the bytes are already cached; never
     /// changes what a read returns.
     pub fn read_ahead(&self, objects: &[usize]) -> Result<u64> {
-        let budget = available_memory().map_or(u64::MAX, |m| m / 2);
-        self.read_ahead_within(objects, budget, None)
+        self.read_ahead_within(objects, None, None)
     }
 
     /// [`Source::read_ahead`] for views of private mappings (a writable
@@ -116,8 +122,7 @@ impl Source {
     /// in `maps` (made here when missing), the one the arrays will view,
     /// not through the store's shared one, so no page is faulted twice.
     pub fn read_ahead_into(&self, objects: &[usize], maps: &PrivateMaps) -> Result<u64> {
-        let budget = available_memory().map_or(u64::MAX, |m| m / 2);
-        self.read_ahead_within(objects, budget, Some(maps))
+        self.read_ahead_within(objects, None, Some(maps))
     }
 
     /// [`Source::read_ahead`] of every object.
@@ -126,10 +131,12 @@ impl Source {
         self.read_ahead(&all)
     }
 
+    /// The read-ahead of `objects` up to `budget` bytes (`None`: half of
+    /// the memory available).
     pub(crate) fn read_ahead_within(
         &self,
         objects: &[usize],
-        budget: u64,
+        budget: Option<u64>,
         maps: Option<&PrivateMaps>,
     ) -> Result<u64> {
         let stores = plan(self, objects);
@@ -141,12 +148,10 @@ impl Source {
             });
         }
         let checks = self.checks_in_file_order(&stores, objects);
-        if checks.is_empty() {
-            return read_in(&stores, &via, budget, |_, _| {});
-        }
-        if let Some((asked, reached)) = all_cached(&stores, budget) {
-            // A warm load reads nothing, so the checks of everything within
-            // the budget run now, together.
+        // A warm load reads nothing, so the checks of everything within the
+        // budget run now, together. Without a budget given there is none to
+        // keep to (nothing is read), so no memory is asked about.
+        if let Some((asked, reached)) = all_cached(&stores, budget.unwrap_or(u64::MAX)) {
             let batch: Vec<_> = checks
                 .iter()
                 .take_while(|(key, _)| *key <= reached)
@@ -154,6 +159,10 @@ impl Source {
                 .collect();
             run_checks(&stores, &via, &batch);
             return Ok(asked);
+        }
+        let budget = budget_or_half_available(budget);
+        if checks.is_empty() {
+            return read_in(&stores, &via, budget, |_, _| {});
         }
         // The objects' checks (an npz member's CRC-32) run on another
         // thread as soon as the member's bytes are in, while the disk reads
@@ -262,6 +271,9 @@ fn run_checks(
     via: &[Option<Arc<PrivateMap>>],
     batch: &[(usize, Arc<LazyCheck>)],
 ) {
+    if batch.is_empty() {
+        return;
+    }
     let mut hashed = Vec::new();
     let mut ranges = Vec::new();
     for (at, check) in batch {
@@ -402,7 +414,7 @@ mod tests {
     fn read_ahead_stops_at_the_budget_and_reads_nothing_wrong() {
         let (_f, src) = source(&[(0, 1 << 20), (2 << 20, 1 << 20)], 3 << 20);
         assert_eq!(
-            src.read_ahead_within(&[0, 1], 1 << 19, None).unwrap(),
+            src.read_ahead_within(&[0, 1], Some(1 << 19), None).unwrap(),
             1 << 19
         );
         // The 1 MiB gap is past MERGE_GAP: two ranges, 2 MiB asked.
@@ -461,7 +473,8 @@ mod tests {
         // The budget covers t1 and t0: their checks ran, t2's did not, and
         // a failing check does not fail the read-ahead.
         assert_eq!(
-            src.read_ahead_within(&[0, 1, 2], 2 << 20, None).unwrap(),
+            src.read_ahead_within(&[0, 1, 2], Some(2 << 20), None)
+                .unwrap(),
             2 << 20
         );
         assert_eq!((runs(0), runs(1), runs(2)), (1, 1, 0));

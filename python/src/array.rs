@@ -1,7 +1,9 @@
 //! `ArrayView`: the one object through which native memory reaches numpy.
-//! It exposes numpy's `__array_interface__` over a tensor's bytes, a
-//! gather's output (zrecord) or a DataLoader batch's column, and numpy
-//! turns it into an array whose `base` is this object. That keeps the
+//! It exposes numpy's array interface (`__array_struct__`, and
+//! `__array_interface__` for consumers that read only the dict) over a
+//! tensor's bytes, a gather's output (zrecord) or a DataLoader batch's
+//! column, and numpy turns it into an array whose `base` holds this
+//! object (see `crate::array_struct`). That keeps the
 //! mapping (or the owned buffer, or the batch) alive for as long as any
 //! array views it, without depending on numpy's C API (so the wheel is
 //! abi3 and numpy-version independent).
@@ -68,6 +70,13 @@ pub fn typestr(dtype: DType) -> &'static str {
         DType::Complex128 => "<c16",
         _ => "|u1",
     }
+}
+
+/// Whether numpy has a type of its own for `dtype`: the types [`typestr`]
+/// names exactly (bf16 and everything it hands out as bytes need a second
+/// look on the Python side).
+pub fn numpy_has(dtype: DType) -> bool {
+    dtype == DType::U8 || (dtype != DType::BF16 && typestr(dtype) != "|u1")
 }
 
 impl ArrayView {
@@ -212,20 +221,6 @@ impl ArrayView {
         })
     }
 
-    /// A read-only `uint8` view of `store`'s whole mapping (a store of
-    /// `source`, which it keeps alive).
-    pub fn whole_mapping(source: Arc<zt::Source>, store: &zt::store::Store) -> zt::Result<Self> {
-        let bytes = store.slice(0, store.len())?;
-        Ok(ArrayView {
-            address: bytes.as_ptr() as usize,
-            _keep: Keep::Mapped(source),
-            typestr: "|u1".into(),
-            shape: vec![store.len()],
-            strides: None,
-            readonly: true,
-        })
-    }
-
     /// A writable view of `part`'s stored bytes at `address` in `map` (a
     /// private mapping of its file, `zt::store::PrivateMaps::view`): typed,
     /// shaped and strided as [`ArrayView::for_part`] views the shared
@@ -318,7 +313,22 @@ impl ArrayView {
 
 #[pymethods]
 impl ArrayView {
-    /// numpy's array interface, version 3.
+    /// numpy's array interface in its struct form, which numpy tries first
+    /// (see `crate::array_struct`).
+    #[getter]
+    fn __array_struct__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        crate::array_struct::capsule(
+            py,
+            self.address,
+            &self.typestr,
+            &self.shape,
+            self.strides.as_deref(),
+            self.readonly,
+        )
+    }
+
+    /// numpy's array interface, version 3 (the dict form, for consumers
+    /// that read only it).
     #[getter]
     fn __array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let dict = PyDict::new(py);

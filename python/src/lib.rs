@@ -16,6 +16,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 
 mod array;
+mod array_struct;
 mod batch_pool;
 mod borrow;
 mod buffer;

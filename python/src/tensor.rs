@@ -105,40 +105,41 @@ impl Source {
         .map_err(to_py_err)
     }
 
-    /// For a whole read-only load: where each of the tensors `names` lies
-    /// in a mapped file, so the caller asks numpy once per file instead of
-    /// once per tensor. Returns one read-only `uint8` view of each mapped
-    /// file's whole mapping (`bases`), and for each name either `(the index
-    /// of its file in bases, its byte offset there, its dtype name, its
-    /// shape, its byte strides or None for C order)` or None: a tensor not
-    /// stored raw in a mapping as one part of whole-byte elements, or
-    /// record-typed, or empty, or strided backwards, which the caller takes
-    /// through `Tensor._array` as before. Each tensor's lazy check (an npz
-    /// member's CRC-32) runs first: a failure raises, naming the tensor.
+    /// For a whole read-only load: in one call, a read-only view of the
+    /// mapped file for each of the tensors `names` stored raw in a mapping
+    /// as one part of whole-byte elements (`None` for any other: decoded,
+    /// record-typed, empty, strided backwards, sub-byte, several parts,
+    /// which the caller takes through `Tensor._array`), and `(index, dtype
+    /// name)` for each view whose dtype numpy has no type of its own (bf16,
+    /// fp8 ...: handed out as same-width integers, which the caller
+    /// re-views). Each tensor's lazy check (an npz member's CRC-32) runs
+    /// first: a failure raises, naming the tensor.
     fn _mapped_views(
         &self,
         py: Python<'_>,
         names: Vec<String>,
-    ) -> PyResult<(Vec<ArrayView>, Vec<Option<MappedView>>)> {
+    ) -> PyResult<(Vec<Option<ArrayView>>, Vec<Review>)> {
         let source = self.get()?;
         py.detach(|| {
-            let mut stores: Vec<Arc<zt::store::Store>> = Vec::new();
             let mut views = Vec::with_capacity(names.len());
-            for name in &names {
+            let mut reviews = Vec::new();
+            for (at, name) in names.iter().enumerate() {
                 let tensor = source.tensor(name)?;
                 let view = match tensor.data() {
-                    Ok(part) if tensor.layout() != zt::formats::npy::RECORD_LAYOUT => {
-                        mapped_view(&part, &mut stores)?
+                    Ok(part)
+                        if tensor.layout() != zt::formats::npy::RECORD_LAYOUT
+                            && views_in_place(&part) =>
+                    {
+                        if !crate::array::numpy_has(part.dtype()) {
+                            reviews.push((at, part.dtype().name()));
+                        }
+                        Some(ArrayView::for_part(Arc::clone(&source), &part, false)?)
                     }
                     _ => None,
                 };
                 views.push(view);
             }
-            let bases = stores
-                .iter()
-                .map(|store| ArrayView::whole_mapping(Arc::clone(&source), store))
-                .collect::<zt::Result<Vec<_>>>()?;
-            Ok((bases, views))
+            Ok((views, reviews))
         })
         .map_err(to_py_err)
     }
@@ -315,6 +316,17 @@ impl Tensor {
     #[getter]
     fn layout(&self) -> &str {
         self.tensor().layout()
+    }
+
+    /// True when `Tensor.numpy()` is the native array as numpy makes it,
+    /// with nothing for the Python side to re-view: a dtype numpy has its
+    /// own type for (not bf16, fp8, 4-bit ...) outside numpy's record
+    /// layout. One lookup instead of three on every `numpy()`.
+    #[getter]
+    fn _plain(&self) -> PyResult<bool> {
+        let dtype = self.part_ref()?.dtype();
+        Ok(crate::array::numpy_has(dtype)
+            && self.tensor().layout() != zt::formats::npy::RECORD_LAYOUT)
     }
 
     /// Part names.
@@ -518,44 +530,19 @@ impl Tensor {
     }
 }
 
-/// Where a tensor lies in a mapped file (see `Source._mapped_views`): the
-/// index of its file, its byte offset there, its dtype name, its shape and
-/// its byte strides (`None`: C order).
-type MappedView = (usize, u64, &'static str, Vec<u64>, Option<Vec<i64>>);
+/// A view to re-view as another dtype (see `Source._mapped_views`): its
+/// index among the views, and the zt dtype name.
+type Review = (usize, &'static str);
 
-/// `part` as a [`MappedView`] when its bytes lie raw in a mapped store
-/// (after its lazy check passed; a failure is the error), its store added
-/// to `stores` if new; `None` for any other part.
-fn mapped_view(
-    part: &zt::PartRef<'_>,
-    stores: &mut Vec<Arc<zt::store::Store>>,
-) -> zt::Result<Option<MappedView>> {
-    let zt::catalog::Payload::Stored { store, offset, len } = part.payload() else {
-        return Ok(None);
+/// Whether [`ArrayView::for_part`] views `part` in place in its mapped
+/// file: raw stored bytes of whole-byte elements, not empty, with no
+/// stride running backwards.
+fn views_in_place(part: &zt::PartRef<'_>) -> bool {
+    let zt::catalog::Payload::Stored { store, len, .. } = part.payload() else {
+        return false;
     };
-    let dtype = part.dtype();
-    let strides = part.strides();
-    let Some(size) = dtype.size() else {
-        return Ok(None);
-    };
-    if !store.is_mapped() || *len == 0 || strides.iter().any(|&s| s < 0) {
-        return Ok(None);
-    }
-    part.guard()?;
-    let at = match stores.iter().position(|s| Arc::ptr_eq(s, store)) {
-        Some(at) => at,
-        None => {
-            stores.push(Arc::clone(store));
-            stores.len() - 1
-        }
-    };
-    let strides =
-        (!part.is_contiguous()).then(|| strides.iter().map(|s| s * size as i64).collect());
-    Ok(Some((
-        at,
-        *offset,
-        dtype.name(),
-        part.shape().to_vec(),
-        strides,
-    )))
+    part.dtype().size().is_some()
+        && store.is_mapped()
+        && *len > 0
+        && part.strides().iter().all(|&s| s >= 0)
 }

@@ -40,29 +40,37 @@ def _unpack_nibbles(packed: np.ndarray, shape: tuple[int, ...], dtype) -> np.nda
 
 def read_only_arrays(source, names: list[str]) -> dict[str, np.ndarray]:
     """Read-only arrays of the tensors ``names`` of an open source (a whole
-    load), each what ``source[name].numpy()`` returns. A tensor stored raw
-    in a mapped file is a view of one array over that file's mapping: numpy
-    is asked once per file, not once per tensor (the per-tensor handshake
-    was most of a warm load's own cost). Any other tensor is taken through
+    load), each what ``source[name].numpy()`` returns. The views of every
+    tensor stored raw in a mapped file come from one native call, without a
+    :class:`Tensor` per tensor; any other tensor is taken through
     :meth:`Tensor.numpy`."""
-    bases, views = source._native._mapped_views(names)
-    bases = [np.asarray(base) for base in bases]
+    views, reviews = source._native._mapped_views(names)
     arrays = {}
     for name, view in zip(names, views):
-        if view is None:
-            arrays[name] = source[name].numpy()
-        else:
-            at, offset, dtype, shape, strides = view
-            arrays[name] = np.ndarray(shape, _NUMPY[dtype], buffer=bases[at], offset=offset, strides=strides)
+        arrays[name] = source[name].numpy() if view is None else np.asarray(view)
+    for at, dtype in reviews:
+        if dtype in _ML_DTYPES:
+            arrays[names[at]] = arrays[names[at]].view(_ML_DTYPES[dtype])
     return arrays
+
+
+def memory_owner(arr: np.ndarray):
+    """The object whose memory ``arr`` views: the end of its chain of
+    ``base`` arrays. An array numpy made from an ``ArrayView``'s
+    ``__array_struct__`` has the tuple ``(view, capsule)`` as its base
+    (numpy 2; older numpy the view itself): the view is the owner."""
+    base = arr
+    while isinstance(base, np.ndarray) and base.base is not None:
+        base = base.base
+    if isinstance(base, tuple) and base and isinstance(base[0], _zt.ArrayView):
+        return base[0]
+    return base
 
 
 def _views_the_file(arr: np.ndarray) -> bool:
     """True if ``arr`` is a view of a mapped file (no bytes were copied or
     decoded to make it)."""
-    base = arr
-    while isinstance(base, np.ndarray) and base.base is not None:
-        base = base.base
+    base = memory_owner(arr)
     return isinstance(base, _zt.ArrayView) and base.readonly
 
 
@@ -146,6 +154,8 @@ class Tensor(_zt.BufferExporter):
     def _wrap(self, view) -> np.ndarray:
         """The numpy array over a native array view of this tensor."""
         arr = np.asarray(view)
+        if self._native._plain:
+            return arr
         name = self._native.dtype
         if self._native.layout == RECORD_LAYOUT and self._native.parts == ["data"]:
             # Structured, string, datetime ... arrays: the bytes (one row of
