@@ -424,6 +424,20 @@ mod tests {
     }
 
     #[test]
+    fn a_warm_read_ahead_without_a_budget_given_runs_every_check() {
+        use crate::source::CountedCheck;
+        let (f, _) = source(&[], 9 << 20);
+        let store = Arc::new(Store::open(f.path()).unwrap());
+        // Just written, so cached: nothing to read and no budget to keep.
+        assert!(all_cached(&[(Arc::clone(&store), vec![(0, 9 << 20)])], u64::MAX).is_some());
+        let at = [(2u64 << 20, 1u64 << 20), (0, 1 << 20), (8 << 20, 1 << 20)];
+        let checks = CountedCheck::many(&[false, false, false]);
+        let src = Source::of_checked_ranges(store, &at, &checks);
+        assert_eq!(src.read_ahead(&[0, 1, 2]).unwrap(), 3 << 20);
+        assert!(checks.iter().all(|c| c.runs() == 1));
+    }
+
+    #[test]
     fn read_ahead_runs_the_checks_of_what_it_read_and_keeps_their_outcome() {
         checks_run_within_the_budget_and_keep_their_outcome(false);
     }
