@@ -11,7 +11,10 @@ of every array read (a mapped view costs nothing until touched):
   copy-on-write mapping);
 * `zt.numpy.load_file(readonly=True)` (read-only views of zt's mapping);
 * `zt.open` + `numpy()` of every tensor;
-* upstream `ztensor.numpy.load_file` 2.1.2 (read-only views), the peer.
+* upstream `ztensor.numpy.load_file` 2.1.2 (read-only views), the peer;
+* upstream `ztensor.open` + `np.from_dlpack()` of every tensor: upstream's
+  per-tensor API in the shape of zt's `open` row (each array touched as it
+  is made), for a like-for-like reading of that row.
 
 An npz load checks every member's CRC-32 at its first read (upstream does
 not); the rows say what that costs at memory speed.
@@ -36,6 +39,7 @@ from .cold_bench import touch
 
 MODULES = ["zt", "numpy", "safetensors", "ztensor"]
 UPSTREAM = "upstream ztensor.numpy.load_file"
+UPSTREAM_OPEN = "upstream ztensor.open + np.from_dlpack()"
 
 
 def arrays(tensors: int, size_mb: int) -> dict[str, np.ndarray]:
@@ -62,6 +66,16 @@ def upstream(path) -> int:
     import ztensor.numpy
 
     return touch(ztensor.numpy.load_file(os.fspath(path)).values())
+
+
+def upstream_open(path) -> int:
+    """Upstream's per-tensor API in `zt_open`'s shape: each tensor made an
+    array (`np.from_dlpack`, as upstream's own `load_file` makes them) and
+    touched before the next is made."""
+    import ztensor
+
+    with ztensor.open(os.fspath(path)) as src:
+        return touch(np.from_dlpack(t) for t in src.values())
 
 
 def zt_crc(path) -> int:
@@ -208,6 +222,7 @@ def run(tensors: int, size_mb: int, runs: int) -> list[report.Result]:
             import ztensor  # noqa: F401
 
             cases[UPSTREAM] = lambda p=path: upstream(p)
+            cases[UPSTREAM_OPEN] = lambda p=path: upstream_open(p)
         except ImportError:
             pass
         faults: dict[str, list[int]] = {}
