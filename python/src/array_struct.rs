@@ -42,14 +42,14 @@ struct PyArrayInterface {
 }
 
 /// What the capsule owns: the struct numpy reads (first, so the capsule's
-/// pointer is the struct's), the shape and strides it points into, and a
-/// reference to the dtype it names.
+/// pointer is the struct's), with a strong reference to the dtype its
+/// `descr` names (released by [`release`]), and the shape and strides it
+/// points into.
 #[repr(C)]
 struct Capsuled {
     interface: PyArrayInterface,
     /// `nd` sizes, then `nd` byte strides.
     dims: Vec<isize>,
-    _descr: Py<PyAny>,
 }
 
 /// A numpy dtype made once per typestr, with the kind and item size the
@@ -146,10 +146,10 @@ pub fn capsule<'py>(
             shape: std::ptr::null_mut(),
             strides: std::ptr::null_mut(),
             data,
-            descr: dtype.as_ptr(),
+            // The strong reference moves into the struct.
+            descr: dtype.into_ptr(),
         },
         dims,
-        _descr: dtype,
     });
     let raw = Box::into_raw(boxed);
     // SAFETY: `raw` is a live, uniquely owned box; its `dims` buffer does
@@ -162,21 +162,35 @@ pub fn capsule<'py>(
         (*raw).interface.strides = dims.add(nd);
         let capsule = ffi::PyCapsule_New(raw.cast(), std::ptr::null(), Some(release));
         if capsule.is_null() {
-            drop(Box::from_raw(raw));
+            free(raw);
         }
         Bound::from_owned_ptr_or_err(py, capsule)
     }
 }
 
-/// The capsule's destructor: drops what [`capsule`] boxed.
+/// The capsule's destructor: frees what [`capsule`] boxed.
 unsafe extern "C" fn release(capsule: *mut ffi::PyObject) {
     // SAFETY: only capsules made by `capsule` get this destructor, and the
     // pointer they hold is the `Capsuled` box; it runs once, with the GIL
-    // held (so dropping the dtype reference is allowed).
+    // held (CPython calls destructors holding it).
     unsafe {
         let raw = ffi::PyCapsule_GetPointer(capsule, std::ptr::null());
         if !raw.is_null() {
-            drop(Box::from_raw(raw.cast::<Capsuled>()));
+            free(raw.cast::<Capsuled>());
         }
+    }
+}
+
+/// Drop the box and its reference to the dtype.
+///
+/// # Safety
+/// `raw` came from `Box::into_raw` in [`capsule`], is freed once, and the
+/// GIL is held.
+unsafe fn free(raw: *mut Capsuled) {
+    // SAFETY: as the caller promises; `descr` holds the strong reference
+    // `capsule` moved into it.
+    unsafe {
+        let boxed = Box::from_raw(raw);
+        ffi::Py_DecRef(boxed.interface.descr);
     }
 }
