@@ -33,8 +33,10 @@ impl PrivateMaps {
 
     /// A writable view of each tensor in `names`, or None for one whose
     /// bytes are not a raw range of a mapped local file (decoded, remote,
-    /// several parts: the caller copies those). Each tensor's lazy check
-    /// (an npz member's CRC-32) runs first, failing as its reads do.
+    /// several parts: the caller copies those), and for each whether its
+    /// view is the array as numpy makes it (`Tensor._plain`: nothing to
+    /// re-view on the Python side). Each tensor's lazy check (an npz
+    /// member's CRC-32) runs first, failing as its reads do.
     /// `read_ahead`: read the tensors' bytes the cache lacks into the
     /// private mappings first, in file order (`Source::read_ahead_into`).
     #[pyo3(signature = (names, read_ahead = false))]
@@ -43,27 +45,35 @@ impl PrivateMaps {
         py: Python<'_>,
         names: Vec<String>,
         read_ahead: bool,
-    ) -> PyResult<Vec<Option<ArrayView>>> {
+    ) -> PyResult<(Vec<Option<ArrayView>>, Vec<bool>)> {
         let source = &self.source;
         py.detach(|| {
             if read_ahead {
                 let indexes: Vec<usize> = names.iter().filter_map(|n| source.position(n)).collect();
                 source.read_ahead_into(&indexes, &self.maps)?;
             }
-            names
-                .iter()
-                .map(|name| {
-                    let tensor = source.tensor(name)?;
-                    let mut parts = tensor.parts();
-                    let (Some(part), None) = (parts.next(), parts.next()) else {
-                        return Ok(None);
-                    };
-                    Ok(self
-                        .maps
-                        .view(&part)?
-                        .and_then(|(map, address)| ArrayView::private(map, address, &part)))
-                })
-                .collect::<zt::Result<Vec<_>>>()
+            let mut views = Vec::with_capacity(names.len());
+            let mut plain = Vec::with_capacity(names.len());
+            for name in &names {
+                let tensor = source.tensor(name)?;
+                let mut parts = tensor.parts();
+                let (Some(part), None) = (parts.next(), parts.next()) else {
+                    views.push(None);
+                    plain.push(false);
+                    continue;
+                };
+                let view = self
+                    .maps
+                    .view(&part)?
+                    .and_then(|(map, address)| ArrayView::private(map, address, &part));
+                plain.push(
+                    view.is_some()
+                        && crate::array::numpy_has(part.dtype())
+                        && tensor.layout() != zt::formats::npy::RECORD_LAYOUT,
+                );
+                views.push(view);
+            }
+            Ok((views, plain))
         })
         .map_err(to_py_err)
     }

@@ -34,25 +34,31 @@ class PrivateMaps:
         it. ``read_ahead``: a whole load, whose bytes the cache lacks are
         read into the private mappings first, in file order. A tensor whose
         lazy check fails (an npz member's CRC-32) raises, as its reads do."""
-        views = self._maps.arrays([t.name for t in tensors], read_ahead)
-        out = []
-        for t, view in zip(tensors, views):
-            if view is not None:
-                arr = t._wrap(view)
-            else:
-                arr = t.numpy(copy=False)
-                if not arr.flags.writeable:
-                    arr = arr.copy()
-            out.append(arr)
-        return out
+        views, _ = self._maps.arrays([t.name for t in tensors], read_ahead)
+        return [_writable(t, view) for t, view in zip(tensors, views)]
 
 
-def writable_arrays(source, tensors: list[Tensor]) -> dict[str, np.ndarray]:
-    """Writable arrays of every tensor of a whole load, zero-copy where
-    their bytes allow it, the bytes the cache lacks read ahead in file
-    order into the mappings the arrays view."""
-    arrays = PrivateMaps(source).arrays(tensors, read_ahead=True)
-    return {t.name: arr for t, arr in zip(tensors, arrays)}
+def _writable(t: Tensor, view) -> np.ndarray:
+    """The writable array of ``t`` over its private view, or a copy where it
+    has none."""
+    if view is not None:
+        return t._wrap(view)
+    arr = t.numpy(copy=False)
+    return arr if arr.flags.writeable else arr.copy()
+
+
+def writable_arrays(source, names: list[str]) -> dict[str, np.ndarray]:
+    """Writable arrays of the tensors ``names`` of a whole load, zero-copy
+    where their bytes allow it, the bytes the cache lacks read ahead in
+    file order into the mappings the arrays view. The views come from one
+    native call; a :class:`Tensor` is made only for a tensor whose array
+    needs more than numpy's view (a copy, or a re-view as bf16, records
+    ...)."""
+    views, plain = _zt.PrivateMaps(source._native).arrays(names, True)
+    arrays = {}
+    for name, view, as_is in zip(names, views, plain):
+        arrays[name] = np.asarray(view) if as_is else _writable(source[name], view)
+    return arrays
 
 
 __all__ = ["PrivateMaps", "RECORD_LAYOUT", "writable_arrays"]

@@ -25,10 +25,14 @@ PathLike = Union[str, "os.PathLike[str]"]
 
 def _arrays(source, copy: bool, dequantize: bool, readonly: bool) -> dict[str, np.ndarray]:
     """Every tensor of an open source as arrays (see :func:`load_file`)."""
-    if readonly and not (copy or dequantize or source._native.remote):
+    if not (copy or dequantize or source._native.remote):
         # A whole load (see below), without a Tensor object per tensor.
-        source._native._read_ahead()
-        return read_only_arrays(source, source.keys())
+        if readonly:
+            source._native._read_ahead()
+            return read_only_arrays(source, source.keys())
+        from ._load import writable_arrays
+
+        return writable_arrays(source, source.keys())
     tensors = [source[name] for name in source]
     plain = [t for t in tensors if not (dequantize and t.layout.startswith("gguf."))]
     if source._native.remote or copy:
@@ -51,7 +55,7 @@ def _arrays(source, copy: bool, dequantize: bool, readonly: bool) -> dict[str, n
     else:
         from ._load import writable_arrays
 
-        arrays = writable_arrays(source, plain)
+        arrays = writable_arrays(source, [t.name for t in plain])
     return {t.name: arrays[t.name] if t.name in arrays else t.dequantize() for t in tensors}
 
 
