@@ -477,7 +477,38 @@ def _readonly_load_matches_each_tensor(path):
     return got
 
 
-def test_readonly_whole_load_of_npz_views_what_each_tensor_gives(tmp):
+def _writable_load_matches_each_tensor(path):
+    """The default `load_file` (writable views of a private mapping, every
+    view from one native call: `zt._load.writable_arrays`) gives each
+    tensor's dtype, shape and values, every array writable, a raw one a
+    view of the private mapping, and a write changes neither the file nor
+    the next load."""
+    from zt._tensor import memory_owner
+
+    original = path.read_bytes()
+    got = zt.numpy.load_file(path)
+    with zt.open(path) as src:
+        want = {name: src[name].numpy() for name in src}
+        raw = {name: src[name].caps["map"] for name in src}
+    assert list(got) == list(want)
+    for name, w in want.items():
+        g = got[name]
+        assert (g.dtype, g.shape) == (w.dtype, w.shape), name
+        assert g.tobytes() == w.tobytes() and g.flags.writeable, name
+        owner = memory_owner(g)
+        if raw[name] and g.size:
+            assert isinstance(owner, zt._zt.ArrayView) and not owner.readonly, name
+        if g.size:
+            flat = np.ravel(g, order="K")  # a view: C or Fortran order
+            assert np.shares_memory(flat, g), name
+            flat.view(np.uint8)[0] ^= 0xFF
+    assert path.read_bytes() == original
+    again = zt.numpy.load_file(path)
+    for name, w in want.items():
+        assert again[name].tobytes() == w.tobytes(), name
+
+
+def test_whole_loads_of_npz_view_what_each_tensor_gives(tmp):
     arrays = {
         "c_order": np.arange(12, dtype=np.float32).reshape(3, 4),
         "fortran": np.asfortranarray(np.arange(12, dtype=np.float64).reshape(3, 4)),
@@ -495,9 +526,10 @@ def test_readonly_whole_load_of_npz_views_what_each_tensor_gives(tmp):
     for name, x in arrays.items():
         np.testing.assert_array_equal(got[name], x)
     assert got["fortran"].flags.f_contiguous
+    _writable_load_matches_each_tensor(path)
 
 
-def test_readonly_whole_load_of_safetensors_views_what_each_tensor_gives(tmp):
+def test_whole_loads_of_safetensors_view_what_each_tensor_gives(tmp):
     arrays = {
         "bf16": np.arange(6, dtype=np.float32).astype(ml_dtypes.bfloat16).reshape(2, 3),
         "fp8": np.linspace(-2, 2, 8, dtype=np.float32).astype(ml_dtypes.float8_e4m3fn),
@@ -512,6 +544,7 @@ def test_readonly_whole_load_of_safetensors_views_what_each_tensor_gives(tmp):
     for name, x in arrays.items():
         assert got[name].dtype == x.dtype
         np.testing.assert_array_equal(got[name].view(np.uint8), x.view(np.uint8))
+    _writable_load_matches_each_tensor(path)
 
 
 def test_readonly_whole_load_of_shards_views_each_shard(tmp):
