@@ -213,7 +213,8 @@ def test_array_struct_hands_numpy_what_the_dict_form_describes(tmp):
     with zrecord.Ragged.create(tmp / "r", dtype=np.int32, ndim=1) as r:
         r.append([np.arange(3, dtype=np.int32), np.arange(5, dtype=np.int32)])
     gathered = zrecord.Ragged.open(tmp / "r").gather_packed([1, 0])[0]
-    views = [(name, copy, zt.open(path)[name]._native._array(copy)) for name in arrays for copy in (False, True)]
+    with zt.open(path) as src:  # each view keeps its mapping alive after close
+        views = [(name, copy, src[name]._native._array(copy)) for name in arrays for copy in (False, True)]
     views.append(("gather", False, memory_owner(gathered)))
     for name, copy, view in views:
         got, want = np.asarray(view), np.asarray(DictOnly(view))
@@ -227,7 +228,8 @@ def test_array_struct_hands_numpy_what_the_dict_form_describes(tmp):
             np.testing.assert_array_equal(got, arrays[name])
             assert got.flags.writeable == copy, name
     # The array holds the view (and through it the mapping) on its own.
-    kept = np.asarray(zt.open(path)["c_order"]._native._array(False))
+    with zt.open(path) as src:
+        kept = np.asarray(src["c_order"]._native._array(False))
     del views
     gc.collect()
     np.testing.assert_array_equal(kept, arrays["c_order"])

@@ -79,6 +79,14 @@ pub fn numpy_has(dtype: DType) -> bool {
     dtype == DType::U8 || (dtype != DType::BF16 && typestr(dtype) != "|u1")
 }
 
+/// Whether the array numpy makes of a view of `dtype` elements, in a
+/// tensor of `layout`, is what `Tensor.numpy()` returns as it is: a dtype
+/// numpy has ([`numpy_has`]) outside numpy's record layout (whose bytes the
+/// Python side views as the stored descr).
+pub fn numpy_as_is(layout: &str, dtype: DType) -> bool {
+    numpy_has(dtype) && layout != zt::formats::npy::RECORD_LAYOUT
+}
+
 impl ArrayView {
     /// Describe `part`'s bytes for numpy, given its stored bytes already
     /// read (by `zt::part::storage_bytes_of`, which reads many parts of a

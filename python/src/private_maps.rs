@@ -67,9 +67,7 @@ impl PrivateMaps {
                     .view(&part)?
                     .and_then(|(map, address)| ArrayView::private(map, address, &part));
                 plain.push(
-                    view.is_some()
-                        && crate::array::numpy_has(part.dtype())
-                        && tensor.layout() != zt::formats::npy::RECORD_LAYOUT,
+                    view.is_some() && crate::array::numpy_as_is(tensor.layout(), part.dtype()),
                 );
                 views.push(view);
             }

@@ -325,8 +325,7 @@ impl Tensor {
     #[getter]
     fn _plain(&self) -> PyResult<bool> {
         let dtype = self.part_ref()?.dtype();
-        Ok(crate::array::numpy_has(dtype)
-            && self.tensor().layout() != zt::formats::npy::RECORD_LAYOUT)
+        Ok(crate::array::numpy_as_is(self.tensor().layout(), dtype))
     }
 
     /// Part names.
